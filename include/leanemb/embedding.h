@@ -1,0 +1,166 @@
+// EmbeddingCollection: many embedding tables and the features that look them up, trained in
+// one batched call per step (like FBGEMM's table-batched embedding, TBE).
+//
+// Each table stores "fat rows" (weights in fp32/fp16/bf16/int8-rowwise, then the row's
+// optimizer state; see optimizer.h). Forward pools the rows of each bag into an fp32 output;
+// backward_update deduplicates the batch's ids per table, sums each unique row's gradient in
+// fp32 in a fixed order, and applies the optimizer once per unique row. No full-table gradient
+// exists at any time: gradient memory is [unique rows, dim].
+//
+// Inputs follow PyTorch's EmbeddingBag convention: per feature, ids [nnz] (int64), offsets
+// [B + 1] (offsets[0] = 0, non-decreasing, offsets[B] = nnz), optional per-id weights [nnz].
+// Untrusted input is validated at this API under a BoundsCheckMode before any kernel runs.
+//
+// Determinism: results are bit-identical for any thread count (each bag and each unique row is
+// computed by exactly one thread in a fixed order; stochastic rounding uses a counter-based RNG
+// keyed by (seed, step, table, row, column)).
+//
+// Thread safety: one EmbeddingCollection must not be used by two calls at once; calls use up
+// to `num_threads` OpenMP threads internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "leanemb/dtype.h"
+#include "leanemb/memory.h"
+#include "leanemb/optimizer.h"
+#include "leanemb/status.h"
+
+namespace leanemb {
+
+enum class PoolingMode : uint8_t { kSum, kMean, kNone };  // kNone = sequence output [nnz, dim]
+enum class BoundsCheckMode : uint8_t {
+  kError,  // reject the batch, naming feature, bag and position; nothing is updated
+  kSkip,   // drop bad ids (counted, warned about), train on the rest
+};
+
+std::string_view pooling_name(PoolingMode p);
+Result<PoolingMode> parse_pooling(std::string_view s);  // "sum" | "mean" | "none"
+
+enum class InitKind : uint8_t { kUniform, kNormal, kZeros };
+
+struct InitOptions {
+  InitKind kind = InitKind::kUniform;
+  // kUniform: U(-bound, bound); bound <= 0 means 1 / sqrt(num_rows) (TorchRec's default).
+  float bound = 0.0f;
+  float mean = 0.0f;  // kNormal
+  float std = 1.0f;   // kNormal
+};
+
+struct TableOptions {
+  std::string name;
+  int64_t num_rows = 0;
+  int64_t dim = 0;
+  DType dtype = DType::kF32;
+  OptimizerOptions optimizer;
+  InitOptions init;
+  bool frozen = false;  // lookup only: backward_update leaves it unchanged (int8 tables must be)
+};
+
+struct FeatureOptions {
+  std::string name;
+  int table = 0;  // index into CollectionOptions::tables; several features may share a table
+  PoolingMode pooling = PoolingMode::kSum;
+};
+
+struct CollectionOptions {
+  std::vector<TableOptions> tables;
+  std::vector<FeatureOptions> features;
+  BoundsCheckMode bounds_check = BoundsCheckMode::kError;
+  uint64_t seed = 0;      // initializers and stochastic rounding
+  int num_threads = 0;    // OpenMP threads per call; 0 = OpenMP's default
+  // Use the scalar reference kernels (the test oracle) instead of the fast ones.
+  bool use_reference_kernels = false;
+};
+
+// One feature's lookups for a batch of B bags. Spans are borrowed for the call only.
+struct FeatureInput {
+  std::span<const int64_t> ids;      // [nnz] row ids
+  std::span<const int64_t> offsets;  // [B + 1] bag b is ids[offsets[b] .. offsets[b+1])
+  std::span<const float> weights;    // [nnz] per-id weights, or empty (all 1)
+};
+
+struct SparseBatch {
+  int64_t batch_size = 0;                // B
+  std::vector<FeatureInput> features;    // one per feature, in CollectionOptions order
+};
+
+struct UpdateOptions {
+  // Gradients are multiplied by this before the optimizer (1 / loss_scale to unscale).
+  float grad_multiplier = 1.0f;
+  // Check every incoming gradient for Inf/NaN before any row changes; if one is found the step
+  // is skipped entirely (no row, no state, no step counter changes).
+  bool check_finite = true;
+};
+
+struct UpdateReport {
+  bool skipped_nonfinite = false;  // true: nothing was updated
+  int64_t unique_rows = 0;         // rows updated, all tables
+  int64_t lookups = 0;             // ids processed, all tables
+};
+
+class EmbeddingCollection {
+ public:
+  // Validates options, allocates every table's fat rows through `allocator` (categories weights
+  // and optimizer_state) and initializes them. `allocator` must outlive the collection; null
+  // means default_host_allocator(). Workspace and gradients of each step are also allocated
+  // there (categories workspace, gradients, activations for internal buffers).
+  static Result<std::unique_ptr<EmbeddingCollection>> create(const CollectionOptions& options,
+                                                             Allocator* allocator = nullptr);
+  ~EmbeddingCollection();
+
+  const CollectionOptions& options() const;
+  const RowLayout& layout(int table) const;
+  int num_tables() const;
+  int num_features() const;
+  // Sum of the dims of pooled features: the width of the pooled output.
+  int64_t pooled_dim() const;
+  // Column where feature f's pooled vector starts in the pooled output (-1 for kNone features).
+  int64_t pooled_offset(int feature) const;
+  int64_t step() const;               // successful updates so far
+  uint64_t num_skipped_ids() const;   // ids dropped by BoundsCheckMode::kSkip so far
+
+  // Checks a batch under the bounds-check policy without computing anything.
+  // Errors: InvalidArgument / OutOfRange naming feature, bag and position.
+  Status validate(const SparseBatch& batch) const;
+
+  // pooled_out: [B, pooled_dim()] row-major fp32. seq_out: one span per kNone feature, in
+  // feature order, each [nnz_f, dim] fp32. On error nothing is written.
+  Status forward(const SparseBatch& batch, std::span<float> pooled_out,
+                 std::span<const std::span<float>> seq_out = {});
+
+  // grad_pooled: [B, pooled_dim()] gradient of the loss w.r.t. the pooled output.
+  // grad_seq: one span per kNone feature, [nnz_f, dim]. Applies each table's optimizer to the
+  // unique rows of the batch. On error (bad input, allocation failure) no row changes.
+  Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                       std::span<const std::span<const float>> grad_seq = {},
+                                       const UpdateOptions& update = {});
+
+  // Rows as fp32 (dequantized): out [count, dim]. Errors: OutOfRange.
+  Status read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const;
+  // Sets rows from fp32 (rounded to nearest for low-precision dtypes; optimizer state kept).
+  Status write_rows(int table, int64_t row_begin, int64_t count, std::span<const float> in);
+  // Optimizer state of rows as fp32: per-element states [count, num_elem_states, dim] followed
+  // by per-row scalars [count] (if the optimizer has one). See state_floats_per_row().
+  Status read_state(int table, int64_t row_begin, int64_t count, std::span<float> out) const;
+  int64_t state_floats_per_row(int table) const;
+  // The raw fat rows (weights and state bytes exactly as stored): [count, stride_bytes].
+  Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const;
+  Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in);
+  // Saves / loads one table (header with layout + raw fat rows). Load requires an equal layout.
+  Status save_table(int table, const std::string& path) const;
+  Status load_table(int table, const std::string& path);
+
+  MemoryStats memory_stats() const;
+
+ private:
+  struct Impl;
+  explicit EmbeddingCollection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace leanemb

@@ -1,0 +1,83 @@
+// Internal kernel interface: pooled/sequence lookup and fused per-row optimizer updates over
+// fat rows (see include/leanemb/optimizer.h for the layout), each in two implementations:
+//   ref_*   scalar, element by element, written for clarity: the test oracle;
+//   (plain) the fast kernels: vectorizable loops compiled for AVX2+FMA+F16C and for the
+//           baseline ISA, picked at run time (GCC target_clones), parallel over bags / rows.
+// Both follow the same arithmetic order, so for identical inputs they agree bit for bit
+// (the build uses -ffp-contract=off so no FMA contraction changes rounding).
+//
+// REQUIRES for every kernel: ids already validated (0 <= id < num_rows), offsets valid.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "leanemb/embedding.h"
+#include "leanemb/optimizer.h"
+
+namespace leanemb::kernels {
+
+struct TableView {
+  uint8_t* base = nullptr;        // row r starts at base + r * layout->stride_bytes
+  const RowLayout* layout = nullptr;
+  int64_t num_rows = 0;
+  uint32_t table_index = 0;       // part of the stochastic-rounding key
+};
+
+struct PooledArgs {
+  const int64_t* ids = nullptr;      // [nnz]
+  const int64_t* offsets = nullptr;  // [B + 1]
+  const float* weights = nullptr;    // [nnz] or null
+  int64_t batch_size = 0;            // B
+  PoolingMode pooling = PoolingMode::kSum;  // kSum or kMean
+  float* out = nullptr;              // out[b * ldo + j], j < dim
+  int64_t ldo = 0;                   // leading dimension of out (floats)
+};
+
+// For each bag b: out[b] = sum_i w_i * row(ids[i]) (kMean: divided by the bag length, an
+// empty bag gives zeros).
+void pooled_lookup(const TableView& t, const PooledArgs& a, int num_threads);
+void ref_pooled_lookup(const TableView& t, const PooledArgs& a);
+
+// out[i, :] = row(ids[i]) for i < nnz (fp32 [nnz, dim]).
+void sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, float* out, int num_threads);
+void ref_sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, float* out);
+
+struct UpdateStep {
+  uint64_t seed = 0;   // stochastic-rounding seed
+  int64_t step = 1;    // 1-based count of this table's updates (Adam bias correction, SR key)
+};
+
+// Applies the table's optimizer to rows[u] with gradient grads[u * dim ...] for u < num_unique.
+// REQUIRES: rows distinct; grads finite (the caller checks).
+void update_rows(const TableView& t, const int64_t* rows, const float* grads, int64_t num_unique,
+                 const UpdateStep& s, int num_threads);
+void ref_update_row(const TableView& t, int64_t row, const float* grad, const UpdateStep& s);
+
+// ---- row element helpers (shared by reference code, tests and table I/O) ---------------------
+// Dequantized weights of one row: out [dim].
+void ref_load_weights(const RowLayout& l, const uint8_t* row, float* out);
+// Stores weights rounded to nearest (int8: recomputes the row's scale and bias).
+void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w);
+// Per-element state k (0 = m/sum, 1 = v) of one row as fp32: out [dim].
+void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out);
+float ref_load_rowwise_state(const RowLayout& l, const uint8_t* row);
+
+// Deterministic sum of squares: 8 lane partial sums (lane = j mod 8), combined pairwise
+// ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)). Both kernel families use this exact order.
+float sum_squares(const float* g, int64_t n);
+
+// ---- 8-bit block-wise state ------------------------------------------------------------------
+// Dynamic-exponent code books: signed (Adam m, 128 magnitudes x sign) and unsigned (Adam v,
+// Adagrad sum, 256 magnitudes). Values are in [-1, 1] / [0, 1] and scaled by the block absmax.
+const float* quant_codebook(bool is_signed);  // [256]
+// Quantizes n (<= kQuantBlockSize) values: writes codes [n] and returns the block scale.
+float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes);
+void dequantize_block(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out);
+
+// ---- dedup -----------------------------------------------------------------------------------
+// Sorts `keys` ([n] values row << 32 | src) ascending by the row part, stably, using the row's
+// low `row_bits` bits (LSD radix sort, 11-bit digits). scratch: [n].
+void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits);
+
+}  // namespace leanemb::kernels

@@ -1,0 +1,23 @@
+// LEANEMB_MULTIVERSION marks a hot kernel entry point that GCC compiles twice, for
+// x86-64-v3 (AVX2, FMA, F16C) and for the baseline ISA, choosing at load time (ifunc) by CPU.
+// `flatten` inlines every helper into each clone so the helpers get the clone's ISA too.
+// FMA contraction is disabled project-wide (-ffp-contract=off), so both clones round the same.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LEANEMB_NO_MULTIVERSION)
+#define LEANEMB_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
+#else
+#define LEANEMB_MULTIVERSION
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+namespace leanemb::kernels {
+// Contiguous share [begin, end) of n items for worker `tid` of `nt` (static schedule).
+inline void static_chunk(int64_t n, int tid, int nt, int64_t* begin, int64_t* end) {
+  const int64_t q = n / nt, r = n % nt;
+  *begin = tid * q + std::min<int64_t>(tid, r);
+  *end = *begin + q + (tid < r ? 1 : 0);
+}
+}  // namespace leanemb::kernels

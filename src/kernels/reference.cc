@@ -1,0 +1,219 @@
+// Scalar reference kernels: one element at a time, in the canonical arithmetic order. These are
+// the oracle every fast kernel is tested against; keep them obvious rather than fast.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/row_access.h"
+
+namespace leanemb::kernels {
+
+namespace {
+
+float load_weight(const RowLayout& l, const uint8_t* row, int64_t j) {
+  switch (l.weight_dtype) {
+    case DType::kF32: return load_f32(row + 4 * j);
+    case DType::kF16: return f16_to_f32(load_u16(row + 2 * j));
+    case DType::kBF16: return bf16_to_f32(load_u16(row + 2 * j));
+    case DType::kInt8Rowwise: {
+      const float scale = load_f32(row + l.dim);
+      const float bias = load_f32(row + l.dim + 4);
+      return static_cast<float>(row[j]) * scale + bias;
+    }
+  }
+  return 0.0f;
+}
+
+// Stores weight j with stochastic rounding (fp16/bf16) or exactly (fp32).
+void store_weight_sr(const RowLayout& l, uint8_t* row, int64_t j, float w, uint32_t key) {
+  switch (l.weight_dtype) {
+    case DType::kF32: store_f32(row + 4 * j, w); break;
+    case DType::kF16: store_u16(row + 2 * j, f32_to_f16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
+    case DType::kBF16: store_u16(row + 2 * j, f32_to_bf16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
+    case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
+  }
+}
+
+size_t elem_offset(const RowLayout& l, int k) { return k == 0 ? l.m_offset : l.v_offset; }
+size_t scale_offset(const RowLayout& l, int k) { return k == 0 ? l.m_scale_offset : l.v_scale_offset; }
+// Adam m and PartialRowwiseAdam m are signed; Adagrad sums and Adam v are not.
+bool state_is_signed(const RowLayout& l, int k) {
+  return k == 0 && (l.optimizer.kind == OptimizerKind::kAdam || l.optimizer.kind == OptimizerKind::kPartialRowwiseAdam);
+}
+
+void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, uint32_t key) {
+  uint8_t* p = row + elem_offset(l, k);
+  switch (l.optimizer.state_dtype) {
+    case StateDType::kF32:
+      for (int64_t j = 0; j < l.dim; ++j) store_f32(p + 4 * j, x[j]);
+      break;
+    case StateDType::kBF16:
+      for (int64_t j = 0; j < l.dim; ++j)
+        store_u16(p + 2 * j, f32_to_bf16_sr(x[j], column_bits(key, state_sr_column(l.dim, k, j))));
+      break;
+    case StateDType::kInt8Blockwise:
+      for (int64_t b = 0; b < l.num_blocks; ++b) {
+        const int64_t j0 = b * kQuantBlockSize;
+        const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
+        const float scale = quantize_block(x + j0, n, state_is_signed(l, k), p + j0);
+        store_f32(row + scale_offset(l, k) + 4 * b, scale);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+void ref_load_weights(const RowLayout& l, const uint8_t* row, float* out) {
+  for (int64_t j = 0; j < l.dim; ++j) out[j] = load_weight(l, row, j);
+}
+
+void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) {
+  switch (l.weight_dtype) {
+    case DType::kF32:
+      for (int64_t j = 0; j < l.dim; ++j) store_f32(row + 4 * j, w[j]);
+      break;
+    case DType::kF16:
+      for (int64_t j = 0; j < l.dim; ++j) store_u16(row + 2 * j, f32_to_f16_rne(w[j]));
+      break;
+    case DType::kBF16:
+      for (int64_t j = 0; j < l.dim; ++j) store_u16(row + 2 * j, f32_to_bf16_rne(w[j]));
+      break;
+    case DType::kInt8Rowwise: {
+      float lo = w[0], hi = w[0];
+      for (int64_t j = 1; j < l.dim; ++j) {
+        lo = std::min(lo, w[j]);
+        hi = std::max(hi, w[j]);
+      }
+      const float scale = (hi - lo) / 255.0f;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t j = 0; j < l.dim; ++j) {
+        const float q = std::nearbyint((w[j] - lo) * inv);
+        row[j] = static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
+      }
+      store_f32(row + l.dim, scale);
+      store_f32(row + l.dim + 4, lo);
+      break;
+    }
+  }
+}
+
+void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) {
+  const uint8_t* p = row + elem_offset(l, k);
+  switch (l.optimizer.state_dtype) {
+    case StateDType::kF32:
+      for (int64_t j = 0; j < l.dim; ++j) out[j] = load_f32(p + 4 * j);
+      break;
+    case StateDType::kBF16:
+      for (int64_t j = 0; j < l.dim; ++j) out[j] = bf16_to_f32(load_u16(p + 2 * j));
+      break;
+    case StateDType::kInt8Blockwise:
+      for (int64_t b = 0; b < l.num_blocks; ++b) {
+        const int64_t j0 = b * kQuantBlockSize;
+        const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
+        dequantize_block(p + j0, n, state_is_signed(l, k), load_f32(row + scale_offset(l, k) + 4 * b), out + j0);
+      }
+      break;
+  }
+}
+
+float ref_load_rowwise_state(const RowLayout& l, const uint8_t* row) { return load_f32(row + l.rowwise_offset); }
+
+float sum_squares(const float* g, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t j = 0; j < n; ++j) s[j % 8] += g[j] * g[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+void ref_pooled_lookup(const TableView& t, const PooledArgs& a) {
+  const RowLayout& l = *t.layout;
+  for (int64_t b = 0; b < a.batch_size; ++b) {
+    float* out = a.out + b * a.ldo;
+    for (int64_t j = 0; j < l.dim; ++j) out[j] = 0.0f;
+    const int64_t begin = a.offsets[b], end = a.offsets[b + 1];
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* row = t.base + static_cast<size_t>(a.ids[i]) * l.stride_bytes;
+      for (int64_t j = 0; j < l.dim; ++j) {
+        const float x = load_weight(l, row, j);
+        out[j] += a.weights ? a.weights[i] * x : x;
+      }
+    }
+    if (a.pooling == PoolingMode::kMean && end > begin) {
+      const float n = static_cast<float>(end - begin);
+      for (int64_t j = 0; j < l.dim; ++j) out[j] /= n;
+    }
+  }
+}
+
+void ref_sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, float* out) {
+  const RowLayout& l = *t.layout;
+  for (int64_t i = 0; i < nnz; ++i)
+    ref_load_weights(l, t.base + static_cast<size_t>(ids[i]) * l.stride_bytes, out + i * l.dim);
+}
+
+void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const UpdateStep& s) {
+  const RowLayout& l = *t.layout;
+  const OptimizerOptions& o = l.optimizer;
+  const int64_t d = l.dim;
+  uint8_t* row = t.base + static_cast<size_t>(row_id) * l.stride_bytes;
+  const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, static_cast<uint64_t>(row_id));
+
+  std::vector<float> w(d), g(d), m(d), v(d);
+  ref_load_weights(l, row, w.data());
+  for (int64_t j = 0; j < d; ++j) g[j] = o.weight_decay > 0.0f ? grad[j] + o.weight_decay * w[j] : grad[j];
+  const float nlr = -o.learning_rate;
+
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      for (int64_t j = 0; j < d; ++j) w[j] = w[j] + nlr * g[j];
+      break;
+    case OptimizerKind::kAdagrad:
+      ref_load_elem_state(l, row, 0, m.data());
+      for (int64_t j = 0; j < d; ++j) {
+        m[j] = m[j] + g[j] * g[j];
+        w[j] = w[j] + nlr * (g[j] / (std::sqrt(m[j]) + o.eps));
+      }
+      store_elem_state(l, row, 0, m.data(), key);
+      break;
+    case OptimizerKind::kRowwiseAdagrad: {
+      const float s_new = load_f32(row + l.rowwise_offset) + sum_squares(g.data(), d) / static_cast<float>(d);
+      const float mult = o.learning_rate / (std::sqrt(s_new) + o.eps);
+      for (int64_t j = 0; j < d; ++j) w[j] = w[j] - mult * g[j];
+      store_f32(row + l.rowwise_offset, s_new);
+      break;
+    }
+    case OptimizerKind::kAdam: {
+      const float nstep = -adam_step_size(o, s.step);
+      const float c1 = one_minus(o.beta1), c2 = one_minus(o.beta2);
+      ref_load_elem_state(l, row, 0, m.data());
+      ref_load_elem_state(l, row, 1, v.data());
+      for (int64_t j = 0; j < d; ++j) {
+        m[j] = m[j] + (g[j] - m[j]) * c1;
+        v[j] = v[j] + (g[j] * g[j] - v[j]) * c2;
+        w[j] = w[j] + nstep * (m[j] / (std::sqrt(v[j]) + o.eps));
+      }
+      store_elem_state(l, row, 0, m.data(), key);
+      store_elem_state(l, row, 1, v.data(), key);
+      break;
+    }
+    case OptimizerKind::kPartialRowwiseAdam: {
+      const float nstep = -adam_step_size(o, s.step);
+      const float c1 = one_minus(o.beta1), c2 = one_minus(o.beta2);
+      const float v_old = load_f32(row + l.rowwise_offset);
+      const float v_new = v_old + (sum_squares(g.data(), d) / static_cast<float>(d) - v_old) * c2;
+      const float denom = std::sqrt(v_new) + o.eps;
+      ref_load_elem_state(l, row, 0, m.data());
+      for (int64_t j = 0; j < d; ++j) {
+        m[j] = m[j] + (g[j] - m[j]) * c1;
+        w[j] = w[j] + nstep * (m[j] / denom);
+      }
+      store_elem_state(l, row, 0, m.data(), key);
+      store_f32(row + l.rowwise_offset, v_new);
+      break;
+    }
+  }
+  for (int64_t j = 0; j < d; ++j) store_weight_sr(l, row, j, w[j], key);
+}
+
+}  // namespace leanemb::kernels

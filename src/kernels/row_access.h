@@ -1,0 +1,77 @@
+// Element access to fat rows, shared by the reference and fast kernels (inline, so each kernel
+// family compiles it for its own ISA). See include/leanemb/optimizer.h for the layout.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/rng.h"
+#include "leanemb/optimizer.h"
+
+namespace leanemb::kernels {
+
+inline float load_f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+inline void store_f32(uint8_t* p, float f) { std::memcpy(p, &f, 4); }
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// Column index used in the stochastic-rounding key for per-element state k (weights use j).
+inline uint32_t state_sr_column(int64_t dim, int k, int64_t j) {
+  return static_cast<uint32_t>((k + 1) * dim + j);
+}
+
+// Adam step size lr * sqrt(1 - b2^t) / (1 - b1^t), computed in double as torch does in Python.
+inline float adam_step_size(const OptimizerOptions& o, int64_t t) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(t));
+  return static_cast<float>(static_cast<double>(o.learning_rate) * std::sqrt(bc2) / bc1);
+}
+// 1 - beta as torch computes it (double, then the fp32 op casts the scalar).
+inline float one_minus(float beta) { return static_cast<float>(1.0 - static_cast<double>(beta)); }
+
+}  // namespace leanemb::kernels
+
+namespace leanemb::kernels {
+
+// Whole-row conversions, written as plain loops so the compiler vectorizes them.
+template <DType T>
+inline void load_row(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
+  if constexpr (T == DType::kF32) {
+    std::memcpy(out, row, static_cast<size_t>(d) * 4);
+  } else if constexpr (T == DType::kF16) {
+    const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
+    for (int64_t j = 0; j < d; ++j) out[j] = f16_to_f32(r[j]);
+  } else if constexpr (T == DType::kBF16) {
+    const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
+    for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
+  } else {
+    const float scale = load_f32(row + d), bias = load_f32(row + d + 4);
+    for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(row[j]) * scale + bias;
+  }
+}
+
+// Stores fp32 values with stochastic rounding keyed by (key, column0 + j); fp32 is exact.
+template <DType T>
+inline void store_row_sr(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key, uint32_t column0) {
+  if constexpr (T == DType::kF32) {
+    std::memcpy(row, w, static_cast<size_t>(d) * 4);
+  } else if constexpr (T == DType::kF16) {
+    uint16_t* r = reinterpret_cast<uint16_t*>(row);
+    for (int64_t j = 0; j < d; ++j) r[j] = f32_to_f16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
+  } else if constexpr (T == DType::kBF16) {
+    uint16_t* r = reinterpret_cast<uint16_t*>(row);
+    for (int64_t j = 0; j < d; ++j) r[j] = f32_to_bf16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
+  }
+}
+
+}  // namespace leanemb::kernels

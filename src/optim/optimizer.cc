@@ -1,0 +1,122 @@
+#include <cmath>
+#include <string>
+
+#include "leanemb/optimizer.h"
+
+namespace leanemb {
+
+std::string_view optimizer_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdagrad: return "adagrad";
+    case OptimizerKind::kRowwiseAdagrad: return "rowwise_adagrad";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kPartialRowwiseAdam: return "partial_rowwise_adam";
+  }
+  return "?";
+}
+
+Result<OptimizerKind> parse_optimizer(std::string_view s) {
+  if (s == "sgd") return OptimizerKind::kSgd;
+  if (s == "adagrad") return OptimizerKind::kAdagrad;
+  if (s == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
+  if (s == "adam" || s == "sparse_adam") return OptimizerKind::kAdam;
+  if (s == "partial_rowwise_adam") return OptimizerKind::kPartialRowwiseAdam;
+  return invalid_argument("unknown optimizer '" + std::string(s) +
+                          "' (expected sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam)");
+}
+
+std::string_view state_dtype_name(StateDType t) {
+  switch (t) {
+    case StateDType::kF32: return "fp32";
+    case StateDType::kBF16: return "bf16";
+    case StateDType::kInt8Blockwise: return "int8";
+  }
+  return "?";
+}
+
+Result<StateDType> parse_state_dtype(std::string_view s) {
+  if (s == "fp32" || s == "f32") return StateDType::kF32;
+  if (s == "bf16") return StateDType::kBF16;
+  if (s == "int8" || s == "8bit") return StateDType::kInt8Blockwise;
+  return invalid_argument("unknown state dtype '" + std::string(s) + "' (expected fp32, bf16 or int8)");
+}
+
+float default_eps(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kRowwiseAdagrad: return 1e-10f;
+    default: return 1e-8f;
+  }
+}
+
+namespace {
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const OptimizerOptions& opt) {
+  if (dim <= 0) return invalid_argument("dim must be > 0, got " + std::to_string(dim));
+  if (!(opt.learning_rate >= 0.0f) || !std::isfinite(opt.learning_rate))
+    return invalid_argument("learning_rate must be finite and >= 0");
+  if (!(opt.eps >= 0.0f)) return invalid_argument("eps must be >= 0");
+  if (!(opt.beta1 >= 0.0f && opt.beta1 < 1.0f) || !(opt.beta2 >= 0.0f && opt.beta2 < 1.0f))
+    return invalid_argument("betas must be in [0, 1)");
+  if (!(opt.weight_decay >= 0.0f)) return invalid_argument("weight_decay must be >= 0");
+
+  RowLayout l;
+  l.dim = dim;
+  l.weight_dtype = weight_dtype;
+  l.optimizer = opt;
+  l.weight_bytes = dtype_row_bytes(weight_dtype, dim);
+
+  int elem_states = 0;
+  bool rowwise = false;
+  switch (opt.kind) {
+    case OptimizerKind::kSgd: break;
+    case OptimizerKind::kAdagrad: elem_states = 1; break;
+    case OptimizerKind::kRowwiseAdagrad: rowwise = true; break;
+    case OptimizerKind::kAdam: elem_states = 2; break;
+    case OptimizerKind::kPartialRowwiseAdam: elem_states = 1; rowwise = true; break;
+  }
+  if (!dtype_traits(weight_dtype).trainable && opt.kind != OptimizerKind::kSgd)
+    return invalid_argument(std::string(dtype_name(weight_dtype)) +
+                            " rows are lookup-only; use optimizer sgd with frozen = true");
+
+  // Components are placed with 4-byte alignment so fp32 scalars and scales are aligned.
+  size_t off = align_up(l.weight_bytes, 4);
+  l.has_rowwise = rowwise;
+  if (rowwise) {
+    l.rowwise_offset = off;
+    off += 4;
+  }
+  l.num_elem_states = elem_states;
+  if (elem_states > 0) {
+    size_t eb = opt.state_dtype == StateDType::kF32 ? 4 : (opt.state_dtype == StateDType::kBF16 ? 2 : 1);
+    // fp32 state gets 4-byte alignment; narrower types pack tightly.
+    if (eb == 4) off = align_up(off, 4);
+    l.elem_state_bytes = static_cast<size_t>(dim) * eb;
+    l.m_offset = off;
+    off += l.elem_state_bytes;
+    if (elem_states == 2) {
+      l.v_offset = off;
+      off += l.elem_state_bytes;
+    }
+    if (opt.state_dtype == StateDType::kInt8Blockwise) {
+      l.num_blocks = (dim + kQuantBlockSize - 1) / kQuantBlockSize;
+      off = align_up(off, 4);
+      l.m_scale_offset = off;
+      off += static_cast<size_t>(l.num_blocks) * 4;
+      if (elem_states == 2) {
+        l.v_scale_offset = off;
+        off += static_cast<size_t>(l.num_blocks) * 4;
+      }
+    }
+  }
+  l.stride_bytes = align_up(off, kRowAlignmentBytes);
+  // State bytes: everything after the weights but the final padding.
+  l.state_bytes = off - align_up(l.weight_bytes, 4);
+  if (l.stride_bytes < l.weight_bytes + l.state_bytes) l.stride_bytes = align_up(l.weight_bytes + l.state_bytes, kRowAlignmentBytes);
+  return l;
+}
+
+}  // namespace leanemb

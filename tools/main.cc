@@ -1,0 +1,21 @@
+// leanemb command-line tool: parse arguments, call the library, print, map Status to exit codes.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"leanemb: train embedding models whose tables and optimizer state exceed fast memory"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
+  leanemb::tools::CommandResult result;
+  leanemb::tools::register_bench(app, &result);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return result.exit_code;
+}
