@@ -1,1 +1,1086 @@
-// placeholder: being written
+// `leanemb bench` workloads. Invariants every workload keeps (docs/benchmarks.md):
+//   * the id stream and the gradient array are generated once per shape and shared, unchanged,
+//     by every contender of that shape (one distinct batch per iteration, cycling through
+//     kStreamBatches pre-generated batches);
+//   * each contender owns its TrackingAllocator, so "memory" is that contender's alone;
+//   * a contender is timed only after its correctness gate ran; a failed gate is reported and
+//     makes run_workload return an error after everything else has run;
+//   * ceilings used for efficiencies are measured in the same run, right before the contender.
+#include "workloads.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include "leanemb/memory.h"
+#include "zipf.h"
+
+namespace leanemb::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr int kStreamBatches = 8;                        // distinct batches cycled through
+constexpr size_t kFullGateMaxBytes = size_t{2} << 30;    // reference copy only below this
+constexpr int64_t kReducedGateRows = 65536;              // rows of the reduced gate tables
+constexpr int64_t kMaxTables = 4096;
+
+// ---- small utilities ---------------------------------------------------------------------------
+
+struct Progress {
+  bool quiet = false;
+  template <typename... Args>
+  void operator()(const char* fmt, Args... args) const {
+    if (quiet) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "[bench] ");
+    if constexpr (sizeof...(Args) == 0) std::fprintf(stderr, "%s", fmt);
+    else std::fprintf(stderr, fmt, args...);
+    std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+};
+
+struct Summary {
+  double median = 0, p10 = 0, p90 = 0, mean = 0;
+};
+
+// Percentiles by linear interpolation between closest ranks (numpy's default).
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(sorted.size() - 1, lo + 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = percentile(v, 0.5);
+  s.p10 = percentile(v, 0.1);
+  s.p90 = percentile(v, 0.9);
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Current and peak RSS from /proc/self/status (kB lines), 0 when unavailable.
+size_t proc_status_bytes(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const size_t klen = std::strlen(key);
+  while (std::getline(f, line)) {
+    if (line.compare(0, klen, key) == 0 && line.size() > klen && line[klen] == ':')
+      return static_cast<size_t>(std::strtoull(line.c_str() + klen + 1, nullptr, 10)) * 1024;
+  }
+  return 0;
+}
+
+// Other processes' CPU use during a run. The machine is shared: a compiler running next to a
+// 2-thread benchmark leaves its OpenMP threads one core, and every barrier then costs a scheduler
+// time slice; results taken under such load are not comparable, so the JSON says so.
+class CpuLoadMonitor {
+ public:
+  CpuLoadMonitor() : t0_(Clock::now()), sys0_(read_system()), self0_(read_self_ticks()), load0_(read_loadavg()) {}
+  json finish() const {
+    const double wall = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const SysTicks sys1 = read_system();
+    const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double busy = static_cast<double>(sys1.busy - sys0_.busy) / hz;
+    const double self = static_cast<double>(read_self_ticks() - self0_) / hz;
+    const double steal = static_cast<double>(sys1.steal - sys0_.steal) / hz;
+    const double foreign = wall > 0 ? std::max(0.0, busy - self) / wall : 0.0;
+    json j = {{"wall_s", wall},
+              {"foreign_cpu_cores", foreign},
+              {"steal_cpu_cores", wall > 0 ? steal / wall : 0.0},
+              {"self_cpu_cores", wall > 0 ? self / wall : 0.0},
+              {"loadavg_at_start", load0_},
+              {"note", "foreign_cpu_cores: average number of cores other processes kept busy during the run "
+                       "(/proc/stat minus this process); above ~0.25 the timings are disturbed"}};
+    if (foreign > 0.25) j["warning"] = "other processes used the CPUs during this run: timings are disturbed";
+    return j;
+  }
+
+ private:
+  struct SysTicks {
+    uint64_t busy = 0, steal = 0;
+  };
+  static SysTicks read_system() {
+    std::ifstream f("/proc/stat");
+    std::string cpu;
+    uint64_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    f >> cpu;
+    for (uint64_t& x : v) f >> x;  // user nice system idle iowait irq softirq steal
+    return SysTicks{v[0] + v[1] + v[2] + v[5] + v[6], v[7]};
+  }
+  static uint64_t read_self_ticks() {
+    std::ifstream f("/proc/self/stat");
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t rp = all.rfind(')');  // the command name may hold spaces
+    if (rp == std::string::npos) return 0;
+    std::istringstream in(all.substr(rp + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {  // fields 14 and 15: utime, stime
+      if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    return utime + stime;
+  }
+  static double read_loadavg() {
+    std::ifstream f("/proc/loadavg");
+    double l = 0;
+    f >> l;
+    return l;
+  }
+  Clock::time_point t0_;
+  SysTicks sys0_;
+  uint64_t self0_;
+  double load0_;
+};
+
+json memory_json(const MemoryStats& m) {
+  json cats = json::object();
+  for (int c = 0; c < kNumCategories; ++c) {
+    const CategoryStats& cs = m.by_category[static_cast<size_t>(c)];
+    if (cs.peak_bytes == 0) continue;
+    cats[std::string(category_name(static_cast<Category>(c)))] = {{"current_bytes", cs.current_bytes},
+                                                                   {"peak_bytes", cs.peak_bytes}};
+  }
+  return {{"tier", std::string(tier_name(m.tier))},
+          {"current_bytes", m.current_bytes},
+          {"peak_bytes", m.peak_bytes},
+          {"categories", cats}};
+}
+
+std::string fmt_bytes(size_t b) { return format_bytes(b); }
+
+// ---- shapes, contenders, streams ---------------------------------------------------------------
+
+// The shape of one collection and of its input: T tables of E rows x D, one pooled feature each.
+struct Shape {
+  std::string name;
+  int tables = 1;
+  int64_t rows = 0;
+  int64_t dim = 0;
+  int64_t batch = 0;
+  int64_t bag = 0;
+  double alpha = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+};
+
+struct Contender {
+  std::string name;
+  int shape = 0;  // index into the workload's shapes
+  DType dtype = DType::kF32;
+  OptimizerOptions optimizer;
+  bool frozen = false;       // forward only
+  bool want_ceiling = false; // measure the gather ceiling for its row shape
+};
+
+// The shared input of one shape: kStreamBatches batches of T features, and the fixed gradient.
+struct Stream {
+  std::vector<std::vector<IdBatch>> batches;  // [batch][table]
+  std::vector<float> grad;                    // [B, T * D]
+  int64_t lookups_per_batch = 0;
+};
+
+Result<Stream> make_stream(const Shape& s, uint64_t seed) {
+  Stream st;
+  st.batches.assign(kStreamBatches, std::vector<IdBatch>(static_cast<size_t>(s.tables)));
+  for (int t = 0; t < s.tables; ++t) {
+    IdStreamOptions o{s.rows, s.batch, s.bag, s.alpha, derive_seed(seed, static_cast<uint64_t>(t))};
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<IdBatch> b, generate_id_stream(o, kStreamBatches));
+    for (int i = 0; i < kStreamBatches; ++i) st.batches[static_cast<size_t>(i)][static_cast<size_t>(t)] = std::move(b[static_cast<size_t>(i)]);
+  }
+  st.lookups_per_batch = s.tables * s.batch * s.bag;
+  // Gradient of the pooled output: uniform in [-0.01, 0.01), from its own seed.
+  st.grad.resize(static_cast<size_t>(s.batch * s.tables * s.dim));
+  uint64_t z = derive_seed(seed, 0x67726164ull);
+  for (float& g : st.grad) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    g = (static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * 0.01f;
+  }
+  return st;
+}
+
+SparseBatch view_batch(const std::vector<IdBatch>& b, int64_t batch_size) {
+  SparseBatch sb;
+  sb.batch_size = batch_size;
+  for (const IdBatch& f : b) sb.features.push_back(FeatureInput{f.ids, f.offsets, {}});
+  return sb;
+}
+
+// One contender's engine: the allocator outlives the collection.
+struct Engine {
+  std::unique_ptr<TrackingAllocator> alloc;
+  std::unique_ptr<EmbeddingCollection> coll;
+  Engine() = default;
+  Engine(Engine&&) = default;
+  Engine& operator=(Engine&&) = default;
+  ~Engine() { reset(); }
+  void reset() {
+    coll.reset();
+    alloc.reset();
+  }
+};
+
+CollectionOptions collection_options(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads,
+                                     bool reference) {
+  CollectionOptions o;
+  for (int t = 0; t < s.tables; ++t) {
+    TableOptions to;
+    to.name = std::string("t").append(std::to_string(t));  // (not "t" + ...: GCC 12 -Wrestrict false positive)
+    to.num_rows = rows;
+    to.dim = s.dim;
+    to.dtype = c.dtype;
+    to.optimizer = c.optimizer;
+    to.frozen = c.frozen;
+    o.tables.push_back(to);
+    o.features.push_back(FeatureOptions{std::string("f").append(std::to_string(t)), t, s.pooling});
+  }
+  o.seed = seed;
+  o.num_threads = threads;
+  o.use_reference_kernels = reference;
+  return o;
+}
+
+Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference) {
+  Engine e;
+  e.alloc = std::make_unique<TrackingAllocator>();
+  auto coll = EmbeddingCollection::create(collection_options(s, c, rows, seed, threads, reference), e.alloc.get());
+  if (!coll.ok()) return coll.status();
+  e.coll = std::move(coll).value();
+  return e;
+}
+
+// ---- correctness gate --------------------------------------------------------------------------
+
+struct Diff {
+  double max_abs = 0;      // max |a - b|
+  double max_ref = 0;      // max |b|
+  bool bit_exact = true;
+  void add(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&a[i], &b[i], 4) != 0) bit_exact = false;
+      const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+      max_abs = std::max(max_abs, std::isnan(d) ? INFINITY : d);
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+    }
+  }
+  // Normwise relative error: max |a - b| / max |b|.
+  double rel() const { return max_abs == 0 ? 0.0 : max_abs / std::max(max_ref, 1e-30); }
+};
+
+double weight_tolerance(DType t) {
+  switch (t) {
+    case DType::kF32: return 1e-5;
+    case DType::kF16: return 2e-3;   // one SR flip of an fp16 element
+    case DType::kBF16: return 1e-2;  // one SR flip of a bf16 element
+    case DType::kInt8Rowwise: return 1e-5;  // lookup only: dequantization is exact arithmetic
+  }
+  return 1e-5;
+}
+
+double state_tolerance(StateDType t) {
+  switch (t) {
+    case StateDType::kF32: return 1e-5;
+    case StateDType::kBF16: return 1e-2;
+    case StateDType::kInt8Blockwise: return 5e-2;  // one code step of the 8-bit map
+  }
+  return 1e-5;
+}
+
+struct GateResult {
+  bool pass = true;
+  std::string method;
+  Diff forward;
+  Diff weights;
+  Diff state;
+  std::string detail;
+};
+
+// Runs two steps of the same batches through `fast` and `ref` and compares forward outputs,
+// updated rows and optimizer state. The batches must already fit both collections.
+Status compare_engines(const Shape& s, const Contender& c, EmbeddingCollection& fast, EmbeddingCollection& ref,
+                       const std::vector<std::vector<IdBatch>>& batches, const std::vector<float>& grad,
+                       GateResult* g) {
+  const size_t out_size = static_cast<size_t>(s.batch * fast.pooled_dim());
+  std::vector<float> out_f(out_size), out_r(out_size);
+  auto forward_both = [&](const std::vector<IdBatch>& b) -> Status {
+    const SparseBatch sb = view_batch(b, s.batch);
+    LEANEMB_RETURN_IF_ERROR(fast.forward(sb, out_f));
+    LEANEMB_RETURN_IF_ERROR(ref.forward(sb, out_r));
+    g->forward.add(out_f.data(), out_r.data(), out_size);
+    return Status();
+  };
+  LEANEMB_RETURN_IF_ERROR(forward_both(batches[0]));
+  if (c.frozen) return Status();
+  for (int step = 0; step < 2; ++step) {
+    const SparseBatch sb = view_batch(batches[static_cast<size_t>(step)], s.batch);
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rf, fast.backward_update(sb, grad));
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rr, ref.backward_update(sb, grad));
+    if (rf.unique_rows != rr.unique_rows || rf.skipped_nonfinite != rr.skipped_nonfinite) {
+      g->pass = false;
+      g->detail += "step " + std::to_string(step) + ": fast updated " + std::to_string(rf.unique_rows) +
+                   " unique rows, reference " + std::to_string(rr.unique_rows) + "; ";
+    }
+  }
+  LEANEMB_RETURN_IF_ERROR(forward_both(batches[0]));
+  // Every row either step touched, per table, compared whole (weights and state).
+  for (int t = 0; t < s.tables; ++t) {
+    std::set<int64_t> rows;
+    for (int step = 0; step < 2; ++step)
+      for (int64_t id : batches[static_cast<size_t>(step)][static_cast<size_t>(t)].ids) rows.insert(id);
+    const int64_t d = s.dim, sf = fast.state_floats_per_row(t);
+    std::vector<float> wf(static_cast<size_t>(d)), wr(static_cast<size_t>(d));
+    std::vector<float> sff(static_cast<size_t>(sf)), sfr(static_cast<size_t>(sf));
+    for (int64_t r : rows) {
+      LEANEMB_RETURN_IF_ERROR(fast.read_rows(t, r, 1, wf));
+      LEANEMB_RETURN_IF_ERROR(ref.read_rows(t, r, 1, wr));
+      g->weights.add(wf.data(), wr.data(), wf.size());
+      if (sf > 0) {
+        LEANEMB_RETURN_IF_ERROR(fast.read_state(t, r, 1, sff));
+        LEANEMB_RETURN_IF_ERROR(ref.read_state(t, r, 1, sfr));
+        g->state.add(sff.data(), sfr.data(), sff.size());
+      }
+    }
+  }
+  return Status();
+}
+
+// The gate of one contender. `fast` is the engine that will be timed. Small tables get a full
+// reference copy; tables of kFullGateMaxBytes or more are checked on reduced tables of
+// kReducedGateRows rows fed the same batches with ids taken mod the reduced row count: the
+// same kernels, dtype and optimizer, on a table that fits twice.
+Result<GateResult> run_gate(const Shape& s, const Contender& c, Engine& fast, const Stream& st, uint64_t seed,
+                            int threads) {
+  GateResult g;
+  const size_t table_bytes =
+      static_cast<size_t>(s.tables) * static_cast<size_t>(s.rows) * fast.coll->layout(0).stride_bytes;
+  if (table_bytes < kFullGateMaxBytes) {
+    g.method = "reference collection (use_reference_kernels) with the same options, batches 0 and 1";
+    LEANEMB_ASSIGN_OR_RETURN(Engine ref, build_engine(s, c, s.rows, seed, threads, true));
+    LEANEMB_RETURN_IF_ERROR(compare_engines(s, c, *fast.coll, *ref.coll, st.batches, st.grad, &g));
+  } else {
+    const int64_t rows = std::min(s.rows, kReducedGateRows);
+    g.method = "tables too large for a reference copy: fast vs reference collections of " + std::to_string(rows) +
+               " rows, batches 0 and 1 with ids mod " + std::to_string(rows);
+    std::vector<std::vector<IdBatch>> reduced(2, std::vector<IdBatch>(static_cast<size_t>(s.tables)));
+    for (size_t i = 0; i < 2; ++i)
+      for (size_t t = 0; t < static_cast<size_t>(s.tables); ++t) {
+        reduced[i][t] = st.batches[i][t];
+        for (int64_t& id : reduced[i][t].ids) id %= rows;
+      }
+    LEANEMB_ASSIGN_OR_RETURN(Engine small_fast, build_engine(s, c, rows, seed, threads, false));
+    LEANEMB_ASSIGN_OR_RETURN(Engine small_ref, build_engine(s, c, rows, seed, threads, true));
+    LEANEMB_RETURN_IF_ERROR(compare_engines(s, c, *small_fast.coll, *small_ref.coll, reduced, st.grad, &g));
+  }
+  const double wtol = weight_tolerance(c.dtype), stol = state_tolerance(c.optimizer.state_dtype);
+  auto check = [&](const Diff& d, double tol, const char* what) {
+    if (d.rel() > tol || std::isnan(d.rel())) {
+      g.pass = false;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s differ: max|fast-ref| = %.3g, max|ref| = %.3g (rel %.3g > tol %.3g); ", what,
+                    d.max_abs, d.max_ref, d.rel(), tol);
+      g.detail += buf;
+    }
+  };
+  check(g.forward, wtol, "forward outputs");
+  check(g.weights, wtol, "updated weights");
+  check(g.state, stol, "optimizer state");
+  return g;
+}
+
+// ---- running contenders, interleaved --------------------------------------------------------
+//
+// The machine is shared and its bandwidth swings by up to 3x within seconds, so contenders that
+// are compared are alive at the same time and timed in rounds: in each round every contender
+// of the group runs a block of iterations (the order rotates from round to round), and, where a
+// ceiling is wanted, a short gather probe runs too. Ratios and efficiencies are medians of
+// per-round ratios (docs/benchmarks.md, principle 3).
+
+struct RunConfig {
+  int threads = 2;
+  int iters = 50;
+  int warmup = 10;
+  uint64_t seed = 1;
+  size_t roofline_bytes = size_t{1} << 30;
+  int block = 5;  // iterations per contender per round
+};
+
+struct Live {
+  const Shape* shape = nullptr;
+  const Contender* c = nullptr;
+  const Stream* stream = nullptr;
+  Engine e;
+  json j;
+  bool gate_pass = true;
+  std::vector<float> out;
+  int64_t cursor = 0;  // the contender's own iteration count: batch = cursor % kStreamBatches
+  std::vector<double> fwd, step;
+  std::vector<std::vector<double>> fwd_round, step_round;
+  double unique_sum = 0;
+  GatherPattern pattern;  // what its forward reads, for the ceiling probe
+  double fwd_bytes = 0;
+};
+
+// Builds the engine, runs the gate, records the build-time RSS growth.
+Status prepare(Live& lv, const RunConfig& rc, const Progress& progress) {
+  const Shape& s = *lv.shape;
+  const Contender& c = *lv.c;
+  progress("%s: building %d table(s) of %lld rows x %lld (%s rows, %s, state %s)", c.name.c_str(), s.tables,
+           static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(c.dtype)).c_str(),
+           c.frozen ? "frozen" : std::string(optimizer_name(c.optimizer.kind)).c_str(),
+           std::string(state_dtype_name(c.optimizer.state_dtype)).c_str());
+  const size_t rss0 = proc_status_bytes("VmRSS");
+  const auto t_build = Clock::now();
+  LEANEMB_ASSIGN_OR_RETURN(lv.e, build_engine(s, c, s.rows, rc.seed, rc.threads, false));
+  lv.j["build_s"] = ms_since(t_build) / 1e3;
+  const size_t rss1 = proc_status_bytes("VmRSS");
+  lv.j["rss_growth_at_build_bytes"] = rss1 > rss0 ? rss1 - rss0 : 0;
+  const RowLayout& l = lv.e.coll->layout(0);
+  lv.pattern.row_bytes = l.weight_bytes;
+  lv.pattern.stride_bytes = l.stride_bytes;
+  // A table smaller than the probe buffer: the probe reads segments of the table's size, a
+  // feature's worth of rows at a time, as the forward does; a larger one: the whole buffer.
+  const size_t table_bytes = static_cast<size_t>(s.rows) * l.stride_bytes;
+  if (table_bytes < rc.roofline_bytes) {
+    lv.pattern.segment_bytes = table_bytes;
+    lv.pattern.per_segment = s.batch * s.bag;
+  }
+  lv.out.resize(static_cast<size_t>(s.batch * lv.e.coll->pooled_dim()));
+  lv.fwd_bytes = static_cast<double>(lv.out.size()) * 4.0 +
+                 static_cast<double>(lv.stream->lookups_per_batch) * static_cast<double>(l.weight_bytes);
+
+  progress("%s: correctness gate", c.name.c_str());
+  LEANEMB_ASSIGN_OR_RETURN(GateResult gate, run_gate(s, c, lv.e, *lv.stream, rc.seed, rc.threads));
+  lv.gate_pass = gate.pass;
+  lv.j["gate"] = gate.pass ? "pass" : "fail";
+  lv.j["gate_method"] = gate.method;
+  lv.j["gate_forward_max_rel_diff"] = gate.forward.rel();
+  lv.j["gate_weights_max_rel_diff"] = c.frozen ? json(nullptr) : json(gate.weights.rel());
+  lv.j["gate_state_max_rel_diff"] = (c.frozen || l.state_bytes == 0) ? json(nullptr) : json(gate.state.rel());
+  lv.j["gate_bit_exact"] = gate.forward.bit_exact && gate.weights.bit_exact && gate.state.bit_exact;
+  if (!gate.pass) {
+    lv.j["gate_detail"] = gate.detail;
+    progress("%s: GATE FAILED: %s", c.name.c_str(), gate.detail.c_str());
+  }
+  return Status();
+}
+
+// Runs n iterations; records them (in round `round`) unless round < 0 (warm-up).
+Status run_iters(Live& lv, int n, int round) {
+  const Shape& s = *lv.shape;
+  EmbeddingCollection& coll = *lv.e.coll;
+  for (int k = 0; k < n; ++k) {
+    const SparseBatch sb = view_batch(lv.stream->batches[static_cast<size_t>(lv.cursor++ % kStreamBatches)], s.batch);
+    const auto t0 = Clock::now();
+    LEANEMB_RETURN_IF_ERROR(coll.forward(sb, lv.out));
+    const double f = ms_since(t0);
+    double stp = f;
+    int64_t unique = 0;
+    if (!lv.c->frozen) {
+      LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, coll.backward_update(sb, lv.stream->grad));
+      stp = ms_since(t0);
+      unique = rep.unique_rows;
+    }
+    if (round < 0) continue;
+    lv.fwd.push_back(f);
+    lv.step.push_back(stp);
+    lv.fwd_round[static_cast<size_t>(round)].push_back(f);
+    lv.step_round[static_cast<size_t>(round)].push_back(stp);
+    lv.unique_sum += static_cast<double>(unique);
+  }
+  return Status();
+}
+
+double median_of(std::vector<double> v) { return summarize(std::move(v)).median; }
+
+// Fills the timing part of lv.j. `base` is the shape's baseline contender when it ran in the
+// same group (per-round ratios), else null.
+void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling, const GatherCeiling* full_ceiling,
+            int rounds, int block) {
+  json& j = lv.j;
+  const Shape& s = *lv.shape;
+  const RowLayout& l = lv.e.coll->layout(0);
+  const Summary fs = summarize(lv.fwd), ss = summarize(lv.step);
+  const double lookups = static_cast<double>(lv.stream->lookups_per_batch);
+  const double fwd_gbs = fs.median > 0 ? lv.fwd_bytes / (fs.median * 1e-3) / 1e9 : 0.0;
+  j["measured_iters"] = lv.fwd.size();
+  j["rounds"] = rounds;
+  j["block_iters"] = block;
+  j["forward_ms_median"] = fs.median;
+  j["forward_ms_p10"] = fs.p10;
+  j["forward_ms_p90"] = fs.p90;
+  j["lookups_per_batch"] = lv.stream->lookups_per_batch;
+  j["lookups_per_s"] = fs.median > 0 ? lookups / (fs.median * 1e-3) : 0.0;
+  j["forward_gbs"] = fwd_gbs;
+  j["forward_bytes_formula"] = "(output bytes + lookups x row bytes) / forward time (FBGEMM)";
+  if (lv.c->frozen) {
+    j["step_ms_median"] = nullptr;
+    j["step_ms_p10"] = nullptr;
+    j["step_ms_p90"] = nullptr;
+    j["step_note"] = "lookup-only table (frozen): forward only";
+  } else {
+    const double unique = lv.unique_sum / static_cast<double>(std::max<size_t>(1, lv.fwd.size()));
+    const double row = static_cast<double>(l.weight_bytes), state = static_cast<double>(l.state_bytes);
+    const double grad_bytes = static_cast<double>(lv.out.size()) * 4.0;
+    const double true_bytes = lookups * row + unique * 2.0 * (row + state) + grad_bytes;
+    j["step_ms_median"] = ss.median;
+    j["step_ms_p10"] = ss.p10;
+    j["step_ms_p90"] = ss.p90;
+    j["step_lookups_per_s"] = ss.median > 0 ? lookups / (ss.median * 1e-3) : 0.0;
+    j["unique_rows_per_step"] = unique;
+    j["step_true_gbs"] = ss.median > 0 ? true_bytes / (ss.median * 1e-3) / 1e9 : 0.0;
+    j["step_bytes_formula"] = "lookups x row bytes + unique rows x 2 x (row + state bytes) + gradient bytes";
+  }
+  if (base != nullptr) {
+    std::vector<double> fr, sr;
+    for (int r = 0; r < rounds; ++r) {
+      const double bf = median_of(base->fwd_round[static_cast<size_t>(r)]), cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
+      const double bs = median_of(base->step_round[static_cast<size_t>(r)]), cs = median_of(lv.step_round[static_cast<size_t>(r)]);
+      if (bf > 0 && cf > 0) fr.push_back(cf / bf);
+      if (bs > 0 && cs > 0 && !lv.c->frozen && !base->c->frozen) sr.push_back(cs / bs);
+    }
+    j["baseline"] = base->c->name;
+    j["forward_ms_ratio_vs_baseline"] = fr.empty() ? json(nullptr) : json(median_of(fr));
+    j["step_ms_ratio_vs_baseline"] = sr.empty() ? json(nullptr) : json(median_of(sr));
+    j["ratio_method"] = "median over rounds of (this contender's median / baseline's median in the same round)";
+  }
+  if (round_ceiling != nullptr && full_ceiling != nullptr) {
+    std::vector<double> eff;
+    for (int r = 0; r < rounds; ++r) {
+      const double cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
+      const double ceil_r = (*round_ceiling)[static_cast<size_t>(r)];
+      if (cf > 0 && ceil_r > 0) eff.push_back(lv.fwd_bytes / (cf * 1e-3) / 1e9 / ceil_r);
+    }
+    j["gather_ceiling"] = to_json(*full_ceiling);
+    j["gather_ceiling_gbs"] = median_of(*round_ceiling);
+    j["gather_ceiling_note"] =
+        "random gather of rows of this contender's row bytes and stride over a separate buffer (in table-sized "
+        "segments, one feature's lookups at a time, when a table is smaller than the buffer), summed in registers; "
+        "probed once per round with the best prefetch distance of the full probe (gather_ceiling); median over rounds";
+    j["forward_efficiency"] = eff.empty() ? 0.0 : median_of(eff);
+    j["forward_efficiency_note"] =
+        "median over rounds of forward GB/s / the same round's gather ceiling; above 1 means the probe did not reach "
+        "what the forward got in that round (noise, or cache reuse the uniform probe does not have)";
+  }
+  const MemoryStats ms = lv.e.coll->memory_stats();
+  j["memory"] = memory_json(ms);
+  const double params = static_cast<double>(s.tables) * static_cast<double>(s.rows) * static_cast<double>(s.dim);
+  const size_t wbytes = ms[Category::kWeights].current_bytes, sbytes = ms[Category::kOptimizerState].current_bytes;
+  j["bytes_per_param"] = static_cast<double>(wbytes + sbytes) / params;
+  j["row_bytes"] = l.weight_bytes;
+  j["state_bytes_per_row"] = l.state_bytes;
+  j["stride_bytes"] = l.stride_bytes;
+  j["peak_rss_bytes"] = process_max_rss_bytes();
+  j["peak_rss_scope"] =
+      "process-wide (getrusage ru_maxrss) at the end of this contender's group: contenders compared with each other "
+      "are alive together, so this covers all of them; rss_growth_at_build_bytes is this contender's own resident "
+      "growth when its tables were built, and memory is its exact engine accounting";
+}
+
+// Available memory from /proc/meminfo (MemAvailable), 0 when unknown.
+size_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + 13, nullptr, 10)) * 1024;
+  return 0;
+}
+
+json contender_header(const Shape& s, const Contender& c) {
+  return {{"name", c.name},
+          {"shape", s.name},
+          {"tables", s.tables},
+          {"rows", s.rows},
+          {"dim", s.dim},
+          {"batch", s.batch},
+          {"bag_size", s.bag},
+          {"alpha", s.alpha},
+          {"pooling", std::string(pooling_name(s.pooling))},
+          {"dtype", std::string(dtype_name(c.dtype))},
+          {"optimizer", c.frozen ? std::string("none (frozen)") : std::string(optimizer_name(c.optimizer.kind))},
+          {"state_dtype", std::string(state_dtype_name(c.optimizer.state_dtype))},
+          {"learning_rate", c.optimizer.learning_rate},
+          {"eps", c.optimizer.eps}};
+}
+
+// ---- workload definitions ----------------------------------------------------------------------
+
+struct Plan {
+  std::vector<Shape> shapes;
+  std::vector<Contender> contenders;
+  // true: each shape's first contender is the baseline of that shape's contenders (precision:
+  // fp32 of each shape); false: the plan's first contender is everyone's baseline (skew).
+  bool baseline_per_shape = true;
+};
+
+OptimizerOptions make_optimizer(OptimizerKind k, StateDType sd) {
+  OptimizerOptions o;
+  o.kind = k;
+  o.learning_rate = 0.01f;
+  o.eps = default_eps(k);
+  o.state_dtype = sd;
+  return o;
+}
+
+Contender make_contender(int shape, DType dt, OptimizerKind k, StateDType sd, bool ceiling) {
+  Contender c;
+  c.shape = shape;
+  c.dtype = dt;
+  c.frozen = !dtype_traits(dt).trainable;
+  c.optimizer = make_optimizer(c.frozen ? OptimizerKind::kSgd : k, sd);
+  c.want_ceiling = ceiling;
+  c.name = std::string(dtype_name(dt)) + "/" + (c.frozen ? std::string("frozen") : std::string(optimizer_name(k)));
+  if (!c.frozen && c.optimizer.state_dtype != StateDType::kF32 && k != OptimizerKind::kSgd &&
+      k != OptimizerKind::kRowwiseAdagrad)
+    c.name += "/state:" + std::string(state_dtype_name(sd));
+  return c;
+}
+
+Shape apply_overrides(Shape s, const BenchOptions& o) {
+  if (o.rows) s.rows = *o.rows;
+  if (o.dim) s.dim = *o.dim;
+  if (o.batch) s.batch = *o.batch;
+  if (o.bag_size) s.bag = *o.bag_size;
+  if (o.pooling) s.pooling = *o.pooling;
+  if (o.alpha) s.alpha = *o.alpha;
+  if (o.tables) s.tables = *o.tables;
+  return s;
+}
+
+Status validate_shape(const Shape& s) {
+  if (s.tables < 1 || s.tables > kMaxTables)
+    return invalid_argument("--tables must be in [1, " + std::to_string(kMaxTables) + "], got " + std::to_string(s.tables));
+  if (s.rows < 1) return invalid_argument("--rows must be >= 1, got " + std::to_string(s.rows));
+  if (s.dim < 1 || s.dim > 65536) return invalid_argument("--dim must be in [1, 65536], got " + std::to_string(s.dim));
+  if (s.batch < 1) return invalid_argument("--batch must be >= 1, got " + std::to_string(s.batch));
+  if (s.bag < 1 || s.bag > s.rows)
+    return invalid_argument("--bag-size must be in [1, rows = " + std::to_string(s.rows) + "] (bags hold distinct ids), got " +
+                            std::to_string(s.bag));
+  if (s.pooling == PoolingMode::kNone) return invalid_argument("--pooling must be sum or mean for benchmarks");
+  if (!std::isfinite(s.alpha)) return invalid_argument("--alpha must be finite");
+  if (static_cast<double>(s.batch) * static_cast<double>(s.bag) >= 2147483647.0)
+    return invalid_argument("--batch x --bag-size must be < 2^31 lookups per feature");
+  return Status();
+}
+
+// A single contender from --dtype/--optimizer/--state-dtype, defaults filled per workload.
+Contender single_contender(const BenchOptions& o, DType default_dtype, OptimizerKind default_opt, bool ceiling) {
+  const DType dt = o.dtype.value_or(default_dtype);
+  OptimizerKind k = o.optimizer.value_or(default_opt);
+  if (!o.optimizer && o.state_dtype && *o.state_dtype != StateDType::kF32) k = OptimizerKind::kAdam;
+  return make_contender(0, dt, k, o.state_dtype.value_or(StateDType::kF32), ceiling);
+}
+
+Result<Plan> plan_workload(const BenchOptions& o) {
+  Plan p;
+  const std::string& w = o.workload;
+  const bool single = o.dtype || o.optimizer || o.state_dtype;
+  if (w == "tbe-default") {
+    // FBGEMM's TBE benchmark defaults (row-wise Adagrad is its default optimizer).
+    p.shapes.push_back(apply_overrides({"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum}, o));
+    p.contenders.push_back(single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, true));
+  } else if (w == "tbe-ci") {
+    p.shapes.push_back(apply_overrides({"tbe-ci", 1, 10000000, 256, 13107, 55, 1.15, PoolingMode::kSum}, o));
+    p.contenders.push_back(single_contender(o, DType::kF16, OptimizerKind::kRowwiseAdagrad, true));
+  } else if (w == "optimizer") {
+    p.shapes.push_back(apply_overrides({"optimizer", 1, 2000000, 128, 4096, 20, 1.05, PoolingMode::kSum}, o));
+    if (single) {
+      if (o.dtype && !dtype_traits(*o.dtype).trainable)
+        return invalid_argument("--dtype " + std::string(dtype_name(*o.dtype)) +
+                                " rows are lookup-only; the optimizer workload trains (use --workload precision)");
+      p.contenders.push_back(single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false));
+    } else {
+      using K = OptimizerKind;
+      for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam})
+        p.contenders.push_back(make_contender(0, DType::kF32, k, StateDType::kF32, false));
+      p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, StateDType::kInt8Blockwise, false));
+      p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, StateDType::kF32, false));
+    }
+  } else if (w == "precision") {
+    // The tbe-default shape, and one large table (4x L3 and far beyond: 1e7 rows). --rows,
+    // --batch and --tables resize the large table; --dim, --bag-size, --alpha, --pooling apply
+    // to both.
+    Shape small{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum};
+    if (o.dim) small.dim = *o.dim;
+    if (o.bag_size) small.bag = *o.bag_size;
+    if (o.alpha) small.alpha = *o.alpha;
+    if (o.pooling) small.pooling = *o.pooling;
+    p.shapes.push_back(small);
+    p.shapes.push_back(apply_overrides({"large-table", 1, 10000000, 128, 4096, 20, 1.0, PoolingMode::kSum}, o));
+    std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
+    if (o.dtype) dtypes = {DType::kF32, *o.dtype};  // fp32 stays as the baseline of the speedup
+    if (o.dtype && *o.dtype == DType::kF32) dtypes = {DType::kF32};
+    const OptimizerKind k = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
+    const StateDType sd = o.state_dtype.value_or(StateDType::kF32);
+    for (int si = 0; si < 2; ++si)
+      for (DType dt : dtypes) {
+        Contender c = make_contender(si, dt, k, sd, true);
+        c.name = p.shapes[static_cast<size_t>(si)].name + ":" + c.name;
+        p.contenders.push_back(c);
+      }
+  } else if (w == "skew") {
+    p.baseline_per_shape = false;
+    for (double a : {1.0, 1.05, 1.15, 1.2}) {
+      Shape s = apply_overrides({"", 1, 10000000, 128, 2048, 20, 1.0, PoolingMode::kSum}, o);
+      s.alpha = a;
+      char name[32];
+      std::snprintf(name, sizeof name, a <= 1.0 ? "uniform" : "zipf-%.2f", a);
+      s.name = name;
+      p.shapes.push_back(s);
+      Contender c = single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false);
+      c.shape = static_cast<int>(p.shapes.size()) - 1;
+      c.name = s.name + ":" + c.name;
+      p.contenders.push_back(c);
+    }
+  } else {
+    std::string names;
+    for (const auto& n : workload_names()) names += (names.empty() ? "" : ", ") + n;
+    const bool planned = w == "tiered" || w == "sharded" || w == "dlrm";
+    return Status(planned ? StatusCode::kUnimplemented : StatusCode::kInvalidArgument,
+                  "workload '" + w + "' " + (planned ? "is not implemented yet" : "is unknown") + " (available: " + names + ")");
+  }
+  for (const Shape& s : p.shapes) LEANEMB_RETURN_IF_ERROR(validate_shape(s));
+  for (const Contender& c : p.contenders) {
+    auto l = make_row_layout(p.shapes[static_cast<size_t>(c.shape)].dim, c.dtype, c.optimizer);
+    if (!l.ok()) return Status(l.status().code(), c.name + ": " + l.status().message());
+  }
+  return p;
+}
+
+// ---- output ------------------------------------------------------------------------------------
+
+std::string ms_cell(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", j[key].get<double>());
+  return b;
+}
+
+void print_load(const json& doc) {
+  if (!doc.contains("machine_load")) return;
+  const json& l = doc["machine_load"];
+  std::printf("machine load during the run: other processes %.2f cores, steal %.2f cores%s\n",
+              l["foreign_cpu_cores"].get<double>(), l["steal_cpu_cores"].get<double>(),
+              l.contains("warning") ? "  WARNING: timings disturbed by other processes" : "");
+}
+
+void print_table(const json& doc) {
+  std::printf("\nworkload %s: %d thread(s), %d warm-up + %d measured iterations per contender, interleaved in rounds; "
+              "median [p10-p90]\n",
+              doc["workload"].get<std::string>().c_str(), doc["threads"].get<int>(), doc["warmup"].get<int>(),
+              doc["iters"].get<int>());
+  std::printf("%-36s %-4s %21s %21s %9s %8s %7s %5s %7s %8s %10s\n", "contender", "gate", "forward ms", "step ms",
+              "Mlookup/s", "fwd GB/s", "ceiling", "eff", "step/bl", "B/param", "RSS built");
+  for (const json& c : doc["contenders"]) {
+    auto range = [&](const char* m, const char* lo, const char* hi) {
+      if (c[m].is_null()) return std::string("-");
+      return ms_cell(c, m) + " [" + ms_cell(c, lo) + "-" + ms_cell(c, hi) + "]";
+    };
+    char ceil[16] = "-", eff[16] = "-", ratio[16] = "-";
+    if (c.contains("gather_ceiling_gbs")) {
+      std::snprintf(ceil, sizeof ceil, "%.1f", c["gather_ceiling_gbs"].get<double>());
+      std::snprintf(eff, sizeof eff, "%.0f%%", 100.0 * c["forward_efficiency"].get<double>());
+    }
+    const char* rk = c.value("step_ms_ratio_vs_baseline", json()).is_null() ? "forward_ms_ratio_vs_baseline"
+                                                                              : "step_ms_ratio_vs_baseline";
+    if (c.contains(rk) && !c[rk].is_null()) std::snprintf(ratio, sizeof ratio, "%.2f", c[rk].get<double>());
+    std::printf("%-36s %-4s %21s %21s %9.2f %8.2f %7s %5s %7s %8.3f %10s\n", c["name"].get<std::string>().c_str(),
+                c["gate"].get<std::string>().c_str(), range("forward_ms_median", "forward_ms_p10", "forward_ms_p90").c_str(),
+                range("step_ms_median", "step_ms_p10", "step_ms_p90").c_str(), c["lookups_per_s"].get<double>() / 1e6,
+                c["forward_gbs"].get<double>(), ceil, eff, ratio, c["bytes_per_param"].get<double>(),
+                fmt_bytes(c["rss_growth_at_build_bytes"].get<size_t>()).c_str());
+  }
+  std::printf("(step/bl: step time / the shape's baseline contender's, median of per-round ratios (forward for "
+              "lookup-only rows); RSS built: resident growth when the tables were built; process peak RSS %s)\n",
+              fmt_bytes(doc["peak_rss_bytes"].get<size_t>()).c_str());
+  if (doc.contains("summary") && !doc["summary"].empty()) std::printf("summary: %s\n", doc["summary"].dump().c_str());
+  print_load(doc);
+  std::fflush(stdout);
+}
+
+void print_roofline(const json& r) {
+  std::printf("\nroofline: %s buffer, %d thread(s), best of repeats (GB/s = 1e9 B/s)\n",
+              fmt_bytes(r["buffer_bytes"].get<size_t>()).c_str(), r["threads"].get<int>());
+  std::printf("  sequential read %8.2f GB/s\n  triad           %8.2f GB/s\n", r["seq_read_gbs"].get<double>(),
+              r["triad_gbs"].get<double>());
+  std::printf("  %-10s %12s %12s %12s %12s\n", "row bytes", "gather", "plain", "prefetched", "rmw");
+  for (const json& g : r["random_rows"])
+    std::printf("  %-10zu %12.2f %12.2f %12.2f %12.2f\n", g["row_bytes"].get<size_t>(), g["gather_gbs"].get<double>(),
+                g["gather_plain_gbs"].get<double>(), g["gather_prefetch_gbs"].get<double>(), g["rmw_gbs"].get<double>());
+}
+
+Status write_json(const std::string& path, const json& doc) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // a failure shows at open
+  std::ofstream f(path);
+  if (!f) return Status(StatusCode::kIoError, "cannot open '" + path + "' for writing");
+  f << doc.dump(2) << "\n";
+  f.close();
+  if (!f) return Status(StatusCode::kIoError, "cannot write '" + path + "'");
+  return Status();
+}
+
+// Cross-contender figures: per shape, each contender's speed relative to the shape's baseline.
+json summarize_workload(const std::string& w, const json& contenders) {
+  json s = json::object();
+  for (const json& c : contenders) {
+    if (!c.contains("baseline")) continue;
+    const std::string shape = c["shape"].get<std::string>();
+    if (w == "precision") {
+      if (!c["forward_ms_ratio_vs_baseline"].is_null())
+        s["forward_speedup_vs_fp32"][shape][c["dtype"].get<std::string>()] = 1.0 / c["forward_ms_ratio_vs_baseline"].get<double>();
+    } else if (!c["step_ms_ratio_vs_baseline"].is_null()) {
+      s["step_ms_ratio_vs_" + c["baseline"].get<std::string>()][c["name"].get<std::string>()] =
+          c["step_ms_ratio_vs_baseline"].get<double>();
+    }
+    if (c.contains("forward_efficiency")) s["forward_efficiency"][c["name"].get<std::string>()] = c["forward_efficiency"];
+    s["bytes_per_param"][c["name"].get<std::string>()] = c["bytes_per_param"];
+  }
+  return s;
+}
+
+// Splits the plan into groups run one after the other. Contenders that are compared (one shape,
+// or the whole plan when it has one baseline) are alive together; a group is split only when it
+// would not fit in memory.
+std::vector<std::vector<size_t>> plan_groups(const Plan& p, size_t budget_bytes) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<size_t> cur;
+  size_t cur_bytes = 0;
+  for (size_t i = 0; i < p.contenders.size(); ++i) {
+    const Contender& c = p.contenders[i];
+    const Shape& s = p.shapes[static_cast<size_t>(c.shape)];
+    const auto l = make_row_layout(s.dim, c.dtype, c.optimizer);
+    const size_t bytes = static_cast<size_t>(s.tables) * static_cast<size_t>(s.rows) * (l.ok() ? l.value().stride_bytes : 0);
+    const bool new_shape = !cur.empty() && p.baseline_per_shape && p.contenders[cur.back()].shape != c.shape;
+    if (!cur.empty() && (new_shape || cur_bytes + bytes > budget_bytes)) {
+      groups.push_back(cur);
+      cur.clear();
+      cur_bytes = 0;
+    }
+    cur.push_back(i);
+    cur_bytes += bytes;
+  }
+  if (!cur.empty()) groups.push_back(cur);
+  return groups;
+}
+
+// The baseline of contender i: its shape's first contender, or the plan's first.
+size_t baseline_of(const Plan& p, size_t i) {
+  if (!p.baseline_per_shape) return 0;
+  for (size_t k = 0; k < p.contenders.size(); ++k)
+    if (p.contenders[k].shape == p.contenders[i].shape) return k;
+  return i;
+}
+
+// Runs one group: prepare all, warm up all, then interleaved rounds with ceiling probes.
+Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector<std::optional<Stream>>& streams,
+                 const RunConfig& rc, const Progress& progress, json* contenders_out, std::string* failed) {
+  std::vector<std::unique_ptr<Live>> lives;
+  for (size_t i : group) {
+    const Contender& c = plan.contenders[i];
+    const Shape& s = plan.shapes[static_cast<size_t>(c.shape)];
+    auto& st = streams[static_cast<size_t>(c.shape)];
+    if (!st) {
+      progress("generating the input stream of shape %s: %d batch(es) x %d table(s) x %lld bags x %lld ids, alpha %.2f",
+               s.name.c_str(), kStreamBatches, s.tables, static_cast<long long>(s.batch), static_cast<long long>(s.bag),
+               s.alpha);
+      LEANEMB_ASSIGN_OR_RETURN(Stream gen, make_stream(s, rc.seed));
+      st = std::move(gen);
+    }
+    auto lv = std::make_unique<Live>();
+    lv->shape = &s;
+    lv->c = &c;
+    lv->stream = &*st;
+    lv->j = contender_header(s, c);
+    progress("contender %zu/%zu: %s", i + 1, plan.contenders.size(), c.name.c_str());
+    const Status ps = prepare(*lv, rc, progress);
+    if (!ps.ok()) return Status(ps.code(), c.name + ": " + ps.message());
+    lives.push_back(std::move(lv));
+  }
+  // Ceilings: one full probe per distinct row shape, then a short probe every round.
+  std::unique_ptr<GatherProbe> probe;
+  using Key = std::tuple<size_t, size_t, size_t, int64_t>;
+  auto key = [](const GatherPattern& p) { return Key{p.row_bytes, p.stride_bytes, p.segment_bytes, p.per_segment}; };
+  std::map<Key, std::pair<GatherPattern, GatherCeiling>> full;
+  std::map<Key, std::vector<double>> per_round;
+  for (const auto& lv : lives) {
+    if (!lv->c->want_ceiling || full.count(key(lv->pattern))) continue;
+    if (!probe) { LEANEMB_ASSIGN_OR_RETURN(probe, GatherProbe::create(rc.roofline_bytes, rc.threads)); }
+    progress("measuring the random-gather ceiling for %zu-byte rows (stride %zu) over %s%s", lv->pattern.row_bytes,
+             lv->pattern.stride_bytes, fmt_bytes(rc.roofline_bytes).c_str(),
+             lv->pattern.segment_bytes ? (" in table-sized segments of " + fmt_bytes(lv->pattern.segment_bytes)).c_str() : "");
+    LEANEMB_ASSIGN_OR_RETURN(GatherCeiling g, probe->measure(lv->pattern));
+    full[key(lv->pattern)] = {lv->pattern, g};
+  }
+  progress("warm-up: %d iteration(s) per contender", rc.warmup);
+  for (auto& lv : lives) LEANEMB_RETURN_IF_ERROR(run_iters(*lv, rc.warmup, -1));
+  const int block = std::max(1, std::min(rc.block, rc.iters));
+  const int rounds = (rc.iters + block - 1) / block;
+  for (auto& lv : lives) {
+    lv->fwd_round.assign(static_cast<size_t>(rounds), {});
+    lv->step_round.assign(static_cast<size_t>(rounds), {});
+  }
+  auto last_report = Clock::now();
+  for (int r = 0; r < rounds; ++r) {
+    const int n = std::min(block, rc.iters - r * block);
+    for (auto& [k, pg] : full) {
+      double best = 0;
+      // As many row bytes as one forward of the contenders reads (at least 64 MiB), best of 3.
+      size_t traffic = size_t{64} << 20;
+      for (const auto& lv : lives)
+        if (key(lv->pattern) == k)
+          traffic = std::max(traffic, static_cast<size_t>(lv->stream->lookups_per_batch) * lv->pattern.row_bytes);
+      for (int rep = 0; rep < 3; ++rep) {
+        LEANEMB_ASSIGN_OR_RETURN(double v, probe->quick_gbs(pg.first, pg.second.best_prefetch_rows, traffic));
+        best = std::max(best, v);
+      }
+      per_round[k].push_back(best);
+    }
+    for (size_t k = 0; k < lives.size(); ++k) {
+      Live& lv = *lives[(k + static_cast<size_t>(r)) % lives.size()];
+      // One unmeasured iteration first: the previous contender evicted this one's hot rows
+      // from the caches, and a steady training loop would not pay that.
+      Status st = lives.size() > 1 ? run_iters(lv, 1, -1) : Status();
+      if (st.ok()) st = run_iters(lv, n, r);
+      if (!st.ok()) return Status(st.code(), lv.c->name + ": " + st.message());
+    }
+    if (std::chrono::duration<double>(Clock::now() - last_report).count() > 5.0 || r + 1 == rounds) {
+      last_report = Clock::now();
+      progress("round %d/%d done (%d measured iterations per contender)", r + 1, rounds, std::min(rc.iters, (r + 1) * block));
+    }
+  }
+  for (auto& lv : lives) {
+    // Per-round ratios need the baseline in this group.
+    const size_t bi = baseline_of(plan, static_cast<size_t>(lv->c - plan.contenders.data()));
+    const Live* base = nullptr;
+    for (auto& other : lives)
+      if (other->c == &plan.contenders[bi]) base = other.get();
+    const bool has_ceiling = lv->c->want_ceiling && full.count(key(lv->pattern));
+    finish(*lv, base, has_ceiling ? &per_round[key(lv->pattern)] : nullptr,
+           has_ceiling ? &full[key(lv->pattern)].second : nullptr, rounds, block);
+    if (!lv->gate_pass) *failed += (failed->empty() ? "" : ", ") + lv->c->name;
+    contenders_out->push_back(lv->j);
+  }
+  return Status();
+}
+
+}  // namespace
+
+const std::vector<std::string>& workload_names() {
+  static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew"};
+  return kNames;
+}
+
+size_t process_max_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+Status run_workload(const BenchOptions& o, json* out) {
+  const Progress progress{o.quiet};
+  if (o.threads < 1 || o.threads > 1024) return invalid_argument("--threads must be in [1, 1024], got " + std::to_string(o.threads));
+  RunConfig rc;
+  rc.threads = o.threads;
+  rc.iters = o.iters.value_or(50);
+  rc.warmup = o.warmup.value_or(10);
+  rc.seed = o.seed;
+  rc.roofline_bytes = o.roofline_bytes;
+  if (rc.iters < 1) return invalid_argument("--iters must be >= 1, got " + std::to_string(rc.iters));
+  if (rc.warmup < 0) return invalid_argument("--warmup must be >= 0, got " + std::to_string(rc.warmup));
+
+  const CpuLoadMonitor load_monitor;
+  json doc;
+  doc["workload"] = o.workload;
+  doc["threads"] = rc.threads;
+  doc["seed"] = rc.seed;
+  doc["iters"] = rc.iters;
+  doc["warmup"] = rc.warmup;
+
+  if (o.workload == "roofline") {
+    RooflineOptions ro;
+    ro.buffer_bytes = o.roofline_bytes;
+    ro.num_threads = rc.threads;
+    progress("roofline: %s buffer, %d thread(s)", fmt_bytes(ro.buffer_bytes).c_str(), rc.threads);
+    LEANEMB_ASSIGN_OR_RETURN(RooflineResult r, measure_roofline(ro));
+    doc["roofline"] = to_json(r);
+    doc["machine_load"] = load_monitor.finish();
+    doc["peak_rss_bytes"] = process_max_rss_bytes();
+    print_roofline(doc["roofline"]);
+    print_load(doc);
+    std::fflush(stdout);
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(Plan plan, plan_workload(o));
+    if (rc.roofline_bytes < (size_t{64} << 20))
+      return invalid_argument("--roofline-bytes must be >= 64MiB, got " + std::to_string(rc.roofline_bytes));
+    // Contenders of a shape run together if 70% of the available memory holds them, next to the
+    // probe buffer and one transient reference copy for the gate (< 2 GiB).
+    const size_t avail = mem_available_bytes();
+    const size_t reserve = rc.roofline_bytes + kFullGateMaxBytes;
+    const size_t budget = avail == 0 ? SIZE_MAX : (avail / 10 * 7 > reserve ? avail / 10 * 7 - reserve : 1);
+    const auto groups = plan_groups(plan, budget);
+    doc["groups"] = json::array();
+    for (const auto& g : groups) {
+      json names = json::array();
+      for (size_t i : g) names.push_back(plan.contenders[i].name);
+      doc["groups"].push_back(names);
+    }
+    std::vector<std::optional<Stream>> streams(plan.shapes.size());
+    doc["contenders"] = json::array();
+    std::string failed;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      if (groups.size() > 1) progress("group %zu/%zu (%zu contender(s))", gi + 1, groups.size(), groups[gi].size());
+      LEANEMB_RETURN_IF_ERROR(run_group(plan, groups[gi], streams, rc, progress, &doc["contenders"], &failed));
+      // Streams of shapes that no later group uses can go.
+      for (size_t si = 0; si < plan.shapes.size(); ++si) {
+        bool used_later = false;
+        for (size_t gk = gi + 1; gk < groups.size(); ++gk)
+          for (size_t i : groups[gk]) used_later |= plan.contenders[i].shape == static_cast<int>(si);
+        if (!used_later) streams[si].reset();
+      }
+    }
+    doc["summary"] = summarize_workload(o.workload, doc["contenders"]);
+    doc["machine_load"] = load_monitor.finish();
+    doc["peak_rss_bytes"] = process_max_rss_bytes();
+    doc["peak_rss_scope"] = "process-wide (getrusage ru_maxrss)";
+    print_table(doc);
+    if (!failed.empty()) {
+      *out = doc;
+      if (!o.json_path.empty()) LEANEMB_RETURN_IF_ERROR(write_json(o.json_path, doc));
+      return internal_error("correctness gate failed for: " + failed + " (details in gate_detail)");
+    }
+  }
+  *out = doc;
+  if (!o.json_path.empty()) {
+    LEANEMB_RETURN_IF_ERROR(write_json(o.json_path, doc));
+    progress("wrote %s", o.json_path.c_str());
+  }
+  return Status();
+}
+
+}  // namespace leanemb::bench

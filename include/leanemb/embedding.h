@@ -122,7 +122,13 @@ class EmbeddingCollection {
   // Column where feature f's pooled vector starts in the pooled output (-1 for kNone features).
   int64_t pooled_offset(int feature) const;
   int64_t step() const;               // successful updates so far
-  uint64_t num_skipped_ids() const;   // ids dropped by BoundsCheckMode::kSkip so far
+  // Ids dropped by BoundsCheckMode::kSkip so far: in backward_update (ids the training ignored)
+  // and, counted separately, in forward (lookups that read nothing).
+  uint64_t num_skipped_ids() const;
+  uint64_t num_skipped_lookups() const;
+  // Sets the step counter (Adam's bias correction, stochastic-rounding keys); used when rows are
+  // restored from a file or checkpoint. REQUIRES: step >= 0.
+  void set_step(int64_t step);
 
   // Checks a batch under the bounds-check policy without computing anything.
   // Errors: InvalidArgument / OutOfRange naming feature, bag and position.
@@ -151,7 +157,9 @@ class EmbeddingCollection {
   // The raw fat rows (weights and state bytes exactly as stored): [count, stride_bytes].
   Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const;
   Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in);
-  // Saves / loads one table (header with layout + raw fat rows). Load requires an equal layout.
+  // Saves / loads one table (header with layout + raw fat rows). Save writes `path`.tmp and
+  // renames it over `path`. Load requires an equal layout and sets the collection's step to the
+  // saved one (tables saved together share it).
   Status save_table(int table, const std::string& path) const;
   Status load_table(int table, const std::string& path);
 

@@ -64,6 +64,8 @@ struct MemoryStats {
   // The seed's breakdown table: category, current, peak, share of the current total.
   std::string summary_table() const;
   std::string to_json() const;
+  // "weights 1.00 GiB, optimizer_state 12.00 MiB" (categories with bytes in use) or "nothing".
+  std::string in_use_string() const;
 };
 
 class Allocator;
@@ -154,7 +156,7 @@ class TrackingAllocator final : public Allocator {
 // The process-wide default host allocator (unbudgeted).
 Allocator* default_host_allocator();
 
-// Formats a byte count as "1.50 GiB", "12.0 MiB", "512 B".
+// Formats a byte count as "1.50 GiB", "12.00 MiB", "512 B".
 std::string format_bytes(size_t bytes);
 // Parses "512MiB", "32GiB", "1.5GB", "4096" (bytes). Binary (KiB/MiB/GiB/TiB) and decimal
 // (KB/MB/GB/TB) units; a bare number is bytes.

@@ -46,56 +46,48 @@ inline uint16_t f32_to_bf16_sr(float f, uint32_t rand_bits) {
 }
 
 // ---- fp16 -----------------------------------------------------------------------------------
-// Branch-free half -> float (handles zero, subnormals, Inf, NaN), from the "magic multiply" form.
+// Masks: all ones when `cond`, else zero. Selecting with masks keeps loops branch-free, which
+// is what lets GCC vectorize them.
+inline uint32_t mask_if(bool cond) { return 0u - static_cast<uint32_t>(cond); }
+inline uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
+
+// Half -> float (zero, subnormals, Inf, NaN), the "magic multiply" form: shifting the half's
+// exponent and mantissa into a float and scaling by 2^112 rebiases the exponent; subnormal
+// halves become normal floats exactly.
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t em = static_cast<uint32_t>(h & 0x7fffu);
-  // Normal and subnormal: shift into place and rescale by 2^112 (exponent bias difference).
-  float mag = bits_f32(em << 13) * bits_f32(0x77800000u);  // 2^112
-  uint32_t mag_bits = f32_bits(mag);
-  // Inf/NaN: exponent all ones.
-  mag_bits = (em >= 0x7c00u) ? (0x7f800000u | (em & 0x3ffu) << 13) : mag_bits;
-  return bits_f32(sign | mag_bits);
+  const uint32_t scaled = f32_bits(bits_f32(em << 13) * bits_f32(0x77800000u));  // * 2^112
+  const uint32_t inf_nan = 0x7f800000u | (em & 0x3ffu) << 13;
+  return bits_f32(sign | select_bits(mask_if(em >= 0x7c00u), inf_nan, scaled));
 }
 
-// float -> half, round to nearest even, overflow to Inf, NaN kept.
+// Float -> half, round to nearest even; overflow gives Inf; NaN stays NaN (quiet).
 inline uint16_t f32_to_f16_rne(float f) {
   uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  uint16_t out;
-  if (u >= 0x7f800000u) {
-    out = static_cast<uint16_t>(u > 0x7f800000u ? 0x7e00u : 0x7c00u);
-  } else if (u >= 0x477ff000u) {  // >= 65520 rounds to Inf
-    out = 0x7c00u;
-  } else if (u < 0x38800000u) {   // below the smallest normal half: subnormal or zero
-    // Add 0.5 so that the FP adder rounds to nearest even at the subnormal grid (2^-24).
-    float v = bits_f32(u) + 0.5f;
-    out = static_cast<uint16_t>(f32_bits(v) - 0x3f000000u);
-  } else {
-    uint32_t mant_odd = (u >> 13) & 1u;
-    u += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
-    out = static_cast<uint16_t>(u >> 13);
-  }
+  // Subnormal or zero result: adding 0.5 lets the FP adder round to nearest even at 2^-24.
+  const uint32_t sub = f32_bits(bits_f32(u < 0x38800000u ? u : 0x38800000u) + 0.5f) - 0x3f000000u;
+  // Normal result: rebias the exponent (-112 << 23) and round at mantissa bit 13.
+  const uint32_t normal = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+  uint32_t out = select_bits(mask_if(u < 0x38800000u), sub, normal);
+  out = select_bits(mask_if(u >= 0x477ff000u), 0x7c00u, out);                    // >= 65520: Inf
+  out = select_bits(mask_if(u >= 0x7f800000u), u > 0x7f800000u ? 0x7e00u : 0x7c00u, out);
   return static_cast<uint16_t>(out | sign);
 }
 
-// float -> half, round toward zero; finite values beyond the half range saturate to 65504.
+// Float -> half, round toward zero; finite values beyond the half range saturate to 65504.
 inline uint16_t f32_to_f16_rtz(float f) {
   uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  uint16_t out;
-  if (u >= 0x7f800000u) {
-    out = static_cast<uint16_t>(u > 0x7f800000u ? 0x7e00u : 0x7c00u);
-  } else if (u >= 0x477ff000u) {
-    out = 0x7bffu;
-  } else if (u < 0x38800000u) {
-    // Subnormal grid 2^-24: truncate |x| * 2^24.
-    out = static_cast<uint16_t>(static_cast<uint32_t>(bits_f32(u) * 16777216.0f));
-  } else {
-    out = static_cast<uint16_t>((u - 0x38000000u) >> 13);
-  }
+  // Subnormal grid 2^-24: truncate |x| * 2^24 (the clamp keeps the conversion in range).
+  const uint32_t sub = static_cast<uint32_t>(bits_f32(u < 0x38800000u ? u : 0x38800000u) * 16777216.0f);
+  const uint32_t normal = (u - 0x38000000u) >> 13;
+  uint32_t out = select_bits(mask_if(u < 0x38800000u), sub, normal);
+  out = select_bits(mask_if(u >= 0x477ff000u), 0x7bffu, out);
+  out = select_bits(mask_if(u >= 0x7f800000u), u > 0x7f800000u ? 0x7e00u : 0x7c00u, out);
   return static_cast<uint16_t>(out | sign);
 }
 
@@ -103,13 +95,13 @@ inline uint16_t f32_to_f16_rtz(float f) {
 // fractional distance from the truncated value. Unbiased for |x| <= 65504.
 inline uint16_t f32_to_f16_sr(float f, uint32_t rand_bits) {
   const uint16_t lo = f32_to_f16_rtz(f);
-  const uint16_t mag = lo & 0x7fffu;
-  if (mag >= 0x7bffu) return lo;  // Inf, NaN, or saturated at the largest finite half
   const float lo_f = f16_to_f32(lo);
   const float hi_f = f16_to_f32(static_cast<uint16_t>(lo + 1u));
-  const float frac = (f - lo_f) / (hi_f - lo_f);  // in [0, 1)
+  const float frac = (f - lo_f) / (hi_f - lo_f);  // in [0, 1) for finite |f| < 65504
   const float u01 = static_cast<float>(rand_bits >> 8) * (1.0f / 16777216.0f);
-  return (u01 < frac) ? static_cast<uint16_t>(lo + 1u) : lo;
+  // Inf, NaN and values saturated at the largest finite half keep the truncated value.
+  const bool up = ((lo & 0x7fffu) < 0x7bffu) & (u01 < frac);
+  return static_cast<uint16_t>(lo + static_cast<uint16_t>(up));
 }
 
 }  // namespace leanemb

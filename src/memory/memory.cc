@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include <sys/mman.h>
 #include <string>
 
 #include "leanemb/memory.h"
@@ -52,12 +54,11 @@ Result<size_t> parse_bytes(std::string_view s) {
   size_t i = 0;
   while (i < str.size() && (std::isdigit(static_cast<unsigned char>(str[i])) || str[i] == '.')) ++i;
   if (i == 0) return invalid_argument("bad byte size '" + str + "' (expected e.g. 512MiB, 32GiB, 4096)");
-  double num = 0;
-  try {
-    num = std::stod(str.substr(0, i));
-  } catch (...) {
-    return invalid_argument("bad byte size '" + str + "'");
-  }
+  // The whole digits-and-dots prefix must be one number ("1.2.3" is not 1.2).
+  const std::string digits = str.substr(0, i);
+  char* end = nullptr;
+  const double num = std::strtod(digits.c_str(), &end);
+  if (end != digits.c_str() + digits.size()) return invalid_argument("bad number in byte size '" + str + "'");
   std::string unit = str.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   double mult = 0;
@@ -101,17 +102,17 @@ std::string MemoryStats::summary_table() const {
 }
 
 std::string MemoryStats::to_json() const {
-  std::string out = "{\"tier\":\"" + std::string(tier_name(tier)) + "\",\"current_bytes\":" +
-                    std::to_string(current_bytes) + ",\"peak_bytes\":" + std::to_string(peak_bytes) +
-                    ",\"budget_bytes\":" + std::to_string(budget_bytes) + ",\"categories\":{";
-  bool first = true;
+  // Built with snprintf and append: GCC 12's -Wrestrict misfires on chains of string operator+.
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "{\"tier\":\"%s\",\"current_bytes\":%zu,\"peak_bytes\":%zu,\"budget_bytes\":%zu,\"categories\":{",
+                std::string(tier_name(tier)).c_str(), current_bytes, peak_bytes, budget_bytes);
+  std::string out = buf;
   for (int c = 0; c < kNumCategories; ++c) {
     const auto& cs = by_category[c];
-    if (!first) out += ",";
-    first = false;
-    out += "\"" + std::string(category_name(static_cast<Category>(c))) + "\":{\"current_bytes\":" +
-           std::to_string(cs.current_bytes) + ",\"peak_bytes\":" + std::to_string(cs.peak_bytes) +
-           ",\"num_allocs\":" + std::to_string(cs.num_allocs) + "}";
+    std::snprintf(buf, sizeof buf, "%s\"%s\":{\"current_bytes\":%zu,\"peak_bytes\":%zu,\"num_allocs\":%llu}",
+                  c == 0 ? "" : ",", std::string(category_name(static_cast<Category>(c))).c_str(), cs.current_bytes,
+                  cs.peak_bytes, static_cast<unsigned long long>(cs.num_allocs));
+    out.append(buf);
   }
   out += "}}";
   return out;
@@ -195,29 +196,35 @@ void TrackingAllocator::inject_failure(int64_t k, bool always) {
   alloc_counter_ = 0;
 }
 
-namespace {
-std::string in_use_by_category(const MemoryStats& s) {
+std::string MemoryStats::in_use_string() const {
   std::string out;
   for (int c = 0; c < kNumCategories; ++c) {
-    if (s.by_category[c].current_bytes == 0) continue;
+    if (by_category[c].current_bytes == 0) continue;
     if (!out.empty()) out += ", ";
-    out += std::string(category_name(static_cast<Category>(c))) + " " + format_bytes(s.by_category[c].current_bytes);
+    out += std::string(category_name(static_cast<Category>(c))) + " " + format_bytes(by_category[c].current_bytes);
   }
   return out.empty() ? "nothing" : out;
 }
-}  // namespace
 
 Result<void*> TrackingAllocator::do_allocate(size_t bytes, size_t alignment,
                                              const std::array<size_t, kNumCategories>& parts) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t n = alloc_counter_++;
   const bool injected = fail_at_ >= 0 && (n == fail_at_ || (fail_always_ && n > fail_at_));
-  const bool over_budget = options_.budget_bytes != 0 && stats_.current_bytes + bytes > options_.budget_bytes;
+  // Written so that no sum can wrap around for requests near SIZE_MAX.
+  const bool over_budget = options_.budget_bytes != 0 && (stats_.current_bytes > options_.budget_bytes ||
+                                                          bytes > options_.budget_bytes - stats_.current_bytes);
+  const bool too_big = bytes > SIZE_MAX - alignment;  // the rounding below would wrap
   void* p = nullptr;
-  if (!injected && !over_budget) {
+  if (!injected && !over_budget && !too_big) {
+    // Large buffers (tables) are aligned to 2 MiB and marked for transparent huge pages: random
+    // row access then misses the TLB far less. Small ones use the requested alignment.
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t align = bytes >= kHuge ? std::max(alignment, kHuge) : alignment;
     // C11 aligned_alloc wants a size that is a multiple of the alignment; free() takes it back.
-    const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    p = std::aligned_alloc(alignment, rounded);
+    const size_t rounded = (bytes + align - 1) / align * align;
+    p = std::aligned_alloc(align, rounded);
+    if (p != nullptr && align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);  // best effort
   }
   if (p == nullptr) {
     ++stats_.num_failed_allocs;
@@ -225,7 +232,7 @@ Result<void*> TrackingAllocator::do_allocate(size_t bytes, size_t alignment,
         "out of " + std::string(tier_name(options_.tier)) + " memory: requested " + format_bytes(bytes) +
         (injected ? " (injected failure)" : "") + "; budget " +
         (options_.budget_bytes ? format_bytes(options_.budget_bytes) : std::string("unlimited")) + "; in use " +
-        format_bytes(stats_.current_bytes) + " (" + in_use_by_category(stats_) + ")");
+        format_bytes(stats_.current_bytes) + " (" + stats_.in_use_string() + ")");
   }
   stats_.current_bytes += bytes;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);

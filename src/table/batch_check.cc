@@ -43,6 +43,10 @@ Status check_shape(const FeatureInput& in, int64_t batch_size, const FeatureMeta
     return invalid_argument(where(f, fi) + ": last offset " + std::to_string(in.offsets[batch_size]) +
                             " != number of ids " + std::to_string(nnz));
   if (!in.weights.empty()) {
+    // Sequence lookups return plain rows, so a weight could only scale the gradient: refuse it
+    // rather than train with a gradient that disagrees with the forward.
+    if (f.pooling == PoolingMode::kNone)
+      return invalid_argument(where(f, fi) + ": per-id weights are not supported for sequence (pooling none) features");
     if (in.weights.size() != in.ids.size())
       return invalid_argument(where(f, fi) + ": " + std::to_string(in.weights.size()) + " per-id weights for " +
                               std::to_string(nnz) + " ids");

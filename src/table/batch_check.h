@@ -13,6 +13,7 @@ struct FeatureMeta {
   std::string name;
   std::string table_name;
   int64_t num_rows = 0;
+  PoolingMode pooling = PoolingMode::kSum;
 };
 
 // The batch to compute on: the caller's (when nothing was dropped) or a filtered copy whose

@@ -62,13 +62,22 @@ struct EmbeddingCollection::Impl {
   std::vector<int64_t> pooled_offset;  // per feature, -1 for sequence features
   int64_t pooled_dim = 0;
   int64_t step = 0;
-  uint64_t skipped_ids = 0;
+  uint64_t skipped_ids = 0;      // dropped in backward_update
+  uint64_t skipped_lookups = 0;  // dropped in forward
+  int dropped_warnings = 0;
   int num_threads = 1;
 
   kernels::TableView view(int t) const {
     kernels::TableView v = tables[t].view();
     v.table_index = static_cast<uint32_t>(t);
     return v;
+  }
+  // Rate-limited warning about ids dropped under BoundsCheckMode::kSkip.
+  void warn_dropped(uint64_t n, const char* where) {
+    if (dropped_warnings >= 5) return;
+    ++dropped_warnings;
+    std::fprintf(stderr, "leanemb: warning: %s dropped %llu out-of-range ids in this batch%s\n", where,
+                 static_cast<unsigned long long>(n), dropped_warnings == 5 ? "; further warnings suppressed" : "");
   }
   Status check(const SparseBatch& batch, CheckedBatch* out) const {
     return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
@@ -177,7 +186,7 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
     }
   }
   for (const FeatureOptions& fo : options.features) {
-    impl->meta.push_back({fo.name, options.tables[fo.table].name, options.tables[fo.table].num_rows});
+    impl->meta.push_back({fo.name, options.tables[fo.table].name, options.tables[fo.table].num_rows, fo.pooling});
     if (fo.pooling == PoolingMode::kNone) {
       impl->pooled_offset.push_back(-1);
     } else {
@@ -189,13 +198,24 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
 }
 
 const CollectionOptions& EmbeddingCollection::options() const { return impl_->options; }
-const RowLayout& EmbeddingCollection::layout(int table) const { return impl_->tables.at(table).layout; }
+const RowLayout& EmbeddingCollection::layout(int table) const {
+  LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
+  return impl_->tables[table].layout;
+}
 int EmbeddingCollection::num_tables() const { return static_cast<int>(impl_->tables.size()); }
 int EmbeddingCollection::num_features() const { return static_cast<int>(impl_->options.features.size()); }
 int64_t EmbeddingCollection::pooled_dim() const { return impl_->pooled_dim; }
-int64_t EmbeddingCollection::pooled_offset(int feature) const { return impl_->pooled_offset.at(feature); }
+int64_t EmbeddingCollection::pooled_offset(int feature) const {
+  LEANEMB_CHECK(feature >= 0 && feature < num_features(), "feature index out of range");
+  return impl_->pooled_offset[feature];
+}
 int64_t EmbeddingCollection::step() const { return impl_->step; }
 uint64_t EmbeddingCollection::num_skipped_ids() const { return impl_->skipped_ids; }
+uint64_t EmbeddingCollection::num_skipped_lookups() const { return impl_->skipped_lookups; }
+void EmbeddingCollection::set_step(int64_t step) {
+  LEANEMB_CHECK(step >= 0, "negative step");
+  impl_->step = step;
+}
 MemoryStats EmbeddingCollection::memory_stats() const { return impl_->alloc->memory_stats(); }
 
 Status EmbeddingCollection::validate(const SparseBatch& batch) const {
@@ -243,14 +263,8 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
   for (const auto& s : seq_out) seq_sizes.push_back(s.size());
   LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, pooled_out.size(), seq_sizes, "forward"));
   if (cb.num_dropped > 0) {
-    im.skipped_ids += cb.num_dropped;
-    static int warnings = 0;
-    if (warnings < 5) {
-      ++warnings;
-      std::fprintf(stderr, "leanemb: warning: dropped %llu out-of-range ids in this batch (%llu so far)%s\n",
-                   static_cast<unsigned long long>(cb.num_dropped), static_cast<unsigned long long>(im.skipped_ids),
-                   warnings == 5 ? "; further warnings suppressed" : "");
-    }
+    im.skipped_lookups += cb.num_dropped;
+    im.warn_dropped(cb.num_dropped, "forward");
   }
   size_t s = 0;
   for (int f = 0; f < num_features(); ++f) {
@@ -410,6 +424,10 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   for (const auto& s : grad_seq) seq_sizes.push_back(s.size());
   LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, grad_pooled.size(), seq_sizes, "backward_update"));
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
+  if (cb.num_dropped > 0) {
+    im.skipped_ids += cb.num_dropped;
+    im.warn_dropped(cb.num_dropped, "backward_update");
+  }
 
   UpdateReport report;
   if (update.check_finite) {

@@ -45,6 +45,7 @@ constexpr char kMagic[8] = {'L', 'E', 'A', 'N', 'E', 'M', 'B', 'T'};
 // Accessors defined here use the table buffer through read/write of raw rows so that the
 // Impl stays private to embedding_collection.cc.
 Status EmbeddingCollection::read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const {
+  if (table < 0 || table >= num_tables()) return out_of_range("read_rows: unknown table " + std::to_string(table));
   LEANEMB_RETURN_IF_ERROR(check_range(*this, table, row_begin, count, out.size(),
                                       static_cast<size_t>(options().tables[table].dim), "read_rows"));
   const RowLayout& l = layout(table);
@@ -57,6 +58,7 @@ Status EmbeddingCollection::read_rows(int table, int64_t row_begin, int64_t coun
 }
 
 Status EmbeddingCollection::write_rows(int table, int64_t row_begin, int64_t count, std::span<const float> in) {
+  if (table < 0 || table >= num_tables()) return out_of_range("write_rows: unknown table " + std::to_string(table));
   LEANEMB_RETURN_IF_ERROR(check_range(*this, table, row_begin, count, in.size(),
                                       static_cast<size_t>(options().tables[table].dim), "write_rows"));
   const RowLayout& l = layout(table);
@@ -93,8 +95,9 @@ Status EmbeddingCollection::save_table(int table, const std::string& path) const
   if (table < 0 || table >= num_tables()) return out_of_range("save_table: unknown table " + std::to_string(table));
   const RowLayout& l = layout(table);
   const int64_t rows = options().tables[table].num_rows;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return Status(StatusCode::kIoError, "cannot open '" + path + "' for writing: " + std::strerror(errno));
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+  if (!f) return Status(StatusCode::kIoError, "cannot open '" + tmp + "' for writing: " + std::strerror(errno));
   TableFileHeader h{};
   std::memcpy(h.magic, kMagic, 8);
   h.version = 1;
@@ -115,7 +118,9 @@ Status EmbeddingCollection::save_table(int table, const std::string& path) const
     if (std::fwrite(buf.data(), 1, bytes, f.get()) != bytes)
       return Status(StatusCode::kIoError, "short write to '" + path + "': " + std::strerror(errno));
   }
-  if (std::fflush(f.get()) != 0) return Status(StatusCode::kIoError, "flush of '" + path + "' failed");
+  if (std::fclose(f.release()) != 0) return Status(StatusCode::kIoError, "close of '" + tmp + "' failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Status(StatusCode::kIoError, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
   return Status();
 }
 
@@ -137,7 +142,11 @@ Status EmbeddingCollection::load_table(int table, const std::string& path) {
   std::vector<uint8_t> all(static_cast<size_t>(rows) * l.stride_bytes);
   if (std::fread(all.data(), 1, all.size(), f.get()) != all.size())
     return Status(StatusCode::kDataLoss, "'" + path + "' is truncated");
-  return write_raw_rows(table, 0, rows, all);
+  if (std::fgetc(f.get()) != EOF)
+    return Status(StatusCode::kDataLoss, "'" + path + "' has bytes after the last row (corrupt or not this table)");
+  LEANEMB_RETURN_IF_ERROR(write_raw_rows(table, 0, rows, all));
+  set_step(h.step < 0 ? 0 : h.step);
+  return Status();
 }
 
 }  // namespace leanemb

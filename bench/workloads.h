@@ -1,0 +1,140 @@
+// Benchmark workloads behind `leanemb bench` (see docs/benchmarks.md): each builds one
+// EmbeddingCollection per contender with its own TrackingAllocator, feeds every contender the same
+// pre-generated id stream, gates correctness against the reference kernels before timing, and
+// reports medians, p10/p90, bandwidth, memory and bytes per parameter as JSON.
+//
+// Also the machine's measured ceilings (roofline): sequential read, triad, random row gather and
+// random row read-modify-write, which forward-heavy workloads measure again in the same run so
+// that their efficiency is a same-run ratio.
+//
+// Thread safety: none of these functions may run concurrently with another benchmark (they
+// measure the whole machine and reset the process's peak-RSS counter).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "leanemb/dtype.h"
+#include "leanemb/embedding.h"
+#include "leanemb/optimizer.h"
+#include "leanemb/status.h"
+
+namespace leanemb::bench {
+
+// ---- roofline ----------------------------------------------------------------------------------
+
+struct RooflineOptions {
+  size_t buffer_bytes = size_t{1} << 30;  // working set; must be >> L3 (32 MiB here)
+  int num_threads = 2;                    // OpenMP threads
+  std::vector<size_t> row_bytes = {64, 128, 256, 512, 1024};
+  int repeats = 3;                        // each probe runs this many times; the best is kept
+};
+
+// Where a random gather reads: rows of `row_bytes` spaced `stride_bytes` apart, uniform over the
+// whole buffer, or (segment_bytes > 0) in turns of `per_segment` rows uniform inside one segment
+// of segment_bytes, segments visited round robin: the pattern of a pooled lookup over several
+// tables (one segment = one table, per_segment = one feature's lookups per batch).
+struct GatherPattern {
+  size_t row_bytes = 0;
+  size_t stride_bytes = 0;
+  size_t segment_bytes = 0;
+  int64_t per_segment = 0;
+};
+
+struct GatherCeiling {
+  size_t row_bytes = 0;      // bytes read (and for RMW written) per row
+  size_t stride_bytes = 0;   // distance between rows in the buffer
+  size_t segment_bytes = 0;  // see GatherPattern (the RMW probe is always uniform)
+  int64_t per_segment = 0;
+  double gather_gbs = 0;     // random row gather, best of plain and software-prefetched loops
+  double gather_plain_gbs = 0;
+  double gather_prefetch_gbs = 0;  // best over prefetch distances of 8, 16 and 32 rows, T0 or NTA
+  int best_prefetch_rows = 0;       // its distance; negative: the non-temporal hint
+  double rmw_gbs = 0;        // random row read-modify-write, counting read + write bytes
+};
+
+struct RooflineResult {
+  size_t buffer_bytes = 0;
+  int num_threads = 0;
+  double seq_read_gbs = 0;   // sum of a buffer read front to back
+  double triad_gbs = 0;      // a[i] = b[i] + s * c[i] over three buffer/3 arrays (STREAM bytes)
+  std::vector<GatherCeiling> rows;
+};
+
+// Errors: InvalidArgument (buffer < 64 MiB, no threads), ResourceExhausted (allocation).
+Result<RooflineResult> measure_roofline(const RooflineOptions& options);
+
+// A buffer kept alive for repeated random-gather probes, so that a workload can measure its
+// ceiling between its own timing blocks (same run, same moment) without re-allocating.
+class GatherProbe {
+ public:
+  // Allocates and first-touches `buffer_bytes` (>= 64 MiB). Errors as measure_roofline.
+  static Result<std::unique_ptr<GatherProbe>> create(size_t buffer_bytes, int num_threads);
+  ~GatherProbe();
+  size_t buffer_bytes() const;
+  // Full probe: plain and prefetched gathers (distances 8, 16, 32 rows; T0 and NTA) and RMW, best of
+  // `repeats`. Errors: InvalidArgument unless 0 < row_bytes <= stride_bytes <= buffer.
+  Result<GatherCeiling> measure(const GatherPattern& pattern, int repeats = 3);
+  // One short gather pass (~traffic_bytes of rows) with a fixed prefetch distance; GB/s.
+  Result<double> quick_gbs(const GatherPattern& pattern, int prefetch_rows, size_t traffic_bytes = size_t{64} << 20);
+
+ private:
+  struct Impl;
+  explicit GatherProbe(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The random-gather (and RMW) ceiling for one row shape over a fresh buffer of `buffer_bytes`:
+// what a pooled lookup of `row_bytes` rows spaced `stride_bytes` apart can at best read.
+// REQUIRES: 0 < row_bytes <= stride_bytes.
+Result<GatherCeiling> measure_gather_ceiling(size_t row_bytes, size_t stride_bytes, size_t buffer_bytes,
+                                             int num_threads, int repeats = 3);
+
+nlohmann::json to_json(const RooflineResult& r);
+nlohmann::json to_json(const GatherCeiling& g);
+
+// ---- workloads ---------------------------------------------------------------------------------
+
+// Options of `leanemb bench`. An empty optional means "the workload's default" (see
+// docs/benchmarks.md for each workload's shape); a set one overrides it.
+struct BenchOptions {
+  std::string workload = "optimizer";  // roofline | tbe-default | optimizer | precision
+  std::optional<int64_t> rows;         // rows per table E
+  std::optional<int64_t> dim;          // D
+  std::optional<int64_t> batch;        // bags per batch B
+  std::optional<int64_t> bag_size;     // ids per bag L
+  std::optional<PoolingMode> pooling;  // sum | mean
+  std::optional<double> alpha;         // Zipf exponent, <= 1 = uniform
+  std::optional<int> tables;           // T
+  std::optional<DType> dtype;          // row dtype
+  std::optional<OptimizerKind> optimizer;
+  std::optional<StateDType> state_dtype;
+  int threads = 2;                     // OpenMP threads for the engine and the ceilings
+  std::optional<int> iters;            // measured iterations (>= 1; default 50)
+  std::optional<int> warmup;           // warm-up iterations (default 10)
+  uint64_t seed = 1;                   // ids, gradients and table initialization
+  std::string json_path;               // write the JSON here when not empty
+  size_t roofline_bytes = size_t{1} << 30;  // buffer of the ceiling probes
+  bool quiet = false;                  // no progress lines on stderr
+};
+
+// Names accepted by --workload, in help order.
+const std::vector<std::string>& workload_names();
+
+// Runs `options.workload`, prints a short table to stdout and progress to stderr, and stores the
+// JSON document in *out (also written to options.json_path when set).
+// Errors: InvalidArgument / Unimplemented for bad options or an unknown workload,
+// ResourceExhausted when a table does not fit, Internal when a correctness gate fails (the JSON
+// is still complete and written, with "gate": "fail" on the offending contenders).
+Status run_workload(const BenchOptions& options, nlohmann::json* out);
+
+// Process-wide peak resident set size in bytes (getrusage ru_maxrss).
+size_t process_max_rss_bytes();
+
+}  // namespace leanemb::bench

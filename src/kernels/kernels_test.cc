@@ -1,0 +1,483 @@
+// Tests of the kernels: every fast kernel against the scalar reference (bit for bit) over
+// dtype x pooling x corner case (kEmptyBag, kDuplicateIds, kDimNotMultipleOf8, kOneRowTable,
+// kSingleBag) and thread counts; fused updates over optimizer x weight dtype x state dtype x
+// weight decay; 8-bit block quantization; the radix sort used for dedup.
+//
+// Out-of-range ids (FBGEMM's kOutOfRangeId) are not a kernel case here: kernels REQUIRE valid
+// ids and the API rejects or drops bad ones before any kernel runs (see table_test's
+// bad_ids_matrix and skip tests).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/kernels.h"
+#include "leanemb/optimizer.h"
+
+namespace leanemb::kernels {
+namespace {
+
+// A table of fat rows in host memory, with its layout.
+struct HostTable {
+  RowLayout layout;
+  int64_t num_rows = 0;
+  std::vector<uint64_t> storage;  // uint64_t backing keeps rows 8-byte aligned
+
+  uint8_t* base() { return reinterpret_cast<uint8_t*>(storage.data()); }
+  size_t bytes() const { return static_cast<size_t>(num_rows) * layout.stride_bytes; }
+  TableView view(uint32_t table_index = 0) { return TableView{base(), &layout, num_rows, table_index}; }
+  std::vector<uint8_t> raw() { return std::vector<uint8_t>(base(), base() + bytes()); }
+};
+
+// A table whose weights are uniform in [-scale, scale] (stored rounded to nearest) and whose
+// optimizer state is zero.
+HostTable make_table(int64_t num_rows, int64_t dim, DType dtype, const OptimizerOptions& opt, uint64_t seed,
+                     float scale = 1.0f) {
+  HostTable t;
+  auto l = make_row_layout(dim, dtype, opt);
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  t.layout = l.value();
+  t.num_rows = num_rows;
+  t.storage.assign((t.bytes() + 7) / 8, 0);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> w(static_cast<size_t>(dim));
+  for (int64_t r = 0; r < num_rows; ++r) {
+    for (auto& x : w) x = u(rng);
+    ref_store_weights_rne(t.layout, t.base() + static_cast<size_t>(r) * t.layout.stride_bytes, w.data());
+  }
+  return t;
+}
+
+enum class CornerCase { kRandom, kEmptyBag, kDuplicateIds, kOneRowTable, kSingleBag };
+const char* corner_name(CornerCase c) {
+  switch (c) {
+    case CornerCase::kRandom: return "random";
+    case CornerCase::kEmptyBag: return "kEmptyBag";
+    case CornerCase::kDuplicateIds: return "kDuplicateIds";
+    case CornerCase::kOneRowTable: return "kOneRowTable";
+    case CornerCase::kSingleBag: return "kSingleBag";
+  }
+  return "?";
+}
+
+struct Bags {
+  int64_t num_rows = 0;
+  std::vector<int64_t> ids, offsets{0};
+  std::vector<float> weights;
+  int64_t batch_size() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  void add_bag(std::initializer_list<int64_t> bag) {
+    ids.insert(ids.end(), bag.begin(), bag.end());
+    offsets.push_back(static_cast<int64_t>(ids.size()));
+  }
+};
+
+// The bags of one corner case, with per-id weights in [-2, 2].
+Bags make_bags(CornerCase c, std::mt19937_64& rng) {
+  Bags b;
+  b.num_rows = c == CornerCase::kOneRowTable ? 1 : 50;
+  std::uniform_int_distribution<int64_t> id(0, b.num_rows - 1), len(0, 6);
+  switch (c) {
+    case CornerCase::kRandom:
+    case CornerCase::kOneRowTable:
+      for (int bag = 0; bag < 17; ++bag) {
+        const int64_t n = len(rng);
+        for (int64_t i = 0; i < n; ++i) b.ids.push_back(id(rng));
+        b.offsets.push_back(static_cast<int64_t>(b.ids.size()));
+      }
+      break;
+    case CornerCase::kEmptyBag:
+      for (auto bag : {std::initializer_list<int64_t>{}, {3, 9, 41}, {}, {}, {0, 49}, {}}) b.add_bag(bag);
+      break;
+    case CornerCase::kDuplicateIds:
+      for (auto bag : {std::initializer_list<int64_t>{7, 7, 7}, {1, 2, 1, 2}, {7}, {49, 0, 49, 49, 0}, {2}}) b.add_bag(bag);
+      break;
+    case CornerCase::kSingleBag:
+      for (int64_t i = 0; i < 9; ++i) b.ids.push_back(id(rng));
+      b.offsets.push_back(9);
+      break;
+  }
+  std::uniform_real_distribution<float> w(-2.0f, 2.0f);
+  for (size_t i = 0; i < b.ids.size(); ++i) b.weights.push_back(w(rng));
+  return b;
+}
+
+std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
+
+// ---- pooled and sequence lookup ------------------------------------------------------------------
+
+struct LookupParam {
+  DType dtype;
+  PoolingMode pooling;
+  bool weighted;
+};
+
+class PooledLookupTest : public ::testing::TestWithParam<LookupParam> {};
+
+// Runs the reference and the fast kernel (1, 2 and 3 threads) on one case; outputs must be
+// bitwise equal, and the columns beyond dim (ldo > dim) must stay untouched.
+void expect_fast_equals_reference(HostTable& t, const Bags& bags, const LookupParam& p) {
+  const int64_t dim = t.layout.dim, ldo = dim + 3, B = bags.batch_size();
+  PooledArgs a;
+  a.ids = bags.ids.data();
+  a.offsets = bags.offsets.data();
+  a.weights = p.weighted ? bags.weights.data() : nullptr;
+  a.batch_size = B;
+  a.pooling = p.pooling;
+  a.ldo = ldo;
+  const float kSentinel = -12345.5f;
+  std::vector<float> want(static_cast<size_t>(B * ldo), kSentinel);
+  a.out = want.data();
+  ref_pooled_lookup(t.view(), a);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = dim; j < ldo; ++j) ASSERT_EQ(want[b * ldo + j], kSentinel) << "reference wrote past dim";
+  for (int threads : {1, 2, 3}) {
+    std::vector<float> got(want.size(), kSentinel);
+    a.out = got.data();
+    pooled_lookup(t.view(), a, threads);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << "fast pooled lookup differs from the reference with " << threads << " threads";
+  }
+}
+
+// The fast pooled lookup equals the scalar reference bit for bit for every corner case and
+// dims 1, 3, 8, 13, 130 (not multiples of 8 included).
+TEST_P(PooledLookupTest, FastKernelMatchesReferenceBitwiseOnEveryCornerCase) {
+  const LookupParam p = GetParam();
+  std::mt19937_64 rng(1234);
+  for (int64_t dim : {1, 3, 8, 13, 130}) {
+    for (CornerCase c : {CornerCase::kRandom, CornerCase::kEmptyBag, CornerCase::kDuplicateIds,
+                         CornerCase::kOneRowTable, CornerCase::kSingleBag}) {
+      SCOPED_TRACE(std::string(corner_name(c)) + " dim " + std::to_string(dim));
+      const Bags bags = make_bags(c, rng);
+      HostTable t = make_table(bags.num_rows, dim, p.dtype, OptimizerOptions{}, rng());
+      expect_fast_equals_reference(t, bags, p);
+    }
+  }
+}
+
+// The reference pooled lookup computes sum_i w_i * row(id_i) (divided by the bag length for
+// mean, zeros for empty bags), checked against a double-precision sum on kEmptyBag and
+// kDuplicateIds.
+TEST_P(PooledLookupTest, ReferencePoolsWeightedRowsOfEachBag) {
+  const LookupParam p = GetParam();
+  std::mt19937_64 rng(99);
+  for (CornerCase c : {CornerCase::kEmptyBag, CornerCase::kDuplicateIds}) {
+    const Bags bags = make_bags(c, rng);
+    HostTable t = make_table(bags.num_rows, 13, p.dtype, OptimizerOptions{}, 5);
+    const int64_t B = bags.batch_size(), dim = 13;
+    std::vector<float> out(static_cast<size_t>(B * dim));
+    PooledArgs a{bags.ids.data(), bags.offsets.data(), p.weighted ? bags.weights.data() : nullptr, B, p.pooling,
+                 out.data(), dim};
+    ref_pooled_lookup(t.view(), a);
+    std::vector<float> row(dim);
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> want(dim, 0.0);
+      const int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+      for (int64_t i = lo; i < hi; ++i) {
+        ref_load_weights(t.layout, t.base() + bags.ids[i] * t.layout.stride_bytes, row.data());
+        for (int64_t j = 0; j < dim; ++j) want[j] += (p.weighted ? bags.weights[i] : 1.0) * row[j];
+      }
+      for (int64_t j = 0; j < dim; ++j) {
+        if (p.pooling == PoolingMode::kMean && hi > lo) want[j] /= static_cast<double>(hi - lo);
+        EXPECT_NEAR(out[b * dim + j], want[j], 1e-5 * (1 + std::fabs(want[j]))) << corner_name(c) << " bag " << b;
+      }
+    }
+  }
+}
+
+std::vector<LookupParam> all_lookup_params() {
+  std::vector<LookupParam> v;
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise})
+    for (PoolingMode p : {PoolingMode::kSum, PoolingMode::kMean})
+      for (bool w : {false, true}) v.push_back({d, p, w});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, PooledLookupTest, ::testing::ValuesIn(all_lookup_params()),
+                         [](const ::testing::TestParamInfo<LookupParam>& i) {
+                           return dtype_label(i.param.dtype) + "_" + std::string(pooling_name(i.param.pooling)) +
+                                  (i.param.weighted ? "_weighted" : "_unweighted");
+                         });
+
+// The fast sequence lookup copies each id's row exactly like the reference, for every dtype,
+// dims 1..130, duplicate ids and 1-3 threads.
+TEST(SequenceLookupTest, FastKernelMatchesReferenceBitwise) {
+  std::mt19937_64 rng(7);
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
+    for (int64_t dim : {1, 3, 13, 130}) {
+      SCOPED_TRACE(dtype_label(d) + " dim " + std::to_string(dim));
+      HostTable t = make_table(20, dim, d, OptimizerOptions{}, rng());
+      std::vector<int64_t> ids = {0, 19, 5, 5, 5, 7, 0, 12};
+      std::vector<float> want(ids.size() * dim), got(want.size());
+      ref_sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), want.data());
+      std::vector<float> row(dim);
+      ref_load_weights(t.layout, t.base() + 19 * t.layout.stride_bytes, row.data());
+      ASSERT_EQ(std::memcmp(want.data() + dim, row.data(), dim * 4), 0);
+      for (int threads : {1, 2, 3}) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), got.data(), threads);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << threads << " threads";
+      }
+    }
+  }
+}
+
+// Int8 rowwise rows store min as bias and (max - min) / 255 as scale, so every weight loads back
+// within half a step; a constant row loads back exactly.
+TEST(Int8RowwiseTest, StoreLoadsBackWithinHalfAQuantizationStep) {
+  auto l = make_row_layout(37, DType::kInt8Rowwise, OptimizerOptions{});
+  ASSERT_TRUE(l.ok());
+  std::vector<uint8_t> row(l->stride_bytes);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-3.0f, 5.0f);
+  std::vector<float> w(37), back(37);
+  for (auto& x : w) x = u(rng);
+  ref_store_weights_rne(*l, row.data(), w.data());
+  ref_load_weights(*l, row.data(), back.data());
+  const float lo = *std::min_element(w.begin(), w.end()), hi = *std::max_element(w.begin(), w.end());
+  const float step = (hi - lo) / 255.0f;
+  for (int j = 0; j < 37; ++j) EXPECT_LE(std::fabs(back[j] - w[j]), 0.5f * step * 1.0001f) << j;
+  std::fill(w.begin(), w.end(), -0.75f);
+  ref_store_weights_rne(*l, row.data(), w.data());
+  ref_load_weights(*l, row.data(), back.data());
+  EXPECT_EQ(back, w);
+}
+
+// ---- fused optimizer updates ---------------------------------------------------------------------
+
+struct UpdateParam {
+  OptimizerKind kind;
+  DType dtype;
+};
+
+class UpdateRowsTest : public ::testing::TestWithParam<UpdateParam> {};
+
+OptimizerOptions make_optimizer(OptimizerKind kind, StateDType state, float weight_decay) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.learning_rate = 0.05f;
+  o.eps = default_eps(kind);
+  o.weight_decay = weight_decay;
+  o.state_dtype = state;
+  return o;
+}
+
+// Runs `steps` updates of random distinct rows with random gradients through update_rows and
+// ref_update_row on two copies of one table and compares the raw bytes after each step.
+void expect_update_matches_reference(const OptimizerOptions& opt, DType dtype, int64_t dim, int steps) {
+  constexpr int64_t kRows = 40;
+  HostTable fast = make_table(kRows, dim, dtype, opt, 11), ref = make_table(kRows, dim, dtype, opt, 11);
+  const std::vector<uint8_t> initial = ref.raw();
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int s = 1; s <= steps; ++s) {
+    std::vector<int64_t> rows(kRows);
+    for (int64_t r = 0; r < kRows; ++r) rows[r] = r;
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(static_cast<size_t>(5 + s * 3));  // distinct rows, unsorted, a growing subset
+    std::vector<float> grads(rows.size() * dim);
+    for (auto& x : grads) x = g(rng);
+    const UpdateStep us{2024, s};
+    update_rows(fast.view(3), rows.data(), grads.data(), static_cast<int64_t>(rows.size()), us, 1 + s % 3);
+    for (size_t u = 0; u < rows.size(); ++u) ref_update_row(ref.view(3), rows[u], grads.data() + u * dim, us);
+    const std::vector<uint8_t> got = fast.raw(), want = ref.raw();
+    ASSERT_EQ(got, want) << "step " << s << ": fast update differs from the reference";
+  }
+  EXPECT_NE(ref.raw(), initial) << "the updates changed nothing";
+}
+
+// update_rows equals ref_update_row byte for byte (weights and state) over several steps, for
+// every state dtype, with and without weight decay, for dims 1, 13 and 70.
+TEST_P(UpdateRowsTest, FusedUpdateMatchesReferenceByteForByte) {
+  const UpdateParam p = GetParam();
+  for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
+    for (float wd : {0.0f, 0.01f}) {
+      for (int64_t dim : {1, 13, 70}) {
+        SCOPED_TRACE(std::string("state ") + std::string(state_dtype_name(st)) + " wd " + std::to_string(wd) +
+                     " dim " + std::to_string(dim));
+        expect_update_matches_reference(make_optimizer(p.kind, st, wd), p.dtype, dim, 4);
+      }
+    }
+  }
+}
+
+std::vector<UpdateParam> all_update_params() {
+  std::vector<UpdateParam> v;
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) v.push_back({k, d});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, UpdateRowsTest, ::testing::ValuesIn(all_update_params()),
+                         [](const ::testing::TestParamInfo<UpdateParam>& i) {
+                           return std::string(optimizer_name(i.param.kind)) + "_" + dtype_label(i.param.dtype);
+                         });
+
+// Rows not passed to update_rows keep their bytes exactly (lazy, sparse semantics).
+TEST(UpdateRowsSparsityTest, UntouchedRowsKeepTheirBytes) {
+  const OptimizerOptions opt = make_optimizer(OptimizerKind::kAdam, StateDType::kF32, 0.01f);
+  HostTable t = make_table(10, 16, DType::kBF16, opt, 1);
+  const std::vector<uint8_t> before = t.raw();
+  const int64_t rows[] = {7, 2};
+  std::vector<float> grads(32, 0.5f);
+  update_rows(t.view(), rows, grads.data(), 2, UpdateStep{1, 1}, 2);
+  const size_t stride = t.layout.stride_bytes;
+  const std::vector<uint8_t> after = t.raw();
+  for (int64_t r = 0; r < 10; ++r) {
+    const bool same = std::equal(before.begin() + r * stride, before.begin() + (r + 1) * stride, after.begin() + r * stride);
+    EXPECT_EQ(same, r != 7 && r != 2) << "row " << r;
+  }
+}
+
+// sum_squares combines 8 lane sums in the documented order and agrees with a double sum.
+TEST(SumSquaresTest, UsesEightLanesInDocumentedOrder) {
+  std::vector<float> g(29);
+  for (int j = 0; j < 29; ++j) g[j] = 0.37f * static_cast<float>(j) - 3.1f;
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double d = 0;
+  for (int j = 0; j < 29; ++j) {
+    s[j % 8] += g[j] * g[j];
+    d += static_cast<double>(g[j]) * g[j];
+  }
+  const float want = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  EXPECT_EQ(f32_bits(sum_squares(g.data(), 29)), f32_bits(want));
+  EXPECT_NEAR(sum_squares(g.data(), 29), d, 1e-5 * d);
+  EXPECT_EQ(sum_squares(g.data(), 0), 0.0f);
+}
+
+
+// ---- 8-bit block-wise state ----------------------------------------------------------------------
+
+// Magnitudes of a code book in code order (signed: the first 128 codes).
+std::vector<float> book_magnitudes(bool is_signed) {
+  const float* cb = quant_codebook(is_signed);
+  return std::vector<float>(cb, cb + (is_signed ? 128 : 256));
+}
+
+// The code books are sorted magnitudes from 0 to 1 (signed: negated copies in codes 128..255),
+// with the documented decade structure (unsigned starts at 1e-7, signed at 1e-6).
+TEST(Quant8Test, CodebooksAreSortedFromZeroToOneWithMirroredNegatives) {
+  for (bool is_signed : {false, true}) {
+    const std::vector<float> m = book_magnitudes(is_signed);
+    EXPECT_EQ(m.front(), 0.0f);
+    EXPECT_EQ(m.back(), 1.0f);
+    EXPECT_TRUE(std::is_sorted(m.begin(), m.end()));
+    EXPECT_EQ(std::adjacent_find(m.begin(), m.end()), m.end()) << "duplicate code";
+    EXPECT_NEAR(m[1], is_signed ? 1e-6f : 1e-7f, 1e-12f);
+  }
+  const float* cb = quant_codebook(true);
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(cb[128 + i], -cb[i]) << i;
+}
+
+// Quantizing picks, for every element, the code nearest to |x| / absmax (ties to the smaller
+// magnitude) with the right sign, the absmax element is exact, and the error is at most half the
+// widest code gap times absmax.
+void expect_nearest_codes(const std::vector<float>& x, bool is_signed) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> codes(n);
+  std::vector<float> back(n);
+  const float scale = quantize_block(x.data(), n, is_signed, codes.data());
+  float absmax = 0.0f;
+  for (float v : x) absmax = std::max(absmax, std::fabs(v));
+  ASSERT_EQ(scale, absmax);
+  dequantize_block(codes.data(), n, is_signed, scale, back.data());
+  const std::vector<float> m = book_magnitudes(is_signed);
+  float max_gap = 0.0f;
+  for (size_t i = 1; i < m.size(); ++i) max_gap = std::max(max_gap, m[i] - m[i - 1]);
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::min(std::fabs(x[i]) * (1.0f / absmax), 1.0f);
+    size_t best = 0;
+    for (size_t c = 1; c < m.size(); ++c)
+      if (std::fabs(a - m[c]) < std::fabs(a - m[best])) best = c;
+    const size_t got = is_signed ? (codes[i] & 0x7fu) : codes[i];
+    ASSERT_EQ(got, best) << "element " << i << " = " << x[i] << " (a = " << a << ")";
+    if (is_signed && got != 0) {
+      ASSERT_EQ((codes[i] & 0x80u) != 0, x[i] < 0.0f) << "sign of element " << i;
+    }
+    ASSERT_LE(std::fabs(back[i] - x[i]), 0.5f * max_gap * absmax * 1.0001f) << "element " << i;
+    if (std::fabs(x[i]) == absmax) {
+      ASSERT_EQ(back[i], x[i]) << "absmax element " << i;
+    }
+  }
+}
+
+// Random blocks (uniform, and log-uniform over 9 decades), midpoints between neighbouring codes
+// and partial blocks are quantized to the nearest code for both code books.
+TEST(Quant8Test, QuantizeChoosesNearestCodeWithinHalfTheWidestGap) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), e(-9.0f, 0.0f);
+  for (bool is_signed : {false, true}) {
+    SCOPED_TRACE(is_signed ? "signed" : "unsigned");
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> x(trial % 3 == 0 ? 17 : kQuantBlockSize);
+      for (auto& v : x) {
+        v = trial % 2 ? u(rng) * 3.0f : std::pow(10.0f, e(rng));
+        if (!is_signed) v = std::fabs(v);
+      }
+      expect_nearest_codes(x, is_signed);
+    }
+    const std::vector<float> m = book_magnitudes(is_signed);
+    std::vector<float> mids = {1.0f};
+    for (size_t i = 0; i + 1 < m.size(); ++i) mids.push_back(0.5f * (m[i] + m[i + 1]));
+    for (size_t i = 0; i < mids.size(); i += kQuantBlockSize - 1) {
+      std::vector<float> block = {1.0f};
+      for (size_t k = i; k < std::min(mids.size(), i + kQuantBlockSize - 1); ++k)
+        block.push_back(is_signed && k % 2 ? -mids[k] : mids[k]);
+      expect_nearest_codes(block, is_signed);
+    }
+  }
+}
+
+// An all-zero block has scale 0 and code 0 everywhere and dequantizes to zeros; a block holding
+// -0 and tiny values next to one large one keeps zero at code 0.
+TEST(Quant8Test, ZeroBlockQuantizesToZeroScaleAndZeroCodes) {
+  for (bool is_signed : {false, true}) {
+    std::vector<float> x(kQuantBlockSize, 0.0f), back(kQuantBlockSize, 7.0f);
+    std::vector<uint8_t> codes(kQuantBlockSize, 0xab);
+    EXPECT_EQ(quantize_block(x.data(), kQuantBlockSize, is_signed, codes.data()), 0.0f);
+    EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](uint8_t c) { return c == 0; }));
+    dequantize_block(codes.data(), kQuantBlockSize, is_signed, 0.0f, back.data());
+    EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](float v) { return v == 0.0f; }));
+    std::vector<float> y = {-0.0f, 0.0f, 1e-12f, 1000.0f};
+    if (!is_signed) y[0] = 0.0f;
+    EXPECT_EQ(quantize_block(y.data(), 4, is_signed, codes.data()), 1000.0f);
+    EXPECT_EQ(codes[0], 0);
+    EXPECT_EQ(codes[1], 0);
+    EXPECT_EQ(codes[2], 0);
+  }
+}
+
+// ---- dedup radix sort ----------------------------------------------------------------------------
+
+// radix_sort_row_src sorts by the row part exactly like std::stable_sort (equal rows keep their
+// input order, whatever their low 32 bits) for 0-32 row bits, with many duplicates, n = 0..5000.
+TEST(RadixSortTest, SortsLikeStableSortOnRowPart) {
+  std::mt19937_64 rng(8);
+  for (int row_bits : {0, 1, 5, 11, 12, 22, 23, 32}) {
+    for (int64_t n : {0, 1, 2, 1000, 5000}) {
+      const uint64_t max_row = row_bits == 0 ? 0 : (row_bits == 32 ? 0xffffffffull : (1ull << row_bits) - 1);
+      // Few distinct rows for many duplicates; include the extremes 0 and max_row.
+      std::vector<uint64_t> distinct = {0, max_row};
+      for (int i = 0; i < 40; ++i) distinct.push_back(rng() & max_row);
+      std::vector<uint64_t> keys(n), scratch(std::max<int64_t>(n, 1));
+      keys.reserve(1);  // non-null data() even for n = 0
+      for (int64_t i = 0; i < n; ++i)
+        keys[i] = (distinct[rng() % distinct.size()] << 32) | static_cast<uint32_t>(rng());
+      std::vector<uint64_t> want = keys;
+      std::stable_sort(want.begin(), want.end(), [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
+      radix_sort_row_src(keys.data(), scratch.data(), n, row_bits);
+      ASSERT_EQ(keys, want) << "row_bits " << row_bits << " n " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace leanemb::kernels

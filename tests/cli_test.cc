@@ -1,0 +1,144 @@
+// cli_bad_args: runs the leanemb CLI binary (LEANEMB_CLI_PATH) as a user would. Bad arguments
+// must end the process normally (no crash, no signal) with a non-zero exit code and a message on
+// stderr that names the offending flag or value; --version and a tiny valid run succeed.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#ifndef LEANEMB_CLI_PATH
+#error "LEANEMB_CLI_PATH must name the CLI binary"
+#endif
+
+namespace {
+
+struct RunResult {
+  bool exited = false;  // ended by exit(), not by a signal
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs `leanemb <args>` with stdout and stderr captured in files; OMP_NUM_THREADS=2 keeps it
+// small.
+RunResult run_cli(const std::string& args) {
+  const std::string out = testing::TempDir() + "leanemb_cli_test.out", err = testing::TempDir() + "leanemb_cli_test.err";
+  const std::string cmd = std::string("OMP_NUM_THREADS=2 '") + LEANEMB_CLI_PATH + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exited = status != -1 && WIFEXITED(status);
+  r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+const char* kTiny = "bench --workload optimizer --rows 2000 --dim 16 --batch 64 --iters 3 --warmup 1 --optimizer sgd";
+
+// The tiny run's arguments with flag `flag` given `value` instead (added if the run lacks it).
+std::string tiny_with(const std::string& flag, const std::string& value) {
+  const std::pair<std::string, std::string> base[] = {{"--workload", "optimizer"}, {"--rows", "2000"}, {"--dim", "16"},
+                                                      {"--batch", "64"},          {"--iters", "3"},   {"--warmup", "1"},
+                                                      {"--optimizer", "sgd"}};
+  std::string args = "bench";
+  bool replaced = false;
+  for (const auto& [f, v] : base) {
+    replaced = replaced || f == flag;
+    args += " " + f + " " + (f == flag ? value : v);
+  }
+  if (!replaced) args += " " + flag + " " + value;
+  return args;
+}
+
+// Expects a clean failure: a normal exit with a non-zero code (127 would mean the shell could
+// not run the binary) and stderr mentioning `needle`.
+void expect_clean_failure(const std::string& args, const std::string& needle) {
+  SCOPED_TRACE("leanemb " + args);
+  const RunResult r = run_cli(args);
+  ASSERT_TRUE(r.exited) << "killed by a signal";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 127) << "the CLI binary did not run";
+  EXPECT_LT(r.exit_code, 126);
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+}
+
+// An unknown flag or subcommand fails and names what was not understood.
+TEST(CliBadArgsTest, UnknownFlagOrSubcommandFailsWithMessage) {
+  expect_clean_failure(tiny_with("--no-such-flag", "3"), "--no-such-flag");
+  // CLI11 reports an unknown subcommand as a missing one; any message will do here.
+  expect_clean_failure("frobnicate", "subcommand");
+}
+
+// A missing subcommand fails with a message on stderr.
+TEST(CliBadArgsTest, MissingSubcommandFailsWithMessage) {
+  const RunResult r = run_cli("");
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 127);
+  EXPECT_NE(r.err.find("subcommand"), std::string::npos) << "stderr: " << r.err;
+}
+
+// cli_bad_args: values of the wrong type or out of range fail with exit code 2 (bad input) and
+// a message naming the flag.
+TEST(CliBadArgsTest, CliBadArgsWrongTypesAndRangesNameTheFlag) {
+  struct Case {
+    const char* flag;
+    const char* value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"--rows", "abc", "--rows"},      {"--rows", "-5", "--rows"},          {"--dim", "1.5", "--dim"},
+      {"--batch", "''", "--batch"},     {"--iters", "0", "--iters"},         {"--threads", "0", "--threads"},
+      {"--alpha", "nan", "--alpha"},    {"--dtype", "fp64", "fp64"},         {"--optimizer", "lamb", "lamb"},
+      {"--state-dtype", "fp8", "fp8"},  {"--pooling", "max", "max"},         {"--seed", "-1", "--seed"},
+      {"--bag-size", "x", "--bag-size"}, {"--tables", "0", "--tables"},
+  };
+  for (const Case& c : cases) {
+    const std::string args = tiny_with(c.flag, c.value);
+    expect_clean_failure(args, c.needle);
+    EXPECT_EQ(run_cli(args).exit_code, 2) << args;
+  }
+}
+
+// An unknown workload name fails and names the workload.
+TEST(CliBadArgsTest, UnknownWorkloadFailsWithMessage) {
+  expect_clean_failure(tiny_with("--workload", "no_such_workload"), "no_such_workload");
+}
+
+// --version prints "leanemb <version>" and exits 0.
+TEST(CliTest, VersionPrintsNameAndVersion) {
+  const RunResult r = run_cli("--version");
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("leanemb ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find_first_of("0123456789"), std::string::npos) << r.out;
+}
+
+// A tiny valid optimizer benchmark runs to completion, quietly on stderr, and writes its JSON.
+TEST(CliTest, TinyOptimizerBenchmarkSucceedsAndWritesJson) {
+  const std::string json = testing::TempDir() + "leanemb_cli_test.json";
+  std::remove(json.c_str());
+  const RunResult r = run_cli(std::string(kTiny) + " --json '" + json + "'");
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 0) << "stderr: " << r.err << "\nstdout: " << r.out;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  const std::string doc = slurp(json);
+  ASSERT_FALSE(doc.empty()) << "no JSON written to " << json;
+  EXPECT_TRUE(doc.front() == '{' || doc.front() == '[') << doc.substr(0, 80);
+  std::remove(json.c_str());
+}
+
+}  // namespace
