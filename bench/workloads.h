@@ -1,7 +1,9 @@
 // Benchmark workloads behind `leanemb bench` (see docs/benchmarks.md): each builds one
 // EmbeddingCollection per contender with its own TrackingAllocator, feeds every contender the same
 // pre-generated id stream, gates correctness against the reference kernels before timing, and
-// reports medians, p10/p90, bandwidth, memory and bytes per parameter as JSON.
+// reports medians, p10/p90, bandwidth, memory and bytes per parameter as JSON. Contenders that are
+// compared are alive together and timed in interleaved rounds (blocks of iterations, rotating
+// order), so that their ratios are same-moment ratios on this shared, noisy machine.
 //
 // Also the machine's measured ceilings (roofline): sequential read, triad, random row gather and
 // random row read-modify-write, which forward-heavy workloads measure again in the same run so
