@@ -123,27 +123,30 @@ void register_bench(CLI::App& app, CommandResult* result) {
   auto a = std::make_shared<BenchArgs>();
   std::string names;
   for (const auto& n : bench::workload_names()) names += (names.empty() ? "" : ", ") + n;
+  // An explicitly empty value ("--rows ''") is an error, not "use the default".
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
   CLI::App* cmd = app.add_subcommand(
       "bench", "Run a benchmark workload (docs/benchmarks.md): same inputs for every contender, correctness "
                "gate before timing, medians and p10/p90, memory and bytes per parameter; JSON with --json");
-  cmd->add_option("--workload", a->workload, "Workload: " + names)->capture_default_str()->type_name("NAME");
-  cmd->add_option("--rows", a->rows, "Rows per table E (accepts 2e6); default per workload")->type_name("N");
-  cmd->add_option("--dim", a->dim, "Embedding dim D; default per workload")->type_name("N");
-  cmd->add_option("--batch", a->batch, "Bags per batch B; default per workload")->type_name("N");
-  cmd->add_option("--bag-size", a->bag_size, "Ids per bag L (distinct); default per workload")->type_name("N");
-  cmd->add_option("--pooling", a->pooling, "sum | mean (default sum)")->type_name("MODE");
-  cmd->add_option("--alpha", a->alpha, "Zipf exponent of the ids, <= 1 means uniform; default per workload")->type_name("X");
-  cmd->add_option("--tables", a->tables, "Number of tables T; default per workload")->type_name("N");
-  cmd->add_option("--dtype", a->dtype, "Row dtype fp32 | fp16 | bf16 | int8 (int8 is lookup-only)")->type_name("DTYPE");
-  cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam")->type_name("NAME");
-  cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8")->type_name("DTYPE");
-  cmd->add_option("--threads", a->threads, "OpenMP threads")->capture_default_str()->type_name("N");
-  cmd->add_option("--iters", a->iters, "Measured iterations (default 50)")->type_name("N");
-  cmd->add_option("--warmup", a->warmup, "Warm-up iterations (default 10)")->type_name("N");
-  cmd->add_option("--seed", a->seed, "Seed of the input stream, gradients and table init")->capture_default_str()->type_name("N");
-  cmd->add_option("--json", a->json, "Write the results as JSON to FILE")->type_name("FILE");
+  cmd->add_option("--workload", a->workload, "Workload: " + names)->capture_default_str()->type_name("NAME")->check(non_empty);
+  cmd->add_option("--rows", a->rows, "Rows per table E (accepts 2e6); default per workload")->type_name("N")->check(non_empty);
+  cmd->add_option("--dim", a->dim, "Embedding dim D; default per workload")->type_name("N")->check(non_empty);
+  cmd->add_option("--batch", a->batch, "Bags per batch B; default per workload")->type_name("N")->check(non_empty);
+  cmd->add_option("--bag-size", a->bag_size, "Ids per bag L (distinct); default per workload")->type_name("N")->check(non_empty);
+  cmd->add_option("--pooling", a->pooling, "sum | mean (default sum)")->type_name("MODE")->check(non_empty);
+  cmd->add_option("--alpha", a->alpha, "Zipf exponent of the ids, <= 1 means uniform; default per workload")->type_name("X")->check(non_empty);
+  cmd->add_option("--tables", a->tables, "Number of tables T; default per workload")->type_name("N")->check(non_empty);
+  cmd->add_option("--dtype", a->dtype, "Row dtype fp32 | fp16 | bf16 | int8 (int8 is lookup-only)")->type_name("DTYPE")->check(non_empty);
+  cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam")->type_name("NAME")->check(non_empty);
+  cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8")->type_name("DTYPE")->check(non_empty);
+  cmd->add_option("--threads", a->threads, "OpenMP threads")->capture_default_str()->type_name("N")->check(non_empty);
+  cmd->add_option("--iters", a->iters, "Measured iterations (default 50)")->type_name("N")->check(non_empty);
+  cmd->add_option("--warmup", a->warmup, "Warm-up iterations (default 10)")->type_name("N")->check(non_empty);
+  cmd->add_option("--seed", a->seed, "Seed of the input stream, gradients and table init")->capture_default_str()->type_name("N")->check(non_empty);
+  cmd->add_option("--json", a->json, "Write the results as JSON to FILE")->type_name("FILE")->check(non_empty);
   cmd->add_option("--roofline-bytes", a->roofline_bytes, "Buffer of the ceiling probes (>= 64MiB, >> L3)")
-      ->capture_default_str()->type_name("SIZE");
+      ->capture_default_str()->type_name("SIZE")->check(non_empty);
   cmd->add_flag("--quiet", a->quiet, "No progress lines on stderr");
   cmd->footer(
       "With --optimizer, --dtype or --state-dtype the optimizer workload runs that one contender (defaults "

@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other parse error is a bad argument (exit code 2).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return result.exit_code;
 }

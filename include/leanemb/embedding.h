@@ -5,7 +5,7 @@
 // optimizer state; see optimizer.h). Forward pools the rows of each bag into an fp32 output;
 // backward_update deduplicates the batch's ids per table, sums each unique row's gradient in
 // fp32 in a fixed order, and applies the optimizer once per unique row. No full-table gradient
-// exists at any time: gradient memory is [unique rows, dim].
+// exists at any time: gradient memory is [unique rows, dim] (kept for reuse between steps).
 //
 // Inputs follow PyTorch's EmbeddingBag convention: per feature, ids [nnz] (int64), offsets
 // [B + 1] (offsets[0] = 0, non-decreasing, offsets[B] = nnz), optional per-id weights [nnz].
@@ -95,6 +95,10 @@ struct UpdateOptions {
   // Check every incoming gradient for Inf/NaN before any row changes; if one is found the step
   // is skipped entirely (no row, no state, no step counter changes).
   bool check_finite = true;
+  // When the summed gradients are provably finite (bounded by the inputs), reduce each row's
+  // gradient and update it in one pass, without a [unique rows, dim] buffer. false forces the
+  // two-pass path (reduce all, check, update). Both give bit-identical results.
+  bool fuse_when_safe = true;
 };
 
 struct UpdateReport {
@@ -164,6 +168,10 @@ class EmbeddingCollection {
   Status load_table(int table, const std::string& path);
 
   MemoryStats memory_stats() const;
+  // backward_update keeps its workspace and gradient buffers (sized to the largest step so far)
+  // for the next step; they count as current bytes in their categories while held. This frees
+  // them; the next step allocates again.
+  void release_step_buffers();
 
  private:
   struct Impl;

@@ -54,6 +54,30 @@ void update_rows(const TableView& t, const int64_t* rows, const float* grads, in
                  const UpdateStep& s, int num_threads);
 void ref_update_row(const TableView& t, int64_t row, const float* grad, const UpdateStep& s);
 
+// ---- segment reduce (the backward's per-row gradient sum) ------------------------------------
+// Contributions of a table's ids, sorted by row (and by position within a row): contribution k
+// adds scale[k] * ptr[k][0 .. dim) to its row's gradient; run u is k in [seg[u], seg[u + 1]).
+struct SegmentSource {
+  const int64_t* seg = nullptr;        // [U + 1] start of each unique row's run
+  const float* const* ptr = nullptr;   // [n] gradient vector of contribution k ([dim] fp32)
+  const float* scale = nullptr;        // [n] weight of contribution k
+  int64_t dim = 0;
+  float multiplier = 1.0f;             // applied after the sum
+};
+
+// out[(u - u0) * dim + j] = multiplier * sum_{k in run u, in order} scale[k] * ptr[k][j]
+// for u in [u0, u1). Returns false if any output is Inf or NaN.
+bool reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out);
+bool ref_reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out);
+
+// Fused backward for one table: for every unique row u (rows[u]), reduce its gradient (as
+// reduce_segments) into a small per-thread buffer and apply the optimizer (as update_rows), so
+// no [U, dim] gradient buffer exists. REQUIRES: the reduced gradients are known to be finite
+// (the caller proves it or does not ask). scratch: reduce_and_update_scratch_floats() floats.
+void reduce_and_update(const TableView& t, const SegmentSource& s, const int64_t* rows, int64_t num_unique,
+                       const UpdateStep& step, int num_threads, float* scratch);
+size_t reduce_and_update_scratch_floats(int64_t dim, int num_threads);
+
 // ---- row element helpers (shared by reference code, tests and table I/O) ---------------------
 // Dequantized weights of one row: out [dim].
 void ref_load_weights(const RowLayout& l, const uint8_t* row, float* out);

@@ -152,6 +152,20 @@ void ref_sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, fl
     ref_load_weights(l, t.base + static_cast<size_t>(ids[i]) * l.stride_bytes, out + i * l.dim);
 }
 
+bool ref_reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {
+  bool finite = true;
+  for (int64_t u = u0; u < u1; ++u) {
+    float* g = out + (u - u0) * s.dim;
+    for (int64_t j = 0; j < s.dim; ++j) {
+      float acc = 0.0f;
+      for (int64_t k = s.seg[u]; k < s.seg[u + 1]; ++k) acc += s.scale[k] * s.ptr[k][j];
+      g[j] = acc * s.multiplier;
+      finite = finite && std::isfinite(g[j]);
+    }
+  }
+  return finite;
+}
+
 void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const UpdateStep& s) {
   const RowLayout& l = *t.layout;
   const OptimizerOptions& o = l.optimizer;

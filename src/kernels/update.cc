@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
 #include "kernels/row_access.h"
+#include "kernels/vec8.h"
 
 namespace leanemb::kernels {
 
@@ -164,7 +165,89 @@ void update_range_any(const TableView& t, const int64_t* rows, const float* grad
   }
 }
 
+// Register-blocked segment reduce: columns [col, col + 8 * kVecs) of one unique row, in
+// vector accumulators. The first column block prefetches gradient vectors a few
+// contributions ahead.
+template <int kVecs>
+inline void reduce_columns(const SegmentSource& s, int64_t u, int64_t col, bool prefetch, int64_t n,
+                           float* __restrict g) {
+  constexpr int64_t kAhead = 8;
+  v8f acc[kVecs];
+  for (int v = 0; v < kVecs; ++v) acc[v] = v8f{};
+  for (int64_t k = s.seg[u]; k < s.seg[u + 1]; ++k) {
+    if (prefetch && k + kAhead < n) {
+      const float* p = s.ptr[k + kAhead];
+      for (int64_t off = 0; off < s.dim; off += 16) __builtin_prefetch(p + off, 0, 1);
+    }
+    const float* x = s.ptr[k] + col;
+    const float sc = s.scale[k];
+    for (int v = 0; v < kVecs; ++v) acc[v] += sc * load8f(x + 8 * v);
+  }
+  for (int v = 0; v < kVecs; ++v) store8f(g + col + 8 * v, acc[v] * s.multiplier);
+}
+
+// Columns past the last full block of 8, one at a time.
+inline void reduce_tail(const SegmentSource& s, int64_t u, int64_t col, float* __restrict g) {
+  for (int64_t j = col; j < s.dim; ++j) {
+    float acc = 0.0f;
+    for (int64_t k = s.seg[u]; k < s.seg[u + 1]; ++k) acc += s.scale[k] * s.ptr[k][j];
+    g[j] = acc * s.multiplier;
+  }
+}
+
+LEANEMB_MULTIVERSION
+bool reduce_range(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {
+  const int64_t d = s.dim;
+  int bad = 0;
+  for (int64_t u = u0; u < u1; ++u) {
+    float* __restrict g = out + (u - u0) * d;
+    const int64_t n = s.seg[u1];  // prefetch stays inside this range's contributions
+    int64_t col = 0;
+    for (; col + 64 <= d; col += 64) reduce_columns<8>(s, u, col, col == 0, n, g);
+    for (; col + 8 <= d; col += 8) reduce_columns<1>(s, u, col, col == 0, n, g);
+    if (col < d) reduce_tail(s, u, col, g);
+    for (int64_t j = 0; j < d; ++j) bad |= std::isfinite(g[j]) ? 0 : 1;
+  }
+  return bad == 0;
+}
+
+constexpr int64_t kFusedChunkRows = 16;  // unique rows reduced per batch of updates (fits L1/L2)
+
 }  // namespace
+
+bool reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {
+  return reduce_range(s, u0, u1, out);
+}
+
+size_t reduce_and_update_scratch_floats(int64_t dim, int num_threads) {
+  return static_cast<size_t>(num_threads) * static_cast<size_t>(kFusedChunkRows + 4) * static_cast<size_t>(dim);
+}
+
+void reduce_and_update(const TableView& t, const SegmentSource& s, const int64_t* rows, int64_t num_unique,
+                       const UpdateStep& step, int num_threads, float* scratch) {
+  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
+  const int64_t d = t.layout->dim;
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num();
+    float* mine = scratch + static_cast<size_t>(tid) * static_cast<size_t>(kFusedChunkRows + 4) * static_cast<size_t>(d);
+    float* grads = mine + 4 * d;
+    Scratch sc{mine, mine + d, mine + 2 * d, mine + 3 * d};
+    int64_t u0, u1;
+    static_chunk(num_unique, tid, omp_get_num_threads(), &u0, &u1);
+    for (int64_t c = u0; c < u1; c += kFusedChunkRows) {
+      const int64_t c1 = std::min(c + kFusedChunkRows, u1);
+      // Start fetching this chunk's rows; reducing their gradients hides much of the latency.
+      const size_t stride = t.layout->stride_bytes;
+      for (int64_t u = c; u < c1; ++u) {
+        const uint8_t* row = t.base + static_cast<size_t>(rows[u]) * stride;
+        for (size_t off = 0; off < stride; off += 64) __builtin_prefetch(row + off, 1, 0);
+      }
+      reduce_range(s, c, c1, grads);
+      update_range_any(t, rows + c, grads, 0, c1 - c, step, sc);
+    }
+  }
+}
 
 void update_rows(const TableView& t, const int64_t* rows, const float* grads, int64_t num_unique,
                  const UpdateStep& s, int num_threads) {

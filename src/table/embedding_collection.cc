@@ -16,11 +16,10 @@
 #include "kernels/multiversion.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
+#include "table/collection_impl.h"
 
 namespace leanemb {
 
-using table_internal::CheckedBatch;
-using table_internal::FeatureMeta;
 
 std::string_view pooling_name(PoolingMode p) {
   switch (p) {
@@ -37,55 +36,6 @@ Result<PoolingMode> parse_pooling(std::string_view s) {
   if (s == "none") return PoolingMode::kNone;
   return invalid_argument("unknown pooling '" + std::string(s) + "' (expected sum, mean or none)");
 }
-
-struct TableState {
-  RowLayout layout;
-  Allocation rows;
-  int64_t num_rows = 0;
-  kernels::TableView view() const {
-    return kernels::TableView{rows.as<uint8_t>(), &layout, num_rows, 0};
-  }
-};
-
-// One table's aggregated gradient for a step.
-struct TableGrad {
-  Allocation unique_rows;  // int64 [U]
-  Allocation grads;        // fp32 [U, dim]
-  int64_t num_unique = 0;
-};
-
-struct EmbeddingCollection::Impl {
-  CollectionOptions options;
-  Allocator* alloc = nullptr;
-  std::vector<TableState> tables;
-  std::vector<FeatureMeta> meta;
-  std::vector<int64_t> pooled_offset;  // per feature, -1 for sequence features
-  int64_t pooled_dim = 0;
-  int64_t step = 0;
-  uint64_t skipped_ids = 0;      // dropped in backward_update
-  uint64_t skipped_lookups = 0;  // dropped in forward
-  int dropped_warnings = 0;
-  int num_threads = 1;
-
-  kernels::TableView view(int t) const {
-    kernels::TableView v = tables[t].view();
-    v.table_index = static_cast<uint32_t>(t);
-    return v;
-  }
-  // Rate-limited warning about ids dropped under BoundsCheckMode::kSkip.
-  void warn_dropped(uint64_t n, const char* where) {
-    if (dropped_warnings >= 5) return;
-    ++dropped_warnings;
-    std::fprintf(stderr, "leanemb: warning: %s dropped %llu out-of-range ids in this batch%s\n", where,
-                 static_cast<unsigned long long>(n), dropped_warnings == 5 ? "; further warnings suppressed" : "");
-  }
-  Status check(const SparseBatch& batch, CheckedBatch* out) const {
-    return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
-  }
-  Status aggregate(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
-                   std::span<const std::span<const float>> grad_seq, float multiplier, TableGrad* out,
-                   bool* nonfinite);
-};
 
 namespace {
 
@@ -212,6 +162,7 @@ int64_t EmbeddingCollection::pooled_offset(int feature) const {
 int64_t EmbeddingCollection::step() const { return impl_->step; }
 uint64_t EmbeddingCollection::num_skipped_ids() const { return impl_->skipped_ids; }
 uint64_t EmbeddingCollection::num_skipped_lookups() const { return impl_->skipped_lookups; }
+void EmbeddingCollection::release_step_buffers() { impl_->buffers.release(); }
 void EmbeddingCollection::set_step(int64_t step) {
   LEANEMB_CHECK(step >= 0, "negative step");
   impl_->step = step;
@@ -223,9 +174,7 @@ Status EmbeddingCollection::validate(const SparseBatch& batch) const {
   return impl_->check(batch, &cb);
 }
 
-namespace {
 
-// Output sizes for a checked batch.
 Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,
                      std::span<const size_t> seq_sizes, const char* what) {
   const size_t want = static_cast<size_t>(b.batch_size * c.pooled_dim());
@@ -250,8 +199,6 @@ Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t 
                             std::to_string(s) + " sequence features");
   return Status();
 }
-
-}  // namespace
 
 Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out,
                                     std::span<const std::span<float>> seq_out) {
@@ -289,185 +236,6 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     else kernels::pooled_lookup(tv, a, im.num_threads);
   }
   return Status();
-}
-
-namespace {
-
-bool all_finite(std::span<const float> x, int nt) {
-  int bad = 0;
-#pragma omp parallel for num_threads(nt) reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) bad |= std::isfinite(x[i]) ? 0 : 1;
-  return bad == 0;
-}
-
-// Sums each segment's contributions in src order: out[u, :] = multiplier * sum_k scale[k] * src[k][:].
-LEANEMB_MULTIVERSION
-void reduce_segments(const uint64_t* keys, const int64_t* seg_begin, int64_t u0, int64_t u1, const float* const* src,
-                     const float* scale, int64_t dim, float multiplier, float* out, int* nonfinite) {
-  int bad = 0;
-  for (int64_t u = u0; u < u1; ++u) {
-    float* __restrict g = out + u * dim;
-    for (int64_t j = 0; j < dim; ++j) g[j] = 0.0f;
-    for (int64_t k = seg_begin[u]; k < seg_begin[u + 1]; ++k) {
-      const uint32_t sidx = static_cast<uint32_t>(keys[k]);
-      const float* __restrict x = src[sidx];
-      const float sc = scale[sidx];
-      for (int64_t j = 0; j < dim; ++j) g[j] += sc * x[j];
-    }
-    if (multiplier != 1.0f)
-      for (int64_t j = 0; j < dim; ++j) g[j] *= multiplier;
-    for (int64_t j = 0; j < dim; ++j) bad |= std::isfinite(g[j]) ? 0 : 1;
-  }
-  *nonfinite |= bad;
-}
-
-int bit_width(uint64_t x) {
-  int b = 0;
-  while (x) {
-    ++b;
-    x >>= 1;
-  }
-  return b;
-}
-
-}  // namespace
-
-Status EmbeddingCollection::Impl::aggregate(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
-                                            std::span<const std::span<const float>> grad_seq, float multiplier,
-                                            TableGrad* out, bool* nonfinite) {
-  const int64_t dim = tables[t].layout.dim;
-  // Gather every (row, contribution) of this table from the features that use it.
-  int64_t n = 0;
-  for (size_t f = 0; f < options.features.size(); ++f)
-    if (options.features[f].table == t) n += static_cast<int64_t>(batch.features[f].ids.size());
-  out->num_unique = 0;
-  if (n == 0) return Status();
-  const size_t nz = static_cast<size_t>(n);
-  LEANEMB_ASSIGN_OR_RETURN(Allocation keys_a, alloc->allocate(nz * 8, Category::kWorkspace));
-  // scratch: radix-sort buffer, then segment starts [U + 1] (U <= n), hence n + 1 entries.
-  LEANEMB_ASSIGN_OR_RETURN(Allocation scratch_a, alloc->allocate((nz + 1) * 8, Category::kWorkspace));
-  LEANEMB_ASSIGN_OR_RETURN(Allocation src_a, alloc->allocate(nz * sizeof(float*), Category::kWorkspace));
-  LEANEMB_ASSIGN_OR_RETURN(Allocation scale_a, alloc->allocate(nz * 4, Category::kWorkspace));
-  uint64_t* keys = keys_a.as<uint64_t>();
-  const float** src = static_cast<const float**>(src_a.data());
-  float* scale = scale_a.as<float>();
-  int64_t k = 0;
-  size_t seq_index = 0;
-  for (size_t f = 0; f < options.features.size(); ++f) {
-    const FeatureOptions& fo = options.features[f];
-    const bool is_seq = fo.pooling == PoolingMode::kNone;
-    const float* seq_grad = is_seq ? grad_seq[seq_index].data() : nullptr;
-    if (is_seq) ++seq_index;
-    if (fo.table != t) continue;
-    const FeatureInput& in = batch.features[f];
-    for (int64_t b = 0; b < batch.batch_size; ++b) {
-      const int64_t lo = in.offsets[b], hi = in.offsets[b + 1];
-      const float inv_len = (fo.pooling == PoolingMode::kMean) ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
-      for (int64_t i = lo; i < hi; ++i, ++k) {
-        keys[k] = (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
-        src[k] = is_seq ? seq_grad + i * dim : grad_pooled.data() + b * pooled_dim + pooled_offset[f];
-        const float w = in.weights.empty() ? 1.0f : in.weights[i];
-        scale[k] = fo.pooling == PoolingMode::kMean ? w * inv_len : w;
-      }
-    }
-  }
-  // Dedup: sort by row (stable, so contributions of a row stay in src order), find segments.
-  if (options.use_reference_kernels) {
-    std::stable_sort(keys, keys + n, [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
-  } else {
-    kernels::radix_sort_row_src(keys, scratch_a.as<uint64_t>(), n, bit_width(static_cast<uint64_t>(tables[t].num_rows - 1)));
-  }
-  int64_t num_unique = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
-  LEANEMB_ASSIGN_OR_RETURN(Allocation rows_a, alloc->allocate(static_cast<size_t>(num_unique) * 8, Category::kWorkspace));
-  LEANEMB_ASSIGN_OR_RETURN(Allocation grads_a, alloc->allocate(static_cast<size_t>(num_unique * dim) * 4, Category::kGradients));
-  int64_t* seg = reinterpret_cast<int64_t*>(scratch_a.as<uint64_t>());
-  int64_t* rows = rows_a.as<int64_t>();
-  int64_t u = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) {
-      rows[u] = static_cast<int64_t>(keys[i] >> 32);
-      seg[u++] = i;
-    }
-  }
-  seg[num_unique] = n;
-  int bad = 0;
-  float* g = grads_a.as<float>();
-  if (options.use_reference_kernels) {
-    reduce_segments(keys, seg, 0, num_unique, src, scale, dim, multiplier, g, &bad);
-  } else {
-#pragma omp parallel num_threads(num_threads) reduction(| : bad)
-    {
-      int64_t u0, u1;
-      kernels::static_chunk(num_unique, omp_get_thread_num(), omp_get_num_threads(), &u0, &u1);
-      int local = 0;
-      reduce_segments(keys, seg, u0, u1, src, scale, dim, multiplier, g, &local);
-      bad |= local;
-    }
-  }
-  *nonfinite = *nonfinite || bad != 0;
-  out->unique_rows = std::move(rows_a);
-  out->grads = std::move(grads_a);
-  out->num_unique = num_unique;
-  return Status();
-}
-
-Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
-                                                          std::span<const std::span<const float>> grad_seq,
-                                                          const UpdateOptions& update) {
-  Impl& im = *impl_;
-  CheckedBatch cb;
-  LEANEMB_RETURN_IF_ERROR(im.check(batch, &cb));
-  const SparseBatch& b = *cb.batch;
-  std::vector<size_t> seq_sizes;
-  for (const auto& s : grad_seq) seq_sizes.push_back(s.size());
-  LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, grad_pooled.size(), seq_sizes, "backward_update"));
-  if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
-  if (cb.num_dropped > 0) {
-    im.skipped_ids += cb.num_dropped;
-    im.warn_dropped(cb.num_dropped, "backward_update");
-  }
-
-  UpdateReport report;
-  if (update.check_finite) {
-    bool finite = all_finite(grad_pooled, im.num_threads);
-    for (const auto& s : grad_seq) finite = finite && all_finite(s, im.num_threads);
-    if (!finite) {
-      report.skipped_nonfinite = true;
-      return report;
-    }
-  }
-  // Phase 1: aggregate every trainable table (allocations may fail here; no row has changed).
-  std::vector<TableGrad> grads(im.tables.size());
-  bool nonfinite = false;
-  for (int t = 0; t < num_tables(); ++t) {
-    if (im.options.tables[t].frozen) continue;
-    LEANEMB_RETURN_IF_ERROR(im.aggregate(t, b, grad_pooled, grad_seq, update.grad_multiplier, &grads[t], &nonfinite));
-  }
-  if (update.check_finite && nonfinite) {
-    report.skipped_nonfinite = true;
-    return report;
-  }
-  // Phase 2: apply the optimizers. Nothing below can fail.
-  const int64_t step = im.step + 1;
-  for (int t = 0; t < num_tables(); ++t) {
-    const TableGrad& tg = grads[t];
-    if (tg.num_unique == 0) continue;
-    const kernels::TableView tv = im.view(t);
-    const kernels::UpdateStep us{im.options.seed, step};
-    const int64_t* rows = tg.unique_rows.as<int64_t>();
-    const float* g = tg.grads.as<float>();
-    if (im.options.use_reference_kernels) {
-      for (int64_t u = 0; u < tg.num_unique; ++u) kernels::ref_update_row(tv, rows[u], g + u * tv.layout->dim, us);
-    } else {
-      kernels::update_rows(tv, rows, g, tg.num_unique, us, im.num_threads);
-    }
-    report.unique_rows += tg.num_unique;
-  }
-  for (const auto& f : b.features) report.lookups += static_cast<int64_t>(f.ids.size());
-  im.step = step;
-  return report;
 }
 
 }  // namespace leanemb

@@ -1,0 +1,246 @@
+// EmbeddingCollection::backward_update. A step runs in phases:
+//   0. check the batch and the incoming gradients (finite; their largest magnitude);
+//   1. per trainable table, group the batch's ids by row (dedup): contributions sorted by row
+//      with a stable radix sort, runs of equal rows found, all in reusable step buffers;
+//   2. if the summed gradients are provably finite (|g| * |scale| * run length * |multiplier|
+//      far below FLT_MAX), reduce each row's gradient and apply the optimizer in one fused
+//      pass; otherwise reduce every table into a [unique, dim] buffer, check it, and only then
+//      update. Either way the arithmetic is the same, so the result is too.
+// Any failure before the first row update (bad input, allocation failure, non-finite gradient)
+// leaves every row, optimizer state and the step counter unchanged.
+#include <omp.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "kernels/multiversion.h"
+#include "table/collection_impl.h"
+
+namespace leanemb {
+
+namespace {
+
+// Per table: sort keys, radix scratch / run starts, contribution pointers and scales in position
+// order, the same sorted by row, unique rows, gradients (two-pass path).
+constexpr size_t kSlotsPerTable = 8;
+enum Slot : size_t { kKeys, kRuns, kSrcPtr, kScale, kSortedPtr, kSortedScale, kRows, kGrads };
+
+size_t slot(int table, Slot s) { return static_cast<size_t>(table) * kSlotsPerTable + s; }
+
+// Largest |x| over finite inputs; +Inf if any element is Inf or NaN.
+float max_abs(std::span<const float> x, int nt) {
+  float m = 0.0f;
+  int bad = 0;
+#pragma omp parallel for num_threads(nt) reduction(max : m) reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    bad |= std::isfinite(x[i]) ? 0 : 1;
+    m = std::max(m, std::fabs(x[i]));
+  }
+  return bad ? INFINITY : m;
+}
+
+int bit_width(uint64_t x) {
+  int b = 0;
+  while (x) {
+    ++b;
+    x >>= 1;
+  }
+  return b;
+}
+
+}  // namespace
+
+Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
+                                        std::span<const std::span<const float>> grad_seq, float multiplier,
+                                        TableDedup* out) {
+  const int64_t dim = tables[t].layout.dim;
+  int64_t n = 0;
+  for (size_t f = 0; f < options.features.size(); ++f)
+    if (options.features[f].table == t) n += static_cast<int64_t>(batch.features[f].ids.size());
+  *out = TableDedup{};
+  if (n == 0) return Status();
+  const size_t nz = static_cast<size_t>(n);
+  // The runs buffer first serves as the radix sort's scratch, then holds run starts [U + 1]
+  // (U <= n), hence n + 1 entries.
+  LEANEMB_ASSIGN_OR_RETURN(void* keys_p, buffers.get(slot(t, kKeys), nz * 8, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), (nz + 1) * 8, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* src_p, buffers.get(slot(t, kSrcPtr), nz * sizeof(float*), Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* scale_p, buffers.get(slot(t, kScale), nz * 4, Category::kWorkspace, alloc));
+  uint64_t* keys = static_cast<uint64_t*>(keys_p);
+  const float** src = static_cast<const float**>(src_p);
+  float* scale = static_cast<float*>(scale_p);
+
+  // Contributions in feature, bag, position order: that order is the summation order.
+  int64_t k = 0;
+  size_t seq_index = 0;
+  float max_scale = 0.0f;
+  for (size_t f = 0; f < options.features.size(); ++f) {
+    const FeatureOptions& fo = options.features[f];
+    const bool is_seq = fo.pooling == PoolingMode::kNone;
+    const float* seq_grad = is_seq ? grad_seq[seq_index].data() : nullptr;
+    if (is_seq) ++seq_index;
+    if (fo.table != t) continue;
+    const FeatureInput& in = batch.features[f];
+    for (int64_t b = 0; b < batch.batch_size; ++b) {
+      const int64_t lo = in.offsets[b], hi = in.offsets[b + 1];
+      const float inv_len = (fo.pooling == PoolingMode::kMean) ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
+      const float* bag_grad = is_seq ? nullptr : grad_pooled.data() + b * pooled_dim + pooled_offset[f];
+      for (int64_t i = lo; i < hi; ++i, ++k) {
+        keys[k] = (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
+        src[k] = is_seq ? seq_grad + i * dim : bag_grad;
+        const float w = in.weights.empty() ? 1.0f : in.weights[i];
+        scale[k] = fo.pooling == PoolingMode::kMean ? w * inv_len : w;
+        max_scale = std::max(max_scale, std::fabs(scale[k]));
+      }
+    }
+  }
+  if (options.use_reference_kernels) {
+    std::stable_sort(keys, keys + n, [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
+  } else {
+    kernels::radix_sort_row_src(keys, static_cast<uint64_t*>(runs_p), n,
+                                bit_width(static_cast<uint64_t>(tables[t].num_rows - 1)));
+  }
+  int64_t num_unique = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
+  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), static_cast<size_t>(num_unique) * 8,
+                                                     Category::kWorkspace, alloc));
+  int64_t* runs = static_cast<int64_t*>(runs_p);
+  int64_t* rows = static_cast<int64_t*>(rows_p);
+  int64_t u = 0, max_run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) {
+      if (u > 0) max_run = std::max(max_run, i - runs[u - 1]);
+      rows[u] = static_cast<int64_t>(keys[i] >> 32);
+      runs[u++] = i;
+    }
+  }
+  runs[num_unique] = n;
+  max_run = std::max(max_run, n - runs[num_unique - 1]);
+
+  // Gather pointers and scales into sorted order, so the reduce reads them sequentially.
+  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), nz * sizeof(float*), Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), nz * 4, Category::kWorkspace, alloc));
+  const float** sorted_ptr = static_cast<const float**>(sptr_p);
+  float* sorted_scale = static_cast<float*>(sscale_p);
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + 16 < n) {
+      const uint32_t ahead = static_cast<uint32_t>(keys[i + 16]);
+      __builtin_prefetch(&src[ahead]);
+      __builtin_prefetch(&scale[ahead]);
+    }
+    const uint32_t src_i = static_cast<uint32_t>(keys[i]);
+    sorted_ptr[i] = src[src_i];
+    sorted_scale[i] = scale[src_i];
+  }
+  out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier};
+  out->rows = rows;
+  out->num_unique = num_unique;
+  out->num_ids = n;
+  out->max_abs_scale = max_scale;
+  out->max_run = max_run;
+  return Status();
+}
+
+Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                                          std::span<const std::span<const float>> grad_seq,
+                                                          const UpdateOptions& update) {
+  Impl& im = *impl_;
+  CheckedBatch cb;
+  LEANEMB_RETURN_IF_ERROR(im.check(batch, &cb));
+  const SparseBatch& b = *cb.batch;
+  std::vector<size_t> seq_sizes;
+  for (const auto& s : grad_seq) seq_sizes.push_back(s.size());
+  LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, grad_pooled.size(), seq_sizes, "backward_update"));
+  if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
+  if (cb.num_dropped > 0) {
+    im.skipped_ids += cb.num_dropped;
+    im.warn_dropped(cb.num_dropped, "backward_update");
+  }
+
+  // Phase 0: incoming gradients.
+  UpdateReport report;
+  float max_grad = 0.0f;
+  if (update.check_finite) {
+    max_grad = max_abs(grad_pooled, im.num_threads);
+    for (const auto& s : grad_seq) max_grad = std::max(max_grad, max_abs(s, im.num_threads));
+    if (!std::isfinite(max_grad)) {
+      report.skipped_nonfinite = true;
+      return report;
+    }
+  }
+  // Phase 1: dedup every trainable table. Allocations may fail here; no row has changed.
+  std::vector<TableDedup> dd(im.tables.size());
+  bool fused = update.fuse_when_safe && !im.options.use_reference_kernels;
+  for (int t = 0; t < num_tables(); ++t) {
+    if (im.options.tables[t].frozen) continue;
+    LEANEMB_RETURN_IF_ERROR(im.dedup(t, b, grad_pooled, grad_seq, update.grad_multiplier, &dd[t]));
+    if (update.check_finite) {
+      // |reduced g| <= max_run * max|scale| * max|grad| * |multiplier| (1 + rounding); a margin of
+      // 2^10 below FLT_MAX makes overflow impossible, so the check after reducing can be skipped.
+      const double bound = static_cast<double>(dd[t].max_run) * dd[t].max_abs_scale * max_grad *
+                           std::fabs(static_cast<double>(update.grad_multiplier));
+      if (!(bound < static_cast<double>(FLT_MAX) / 1024.0)) fused = false;
+    }
+  }
+  const kernels::UpdateStep us{im.options.seed, im.step + 1};
+  if (fused) {
+    // Phase 2, fused: reduce and update row by row. Nothing below can fail but the one
+    // allocation, which happens before any row changes.
+    int64_t max_dim = 0;
+    for (int t = 0; t < num_tables(); ++t) max_dim = std::max(max_dim, im.tables[t].layout.dim);
+    const size_t floats = kernels::reduce_and_update_scratch_floats(max_dim, im.num_threads);
+    LEANEMB_ASSIGN_OR_RETURN(void* scratch, im.buffers.get(slot(num_tables(), kKeys), floats * 4, Category::kGradients, im.alloc));
+    for (int t = 0; t < num_tables(); ++t) {
+      if (dd[t].num_unique == 0) continue;
+      kernels::reduce_and_update(im.view(t), dd[t].source, dd[t].rows, dd[t].num_unique, us, im.num_threads,
+                                 static_cast<float*>(scratch));
+      report.unique_rows += dd[t].num_unique;
+    }
+  } else {
+    // Phase 2, checked: reduce every table into [U, dim], check, then update.
+    std::vector<float*> grads(im.tables.size(), nullptr);
+    bool finite = true;
+    for (int t = 0; t < num_tables(); ++t) {
+      if (dd[t].num_unique == 0) continue;
+      const size_t bytes = static_cast<size_t>(dd[t].num_unique * im.tables[t].layout.dim) * 4;
+      LEANEMB_ASSIGN_OR_RETURN(void* g, im.buffers.get(slot(t, kGrads), bytes, Category::kGradients, im.alloc));
+      grads[t] = static_cast<float*>(g);
+      if (im.options.use_reference_kernels) {
+        finite = kernels::ref_reduce_segments(dd[t].source, 0, dd[t].num_unique, grads[t]) && finite;
+      } else {
+        int bad = 0;
+#pragma omp parallel num_threads(im.num_threads) reduction(| : bad)
+        {
+          int64_t u0, u1;
+          kernels::static_chunk(dd[t].num_unique, omp_get_thread_num(), omp_get_num_threads(), &u0, &u1);
+          bad |= kernels::reduce_segments(dd[t].source, u0, u1, grads[t] + u0 * dd[t].source.dim) ? 0 : 1;
+        }
+        finite = finite && bad == 0;
+      }
+    }
+    if (update.check_finite && !finite) {
+      report.skipped_nonfinite = true;
+      return report;
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      if (dd[t].num_unique == 0) continue;
+      const kernels::TableView tv = im.view(t);
+      if (im.options.use_reference_kernels) {
+        for (int64_t u = 0; u < dd[t].num_unique; ++u)
+          kernels::ref_update_row(tv, dd[t].rows[u], grads[t] + u * tv.layout->dim, us);
+      } else {
+        kernels::update_rows(tv, dd[t].rows, grads[t], dd[t].num_unique, us, im.num_threads);
+      }
+      report.unique_rows += dd[t].num_unique;
+    }
+  }
+  for (const auto& f : b.features) report.lookups += static_cast<int64_t>(f.ids.size());
+  im.step = us.step;
+  return report;
+}
+
+}  // namespace leanemb

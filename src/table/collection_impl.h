@@ -1,0 +1,98 @@
+// Private state of EmbeddingCollection, shared by its implementation files
+// (embedding_collection.cc: creation, forward, row access; backward.cc: backward_update).
+#pragma once
+
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "leanemb/embedding.h"
+#include "table/batch_check.h"
+
+namespace leanemb {
+
+using table_internal::CheckedBatch;
+using table_internal::FeatureMeta;
+
+struct TableState {
+  RowLayout layout;
+  Allocation rows;
+  int64_t num_rows = 0;
+  kernels::TableView view() const {
+    return kernels::TableView{rows.as<uint8_t>(), &layout, num_rows, 0};
+  }
+};
+
+// One table's ids of a step grouped by row: the sorted contributions and their runs.
+struct TableDedup {
+  kernels::SegmentSource source;  // keys, seg, src_ptr, scale, dim, multiplier
+  const int64_t* rows = nullptr;  // [U] the unique rows, ascending
+  int64_t num_unique = 0;
+  int64_t num_ids = 0;
+  float max_abs_scale = 0.0f;     // largest |scale| of a contribution
+  int64_t max_run = 0;            // most contributions to one row
+};
+
+// Buffers of a step, kept between steps and grown on demand: allocating and freeing them every
+// step would make the OS fault in and zero fresh pages each time (a large share of a step's
+// time at 2 million rows). They stay visible in the allocator's accounting while held;
+// EmbeddingCollection::release_step_buffers() returns them.
+class StepBuffers {
+ public:
+  // A buffer of at least `bytes` for `slot`, allocated in `category` if the held one is smaller.
+  Result<void*> get(size_t slot, size_t bytes, Category category, Allocator* alloc) {
+    if (slot >= slots_.size()) slots_.resize(slot + 1);
+    Allocation& a = slots_[slot];
+    if (a.size_bytes() < bytes || a.empty()) {
+      a.reset();  // free first: the old and new buffer never coexist
+      // 1/8 headroom so that slowly growing batches do not reallocate every step.
+      LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(std::max<size_t>(bytes + bytes / 8, 64), category));
+    }
+    return a.data();
+  }
+  void release() { slots_.clear(); }
+
+ private:
+  std::vector<Allocation> slots_;
+};
+
+struct EmbeddingCollection::Impl {
+  CollectionOptions options;
+  Allocator* alloc = nullptr;
+  std::vector<TableState> tables;
+  std::vector<FeatureMeta> meta;
+  std::vector<int64_t> pooled_offset;  // per feature, -1 for sequence features
+  int64_t pooled_dim = 0;
+  int64_t step = 0;
+  StepBuffers buffers;           // slots: kSlotsPerTable per table, then shared ones
+  uint64_t skipped_ids = 0;      // dropped in backward_update
+  uint64_t skipped_lookups = 0;  // dropped in forward
+  int dropped_warnings = 0;
+  int num_threads = 1;
+
+  kernels::TableView view(int t) const {
+    kernels::TableView v = tables[t].view();
+    v.table_index = static_cast<uint32_t>(t);
+    return v;
+  }
+  // Rate-limited warning about ids dropped under BoundsCheckMode::kSkip.
+  void warn_dropped(uint64_t n, const char* where) {
+    if (dropped_warnings >= 5) return;
+    ++dropped_warnings;
+    std::fprintf(stderr, "leanemb: warning: %s dropped %llu out-of-range ids in this batch%s\n", where,
+                 static_cast<unsigned long long>(n), dropped_warnings == 5 ? "; further warnings suppressed" : "");
+  }
+  Status check(const SparseBatch& batch, CheckedBatch* out) const {
+    return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
+  }
+  // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
+  Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
+               std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
+};
+
+// Checks the sizes of the pooled and sequence buffers of a call against a checked batch.
+Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,
+                     std::span<const size_t> seq_sizes, const char* what);
+
+}  // namespace leanemb
