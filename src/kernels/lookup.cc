@@ -139,6 +139,18 @@ void pooled_lookup(const TableView& t, const PooledArgs& a, int num_threads) {
   }
 }
 
+void pooled_lookup_multi(const PooledJob* jobs, int num_jobs, int num_threads) {
+  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nt)
+  {
+    for (int j = 0; j < num_jobs; ++j) {
+      int64_t b0, b1;
+      static_chunk(jobs[j].args.batch_size, omp_get_thread_num(), omp_get_num_threads(), &b0, &b1);
+      pool_bags_any(jobs[j].table, jobs[j].args, b0, b1);
+    }
+  }
+}
+
 void sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, float* out, int num_threads) {
   const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nt)

@@ -58,6 +58,21 @@ inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __
   }
 }
 
+// sum_squares (kernels.h) with the lanes in a vector register: lane k sums g[k], g[k + 8], ...
+// in order, exactly as the scalar definition, then the lanes combine in the documented order.
+inline float sum_squares_v(const float* g, int64_t n) {
+  v8f acc = v8f{};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const v8f x = load8f(g + j);
+    acc += x * x;
+  }
+  float s[8];
+  store8f(s, acc);
+  for (; j < n; ++j) s[j % 8] += g[j] * g[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 struct Scratch {
   float* w;
   float* g;
@@ -109,7 +124,7 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
         store_state<S>(l, row, 0, m, key);
         break;
       case OptimizerKind::kRowwiseAdagrad: {
-        const float s_new = load_f32(row + l.rowwise_offset) + sum_squares(g, d) / static_cast<float>(d);
+        const float s_new = load_f32(row + l.rowwise_offset) + sum_squares_v(g, d) / static_cast<float>(d);
         const float mult = lr / (std::sqrt(s_new) + eps);
         for (int64_t j = 0; j < d; ++j) w[j] = w[j] - mult * g[j];
         store_f32(row + l.rowwise_offset, s_new);
@@ -128,7 +143,7 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
         break;
       case OptimizerKind::kPartialRowwiseAdam: {
         const float v_old = load_f32(row + l.rowwise_offset);
-        const float v_new = v_old + (sum_squares(g, d) / static_cast<float>(d) - v_old) * c2;
+        const float v_new = v_old + (sum_squares_v(g, d) / static_cast<float>(d) - v_old) * c2;
         const float denom = std::sqrt(v_new) + eps;
         load_state<S>(l, row, 0, m);
         for (int64_t j = 0; j < d; ++j) {

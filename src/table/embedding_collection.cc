@@ -214,6 +214,7 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     im.warn_dropped(cb.num_dropped, "forward");
   }
   size_t s = 0;
+  std::vector<kernels::PooledJob> jobs;
   for (int f = 0; f < num_features(); ++f) {
     const FeatureOptions& fo = im.options.features[f];
     const FeatureInput& in = b.features[f];
@@ -233,8 +234,9 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     a.out = pooled_out.data() + im.pooled_offset[f];
     a.ldo = im.pooled_dim;
     if (im.options.use_reference_kernels) kernels::ref_pooled_lookup(tv, a);
-    else kernels::pooled_lookup(tv, a, im.num_threads);
+    else jobs.push_back({tv, a});
   }
+  if (!jobs.empty()) kernels::pooled_lookup_multi(jobs.data(), static_cast<int>(jobs.size()), im.num_threads);
   return Status();
 }
 
