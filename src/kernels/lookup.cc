@@ -31,10 +31,18 @@ inline float load_elem(const uint8_t* __restrict row, int64_t j, int64_t d) {
   }
 }
 
+template <DType T, bool kV3>
+inline v8f load(const uint8_t* row, int64_t j, int64_t d) {
+#ifdef LEANEMB_HAVE_V3
+  if constexpr (kV3) return load8_v3<T>(row, j, d);
+#endif
+  return load8<T>(row, j, d);
+}
+
 // Pools columns [col, col + 8 * kVecs) of one bag in kVecs vector accumulators that stay in
 // registers (the row data is the only memory traffic). The sum runs in id order, as the
 // reference's, so results are bit-identical.
-template <DType T, int kVecs>
+template <DType T, int kVecs, bool kV3>
 inline void pool_columns(const TableView& t, const PooledArgs& a, int64_t begin, int64_t end, int64_t col,
                          bool prefetch, float* __restrict out) {
   const RowLayout& l = *t.layout;
@@ -49,9 +57,9 @@ inline void pool_columns(const TableView& t, const PooledArgs& a, int64_t begin,
     const uint8_t* row = t.base + static_cast<size_t>(a.ids[i]) * stride;
     if (a.weights != nullptr) {
       const float w = a.weights[i];
-      for (int v = 0; v < kVecs; ++v) acc[v] += w * load8<T>(row, col + 8 * v, d);
+      for (int v = 0; v < kVecs; ++v) acc[v] += w * load<T, kV3>(row, col + 8 * v, d);
     } else {
-      for (int v = 0; v < kVecs; ++v) acc[v] += load8<T>(row, col + 8 * v, d);
+      for (int v = 0; v < kVecs; ++v) acc[v] += load<T, kV3>(row, col + 8 * v, d);
     }
   }
   if (a.pooling == PoolingMode::kMean && end > begin) {
@@ -79,7 +87,7 @@ inline void pool_tail(const TableView& t, const PooledArgs& a, int64_t begin, in
   }
 }
 
-template <DType T>
+template <DType T, bool kV3>
 inline void pool_bags(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
   const int64_t d = t.layout->dim;
   for (int64_t b = b0; b < b1; ++b) {
@@ -87,20 +95,39 @@ inline void pool_bags(const TableView& t, const PooledArgs& a, int64_t b0, int64
     const int64_t begin = a.offsets[b], end = a.offsets[b + 1];
     int64_t col = 0;
     // Prefetching is issued during the first column block only: it fetches whole rows.
-    for (; col + 64 <= d; col += 64) pool_columns<T, 8>(t, a, begin, end, col, col == 0, out);
-    for (; col + 8 <= d; col += 8) pool_columns<T, 1>(t, a, begin, end, col, col == 0, out);
+    for (; col + 64 <= d; col += 64) pool_columns<T, 8, kV3>(t, a, begin, end, col, col == 0, out);
+    for (; col + 8 <= d; col += 8) pool_columns<T, 1, kV3>(t, a, begin, end, col, col == 0, out);
     if (col < d) pool_tail<T>(t, a, begin, end, col, out);
   }
 }
 
-LEANEMB_MULTIVERSION
-void pool_bags_any(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
+template <bool kV3>
+inline void pool_bags_dtype(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
   switch (t.layout->weight_dtype) {
-    case DType::kF32: pool_bags<DType::kF32>(t, a, b0, b1); break;
-    case DType::kF16: pool_bags<DType::kF16>(t, a, b0, b1); break;
-    case DType::kBF16: pool_bags<DType::kBF16>(t, a, b0, b1); break;
-    case DType::kInt8Rowwise: pool_bags<DType::kInt8Rowwise>(t, a, b0, b1); break;
+    case DType::kF32: pool_bags<DType::kF32, kV3>(t, a, b0, b1); break;
+    case DType::kF16: pool_bags<DType::kF16, kV3>(t, a, b0, b1); break;
+    case DType::kBF16: pool_bags<DType::kBF16, kV3>(t, a, b0, b1); break;
+    case DType::kInt8Rowwise: pool_bags<DType::kInt8Rowwise, kV3>(t, a, b0, b1); break;
   }
+}
+
+// Two explicit builds of the pooled lookup, chosen per call by CPU: with AVX2/F16C intrinsics
+// for the conversions, and portable.
+__attribute__((flatten)) void pool_bags_base(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
+  pool_bags_dtype<false>(t, a, b0, b1);
+}
+#ifdef LEANEMB_HAVE_V3
+LEANEMB_TARGET_V3 __attribute__((flatten)) void pool_bags_v3(const TableView& t, const PooledArgs& a, int64_t b0,
+                                                             int64_t b1) {
+  pool_bags_dtype<true>(t, a, b0, b1);
+}
+#endif
+
+void pool_bags_any(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
+#ifdef LEANEMB_HAVE_V3
+  if (cpu_has_v3()) return pool_bags_v3(t, a, b0, b1);
+#endif
+  pool_bags_base(t, a, b0, b1);
 }
 
 template <DType T>
