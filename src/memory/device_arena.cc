@@ -163,7 +163,8 @@ struct DeviceArena::Impl {
         run += b.size;
       } else {
         run = 0;
-        if (!b.allocated) best = std::max(best, b.size);
+        // A small-pool block serves only small requests (<= 1 MiB); larger ones go to the large pool.
+        if (!b.allocated) best = std::max(best, b.pool == kSmall ? std::min(b.size, kSmallSize) : b.size);
       }
       best = std::max(best, run);
     }
@@ -192,7 +193,9 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(const DeviceArenaOption
   const size_t huge = size_t{2} << 20;
   void* p = MAP_FAILED;
   if (options.try_huge_pages && usable % huge == 0) {
-    p = mmap(nullptr, usable, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_NORESERVE, -1, 0);
+    // No MAP_NORESERVE here: without a reservation the mapping succeeds even when no huge pages
+    // are available, and the first touch raises SIGBUS. Reserved, it fails and we fall back.
+    p = mmap(nullptr, usable, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
     impl->huge_pages = p != MAP_FAILED;
   }
   if (p == MAP_FAILED) {
@@ -261,14 +264,20 @@ Result<void*> DeviceArena::do_allocate(size_t bytes, size_t alignment, const std
   std::lock_guard<std::mutex> lock(im.mu);
   const int64_t n = im.alloc_counter++;
   const bool injected = im.fail_at >= 0 && (n == im.fail_at || (im.fail_always && n > im.fail_at));
+  // Over the budget fails before any rounding, which could wrap around near SIZE_MAX.
+  const bool too_big = bytes > im.mapped_bytes;
   const size_t extra = alignment > kGranule ? alignment - kGranule : 0;
-  const size_t r = round_up(bytes + extra, kGranule);
+  const size_t r = too_big ? 0 : round_up(bytes + extra, kGranule);
   const Pool pool = r <= kSmallSize ? kSmall : kLarge;
 
-  auto it = injected ? im.blocks.end() : im.find_cached(pool, r);
-  if (!injected && it == im.blocks.end()) {
+  auto it = injected || too_big ? im.blocks.end() : im.find_cached(pool, r);
+  if (!injected && !too_big && it == im.blocks.end()) {
     // Preferred segment size first, then exactly the request (tight budgets).
-    const size_t preferred = pool == kSmall ? kSmallSegment : (r < kMinLargeAlloc ? kLargeSegment : round_up(r, kRoundLarge));
+    size_t preferred = pool == kSmall ? kSmallSegment : (r < kMinLargeAlloc ? kLargeSegment : round_up(r, kRoundLarge));
+    // A request below max_split gets a segment no larger than max_split: a larger one would be
+    // split, and its remainder (>= max_split) could then serve no request below max_split.
+    const size_t max_split = im.options.max_split_bytes;
+    if (pool == kLarge && max_split != 0 && r < max_split) preferred = std::min(preferred, max_split / kGranule * kGranule);
     for (int attempt = 0; attempt < 2 && it == im.blocks.end(); ++attempt) {
       it = im.carve(pool, preferred);
       if (it == im.blocks.end() && preferred != r) it = im.carve(pool, r);
