@@ -3,6 +3,7 @@
 // stderr that names the offending flag or value; --version and a tiny valid run succeed.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,9 +32,10 @@ std::string slurp(const std::string& path) {
 }
 
 // Runs `leanemb <args>` with stdout and stderr captured in files; OMP_NUM_THREADS=2 keeps it
-// small.
+// small. The files are named after this process: CTest runs the tests as parallel processes.
 RunResult run_cli(const std::string& args) {
-  const std::string out = testing::TempDir() + "leanemb_cli_test.out", err = testing::TempDir() + "leanemb_cli_test.err";
+  const std::string stem = testing::TempDir() + "leanemb_cli_test." + std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
   const std::string cmd = std::string("OMP_NUM_THREADS=2 '") + LEANEMB_CLI_PATH + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
   const int status = std::system(cmd.c_str());
   RunResult r;
@@ -129,7 +131,7 @@ TEST(CliTest, VersionPrintsNameAndVersion) {
 
 // A tiny valid optimizer benchmark runs to completion, quietly on stderr, and writes its JSON.
 TEST(CliTest, TinyOptimizerBenchmarkSucceedsAndWritesJson) {
-  const std::string json = testing::TempDir() + "leanemb_cli_test.json";
+  const std::string json = testing::TempDir() + "leanemb_cli_test." + std::to_string(getpid()) + ".json";
   std::remove(json.c_str());
   const RunResult r = run_cli(std::string(kTiny) + " --json '" + json + "'");
   ASSERT_TRUE(r.exited);

@@ -3,6 +3,7 @@
 // allocation of a step (alloc_failure_sweep), gradient memory, sequence and shared-table
 // features, frozen and int8 tables, table save/load and initializers.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -772,7 +773,10 @@ TEST(FrozenTableTest, FrozenAndInt8TablesAreNotUpdated) {
 
 // ---- save / load --------------------------------------------------------------------------------------
 
-std::string temp_path(const std::string& name) { return testing::TempDir() + "leanemb_table_test_" + name; }
+// Named after this process: CTest runs tests as parallel processes.
+std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "leanemb_table_test_" + std::to_string(getpid()) + "_" + name;
+}
 
 void write_file(const std::string& path, const std::vector<char>& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
