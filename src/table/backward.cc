@@ -150,11 +150,8 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
                                                           const UpdateOptions& update) {
   Impl& im = *impl_;
   CheckedBatch cb;
-  LEANEMB_RETURN_IF_ERROR(im.check(batch, &cb));
+  LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, grad_pooled.size(), grad_seq, "backward_update", &cb));
   const SparseBatch& b = *cb.batch;
-  std::vector<size_t> seq_sizes;
-  for (const auto& s : grad_seq) seq_sizes.push_back(s.size());
-  LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, grad_pooled.size(), seq_sizes, "backward_update"));
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
   if (cb.num_dropped > 0) {
     im.skipped_ids += cb.num_dropped;

@@ -83,6 +83,11 @@ struct EmbeddingCollection::Impl {
     std::fprintf(stderr, "leanemb: warning: %s dropped %llu out-of-range ids in this batch%s\n", where,
                  static_cast<unsigned long long>(n), dropped_warnings == 5 ? "; further warnings suppressed" : "");
   }
+  // The prologue of forward and backward_update: checks the batch under the bounds-check
+  // policy (filling `cb`) and the sizes of the call's pooled and sequence buffers.
+  template <typename SeqSpan>
+  Status check_call(const EmbeddingCollection& c, const SparseBatch& batch, size_t pooled_size,
+                    std::span<const SeqSpan> seq, const char* what, CheckedBatch* cb) const;
   Status check(const SparseBatch& batch, CheckedBatch* out) const {
     return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
   }
@@ -94,5 +99,16 @@ struct EmbeddingCollection::Impl {
 // Checks the sizes of the pooled and sequence buffers of a call against a checked batch.
 Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,
                      std::span<const size_t> seq_sizes, const char* what);
+
+
+template <typename SeqSpan>
+Status EmbeddingCollection::Impl::check_call(const EmbeddingCollection& c, const SparseBatch& batch,
+                                             size_t pooled_size, std::span<const SeqSpan> seq, const char* what,
+                                             CheckedBatch* cb) const {
+  LEANEMB_RETURN_IF_ERROR(check(batch, cb));
+  std::vector<size_t> seq_sizes;
+  for (const auto& s : seq) seq_sizes.push_back(s.size());
+  return check_outputs(c, *cb->batch, pooled_size, seq_sizes, what);
+}
 
 }  // namespace leanemb

@@ -204,11 +204,8 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
                                     std::span<const std::span<float>> seq_out) {
   Impl& im = *impl_;
   CheckedBatch cb;
-  LEANEMB_RETURN_IF_ERROR(im.check(batch, &cb));
+  LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, pooled_out.size(), seq_out, "forward", &cb));
   const SparseBatch& b = *cb.batch;
-  std::vector<size_t> seq_sizes;
-  for (const auto& s : seq_out) seq_sizes.push_back(s.size());
-  LEANEMB_RETURN_IF_ERROR(check_outputs(*this, b, pooled_out.size(), seq_sizes, "forward"));
   if (cb.num_dropped > 0) {
     im.skipped_lookups += cb.num_dropped;
     im.warn_dropped(cb.num_dropped, "forward");
