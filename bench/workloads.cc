@@ -54,6 +54,10 @@ struct Live {
   int64_t cursor = 0;  // the contender's own iteration count: batch = cursor % kStreamBatches
   std::vector<double> fwd, step;
   std::vector<std::vector<double>> fwd_round, step_round;
+  // Forward alone, in iterations with no backward in between: the lookup kernel without the
+  // previous update's dirty rows being written back underneath it.
+  std::vector<double> fwd_only;
+  std::vector<std::vector<double>> fwd_only_round;
   double unique_sum = 0;
   GatherPattern pattern;  // what its forward reads, for the ceiling probe
   double fwd_bytes = 0;
@@ -131,6 +135,20 @@ Status run_iters(Live& lv, int n, int round) {
   return Status();
 }
 
+// Runs n forward-only iterations and records them in round `round`.
+Status run_forward_only(Live& lv, int n, int round) {
+  const Shape& s = *lv.shape;
+  for (int k = 0; k < n; ++k) {
+    const SparseBatch sb = view_batch(lv.stream->batches[static_cast<size_t>(lv.cursor++ % kStreamBatches)], s.batch);
+    const auto t0 = Clock::now();
+    LEANEMB_RETURN_IF_ERROR(lv.e.coll->forward(sb, lv.out));
+    const double f = ms_since(t0);
+    lv.fwd_only.push_back(f);
+    lv.fwd_only_round[static_cast<size_t>(round)].push_back(f);
+  }
+  return Status();
+}
+
 // Fills the timing part of lv.j. `base` is the shape's baseline contender when it ran in the
 // same group (per-round ratios), else null.
 void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling, const GatherCeiling* full_ceiling,
@@ -147,6 +165,7 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
   j["forward_ms_median"] = fs.median;
   j["forward_ms_p10"] = fs.p10;
   j["forward_ms_p90"] = fs.p90;
+  j["forward_only_ms_median"] = summarize(lv.fwd_only).median;
   j["lookups_per_batch"] = lv.stream->lookups_per_batch;
   j["lookups_per_s"] = fs.median > 0 ? lookups / (fs.median * 1e-3) : 0.0;
   j["forward_gbs"] = fwd_gbs;
@@ -170,8 +189,11 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
     j["step_bytes_formula"] = "lookups x row bytes + unique rows x 2 x (row + state bytes) + gradient bytes";
   }
   if (base != nullptr) {
-    std::vector<double> fr, sr;
+    std::vector<double> fr, sr, fo;
     for (int r = 0; r < rounds; ++r) {
+      const double bo = median_of(base->fwd_only_round[static_cast<size_t>(r)]);
+      const double co = median_of(lv.fwd_only_round[static_cast<size_t>(r)]);
+      if (bo > 0 && co > 0) fo.push_back(co / bo);
       const double bf = median_of(base->fwd_round[static_cast<size_t>(r)]), cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
       const double bs = median_of(base->step_round[static_cast<size_t>(r)]), cs = median_of(lv.step_round[static_cast<size_t>(r)]);
       if (bf > 0 && cf > 0) fr.push_back(cf / bf);
@@ -179,6 +201,7 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
     }
     j["baseline"] = base->c->name;
     j["forward_ms_ratio_vs_baseline"] = fr.empty() ? json(nullptr) : json(median_of(fr));
+    j["forward_only_ms_ratio_vs_baseline"] = fo.empty() ? json(nullptr) : json(median_of(fo));
     j["step_ms_ratio_vs_baseline"] = sr.empty() ? json(nullptr) : json(median_of(sr));
     j["ratio_method"] = "median over rounds of (this contender's median / baseline's median in the same round)";
   }
@@ -462,6 +485,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
   for (auto& lv : lives) {
     lv->fwd_round.assign(static_cast<size_t>(rounds), {});
     lv->step_round.assign(static_cast<size_t>(rounds), {});
+    lv->fwd_only_round.assign(static_cast<size_t>(rounds), {});
   }
   auto last_report = Clock::now();
   for (int r = 0; r < rounds; ++r) {
@@ -485,6 +509,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
       // from the caches, and a steady training loop would not pay that.
       Status st = lives.size() > 1 ? run_iters(lv, 1, -1) : Status();
       if (st.ok()) st = run_iters(lv, n, r);
+      if (st.ok()) st = run_forward_only(lv, n, r);
       if (!st.ok()) return Status(st.code(), lv.c->name + ": " + st.message());
     }
     if (std::chrono::duration<double>(Clock::now() - last_report).count() > 5.0 || r + 1 == rounds) {
