@@ -66,6 +66,11 @@ struct MemoryStats {
   std::string to_json() const;
   // "weights 1.00 GiB, optimizer_state 12.00 MiB" (categories with bytes in use) or "nothing".
   std::string in_use_string() const;
+
+  // Bookkeeping shared by every Allocator: `bytes` taken or returned, split as `parts`.
+  void record_alloc(size_t bytes, const std::array<size_t, kNumCategories>& parts);
+  void record_free(size_t bytes, const std::array<size_t, kNumCategories>& parts);
+  void reset_peaks();  // peaks := current values
 };
 
 class Allocator;

@@ -153,17 +153,8 @@ void copy_rows_any(const TableView& t, const int64_t* ids, int64_t i0, int64_t i
 }  // namespace
 
 void pooled_lookup(const TableView& t, const PooledArgs& a, int num_threads) {
-  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
-  if (nt == 1 || a.batch_size < 2) {
-    pool_bags_any(t, a, 0, a.batch_size);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    int64_t b0, b1;
-    static_chunk(a.batch_size, omp_get_thread_num(), omp_get_num_threads(), &b0, &b1);
-    pool_bags_any(t, a, b0, b1);
-  }
+  const PooledJob job{t, a};
+  pooled_lookup_multi(&job, 1, num_threads);
 }
 
 void pooled_lookup_multi(const PooledJob* jobs, int num_jobs, int num_threads) {

@@ -248,8 +248,7 @@ void DeviceArena::release_cached() {
 
 void DeviceArena::reset_peaks() {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->stats.peak_bytes = impl_->stats.current_bytes;
-  for (auto& c : impl_->stats.by_category) c.peak_bytes = c.current_bytes;
+  impl_->stats.reset_peaks();
 }
 
 void DeviceArena::inject_failure(int64_t k, bool always) {
@@ -314,16 +313,7 @@ Result<void*> DeviceArena::do_allocate(size_t bytes, size_t alignment, const std
   }
   im.allocated += im.blocks.at(off).size;
   ++im.counters.num_allocs;
-  // Category accounting of the requested bytes.
-  im.stats.current_bytes += bytes;
-  im.stats.peak_bytes = std::max(im.stats.peak_bytes, im.stats.current_bytes);
-  for (int c = 0; c < kNumCategories; ++c) {
-    if (parts[c] == 0) continue;
-    auto& cs = im.stats.by_category[c];
-    cs.current_bytes += parts[c];
-    cs.peak_bytes = std::max(cs.peak_bytes, cs.current_bytes);
-    ++cs.num_allocs;
-  }
+  im.stats.record_alloc(bytes, parts);  // categories count the requested bytes
   size_t ret = off;
   if (extra) {
     const uintptr_t addr = reinterpret_cast<uintptr_t>(im.base) + off;
@@ -348,8 +338,7 @@ void DeviceArena::do_free(void* ptr, size_t bytes, const std::array<size_t, kNum
   ++im.counters.num_frees;
   it = im.merge(it);
   im.add_free(it->first, it->second);
-  im.stats.current_bytes -= bytes;
-  for (int c = 0; c < kNumCategories; ++c) im.stats.by_category[c].current_bytes -= parts[c];
+  im.stats.record_free(bytes, parts);
 }
 
 }  // namespace leanemb

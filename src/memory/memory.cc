@@ -118,6 +118,28 @@ std::string MemoryStats::to_json() const {
   return out;
 }
 
+void MemoryStats::record_alloc(size_t bytes, const std::array<size_t, kNumCategories>& parts) {
+  current_bytes += bytes;
+  peak_bytes = std::max(peak_bytes, current_bytes);
+  for (int c = 0; c < kNumCategories; ++c) {
+    if (parts[c] == 0) continue;
+    auto& cs = by_category[c];
+    cs.current_bytes += parts[c];
+    cs.peak_bytes = std::max(cs.peak_bytes, cs.current_bytes);
+    ++cs.num_allocs;
+  }
+}
+
+void MemoryStats::record_free(size_t bytes, const std::array<size_t, kNumCategories>& parts) {
+  current_bytes -= bytes;
+  for (int c = 0; c < kNumCategories; ++c) by_category[c].current_bytes -= parts[c];
+}
+
+void MemoryStats::reset_peaks() {
+  peak_bytes = current_bytes;
+  for (auto& c : by_category) c.peak_bytes = c.current_bytes;
+}
+
 // ---- Allocation / Allocator -----------------------------------------------------------------
 
 Allocation& Allocation::operator=(Allocation&& o) noexcept {
@@ -185,8 +207,7 @@ MemoryStats TrackingAllocator::memory_stats() const {
 
 void TrackingAllocator::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.peak_bytes = stats_.current_bytes;
-  for (auto& c : stats_.by_category) c.peak_bytes = c.current_bytes;
+  stats_.reset_peaks();
 }
 
 void TrackingAllocator::inject_failure(int64_t k, bool always) {
@@ -234,23 +255,14 @@ Result<void*> TrackingAllocator::do_allocate(size_t bytes, size_t alignment,
         (options_.budget_bytes ? format_bytes(options_.budget_bytes) : std::string("unlimited")) + "; in use " +
         format_bytes(stats_.current_bytes) + " (" + stats_.in_use_string() + ")");
   }
-  stats_.current_bytes += bytes;
-  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
-  for (int c = 0; c < kNumCategories; ++c) {
-    if (parts[c] == 0) continue;
-    auto& cs = stats_.by_category[c];
-    cs.current_bytes += parts[c];
-    cs.peak_bytes = std::max(cs.peak_bytes, cs.current_bytes);
-    ++cs.num_allocs;
-  }
+  stats_.record_alloc(bytes, parts);
   return p;
 }
 
 void TrackingAllocator::do_free(void* ptr, size_t bytes, const std::array<size_t, kNumCategories>& parts) {
   std::free(ptr);
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.current_bytes -= bytes;
-  for (int c = 0; c < kNumCategories; ++c) stats_.by_category[c].current_bytes -= parts[c];
+  stats_.record_free(bytes, parts);
 }
 
 Allocator* default_host_allocator() {
