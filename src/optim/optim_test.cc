@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "table/owned_batch_testing.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
 #include "leanemb/optimizer.h"
@@ -103,18 +104,7 @@ CollectionOptions make_options(const OptimizerOptions& opt, bool use_reference) 
   return o;
 }
 
-// Owns the arrays of one batch; ids repeat within and across bags, and bag 1 is empty.
-struct OwnedBatch {
-  int64_t B = 0;
-  std::vector<std::vector<int64_t>> ids, offsets;
-  std::vector<std::vector<float>> weights;
-  SparseBatch view() const {
-    SparseBatch b;
-    b.batch_size = B;
-    for (size_t f = 0; f < ids.size(); ++f) b.features.push_back({ids[f], offsets[f], weights[f]});
-    return b;
-  }
-};
+using testing_util::OwnedBatch;
 
 OwnedBatch make_batch(const CollectionOptions& o, std::mt19937_64& rng, bool weighted_f1_f2) {
   OwnedBatch b;

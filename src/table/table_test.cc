@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "table/owned_batch_testing.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
 
@@ -51,18 +52,7 @@ CollectionOptions standard_options(OptimizerKind kind = OptimizerKind::kAdagrad,
   return o;
 }
 
-// Owns the arrays of a batch; view() borrows them.
-struct OwnedBatch {
-  int64_t B = 0;
-  std::vector<std::vector<int64_t>> ids, offsets;
-  std::vector<std::vector<float>> weights;
-  SparseBatch view() const {
-    SparseBatch b;
-    b.batch_size = B;
-    for (size_t f = 0; f < ids.size(); ++f) b.features.push_back({ids[f], offsets[f], weights[f]});
-    return b;
-  }
-};
+using testing_util::OwnedBatch;
 
 // A valid batch for standard_options: duplicates within and across bags, an empty bag.
 OwnedBatch standard_batch() {
