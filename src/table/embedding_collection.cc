@@ -1,19 +1,15 @@
-// EmbeddingCollection: owns the fat-row buffers of its tables and runs one training step in
-// three phases: check the batch; aggregate each table's per-unique-row gradients into a
-// [unique, dim] fp32 buffer (checking them for Inf/NaN); only then update rows. A failure in
-// the first two phases (bad input, allocation failure, non-finite gradient) changes no row.
+// EmbeddingCollection: creation (layouts, fat-row buffers, initializers), forward and row
+// access. backward_update lives in backward.cc; the shared private state in collection_impl.h.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <vector>
 
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "kernels/multiversion.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
 #include "table/collection_impl.h"
