@@ -27,6 +27,7 @@
 
 #include "leanemb/dtype.h"
 #include "leanemb/memory.h"
+#include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
 #include "leanemb/status.h"
 
@@ -115,6 +116,14 @@ class EmbeddingCollection {
   // there (categories workspace, gradients, activations for internal buffers).
   static Result<std::unique_ptr<EmbeddingCollection>> create(const CollectionOptions& options,
                                                              Allocator* allocator = nullptr);
+  // As above, with every category in the tier `memory`'s placement gives it: weights and
+  // optimizer state in their tiers (split into two buffers when the tiers differ; a step then
+  // stages the touched rows' offloaded part in device workspace and writes it back), workspace
+  // and gradients in the workspace / gradients tier. Bytes that cross tiers are recorded with
+  // memory->record_transfer() (see docs/memory.md). Results are bit-identical for every
+  // placement. `memory` must outlive the collection.
+  static Result<std::unique_ptr<EmbeddingCollection>> create(const CollectionOptions& options,
+                                                             MemorySystem* memory);
   ~EmbeddingCollection();
 
   const CollectionOptions& options() const;
@@ -176,6 +185,8 @@ class EmbeddingCollection {
  private:
   struct Impl;
   explicit EmbeddingCollection(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<EmbeddingCollection>> create_impl(const CollectionOptions& options,
+                                                                  std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -59,6 +59,11 @@ struct MemoryStats {
   size_t peak_bytes = 0;         // peak of the sum (not the sum of per-category peaks)
   size_t budget_bytes = 0;       // 0 = unlimited
   uint64_t num_failed_allocs = 0;
+  // Caching allocators (DeviceArena) only; zero for heap tiers (`caching` false).
+  bool caching = false;
+  size_t cached_free_bytes = 0;   // freed bytes kept in segments for reuse
+  size_t largest_free_bytes = 0;  // the largest request that could succeed now
+  double fragmentation = 0.0;     // 1 - largest_free / (budget - in use); 0 when nothing is free
 
   const CategoryStats& operator[](Category c) const { return by_category[static_cast<size_t>(c)]; }
   // The seed's breakdown table: category, current, peak, share of the current total.

@@ -22,6 +22,12 @@ struct TableView {
   const RowLayout* layout = nullptr;
   int64_t num_rows = 0;
   uint32_t table_index = 0;       // part of the stochastic-rounding key
+  // Staged rows (a step's rows copied to a dense buffer, e.g. with their optimizer state fetched
+  // from the host tier): the row numbers passed to the update kernels are slots in this buffer,
+  // and key_rows[slot] is the table row whose stochastic-rounding key the update uses, so staged
+  // and in-place updates give identical bits. Null: the row number is the table row.
+  const int64_t* key_rows = nullptr;
+  uint64_t key_row(int64_t r) const { return static_cast<uint64_t>(key_rows ? key_rows[r] : r); }
 };
 
 struct PooledArgs {

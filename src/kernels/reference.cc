@@ -171,7 +171,7 @@ void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const
   const OptimizerOptions& o = l.optimizer;
   const int64_t d = l.dim;
   uint8_t* row = t.base + static_cast<size_t>(row_id) * l.stride_bytes;
-  const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, static_cast<uint64_t>(row_id));
+  const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, t.key_row(row_id));
 
   std::vector<float> w(d), g(d), m(d), v(d);
   ref_load_weights(l, row, w.data());

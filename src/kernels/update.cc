@@ -104,7 +104,7 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
     }
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const float* __restrict gin = grads + u * d;
-    const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, static_cast<uint64_t>(rows[u]));
+    const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, t.key_row(rows[u]));
     load_row<W>(w, row, d);
     if (wd > 0.0f) {
       for (int64_t j = 0; j < d; ++j) g[j] = gin[j] + wd * w[j];

@@ -223,7 +223,13 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(const DeviceArenaOption
 
 MemoryStats DeviceArena::memory_stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  MemoryStats s = impl_->stats;
+  s.caching = true;
+  s.cached_free_bytes = impl_->reserved - impl_->allocated;
+  s.largest_free_bytes = impl_->largest_free();
+  const size_t total_free = impl_->mapped_bytes - impl_->allocated;
+  s.fragmentation = total_free ? 1.0 - static_cast<double>(s.largest_free_bytes) / static_cast<double>(total_free) : 0.0;
+  return s;
 }
 
 ArenaStats DeviceArena::arena_stats() const {

@@ -98,6 +98,11 @@ std::string MemoryStats::summary_table() const {
   std::snprintf(line, sizeof line, "%-16s %14s %14s %6.1f%%\n", "total", format_bytes(current_bytes).c_str(),
                 format_bytes(peak_bytes).c_str(), current_bytes ? 100.0 : 0.0);
   out += line;
+  if (caching) {
+    std::snprintf(line, sizeof line, "%-16s %14s   largest free block %s, fragmentation %.3f\n", "cached free",
+                  format_bytes(cached_free_bytes).c_str(), format_bytes(largest_free_bytes).c_str(), fragmentation);
+    out += line;
+  }
   return out;
 }
 
@@ -114,7 +119,14 @@ std::string MemoryStats::to_json() const {
                   cs.peak_bytes, static_cast<unsigned long long>(cs.num_allocs));
     out.append(buf);
   }
-  out += "}}";
+  out += "}";
+  if (caching) {
+    std::snprintf(buf, sizeof buf, ",\"cached_free_bytes\":%zu,\"largest_free_bytes\":%zu,\"fragmentation\":%.6f",
+                  cached_free_bytes, largest_free_bytes, fragmentation);
+    out.append(buf);
+  }
+  std::snprintf(buf, sizeof buf, ",\"num_failed_allocs\":%llu}", static_cast<unsigned long long>(num_failed_allocs));
+  out.append(buf);
   return out;
 }
 

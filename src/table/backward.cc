@@ -145,6 +145,14 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   return Status();
 }
 
+namespace {
+// A split table's staging buffers for one step: fat rows [U, stride] and slot numbers 0..U-1.
+struct Staged {
+  std::span<uint8_t> fat;
+  std::span<int64_t> slots;
+};
+}  // namespace
+
 Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                                           std::span<const std::span<const float>> grad_seq,
                                                           const UpdateOptions& update) {
@@ -183,6 +191,49 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       if (!(bound < static_cast<double>(FLT_MAX) / 1024.0)) fused = false;
     }
   }
+  // Phase 1b: a table split across tiers is updated in a device staging buffer of its touched
+  // fat rows (gathered just before its update, written back just after). The buffers are taken
+  // here, before any row changes; they return to the arena when `staging` goes out of scope.
+  Workspace staging(im.alloc);
+  std::vector<Staged> staged(im.tables.size());
+  for (int t = 0; t < num_tables(); ++t) {
+    if (!im.tables[t].split || dd[t].num_unique == 0) continue;
+    const size_t u = static_cast<size_t>(dd[t].num_unique);
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging.take<uint8_t>(u * im.tables[t].layout.stride_bytes));
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(u));
+    for (size_t i = 0; i < u; ++i) staged[t].slots[i] = static_cast<int64_t>(i);
+  }
+  // The view and row numbers table t's update runs on (staged ones are gathered first).
+  auto begin_update = [&](int t, const int64_t** rows) {
+    const TableState& ts = im.tables[t];
+    if (!ts.split) {
+      *rows = dd[t].rows;
+      return im.view(t);
+    }
+    uint8_t* fat = staged[t].fat.data();
+    const int64_t* src_rows = dd[t].rows;
+#pragma omp parallel for num_threads(im.num_threads) schedule(static)
+    for (int64_t u = 0; u < dd[t].num_unique; ++u) ts.gather_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+    *rows = staged[t].slots.data();
+    kernels::TableView v{fat, &ts.layout, dd[t].num_unique, static_cast<uint32_t>(t), src_rows};
+    return v;
+  };
+  // Writes staged rows back and records the bytes that crossed tiers.
+  auto end_update = [&](int t) {
+    TableState& ts = im.tables[t];
+    if (ts.split) {
+      const uint8_t* fat = staged[t].fat.data();
+      const int64_t* src_rows = dd[t].rows;
+#pragma omp parallel for num_threads(im.num_threads) schedule(static)
+      for (int64_t u = 0; u < dd[t].num_unique; ++u) ts.scatter_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+    }
+    const uint64_t moved = static_cast<uint64_t>(dd[t].num_unique) * ts.off_device_row_bytes();
+    if (moved) {
+      const Tier home = ts.state_tier != Tier::kDevice ? ts.state_tier : ts.weights_tier;
+      im.record_transfer(home, Tier::kDevice, moved);
+      im.record_transfer(Tier::kDevice, home, moved);
+    }
+  };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {
     // Phase 2, fused: reduce and update row by row. Nothing below can fail but the one
@@ -193,8 +244,11 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     LEANEMB_ASSIGN_OR_RETURN(void* scratch, im.buffers.get(slot(num_tables(), kKeys), floats * 4, Category::kGradients, im.alloc));
     for (int t = 0; t < num_tables(); ++t) {
       if (dd[t].num_unique == 0) continue;
-      kernels::reduce_and_update(im.view(t), dd[t].source, dd[t].rows, dd[t].num_unique, us, im.num_threads,
+      const int64_t* rows = nullptr;
+      const kernels::TableView tv = begin_update(t, &rows);
+      kernels::reduce_and_update(tv, dd[t].source, rows, dd[t].num_unique, us, im.num_threads,
                                  static_cast<float*>(scratch));
+      end_update(t);
       report.unique_rows += dd[t].num_unique;
     }
   } else {
@@ -225,13 +279,15 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     }
     for (int t = 0; t < num_tables(); ++t) {
       if (dd[t].num_unique == 0) continue;
-      const kernels::TableView tv = im.view(t);
+      const int64_t* rows = nullptr;
+      const kernels::TableView tv = begin_update(t, &rows);
       if (im.options.use_reference_kernels) {
         for (int64_t u = 0; u < dd[t].num_unique; ++u)
-          kernels::ref_update_row(tv, dd[t].rows[u], grads[t] + u * tv.layout->dim, us);
+          kernels::ref_update_row(tv, rows[u], grads[t] + u * tv.layout->dim, us);
       } else {
-        kernels::update_rows(tv, dd[t].rows, grads[t], dd[t].num_unique, us, im.num_threads);
+        kernels::update_rows(tv, rows, grads[t], dd[t].num_unique, us, im.num_threads);
       }
+      end_update(t);
       report.unique_rows += dd[t].num_unique;
     }
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -15,12 +16,38 @@ namespace leanemb {
 using table_internal::CheckedBatch;
 using table_internal::FeatureMeta;
 
+// One table's rows. Usually fat rows (weights then optimizer state) in one buffer. When the
+// placement puts weights and optimizer state in different tiers the table is split: `rows` holds
+// the weights alone (stride weights_layout.stride_bytes) and `state` the state bytes of each fat
+// row (stride state_stride); gather_fat / scatter_fat convert between the two forms.
 struct TableState {
-  RowLayout layout;
-  Allocation rows;
+  RowLayout layout;          // the fat row
+  Allocation rows;           // fat rows, or (split) weights only
   int64_t num_rows = 0;
+  bool split = false;
+  RowLayout weights_layout;  // split: `layout` without the state, the stride of `rows`
+  Allocation state;          // split: [num_rows, state_stride]
+  size_t state_begin = 0;    // offset of the state bytes in a fat row
+  size_t state_stride = 0;
+  Tier weights_tier = Tier::kDevice;
+  Tier state_tier = Tier::kDevice;
+
   kernels::TableView view() const {
-    return kernels::TableView{rows.as<uint8_t>(), &layout, num_rows, 0};
+    return kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
+  }
+  // Bytes of a fat row that live outside the device tier (cross the host link when touched).
+  size_t off_device_row_bytes() const {
+    return (weights_tier != Tier::kDevice ? layout.weight_bytes : 0) +
+           (state_tier != Tier::kDevice ? layout.state_bytes : 0);
+  }
+  // REQUIRES: split. Copies row r into / out of a fat row `fat` [layout.stride_bytes].
+  void gather_fat(int64_t r, uint8_t* fat) const {
+    std::memcpy(fat, rows.as<uint8_t>() + static_cast<size_t>(r) * weights_layout.stride_bytes, layout.weight_bytes);
+    std::memcpy(fat + state_begin, state.as<uint8_t>() + static_cast<size_t>(r) * state_stride, layout.state_bytes);
+  }
+  void scatter_fat(int64_t r, const uint8_t* fat) {
+    std::memcpy(rows.as<uint8_t>() + static_cast<size_t>(r) * weights_layout.stride_bytes, fat, layout.weight_bytes);
+    std::memcpy(state.as<uint8_t>() + static_cast<size_t>(r) * state_stride, fat + state_begin, layout.state_bytes);
   }
 };
 
@@ -59,7 +86,8 @@ class StepBuffers {
 
 struct EmbeddingCollection::Impl {
   CollectionOptions options;
-  Allocator* alloc = nullptr;
+  Allocator* alloc = nullptr;      // workspace and gradients
+  MemorySystem* memory = nullptr;  // null when created on one allocator
   std::vector<TableState> tables;
   std::vector<FeatureMeta> meta;
   std::vector<int64_t> pooled_offset;  // per feature, -1 for sequence features
@@ -71,6 +99,9 @@ struct EmbeddingCollection::Impl {
   int dropped_warnings = 0;
   int num_threads = 1;
 
+  void record_transfer(Tier from, Tier to, uint64_t bytes) const {
+    if (memory) memory->record_transfer(from, to, bytes);
+  }
   kernels::TableView view(int t) const {
     kernels::TableView v = tables[t].view();
     v.table_index = static_cast<uint32_t>(t);

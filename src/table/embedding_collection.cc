@@ -93,11 +93,68 @@ EmbeddingCollection::~EmbeddingCollection() = default;
 
 Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const CollectionOptions& options,
                                                                          Allocator* allocator) {
-  LEANEMB_RETURN_IF_ERROR(validate_options(options));
   auto impl = std::make_unique<Impl>();
-  impl->options = options;
   impl->alloc = allocator ? allocator : default_host_allocator();
+  return create_impl(options, std::move(impl));
+}
+
+Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const CollectionOptions& options,
+                                                                         MemorySystem* memory) {
+  if (memory == nullptr) return invalid_argument("EmbeddingCollection::create: null MemorySystem");
+  auto impl = std::make_unique<Impl>();
+  impl->memory = memory;
+  impl->alloc = memory->allocator_for(Category::kWorkspace);
+  return create_impl(options, std::move(impl));
+}
+
+namespace {
+
+size_t align8(size_t x) { return (x + 7) / 8 * 8; }
+
+// Allocates table ts's rows: fat rows in one tier, or split weights / state buffers.
+Status allocate_rows(const TableOptions& to, Allocator* weights_alloc, Allocator* state_alloc, TableState* ts) {
+  const RowLayout& l = ts->layout;
+  const size_t n = static_cast<size_t>(to.num_rows);
+  auto fail = [&](const Status& s, size_t stride) {
+    return Status(s.code(), "table '" + to.name + "' (" + std::to_string(to.num_rows) + " rows x " +
+                                std::to_string(stride) + " B): " + s.message());
+  };
+  ts->split = l.state_bytes > 0 && weights_alloc != state_alloc;
+  if (!ts->split) {
+    const CategoryBytes parts[2] = {{Category::kWeights, n * (l.stride_bytes - l.state_bytes)},
+                                    {Category::kOptimizerState, n * l.state_bytes}};
+    auto rows = weights_alloc->allocate_parts(std::span<const CategoryBytes>(parts, l.state_bytes ? 2 : 1), 64);
+    if (!rows.ok()) return fail(rows.status(), l.stride_bytes);
+    ts->rows = std::move(rows).value();
+    if (l.state_bytes == 0) ts->state_tier = ts->weights_tier;  // nothing of the row lives there
+    return Status();
+  }
+  ts->weights_layout = l;
+  ts->weights_layout.optimizer.kind = OptimizerKind::kSgd;
+  ts->weights_layout.has_rowwise = false;
+  ts->weights_layout.num_elem_states = 0;
+  ts->weights_layout.state_bytes = 0;
+  ts->weights_layout.stride_bytes = align8(l.weight_bytes);
+  ts->state_begin = (l.weight_bytes + 3) / 4 * 4;
+  ts->state_stride = align8(l.state_bytes);
+  auto rows = weights_alloc->allocate(n * ts->weights_layout.stride_bytes, Category::kWeights, 64);
+  if (!rows.ok()) return fail(rows.status(), ts->weights_layout.stride_bytes);
+  ts->rows = std::move(rows).value();
+  auto state = state_alloc->allocate(n * ts->state_stride, Category::kOptimizerState, 64);
+  if (!state.ok()) return fail(state.status(), ts->state_stride);
+  ts->state = std::move(state).value();
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(const CollectionOptions& options,
+                                                                              std::unique_ptr<Impl> impl) {
+  LEANEMB_RETURN_IF_ERROR(validate_options(options));
+  impl->options = options;
   impl->num_threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  Allocator* weights_alloc = impl->memory ? impl->memory->allocator_for(Category::kWeights) : impl->alloc;
+  Allocator* state_alloc = impl->memory ? impl->memory->allocator_for(Category::kOptimizerState) : impl->alloc;
   for (size_t t = 0; t < options.tables.size(); ++t) {
     const TableOptions& to = options.tables[t];
     TableState ts;
@@ -106,15 +163,11 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
       return Status(layout.status().code(), "table '" + to.name + "': " + layout.status().message());
     ts.layout = layout.value();
     ts.num_rows = to.num_rows;
-    const size_t n = static_cast<size_t>(to.num_rows);
-    const CategoryBytes parts[2] = {
-        {Category::kWeights, n * (ts.layout.stride_bytes - ts.layout.state_bytes)},
-        {Category::kOptimizerState, n * ts.layout.state_bytes}};
-    auto rows = impl->alloc->allocate_parts(std::span<const CategoryBytes>(parts, ts.layout.state_bytes ? 2 : 1), 64);
-    if (!rows.ok())
-      return Status(rows.status().code(), "table '" + to.name + "' (" + std::to_string(to.num_rows) + " rows x " +
-                                              std::to_string(ts.layout.stride_bytes) + " B): " + rows.status().message());
-    ts.rows = std::move(rows).value();
+    if (impl->memory) {
+      ts.weights_tier = impl->memory->placement()[Category::kWeights];
+      ts.state_tier = impl->memory->placement()[Category::kOptimizerState];
+    }
+    LEANEMB_RETURN_IF_ERROR(allocate_rows(to, weights_alloc, state_alloc, &ts));
     impl->tables.push_back(std::move(ts));
   }
   // Initialize rows in parallel; each row's values depend only on (seed, table, row).
@@ -125,10 +178,17 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
 #pragma omp parallel num_threads(impl->num_threads)
     {
       std::vector<float> tmp(static_cast<size_t>(to.dim));
+      std::vector<uint8_t> fat(ts.split ? ts.layout.stride_bytes : 0);
 #pragma omp for schedule(static)
-      for (int64_t r = 0; r < to.num_rows; ++r)
-        init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(),
-                 base + static_cast<size_t>(r) * ts.layout.stride_bytes);
+      for (int64_t r = 0; r < to.num_rows; ++r) {
+        if (ts.split) {
+          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(), fat.data());
+          ts.scatter_fat(r, fat.data());
+        } else {
+          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(),
+                   base + static_cast<size_t>(r) * ts.layout.stride_bytes);
+        }
+      }
     }
   }
   for (const FeatureOptions& fo : options.features) {
@@ -230,6 +290,12 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     else jobs.push_back({tv, a});
   }
   if (!jobs.empty()) kernels::pooled_lookup_multi(jobs.data(), static_cast<int>(jobs.size()), im.num_threads);
+  // Weights placed off the device are read over the host link, one row per lookup.
+  for (int f = 0; f < num_features(); ++f) {
+    const TableState& ts = im.tables[im.options.features[f].table];
+    if (ts.weights_tier != Tier::kDevice)
+      im.record_transfer(ts.weights_tier, Tier::kDevice, b.features[f].ids.size() * ts.layout.weight_bytes);
+  }
   return Status();
 }
 
@@ -245,7 +311,15 @@ Status EmbeddingCollection::read_raw_rows(int table, int64_t row_begin, int64_t 
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (out.size() != bytes) return invalid_argument("read_raw_rows: buffer of " + std::to_string(out.size()) + " bytes, expected " + std::to_string(bytes));
-  if (bytes) std::memcpy(out.data(), ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, bytes);
+  if (ts.split) {
+    for (int64_t i = 0; i < count; ++i) {
+      uint8_t* fat = out.data() + static_cast<size_t>(i) * ts.layout.stride_bytes;
+      std::memset(fat, 0, ts.layout.stride_bytes);  // alignment gaps read as zeros, as in fat rows
+      ts.gather_fat(row_begin + i, fat);
+    }
+  } else if (bytes) {
+    std::memcpy(out.data(), ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, bytes);
+  }
   return Status();
 }
 
@@ -257,7 +331,11 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (in.size() != bytes) return invalid_argument("write_raw_rows: buffer of " + std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes));
-  if (bytes) std::memcpy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, in.data(), bytes);
+  if (ts.split) {
+    for (int64_t i = 0; i < count; ++i) ts.scatter_fat(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes);
+  } else if (bytes) {
+    std::memcpy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, in.data(), bytes);
+  }
   return Status();
 }
 
