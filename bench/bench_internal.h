@@ -14,6 +14,7 @@
 
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
+#include "leanemb/memory_system.h"
 #include "leanemb/status.h"
 #include "workloads.h"
 #include "zipf.h"
@@ -118,9 +119,9 @@ Result<Stream> make_stream(const Shape& s, uint64_t seed);
 // A SparseBatch viewing one batch of a stream (spans into `b`).
 SparseBatch view_batch(const std::vector<IdBatch>& b, int64_t batch_size);
 
-// One contender's engine: the allocator outlives the collection.
+// One contender's engine: its memory system (tiers, placement) outlives the collection.
 struct Engine {
-  std::unique_ptr<TrackingAllocator> alloc;
+  std::unique_ptr<MemorySystem> mem;
   std::unique_ptr<EmbeddingCollection> coll;
   Engine() = default;
   Engine(Engine&&) = default;
@@ -128,12 +129,14 @@ struct Engine {
   ~Engine() { reset(); }
   void reset() {
     coll.reset();
-    alloc.reset();
+    mem.reset();
   }
 };
 
-// T tables of `rows` rows (one pooled feature each) with the contender's dtype and optimizer.
-Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference);
+// T tables of `rows` rows (one pooled feature each) with the contender's dtype and optimizer, in
+// a MemorySystem made from `memory` (budgets, placement).
+Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference,
+                            const MemorySystemOptions& memory = {});
 
 // ---- correctness gate (contender.cc) ----------------------------------------------------------
 

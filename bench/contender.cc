@@ -127,10 +127,11 @@ CollectionOptions collection_options(const Shape& s, const Contender& c, int64_t
   return o;
 }
 
-Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference) {
+Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference,
+                            const MemorySystemOptions& memory) {
   Engine e;
-  e.alloc = std::make_unique<TrackingAllocator>();
-  auto coll = EmbeddingCollection::create(collection_options(s, c, rows, seed, threads, reference), e.alloc.get());
+  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(memory));
+  auto coll = EmbeddingCollection::create(collection_options(s, c, rows, seed, threads, reference), e.mem.get());
   if (!coll.ok()) return coll.status();
   e.coll = std::move(coll).value();
   return e;

@@ -41,6 +41,8 @@ struct RunConfig {
   uint64_t seed = 1;
   size_t roofline_bytes = size_t{1} << 30;
   int block = 5;  // iterations per contender per round
+  MemorySystemOptions memory;
+  bool quiet = false;
 };
 
 struct Live {
@@ -63,6 +65,8 @@ struct Live {
   double fwd_bytes = 0;
 };
 
+Status run_iters(Live& lv, int n, int round);
+
 // Builds the engine, runs the gate, records the build-time RSS growth.
 Status prepare(Live& lv, const RunConfig& rc, const Progress& progress) {
   const Shape& s = *lv.shape;
@@ -73,7 +77,7 @@ Status prepare(Live& lv, const RunConfig& rc, const Progress& progress) {
            std::string(state_dtype_name(c.optimizer.state_dtype)).c_str());
   const size_t rss0 = proc_status_bytes("VmRSS");
   const auto t_build = Clock::now();
-  LEANEMB_ASSIGN_OR_RETURN(lv.e, build_engine(s, c, s.rows, rc.seed, rc.threads, false));
+  LEANEMB_ASSIGN_OR_RETURN(lv.e, build_engine(s, c, s.rows, rc.seed, rc.threads, false, rc.memory));
   lv.j["build_s"] = ms_since(t_build) / 1e3;
   const size_t rss1 = proc_status_bytes("VmRSS");
   // Approximate: reads low when the C library reuses memory it already holds (freed by an
@@ -106,6 +110,11 @@ Status prepare(Live& lv, const RunConfig& rc, const Progress& progress) {
     lv.j["gate_detail"] = gate.detail;
     progress("%s: GATE FAILED: %s", c.name.c_str(), gate.detail.c_str());
   }
+  // Bytes one step moves between tiers (non-zero when weights or optimizer state are on the host).
+  lv.e.mem->reset_transfers();
+  LEANEMB_RETURN_IF_ERROR(run_iters(lv, 1, -1));
+  const TransferStats ts = lv.e.mem->transfers();
+  lv.j["transfers_one_step"] = {{"host_to_device_bytes", ts.host_to_device()}, {"device_to_host_bytes", ts.device_to_host()}};
   return Status();
 }
 
@@ -229,10 +238,26 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
         "median over rounds of forward GB/s / that round's short probe; the short probes run between contender "
         "blocks and suffer the same cold page walks, so this is the kinder figure";
   }
-  const MemoryStats ms = lv.e.coll->memory_stats();
-  j["memory"] = memory_json(ms);
+  const auto tiers = lv.e.mem->stats();
+  j["memory"] = memory_json(tiers[0]);
+  j["memory_host"] = memory_json(tiers[1]);
+  j["placement"] = lv.e.mem->placement().to_string();
+  const size_t budget = lv.e.mem->options().device_budget_bytes;
+  j["device_budget_bytes"] = budget;
+  j["device_peak_bytes"] = tiers[0].peak_bytes;
+  if (budget) j["device_peak_within_budget"] = tiers[0].peak_bytes <= budget;
+  if (const DeviceArena* a = lv.e.mem->arena()) {
+    const ArenaStats as = a->arena_stats();
+    j["arena"] = {{"reserved_bytes", as.reserved_bytes}, {"cached_free_bytes", as.cached_free_bytes},
+                  {"largest_free_bytes", as.largest_free_bytes}, {"fragmentation", as.fragmentation},
+                  {"num_segments", as.num_segments}, {"huge_pages", as.huge_pages}};
+  }
   const double params = static_cast<double>(s.tables) * static_cast<double>(s.rows) * static_cast<double>(s.dim);
-  const size_t wbytes = ms[Category::kWeights].current_bytes, sbytes = ms[Category::kOptimizerState].current_bytes;
+  size_t wbytes = 0, sbytes = 0;
+  for (const MemoryStats& ms : tiers) {
+    wbytes += ms[Category::kWeights].current_bytes;
+    sbytes += ms[Category::kOptimizerState].current_bytes;
+  }
   j["bytes_per_param"] = static_cast<double>(wbytes + sbytes) / params;
   j["row_bytes"] = l.weight_bytes;
   j["state_bytes_per_row"] = l.state_bytes;
@@ -528,6 +553,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
            has_ceiling ? &full[key(lv->pattern)].second : nullptr, rounds, block);
     if (!lv->gate_pass) *failed += (failed->empty() ? "" : ", ") + lv->c->name;
     contenders_out->push_back(lv->j);
+    std::printf("\nmemory of %s:\n%s", lv->c->name.c_str(), lv->e.mem->memory_summary().c_str());
   }
   return Status();
 }
@@ -554,6 +580,8 @@ Status run_workload(const BenchOptions& o, json* out) {
   rc.warmup = o.warmup.value_or(10);
   rc.seed = o.seed;
   rc.roofline_bytes = o.roofline_bytes;
+  rc.memory = o.memory;
+  rc.quiet = o.quiet;
   if (rc.iters < 1) return invalid_argument("--iters must be >= 1, got " + std::to_string(rc.iters));
   if (rc.warmup < 0) return invalid_argument("--warmup must be >= 0, got " + std::to_string(rc.warmup));
 

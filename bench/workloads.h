@@ -24,6 +24,7 @@
 
 #include "leanemb/dtype.h"
 #include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
 #include "leanemb/status.h"
 
@@ -124,6 +125,9 @@ struct BenchOptions {
   std::string json_path;               // write the JSON here when not empty
   size_t roofline_bytes = size_t{1} << 30;  // buffer of the ceiling probes
   bool quiet = false;                  // no progress lines on stderr
+  // Tiers of each timed contender's engine: device / host budgets, arena options, placement
+  // (the correctness gate's reference engines are unbudgeted).
+  MemorySystemOptions memory;
 };
 
 // Names accepted by --workload, in help order.

@@ -21,6 +21,7 @@ struct BenchArgs {
   std::string workload = "optimizer";
   std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
+  std::string device_budget, host_budget, placement, max_split;
   bool quiet = false;
 };
 
@@ -88,6 +89,29 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!s.ok()) return flag_error("--state-dtype", s.status());
     o.state_dtype = s.value();
   }
+  if (!a.device_budget.empty()) {
+    auto b = parse_bytes(a.device_budget);
+    if (!b.ok()) return flag_error("--device-budget", b.status());
+    if (b.value() == 0) return invalid_argument("--device-budget must be > 0");
+    o.memory.device_budget_bytes = b.value();
+  }
+  if (!a.host_budget.empty()) {
+    auto b = parse_bytes(a.host_budget);
+    if (!b.ok()) return flag_error("--host-budget", b.status());
+    if (b.value() == 0) return invalid_argument("--host-budget must be > 0");
+    o.memory.host_budget_bytes = b.value();
+  }
+  if (!a.placement.empty()) {
+    auto p = parse_placement(a.placement);
+    if (!p.ok()) return flag_error("--placement", p.status());
+    o.memory.placement = p.value();
+  }
+  if (!a.max_split.empty()) {
+    if (a.device_budget.empty()) return invalid_argument("--max-split needs --device-budget");
+    auto b = parse_bytes(a.max_split);
+    if (!b.ok()) return flag_error("--max-split", b.status());
+    o.memory.max_split_bytes = b.value();
+  }
   LEANEMB_ASSIGN_OR_RETURN(int64_t threads, parse_int("--threads", a.threads, 1, 1024));
   o.threads = static_cast<int>(threads);
   if (!a.iters.empty()) {
@@ -148,6 +172,15 @@ void register_bench(CLI::App& app, CommandResult* result) {
   cmd->add_option("--roofline-bytes", a->roofline_bytes, "Buffer of the ceiling probes (>= 64MiB, >> L3)")
       ->capture_default_str()->type_name("SIZE")->check(non_empty);
   cmd->add_flag("--quiet", a->quiet, "No progress lines on stderr");
+  cmd->add_option("--device-budget", a->device_budget,
+                  "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
+      ->type_name("BYTES")->check(non_empty);
+  cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty);
+  cmd->add_option("--placement", a->placement,
+                  "Tier per category, e.g. optimizer_state=host (weights, optimizer_state may go to the host)")
+      ->type_name("CAT=TIER,...")->check(non_empty);
+  cmd->add_option("--max-split", a->max_split, "DeviceArena max_split_bytes: larger cached blocks are not split")
+      ->type_name("BYTES")->check(non_empty);
   cmd->footer(
       "With --optimizer, --dtype or --state-dtype the optimizer workload runs that one contender (defaults "
       "rowwise_adagrad / fp32 / fp32; an 8-bit or bf16 --state-dtype alone means adam) instead of its full list.\n"

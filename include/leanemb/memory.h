@@ -166,6 +166,8 @@ class TrackingAllocator final : public Allocator {
 // The process-wide default host allocator (unbudgeted).
 Allocator* default_host_allocator();
 
+// "weights 1.00 GiB, optimizer_state 2.00 GiB": the non-zero parts of one request ("nothing").
+std::string describe_parts(const std::array<size_t, kNumCategories>& parts);
 // Formats a byte count as "1.50 GiB", "12.00 MiB", "512 B".
 std::string format_bytes(size_t bytes);
 // Parses "512MiB", "32GiB", "1.5GB", "4096" (bytes). Binary (KiB/MiB/GiB/TiB) and decimal

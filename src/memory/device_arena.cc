@@ -298,7 +298,7 @@ Result<void*> DeviceArena::do_allocate(size_t bytes, size_t alignment, const std
     ++im.counters.num_failed_allocs;
     ++im.stats.num_failed_allocs;
     const size_t cached = im.reserved - im.allocated;
-    return resource_exhausted("out of device memory: requested " + format_bytes(bytes) +
+    return resource_exhausted("out of device memory: requested " + format_bytes(bytes) + " (" + describe_parts(parts) + ")" +
                               (injected ? " (injected failure)" : "") + "; device budget " +
                               format_bytes(im.mapped_bytes) + "; in use " + format_bytes(im.stats.current_bytes) +
                               " (" + im.stats.in_use_string() + "); cached free " + format_bytes(cached) +

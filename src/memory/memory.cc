@@ -229,6 +229,16 @@ void TrackingAllocator::inject_failure(int64_t k, bool always) {
   alloc_counter_ = 0;
 }
 
+std::string describe_parts(const std::array<size_t, kNumCategories>& parts) {
+  std::string out;
+  for (int c = 0; c < kNumCategories; ++c) {
+    if (parts[c] == 0) continue;
+    if (!out.empty()) out += ", ";
+    out.append(category_name(static_cast<Category>(c))).append(" ").append(format_bytes(parts[c]));
+  }
+  return out.empty() ? "nothing" : out;
+}
+
 std::string MemoryStats::in_use_string() const {
   std::string out;
   for (int c = 0; c < kNumCategories; ++c) {
@@ -263,7 +273,7 @@ Result<void*> TrackingAllocator::do_allocate(size_t bytes, size_t alignment,
     ++stats_.num_failed_allocs;
     return resource_exhausted(
         "out of " + std::string(tier_name(options_.tier)) + " memory: requested " + format_bytes(bytes) +
-        (injected ? " (injected failure)" : "") + "; budget " +
+        " (" + describe_parts(parts) + ")" + (injected ? " (injected failure)" : "") + "; budget " +
         (options_.budget_bytes ? format_bytes(options_.budget_bytes) : std::string("unlimited")) + "; in use " +
         format_bytes(stats_.current_bytes) + " (" + stats_.in_use_string() + ")");
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "leanemb/memory.h"
+#include "leanemb/memory_system.h"
 
 namespace leanemb {
 namespace {
@@ -291,6 +292,95 @@ TEST(ByteSizeTest, FormatUsesLargestUnitAndParsesBack) {
   EXPECT_EQ(format_bytes(1ull << 50), "1024.00 TiB");
   for (size_t x : {size_t{1024}, size_t{3} << 20, size_t{5} << 30, size_t{1536}})
     EXPECT_EQ(parse_bytes(format_bytes(x)).value(), x) << x;
+}
+
+
+// ---- MemorySystem: placement, tiers, workspace ------------------------------------------------
+
+// Placement strings set the named categories and keep the defaults for the rest; bad entries
+// and categories that must stay on the device are rejected with a message naming them.
+TEST(PlacementParseTest, ParsesEntriesAndRejectsBadOnes) {
+  auto p = parse_placement("optimizer_state=host, weights=device");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p.value()[Category::kOptimizerState], Tier::kHost);
+  EXPECT_EQ(p.value()[Category::kWeights], Tier::kDevice);
+  EXPECT_EQ(p.value()[Category::kIoBuffers], Tier::kHost);  // default
+  EXPECT_EQ(parse_placement("").value().to_string(), Placement{}.to_string());
+  const std::pair<const char*, const char*> bad[] = {
+      {"weights", "category=tier"},          {"weigths=host", "unknown memory category 'weigths'"},
+      {"weights=hbm", "unknown tier 'hbm'"}, {"gradients=host", "gradients must stay on the device"},
+      {"workspace=host", "workspace must stay on the device"}};
+  for (const auto& [text, why] : bad) {
+    auto r = parse_placement(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  }
+}
+
+// A device budget makes the device tier a DeviceArena of exactly that size; each category goes
+// to the allocator of its tier; the summary names tiers, categories, transfers and placement.
+TEST(MemorySystemTest, RoutesCategoriesToTiersAndSummarizes) {
+  MemorySystemOptions o;
+  o.device_budget_bytes = 8 << 20;
+  o.host_budget_bytes = 4 << 20;
+  o.placement[Category::kOptimizerState] = Tier::kHost;
+  auto m = std::move(MemorySystem::create(o)).value();
+  ASSERT_NE(m->arena(), nullptr);
+  EXPECT_EQ(m->allocator_for(Category::kWeights), m->device());
+  EXPECT_EQ(m->allocator_for(Category::kOptimizerState), m->host());
+  auto w = m->allocator_for(Category::kWeights)->allocate(1 << 20, Category::kWeights);
+  auto st = m->allocator_for(Category::kOptimizerState)->allocate(3 << 20, Category::kOptimizerState);
+  ASSERT_TRUE(w.ok() && st.ok());
+  auto over = m->host()->allocate(2 << 20, Category::kOptimizerState);  // 5 MiB > 4 MiB host budget
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  m->record_transfer(Tier::kHost, Tier::kDevice, 1000);
+  m->record_transfer(Tier::kDevice, Tier::kHost, 24);
+  m->record_transfer(Tier::kHost, Tier::kHost, 7);  // not a transfer
+  EXPECT_EQ(m->transfers().host_to_device(), 1000u);
+  EXPECT_EQ(m->transfers().device_to_host(), 24u);
+  const auto stats = m->stats();
+  EXPECT_EQ(stats[0][Category::kWeights].current_bytes, size_t{1} << 20);
+  EXPECT_EQ(stats[1][Category::kOptimizerState].current_bytes, size_t{3} << 20);
+  EXPECT_TRUE(stats[0].caching);
+  const std::string sum = m->memory_summary();
+  for (const char* part : {"tier: device", "tier: host", "optimizer_state", "cached free", "host->device 1000 B",
+                           "placement        optimizer_state=host"})
+    EXPECT_NE(sum.find(part), std::string::npos) << part << "\n" << sum;
+  const std::string json = m->to_json();
+  for (const char* part : {"\"optimizer_state\":\"host\"", "\"host_to_device\":1000", "\"fragmentation\""})
+    EXPECT_NE(json.find(part), std::string::npos) << part << "\n" << json;
+  m->reset_transfers();
+  EXPECT_EQ(m->transfers().host_to_device(), 0u);
+}
+
+// Options that need a device budget, or a placement on disk, are refused.
+TEST(MemorySystemTest, CreateRejectsInconsistentOptions) {
+  MemorySystemOptions o;
+  o.reserve_bytes = 1 << 20;
+  EXPECT_EQ(MemorySystem::create(o).status().code(), StatusCode::kInvalidArgument);
+  MemorySystemOptions d;
+  d.placement[Category::kWeights] = Tier::kDisk;
+  EXPECT_EQ(MemorySystem::create(d).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Buffers taken from a Workspace are returned when it goes out of scope.
+TEST(WorkspaceTest, ReturnsEveryBufferAtScopeExit) {
+  TrackingAllocator alloc;
+  {
+    Workspace ws(&alloc);
+    auto a = ws.take<float>(1000);
+    auto b = ws.take<int64_t>(10);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a.value().size(), 1000u);
+    a.value()[999] = 1.0f;
+    EXPECT_EQ(alloc.memory_stats()[Category::kWorkspace].current_bytes, 4080u);
+    EXPECT_EQ(ws.bytes(), 4080u);
+  }
+  EXPECT_EQ(alloc.memory_stats().current_bytes, 0u);
+  EXPECT_EQ(alloc.memory_stats()[Category::kWorkspace].peak_bytes, 4080u);
+  alloc.inject_failure(0);
+  Workspace ws(&alloc, Category::kActivations);
+  EXPECT_EQ(ws.take<float>(10).status().code(), StatusCode::kResourceExhausted);
 }
 
 }  // namespace

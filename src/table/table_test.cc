@@ -1076,7 +1076,7 @@ TEST(OomTest, PostOomUsable) {
   ASSERT_TRUE(half.ok()) << half.status().to_string();
   auto big = mem->device()->allocate(budget * 6 / 10, Category::kWorkspace);
   ASSERT_EQ(big.status().code(), StatusCode::kResourceExhausted);
-  for (const char* part : {"requested 19.20 MiB", "device budget 32.00 MiB", "activations", "weights",
+  for (const char* part : {"requested 19.20 MiB (workspace 19.20 MiB)", "device budget 32.00 MiB", "activations", "weights",
                            "optimizer_state", "cached free", "largest free block"})
     EXPECT_TRUE(contains(big.status().message(), part)) << big.status().message();
   half = Allocation();
