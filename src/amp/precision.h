@@ -1,0 +1,48 @@
+// Precision of activations and dense compute under mixed precision (AMP), and the conversions
+// that emulate bf16 / fp16 compute on a CPU.
+//
+// What "bf16" and "fp16" mean here (an emulation, not native 16-bit arithmetic): the values a
+// layer feeds into a GEMM (inputs, weights, output gradients) are rounded to the 16-bit grid with
+// round-to-nearest-even (src/core/half.h), the GEMM runs in fp32 on those exactly representable
+// values (fp32 products and fp32 accumulation, as a tensor-core GEMM with fp32 accumulate), and
+// its output is rounded to the 16-bit grid again. Activations saved for backward are stored in
+// 16 bits (half the bytes of fp32). Master weights, weight gradients and optimizer state stay
+// fp32. This reproduces the rounding of torch.autocast-style compute; it does not make the CPU
+// any faster.
+//
+// fp16 overflows to +-Inf beyond 65504 (round to nearest), which is what a loss scaler detects.
+//
+// Ownership: functions only read and write caller buffers. Thread safety: all functions are
+// pure; loops run on the calling thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "leanemb/status.h"
+
+namespace leanemb::amp {
+
+enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+
+std::string_view precision_name(Precision p);  // "fp32", "bf16", "fp16"
+// Parses "fp32" | "bf16" | "fp16" (also "float32", "bfloat16", "float16").
+// Errors: InvalidArgument naming the string and the accepted values.
+Result<Precision> parse_precision(std::string_view s);
+// Bytes of one stored element: 4 for kFp32, 2 for kBf16 and kFp16.
+size_t precision_bytes(Precision p);
+
+// x[i] := the nearest value of p's grid (round to nearest even), kept in fp32. kFp32: no-op.
+// NaN stays NaN; fp16: |x| >= 65520 becomes +-Inf.
+void round_to_precision(std::span<float> x, Precision p);
+
+// Stores x in p's storage format: out holds x.size() * precision_bytes(p) bytes (fp32 values,
+// or uint16 bf16/fp16 bit patterns, rounded to nearest even).
+// REQUIRES: out is suitably aligned (4 bytes for kFp32, 2 otherwise).
+void pack(std::span<const float> x, Precision p, void* out);
+// The inverse of pack: out[i] = the value stored at element i of `in` (exact for 16-bit formats).
+void unpack(const void* in, Precision p, std::span<float> out);
+
+}  // namespace leanemb::amp

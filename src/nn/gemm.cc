@@ -1,0 +1,47 @@
+// Panel-parallel GEMM over single-threaded OpenBLAS calls (see gemm.h for why).
+#include "nn/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "leanemb/status.h"
+
+// Declared here as well as in OpenBLAS's cblas.h, so that the build does not depend on which
+// cblas.h the Debian alternatives system selected (netlib's lacks these).
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+}
+
+namespace leanemb::nn {
+
+void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  LEANEMB_CHECK(m >= 0 && n >= 0 && k >= 0 && m < INT_MAX && n < INT_MAX && k < INT_MAX,
+                "gemm shape out of range: " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta * C; no BLAS call with a possibly null A or B
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  const CBLAS_TRANSPOSE ta = trans_a == Trans::kYes ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = trans_b == Trans::kYes ? CblasTrans : CblasNoTrans;
+  // Row r of op(A) starts at a + r * lda (kNo) or at column r of A, a + r (kYes).
+  const int64_t a_row_step = trans_a == Trans::kYes ? 1 : lda;
+  const int64_t num_panels = (m + kGemmPanelRows - 1) / kGemmPanelRows;
+#pragma omp parallel for schedule(dynamic, 1) if (num_panels > 1)
+  for (int64_t p = 0; p < num_panels; ++p) {
+    const int64_t r0 = p * kGemmPanelRows;
+    const int64_t rows = std::min(kGemmPanelRows, m - r0);
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k), alpha,
+                a + r0 * a_row_step, static_cast<int>(std::max<int64_t>(lda, 1)), b,
+                static_cast<int>(std::max<int64_t>(ldb, 1)), beta, c + r0 * ldc, static_cast<int>(ldc));
+  }
+}
+
+}  // namespace leanemb::nn

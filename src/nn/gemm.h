@@ -1,0 +1,38 @@
+// Deterministic fp32 GEMM on OpenBLAS: the only place in leanemb that calls BLAS.
+//
+// Why not a plain cblas_sgemm: OpenBLAS 0.3.21 (Debian 12, DYNAMIC_ARCH, Zen kernels) gives
+// different bits with 1 and 2 threads for the same inputs (measured on the DLRM shapes: up to a
+// few units in the last place in most outputs; see docs/nn.md). Its own threading splits the
+// work in a way that depends on the thread count. gemm() instead splits the rows of C into
+// panels of kGemmPanelRows rows, a function of the shape only, and computes each panel with a
+// single-threaded OpenBLAS call; OpenMP threads take panels. Every element of C is then
+// computed by the same kernel with the same blocking whatever the thread count, so results are
+// bit-identical for any OMP_NUM_THREADS (tested in nn_test, NnGemmTest).
+//
+// gemm() forces OpenBLAS's own thread count to 1 (openblas_set_num_threads(1)) whenever it finds
+// it different: OpenBLAS threads would otherwise nest inside the OpenMP panels.
+//
+// Thread safety: gemm() may be called from several threads on disjoint outputs; it opens an
+// OpenMP parallel region (serial when called from inside one, as OpenMP does by default).
+#pragma once
+
+#include <cstdint>
+
+namespace leanemb::nn {
+
+enum class Trans : uint8_t { kNo = 0, kYes = 1 };
+
+inline constexpr int64_t kGemmPanelRows = 64;  // rows of C per single-threaded OpenBLAS call
+
+// C [m, n] = alpha * op(A) [m, k] * op(B) [k, n] + beta * C, every matrix row-major fp32.
+//   op(A) = A [m, k] (lda >= k) for Trans::kNo, A^T where A is [k, m] (lda >= m) for kYes;
+//   op(B) = B [k, n] (ldb >= n) for kNo,        B^T where B is [n, k] (ldb >= k) for kYes;
+//   ldc >= n. beta = 0: C is not read (may hold anything, even NaN).
+// pseudocode: for each panel P of rows [r, r + kGemmPanelRows) of C (in parallel):
+//               cblas_sgemm(row-major, op(A)[P, :], op(B), C[P, :])
+// REQUIRES: m, n, k >= 0 and below 2^31; pointers valid for the shapes (may be null when the
+// matrix is empty).
+void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace leanemb::nn
