@@ -173,6 +173,11 @@ struct GateResult {
 Result<GateResult> run_gate(const Shape& s, const Contender& c, Engine& fast, const Stream& st, uint64_t seed,
                             int threads);
 
+// ---- arena soak (arena_soak.cc) ---------------------------------------------------------------
+
+// The arena-soak workload: fragmentation figures with max_split_bytes off and on (JSON in *doc).
+Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc);
+
 // ---- output (report.cc) -----------------------------------------------------------------------
 
 // Cross-contender figures: per shape, each contender relative to its baseline; efficiencies.

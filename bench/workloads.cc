@@ -561,7 +561,8 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
 }  // namespace
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew"};
+  static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew",
+                                                     "arena-soak"};
   return kNames;
 }
 
@@ -593,7 +594,10 @@ Status run_workload(const BenchOptions& o, json* out) {
   doc["iters"] = rc.iters;
   doc["warmup"] = rc.warmup;
 
-  if (o.workload == "roofline") {
+  if (o.workload == "arena-soak") {
+    LEANEMB_RETURN_IF_ERROR(run_arena_soak(o, progress, &doc));
+    doc["machine_load"] = load_monitor.finish();
+  } else if (o.workload == "roofline") {
     RooflineOptions ro;
     ro.buffer_bytes = o.roofline_bytes;
     ro.num_threads = rc.threads;

@@ -128,6 +128,7 @@ struct BenchOptions {
   // Tiers of each timed contender's engine: device / host budgets, arena options, placement
   // (the correctness gate's reference engines are unbudgeted).
   MemorySystemOptions memory;
+  int64_t soak_ops = 1000000;          // arena-soak: allocate/free operations per run
 };
 
 // Names accepted by --workload, in help order.

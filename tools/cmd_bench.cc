@@ -21,7 +21,7 @@ struct BenchArgs {
   std::string workload = "optimizer";
   std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
-  std::string device_budget, host_budget, placement, max_split;
+  std::string device_budget, host_budget, placement, max_split, ops;
   bool quiet = false;
 };
 
@@ -106,8 +106,9 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!p.ok()) return flag_error("--placement", p.status());
     o.memory.placement = p.value();
   }
+  if (!a.ops.empty()) { LEANEMB_ASSIGN_OR_RETURN(o.soak_ops, parse_int("--ops", a.ops, 1, int64_t{1} << 40)); }
   if (!a.max_split.empty()) {
-    if (a.device_budget.empty()) return invalid_argument("--max-split needs --device-budget");
+    if (a.device_budget.empty() && a.workload != "arena-soak") return invalid_argument("--max-split needs --device-budget");
     auto b = parse_bytes(a.max_split);
     if (!b.ok()) return flag_error("--max-split", b.status());
     o.memory.max_split_bytes = b.value();
@@ -175,6 +176,7 @@ void register_bench(CLI::App& app, CommandResult* result) {
   cmd->add_option("--device-budget", a->device_budget,
                   "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
       ->type_name("BYTES")->check(non_empty);
+  cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty);
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty);
   cmd->add_option("--placement", a->placement,
                   "Tier per category, e.g. optimizer_state=host (weights, optimizer_state may go to the host)")
