@@ -107,6 +107,9 @@ TEST(CliBadArgsTest, CliBadArgsWrongTypesAndRangesNameTheFlag) {
       {"--alpha", "nan", "--alpha"},    {"--dtype", "fp64", "fp64"},         {"--optimizer", "lamb", "lamb"},
       {"--state-dtype", "fp8", "fp8"},  {"--pooling", "max", "max"},         {"--seed", "-1", "--seed"},
       {"--bag-size", "x", "--bag-size"}, {"--tables", "0", "--tables"},
+      {"--device-budget", "12XB", "--device-budget"}, {"--host-budget", "0", "--host-budget"},
+      {"--placement", "gradients=host", "gradients must stay on the device"},
+      {"--placement", "weights=hbm", "unknown tier 'hbm'"},
   };
   for (const Case& c : cases) {
     const std::string args = tiny_with(c.flag, c.value);
@@ -141,6 +144,21 @@ TEST(CliTest, TinyOptimizerBenchmarkSucceedsAndWritesJson) {
   ASSERT_FALSE(doc.empty()) << "no JSON written to " << json;
   EXPECT_TRUE(doc.front() == '{' || doc.front() == '[') << doc.substr(0, 80);
   std::remove(json.c_str());
+}
+
+// A device budget too small for the tables exits with code 3 (resource exhausted), naming the
+// budget, the request and its categories; with enough budget the same run succeeds and prints
+// the memory summary with the placement.
+TEST(CliTest, DeviceBudgetTooSmallExitsThreeNamingBudgetAndRequest) {
+  const RunResult r = run_cli(tiny_with("--device-budget", "64KiB"));
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  for (const char* part : {"out of device memory", "requested", "weights", "device budget 64.00 KiB", "in use"})
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << " in: " << r.err;
+  const RunResult ok = run_cli(tiny_with("--optimizer", "adam") + " --device-budget 64MiB --placement optimizer_state=host");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  for (const char* part : {"tier: device, budget 64.00 MiB", "tier: host", "placement        optimizer_state=host"})
+    EXPECT_NE(ok.out.find(part), std::string::npos) << part << " in: " << ok.out;
 }
 
 }  // namespace
