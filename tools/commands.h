@@ -21,5 +21,6 @@ int exit_code_for(const Status& s);
 int report_error(const Status& s);
 
 void register_bench(CLI::App& app, CommandResult* result);
+void register_ckpt(CLI::App& app, CommandResult* result);
 
 }  // namespace leanemb::tools

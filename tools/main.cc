@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
   leanemb::tools::CommandResult result;
   leanemb::tools::register_bench(app, &result);
+  leanemb::tools::register_ckpt(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

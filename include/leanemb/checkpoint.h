@@ -1,0 +1,206 @@
+// Checkpoints: crash-safe snapshots of training state (docs/formats/checkpoint.md).
+//
+// A checkpoint is a set of named entries of two kinds:
+//   blob   name -> bytes (dense params, optimizer state, loss scaler, RNG counters, reader
+//          position, step, config text, ...), held in memory by the caller;
+//   table  name -> row_bytes, total_rows, meta bytes and the rows, streamed in row-range chunks
+//          in any order (tables may be larger than memory; embedding fat rows are the use).
+// It lives in <out_dir>/checkpoints/step-<N>/: data files cut into checksummed blocks, and a
+// MANIFEST (entries, sizes, where each chunk is, format version, step, its own checksum)
+// written last. Commit is atomic: everything is written into step-<N>.tmp/ and fsynced, then the
+// directory is renamed to step-<N> and checkpoints/ is fsynced. A directory without a valid
+// manifest, or a .tmp, is never taken as a checkpoint. A commit of step N makes N the newest
+// checkpoint: directories of steps >= N are removed before it is published, leftovers (.tmp,
+// incomplete directories) and all but the newest `keep_last` checkpoints after.
+//
+// Writing:   auto w = CheckpointWriter::create(out_dir, step);  w->add_blob(...);
+//            w->add_table(...); w->append_rows(...) ...;  w->commit();
+// Resuming:  auto latest = find_latest_complete(out_dir);   // NotFound: start fresh
+//            auto r = CheckpointReader::open(latest->ref.path);  r->read_blob / r->read_rows
+//
+// Every function takes an Env (src/ckpt/env.h): nullptr means the real file system; tests pass
+// a FaultInjectionEnv. One process writes a given out_dir at a time.
+//
+// Ownership: a writer or reader owns its open files; the Env must outlive them.
+// Thread safety: a CheckpointWriter must be used by one thread at a time. CheckpointReader's
+// const methods may be called from several threads at once (reads are serialized inside).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "leanemb/status.h"
+
+namespace leanemb::ckpt {
+
+class Env;  // src/ckpt/env.h
+
+enum class EntryKind : uint8_t { kBlob = 1, kTable = 2 };
+std::string_view entry_kind_name(EntryKind kind);  // "blob", "table"
+
+struct WriterOptions {
+  Env* env = nullptr;                // nullptr: the real file system
+  uint32_t block_bytes = 1u << 20;   // payload bytes per checksummed block, in [1, 64 MiB]
+  // Complete checkpoints kept after a commit, this one included; 0 keeps all of them.
+  int keep_last = 3;
+};
+
+struct CommitInfo {
+  int64_t step = 0;
+  std::string path;                   // <out_dir>/checkpoints/step-<N>
+  uint64_t entry_bytes = 0;           // logical bytes of all entries
+  std::vector<std::string> removed;   // directories removed (older, incomplete, leftovers)
+  // Cleanup failures after the checkpoint was published (the commit itself succeeded).
+  std::vector<std::string> warnings;
+};
+
+class CheckpointWriter {
+ public:
+  // Starts checkpoint `step` in <out_dir>/checkpoints/step-<N>.tmp/ (out_dir and checkpoints/
+  // are created if missing; a leftover step-<N>.tmp is removed). Nothing is visible to readers
+  // before commit().
+  // Errors: InvalidArgument (step < 0, block_bytes or keep_last out of range), IoError,
+  // ResourceExhausted (disk full), NotFound (parent of out_dir missing).
+  static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& out_dir, int64_t step,
+                                                          const WriterOptions& options = {});
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Adds blob `name` with content `bytes` (written now; the span is not kept).
+  // Errors: InvalidArgument (bad or duplicate name), IoError / ResourceExhausted (then the
+  // writer is failed: every later call returns FailedPrecondition), FailedPrecondition.
+  Status add_blob(std::string_view name, std::span<const uint8_t> bytes);
+
+  // Declares table `name` of `total_rows` rows of `row_bytes` bytes each; `meta` is stored with
+  // it (e.g. dtype, dim and optimizer of the rows; at most 1 MiB). Rows follow with append_rows.
+  // Errors: InvalidArgument (bad or duplicate name, row_bytes not in [1, 2^32], total_rows < 0,
+  // meta too large), FailedPrecondition.
+  Status add_table(std::string_view name, uint64_t row_bytes, int64_t total_rows,
+                   std::span<const uint8_t> meta = {});
+
+  // Appends rows [row_begin, row_begin + n) of table `name`: rows is [n, row_bytes] bytes,
+  // row-major. Chunks may come in any order but may not overlap; consecutive chunks are merged.
+  // The bytes are written now in blocks; the span is not kept.
+  // Errors: NotFound (no such table), InvalidArgument (rows.size() not a multiple of row_bytes,
+  // a blob of that name, overlap with rows already written), OutOfRange (rows beyond
+  // total_rows), IoError / ResourceExhausted (writer failed), FailedPrecondition.
+  Status append_rows(std::string_view name, int64_t row_begin, std::span<const uint8_t> rows);
+
+  // Publishes the checkpoint (see the header comment) and cleans up. After it returns OK the
+  // checkpoint survives a crash; on error the previous checkpoints are intact and this one is
+  // either absent or complete. Either way the writer is finished.
+  // Errors: FailedPrecondition (a table has rows never written: nothing is done and the writer
+  // stays usable; called twice; failed earlier), IoError, ResourceExhausted.
+  Result<CommitInfo> commit();
+
+  // Removes the .tmp directory of an uncommitted checkpoint (best effort). A writer destroyed
+  // without commit() leaves it; the next successful commit removes it.
+  Status abandon();
+
+ private:
+  struct Impl;
+  explicit CheckpointWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct EntryInfo {
+  std::string name;
+  EntryKind kind = EntryKind::kBlob;
+  uint64_t size_bytes = 0;      // blob: its size; table: row_bytes * total_rows
+  uint64_t row_bytes = 0;       // tables only
+  int64_t total_rows = 0;       // tables only
+  std::vector<uint8_t> meta;    // tables only
+  size_t num_chunks = 0;        // tables only: how the rows are stored (not part of the digest)
+};
+
+struct VerifyReport {
+  int64_t step = 0;
+  size_t num_entries = 0;
+  uint64_t entry_bytes = 0;     // logical bytes of all entries
+  size_t num_files = 0;         // data files
+  uint64_t file_bytes = 0;      // bytes of the data files on disk (checksums included)
+  uint64_t num_blocks = 0;      // blocks checked
+};
+
+class CheckpointReader {
+ public:
+  // Opens the checkpoint directory `dir` (step-<N>): reads and checks the manifest (checksum,
+  // version, consistency) and the size of every data file. Block checksums are checked as
+  // blocks are read (or all at once by verify()).
+  // Errors: NotFound (no MANIFEST: not a checkpoint, or an incomplete one), DataLoss (corrupt
+  // manifest, missing or wrongly sized data file), Unimplemented (newer format), IoError.
+  static Result<std::unique_ptr<CheckpointReader>> open(const std::string& dir, Env* env = nullptr);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  int64_t step() const;
+  const std::string& dir() const;
+  const std::vector<EntryInfo>& entries() const;   // sorted by name (bytewise)
+  const EntryInfo* find(std::string_view name) const;  // nullptr if there is no such entry
+
+  // The content of blob `name`. Errors: NotFound, InvalidArgument (a table), DataLoss (a block
+  // fails its checksum: the message names file, block and entry), IoError.
+  Result<std::vector<uint8_t>> read_blob(std::string_view name) const;
+
+  // Rows [row_begin, row_begin + count) of table `name` into out: [count, row_bytes] bytes,
+  // from whichever chunks hold them. Errors: NotFound, InvalidArgument (a blob, or out.size()
+  // != count * row_bytes), OutOfRange (rows beyond total_rows), DataLoss, IoError.
+  Status read_rows(std::string_view name, int64_t row_begin, int64_t count, std::span<uint8_t> out) const;
+
+  // Reads every block of every data file and checks its checksum.
+  // Errors: DataLoss naming the file, the block (index and byte offset) and the entries in it.
+  Result<VerifyReport> verify() const;
+
+  // 32 hex digits: XXH3-128 of the logical content (step, and per entry in name order its kind,
+  // name, and bytes or row_bytes/total_rows/meta/rows in row order). Independent of block size,
+  // of how tables were chunked and of which files hold what. Errors: as read_blob.
+  Result<std::string> digest() const;
+
+ private:
+  struct Impl;
+  explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// CheckpointReader::open(dir)->verify() and ->digest().
+Result<VerifyReport> verify(const std::string& dir, Env* env = nullptr);
+Result<std::string> digest(const std::string& dir, Env* env = nullptr);
+
+struct CheckpointRef {
+  int64_t step = -1;
+  std::string path;  // <out_dir>/checkpoints/step-<N>
+};
+
+// <out_dir>/checkpoints
+std::string checkpoints_dir(const std::string& out_dir);
+
+// Every step-<N> directory under <out_dir>/checkpoints (complete or not; .tmp excluded), by
+// increasing step. Empty if checkpoints/ does not exist. Errors: IoError.
+Result<std::vector<CheckpointRef>> list_checkpoints(const std::string& out_dir, Env* env = nullptr);
+
+struct FindOptions {
+  Env* env = nullptr;
+  // true: read and check every block (a checkpoint whose data rotted is skipped too);
+  // false: check only the manifest and the data file sizes (fast).
+  bool verify_blocks = true;
+  // Print "leanemb: warning: ..." to stderr for each checkpoint skipped.
+  bool warn_to_stderr = true;
+};
+
+struct LatestCheckpoint {
+  CheckpointRef ref;
+  std::vector<std::string> skipped;  // one line per newer directory skipped, with the reason
+};
+
+// The newest complete checkpoint under <out_dir>/checkpoints: newer directories that fail the
+// checks are skipped (with a warning), falling back to older ones.
+// Errors: NotFound (none complete: start fresh; the message lists what was skipped), IoError.
+Result<LatestCheckpoint> find_latest_complete(const std::string& out_dir, const FindOptions& options = {});
+
+}  // namespace leanemb::ckpt

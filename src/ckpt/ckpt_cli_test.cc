@@ -1,0 +1,112 @@
+// `leanemb ckpt verify | digest | list`, run as a user would (LEANEMB_CLI_PATH) on a checkpoint
+// written to a temp directory: exit codes, output, and error messages that name the damage.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "ckpt/ckpt_testing.h"
+#include "ckpt/format.h"
+
+#ifndef LEANEMB_CLI_PATH
+#error "LEANEMB_CLI_PATH must name the CLI binary"
+#endif
+
+namespace leanemb::ckpt {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+RunResult run_cli(const std::string& args) {
+  const std::string stem = ::testing::TempDir() + "leanemb_ckpt_cli_test." + std::to_string(getpid());
+  const std::string cmd = std::string("'") + LEANEMB_CLI_PATH + "' " + args + " >'" + stem + ".out' 2>'" + stem + ".err' </dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = slurp(stem + ".out");
+  r.err = slurp(stem + ".err");
+  std::remove((stem + ".out").c_str());
+  std::remove((stem + ".err").c_str());
+  return r;
+}
+
+// A committed checkpoint (step 3) on disk, removed at the end.
+class CkptCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(posix_env()->remove_all(out_).ok());
+    WriterOptions o;
+    o.block_bytes = 4096;
+    auto info = testing_util::write_content(out_, testing_util::make_content(3, 3), o);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    dir_ = info->path;
+  }
+  void TearDown() override { EXPECT_TRUE(posix_env()->remove_all(out_).ok()); }
+
+  std::string out_ = ::testing::TempDir() + "leanemb_ckpt_cli_test_dir." + std::to_string(getpid());
+  std::string dir_;
+};
+
+// verify of an intact checkpoint exits 0 and counts entries and bytes.
+TEST_F(CkptCliTest, VerifyOfAnIntactCheckpointSaysOk) {
+  const RunResult r = run_cli("ckpt verify '" + dir_ + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("ok: 7 entries, ", 0), 0u) << r.out;
+}
+
+// digest prints the library's digest: 32 hex digits.
+TEST_F(CkptCliTest, DigestPrintsTheLibraryDigest) {
+  const RunResult r = run_cli("ckpt digest '" + dir_ + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, digest(dir_).value() + "\n");
+}
+
+// A damaged data byte: verify exits 1 naming the file and the block; digest fails too.
+TEST_F(CkptCliTest, VerifyOfACorruptCheckpointNamesFileAndBlock) {
+  {
+    std::fstream f(dir_ + "/" + kDataFileName, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(10);
+    const int old = f.get();
+    f.seekp(10);
+    f.put(static_cast<char>(~old));
+  }
+  const RunResult r = run_cli("ckpt verify '" + dir_ + "'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(std::string(kDataFileName) + "' block 0"), std::string::npos) << r.err;
+  EXPECT_EQ(run_cli("ckpt digest '" + dir_ + "'").exit_code, 1);
+}
+
+// Not a checkpoint, or no argument: exit 2 with a message.
+TEST_F(CkptCliTest, MissingDirectoryOrArgumentIsABadArgument) {
+  const RunResult r = run_cli("ckpt verify '" + out_ + "/nope'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no MANIFEST"), std::string::npos) << r.err;
+  EXPECT_EQ(run_cli("ckpt verify").exit_code, 2);
+  EXPECT_EQ(run_cli("ckpt").exit_code, 2);
+}
+
+// list shows each step directory and whether it is complete.
+TEST_F(CkptCliTest, ListShowsCompleteAndIncompleteCheckpoints) {
+  ASSERT_TRUE(posix_env()->create_dir(out_ + "/checkpoints/" + step_dir_name(9)).ok());
+  const RunResult r = run_cli("ckpt list '" + out_ + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(step_dir_name(3) + "  step 3, 7 entries"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(step_dir_name(9) + "  incomplete"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace leanemb::ckpt

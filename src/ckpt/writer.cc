@@ -1,0 +1,298 @@
+// CheckpointWriter: streams entries into step-<N>.tmp/ and publishes them atomically.
+//
+// The commit protocol (each numbered step is one or more Env calls; a crash between any two
+// leaves the previous checkpoints intact and step-<N> either absent or complete):
+//   1. the data file: last block, fsync, close;
+//   2. MANIFEST in step-<N>.tmp/: write, fsync, close;
+//   3. fsync step-<N>.tmp/ (the directory entries of the files it holds);
+//   4. remove every step-<M> with M >= N (manifest first, see directory.h), fsync checkpoints/;
+//   5. rename step-<N>.tmp -> step-<N>;
+//   6. fsync checkpoints/                       <- the checkpoint is committed here
+//   7. cleanup: remove .tmp leftovers, directories without a valid manifest and all but the
+//      newest keep_last complete checkpoints; fsync checkpoints/.
+// A step-<N> directory only ever appears through the rename of step 5, after steps 1-3 made
+// everything in it durable; so whatever subset of unsynced operations a crash keeps, a
+// directory with a manifest holds exactly the synced bytes that manifest describes.
+#include <algorithm>
+#include <map>
+
+#include "ckpt/block_file.h"
+#include "ckpt/directory.h"
+#include "ckpt/format.h"
+#include "leanemb/checkpoint.h"
+
+namespace leanemb::ckpt {
+
+namespace {
+
+// A table being written: its record plus its chunks keyed by first row (for overlap checks).
+struct TableState {
+  EntryRecord record;
+  std::map<int64_t, ChunkRecord> chunks;
+};
+
+// Writes `bytes` as file `path`, durably (fsync), and closes it.
+Status write_small_file(Env* env, const std::string& path, std::span<const uint8_t> bytes) {
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, env->new_writable_file(path));
+  LEANEMB_RETURN_IF_ERROR(f->append(bytes));
+  LEANEMB_RETURN_IF_ERROR(f->sync());
+  return f->close();
+}
+
+// Creates `dir` if missing; a directory we create is made durable in its parent.
+Status ensure_dir(Env* env, const std::string& dir) {
+  if (env->file_exists(dir)) return Status();
+  LEANEMB_RETURN_IF_ERROR(env->create_dir(dir));
+  return env->sync_dir(parent_dir(dir));
+}
+
+}  // namespace
+
+struct CheckpointWriter::Impl {
+  Env* env = nullptr;
+  WriterOptions options;
+  int64_t step = 0;
+  std::string out_dir;
+  std::string root;       // <out>/checkpoints
+  std::string tmp_dir;    // <root>/step-<N>.tmp
+  std::string final_dir;  // <root>/step-<N>
+  std::unique_ptr<BlockFileWriter> data;
+  std::map<std::string, EntryRecord, std::less<>> blobs;
+  std::map<std::string, TableState, std::less<>> tables;
+  Status failed;          // first I/O error; the writer is unusable after one
+  bool finished = false;  // commit() ran (successfully or not)
+
+  Status usable() const {
+    if (finished) return failed_precondition("checkpoint writer for '" + tmp_dir + "' already committed or failed");
+    if (!failed.ok()) return failed_precondition("checkpoint writer for '" + tmp_dir + "' failed earlier: " + failed.to_string());
+    return Status();
+  }
+  // Remembers the first I/O failure and passes it on.
+  Status fail(Status s) {
+    if (!s.ok() && failed.ok()) failed = s;
+    return s;
+  }
+  Status check_new_name(std::string_view name) const {
+    LEANEMB_RETURN_IF_ERROR(check_entry_name(name));
+    if (blobs.count(name) != 0 || tables.count(name) != 0)
+      return invalid_argument("checkpoint entry '" + std::string(name) + "' was already added");
+    return Status();
+  }
+  Status check_complete() const;
+  Manifest build_manifest() const;
+  Status publish();
+  void cleanup(CommitInfo* info);
+};
+
+CheckpointWriter::CheckpointWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointWriter::~CheckpointWriter() = default;
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::string& out_dir, int64_t step,
+                                                                   const WriterOptions& options) {
+  if (step < 0) return invalid_argument("checkpoint step must be >= 0, got " + std::to_string(step));
+  if (options.block_bytes == 0 || options.block_bytes > kMaxBlockBytes)
+    return invalid_argument("checkpoint block_bytes must be in [1, " + std::to_string(kMaxBlockBytes) + "], got " +
+                            std::to_string(options.block_bytes));
+  if (options.keep_last < 0) return invalid_argument("checkpoint keep_last must be >= 0 (0 keeps all)");
+  auto impl = std::make_unique<Impl>();
+  impl->env = env_or_default(options.env);
+  impl->options = options;
+  impl->step = step;
+  impl->out_dir = out_dir;
+  impl->root = checkpoints_dir(out_dir);
+  impl->final_dir = join_path(impl->root, step_dir_name(step));
+  impl->tmp_dir = impl->final_dir + kTmpSuffix;
+  Env* env = impl->env;
+  LEANEMB_RETURN_IF_ERROR(ensure_dir(env, out_dir));
+  LEANEMB_RETURN_IF_ERROR(env->create_dir(impl->root));
+  // Always: a checkpoints/ created by an earlier attempt whose sync failed must become durable.
+  LEANEMB_RETURN_IF_ERROR(env->sync_dir(out_dir));
+  LEANEMB_RETURN_IF_ERROR(env->remove_all(impl->tmp_dir));
+  LEANEMB_RETURN_IF_ERROR(env->create_dir(impl->tmp_dir));
+  LEANEMB_ASSIGN_OR_RETURN(impl->data, BlockFileWriter::create(env, impl->tmp_dir, kDataFileName, options.block_bytes));
+  return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(impl)));
+}
+
+Status CheckpointWriter::add_blob(std::string_view name, std::span<const uint8_t> bytes) {
+  Impl& w = *impl_;
+  LEANEMB_RETURN_IF_ERROR(w.usable());
+  LEANEMB_RETURN_IF_ERROR(w.check_new_name(name));
+  EntryRecord e;
+  e.kind = EntryKind::kBlob;
+  e.name = std::string(name);
+  e.file = 0;
+  e.offset = w.data->payload_bytes();
+  e.size = bytes.size();
+  LEANEMB_RETURN_IF_ERROR(w.fail(w.data->append(bytes)));
+  w.blobs.emplace(e.name, std::move(e));
+  return Status();
+}
+
+Status CheckpointWriter::add_table(std::string_view name, uint64_t row_bytes, int64_t total_rows,
+                                   std::span<const uint8_t> meta) {
+  Impl& w = *impl_;
+  LEANEMB_RETURN_IF_ERROR(w.usable());
+  LEANEMB_RETURN_IF_ERROR(w.check_new_name(name));
+  const std::string what = "checkpoint table '" + std::string(name) + "': ";
+  if (row_bytes == 0 || row_bytes > kMaxRowBytes) return invalid_argument(what + "row_bytes must be in [1, 2^32], got " + std::to_string(row_bytes));
+  if (total_rows < 0 || static_cast<uint64_t>(total_rows) > (uint64_t{1} << 62) / row_bytes)
+    return invalid_argument(what + "total_rows " + std::to_string(total_rows) + " is negative or too large");
+  if (meta.size() > kMaxMetaBytes) return invalid_argument(what + "meta of " + std::to_string(meta.size()) + " bytes exceeds 1 MiB");
+  TableState t;
+  t.record.kind = EntryKind::kTable;
+  t.record.name = std::string(name);
+  t.record.row_bytes = row_bytes;
+  t.record.total_rows = total_rows;
+  t.record.meta.assign(meta.begin(), meta.end());
+  w.tables.emplace(t.record.name, std::move(t));
+  return Status();
+}
+
+Status CheckpointWriter::append_rows(std::string_view name, int64_t row_begin, std::span<const uint8_t> rows) {
+  Impl& w = *impl_;
+  LEANEMB_RETURN_IF_ERROR(w.usable());
+  auto it = w.tables.find(name);
+  if (it == w.tables.end()) {
+    if (w.blobs.count(name) != 0) return invalid_argument("append_rows: checkpoint entry '" + std::string(name) + "' is a blob");
+    return not_found("append_rows: no checkpoint table '" + std::string(name) + "' (add_table first)");
+  }
+  TableState& t = it->second;
+  const uint64_t rb = t.record.row_bytes;
+  const std::string what = "append_rows: table '" + t.record.name + "': ";
+  if (rows.size() % rb != 0)
+    return invalid_argument(what + std::to_string(rows.size()) + " bytes is not a whole number of " + std::to_string(rb) + "-byte rows");
+  const auto count = static_cast<int64_t>(rows.size() / rb);
+  if (row_begin < 0 || row_begin > t.record.total_rows || count > t.record.total_rows - row_begin)
+    return out_of_range(what + "rows [" + std::to_string(row_begin) + ", +" + std::to_string(count) + ") outside its " +
+                        std::to_string(t.record.total_rows) + " rows");
+  if (count == 0) return Status();
+  // Overlap: the chunk starting at or after row_begin, and the one before it.
+  auto next = t.chunks.lower_bound(row_begin);
+  if (next != t.chunks.end() && next->first < row_begin + count)
+    return invalid_argument(what + "rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + count) +
+                            ") overlap rows written before, from " + std::to_string(next->first));
+  ChunkRecord* prev = next == t.chunks.begin() ? nullptr : &std::prev(next)->second;
+  if (prev != nullptr && prev->row_begin + prev->row_count > row_begin)
+    return invalid_argument(what + "rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + count) +
+                            ") overlap rows written before, up to " + std::to_string(prev->row_begin + prev->row_count));
+  const uint64_t offset = w.data->payload_bytes();
+  LEANEMB_RETURN_IF_ERROR(w.fail(w.data->append(rows)));
+  // Continues the previous chunk in both rows and file bytes: extend it instead of adding one.
+  if (prev != nullptr && prev->row_begin + prev->row_count == row_begin &&
+      prev->offset + static_cast<uint64_t>(prev->row_count) * rb == offset) {
+    prev->row_count += count;
+  } else {
+    t.chunks.emplace(row_begin, ChunkRecord{row_begin, count, 0, offset});
+  }
+  return Status();
+}
+
+Status CheckpointWriter::Impl::check_complete() const {
+  for (const auto& [name, t] : tables) {
+    int64_t next_row = 0;
+    for (const auto& [begin, ch] : t.chunks) {
+      if (begin != next_row) break;
+      next_row = begin + ch.row_count;
+    }
+    if (next_row != t.record.total_rows) {
+      auto gap_end = t.chunks.upper_bound(next_row);
+      const int64_t end = gap_end == t.chunks.end() ? t.record.total_rows : gap_end->first;
+      return failed_precondition("checkpoint table '" + name + "': rows [" + std::to_string(next_row) + ", " +
+                                 std::to_string(end) + ") were never written");
+    }
+  }
+  return Status();
+}
+
+Manifest CheckpointWriter::Impl::build_manifest() const {
+  Manifest m;
+  m.step = step;
+  m.files.push_back(data->record());
+  // Blobs and tables have distinct names; merge both sorted maps into name order.
+  for (const auto& [name, e] : blobs) m.entries.push_back(e);
+  for (const auto& [name, t] : tables) {
+    EntryRecord e = t.record;
+    for (const auto& [begin, ch] : t.chunks) e.chunks.push_back(ch);
+    m.entries.push_back(std::move(e));
+  }
+  std::sort(m.entries.begin(), m.entries.end(), [](const EntryRecord& a, const EntryRecord& b) { return a.name < b.name; });
+  return m;
+}
+
+// Steps 1-6 of the protocol.
+Status CheckpointWriter::Impl::publish() {
+  LEANEMB_RETURN_IF_ERROR(data->finish());
+  const std::vector<uint8_t> manifest = encode_manifest(build_manifest());
+  LEANEMB_RETURN_IF_ERROR(write_small_file(env, join_path(tmp_dir, kManifestName), manifest));
+  LEANEMB_RETURN_IF_ERROR(env->sync_dir(tmp_dir));
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<CheckpointRef> existing, list_checkpoints(out_dir, env));
+  bool removed = false;
+  for (const CheckpointRef& ref : existing) {
+    if (ref.step < step) continue;
+    LEANEMB_RETURN_IF_ERROR(remove_checkpoint_dir(env, ref.path));
+    removed = true;
+  }
+  if (removed) LEANEMB_RETURN_IF_ERROR(env->sync_dir(root));
+  LEANEMB_RETURN_IF_ERROR(env->rename(tmp_dir, final_dir));
+  return env->sync_dir(root);
+}
+
+// Step 7: failures are reported as warnings, the checkpoint is already committed.
+void CheckpointWriter::Impl::cleanup(CommitInfo* info) {
+  auto warn = [&](const Status& s) { info->warnings.push_back(s.to_string()); };
+  bool removed = false;
+  auto names = env->list_dir(root);
+  if (!names.ok()) return warn(names.status());
+  for (const std::string& name : *names) {
+    if (!is_tmp_dir_name(name)) continue;
+    const std::string path = join_path(root, name);
+    if (Status s = env->remove_all(path); !s.ok()) return warn(s);
+    info->removed.push_back(path);
+    removed = true;
+  }
+  auto refs = list_checkpoints(out_dir, env);
+  if (!refs.ok()) return warn(refs.status());
+  int kept = 0;
+  for (auto it = refs->rbegin(); it != refs->rend(); ++it) {
+    const Status opened = CheckpointReader::open(it->path, env).status();
+    // Only a missing or corrupt manifest marks a directory incomplete; an I/O error or a newer
+    // format version says nothing about it, so it is left alone.
+    const bool incomplete = opened.code() == StatusCode::kNotFound || opened.code() == StatusCode::kDataLoss;
+    if (!opened.ok() && !incomplete) continue;
+    if (opened.ok() && (options.keep_last == 0 || kept < options.keep_last)) {
+      ++kept;
+      continue;
+    }
+    if (Status s = remove_checkpoint_dir(env, it->path); !s.ok()) return warn(s);
+    info->removed.push_back(it->path);
+    removed = true;
+  }
+  if (removed) {
+    if (Status s = env->sync_dir(root); !s.ok()) warn(s);
+  }
+}
+
+Result<CommitInfo> CheckpointWriter::commit() {
+  Impl& w = *impl_;
+  LEANEMB_RETURN_IF_ERROR(w.usable());
+  LEANEMB_RETURN_IF_ERROR(w.check_complete());  // caller's mistake: the writer stays usable
+  w.finished = true;
+  LEANEMB_RETURN_IF_ERROR(w.fail(w.publish()));
+  CommitInfo info;
+  info.step = w.step;
+  info.path = w.final_dir;
+  for (const auto& [name, e] : w.blobs) info.entry_bytes += e.size;
+  for (const auto& [name, t] : w.tables) info.entry_bytes += static_cast<uint64_t>(t.record.total_rows) * t.record.row_bytes;
+  w.cleanup(&info);
+  return info;
+}
+
+Status CheckpointWriter::abandon() {
+  Impl& w = *impl_;
+  if (w.finished && w.failed.ok()) return failed_precondition("abandon: checkpoint '" + w.final_dir + "' was committed");
+  w.finished = true;
+  w.data.reset();
+  return w.env->remove_all(w.tmp_dir);
+}
+
+}  // namespace leanemb::ckpt

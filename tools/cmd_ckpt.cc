@@ -1,0 +1,71 @@
+// `leanemb ckpt verify DIR | digest DIR | list OUT_DIR`: checks a checkpoint's every checksum,
+// prints its layout-independent content digest, or lists the checkpoints of a run
+// (docs/formats/checkpoint.md).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "leanemb/checkpoint.h"
+#include "tools/commands.h"
+
+namespace leanemb::tools {
+
+namespace {
+
+int run_verify(const std::string& dir) {
+  auto rep = ckpt::verify(dir);
+  if (!rep.ok()) return report_error(rep.status());
+  std::printf("ok: %zu entries, %llu bytes (step %lld, %zu data files, %llu blocks checked)\n", rep->num_entries,
+              static_cast<unsigned long long>(rep->entry_bytes), static_cast<long long>(rep->step), rep->num_files,
+              static_cast<unsigned long long>(rep->num_blocks));
+  return 0;
+}
+
+int run_digest(const std::string& dir) {
+  auto d = ckpt::digest(dir);
+  if (!d.ok()) return report_error(d.status());
+  std::printf("%s\n", d->c_str());
+  return 0;
+}
+
+// One line per step directory: complete (manifest and file sizes check out) or why not.
+int run_list(const std::string& out_dir) {
+  auto refs = ckpt::list_checkpoints(out_dir);
+  if (!refs.ok()) return report_error(refs.status());
+  for (const ckpt::CheckpointRef& ref : *refs) {
+    auto r = ckpt::CheckpointReader::open(ref.path);
+    if (!r.ok()) {
+      std::printf("%s  incomplete: %s\n", ref.path.c_str(), r.status().to_string().c_str());
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const ckpt::EntryInfo& e : (*r)->entries()) bytes += e.size_bytes;
+    std::printf("%s  step %lld, %zu entries, %llu bytes\n", ref.path.c_str(), static_cast<long long>((*r)->step()),
+                (*r)->entries().size(), static_cast<unsigned long long>(bytes));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_ckpt(CLI::App& app, CommandResult* result) {
+  CLI::App* cmd = app.add_subcommand("ckpt", "Inspect checkpoints: verify checksums, print the content digest, list");
+  cmd->require_subcommand(1);
+  cmd->footer("Exit codes: 0 ok, 1 corrupt checkpoint or I/O failure, 2 bad arguments or no such checkpoint.");
+  auto dir = std::make_shared<std::string>();
+
+  CLI::App* verify = cmd->add_subcommand("verify", "Check the manifest and every block checksum of a checkpoint");
+  verify->add_option("DIR", *dir, "Checkpoint directory (<out>/checkpoints/step-<N>)")->required();
+  verify->callback([dir, result] { result->exit_code = run_verify(*dir); });
+
+  CLI::App* digest = cmd->add_subcommand(
+      "digest", "Print the XXH3-128 digest of a checkpoint's content (independent of file layout and chunking)");
+  digest->add_option("DIR", *dir, "Checkpoint directory (<out>/checkpoints/step-<N>)")->required();
+  digest->callback([dir, result] { result->exit_code = run_digest(*dir); });
+
+  CLI::App* list = cmd->add_subcommand("list", "List the checkpoint directories of a run and whether each is complete");
+  list->add_option("OUT_DIR", *dir, "Output directory of the run (holds checkpoints/)")->required();
+  list->callback([dir, result] { result->exit_code = run_list(*dir); });
+}
+
+}  // namespace leanemb::tools
