@@ -56,6 +56,8 @@ inline Status failed_precondition(std::string msg) { return {StatusCode::kFailed
 inline Status resource_exhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
 inline Status unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
 inline Status internal_error(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+inline Status data_loss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
+inline Status io_error(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
 
 // Either a value or a non-OK Status.
 template <typename T>

@@ -1,0 +1,256 @@
+// CtrModel: assembly of the DLRM-style model and its training step. See ctr_model.h.
+#include "model/ctr_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "nn/loss.h"
+
+namespace leanemb::model {
+
+// Per-step buffers, grown on demand and kept between steps.
+struct CtrModel::Buffers {
+  struct Buf {
+    Allocation a;
+    Result<float*> get(Allocator* alloc, Category c, size_t floats) {
+      floats = std::max<size_t>(floats, 1);
+      if (a.size_bytes() < floats * 4) {
+        a.reset();
+        LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(floats * 4, c));
+      }
+      return a.as<float>();
+    }
+  };
+  Buf pooled, grad_pooled, z, inter, logits, dlogits, dinter, dz;
+  std::vector<int64_t> offsets;  // rebased offsets of a micro-batch, all features
+  SparseBatch micro;              // views of one micro-batch
+};
+
+CtrModel::~CtrModel() = default;
+
+Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, MemorySystem* memory) {
+  if (memory == nullptr) return invalid_argument("CtrModel: null MemorySystem");
+  if (o.num_dense < 1 || o.num_sparse < 1) return invalid_argument("CtrModel: needs >= 1 dense and >= 1 sparse feature");
+  if (static_cast<int>(o.table_rows.size()) != o.num_sparse)
+    return invalid_argument("CtrModel: table_rows must have one value per sparse feature");
+  if (o.bottom_hidden.empty()) return invalid_argument("CtrModel: bottom MLP needs at least one layer");
+  std::unique_ptr<CtrModel> m(new CtrModel());
+  m->options_ = o;
+  m->memory_ = memory;
+  m->buf_ = std::make_unique<Buffers>();
+
+  CollectionOptions co;
+  for (int f = 0; f < o.num_sparse; ++f) {
+    TableOptions t;
+    t.name = "C" + std::to_string(f + 1);
+    t.num_rows = o.table_rows[static_cast<size_t>(f)];
+    t.dim = o.embedding_dim;
+    t.dtype = o.row_dtype;
+    t.optimizer = o.row_optimizer;
+    co.tables.push_back(t);
+    co.features.push_back(FeatureOptions{t.name, f, o.pooling});
+  }
+  co.seed = o.seed;
+  co.num_threads = o.num_threads;
+  LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
+
+  Allocator* dense_alloc = memory->allocator_for(Category::kWeights);
+  nn::MlpOptions bo;
+  bo.widths = {o.num_dense};
+  bo.widths.insert(bo.widths.end(), o.bottom_hidden.begin(), o.bottom_hidden.end());
+  bo.relu_after_last = true;
+  bo.checkpoint_activations = o.checkpoint_activations;
+  bo.precision = o.precision;
+  bo.seed = o.seed * 1000003 + 1;
+  bo.name = "bottom";
+  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp bottom, nn::Mlp::create(bo, dense_alloc));
+  m->bottom_ = std::make_unique<nn::Mlp>(std::move(bottom));
+
+  nn::InteractionOptions io;
+  io.kind = o.interaction;
+  io.num_features = o.num_sparse;
+  io.embedding_dim = o.embedding_dim;
+  io.dense_dim = o.bottom_hidden.back();
+  io.precision = o.precision;
+  LEANEMB_ASSIGN_OR_RETURN(nn::Interaction inter, nn::Interaction::create(io, memory->allocator_for(Category::kWorkspace)));
+  m->interaction_ = std::make_unique<nn::Interaction>(std::move(inter));
+
+  nn::MlpOptions to;
+  to.widths = {m->interaction_->output_dim()};
+  to.widths.insert(to.widths.end(), o.top_hidden.begin(), o.top_hidden.end());
+  to.widths.push_back(1);
+  to.relu_after_last = false;
+  to.checkpoint_activations = o.checkpoint_activations;
+  to.precision = o.precision;
+  to.seed = o.seed * 1000003 + 2;
+  to.name = "top";
+  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp top, nn::Mlp::create(to, dense_alloc));
+  m->top_ = std::make_unique<nn::Mlp>(std::move(top));
+
+  std::vector<nn::DenseParam> params = m->bottom_->dense_params();
+  for (auto& p : m->top_->dense_params()) params.push_back(p);
+  nn::DenseOptimizerOptions doo = o.dense_optimizer;
+  doo.name = "dense_optimizer";
+  LEANEMB_ASSIGN_OR_RETURN(nn::DenseOptimizer opt,
+                           nn::DenseOptimizer::create(doo, std::move(params), memory->allocator_for(Category::kOptimizerState)));
+  m->dense_opt_ = std::make_unique<nn::DenseOptimizer>(std::move(opt));
+  return m;
+}
+
+// Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin, end) of the
+// pooled buffer, bottom MLP, interaction, top MLP into logits_out [end - begin]. train: the MLPs
+// keep what their backward needs.
+Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t end, bool train, float* logits_out) {
+  Buffers& b = *buf_;
+  const int64_t n = end - begin;
+  const int64_t F = options_.num_sparse, D = options_.embedding_dim;
+  const int64_t zd = options_.bottom_hidden.back();
+  const int64_t idim = interaction_->output_dim();
+  Allocator* act = memory_->allocator_for(Category::kActivations);
+  LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(act, Category::kActivations, static_cast<size_t>(batch.batch_size * F * D)));
+  LEANEMB_ASSIGN_OR_RETURN(float* z, b.z.get(act, Category::kActivations, static_cast<size_t>(n * zd)));
+  LEANEMB_ASSIGN_OR_RETURN(float* inter, b.inter.get(act, Category::kActivations, static_cast<size_t>(n * idim)));
+
+  // Views of the micro-batch's sparse features, offsets rebased to start at 0.
+  b.offsets.resize(static_cast<size_t>(F * (n + 1)));
+  b.micro.batch_size = n;
+  b.micro.features.resize(static_cast<size_t>(F));
+  for (int64_t f = 0; f < F; ++f) {
+    const data::SparseColumn& col = batch.sparse[static_cast<size_t>(f)];
+    const int64_t lo = col.offsets[static_cast<size_t>(begin)], hi = col.offsets[static_cast<size_t>(end)];
+    int64_t* off = b.offsets.data() + f * (n + 1);
+    for (int64_t i = 0; i <= n; ++i) off[i] = col.offsets[static_cast<size_t>(begin + i)] - lo;
+    b.micro.features[static_cast<size_t>(f)] =
+        FeatureInput{std::span<const int64_t>(col.ids.data() + lo, static_cast<size_t>(hi - lo)),
+                     std::span<const int64_t>(off, static_cast<size_t>(n + 1)), {}};
+  }
+  float* pooled_rows = pooled + begin * F * D;
+  const std::span<float> pooled_span(pooled_rows, static_cast<size_t>(n * F * D));
+  LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
+  const nn::ForwardMode mode = train ? nn::ForwardMode::kTrain : nn::ForwardMode::kEval;
+  const std::span<const float> dense(batch.dense.data() + begin * options_.num_dense, static_cast<size_t>(n * options_.num_dense));
+  LEANEMB_RETURN_IF_ERROR(bottom_->forward(n, dense, std::span<float>(z, static_cast<size_t>(n * zd)), mode));
+  LEANEMB_RETURN_IF_ERROR(interaction_->forward(n, std::span<const float>(z, static_cast<size_t>(n * zd)), pooled_span,
+                                                std::span<float>(inter, static_cast<size_t>(n * idim))));
+  LEANEMB_RETURN_IF_ERROR(top_->forward(n, std::span<const float>(inter, static_cast<size_t>(n * idim)),
+                                        std::span<float>(logits_out, static_cast<size_t>(n)), mode));
+  return Status();
+}
+
+namespace {
+Status check_batch_shape(const data::Batch& batch, const CtrModelOptions& o) {
+  if (batch.batch_size < 1) return invalid_argument("CtrModel: empty batch");
+  if (batch.num_dense != o.num_dense || static_cast<int>(batch.sparse.size()) != o.num_sparse)
+    return invalid_argument("CtrModel: batch has " + std::to_string(batch.num_dense) + " dense and " +
+                            std::to_string(batch.sparse.size()) + " sparse features, the model " +
+                            std::to_string(o.num_dense) + " and " + std::to_string(o.num_sparse));
+  return Status();
+}
+}  // namespace
+
+Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
+                                       bool inject_nonfinite) {
+  LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
+  Buffers& b = *buf_;
+  const int64_t B = batch.batch_size;
+  const int64_t F = options_.num_sparse, D = options_.embedding_dim;
+  const int64_t zd = options_.bottom_hidden.back();
+  const int64_t idim = interaction_->output_dim();
+  const int64_t k = std::clamp<int64_t>(micro_batches, 1, B);
+  const int64_t max_n = (B + k - 1) / k;
+  Allocator* work = memory_->allocator_for(Category::kWorkspace);
+  Allocator* grads = memory_->allocator_for(Category::kGradients);
+  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled, b.grad_pooled.get(grads, Category::kGradients, static_cast<size_t>(B * F * D)));
+  LEANEMB_ASSIGN_OR_RETURN(float* logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, static_cast<size_t>(max_n)));
+  LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, static_cast<size_t>(max_n)));
+  LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, static_cast<size_t>(max_n * idim)));
+  LEANEMB_ASSIGN_OR_RETURN(float* dz, b.dz.get(work, Category::kWorkspace, static_cast<size_t>(max_n * zd)));
+
+  // Gradients of the dense layers start at zero and accumulate over the micro-batches.
+  dense_opt_->zero_grad();
+  StepStats st;
+  st.samples = B;
+  double loss = 0.0;
+  const float scale = scaler.scale();
+  for (int64_t i = 0; i < k; ++i) {
+    // Micro-batch i: records [begin, end), sizes differing by at most one.
+    const int64_t begin = B * i / k, end = B * (i + 1) / k, n = end - begin;
+    if (n == 0) continue;
+    Status s = forward_micro(batch, begin, end, true, logits);
+    if (s.ok()) {
+      const float share = static_cast<float>(static_cast<double>(n) / static_cast<double>(B));
+      auto l = nn::bce_with_logits(std::span<const float>(logits, static_cast<size_t>(n)),
+                                   std::span<const float>(batch.labels.data() + begin, static_cast<size_t>(n)),
+                                   scale * share, std::span<float>(dlogits, static_cast<size_t>(n)));
+      if (!l.ok()) s = l.status();
+      else loss += static_cast<double>(l.value()) * static_cast<double>(n) / static_cast<double>(B);
+    }
+    if (s.ok()) s = top_->backward(std::span<const float>(dlogits, static_cast<size_t>(n)), std::span<float>(dinter, static_cast<size_t>(n * idim)));
+    if (s.ok())
+      s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
+                                 std::span<const float>(b.pooled.a.as<float>() + begin * F * D, static_cast<size_t>(n * F * D)),
+                                 std::span<const float>(dinter, static_cast<size_t>(n * idim)),
+                                 std::span<float>(dz, static_cast<size_t>(n * zd)),
+                                 std::span<float>(grad_pooled + begin * F * D, static_cast<size_t>(n * F * D)));
+    if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
+    if (!s.ok()) {
+      bottom_->release_saved();
+      top_->release_saved();
+      dense_opt_->zero_grad();
+      return s;
+    }
+  }
+  st.loss = loss;
+  if (inject_nonfinite) grad_pooled[0] = std::numeric_limits<float>::infinity();
+
+  // Found-inf check before anything is updated.
+  bool found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(B * F * D)));
+  for (const nn::DenseParam& p : dense_opt_->params()) found = found || amp::found_nonfinite(p.grad);
+  const float inv = scaler.inv_scale();
+  if (!found) {
+    UpdateOptions uo;
+    uo.grad_multiplier = inv;
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, emb_->backward_update(batch.sparse_batch(),
+                                                                     std::span<const float>(grad_pooled, static_cast<size_t>(B * F * D)), {}, uo));
+    found = rep.skipped_nonfinite;
+    st.unique_rows = rep.unique_rows;
+  }
+  if (!found) LEANEMB_RETURN_IF_ERROR(dense_opt_->step(inv));
+  dense_opt_->zero_grad();
+  scaler.update(found);
+  st.skipped = found;
+  return st;
+}
+
+Status CtrModel::predict(const data::Batch& batch, std::span<float> probs) {
+  LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
+  if (probs.size() != static_cast<size_t>(batch.batch_size))
+    return invalid_argument("predict: probs has " + std::to_string(probs.size()) + " entries, batch " + std::to_string(batch.batch_size));
+  LEANEMB_RETURN_IF_ERROR(forward_micro(batch, 0, batch.batch_size, false, probs.data()));
+  for (float& p : probs) p = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(p))));
+  return Status();
+}
+
+std::vector<nn::NamedTensor> CtrModel::dense_parameters() const {
+  std::vector<nn::NamedTensor> out = bottom_->parameters();
+  for (auto& t : top_->parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<nn::NamedTensor> CtrModel::dense_optimizer_state() const { return dense_opt_->state(); }
+
+Status CtrModel::load_dense(std::span<const nn::NamedTensor> params, std::span<const nn::NamedTensor> state) {
+  std::vector<nn::NamedTensor> bottom, top;
+  for (const auto& t : params) (t.name.rfind("bottom.", 0) == 0 ? bottom : top).push_back(t);
+  LEANEMB_RETURN_IF_ERROR(bottom_->load_parameters(bottom));
+  LEANEMB_RETURN_IF_ERROR(top_->load_parameters(top));
+  return dense_opt_->load_state(state);
+}
+
+void CtrModel::release_buffers() {
+  buf_ = std::make_unique<Buffers>();
+  emb_->release_step_buffers();
+}
+
+}  // namespace leanemb::model

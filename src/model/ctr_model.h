@@ -1,0 +1,108 @@
+// CtrModel: a DLRM-style click-through-rate model.
+//
+//   dense [B, num_dense] -> bottom MLP (ReLU after every layer) -> z [B, d]
+//   sparse feature f     -> pooled embedding e_f [B, d] (one table per feature)
+//   interaction(z, e_1..e_F) (dot or cat) -> top MLP -> logit [B] -> BCE with logits
+//
+// One train_step() is one optimizer step over a batch, optionally as k micro-batches (gradient
+// accumulation): each micro-batch runs forward and backward through the dense layers (their
+// gradients accumulate) and writes its rows of the pooled-embedding gradient [B, F * d]; the
+// embedding rows are then updated once, with the summed gradient of the whole batch, by the
+// collection's fused sparse optimizer. Each micro-batch's loss gradient is weighted by its share
+// of the batch, so k micro-batches of B/k equal one batch of B up to fp32 rounding.
+//
+// Loss scaling (fp16): the loss gradient is multiplied by the scaler's scale; before anything is
+// updated every dense gradient and the pooled-embedding gradient are checked for Inf/NaN, and the
+// embedding update checks its row sums; a non-finite value skips the whole step (no embedding
+// row, dense parameter or optimizer state changes) and the scaler backs off.
+//
+// Memory: tables in the tiers of the MemorySystem's placement; pooled outputs and the dense
+// layers' saved activations in kActivations; gradients in kGradients; per-call scratch in
+// kWorkspace; dense parameters in kWeights and their optimizer state in kOptimizerState.
+//
+// Thread safety: one thread at a time; results do not depend on the number of OpenMP threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "amp/loss_scaler.h"
+#include "amp/precision.h"
+#include "data/batch.h"
+#include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
+#include "nn/dense_optimizer.h"
+#include "nn/interaction.h"
+#include "nn/mlp.h"
+
+namespace leanemb::model {
+
+struct CtrModelOptions {
+  int num_dense = 13;
+  int num_sparse = 26;
+  int64_t embedding_dim = 16;
+  std::vector<int64_t> table_rows;        // [num_sparse]
+  DType row_dtype = DType::kF32;
+  OptimizerOptions row_optimizer;
+  PoolingMode pooling = PoolingMode::kSum;
+  std::vector<int64_t> bottom_hidden;     // bottom MLP widths after the input (last = z's dim)
+  std::vector<int64_t> top_hidden;        // top MLP hidden widths (a 1-wide output is added)
+  nn::InteractionKind interaction = nn::InteractionKind::kDot;
+  amp::Precision precision = amp::Precision::kFp32;
+  bool checkpoint_activations = false;
+  nn::DenseOptimizerOptions dense_optimizer;
+  uint64_t seed = 1;
+  int num_threads = 0;                    // 0 = OpenMP's default
+};
+
+struct StepStats {
+  double loss = 0.0;        // mean BCE over the batch (unscaled)
+  bool skipped = false;     // a non-finite gradient skipped the step
+  int64_t samples = 0;
+  int64_t unique_rows = 0;  // embedding rows updated
+};
+
+class CtrModel {
+ public:
+  // Errors: InvalidArgument (shapes), ResourceExhausted (a budget).
+  static Result<std::unique_ptr<CtrModel>> create(const CtrModelOptions& options, MemorySystem* memory);
+  ~CtrModel();
+
+  // One optimizer step over `batch` as `micro_batches` passes (>= 1; more than B is clamped).
+  // `inject_nonfinite` puts an Inf into the gradient (tests of the skip path).
+  // Errors: InvalidArgument (batch shape), ResourceExhausted (nothing was updated).
+  Result<StepStats> train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
+                               bool inject_nonfinite = false);
+  // probs [B] = sigmoid(logit) of each record (no state changes).
+  Status predict(const data::Batch& batch, std::span<float> probs);
+
+  EmbeddingCollection& embeddings() { return *emb_; }
+  const EmbeddingCollection& embeddings() const { return *emb_; }
+  nn::Mlp& bottom() { return *bottom_; }
+  nn::Mlp& top() { return *top_; }
+  nn::DenseOptimizer& dense_optimizer() { return *dense_opt_; }
+  const CtrModelOptions& options() const { return options_; }
+  // Dense parameters then dense optimizer state, as named fp32 tensors (for checkpoints).
+  std::vector<nn::NamedTensor> dense_parameters() const;
+  std::vector<nn::NamedTensor> dense_optimizer_state() const;
+  Status load_dense(std::span<const nn::NamedTensor> params, std::span<const nn::NamedTensor> state);
+  // Frees per-step buffers (they are kept between steps otherwise).
+  void release_buffers();
+
+ private:
+  CtrModel() = default;
+  Status forward_micro(const data::Batch& batch, int64_t begin, int64_t end, bool train, float* logits_out);
+  struct Buffers;
+  CtrModelOptions options_;
+  MemorySystem* memory_ = nullptr;
+  std::unique_ptr<EmbeddingCollection> emb_;
+  std::unique_ptr<nn::Mlp> bottom_, top_;
+  std::unique_ptr<nn::Interaction> interaction_;
+  std::unique_ptr<nn::DenseOptimizer> dense_opt_;
+  std::unique_ptr<Buffers> buf_;
+};
+
+}  // namespace leanemb::model

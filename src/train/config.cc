@@ -1,0 +1,378 @@
+// TrainConfig parsing on toml++ (exceptions are caught here; none cross the API).
+#include "train/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "train/default_config.h"  // generated: kDefaultConfigText
+
+namespace leanemb::train {
+
+std::string_view default_config_text() { return kDefaultConfigText; }
+
+namespace {
+
+// Reads the keys of one section, remembering which were used so that unknown ones are errors.
+class Section {
+ public:
+  Section(const toml::table* t, std::string name, const std::string& origin)
+      : t_(t), name_(std::move(name)), origin_(origin) {}
+
+  Status error(const std::string& key, const std::string& what) const {
+    return invalid_argument(origin_ + ": " + name_ + "." + key + ": " + what);
+  }
+  const toml::node* get(const std::string& key) {
+    used_.insert(key);
+    return t_ ? t_->get(key) : nullptr;
+  }
+  Status read(const std::string& key, int64_t* v, int64_t lo, int64_t hi) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    auto x = n->value<int64_t>();
+    if (!x || *x < lo || *x > hi)
+      return error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    *v = *x;
+    return Status();
+  }
+  Status read(const std::string& key, int* v, int64_t lo, int64_t hi) {
+    int64_t x = *v;
+    LEANEMB_RETURN_IF_ERROR(read(key, &x, lo, hi));
+    *v = static_cast<int>(x);
+    return Status();
+  }
+  Status read(const std::string& key, uint64_t* v) {
+    int64_t x = static_cast<int64_t>(*v);
+    LEANEMB_RETURN_IF_ERROR(read(key, &x, 0, INT64_MAX));
+    *v = static_cast<uint64_t>(x);
+    return Status();
+  }
+  Status read(const std::string& key, double* v, double lo, double hi) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    auto x = n->value<double>();  // integers convert
+    if (!x || !(*x >= lo && *x <= hi))
+      return error(key, "expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    *v = *x;
+    return Status();
+  }
+  Status read(const std::string& key, float* v, double lo, double hi) {
+    double x = *v;
+    LEANEMB_RETURN_IF_ERROR(read(key, &x, lo, hi));
+    *v = static_cast<float>(x);
+    return Status();
+  }
+  Status read(const std::string& key, bool* v) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    auto x = n->value<bool>();
+    if (!x) return error(key, "expected true or false");
+    *v = *x;
+    return Status();
+  }
+  Status read(const std::string& key, std::string* v) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    auto x = n->value<std::string>();
+    if (!x) return error(key, "expected a string");
+    *v = *x;
+    return Status();
+  }
+  // A string or an array of strings.
+  Status read(const std::string& key, std::vector<std::string>* v) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    v->clear();
+    if (auto s = n->value<std::string>()) {
+      v->push_back(*s);
+      return Status();
+    }
+    const toml::array* a = n->as_array();
+    if (!a) return error(key, "expected a string or an array of strings");
+    for (const auto& e : *a) {
+      auto s = e.value<std::string>();
+      if (!s) return error(key, "expected an array of strings");
+      v->push_back(*s);
+    }
+    return Status();
+  }
+  // An integer or an array of integers, each in [lo, hi].
+  Status read(const std::string& key, std::vector<int64_t>* v, int64_t lo, int64_t hi) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    v->clear();
+    if (auto x = n->value<int64_t>()) {
+      v->push_back(*x);
+    } else if (const toml::array* a = n->as_array()) {
+      for (const auto& e : *a) {
+        auto y = e.value<int64_t>();
+        if (!y) return error(key, "expected an array of integers");
+        v->push_back(*y);
+      }
+    } else {
+      return error(key, "expected an integer or an array of integers");
+    }
+    for (int64_t x : *v)
+      if (x < lo || x > hi) return error(key, "value " + std::to_string(x) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return Status();
+  }
+  template <typename T, typename Parse>
+  Status read_enum(const std::string& key, T* v, Parse parse) {
+    std::string s;
+    LEANEMB_RETURN_IF_ERROR(read(key, &s));
+    if (s.empty()) return Status();
+    auto r = parse(s);
+    if (!r.ok()) return error(key, r.status().message());
+    *v = r.value();
+    return Status();
+  }
+  Status read_bytes(const std::string& key, size_t* v) {
+    const toml::node* n = get(key);
+    if (!n) return Status();
+    if (auto x = n->value<int64_t>()) {
+      if (*x < 0) return error(key, "expected a byte size >= 0");
+      *v = static_cast<size_t>(*x);
+      return Status();
+    }
+    auto s = n->value<std::string>();
+    if (!s) return error(key, "expected a byte size such as \"512MiB\"");
+    auto b = parse_bytes(*s);
+    if (!b.ok()) return error(key, b.status().message());
+    *v = b.value();
+    return Status();
+  }
+  // Errors for keys that were never read.
+  Status check_unknown() const {
+    if (!t_) return Status();
+    for (const auto& [k, node] : *t_) {
+      const std::string key(k.str());
+      if (!used_.count(key) && !node.is_table())
+        return invalid_argument(origin_ + ": unknown key " + name_ + "." + key);
+    }
+    return Status();
+  }
+
+ private:
+  const toml::table* t_;
+  std::string name_;
+  const std::string& origin_;
+  std::set<std::string> used_;
+};
+
+Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
+  if (s == "sgd") return nn::DenseOptimizerKind::kSgd;
+  if (s == "adagrad") return nn::DenseOptimizerKind::kAdagrad;
+  if (s == "adam") return nn::DenseOptimizerKind::kAdam;
+  return invalid_argument("unknown dense optimizer '" + std::string(s) + "' (expected sgd, adagrad or adam)");
+}
+
+Result<nn::InteractionKind> parse_interaction(std::string_view s) {
+  if (s == "dot") return nn::InteractionKind::kDot;
+  if (s == "cat") return nn::InteractionKind::kCat;
+  return invalid_argument("unknown interaction '" + std::string(s) + "' (expected dot or cat)");
+}
+
+// Applies "section.key=value" to the parsed document.
+Status apply_set(toml::table& doc, const std::string& set, const std::string& origin) {
+  const size_t eq = set.find('=');
+  const size_t dot = set.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    return invalid_argument("--set '" + set + "': expected section.key=value");
+  const std::string path = set.substr(0, eq), value = set.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{};
+    parsed.insert("v", value);  // not a TOML value: a bare string
+  }
+  // Walk / create the sections of the dotted path.
+  toml::table* t = &doc;
+  size_t pos = 0;
+  while (true) {
+    const size_t next = path.find('.', pos);
+    const std::string part = path.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (part.empty()) return invalid_argument("--set '" + set + "': empty key");
+    if (next == std::string::npos) {
+      t->insert_or_assign(part, *parsed.get("v"));
+      return Status();
+    }
+    toml::node* n = t->get(part);
+    if (!n) {
+      t->insert(part, toml::table{});
+      n = t->get(part);
+    }
+    if (!n->is_table()) return invalid_argument(origin + ": --set '" + set + "': " + part + " is not a section");
+    t = n->as_table();
+    pos = next + 1;
+  }
+}
+
+}  // namespace
+
+Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
+  toml::table doc;
+  try {
+    doc = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    return invalid_argument(os.str());
+  }
+  for (const std::string& s : sets) LEANEMB_RETURN_IF_ERROR(apply_set(doc, s, origin));
+  TrainConfig c;
+  c.origin = origin;
+  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory"};
+  for (const auto& [k, node] : doc) {
+    if (!node.is_table() || !kSections.count(std::string(k.str())))
+      return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) +
+                              "' (sections: data, model, embedding, dense, train, memory)");
+  }
+  auto table = [&](const char* name) { return doc.get(name) ? doc.get(name)->as_table() : nullptr; };
+
+  // [data]
+  Section d(table("data"), "data", origin);
+  LEANEMB_RETURN_IF_ERROR(d.read("train", &c.train_files));
+  LEANEMB_RETURN_IF_ERROR(d.read("eval", &c.eval_files));
+  LEANEMB_RETURN_IF_ERROR(d.read("dir", &c.data_dir));
+  LEANEMB_RETURN_IF_ERROR(d.read("generate", &c.generate));
+  LEANEMB_RETURN_IF_ERROR(d.read("num_dense", &c.num_dense, 0, 1024));
+  LEANEMB_RETURN_IF_ERROR(d.read("num_sparse", &c.num_sparse, 1, 1024));
+  LEANEMB_RETURN_IF_ERROR(d.read("max_len", &c.max_len, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(d.read("shuffle_buffer", &c.shuffle_buffer, 0, int64_t{1} << 32));
+  LEANEMB_RETURN_IF_ERROR(d.read("max_malformed_rate", &c.max_malformed_rate, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(d.read("eval_rows", &c.eval_rows, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(d.check_unknown());
+  // [data.gen]
+  const toml::table* gt = table("data") && table("data")->get("gen") ? table("data")->get("gen")->as_table() : nullptr;
+  Section g(gt, "data.gen", origin);
+  LEANEMB_RETURN_IF_ERROR(g.read("train_rows", &c.gen.train_rows, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("eval_rows", &c.gen.eval_rows, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("seed", &c.gen.seed));
+  LEANEMB_RETURN_IF_ERROR(g.read("vocab", &c.gen.vocab, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("zipf", &c.gen.zipf, 0.0, 10.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("multi_hot_max", &c.gen.multi_hot_max, 1, 1 << 20));
+  LEANEMB_RETURN_IF_ERROR(g.read("latent_dim", &c.gen.latent_dim, 1, 16));
+  LEANEMB_RETURN_IF_ERROR(g.read("noise_std", &c.gen.noise_std, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &c.gen.target_label_rate, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &c.gen.target_auc, 0.5, 1.0));
+  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format));
+  LEANEMB_RETURN_IF_ERROR(g.check_unknown());
+
+  // [model]
+  Section m(table("model"), "model", origin);
+  LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c.embedding_dim, 1, 4096));
+  LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c.table_rows, 1, (int64_t{1} << 32) - 1));
+  LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c.bottom_mlp, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c.top_mlp, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c.pooling, parse_pooling));
+  LEANEMB_RETURN_IF_ERROR(m.check_unknown());
+
+  // [embedding]
+  Section e(table("embedding"), "embedding", origin);
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", &c.row_dtype, parse_dtype));
+  c.row_optimizer.kind = OptimizerKind::kAdagrad;
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &c.row_optimizer.kind, parse_optimizer));
+  c.row_optimizer.eps = default_eps(c.row_optimizer.kind);
+  c.row_optimizer.learning_rate = 0.05f;
+  LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &c.row_optimizer.learning_rate, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(e.read("eps", &c.row_optimizer.eps, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(e.read("beta1", &c.row_optimizer.beta1, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(e.read("beta2", &c.row_optimizer.beta2, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &c.row_optimizer.weight_decay, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &c.row_optimizer.state_dtype, parse_state_dtype));
+  LEANEMB_RETURN_IF_ERROR(e.check_unknown());
+
+  // [dense]
+  Section dn(table("dense"), "dense", origin);
+  c.dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
+  c.dense_optimizer.learning_rate = 0.001;
+  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer));
+  LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c.dense_optimizer.learning_rate, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c.dense_optimizer.weight_decay, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c.dense_optimizer.beta1, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(dn.read("beta2", &c.dense_optimizer.beta2, 0.0, 0.999999));
+  if (dn.get("eps")) {
+    double eps = 0;
+    LEANEMB_RETURN_IF_ERROR(dn.read("eps", &eps, 0.0, 1.0));
+    c.dense_optimizer.eps = eps;
+  }
+  LEANEMB_RETURN_IF_ERROR(dn.check_unknown());
+
+  // [train]
+  Section t(table("train"), "train", origin);
+  LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c.batch_size, 1, int64_t{1} << 24));
+  LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c.epochs, 0, 1 << 20));
+  LEANEMB_RETURN_IF_ERROR(t.read_enum("precision", &c.precision, amp::parse_precision));
+  LEANEMB_RETURN_IF_ERROR(t.read("micro_batches", &c.micro_batches, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_activations", &c.checkpoint_activations));
+  LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c.deterministic));
+  LEANEMB_RETURN_IF_ERROR(t.read("seed", &c.seed));
+  LEANEMB_RETURN_IF_ERROR(t.read("threads", &c.threads, 0, 1024));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
+  LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.check_unknown());
+
+  // [memory]
+  Section mem(table("memory"), "memory", origin);
+  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("device_budget", &c.memory.device_budget_bytes));
+  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("host_budget", &c.memory.host_budget_bytes));
+  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("max_split", &c.memory.max_split_bytes));
+  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("reserve", &c.memory.reserve_bytes));
+  std::string placement;
+  LEANEMB_RETURN_IF_ERROR(mem.read("placement", &placement));
+  if (!placement.empty()) {
+    auto p = parse_placement(placement);
+    if (!p.ok()) return mem.error("placement", p.status().message());
+    c.memory.placement = p.value();
+  }
+  LEANEMB_RETURN_IF_ERROR(mem.check_unknown());
+
+  // Cross-field checks.
+  if (c.train_files.empty() && !c.generate)
+    return invalid_argument(origin + ": data.train is empty (give files, or data.dir with data.generate = true)");
+  if (c.generate && c.data_dir.empty()) return invalid_argument(origin + ": data.generate needs data.dir");
+  if (c.table_rows.size() != 1 && c.table_rows.size() != static_cast<size_t>(c.num_sparse))
+    return invalid_argument(origin + ": model.table_rows has " + std::to_string(c.table_rows.size()) +
+                            " values; give one, or one per sparse feature (" + std::to_string(c.num_sparse) + ")");
+  if (c.interaction == nn::InteractionKind::kDot && c.bottom_mlp.back() != c.embedding_dim)
+    return invalid_argument(origin + ": interaction dot needs model.bottom_mlp to end in embedding_dim (" +
+                            std::to_string(c.embedding_dim) + "), it ends in " + std::to_string(c.bottom_mlp.back()));
+  if (c.num_dense == 0) return invalid_argument(origin + ": data.num_dense must be >= 1 (the bottom MLP needs input)");
+  if (c.batch_size % c.micro_batches != 0)
+    return invalid_argument(origin + ": train.batch_size (" + std::to_string(c.batch_size) +
+                            ") must be a multiple of train.micro_batches (" + std::to_string(c.micro_batches) + ")");
+  if (c.steps == 0 && c.epochs == 0) return invalid_argument(origin + ": train.steps and train.epochs are both 0");
+  if (!dtype_traits(c.row_dtype).trainable)
+    return invalid_argument(origin + ": embedding.dtype " + std::string(dtype_name(c.row_dtype)) + " rows cannot be trained");
+  auto layout = make_row_layout(c.embedding_dim, c.row_dtype, c.row_optimizer);
+  if (!layout.ok()) return invalid_argument(origin + ": [embedding]: " + layout.status().message());
+  if (c.generate) {
+    c.gen.out_dir = c.data_dir;
+    c.gen.num_dense = c.num_dense;
+    c.gen.num_sparse = c.num_sparse;
+    const char* ext = c.gen.format == data::OutputFormat::kBinary ? ".bin" : ".tsv";
+    if (c.train_files.empty()) c.train_files = {c.data_dir + "/train" + ext};
+    if (c.eval_files.empty() && c.gen.eval_rows > 0) c.eval_files = {c.data_dir + "/eval" + ext};
+    LEANEMB_RETURN_IF_ERROR(data::validate_gen_options(c.gen));
+  }
+  return c;
+}
+
+Result<TrainConfig> load_config(const std::string& path, std::span<const std::string> sets) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot open config file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return io_error("cannot read config file '" + path + "'");
+  return parse_config(ss.str(), path, sets);
+}
+
+}  // namespace leanemb::train

@@ -1,0 +1,91 @@
+// TrainConfig: everything `leanemb train` needs, read from a TOML file (docs/train.md lists
+// every key with its default) with `--set section.key=value` overrides.
+//
+// Parsing is strict: an unknown section or key, a value of the wrong type or out of range is an
+// InvalidArgument naming the key (and the file). Paths are used as given (relative paths are
+// relative to the working directory).
+//
+// Thread safety: plain data.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "amp/precision.h"
+#include "data/synthetic.h"
+#include "leanemb/dtype.h"
+#include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
+#include "leanemb/optimizer.h"
+#include "leanemb/status.h"
+#include "nn/dense_optimizer.h"
+#include "nn/interaction.h"
+
+namespace leanemb::train {
+
+struct TrainConfig {
+  // [data]
+  std::vector<std::string> train_files;  // Criteo TSV or leanemb binary
+  std::vector<std::string> eval_files;
+  std::string data_dir;            // generate = true: where train.* / eval.* / meta.json go
+  bool generate = false;           // write synthetic data to data_dir when it is missing
+  data::GenOptions gen;            // [data.gen]: rows, vocab, zipf, multi_hot_max, seed, ...
+  int num_dense = 13;
+  int num_sparse = 26;
+  int64_t max_len = 0;             // multi-hot truncation per feature (0 = none)
+  int64_t shuffle_buffer = 0;      // records; 0 = file order
+  double max_malformed_rate = 0.001;
+  int64_t eval_rows = 0;           // evaluate on the first N eval records (0 = all)
+
+  // [model]
+  int64_t embedding_dim = 16;
+  std::vector<int64_t> table_rows = {100000};  // one value for every feature, or num_sparse
+  std::vector<int64_t> bottom_mlp = {64, 16};  // hidden widths..., last = embedding_dim (dot)
+  std::vector<int64_t> top_mlp = {64, 32};     // hidden widths; a final 1-wide layer is added
+  nn::InteractionKind interaction = nn::InteractionKind::kDot;
+  PoolingMode pooling = PoolingMode::kSum;
+
+  // [embedding]
+  DType row_dtype = DType::kF32;
+  OptimizerOptions row_optimizer;  // kind, learning_rate, eps, betas, weight_decay, state_dtype
+
+  // [dense]
+  nn::DenseOptimizerOptions dense_optimizer;
+
+  // [train]
+  int64_t batch_size = 1024;
+  int64_t steps = 0;               // optimizer steps; 0 = run `epochs` epochs
+  int64_t epochs = 1;
+  amp::Precision precision = amp::Precision::kFp32;
+  int micro_batches = 1;           // gradient accumulation: batch_size / micro_batches per pass
+  bool checkpoint_activations = false;
+  bool deterministic = true;
+  uint64_t seed = 1;
+  int threads = 0;                 // 0 = OpenMP's default
+  int64_t eval_every = 0;          // steps; 0 = only at the end
+  int64_t checkpoint_every = 0;    // steps; 0 = only at the end
+  int keep_checkpoints = 3;
+  int64_t log_every = 100;         // steps between progress / metrics lines
+  std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient
+
+  // [memory]
+  MemorySystemOptions memory;
+
+  std::string origin;              // file name or "<embedded default>"
+};
+
+// Parses TOML text. `sets` are "section.key=value" overrides applied before validation; value
+// is a TOML value (`3`, `"x"`, `[1, 2]`, `true`) or else taken as a string.
+// Errors: InvalidArgument naming the key, the value and the origin.
+Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin,
+                                 std::span<const std::string> sets = {});
+// Reads and parses a file. Errors: NotFound / IoError, then as parse_config.
+Result<TrainConfig> load_config(const std::string& path, std::span<const std::string> sets = {});
+
+// The embedded default (examples/ctr_small.toml, compiled in).
+std::string_view default_config_text();
+
+}  // namespace leanemb::train

@@ -1,0 +1,17 @@
+# src/train: the trainer behind `leanemb train` (config, step loop, eval, checkpoints, metrics).
+find_package(tomlplusplus CONFIG QUIET)
+# The embedded default config: examples/ctr_small.toml as a string constant.
+file(READ ${PROJECT_SOURCE_DIR}/examples/ctr_small.toml LEANEMB_DEFAULT_CONFIG_TEXT)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/ctr_small.toml)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/default_config.h.in ${PROJECT_BINARY_DIR}/generated/train/default_config.h @ONLY)
+target_include_directories(leanemb PRIVATE ${PROJECT_BINARY_DIR}/generated)
+target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
+)
+target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
+target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
+
+if(LEANEMB_BUILD_TESTS)
+  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc)
+endif()

@@ -1,0 +1,387 @@
+// The training loop, eval, checkpoints and metrics of `leanemb train`. See trainer.h.
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "data/metrics.h"
+#include "data/reader.h"
+#include "leanemb/checkpoint.h"
+#include "model/ctr_model.h"
+
+namespace leanemb::train {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kCkptChunkRows = 65536;
+
+model::CtrModelOptions model_options(const TrainConfig& c) {
+  model::CtrModelOptions o;
+  o.num_dense = c.num_dense;
+  o.num_sparse = c.num_sparse;
+  o.embedding_dim = c.embedding_dim;
+  o.table_rows = c.table_rows.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(c.num_sparse), c.table_rows[0])
+                                          : c.table_rows;
+  o.row_dtype = c.row_dtype;
+  o.row_optimizer = c.row_optimizer;
+  o.pooling = c.pooling;
+  o.bottom_hidden = c.bottom_mlp;
+  o.top_hidden = c.top_mlp;
+  o.interaction = c.interaction;
+  o.precision = c.precision;
+  o.checkpoint_activations = c.checkpoint_activations;
+  o.dense_optimizer = c.dense_optimizer;
+  o.seed = c.seed;
+  o.num_threads = c.threads;
+  return o;
+}
+
+Result<data::ReaderOptions> reader_options(const TrainConfig& c, const std::vector<std::string>& files, bool train) {
+  data::ReaderOptions r;
+  r.files = files;
+  const auto rows = model_options(c).table_rows;
+  LEANEMB_ASSIGN_OR_RETURN(r.schema, data::make_schema(c.num_dense, c.num_sparse, rows, c.max_len));
+  r.batch_size = c.batch_size;
+  r.shuffle_buffer = train ? c.shuffle_buffer : 0;
+  r.seed = c.seed;
+  r.num_epochs = train ? (c.steps > 0 ? 0 : c.epochs) : 1;
+  r.malformed.max_rate = c.max_malformed_rate;
+  return r;
+}
+
+bool file_exists(const std::string& p) {
+  std::error_code ec;
+  return std::filesystem::exists(p, ec);
+}
+
+// ---- checkpoint content --------------------------------------------------------------------------
+
+std::span<const uint8_t> as_bytes(std::span<const float> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4};
+}
+
+std::vector<uint8_t> to_bytes(const json& j) {
+  const std::string s = j.dump();
+  return {s.begin(), s.end()};
+}
+
+struct Counters {
+  int64_t step = 0;
+  int64_t samples = 0;
+  int64_t skipped = 0;
+};
+
+Status write_checkpoint(const std::string& out, const TrainConfig& c, model::CtrModel& m, const data::DataReader& reader,
+                        const amp::LossScaler& scaler, const Counters& k, std::string* path) {
+  ckpt::WriterOptions wo;
+  wo.keep_last = c.keep_checkpoints;
+  LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out, k.step, wo));
+  const EmbeddingCollection& emb = m.embeddings();
+  json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped}, {"collection_step", emb.step()},
+             {"format", "leanemb-train-1"}};
+  LEANEMB_RETURN_IF_ERROR(w->add_blob("train/state", to_bytes(st)));
+  LEANEMB_RETURN_IF_ERROR(w->add_blob("train/reader", reader.save_state()));
+  LEANEMB_RETURN_IF_ERROR(w->add_blob("amp/loss_scaler", scaler.save()));
+  for (const auto& t : m.dense_parameters()) LEANEMB_RETURN_IF_ERROR(w->add_blob("dense/param/" + t.name, as_bytes(t.values)));
+  for (const auto& t : m.dense_optimizer_state()) LEANEMB_RETURN_IF_ERROR(w->add_blob("dense/opt/" + t.name, as_bytes(t.values)));
+  std::vector<uint8_t> rows;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const RowLayout& l = emb.layout(t);
+    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+    const json meta = {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
+                       {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
+                       {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
+                       {"stride_bytes", l.stride_bytes}};
+    const std::string name = "emb/" + to.name;
+    LEANEMB_RETURN_IF_ERROR(w->add_table(name, l.stride_bytes, to.num_rows, to_bytes(meta)));
+    for (int64_t r0 = 0; r0 < to.num_rows; r0 += kCkptChunkRows) {
+      const int64_t n = std::min(kCkptChunkRows, to.num_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, r0, n, rows));
+      LEANEMB_RETURN_IF_ERROR(w->append_rows(name, r0, rows));
+    }
+  }
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo info, w->commit());
+  for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
+  *path = info.path;
+  return Status();
+}
+
+Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const std::string& name) {
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, r.read_blob(name));
+  if (b.size() % 4) return data_loss("checkpoint blob " + name + " is not a float array");
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+Status load_checkpoint(const std::string& dir, model::CtrModel& m, data::DataReader& reader, amp::LossScaler& scaler,
+                       Counters* k) {
+  LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(dir));
+  auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r->read_blob("train/state"));
+  const json st = json::parse(stb.begin(), stb.end(), nullptr, false);
+  if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
+  // Dense parameters and state: names from the model, values from the checkpoint.
+  std::vector<std::vector<float>> store;
+  std::vector<nn::NamedTensor> params, state;
+  const auto want_p = m.dense_parameters(), want_s = m.dense_optimizer_state();
+  store.reserve(want_p.size() + want_s.size());
+  for (const auto& t : want_p) {
+    auto v = read_floats(*r, "dense/param/" + t.name);
+    if (!v.ok()) return ctx(v.status());
+    store.push_back(std::move(v).value());
+    params.push_back({t.name, store.back()});
+  }
+  for (const auto& t : want_s) {
+    auto v = read_floats(*r, "dense/opt/" + t.name);
+    if (!v.ok()) return ctx(v.status());
+    store.push_back(std::move(v).value());
+    state.push_back({t.name, store.back()});
+  }
+  // Embedding tables.
+  EmbeddingCollection& emb = m.embeddings();
+  std::vector<uint8_t> rows;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const RowLayout& l = emb.layout(t);
+    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+    const std::string name = "emb/" + to.name;
+    const ckpt::EntryInfo* e = r->find(name);
+    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != to.num_rows)
+      return ctx(invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)"));
+    for (int64_t r0 = 0; r0 < to.num_rows; r0 += kCkptChunkRows) {
+      const int64_t n = std::min(kCkptChunkRows, to.num_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      if (Status s = r->read_rows(name, r0, n, rows); !s.ok()) return ctx(s);
+      LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, r0, n, rows));
+    }
+  }
+  if (Status s = m.load_dense(params, state); !s.ok()) return ctx(s);
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> sc, r->read_blob("amp/loss_scaler"));
+  if (Status s = scaler.load(sc); !s.ok()) return ctx(s);
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r->read_blob("train/reader"));
+  if (Status s = reader.restore_state(rd); !s.ok()) return ctx(s);
+  emb.set_step(st["collection_step"].get<int64_t>());
+  k->step = st["step"].get<int64_t>();
+  k->samples = st["samples"].get<int64_t>();
+  k->skipped = st["skipped_steps"].get<int64_t>();
+  return Status();
+}
+
+// ---- eval -----------------------------------------------------------------------------------------
+
+Result<json> evaluate(const TrainConfig& c, model::CtrModel& m) {
+  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, reader_options(c, c.eval_files, false));
+  LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(ro));
+  data::Batch batch;
+  std::vector<float> labels, probs, p;
+  while (c.eval_rows == 0 || static_cast<int64_t>(labels.size()) < c.eval_rows) {
+    LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
+    if (!more) break;
+    p.resize(static_cast<size_t>(batch.batch_size));
+    LEANEMB_RETURN_IF_ERROR(m.predict(batch, p));
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+    probs.insert(probs.end(), p.begin(), p.end());
+  }
+  if (c.eval_rows > 0 && static_cast<int64_t>(labels.size()) > c.eval_rows) {
+    labels.resize(static_cast<size_t>(c.eval_rows));
+    probs.resize(static_cast<size_t>(c.eval_rows));
+  }
+  LEANEMB_ASSIGN_OR_RETURN(double auc, data::roc_auc(labels, probs));
+  LEANEMB_ASSIGN_OR_RETURN(double ll, data::mean_logloss(labels, probs));
+  return json{{"auc", auc}, {"logloss", ll}, {"rows", labels.size()}};
+}
+
+json memory_peaks(const MemorySystem& mem) {
+  json out = json::object();
+  for (const MemoryStats& s : mem.stats()) {
+    json cats = json::object();
+    for (int c = 0; c < kNumCategories; ++c)
+      if (s.by_category[static_cast<size_t>(c)].peak_bytes)
+        cats[std::string(category_name(static_cast<Category>(c)))] = s.by_category[static_cast<size_t>(c)].peak_bytes;
+    out[std::string(tier_name(s.tier))] = cats;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<json> run_training(const RunOptions& ro) {
+  TrainConfig c = ro.config;
+  if (ro.steps >= 0) c.steps = ro.steps;
+  if (c.threads > 0) omp_set_num_threads(c.threads);
+  auto say = [&](const std::string& s) {
+    if (!ro.quiet) std::fprintf(stderr, "[train] %s\n", s.c_str());
+  };
+
+  // Data: generate when asked and missing.
+  double teacher_auc = std::nan("");
+  if (c.generate) {
+    bool have = true;
+    for (const auto& f : c.train_files) have = have && file_exists(f);
+    for (const auto& f : c.eval_files) have = have && file_exists(f);
+    if (!have) {
+      say("generating synthetic data into " + c.data_dir + " (" + std::to_string(c.gen.train_rows) + " train + " +
+          std::to_string(c.gen.eval_rows) + " eval rows)");
+      data::GenOptions g = c.gen;
+      g.num_threads = c.threads;
+      if (!ro.quiet) g.progress = [&](const std::string& line) { say(line); };
+      LEANEMB_ASSIGN_OR_RETURN(data::GenReport rep, data::generate_dataset(g));
+      say("generated in " + std::to_string(rep.seconds).substr(0, 5) + " s; teacher AUC on eval " +
+          std::to_string(rep.teacher_auc).substr(0, 6));
+    }
+    std::ifstream meta(c.data_dir + "/meta.json");
+    if (meta) {
+      const json mj = json::parse(meta, nullptr, false);
+      if (!mj.is_discarded() && mj.contains("teacher_auc") && mj["teacher_auc"].is_number())
+        teacher_auc = mj["teacher_auc"].get<double>();
+    }
+  }
+
+  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(c.memory));
+  LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(model_options(c), mem.get()));
+  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
+  LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(tro));
+  amp::LossScalerOptions lso;
+  lso.enabled = c.precision == amp::Precision::kFp16;
+  LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create(lso));
+
+  Counters k;
+  int64_t resumed_from = -1;
+  if (ro.resume) {
+    auto latest = ckpt::find_latest_complete(ro.out_dir);
+    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+    if (!latest.ok()) {
+      say("no complete checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
+    } else {
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(latest.value().ref.path, *model, *reader, scaler, &k));
+      resumed_from = k.step;
+      say("resumed from " + latest.value().ref.path + " (step " + std::to_string(k.step) + ")");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(ro.out_dir, ec);
+  if (ec) return io_error("cannot create output directory '" + ro.out_dir + "': " + ec.message());
+  std::ofstream metrics(ro.out_dir + "/metrics.jsonl", std::ios::app);
+
+  const auto embedding_bytes = [&] {
+    size_t b = 0;
+    for (const MemoryStats& s : mem->stats()) b += s[Category::kWeights].current_bytes + s[Category::kOptimizerState].current_bytes;
+    return b;
+  }();
+  // Dense parameters are in kWeights too; report the embedding tables alone as well.
+  size_t table_bytes = 0;
+  for (int t = 0; t < model->embeddings().num_tables(); ++t)
+    table_bytes += model->embeddings().layout(t).stride_bytes * static_cast<size_t>(model->embeddings().options().tables[static_cast<size_t>(t)].num_rows);
+
+  data::Batch batch;
+  std::string last_ckpt;
+  int64_t last_ckpt_step = -1;
+  json last_eval;
+  double loss_sum = 0.0, last_loss = NAN;
+  int64_t loss_n = 0, samples_run = 0;
+  const auto t0 = Clock::now();
+  auto last_print = t0;
+  auto line = [&](bool final_line) {
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto st = mem->stats();
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "step %lld | %.1fk samples/s | loss %.4f | eval auc %s | device %s host %s",
+                  static_cast<long long>(k.step), secs > 0 ? samples_run / secs / 1e3 : 0.0, last_loss,
+                  last_eval.contains("auc") ? std::to_string(last_eval["auc"].get<double>()).substr(0, 6).c_str() : "-",
+                  format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
+    if (ro.quiet) return;
+    if (ro.progress_tty) std::fprintf(stderr, "\r[train] %s\033[K%s", buf, final_line ? "\n" : "");
+    else std::fprintf(stderr, "[train] %s\n", buf);
+  };
+  const std::set<int64_t> inject(c.inject_nonfinite_steps.begin(), c.inject_nonfinite_steps.end());
+
+  while (c.steps == 0 || k.step < c.steps) {
+    LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
+    if (!more) break;
+    const int64_t step_no = k.step + 1;
+    LEANEMB_ASSIGN_OR_RETURN(model::StepStats s, model->train_step(batch, c.micro_batches, scaler, inject.count(step_no) > 0));
+    k.step = step_no;
+    k.samples += s.samples;
+    samples_run += s.samples;
+    if (s.skipped) ++k.skipped;
+    loss_sum += s.loss;
+    ++loss_n;
+    if (k.step % c.log_every == 0) {
+      last_loss = loss_sum / static_cast<double>(loss_n);
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      metrics << json{{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
+                      {"loss_scale", scaler.scale()}, {"skipped_steps", k.skipped}}.dump()
+              << "\n";
+      metrics.flush();
+      loss_sum = 0;
+      loss_n = 0;
+    }
+    if (c.eval_every > 0 && k.step % c.eval_every == 0 && !c.eval_files.empty()) {
+      LEANEMB_ASSIGN_OR_RETURN(last_eval, evaluate(c, *model));
+      metrics << json{{"step", k.step}, {"eval", last_eval}}.dump() << "\n";
+      metrics.flush();
+    }
+    if (c.checkpoint_every > 0 && k.step % c.checkpoint_every == 0) {
+      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
+      last_ckpt_step = k.step;
+    }
+    if (ro.after_step) ro.after_step(k.step);
+    const auto now = Clock::now();
+    if (ro.progress_tty ? std::chrono::duration<double>(now - last_print).count() > 0.25 : k.step % c.log_every == 0) {
+      last_print = now;
+      line(false);
+    }
+  }
+  const double train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
+  if (k.step != last_ckpt_step && k.step > 0)
+    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
+  if (!c.eval_files.empty()) {
+    say("evaluating on " + c.eval_files[0] + (c.eval_files.size() > 1 ? " ..." : ""));
+    LEANEMB_ASSIGN_OR_RETURN(last_eval, evaluate(c, *model));
+    metrics << json{{"step", k.step}, {"eval", last_eval}, {"final", true}}.dump() << "\n";
+  }
+  line(true);
+
+  json sum;
+  sum["steps"] = k.step;
+  sum["samples"] = k.samples;
+  sum["samples_this_run"] = samples_run;
+  sum["train_seconds"] = train_secs;
+  sum["samples_per_s"] = train_secs > 0 ? samples_run / train_secs : 0.0;
+  sum["loss"] = std::isfinite(last_loss) ? json(last_loss) : json(nullptr);
+  sum["eval"] = last_eval.is_null() ? json(nullptr) : last_eval;
+  sum["teacher_auc"] = std::isfinite(teacher_auc) ? json(teacher_auc) : json(nullptr);
+  sum["skipped_steps"] = k.skipped;
+  sum["loss_scale"] = scaler.scale();
+  sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
+  sum["memory"] = memory_peaks(*mem);
+  sum["memory_detail"] = json::parse(mem->to_json());
+  sum["embedding_table_bytes"] = table_bytes;
+  sum["weights_and_state_bytes"] = embedding_bytes;
+  sum["checkpoint"] = last_ckpt;
+  sum["data"] = {{"records", reader->stats().records}, {"malformed", reader->stats().malformed},
+                 {"truncated_values", reader->stats().truncated_values}};
+  sum["config"] = {{"origin", c.origin}, {"row_dtype", std::string(dtype_name(c.row_dtype))},
+                   {"row_optimizer", std::string(optimizer_name(c.row_optimizer.kind))},
+                   {"state_dtype", std::string(state_dtype_name(c.row_optimizer.state_dtype))},
+                   {"precision", std::string(amp::precision_name(c.precision))},
+                   {"micro_batches", c.micro_batches}, {"checkpoint_activations", c.checkpoint_activations},
+                   {"placement", mem->placement().to_string()}};
+  sum["memory_summary_text"] = mem->memory_summary();
+  model.reset();  // before the memory system it lives in
+  return sum;
+}
+
+}  // namespace leanemb::train
