@@ -11,8 +11,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
   leanemb::tools::CommandResult result;
+  leanemb::tools::register_train(app, &result);
   leanemb::tools::register_bench(app, &result);
   leanemb::tools::register_ckpt(app, &result);
+  leanemb::tools::register_data(app, &result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
