@@ -1,15 +1,296 @@
-// Trainer tests: config parsing, the model's step semantics and checkpoint resume.
+// Trainer tests: config parsing and the CtrModel step semantics (loss scaling skips, gradient
+// accumulation, activation checkpointing, thread-count determinism).
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "amp/loss_scaler.h"
+#include "model/ctr_model.h"
 #include "train/config.h"
 
 namespace leanemb::train {
 namespace {
 
-// The embedded default parses.
+// ---- config -------------------------------------------------------------------------------------
+
+// The embedded default parses and names its synthetic files.
 TEST(TrainConfigTest, EmbeddedDefaultParses) {
   auto c = parse_config(default_config_text(), "<default>");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c.value().generate);
+  ASSERT_EQ(c.value().train_files.size(), 1u);
+  EXPECT_EQ(c.value().train_files[0], "data/ctr_small/train.tsv");
+}
+
+// --set overrides keys (typed TOML values or bare strings) and creates missing sections.
+TEST(TrainConfigTest, SetOverridesKeys) {
+  const std::vector<std::string> sets = {"train.steps=7", "embedding.dtype=bf16", "memory.placement=optimizer_state=host",
+                                         "model.table_rows=[5, 6]", "data.num_sparse=2"};
+  auto c = parse_config(default_config_text(), "<default>", sets);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().steps, 7);
+  EXPECT_EQ(c.value().row_dtype, DType::kBF16);
+  EXPECT_EQ(c.value().memory.placement[Category::kOptimizerState], Tier::kHost);
+  EXPECT_EQ(c.value().table_rows, (std::vector<int64_t>{5, 6}));
+}
+
+// Unknown keys and sections, wrong types, out-of-range values and inconsistent combinations are
+// rejected with the key named.
+TEST(TrainConfigTest, BadConfigsNameTheKey) {
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {{"train.stpes=3"}, "unknown key train.stpes"},
+      {{"trian.steps=3"}, "unknown section"},
+      {{"train.steps=\"ten\""}, "train.steps"},
+      {{"train.batch_size=0"}, "train.batch_size"},
+      {{"embedding.optimizer=lamb"}, "lamb"},
+      {{"train.precision=fp8"}, "fp8"},
+      {{"model.bottom_mlp=[64, 8]"}, "interaction dot needs model.bottom_mlp to end in embedding_dim"},
+      {{"train.micro_batches=3"}, "multiple of train.micro_batches"},
+      {{"model.table_rows=[1, 2, 3]"}, "model.table_rows has 3 values"},
+      {{"memory.placement=gradients=host"}, "gradients must stay on the device"},
+      {{"memory.device_budget=\"12 parsecs\""}, "memory.device_budget"},
+      {{"data.generate=false", "data.train=[]"}, "data.train is empty"},
+      {{"nonsense"}, "section.key=value"},
+  };
+  for (const auto& [sets, needle] : cases) {
+    auto c = parse_config(default_config_text(), "<default>", sets);
+    ASSERT_FALSE(c.ok()) << sets[0];
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << sets[0] << ": " << c.status().message();
+  }
+  auto bad_toml = parse_config("[train\nsteps = 1", "x.toml");
+  ASSERT_FALSE(bad_toml.ok());
+  EXPECT_NE(bad_toml.status().message().find("x.toml:1"), std::string::npos) << bad_toml.status().message();
+  EXPECT_EQ(load_config("/nonexistent/leanemb.toml").status().code(), StatusCode::kNotFound);
+}
+
+// ---- model --------------------------------------------------------------------------------------
+
+model::CtrModelOptions small_model(int64_t rows = 50) {
+  model::CtrModelOptions o;
+  o.num_dense = 3;
+  o.num_sparse = 4;
+  o.embedding_dim = 8;
+  o.table_rows = std::vector<int64_t>(4, rows);
+  o.row_optimizer.kind = OptimizerKind::kAdagrad;
+  o.row_optimizer.learning_rate = 0.1f;
+  o.row_optimizer.eps = 1e-10f;
+  o.bottom_hidden = {16, 8};
+  o.top_hidden = {16};
+  o.dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
+  o.dense_optimizer.learning_rate = 0.01;
+  o.seed = 3;
+  o.num_threads = 2;
+  return o;
+}
+
+// A random batch: multi-hot bags of 0..3 ids, labels from a simple rule.
+data::Batch random_batch(const model::CtrModelOptions& o, int64_t B, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  data::Batch b;
+  b.clear(o.num_dense, o.num_sparse);
+  b.batch_size = B;
+  std::uniform_real_distribution<float> u(0.0f, 3.0f);
+  for (int64_t i = 0; i < B * o.num_dense; ++i) b.dense.push_back(u(rng));
+  for (int f = 0; f < o.num_sparse; ++f) {
+    auto& col = b.sparse[static_cast<size_t>(f)];
+    col.offsets = {0};
+    for (int64_t i = 0; i < B; ++i) {
+      for (int64_t n = static_cast<int64_t>(rng() % 4); n > 0; --n)
+        col.ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(o.table_rows[static_cast<size_t>(f)])));
+      col.offsets.push_back(static_cast<int64_t>(col.ids.size()));
+    }
+  }
+  for (int64_t i = 0; i < B; ++i) b.labels.push_back(b.dense[static_cast<size_t>(i * o.num_dense)] > 1.5f ? 1.0f : 0.0f);
+  return b;
+}
+
+struct Rig {
+  std::unique_ptr<MemorySystem> mem;
+  std::unique_ptr<model::CtrModel> model;
+};
+
+Rig make_rig(const model::CtrModelOptions& o) {
+  Rig r;
+  r.mem = std::move(MemorySystem::create({})).value();
+  auto m = model::CtrModel::create(o, r.mem.get());
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  r.model = std::move(m).value();
+  return r;
+}
+
+// Every trainable byte: embedding fat rows and dense parameters and optimizer state.
+std::vector<uint8_t> state_bytes(model::CtrModel& m) {
+  std::vector<uint8_t> out;
+  const EmbeddingCollection& e = m.embeddings();
+  for (int t = 0; t < e.num_tables(); ++t) {
+    const int64_t rows = e.options().tables[static_cast<size_t>(t)].num_rows;
+    std::vector<uint8_t> raw(static_cast<size_t>(rows) * e.layout(t).stride_bytes);
+    EXPECT_TRUE(e.read_raw_rows(t, 0, rows, raw).ok());
+    out.insert(out.end(), raw.begin(), raw.end());
+  }
+  for (const auto& v : {m.dense_parameters(), m.dense_optimizer_state()})
+    for (const auto& t : v) {
+      const auto* p = reinterpret_cast<const uint8_t*>(t.values.data());
+      out.insert(out.end(), p, p + t.values.size() * 4);
+    }
+  return out;
+}
+
+std::vector<float> dense_values(model::CtrModel& m) {
+  std::vector<float> out;
+  for (const auto& t : m.dense_parameters()) out.insert(out.end(), t.values.begin(), t.values.end());
+  return out;
+}
+
+std::vector<float> table_values(model::CtrModel& m) {
+  std::vector<float> out;
+  const EmbeddingCollection& e = m.embeddings();
+  for (int t = 0; t < e.num_tables(); ++t) {
+    const int64_t rows = e.options().tables[static_cast<size_t>(t)].num_rows;
+    std::vector<float> w(static_cast<size_t>(rows * e.layout(t).dim));
+    EXPECT_TRUE(e.read_rows(t, 0, rows, w).ok());
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+// loss_scale_trace: with fp16 loss scaling, steps given a non-finite gradient change no
+// embedding row, dense parameter or optimizer state; the scale halves at each and grows after
+// growth_interval clean steps; skipped steps are counted.
+TEST(LossScaleTest, LossScaleTraceSkippedStepsChangeNothing) {
+  model::CtrModelOptions o = small_model();
+  o.precision = amp::Precision::kFp16;
+  Rig r = make_rig(o);
+  amp::LossScalerOptions so;
+  so.growth_interval = 3;
+  amp::LossScaler scaler = std::move(amp::LossScaler::create(so)).value();
+  const std::vector<int> inject = {2, 5};
+  std::vector<float> scales;
+  for (int step = 1; step <= 9; ++step) {
+    const data::Batch b = random_batch(o, 32, step);
+    const auto before = state_bytes(*r.model);
+    const bool bad = std::find(inject.begin(), inject.end(), step) != inject.end();
+    auto s = r.model->train_step(b, 1, scaler, bad);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s.value().skipped, bad) << "step " << step;
+    if (bad) EXPECT_EQ(state_bytes(*r.model), before) << "a skipped step changed state at step " << step;
+    else EXPECT_NE(state_bytes(*r.model), before) << "step " << step;
+    scales.push_back(scaler.scale());
+  }
+  // 65536 -> clean -> 32768 (step 2) -> 3 clean: 65536 (step 5 backs off first: 32768) -> ...
+  const std::vector<float> want = {65536, 32768, 32768, 32768, 16384, 16384, 16384, 32768, 32768};
+  EXPECT_EQ(scales, want);
+  EXPECT_EQ(scaler.num_skipped_steps(), 2);
+}
+
+// Gradient accumulation: k micro-batches of B/k give the same step as one batch of B (fp32,
+// within rounding of the reordered sums).
+TEST(AccumulationTest, MicroBatchesEqualOneBatch) {
+  const model::CtrModelOptions o = small_model();
+  Rig one = make_rig(o), four = make_rig(o);
+  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  amp::LossScaler s4 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  for (int step = 0; step < 3; ++step) {
+    const data::Batch b = random_batch(o, 64, 100 + step);
+    auto a = one.model->train_step(b, 1, s1);
+    auto c = four.model->train_step(b, 4, s4);
+    ASSERT_TRUE(a.ok() && c.ok());
+    EXPECT_NEAR(a.value().loss, c.value().loss, 1e-6);
+  }
+  const auto d1 = dense_values(*one.model), d4 = dense_values(*four.model);
+  const auto t1 = table_values(*one.model), t4 = table_values(*four.model);
+  ASSERT_EQ(d1.size(), d4.size());
+  double worst = 0;
+  for (size_t i = 0; i < d1.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(d1[i]) - d4[i]));
+  for (size_t i = 0; i < t1.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(t1[i]) - t4[i]));
+  EXPECT_LT(worst, 2e-5);
+  EXPECT_GT(worst, 0.0) << "suspicious: the two paths should round differently somewhere";
+}
+
+// Activation checkpointing recomputes the MLP activations: training is bit-identical and the
+// activations peak is lower.
+TEST(CheckpointActivationsTest, IdenticalTrainingAndLowerActivationPeak) {
+  model::CtrModelOptions o = small_model();
+  o.bottom_hidden = {64, 64, 8};
+  o.top_hidden = {64, 64};
+  model::CtrModelOptions oc = o;
+  oc.checkpoint_activations = true;
+  Rig plain = make_rig(o), ckpt = make_rig(oc);
+  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  for (int step = 0; step < 3; ++step) {
+    const data::Batch b = random_batch(o, 256, 200 + step);
+    ASSERT_TRUE(plain.model->train_step(b, 1, s1).ok());
+    ASSERT_TRUE(ckpt.model->train_step(b, 1, s2).ok());
+  }
+  EXPECT_EQ(state_bytes(*plain.model), state_bytes(*ckpt.model));
+  const size_t p = plain.mem->stats()[0][Category::kActivations].peak_bytes;
+  const size_t c = ckpt.mem->stats()[0][Category::kActivations].peak_bytes;
+  EXPECT_LT(c, p) << "checkpointing should lower the activations peak";
+}
+
+// deterministic: the same steps with 1 and 2 OpenMP threads give identical bits.
+TEST(DeterminismTest, ThreadCountDoesNotChangeResults) {
+  model::CtrModelOptions o1 = small_model(), o2 = small_model();
+  o1.num_threads = 1;
+  o2.num_threads = 2;
+  Rig a = make_rig(o1), b = make_rig(o2);
+  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  for (int step = 0; step < 3; ++step) {
+    const data::Batch batch = random_batch(o1, 200, 300 + step);
+    omp_set_num_threads(1);
+    ASSERT_TRUE(a.model->train_step(batch, 2, s1).ok());
+    omp_set_num_threads(2);
+    ASSERT_TRUE(b.model->train_step(batch, 2, s2).ok());
+  }
+  EXPECT_EQ(state_bytes(*a.model), state_bytes(*b.model));
+}
+
+// Offloading the optimizer state to the host changes no result.
+TEST(PlacementTrainTest, OptimizerStateOnHostTrainsIdentically) {
+  const model::CtrModelOptions o = small_model();
+  Rig a = make_rig(o);
+  Rig b;
+  MemorySystemOptions mo;
+  mo.placement[Category::kOptimizerState] = Tier::kHost;
+  b.mem = std::move(MemorySystem::create(mo)).value();
+  b.model = std::move(model::CtrModel::create(o, b.mem.get())).value();
+  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
+  for (int step = 0; step < 3; ++step) {
+    const data::Batch batch = random_batch(o, 64, 400 + step);
+    ASSERT_TRUE(a.model->train_step(batch, 1, s1).ok());
+    ASSERT_TRUE(b.model->train_step(batch, 1, s2).ok());
+  }
+  EXPECT_EQ(state_bytes(*a.model), state_bytes(*b.model));
+  EXPECT_GT(b.mem->transfers().host_to_device(), 0u);
+  EXPECT_GT(b.mem->stats()[1][Category::kOptimizerState].current_bytes, 0u);
+}
+
+// A device budget too small for a step fails it cleanly (ResourceExhausted) and changes nothing.
+TEST(BudgetTrainTest, StepOverBudgetFailsCleanly) {
+  const model::CtrModelOptions o = small_model(20000);
+  MemorySystemOptions mo;
+  mo.device_budget_bytes = 12 << 20;  // tables (~5.2 MiB) fit, a 16384-record batch does not
+  Rig r;
+  r.mem = std::move(MemorySystem::create(mo)).value();
+  auto m = model::CtrModel::create(o, r.mem.get());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  r.model = std::move(m).value();
+  amp::LossScaler s = std::move(amp::LossScaler::create({.enabled = false})).value();
+  const auto before = state_bytes(*r.model);
+  auto big = r.model->train_step(random_batch(o, 16384, 1), 1, s);
+  ASSERT_EQ(big.status().code(), StatusCode::kResourceExhausted) << big.status().to_string();
+  EXPECT_EQ(state_bytes(*r.model), before);
+  r.model->release_buffers();
+  EXPECT_TRUE(r.model->train_step(random_batch(o, 64, 2), 1, s).ok());
+  EXPECT_LE(r.mem->stats()[0].peak_bytes, mo.device_budget_bytes);
 }
 
 }  // namespace
