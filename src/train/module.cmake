@@ -15,3 +15,11 @@ target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc)
 endif()
+
+if(LEANEMB_BUILD_TESTS)
+  # Real processes: resume in a fresh process, and 20 random kill -9 (tests/ckpt_kill9.sh; the
+  # acceptance run uses 50).
+  add_test(NAME resume_bitexact COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume)
+  add_test(NAME ckpt_kill9_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 20 kill9)
+  set_tests_properties(resume_bitexact ckpt_kill9_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()

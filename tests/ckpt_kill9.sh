@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Crash tests of `leanemb train` with real processes (ctest: resume_bitexact, ckpt_kill9_random).
+#
+#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all]
+#
+# A tiny model trains STEPS steps with a checkpoint every 4 steps; its final checkpoint's digest
+# (`leanemb ckpt digest`) is the reference.
+#   resume:  train STEPS/2 steps, then `--resume` in a fresh process to STEPS: same digest.
+#   kill9:   KILLS times: start a fresh run, kill -9 it at a random moment, check that every
+#            checkpoint left behind verifies, resume it to STEPS: same digest every time.
+# Prints "kill9: N/N resumed with the reference digest, 0 lost checkpoints" and exits non-zero
+# on any difference. The acceptance run uses KILLS=50; CI uses 20.
+set -euo pipefail
+
+LEANEMB=${1:?usage: ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all]}
+KILLS=${2:-20}
+MODE=${3:-all}
+STEPS=40
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_kill9.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export OMP_WAIT_POLICY=passive
+
+SETS=(--set "data.dir=\"$WORK/data\"" --set data.gen.train_rows=12000 --set data.gen.eval_rows=1000
+      --set data.gen.vocab=500 --set model.table_rows=1000 --set train.batch_size=256
+      --set train.checkpoint_every=4 --set train.keep_checkpoints=2 --set train.log_every=1000
+      --set embedding.optimizer=adam --set embedding.dtype=bf16)
+
+train() { "$LEANEMB" train "${SETS[@]}" --quiet "$@" > /dev/null; }
+latest() { ls -d "$1"/checkpoints/step-* 2>/dev/null | grep -v '\.tmp$' | sort | tail -1; }
+digest_of() { "$LEANEMB" ckpt digest "$(latest "$1")"; }
+
+train --steps "$STEPS" --out "$WORK/ref"
+REF=$(digest_of "$WORK/ref")
+[[ "$(basename "$(latest "$WORK/ref")")" == "step-$(printf '%010d' "$STEPS")" ]] || { echo "reference did not reach step $STEPS"; exit 1; }
+
+if [[ "$MODE" == resume || "$MODE" == all ]]; then
+  train --steps $((STEPS / 2)) --out "$WORK/half"
+  train --steps "$STEPS" --out "$WORK/half" --resume --json-summary "$WORK/half.json"
+  # The second process continued from step STEPS/2: it trained only the remaining steps.
+  grep -q "\"resumed_from_step\": $((STEPS / 2))," "$WORK/half.json" || { echo "resume_bitexact: did not resume from step $((STEPS / 2))"; exit 1; }
+  grep -q "\"samples_this_run\": $((STEPS / 2 * 256))," "$WORK/half.json" || { echo "resume_bitexact: trained more than the remaining steps"; exit 1; }
+  GOT=$(digest_of "$WORK/half")
+  if [[ "$GOT" != "$REF" ]]; then echo "resume_bitexact: digest $GOT != reference $REF"; exit 1; fi
+  echo "resume_bitexact: resumed run matches the reference digest $REF"
+fi
+
+if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
+  # How long a full run takes here, to spread the kills over it.
+  t0=$(date +%s%N)
+  train --steps "$STEPS" --out "$WORK/timing"
+  run_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  ok=0 lost=0 fresh=0
+  for ((i = 1; i <= KILLS; i++)); do
+    out="$WORK/k$i"
+    "$LEANEMB" train "${SETS[@]}" --quiet --steps "$STEPS" --out "$out" > /dev/null 2>&1 &
+    pid=$!
+    sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
+    kill -9 "$pid" 2> /dev/null || true
+    wait "$pid" 2> /dev/null || true
+    # Every checkpoint directory left behind must be complete and intact (.tmp ones are not
+    # checkpoints and are cleaned up by the next commit).
+    for d in "$out"/checkpoints/step-*; do
+      [[ -d "$d" && "$d" != *.tmp ]] || continue
+      if ! "$LEANEMB" ckpt verify "$d" > /dev/null 2>&1; then lost=$((lost + 1)); echo "kill $i: $d does not verify"; fi
+    done
+    train --steps "$STEPS" --out "$out" --resume --json-summary "$out.json"
+    grep -q '"resumed_from_step": null' "$out.json" && fresh=$((fresh + 1))
+    GOT=$(digest_of "$out")
+    if [[ "$GOT" == "$REF" ]]; then ok=$((ok + 1)); else echo "kill $i: digest $GOT != reference $REF"; fi
+    rm -rf "$out" "$out.json"
+  done
+  echo "kill9: $ok/$KILLS resumed with the reference digest, $lost lost checkpoints, $fresh killed before the first checkpoint (full run ${run_ms} ms)"
+  [[ $ok -eq $KILLS && $lost -eq 0 ]] || exit 1
+fi
