@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 
+#include "amp/loss_scaler.h"
 #include "kernels/multiversion.h"
 
 namespace leanemb::nn {
@@ -141,6 +142,12 @@ void DenseOptimizer::zero_grad() {
   for (DenseParam& p : params_) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
 }
 
+bool DenseOptimizer::any_nonfinite_grad() const {
+  for (const DenseParam& p : params_)
+    if (amp::found_nonfinite(p.grad)) return true;
+  return false;
+}
+
 Status DenseOptimizer::step(float grad_multiplier) {
   if (!std::isfinite(grad_multiplier) || grad_multiplier <= 0.0f)
     return invalid_argument("dense optimizer '" + options_.name + "': grad_multiplier " +
@@ -189,13 +196,20 @@ void DenseOptimizer::update(size_t i, float mult) {
   }
 }
 
-std::vector<NamedTensor> DenseOptimizer::state() const {
-  std::vector<NamedTensor> out;
+std::vector<NamedTarget> DenseOptimizer::state_arrays() const {
+  std::vector<NamedTarget> out;
   for (size_t i = 0; i < params_.size(); ++i) {
     const size_t n = params_[i].value.size();
-    if (!state1_.empty()) out.push_back({params_[i].name + state_suffix(options_.kind, 0), {state1_[i].as<const float>(), n}});
-    if (!state2_.empty()) out.push_back({params_[i].name + state_suffix(options_.kind, 1), {state2_[i].as<const float>(), n}});
+    const std::string& name = params_[i].name;
+    if (!state1_.empty()) out.push_back({name + state_suffix(options_.kind, 0), {state1_[i].as<float>(), n}});
+    if (!state2_.empty()) out.push_back({name + state_suffix(options_.kind, 1), {state2_[i].as<float>(), n}});
   }
+  return out;
+}
+
+std::vector<NamedTensor> DenseOptimizer::state() const {
+  std::vector<NamedTensor> out;
+  for (NamedTarget& t : state_arrays()) out.push_back({std::move(t.name), t.values});
   out.push_back({options_.name + ".step", {step_limbs_.as<const float>(), 2}});
   return out;
 }
@@ -204,12 +218,7 @@ Status DenseOptimizer::load_state(std::span<const NamedTensor> tensors) {
   const std::string what = "dense optimizer '" + options_.name + "'";
   const std::string step_name = options_.name + ".step";
   float limbs[2] = {0.0f, 0.0f};
-  std::vector<NamedTarget> dst;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const size_t n = params_[i].value.size();
-    if (!state1_.empty()) dst.push_back({params_[i].name + state_suffix(options_.kind, 0), {state1_[i].as<float>(), n}});
-    if (!state2_.empty()) dst.push_back({params_[i].name + state_suffix(options_.kind, 1), {state2_[i].as<float>(), n}});
-  }
+  std::vector<NamedTarget> dst = state_arrays();
   // Value checks run on the source tensors, before load_named copies anything.
   for (const NamedTensor& t : tensors) {
     if (t.name == step_name && t.values.size() == 2) {

@@ -24,8 +24,9 @@
 // on this machine's steps (src/nn/torch_optim_parity_test.py checks 1e-6 relative; a torch
 // built without FMA kernels would differ in the last bit of some elements).
 //
-// The optimizer does not check gradients for Inf/NaN: with a loss scaler, call
-// amp::found_nonfinite() first and skip step() (see amp/loss_scaler.h).
+// step() does not check gradients for Inf/NaN: with a loss scaler, ask any_nonfinite_grad()
+// (and amp::found_nonfinite() for the embedding gradient) first and skip step() (see
+// amp/loss_scaler.h).
 //
 // Ownership: the optimizer holds views of the parameters (DenseParam); the modules that own them
 // must outlive it. Its state (Adagrad: sum; Adam: exp_avg, exp_avg_sq; fp32, one array per
@@ -78,6 +79,9 @@ class DenseOptimizer {
   Status step(float grad_multiplier = 1.0f);
   // Every parameter's grad := 0.
   void zero_grad();
+  // True when any gradient holds Inf or NaN (amp::found_nonfinite over every grad): with a loss
+  // scaler, skip step() then.
+  bool any_nonfinite_grad() const;
   int64_t step_count() const { return step_; }
   const DenseOptimizerOptions& options() const { return options_; }
   std::span<const DenseParam> params() const { return params_; }
@@ -96,6 +100,8 @@ class DenseOptimizer {
  private:
   DenseOptimizer() = default;
   void update(size_t i, float grad_multiplier);
+  // The per-parameter state arrays with their exported names (without the step).
+  std::vector<NamedTarget> state_arrays() const;
 
   DenseOptimizerOptions options_;
   std::vector<DenseParam> params_;

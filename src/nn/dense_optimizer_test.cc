@@ -113,10 +113,11 @@ TEST(NnDenseOptimizerTest, RestoredStateContinuesBitIdentically) {
     auto b = DenseOptimizer::create(options_for(kind), {{"w", w2, g}}, &alloc);
     ASSERT_TRUE(a.ok() && b.ok());
     for (int t = 0; t < kSteps; ++t) {
-      g = random_floats(10, 200 + t);
+      const auto fresh = random_floats(10, 200 + t);
+      std::copy(fresh.begin(), fresh.end(), g.begin());  // in place: the optimizers hold views of g
       ASSERT_TRUE(a->step().ok());
       if (t == 2) {  // checkpoint a, restore into b
-        w2 = w1;
+        std::copy(w1.begin(), w1.end(), w2.begin());
         ASSERT_TRUE(b->load_state(a->state()).ok());
       } else if (t > 2) {
         ASSERT_TRUE(b->step().ok());
@@ -174,6 +175,20 @@ TEST(NnDenseOptimizerTest, BadOptionsAndMultipliersAreRejected) {
   EXPECT_EQ(opt->step(0.0f).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(opt->step(INFINITY).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(opt->step_count(), 0);
+}
+
+// any_nonfinite_grad() reports an Inf or NaN in any parameter's gradient.
+TEST(NnDenseOptimizerTest, ReportsNonfiniteGradients) {
+  TrackingAllocator alloc;
+  std::vector<float> w(3), b(2), gw(3), gb(2);
+  auto opt = DenseOptimizer::create({}, {{"w", w, gw}, {"b", b, gb}}, &alloc);
+  ASSERT_TRUE(opt.ok());
+  EXPECT_FALSE(opt->any_nonfinite_grad());
+  gb[1] = NAN;
+  EXPECT_TRUE(opt->any_nonfinite_grad());
+  gb[1] = 0.0f;
+  gw[0] = -INFINITY;
+  EXPECT_TRUE(opt->any_nonfinite_grad());
 }
 
 // Adam's two state arrays (and the step) are accounted as optimizer_state; a failed allocation

@@ -62,7 +62,7 @@ int64_t Interaction::output_dim() const {
 Status Interaction::check_sizes(const char* what, int64_t batch, std::span<const float> z,
                                 std::span<const float> emb, size_t out_size) const {
   const int64_t emb_cols = options_.num_features * options_.embedding_dim;
-  if (batch < 1 || static_cast<int64_t>(z.size()) != batch * options_.dense_dim ||
+  if (batch < 1 || batch > kMaxBatch || static_cast<int64_t>(z.size()) != batch * options_.dense_dim ||
       static_cast<int64_t>(emb.size()) != batch * emb_cols || static_cast<int64_t>(out_size) != batch * output_dim())
     return invalid_argument(std::string("interaction ") + what + ": batch " + std::to_string(batch) + ", z has " +
                             std::to_string(z.size()) + " values (expected batch * " +

@@ -50,7 +50,7 @@ class Interaction {
   const InteractionOptions& options() const { return options_; }
 
   // out [B, output_dim] from z [B, dense_dim] and emb [B, F * embedding_dim].
-  // Errors: InvalidArgument for batch < 1 or wrong span sizes; ResourceExhausted (scratch).
+  // Errors: InvalidArgument for batch outside [1, kMaxBatch] or wrong span sizes; ResourceExhausted (scratch).
   Status forward(int64_t batch, std::span<const float> z, std::span<const float> emb, std::span<float> out) const;
   // Gradients of z and emb from dout [B, output_dim], given the forward's z and emb:
   //   kDot: dz = dout[:, :d] + sum_{i>0} g_i0 T_i;  de_i = sum_{j<i} g_ij T_j + sum_{k>i} g_ki T_k

@@ -109,7 +109,8 @@ void Linear::backward_compute(int64_t batch, const float* x, const float* dy, fl
 Status Linear::forward(int64_t batch, std::span<const float> x, std::span<float> y) {
   const int64_t in = options_.in_features, out = options_.out_features;
   saved_input_.reset();
-  if (batch < 1 || static_cast<int64_t>(x.size()) != batch * in || static_cast<int64_t>(y.size()) != batch * out)
+  if (batch < 1 || batch > kMaxBatch || static_cast<int64_t>(x.size()) != batch * in ||
+      static_cast<int64_t>(y.size()) != batch * out)
     return invalid_argument("linear '" + options_.name + "' forward: batch " + std::to_string(batch) + ", x has " +
                             std::to_string(x.size()) + " values (expected batch * " + std::to_string(in) +
                             "), y has " + std::to_string(y.size()) + " (expected batch * " + std::to_string(out) + ")");

@@ -54,7 +54,7 @@ class Linear {
 
   // y [B, out] = x [B, in] W^T + b, with B = batch; saves x for backward (replacing any input
   // saved by an earlier forward).
-  // Errors: InvalidArgument for batch < 1 or wrong span sizes; ResourceExhausted (y is then
+  // Errors: InvalidArgument for batch outside [1, kMaxBatch] or wrong span sizes; ResourceExhausted (y is then
   // unspecified and nothing is saved).
   Status forward(int64_t batch, std::span<const float> x, std::span<float> y);
   // From dy [B, out] (B of the last forward): dW += dy^T x, db += sum over rows of dy, and, when

@@ -85,7 +85,7 @@ void Mlp::run_forward(int64_t batch, const float* x0, float* y, std::span<Stored
 
 Status Mlp::forward(int64_t batch, std::span<const float> x, std::span<float> y, ForwardMode mode) {
   release_saved();
-  if (batch < 1 || static_cast<int64_t>(x.size()) != batch * in_features() ||
+  if (batch < 1 || batch > kMaxBatch || static_cast<int64_t>(x.size()) != batch * in_features() ||
       static_cast<int64_t>(y.size()) != batch * out_features())
     return invalid_argument("mlp '" + options_.name + "' forward: batch " + std::to_string(batch) + ", x has " +
                             std::to_string(x.size()) + " values (expected batch * " + std::to_string(in_features()) +

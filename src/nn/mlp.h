@@ -60,7 +60,7 @@ class Mlp {
 
   // y [B, wL] = MLP(x [B, w0]), B = batch. kTrain saves activations (replacing earlier ones);
   // kEval saves nothing and frees earlier saved activations.
-  // Errors: InvalidArgument for batch < 1 or wrong span sizes; ResourceExhausted (y is then
+  // Errors: InvalidArgument for batch outside [1, kMaxBatch] or wrong span sizes; ResourceExhausted (y is then
   // unspecified and nothing is saved).
   Status forward(int64_t batch, std::span<const float> x, std::span<float> y, ForwardMode mode = ForwardMode::kTrain);
   // From dy [B, wL]: accumulates every layer's dW, db; writes dx [B, w0] when dx is not empty

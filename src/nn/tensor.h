@@ -22,6 +22,10 @@ namespace leanemb::nn {
 
 using amp::Precision;
 
+// The largest batch (rows) a layer accepts: BLAS dimensions are 32-bit, and products such as
+// batch * width must not overflow.
+inline constexpr int64_t kMaxBatch = int64_t{1} << 30;
+
 // A named read-only view of fp32 values: what modules and optimizers export for checkpoints,
 // e.g. {"top.0.weight", [out * in]}. Names follow torch's state_dict style.
 struct NamedTensor {
