@@ -18,6 +18,11 @@ int openblas_get_num_threads(void);
 
 namespace leanemb::nn {
 
+int64_t gemm_panel_rows(int64_t m) {
+  const int64_t eighth = (m + 7) / 8;
+  return std::clamp<int64_t>((eighth + 63) / 64 * 64, 64, 512);
+}
+
 void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   LEANEMB_CHECK(m >= 0 && n >= 0 && k >= 0 && m < INT_MAX && n < INT_MAX && k < INT_MAX,
@@ -33,11 +38,12 @@ void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float a
   const CBLAS_TRANSPOSE tb = trans_b == Trans::kYes ? CblasTrans : CblasNoTrans;
   // Row r of op(A) starts at a + r * lda (kNo) or at column r of A, a + r (kYes).
   const int64_t a_row_step = trans_a == Trans::kYes ? 1 : lda;
-  const int64_t num_panels = (m + kGemmPanelRows - 1) / kGemmPanelRows;
+  const int64_t panel_rows = gemm_panel_rows(m);
+  const int64_t num_panels = (m + panel_rows - 1) / panel_rows;
 #pragma omp parallel for schedule(dynamic, 1) if (num_panels > 1)
   for (int64_t p = 0; p < num_panels; ++p) {
-    const int64_t r0 = p * kGemmPanelRows;
-    const int64_t rows = std::min(kGemmPanelRows, m - r0);
+    const int64_t r0 = p * panel_rows;
+    const int64_t rows = std::min(panel_rows, m - r0);
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k), alpha,
                 a + r0 * a_row_step, static_cast<int>(std::max<int64_t>(lda, 1)), b,
                 static_cast<int>(std::max<int64_t>(ldb, 1)), beta, c + r0 * ldc, static_cast<int>(ldc));

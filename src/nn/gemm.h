@@ -4,8 +4,8 @@
 // different bits with 1 and 2 threads for the same inputs (measured on the DLRM shapes: up to a
 // few units in the last place in most outputs; see docs/nn.md). Its own threading splits the
 // work in a way that depends on the thread count. gemm() instead splits the rows of C into
-// panels of kGemmPanelRows rows, a function of the shape only, and computes each panel with a
-// single-threaded OpenBLAS call; OpenMP threads take panels. Every element of C is then
+// panels of gemm_panel_rows(m) rows, a function of the shape only, and computes each panel with
+// a single-threaded OpenBLAS call; OpenMP threads take panels. Every element of C is then
 // computed by the same kernel with the same blocking whatever the thread count, so results are
 // bit-identical for any OMP_NUM_THREADS (tested in nn_test, NnGemmTest).
 //
@@ -22,13 +22,16 @@ namespace leanemb::nn {
 
 enum class Trans : uint8_t { kNo = 0, kYes = 1 };
 
-inline constexpr int64_t kGemmPanelRows = 64;  // rows of C per single-threaded OpenBLAS call
+// Rows of C per single-threaded OpenBLAS call for a C of m rows: about m / 8 rounded up to a
+// multiple of 64, within [64, 512]. Every panel packs all of op(B) again, so panels should be
+// tall; eight of them keep up to eight threads busy. Depends on m only, never on threads.
+int64_t gemm_panel_rows(int64_t m);
 
 // C [m, n] = alpha * op(A) [m, k] * op(B) [k, n] + beta * C, every matrix row-major fp32.
 //   op(A) = A [m, k] (lda >= k) for Trans::kNo, A^T where A is [k, m] (lda >= m) for kYes;
 //   op(B) = B [k, n] (ldb >= n) for kNo,        B^T where B is [n, k] (ldb >= k) for kYes;
 //   ldc >= n. beta = 0: C is not read (may hold anything, even NaN).
-// pseudocode: for each panel P of rows [r, r + kGemmPanelRows) of C (in parallel):
+// pseudocode: for each panel P of rows [r, r + gemm_panel_rows(m)) of C (in parallel):
 //               cblas_sgemm(row-major, op(A)[P, :], op(B), C[P, :])
 // REQUIRES: m, n, k >= 0 and below 2^31; pointers valid for the shapes (may be null when the
 // matrix is empty).

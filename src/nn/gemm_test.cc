@@ -25,7 +25,8 @@ double op_at(const std::vector<float>& m, Trans t, int64_t ld, int64_t i, int64_
 // C = alpha op(A) op(B) + beta C agrees with a double loop for all four transpose pairs,
 // row counts that are not multiples of the panel, and k = 0.
 TEST(NnGemmTest, MatchesDoubleReferenceForEveryTransposeCombination) {
-  const int64_t m = kGemmPanelRows * 2 + 5, n = 7;
+  const int64_t m = 133, n = 7;  // 3 panels of 64, 64 and 5 rows
+  ASSERT_EQ(gemm_panel_rows(m), 64);
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{33}}) {
     for (Trans ta : {Trans::kNo, Trans::kYes}) {
       for (Trans tb : {Trans::kNo, Trans::kYes}) {
