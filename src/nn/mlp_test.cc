@@ -6,6 +6,9 @@
 
 #include <vector>
 
+#include "amp/loss_scaler.h"
+#include "core/half.h"
+#include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
@@ -152,6 +155,11 @@ TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
     EXPECT_EQ(half.saved_activation_bytes() * 2, f32.saved_activation_bytes());
     const auto g = random_floats(B * 8, 9);
     const auto a = run_grads(f32, B, x, g), b = run_grads(half, B, x, g);
+    const std::vector<float>& y_half = b[b.size() - 2];
+    EXPECT_FALSE(bit_equal(y_half, a[a.size() - 2]));  // rounding did happen
+    if (p == Precision::kBf16) {
+      for (float v : y_half) EXPECT_EQ(f32_bits(v) & 0xffffu, 0u);  // outputs on the bf16 grid
+    }
     const double tol = p == Precision::kBf16 ? 3e-2 : 4e-3;  // a few units of 2^-8 / 2^-11, relative
     for (size_t t = 0; t < a.size(); ++t) {
       double max_abs = 0, max_err = 0;
@@ -162,6 +170,39 @@ TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
       EXPECT_LE(max_err, tol * max_abs) << amp::precision_name(p) << " tensor " << t;
     }
   }
+}
+
+// fp16 with a too-large loss scale: the scaled gradients overflow to Inf, the check catches it,
+// the step is skipped (weights unchanged) and the scaler backs off until a step is finite.
+TEST(NnMlpTest, Fp16OverflowIsCaughtAndLossScalerBacksOff) {
+  TrackingAllocator alloc;
+  const int64_t B = 4;
+  Mlp m = make_mlp(&alloc, {6, 16, 1}, false, Precision::kFp16);
+  auto opt = DenseOptimizer::create({.kind = DenseOptimizerKind::kAdam}, m.dense_params(), &alloc);
+  auto scaler = amp::LossScaler::create({.init_scale = 1u << 24});
+  ASSERT_TRUE(opt.ok() && scaler.ok());
+  const auto x = random_floats(B * 6, 15);
+  const std::vector<float> labels = {1, 0, 1, 0};
+  const std::vector<float> w0(m.layer(0).weight().begin(), m.layer(0).weight().end());
+  std::vector<float> logits(B), dlogits(B);
+  bool stepped = false;
+  for (int attempt = 0; attempt < 20 && !stepped; ++attempt) {
+    opt->zero_grad();
+    ASSERT_TRUE(m.forward(B, x, logits).ok());
+    ASSERT_TRUE(bce_with_logits(logits, labels, scaler->scale(), dlogits).ok());
+    ASSERT_TRUE(m.backward(dlogits, {}).ok());
+    const bool found = opt->any_nonfinite_grad();
+    if (found) {
+      EXPECT_TRUE(bit_equal(m.layer(0).weight(), w0));  // nothing stepped yet
+    } else {
+      stepped = opt->step(scaler->inv_scale()).ok();
+    }
+    scaler->update(found);
+  }
+  EXPECT_TRUE(stepped);
+  EXPECT_GE(scaler->num_skipped_steps(), 1);
+  EXPECT_LT(scaler->scale(), static_cast<float>(1u << 24));
+  EXPECT_FALSE(bit_equal(m.layer(0).weight(), w0));
 }
 
 // Outputs and gradients are bit-identical with 1 and 2 OpenMP threads.
