@@ -48,6 +48,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     t.dim = o.embedding_dim;
     t.dtype = o.row_dtype;
     t.optimizer = o.row_optimizer;
+    t.init = o.row_init;
     co.tables.push_back(t);
     co.features.push_back(FeatureOptions{t.name, f, o.pooling});
   }
@@ -206,7 +207,7 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
 
   // Found-inf check before anything is updated.
   bool found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(B * F * D)));
-  for (const nn::DenseParam& p : dense_opt_->params()) found = found || amp::found_nonfinite(p.grad);
+  found = found || dense_opt_->any_nonfinite_grad();
   const float inv = scaler.inv_scale();
   if (!found) {
     UpdateOptions uo;

@@ -47,6 +47,7 @@ struct CtrModelOptions {
   std::vector<int64_t> table_rows;        // [num_sparse]
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
+  InitOptions row_init;
   PoolingMode pooling = PoolingMode::kSum;
   std::vector<int64_t> bottom_hidden;     // bottom MLP widths after the input (last = z's dim)
   std::vector<int64_t> top_hidden;        // top MLP hidden widths (a 1-wide output is added)

@@ -168,6 +168,13 @@ Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
   return invalid_argument("unknown dense optimizer '" + std::string(s) + "' (expected sgd, adagrad or adam)");
 }
 
+Result<InitKind> parse_init_kind(std::string_view s) {
+  if (s == "uniform") return InitKind::kUniform;
+  if (s == "normal") return InitKind::kNormal;
+  if (s == "zeros") return InitKind::kZeros;
+  return invalid_argument("unknown init '" + std::string(s) + "' (expected uniform, normal or zeros)");
+}
+
 Result<nn::InteractionKind> parse_interaction(std::string_view s) {
   if (s == "dot") return nn::InteractionKind::kDot;
   if (s == "cat") return nn::InteractionKind::kCat;
@@ -284,6 +291,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read("beta2", &c.row_optimizer.beta2, 0.0, 0.999999));
   LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &c.row_optimizer.weight_decay, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &c.row_optimizer.state_dtype, parse_state_dtype));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &c.row_init.kind, parse_init_kind));
+  LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &c.row_init.bound, 0.0, 1e3));
+  LEANEMB_RETURN_IF_ERROR(e.read("init_std", &c.row_init.std, 0.0, 1e3));
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]

@@ -51,6 +51,7 @@ struct TrainConfig {
   // [embedding]
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;  // kind, learning_rate, eps, betas, weight_decay, state_dtype
+  InitOptions row_init;            // init (uniform | normal | zeros), init_bound, init_std
 
   // [dense]
   nn::DenseOptimizerOptions dense_optimizer;

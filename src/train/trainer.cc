@@ -34,6 +34,7 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
                                           : c.table_rows;
   o.row_dtype = c.row_dtype;
   o.row_optimizer = c.row_optimizer;
+  o.row_init = c.row_init;
   o.pooling = c.pooling;
   o.bottom_hidden = c.bottom_mlp;
   o.top_hidden = c.top_mlp;
