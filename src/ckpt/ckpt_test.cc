@@ -303,6 +303,22 @@ TEST(FaultInjectionEnvTest, CrashFaultStopsEverythingAfterIt) {
   EXPECT_EQ(env.list_dir("/d").value(), std::vector<std::string>{"1"});
 }
 
+// POSIX errors carry the path and the errno text, with the documented codes.
+TEST(PosixEnvTest, ErrorsNameThePathAndTheReason) {
+  const std::string missing = ::testing::TempDir() + "leanemb_no_such_dir." + std::to_string(getpid()) + "/f";
+  const Status open = posix_env()->new_random_access_file(missing).status();
+  EXPECT_EQ(open.code(), StatusCode::kNotFound);
+  EXPECT_NE(open.message().find(missing), std::string::npos) << open.message();
+  EXPECT_NE(open.message().find("No such file"), std::string::npos) << open.message();
+  EXPECT_EQ(posix_env()->new_writable_file(missing).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(posix_env()->sync_dir(parent_dir(missing)).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(posix_env()->remove_all(missing).ok());  // absent is fine
+  const std::string file = ::testing::TempDir() + "leanemb_ckpt_file." + std::to_string(getpid());
+  ASSERT_TRUE(posix_env()->new_writable_file(file).ok());
+  EXPECT_EQ(posix_env()->create_dir(file).code(), StatusCode::kIoError);  // a file has that name
+  EXPECT_TRUE(posix_env()->remove_file(file).ok());
+}
+
 // The POSIX env on real files: write, verify, digest equal to the in-memory one (layout and
 // Env do not matter), then a flipped byte is found and the finder falls back.
 TEST(PosixEnvTest, RealFilesRoundTripAndCorruptionIsDetected) {
