@@ -1,9 +1,9 @@
 // MemorySystem: the tiers of one engine and the placement that says where each category of
 // bytes lives.
 //
-//   device tier  the accelerator's memory. With a budget it is a DeviceArena (one region of exactly
-//                `device_budget_bytes`, a caching allocator on top); without one, an unbudgeted
-//                tracking heap (tier device) for runs that only want accounting.
+//   device tier  the accelerator's memory: a DeviceArena (one region of exactly
+//                `device_budget_bytes`, a caching allocator on top). Without a budget the arena
+//                spans the machine's physical memory (mapped without reservation).
 //   host tier    a TrackingAllocator with an optional `host_budget_bytes`.
 //
 // Placement maps each Category to a tier: `weights = device, optimizer_state = host` is the
@@ -58,7 +58,7 @@ Result<Placement> parse_placement(std::string_view s, const Placement& base = {}
 Status validate_placement(const Placement& p);
 
 struct MemorySystemOptions {
-  // Hard cap of the device tier (a DeviceArena); 0 = unbudgeted accounting heap.
+  // Hard cap of the device tier (a DeviceArena); 0 = the machine's physical memory.
   size_t device_budget_bytes = 0;
   // Cap of the host tier; 0 = no cap (only the system's limits).
   size_t host_budget_bytes = 0;
@@ -89,7 +89,7 @@ class MemorySystem {
   const Placement& placement() const { return options_.placement; }
   Allocator* device() const { return device_.get(); }
   Allocator* host() const { return host_.get(); }
-  // The DeviceArena when the device tier has a budget, else null.
+  // The device tier's DeviceArena.
   DeviceArena* arena() const { return arena_; }
   Allocator* tier(Tier t) const { return t == Tier::kDevice ? device() : host(); }
   // The allocator of the tier `c` is placed in.

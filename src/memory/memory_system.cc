@@ -1,6 +1,8 @@
 // MemorySystem: tiers, placement, transfers, the breakdown table. See memory_system.h.
 #include "leanemb/memory_system.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -13,6 +15,12 @@ namespace {
 bool may_leave_device(Category c) {
   return c == Category::kWeights || c == Category::kOptimizerState || c == Category::kCommBuffers ||
          c == Category::kIoBuffers;
+}
+
+size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const size_t bytes = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : size_t{1} << 34;
+  return bytes / (size_t{2} << 20) * (size_t{2} << 20);  // whole 2 MiB pages
 }
 
 }  // namespace
@@ -102,17 +110,16 @@ Result<std::unique_ptr<MemorySystem>> MemorySystem::create(const MemorySystemOpt
     return invalid_argument("reserve_bytes and max_split_bytes need a device budget");
   std::unique_ptr<MemorySystem> m(new MemorySystem());
   m->options_ = options;
-  if (options.device_budget_bytes > 0) {
-    DeviceArenaOptions ao;
-    ao.budget_bytes = options.device_budget_bytes;
-    ao.max_split_bytes = options.max_split_bytes;
-    ao.reserve_bytes = options.reserve_bytes;
-    LEANEMB_ASSIGN_OR_RETURN(auto arena, DeviceArena::create(ao));
-    m->arena_ = arena.get();
-    m->device_ = std::move(arena);
-  } else {
-    m->device_ = std::make_unique<TrackingAllocator>(TrackingAllocatorOptions{Tier::kDevice, 0});
-  }
+  // The device tier is always a caching arena: without a budget, one over the machine's physical
+  // memory (mapped without reservation: untouched pages cost nothing). Freed blocks are reused, so
+  // per-step buffers do not cost fresh zeroed pages from the OS every step.
+  DeviceArenaOptions ao;
+  ao.budget_bytes = options.device_budget_bytes ? options.device_budget_bytes : physical_memory_bytes();
+  ao.max_split_bytes = options.max_split_bytes;
+  ao.reserve_bytes = options.reserve_bytes;
+  LEANEMB_ASSIGN_OR_RETURN(auto arena, DeviceArena::create(ao));
+  m->arena_ = arena.get();
+  m->device_ = std::move(arena);
   m->host_ = std::make_unique<TrackingAllocator>(TrackingAllocatorOptions{Tier::kHost, options.host_budget_bytes});
   return m;
 }
@@ -132,8 +139,7 @@ void MemorySystem::reset_transfers() {
 std::array<MemoryStats, 2> MemorySystem::stats() const { return {device_->memory_stats(), host_->memory_stats()}; }
 
 void MemorySystem::reset_peaks() {
-  if (arena_) arena_->reset_peaks();
-  else static_cast<TrackingAllocator*>(device_.get())->reset_peaks();
+  arena_->reset_peaks();
   static_cast<TrackingAllocator*>(host_.get())->reset_peaks();
 }
 
