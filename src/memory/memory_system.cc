@@ -160,9 +160,9 @@ std::string MemorySystem::memory_summary() const {
   if (!default_placement) {
     out += "placement        ";
     for (int c = 0; c < kNumCategories; ++c)
-      if (placement().tier[c] != Tier::kDevice)
+      if (placement().tier[c] != def.tier[c])
         out.append(category_name(static_cast<Category>(c))).append("=").append(tier_name(placement().tier[c])).append(" ");
-    out += "(the rest on the device)\n";
+    out += "(the rest as default: on the device, io_buffers on the host)\n";
   }
   return out;
 }
