@@ -142,8 +142,12 @@ int run_gen_data(const GenArgs& a) {
               static_cast<long long>(o->train_rows), static_cast<long long>(o->eval_rows), rep->seconds,
               static_cast<double>(rows) / std::max(rep->seconds, 1e-9) * 1e-6, rep->train_path.c_str(),
               rep->eval_path.c_str(), rep->meta_path.c_str());
-  std::printf("gen-data: label rate train %.4f eval %.4f; teacher on eval: AUC %.4f, logloss %.4f\n", rep->train_label_rate,
-              rep->eval_label_rate, rep->teacher_auc, rep->teacher_logloss);
+  if (rep->has_teacher_metrics)
+    std::printf("gen-data: label rate train %.4f eval %.4f; teacher on eval: AUC %.4f, logloss %.4f\n",
+                rep->train_label_rate, rep->eval_label_rate, rep->teacher_auc, rep->teacher_logloss);
+  else
+    std::printf("gen-data: label rate train %.4f eval %.4f; teacher metrics undefined (eval split has one class or no rows)\n",
+                rep->train_label_rate, rep->eval_label_rate);
   return 0;
 }
 

@@ -59,7 +59,7 @@ ConvertOptions convert_options(const std::string& in, const std::string& out) {
 
 // Converting a TSV and reading the binary file gives the same batches as reading the TSV, with
 // shuffling, epochs and max_len; the converter's malformed count reaches the reader's stats.
-TEST(BinaryFormatTest, TsvAndBinaryGiveIdenticalBatches) {
+TEST(DataBinaryFormatTest, TsvAndBinaryGiveIdenticalBatches) {
   ScratchDir dir;
   const std::string tsv = dir.write("d.tsv", mixed_tsv(300));
   const std::string bin = dir.file("d.bin");
@@ -82,7 +82,7 @@ TEST(BinaryFormatTest, TsvAndBinaryGiveIdenticalBatches) {
 }
 
 // TSV and binary files can be mixed in one reader.
-TEST(BinaryFormatTest, MixedFormatsReadInFileOrder) {
+TEST(DataBinaryFormatTest, MixedFormatsReadInFileOrder) {
   ScratchDir dir;
   const std::string tsv = dir.write("d.tsv", mixed_tsv(100));
   const std::string bin = dir.file("d.bin");
@@ -92,7 +92,7 @@ TEST(BinaryFormatTest, MixedFormatsReadInFileOrder) {
 }
 
 // A flipped payload byte is DataLoss naming the file and block.
-TEST(BinaryFormatTest, CorruptBlockIsDataLossNamingFileAndBlock) {
+TEST(DataBinaryFormatTest, CorruptBlockIsDataLossNamingFileAndBlock) {
   ScratchDir dir;
   const std::string bin = dir.file("d.bin");
   ASSERT_TRUE(convert_to_binary(convert_options(dir.write("d.tsv", mixed_tsv(100)), bin)).ok());
@@ -107,7 +107,7 @@ TEST(BinaryFormatTest, CorruptBlockIsDataLossNamingFileAndBlock) {
 }
 
 // A file cut short is DataLoss; a damaged header is refused at open.
-TEST(BinaryFormatTest, TruncatedFileAndBadHeaderAreDataLoss) {
+TEST(DataBinaryFormatTest, TruncatedFileAndBadHeaderAreDataLoss) {
   ScratchDir dir;
   const std::string bin = dir.file("d.bin");
   ASSERT_TRUE(convert_to_binary(convert_options(dir.write("d.tsv", mixed_tsv(100)), bin)).ok());
@@ -125,7 +125,7 @@ TEST(BinaryFormatTest, TruncatedFileAndBadHeaderAreDataLoss) {
 }
 
 // A writer that never finishes leaves no file under the final name.
-TEST(BinaryFormatTest, UnfinishedWriterLeavesNoFile) {
+TEST(DataBinaryFormatTest, UnfinishedWriterLeavesNoFile) {
   ScratchDir dir;
   const std::string bin = dir.file("d.bin");
   {
@@ -142,7 +142,7 @@ TEST(BinaryFormatTest, UnfinishedWriterLeavesNoFile) {
 }
 
 // A binary file of another shape than the schema is refused at open, naming both shapes.
-TEST(BinaryFormatTest, SchemaMismatchIsRejectedAtOpen) {
+TEST(DataBinaryFormatTest, SchemaMismatchIsRejectedAtOpen) {
   ScratchDir dir;
   const std::string bin = dir.file("d.bin");
   ASSERT_TRUE(convert_to_binary(convert_options(dir.write("d.tsv", mixed_tsv(10)), bin)).ok());
@@ -152,7 +152,7 @@ TEST(BinaryFormatTest, SchemaMismatchIsRejectedAtOpen) {
 }
 
 // Conversion above the malformed-rate limit fails and writes nothing.
-TEST(ConvertTest, TooManyMalformedLinesFailWithoutOutput) {
+TEST(DataConvertTest, TooManyMalformedLinesFailWithoutOutput) {
   ScratchDir dir;
   const std::string bin = dir.file("d.bin");
   auto o = convert_options(dir.write("d.tsv", mixed_tsv(50)), bin);

@@ -11,7 +11,7 @@ namespace leanemb::data {
 namespace {
 
 // Perfect, reversed and all-tied rankings give 1, 0 and 1/2.
-TEST(RocAucTest, ExtremesAndTies) {
+TEST(DataRocAucTest, ExtremesAndTies) {
   const std::vector<float> y = {0, 0, 1, 1};
   EXPECT_DOUBLE_EQ(roc_auc(y, std::vector<float>{0.1f, 0.2f, 0.8f, 0.9f}).value(), 1.0);
   EXPECT_DOUBLE_EQ(roc_auc(y, std::vector<float>{0.9f, 0.8f, 0.2f, 0.1f}).value(), 0.0);
@@ -19,14 +19,14 @@ TEST(RocAucTest, ExtremesAndTies) {
 }
 
 // Positives {0.9, 0.4, 0.1}, negatives {0.4, 0.2}: pairs won 1 + 1 + 0.5 + 1 + 0 + 0 = 3.5 of 6.
-TEST(RocAucTest, HandComputedCaseWithATie) {
+TEST(DataRocAucTest, HandComputedCaseWithATie) {
   const std::vector<float> y = {1, 0, 1, 0, 1};
   const std::vector<float> s = {0.9f, 0.4f, 0.4f, 0.2f, 0.1f};
   EXPECT_DOUBLE_EQ(roc_auc(y, s).value(), 3.5 / 6.0);
 }
 
 // The sort-based AUC equals the O(n^2) pair count on random data with many ties.
-TEST(RocAucTest, MatchesBruteForcePairCount) {
+TEST(DataRocAucTest, MatchesBruteForcePairCount) {
   std::mt19937 rng(5);
   std::vector<float> y(700), s(700);
   for (size_t i = 0; i < y.size(); ++i) {
@@ -44,7 +44,7 @@ TEST(RocAucTest, MatchesBruteForcePairCount) {
 }
 
 // One class only, mismatched lengths, a non-binary label or a NaN score are errors.
-TEST(RocAucTest, UndefinedCasesAreErrors) {
+TEST(DataRocAucTest, UndefinedCasesAreErrors) {
   EXPECT_EQ(roc_auc(std::vector<float>{1, 1}, std::vector<float>{0.1f, 0.2f}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(roc_auc(std::vector<float>{1, 0}, std::vector<float>{0.1f}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(roc_auc(std::vector<float>{1, 0.5f}, std::vector<float>{0.1f, 0.2f}).status().code(), StatusCode::kInvalidArgument);
@@ -53,14 +53,14 @@ TEST(RocAucTest, UndefinedCasesAreErrors) {
 }
 
 // -(ln 0.8 + ln 0.6) / 2, and soft labels weigh both terms.
-TEST(LoglossTest, HandComputedCases) {
+TEST(DataLoglossTest, HandComputedCases) {
   EXPECT_NEAR(mean_logloss(std::vector<float>{1, 0}, std::vector<float>{0.8f, 0.4f}).value(),
               -(std::log(0.8) + std::log(0.6)) / 2, 1e-7);
   EXPECT_NEAR(mean_logloss(std::vector<float>{0.5f}, std::vector<float>{0.5f}).value(), std::log(2.0), 1e-9);
 }
 
 // Probabilities 0 and 1 are clipped to [eps, 1 - eps], so a confident mistake costs -ln(eps).
-TEST(LoglossTest, ProbabilitiesAreClipped) {
+TEST(DataLoglossTest, ProbabilitiesAreClipped) {
   EXPECT_NEAR(mean_logloss(std::vector<float>{1}, std::vector<float>{0.0f}).value(), -std::log(1e-7), 1e-9);
   EXPECT_NEAR(mean_logloss(std::vector<float>{0}, std::vector<float>{1.0f}, 1e-3).value(), -std::log(1e-3), 1e-9);
   EXPECT_EQ(mean_logloss(std::vector<float>{1}, std::vector<float>{1.5f}).status().code(), StatusCode::kInvalidArgument);

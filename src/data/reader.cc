@@ -239,7 +239,7 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
   error_ = Status::ok_status();
   begin_epoch(epoch);
   finished_ = false;
-  if (finished == 0) {
+  if (finished == 0 && !(options_.num_epochs > 0 && epoch >= options_.num_epochs)) {
     tracker_.set_replaying(true);
     Status replay;
     for (int64_t i = 0; i < emitted && replay.ok(); ++i) {
@@ -258,7 +258,8 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
     }
     emitted_in_epoch_ = emitted;
   }
-  finished_ = finished != 0;
+  // A reader opened with fewer epochs than the state's position has nothing left to read.
+  finished_ = finished != 0 || (options_.num_epochs > 0 && epoch >= options_.num_epochs);
   tracker_.stats() = std::move(st);
   return Status::ok_status();
 }

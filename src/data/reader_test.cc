@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,7 @@ struct MalformedCase {
 
 // Each kind of malformed line is skipped, counted under its kind, and reported with its file and
 // line number; the good lines around it are read.
-TEST(TsvMalformedTest, EachKindIsCountedWithItsLineNumber) {
+TEST(DataTsvMalformedTest, EachKindIsCountedWithItsLineNumber) {
   const MalformedCase cases[] = {
       {"too_few", "1\t2\t3\taa\tbb\n", MalformedKind::kFieldCount},
       {"too_many", line("1", "2", "3", "aa", "bb", "cc\tdd"), MalformedKind::kFieldCount},
@@ -86,7 +87,7 @@ TEST(TsvMalformedTest, EachKindIsCountedWithItsLineNumber) {
 }
 
 // Empty dense fields read as 0 and empty categorical fields as empty bags; they are not malformed.
-TEST(TsvMalformedTest, EmptyFieldsAreValid) {
+TEST(DataTsvMalformedTest, EmptyFieldsAreValid) {
   ScratchDir dir;
   const std::string path = dir.write("empty.tsv", line("1", "", "7", "", "a", ""));
   auto reader = open_reader(options({path}, schema(2, 3), 4));
@@ -101,7 +102,7 @@ TEST(TsvMalformedTest, EmptyFieldsAreValid) {
 
 // Negative dense values clamp to 0 before log1p; decimals and "\r\n" endings are accepted, and a
 // last line without "\n" is read.
-TEST(TsvMalformedTest, DenseTransformAndLineEndings) {
+TEST(DataTsvMalformedTest, DenseTransformAndLineEndings) {
   ScratchDir dir;
   const std::string path = dir.write("ends.tsv", "0\t-5\t2.5\ta\tb\tc\r\n1\t3\t0\ta\tb\tc");
   auto reader = open_reader(options({path}, schema(2, 3), 4));
@@ -114,7 +115,7 @@ TEST(TsvMalformedTest, DenseTransformAndLineEndings) {
 
 // Above max_malformed_rate (after min_lines) reading fails with a message naming the file, the
 // line, the rate and the first malformed line; below it reading succeeds.
-TEST(TsvMalformedTest, RateAboveLimitFailsWithFileLineAndRate) {
+TEST(DataTsvMalformedTest, RateAboveLimitFailsWithFileLineAndRate) {
   ScratchDir dir;
   std::string bad_every_100;
   for (int i = 0; i < 20; ++i) bad_every_100 += good_lines(99, i * 99) + "junk\n";
@@ -142,7 +143,7 @@ TEST(TsvMalformedTest, RateAboveLimitFailsWithFileLineAndRate) {
 }
 
 // A small file is judged at its end even below min_lines.
-TEST(TsvMalformedTest, SmallFileIsJudgedAtItsEnd) {
+TEST(DataTsvMalformedTest, SmallFileIsJudgedAtItsEnd) {
   ScratchDir dir;
   const std::string path = dir.write("small.tsv", good_lines(9) + "junk\n");
   auto o = options({path}, schema(2, 3), 4);
@@ -157,7 +158,7 @@ TEST(TsvMalformedTest, SmallFileIsJudgedAtItsEnd) {
 // ---- values -----------------------------------------------------------------------------------
 
 // Multi-hot fields keep their first max_len values; the dropped ones are counted.
-TEST(TsvValuesTest, MultiHotFieldIsTruncatedToMaxLen) {
+TEST(DataTsvValuesTest, MultiHotFieldIsTruncatedToMaxLen) {
   ScratchDir dir;
   const std::string path = dir.write("mh.tsv", line("1", "1", "1", "a,b,c,d", "e", "f,1") + line("0", "", "", "9", "", "2,3,4"));
   auto reader = open_reader(options({path}, schema(2, 3, 1000, /*max_len=*/2), 8));
@@ -173,7 +174,7 @@ TEST(TsvValuesTest, MultiHotFieldIsTruncatedToMaxLen) {
 
 // Ids are XXH3-64 of the value's 8 little-endian bytes seeded with the feature index, modulo the
 // feature's table rows; hex case and leading zeros do not matter; kRaw keeps the whole hash.
-TEST(TsvValuesTest, CategoricalIdsAreSeededHashesOfTheValue) {
+TEST(DataTsvValuesTest, CategoricalIdsAreSeededHashesOfTheValue) {
   ScratchDir dir;
   const std::string path = dir.write("h.tsv", line("1", "", "", "68fd1e64", "00068FD1E64", "68fd1e64"));
   const int64_t rows[3] = {1000, 77, 1 << 20};
@@ -194,7 +195,7 @@ TEST(TsvValuesTest, CategoricalIdsAreSeededHashesOfTheValue) {
 
 // The multiply-based IdMapper equals hash % num_rows for every divisor size, including 1, powers
 // of two, values around 2^32 and 2^63 - 1; kRaw passes the hash through.
-TEST(TsvValuesTest, IdMapperEqualsModulo) {
+TEST(DataTsvValuesTest, IdMapperEqualsModulo) {
   const int64_t rows[] = {1, 2, 3, 7, 1000, 1 << 20, (int64_t{1} << 32) - 1, (int64_t{1} << 32) + 1,
                           (int64_t{1} << 40) + 7, INT64_MAX, 0x5851f42d4c957f2d};
   const IdMapper mapper(make_schema(0, static_cast<int>(std::size(rows)), rows).value());
@@ -211,7 +212,7 @@ TEST(TsvValuesTest, IdMapperEqualsModulo) {
 
 // Batches are jagged in EmbeddingBag convention (offsets [B+1], no padding) and their
 // SparseBatch view passes EmbeddingCollection's validation.
-TEST(TsvValuesTest, JaggedBatchFollowsEmbeddingBagConvention) {
+TEST(DataTsvValuesTest, JaggedBatchFollowsEmbeddingBagConvention) {
   ScratchDir dir;
   const std::string path = dir.write("j.tsv", line("1", "1", "2", "a,b", "", "c") + line("0", "3", "4", "", "d", "e,f,1") +
                                                   line("1", "5", "6", "2", "3", ""));
@@ -247,7 +248,7 @@ TEST(TsvValuesTest, JaggedBatchFollowsEmbeddingBagConvention) {
 }
 
 // A reused Batch keeps its buffers: after the first batch no vector is reallocated.
-TEST(TsvValuesTest, ReusedBatchDoesNotReallocate) {
+TEST(DataTsvValuesTest, ReusedBatchDoesNotReallocate) {
   ScratchDir dir;
   const std::string path = dir.write("r.tsv", good_lines(100));
   auto o = options({path}, schema(2, 3), 10);
@@ -288,7 +289,7 @@ std::vector<Batch> read_all(const std::string& path, int64_t shuffle, uint64_t s
 }
 
 // Without a shuffle buffer records come in file order; the last batch of each epoch is short.
-TEST(ShuffleTest, NoShuffleKeepsFileOrderAndShortLastBatch) {
+TEST(DataShuffleTest, NoShuffleKeepsFileOrderAndShortLastBatch) {
   ScratchDir dir;
   const std::string path = dir.write("s.tsv", good_lines(50));
   const auto b = read_all(path, 0, 1, 2);
@@ -304,7 +305,7 @@ TEST(ShuffleTest, NoShuffleKeepsFileOrderAndShortLastBatch) {
 
 // The same seed gives the same order; another seed another order; every epoch is a permutation
 // of the file, and epochs are shuffled differently.
-TEST(ShuffleTest, SeededShuffleIsDeterministicPerEpoch) {
+TEST(DataShuffleTest, SeededShuffleIsDeterministicPerEpoch) {
   ScratchDir dir;
   const std::string path = dir.write("s.tsv", good_lines(200));
   const auto a = order_of(read_all(path, 32, 7, 2));
@@ -320,7 +321,7 @@ TEST(ShuffleTest, SeededShuffleIsDeterministicPerEpoch) {
 }
 
 // drop_last drops the short batch of every epoch; num_epochs = 0 loops forever.
-TEST(ShuffleTest, DropLastAndEndlessEpochs) {
+TEST(DataShuffleTest, DropLastAndEndlessEpochs) {
   ScratchDir dir;
   const std::string path = dir.write("s.tsv", good_lines(50));
   auto o = options({path}, schema(2, 3), 16);
@@ -335,7 +336,7 @@ TEST(ShuffleTest, DropLastAndEndlessEpochs) {
 }
 
 // An epoch without records is an error, not an endless loop.
-TEST(ShuffleTest, EmptyInputIsAnError) {
+TEST(DataShuffleTest, EmptyInputIsAnError) {
   ScratchDir dir;
   const std::string path = dir.write("e.tsv", "");
   auto o = options({path}, schema(2, 3), 4);
@@ -350,12 +351,13 @@ struct ResumeCase {
   int64_t shuffle;
   int k, m;  // batches before saving, batches compared after
 };
+void PrintTo(const ResumeCase& c, std::ostream* os) { *os << "shuffle " << c.shuffle << ", k " << c.k << ", m " << c.m; }
 
-class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
+class DataResumeTest : public ::testing::TestWithParam<ResumeCase> {};
 
 // A reader restored from a saved state returns exactly the batches (and statistics) the original
 // returns after the save, across epoch boundaries and with or without shuffling.
-TEST_P(ResumeTest, RestoredReaderContinuesIdentically) {
+TEST_P(DataResumeTest, RestoredReaderContinuesIdentically) {
   const ResumeCase c = GetParam();
   ScratchDir dir;
   const std::string a = dir.write("a.tsv", good_lines(70) + "junk\n" + good_lines(30, 70));
@@ -377,13 +379,17 @@ TEST_P(ResumeTest, RestoredReaderContinuesIdentically) {
   EXPECT_EQ(second->stats().first_malformed, first->stats().first_malformed);
 }
 
-INSTANTIATE_TEST_SUITE_P(ShuffleAndPositions, ResumeTest,
+INSTANTIATE_TEST_SUITE_P(ShuffleAndPositions, DataResumeTest,
                          ::testing::Values(ResumeCase{0, 0, 5}, ResumeCase{0, 3, 9}, ResumeCase{0, 9, 4},
                                            ResumeCase{7, 4, 12}, ResumeCase{64, 2, 10}, ResumeCase{64, 10, 10},
-                                           ResumeCase{1000, 5, 8}));
+                                           ResumeCase{1000, 5, 8}),
+                         [](const ::testing::TestParamInfo<ResumeCase>& i) {
+                           return "shuffle" + std::to_string(i.param.shuffle) + "_k" + std::to_string(i.param.k) +
+                                  "_m" + std::to_string(i.param.m);
+                         });
 
 // A state saved by a reader with other options, or damaged bytes, are refused.
-TEST(ResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
+TEST(DataResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
   ScratchDir dir;
   const std::string path = dir.write("a.tsv", good_lines(40));
   auto o = options({path}, schema(2, 3), 8);
@@ -398,7 +404,7 @@ TEST(ResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
 }
 
 // Restoring a position past the end of a file that has since shrunk is DataLoss.
-TEST(ResumeErrorsTest, ShrunkInputIsDataLoss) {
+TEST(DataResumeErrorsTest, ShrunkInputIsDataLoss) {
   ScratchDir dir;
   const std::string path = dir.write("a.tsv", good_lines(40));
   auto o = options({path}, schema(2, 3), 8);
@@ -409,10 +415,24 @@ TEST(ResumeErrorsTest, ShrunkInputIsDataLoss) {
   EXPECT_EQ(open_reader(o)->restore_state(state).code(), StatusCode::kDataLoss);
 }
 
+// A state restored into a reader with fewer epochs than its position returns no more batches.
+TEST(DataResumeErrorsTest, RestoringPastTheLastEpochEndsTheStream) {
+  ScratchDir dir;
+  const std::string path = dir.write("a.tsv", good_lines(20));
+  auto o = options({path}, schema(2, 3), 8);
+  o.num_epochs = 3;
+  auto reader = open_reader(o);
+  read_batches(reader.get(), 7);  // 3 batches per epoch: into epoch 2
+  o.num_epochs = 2;
+  auto fewer = open_reader(o);
+  ASSERT_TRUE(fewer->restore_state(reader->save_state()).ok());
+  EXPECT_TRUE(read_batches(fewer.get()).empty());
+}
+
 // ---- options ----------------------------------------------------------------------------------
 
 // Bad options and missing files fail at open with a message naming them.
-TEST(ReaderOptionsTest, BadOptionsAndMissingFilesFailAtOpen) {
+TEST(DataReaderOptionsTest, BadOptionsAndMissingFilesFailAtOpen) {
   ScratchDir dir;
   const std::string path = dir.write("a.tsv", good_lines(4));
   auto o = options({path}, schema(2, 3), 0);

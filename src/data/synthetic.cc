@@ -500,15 +500,15 @@ Result<GenReport> generate_dataset(const GenOptions& o) {
   rep.eval_label_rate = o.eval_rows ? static_cast<double>(pos) / static_cast<double>(o.eval_rows) : 0.0;
   auto auc = roc_auc(labels, probs);
   auto ll = mean_logloss(labels, probs);
-  const bool have_teacher = auc.ok() && ll.ok();
-  if (have_teacher) {
+  rep.has_teacher_metrics = auc.ok() && ll.ok();
+  if (rep.has_teacher_metrics) {
     rep.teacher_auc = auc.value();
     rep.teacher_logloss = ll.value();
   }
   std::vector<int64_t> vocab;
   for (int f = 0; f < o.num_sparse; ++f) vocab.push_back(o.vocab.size() == 1 ? o.vocab[0] : o.vocab[static_cast<size_t>(f)]);
   LEANEMB_ASSIGN_OR_RETURN(OutputFile meta, OutputFile::create(rep.meta_path));
-  LEANEMB_RETURN_IF_ERROR(meta.write(meta_json(o, rep, vocab, have_teacher)));
+  LEANEMB_RETURN_IF_ERROR(meta.write(meta_json(o, rep, vocab, rep.has_teacher_metrics)));
   LEANEMB_RETURN_IF_ERROR(meta.commit());
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

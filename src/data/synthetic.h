@@ -64,8 +64,11 @@ struct GenReport {
   std::string train_path, eval_path, meta_path;
   double train_label_rate = 0.0;
   double eval_label_rate = 0.0;
-  double teacher_auc = 0.0;      // on the eval split, from the teacher's p (eval_rows > 0)
-  double teacher_logloss = 0.0;  // idem
+  // On the eval split, from the teacher's p; only when has_teacher_metrics (the eval split has
+  // both labels), else null in meta.json.
+  bool has_teacher_metrics = false;
+  double teacher_auc = 0.0;
+  double teacher_logloss = 0.0;
   double scale = 0.0, bias = 0.0;  // calibrated logit = scale * z + bias
   double seconds = 0.0;
 };

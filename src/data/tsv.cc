@@ -15,8 +15,11 @@ namespace {
 
 // A field for an error message: quoted, cut to 40 characters.
 std::string quoted(std::string_view s) {
-  if (s.size() > 40) return "'" + std::string(s.substr(0, 40)) + "...'";
-  return "'" + std::string(s) + "'";
+  std::string q(1, '\'');
+  q.append(s.substr(0, 40));
+  if (s.size() > 40) q += "...";
+  q += '\'';
+  return q;
 }
 
 // Parses a finite number: an integer fast path, then from_chars for decimals and exponents.
