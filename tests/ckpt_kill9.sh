@@ -49,7 +49,7 @@ if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
   t0=$(date +%s%N)
   train --steps "$STEPS" --out "$WORK/timing"
   run_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  ok=0 lost=0 fresh=0
+  ok=0 lost=0 fresh=0 leftovers=0
   for ((i = 1; i <= KILLS; i++)); do
     out="$WORK/k$i"
     "$LEANEMB" train "${SETS[@]}" --quiet --steps "$STEPS" --out "$out" > /dev/null 2>&1 &
@@ -57,18 +57,28 @@ if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
     sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
     kill -9 "$pid" 2> /dev/null || true
     wait "$pid" 2> /dev/null || true
-    # Every checkpoint directory left behind must be complete and intact (.tmp ones are not
-    # checkpoints and are cleaned up by the next commit).
+    # Every published checkpoint (a step directory with its MANIFEST) must verify, and the resume
+    # must start from the newest one. Step directories without a MANIFEST are not checkpoints: an
+    # old one whose deletion (MANIFEST first) was interrupted, cleaned up by the next commit.
+    newest=-1
     for d in "$out"/checkpoints/step-*; do
       [[ -d "$d" && "$d" != *.tmp ]] || continue
-      if ! "$LEANEMB" ckpt verify "$d" > /dev/null 2>&1; then lost=$((lost + 1)); echo "kill $i: $d does not verify"; fi
+      if [[ ! -f "$d/MANIFEST" ]]; then leftovers=$((leftovers + 1)); continue; fi
+      if ! "$LEANEMB" ckpt verify "$d" > /dev/null 2>&1; then lost=$((lost + 1)); echo "kill $i: $d does not verify"; continue; fi
+      step=$((10#${d##*step-}))
+      (( step > newest )) && newest=$step
     done
     train --steps "$STEPS" --out "$out" --resume --json-summary "$out.json"
-    grep -q '"resumed_from_step": null' "$out.json" && fresh=$((fresh + 1))
+    if (( newest < 0 )); then
+      grep -q '"resumed_from_step": null' "$out.json" || { lost=$((lost + 1)); echo "kill $i: resumed without a checkpoint"; }
+      fresh=$((fresh + 1))
+    elif ! grep -q "\"resumed_from_step\": $newest," "$out.json"; then
+      lost=$((lost + 1)); echo "kill $i: did not resume from the newest checkpoint (step $newest)"
+    fi
     GOT=$(digest_of "$out")
     if [[ "$GOT" == "$REF" ]]; then ok=$((ok + 1)); else echo "kill $i: digest $GOT != reference $REF"; fi
     rm -rf "$out" "$out.json"
   done
-  echo "kill9: $ok/$KILLS resumed with the reference digest, $lost lost checkpoints, $fresh killed before the first checkpoint (full run ${run_ms} ms)"
+  echo "kill9: $ok/$KILLS resumed with the reference digest, $lost lost checkpoints, $fresh killed before the first checkpoint, $leftovers half-deleted old directories left for cleanup (full run ${run_ms} ms)"
   [[ $ok -eq $KILLS && $lost -eq 0 ]] || exit 1
 fi
