@@ -18,13 +18,11 @@ void Batch::append(const Record& r, const IdMapper& map) {
   labels.push_back(r.label);
   dense.insert(dense.end(), r.dense.begin(), r.dense.end());
   const uint64_t* h = r.hashes.data();
+  const uint32_t* counts = r.counts.data();
+  SparseColumn* cols = sparse.data();
   for (size_t f = 0; f < sparse.size(); ++f) {
-    SparseColumn& c = sparse[f];
-    const uint32_t n = r.counts[f];
-    const size_t old = c.ids.size();
-    c.ids.resize(old + n);
-    for (uint32_t i = 0; i < n; ++i) c.ids[old + i] = map(f, h[i]);
-    h += n;
+    SparseColumn& c = cols[f];
+    for (const uint64_t* end = h + counts[f]; h != end; ++h) c.ids.push_back(map(f, *h));
     c.offsets.push_back(static_cast<int64_t>(c.ids.size()));
   }
   ++batch_size;

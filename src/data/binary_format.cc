@@ -192,22 +192,32 @@ Result<bool> BinaryFileReader::next(const DataSchema& schema, Record* r, int64_t
   r->counts.resize(ns);
   std::memcpy(r->counts.data(), p + 4 + 4 * nd, 4 * ns);
   uint64_t total = 0;
-  for (uint32_t c : r->counts) total += c;
-  if ((payload_.size() - pos_ - fixed) / 8 < total) return corrupt();
-  const uint8_t* h = p + fixed;
-  r->hashes.resize(static_cast<size_t>(total));
-  uint64_t* out = r->hashes.data();
+  bool truncate = false;
   for (size_t f = 0; f < ns; ++f) {
     const uint32_t c = r->counts[f];
     const int64_t max_len = schema.sparse[f].max_len;
-    const uint32_t keep = max_len > 0 && c > max_len ? static_cast<uint32_t>(max_len) : c;
-    std::memcpy(out, h, 8 * size_t{keep});
-    out += keep;
-    h += 8 * size_t{c};
-    *truncated += c - keep;
-    r->counts[f] = keep;
+    total += c;
+    truncate |= max_len > 0 && c > max_len;
   }
-  r->hashes.resize(static_cast<size_t>(out - r->hashes.data()));
+  if ((payload_.size() - pos_ - fixed) / 8 < total) return corrupt();
+  const uint8_t* h = p + fixed;
+  r->hashes.resize(static_cast<size_t>(total));
+  if (!truncate) {
+    std::memcpy(r->hashes.data(), h, 8 * static_cast<size_t>(total));
+  } else {
+    uint64_t* out = r->hashes.data();
+    for (size_t f = 0; f < ns; ++f) {
+      const uint32_t c = r->counts[f];
+      const int64_t max_len = schema.sparse[f].max_len;
+      const uint32_t keep = max_len > 0 && c > max_len ? static_cast<uint32_t>(max_len) : c;
+      std::memcpy(out, h, 8 * size_t{keep});
+      out += keep;
+      h += 8 * size_t{c};
+      *truncated += c - keep;
+      r->counts[f] = keep;
+    }
+    r->hashes.resize(static_cast<size_t>(out - r->hashes.data()));
+  }
   pos_ += fixed + 8 * static_cast<size_t>(total);
   --block_left_;
   ++records_read_;
