@@ -58,108 +58,127 @@ int hex_digit(char c) {
   return kTable[static_cast<unsigned char>(c)];
 }
 
-bool fail(ParseError* e, MalformedKind kind, std::string detail) {
+int64_t count_fields(std::string_view line) { return 1 + std::count(line.begin(), line.end(), '\t'); }
+
+bool field_count_error(std::string_view line, int num_fields, ParseError* e) {
+  e->kind = MalformedKind::kFieldCount;
+  e->detail = "expected " + std::to_string(num_fields) + " tab-separated fields, got " + std::to_string(count_fields(line));
+  return false;
+}
+
+// Reports a bad value, unless the line also has the wrong number of fields: then that is the
+// problem reported (a short line's values are not where the schema expects them).
+bool value_error(std::string_view line, int num_fields, MalformedKind kind, std::string detail, ParseError* e) {
+  if (count_fields(line) != num_fields) return field_count_error(line, num_fields, e);
   e->kind = kind;
   e->detail = std::move(detail);
   return false;
+}
+
+// Splits a line at tabs, one field at a time.
+class FieldCursor {
+ public:
+  explicit FieldCursor(std::string_view line) : p_(line.data()), end_(line.data() + line.size()) {}
+  // The next field; false when the line has no more.
+  bool next(std::string_view* f) {
+    if (!more_) return false;
+    const char* tab = static_cast<const char*>(std::memchr(p_, '\t', static_cast<size_t>(end_ - p_)));
+    const char* stop = tab ? tab : end_;
+    *f = std::string_view(p_, static_cast<size_t>(stop - p_));
+    skip_to(stop);
+    return true;
+  }
+  bool more() const { return more_; }
+  const char* pos() const { return p_; }
+  const char* end() const { return end_; }
+  // Continues after a field that ends at `stop` (a tab or the end of the line).
+  void skip_to(const char* stop) {
+    more_ = stop < end_;
+    p_ = more_ ? stop + 1 : end_;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+  bool more_ = true;  // another field starts at p_
+};
+
+// Parses the categorical field at `p` (up to a tab or `end`): ','-separated hex values, each
+// hashed for `feature`; keeps the first max_len (0 = all). Returns the end of the field, or
+// null with *bad set to the offending item.
+const char* parse_bag(const char* p, const char* end, int feature, int64_t max_len, Record* out, uint32_t* kept,
+                      int64_t* dropped, std::string_view* bad) {
+  if (p == end || *p == '\t') return p;  // an empty field is an empty bag
+  while (true) {
+    const char* item = p;
+    uint64_t value = 0;
+    int d;
+    while (p < end && (d = hex_digit(*p)) >= 0) {
+      value = (value << 4) | static_cast<uint64_t>(d);
+      ++p;
+    }
+    const size_t len = static_cast<size_t>(p - item);
+    if (len == 0 || len > 16 || (p < end && *p != ',' && *p != '\t')) {
+      const char* stop = item;
+      while (stop < end && *stop != ',' && *stop != '\t') ++stop;
+      *bad = std::string_view(item, static_cast<size_t>(stop - item));
+      return nullptr;
+    }
+    if (max_len == 0 || *kept < max_len) {
+      out->hashes.push_back(hash_categorical(value, feature));
+      ++*kept;
+    } else {
+      ++*dropped;
+    }
+    if (p == end || *p != ',') return p;
+    ++p;
+  }
 }
 
 }  // namespace
 
 bool parse_tsv_line(std::string_view line, const DataSchema& schema, Record* out, int64_t* truncated,
                     ParseError* error) {
-  const char* p = line.data();
-  const char* const end = p + line.size();
   const int num_fields = schema.num_fields();
-  bool more = true;  // another field starts at p
-  // Yields the next field; false when the line has no more fields.
-  auto next_field = [&](std::string_view* f) {
-    if (!more) return false;
-    const char* tab = static_cast<const char*>(std::memchr(p, '\t', static_cast<size_t>(end - p)));
-    const char* stop = tab ? tab : end;
-    *f = std::string_view(p, static_cast<size_t>(stop - p));
-    more = tab != nullptr;
-    p = tab ? tab + 1 : end;
-    return true;
-  };
-  auto field_count_error = [&]() {
-    const int64_t got = 1 + std::count(line.begin(), line.end(), '\t');
-    return fail(error, MalformedKind::kFieldCount,
-                "expected " + std::to_string(num_fields) + " tab-separated fields, got " + std::to_string(got));
-  };
-
+  FieldCursor fields(line);
   std::string_view f;
-  if (!next_field(&f)) return field_count_error();
-  // Label.
-  if (f.size() == 1 && (f[0] == '0' || f[0] == '1')) {
-    out->label = static_cast<float>(f[0] - '0');
-  } else {
-    double v = 0.0;
-    if (!parse_number(f, &v)) {
-      // A short line is a field-count problem even when its first field is also bad.
-      if (1 + std::count(line.begin(), line.end(), '\t') != num_fields) return field_count_error();
-      return fail(error, MalformedKind::kBadLabel, "label " + quoted(f) + " is not a number");
-    }
-    if (v != 0.0 && v != 1.0) {
-      if (1 + std::count(line.begin(), line.end(), '\t') != num_fields) return field_count_error();
-      return fail(error, MalformedKind::kLabelNotBinary, "label " + quoted(f) + " is not 0 or 1");
-    }
-    out->label = static_cast<float>(v);
-  }
-  // Dense.
+  if (!fields.next(&f)) return field_count_error(line, num_fields, error);
+  // Label: "0" and "1" directly, other spellings of 0 and 1 through parse_number.
+  double label = 0.0;
+  if (f.size() == 1 && (f[0] == '0' || f[0] == '1')) label = f[0] - '0';
+  else if (!parse_number(f, &label))
+    return value_error(line, num_fields, MalformedKind::kBadLabel, "label " + quoted(f) + " is not a number", error);
+  else if (label != 0.0 && label != 1.0)
+    return value_error(line, num_fields, MalformedKind::kLabelNotBinary, "label " + quoted(f) + " is not 0 or 1", error);
+  out->label = static_cast<float>(label);
+  // Dense: empty = 0.
   out->dense.resize(static_cast<size_t>(schema.num_dense));
   for (int j = 0; j < schema.num_dense; ++j) {
-    if (!next_field(&f)) return field_count_error();
+    if (!fields.next(&f)) return field_count_error(line, num_fields, error);
     double v = 0.0;
-    if (!f.empty() && !parse_number(f, &v)) {
-      if (1 + std::count(line.begin(), line.end(), '\t') != num_fields) return field_count_error();
-      return fail(error, MalformedKind::kBadDense, "dense field I" + std::to_string(j + 1) + " " + quoted(f) +
-                                                       " is not a finite number");
-    }
+    if (!f.empty() && !parse_number(f, &v))
+      return value_error(line, num_fields, MalformedKind::kBadDense,
+                         "dense field I" + std::to_string(j + 1) + " " + quoted(f) + " is not a finite number", error);
     out->dense[static_cast<size_t>(j)] = transform_dense(v);
   }
-  // Categorical: one pass per field, hex digits and separators together (no memchr, no split).
+  // Categorical: one pass per field over digits and separators (no memchr, no split).
   out->counts.resize(static_cast<size_t>(schema.num_sparse));
   out->hashes.clear();
   int64_t dropped = 0;
   for (int c = 0; c < schema.num_sparse; ++c) {
-    if (!more) return field_count_error();
-    const int64_t max_len = schema.sparse[static_cast<size_t>(c)].max_len;
+    if (!fields.more()) return field_count_error(line, num_fields, error);
     uint32_t kept = 0;
-    const char* q = p;
-    if (q < end && *q != '\t') {  // an empty field is an empty bag
-      while (true) {
-        const char* item = q;
-        uint64_t value = 0;
-        int d;
-        while (q < end && (d = hex_digit(*q)) >= 0) {
-          value = (value << 4) | static_cast<uint64_t>(d);
-          ++q;
-        }
-        const size_t len = static_cast<size_t>(q - item);
-        if (len == 0 || len > 16 || (q < end && *q != ',' && *q != '\t')) {
-          const char* stop = item;
-          while (stop < end && *stop != ',' && *stop != '\t') ++stop;
-          if (1 + std::count(line.begin(), line.end(), '\t') != num_fields) return field_count_error();
-          return fail(error, MalformedKind::kBadHex, "categorical field C" + std::to_string(c + 1) + " value " +
-                                                         quoted(std::string_view(item, static_cast<size_t>(stop - item))) +
-                                                         " is not 1-16 hex digits");
-        }
-        if (max_len == 0 || kept < max_len) {
-          out->hashes.push_back(hash_categorical(value, c));
-          ++kept;
-        } else {
-          ++dropped;
-        }
-        if (q == end || *q != ',') break;
-        ++q;
-      }
-    }
+    std::string_view bad;
+    const char* stop = parse_bag(fields.pos(), fields.end(), c, schema.sparse[static_cast<size_t>(c)].max_len, out, &kept,
+                                 &dropped, &bad);
+    if (stop == nullptr)
+      return value_error(line, num_fields, MalformedKind::kBadHex,
+                         "categorical field C" + std::to_string(c + 1) + " value " + quoted(bad) + " is not 1-16 hex digits",
+                         error);
     out->counts[static_cast<size_t>(c)] = kept;
-    more = q < end;  // then *q == '\t'
-    p = more ? q + 1 : end;
+    fields.skip_to(stop);
   }
-  if (more) return field_count_error();
+  if (fields.more()) return field_count_error(line, num_fields, error);
   *truncated += dropped;
   return true;
 }
