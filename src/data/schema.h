@@ -10,9 +10,11 @@
 //             hash % num_rows (IdMode::kModulo) or the hash itself (IdMode::kRaw, for dynamic
 //             tables: the 64 bits are carried in int64 storage and may read as negative).
 //
-// Record: one parsed record in hashed form (before row mapping and before batching).
+// IdMapper applies the id mapping of a whole schema quickly; Record is one parsed record in
+// hashed form (before row mapping and batching).
 //
-// Thread safety: plain values and pure functions.
+// Ownership: value types. Thread safety: plain values, pure functions; an IdMapper is immutable
+// and may be shared between threads.
 #pragma once
 
 #include <cstdint>
