@@ -247,7 +247,8 @@ class Generator {
   void calibrate() {
     std::vector<Row> pilot(static_cast<size_t>(kPilotRows));
     for (int64_t i = 0; i < kPilotRows; ++i) row(kSplitPilot, i, &pilot[static_cast<size_t>(i)]);
-    const double share[3] = {o_.num_dense > 0 ? 0.2 : 0.0, o_.num_sparse > 0 ? 0.3 : 0.0, o_.num_sparse > 1 ? 0.5 : 0.0};
+    const double share[3] = {o_.num_dense > 0 ? o_.dense_weight : 0.0, o_.num_sparse > 0 ? o_.first_order_weight : 0.0,
+                             o_.num_sparse > 1 ? o_.pairwise_weight : 0.0};
     double total = 0.0;
     for (int c = 0; c < 3; ++c) {
       double m = 0.0, q = 0.0;
@@ -431,6 +432,9 @@ std::string meta_json(const GenOptions& o, const GenReport& r, const std::vector
   add("multi_hot_max", std::to_string(o.multi_hot_max));
   add("latent_dim", std::to_string(o.latent_dim));
   add("noise_std", json_number(o.noise_std));
+  add("dense_weight", json_number(o.dense_weight));
+  add("first_order_weight", json_number(o.first_order_weight));
+  add("pairwise_weight", json_number(o.pairwise_weight));
   add("dense_missing_rate", json_number(o.dense_missing_rate));
   add("sparse_missing_rate", json_number(o.sparse_missing_rate));
   add("target_label_rate", json_number(o.target_label_rate));
@@ -469,6 +473,10 @@ Status validate_gen_options(const GenOptions& o) {
   if (o.multi_hot_max < 1 || o.multi_hot_max > 4096) return bad("multi_hot_max must be in [1, 4096]");
   if (o.latent_dim < 1 || o.latent_dim > 16) return bad("latent_dim must be in [1, 16]");
   if (!(o.noise_std >= 0.0 && o.noise_std <= 100.0)) return bad("noise_std must be in [0, 100]");
+  if (!(o.dense_weight >= 0.0 && o.first_order_weight >= 0.0 && o.pairwise_weight >= 0.0) ||
+      !(o.dense_weight + o.first_order_weight + o.pairwise_weight > 0.0) ||
+      !std::isfinite(o.dense_weight + o.first_order_weight + o.pairwise_weight))
+    return bad("dense_weight, first_order_weight and pairwise_weight must be finite, >= 0 and not all 0");
   if (!(o.target_label_rate > 0.0 && o.target_label_rate < 1.0)) return bad("target_label_rate must be in (0, 1)");
   if (!(o.target_auc > 0.5 && o.target_auc < 1.0)) return bad("target_auc must be in (0.5, 1)");
   if (!(o.dense_missing_rate >= 0.0 && o.dense_missing_rate <= 1.0) ||

@@ -12,8 +12,10 @@
 //   z = a_d * std(w . dense) + a_s * std(sum_f sum_{id in bag f} s_f[id])
 //     + a_p * std(sum_{f<g} <V_f, V_g>),   V_f = sum_{id in bag f} v_f[id]  (k = latent_dim)
 //   logit = scale * z + bias,  p = sigmoid(logit),  label ~ Bernoulli(sigmoid(logit + noise))
-// std() standardizes each term with its mean and deviation on a pilot sample; a_d^2, a_s^2,
-// a_p^2 = 0.2, 0.3, 0.5 of the variance. scale and bias are calibrated on the pilot so that the
+// std() standardizes each term with its mean and deviation on a pilot sample; a_d^2, a_s^2, a_p^2
+// are the terms' shares of the variance, GenOptions' dense_weight, first_order_weight and
+// pairwise_weight normalized to sum 1 (defaults 0.2, 0.3, 0.5). scale and bias are calibrated on
+// the pilot so that the
 // mean label rate is target_label_rate and the expected AUC of p is target_auc. Parameters
 // (w, s, v) are counter-based hashes of (seed, feature, rank): nothing is stored per id.
 //
@@ -51,6 +53,12 @@ struct GenOptions {
   OutputFormat format = OutputFormat::kTsv;
   int latent_dim = 4;                // k of the teacher's latent vectors, in [1, 16]
   double noise_std = 0.0;            // N(0, noise_std) added to the logit of the label draw only
+  // Shares of the logit variance of the standardized teacher terms (dense, first order,
+  // pairwise), normalized to sum 1 (a term's weight is the square root of its share). >= 0, not
+  // all 0.
+  double dense_weight = 0.2;
+  double first_order_weight = 0.3;
+  double pairwise_weight = 0.5;
   double target_label_rate = 0.25;   // mean of p, in (0, 1)
   double target_auc = 0.80;          // expected AUC of p, in (0.5, 1)
   double dense_missing_rate = 0.05;  // probability a dense field is empty

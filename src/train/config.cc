@@ -263,6 +263,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(g.read("multi_hot_max", &c.gen.multi_hot_max, 1, 1 << 20));
   LEANEMB_RETURN_IF_ERROR(g.read("latent_dim", &c.gen.latent_dim, 1, 16));
   LEANEMB_RETURN_IF_ERROR(g.read("noise_std", &c.gen.noise_std, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("dense_weight", &c.gen.dense_weight, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("first_order_weight", &c.gen.first_order_weight, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("pairwise_weight", &c.gen.pairwise_weight, 0.0, 100.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &c.gen.target_label_rate, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &c.gen.target_auc, 0.5, 1.0));
   LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format));
