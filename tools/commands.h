@@ -19,6 +19,9 @@ struct CommandResult {
 int exit_code_for(const Status& s);
 // Prints "leanemb: error: <message>" to stderr and returns the exit code.
 int report_error(const Status& s);
+// Cores kept busy by all processes over the next `seconds` (this one sleeps meanwhile), from
+// /proc/stat; 0 when unknown.
+double busy_cores_elsewhere(double seconds);
 
 void register_bench(CLI::App& app, CommandResult* result);
 void register_ckpt(CLI::App& app, CommandResult* result);
