@@ -1,5 +1,6 @@
-// _leanemb: a small pybind11 binding of one EmbeddingCollection (one table, one feature), used by
-// bench/peer_torch.py and tests/torch_parity_test.py, and the seed of the future Python API.
+// _leanemb: a small pybind11 binding of one EmbeddingCollection (one table, one feature) and of
+// the CTR data reader, used by bench/peer_torch.py, bench/dlrm_torch.py and
+// tests/torch_parity_test.py, and the seed of the future Python API.
 //
 //   Collection(num_rows, dim, dtype="fp32", optimizer="sgd", lr=0.01, eps=1e-8, beta1=0.9,
 //              beta2=0.999, weight_decay=0.0, state_dtype="fp32", pooling="sum", threads=2,
@@ -15,6 +16,14 @@
 //     .step  (read-only: successful updates so far)
 //   zipf_batches(num_rows, batch_size, bag_size, alpha, seed, num_batches) -> [(ids, offsets)]
 //     the id stream of `leanemb bench` (bench/zipf.h), so Python peers get identical arrays.
+//   read_ctr(files, num_dense, num_sparse, table_rows, batch_size, max_batches=0, shuffle_buffer=0,
+//            seed=0, num_epochs=1, max_len=0)
+//       -> [(labels f32 [B], dense f32 [B, num_dense], [(ids int64 [nnz], offsets int64 [B+1]), ...])]
+//     the batches `leanemb train` sees: data::DataReader (src/data/reader.h) over `files` (a path
+//     or a list; Criteo TSV or leanemb binary) with data::make_schema(num_dense, num_sparse,
+//     table_rows) (an int for every feature, or one per feature; ids = hash % rows); one tuple per
+//     batch, one (ids, offsets) pair per sparse feature (EmbeddingBag's include_last_offset
+//     layout). max_batches > 0 stops after that many batches. Used by bench/dlrm_torch.py.
 //
 // Arrays: ids and offsets must hold integers (any integer dtype; converted to int64); weights,
 // gradients and per-sample weights must hold floats (converted to float32). Errors from the
@@ -38,6 +47,7 @@
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
 #include "leanemb/optimizer.h"
+#include "data/reader.h"
 #include "zipf.h"
 
 namespace py = pybind11;
@@ -306,6 +316,57 @@ py::list zipf_batches(int64_t num_rows, int64_t batch_size, int64_t bag_size, do
   return out;
 }
 
+std::vector<int64_t> as_int_list(const py::handle& obj, const char* name) {
+  if (py::isinstance<py::int_>(obj)) return {obj.cast<int64_t>()};
+  try {
+    return obj.cast<std::vector<int64_t>>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(name) + " must be an int or a list of ints");
+  }
+}
+
+py::list read_ctr(const py::object& files_obj, int num_dense, int num_sparse, const py::object& table_rows_obj,
+                  int64_t batch_size, int64_t max_batches, int64_t shuffle_buffer, uint64_t seed, int64_t num_epochs,
+                  int64_t max_len) {
+  data::ReaderOptions ro;
+  if (py::isinstance<py::str>(files_obj)) ro.files = {files_obj.cast<std::string>()};
+  else ro.files = files_obj.cast<std::vector<std::string>>();
+  const std::vector<int64_t> rows = as_int_list(table_rows_obj, "table_rows");
+  ro.schema = unwrap(data::make_schema(num_dense, num_sparse, rows, max_len));
+  ro.batch_size = batch_size;
+  ro.shuffle_buffer = shuffle_buffer;
+  ro.seed = seed;
+  ro.num_epochs = num_epochs;
+  if (num_epochs < 1) throw py::value_error("num_epochs must be >= 1 (the list must end)");
+  if (max_batches < 0) throw py::value_error("max_batches must be >= 0 (0 = all)");
+  std::unique_ptr<data::DataReader> reader = unwrap(data::DataReader::open(ro));
+  data::Batch b;
+  py::list out;
+  for (int64_t n = 0; max_batches == 0 || n < max_batches; ++n) {
+    std::optional<Result<bool>> more;
+    {
+      py::gil_scoped_release nogil;
+      more.emplace(reader->next(&b));
+    }
+    if (!unwrap(std::move(*more))) break;
+    const py::ssize_t B = b.batch_size;
+    py::array_t<float> labels(B);
+    py::array_t<float> dense({B, static_cast<py::ssize_t>(b.num_dense)});
+    std::copy(b.labels.begin(), b.labels.end(), labels.mutable_data());
+    std::copy(b.dense.begin(), b.dense.end(), dense.mutable_data());
+    py::list sparse;
+    for (const data::SparseColumn& c : b.sparse) {
+      py::array_t<int64_t> ids(static_cast<py::ssize_t>(c.ids.size()));
+      py::array_t<int64_t> offsets(static_cast<py::ssize_t>(c.offsets.size()));
+      std::copy(c.ids.begin(), c.ids.end(), ids.mutable_data());
+      std::copy(c.offsets.begin(), c.offsets.end(), offsets.mutable_data());
+      sparse.append(py::make_tuple(ids, offsets));
+    }
+    out.append(py::make_tuple(labels, dense, sparse));
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_leanemb, m) {
@@ -338,4 +399,9 @@ PYBIND11_MODULE(_leanemb, m) {
   m.def("zipf_batches", &zipf_batches, py::arg("num_rows"), py::arg("batch_size"), py::arg("bag_size"), py::arg("alpha"),
         py::arg("seed"), py::arg("num_batches"),
         "The id stream of `leanemb bench` (bench/zipf.h): a list of (ids int64 [B*L], offsets int64 [B+1]).");
+  m.def("read_ctr", &read_ctr, py::arg("files"), py::arg("num_dense"), py::arg("num_sparse"), py::arg("table_rows"),
+        py::arg("batch_size"), py::arg("max_batches") = 0, py::arg("shuffle_buffer") = 0, py::arg("seed") = 0,
+        py::arg("num_epochs") = 1, py::arg("max_len") = 0,
+        "The batches of leanemb's DataReader over CTR files: a list of (labels f32 [B], dense f32 [B, num_dense], "
+        "[(ids int64 [nnz], offsets int64 [B+1]) per sparse feature]).");
 }
