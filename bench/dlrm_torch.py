@@ -37,6 +37,13 @@ ru_maxrss of the child, when /usr/bin/time exists, else wait4's ru_maxrss; the t
 reports its own VmHWM). The torch child's peak includes the interpreter, torch and the preloaded
 batches (reported as preloaded_train_bytes). Ratios: leanemb/torch samples/s, leanemb/torch peak
 RSS, leanemb AUC - torch AUC. Output: JSON (--json) and a table on stdout.
+
+Shared machine: for each child the script records /proc/loadavg before and after and the average
+cores other processes kept busy meanwhile (foreign_cpu_cores, from /proc/stat minus our own
+children's CPU time); a child above 0.25 such cores is run again (--retry-disturbed, default 2) and
+the least disturbed attempt is reported (all attempts are listed). Both OpenMP runtimes slow down
+sharply when the 2 cores are shared, so a disturbed samples/s ratio means little. The run stops
+if the config or data files change under it (another job regenerating the data).
 """
 
 import argparse
@@ -519,6 +526,9 @@ def parse_args(argv=None):
     p.add_argument("--train-rows", type=int, default=0, help="train on the first N records only (0 = all)")
     p.add_argument("--epochs", type=int, default=1, help="train.epochs for both sides")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--retry-disturbed", type=int, default=2, metavar="N",
+                   help="run a child again (up to N times) when other processes used > %.2f cores during it; the "
+                        "least disturbed attempt is reported, all are listed" % DISTURBED_FOREIGN_CORES)
     p.add_argument("--json", default="bench/results/dlrm_torch.json")
     p.add_argument("--keep-workdir", action="store_true", help="keep the children's logs and summaries")
     p.add_argument("--torch-child", metavar="SPEC", help=argparse.SUPPRESS)
@@ -529,8 +539,8 @@ def parse_args(argv=None):
     for c in a.configs.split(","):
         if c not in ("default", "lean"):
             p.error("unknown config %r in --configs" % c)
-    if a.train_rows < 0 or a.epochs < 1 or a.threads < 1:
-        p.error("--train-rows must be >= 0, --epochs and --threads >= 1")
+    if a.train_rows < 0 or a.epochs < 1 or a.threads < 1 or a.retry_disturbed < 0:
+        p.error("--train-rows and --retry-disturbed must be >= 0, --epochs and --threads >= 1")
     return a
 
 
@@ -643,11 +653,19 @@ def main(argv=None):
             runs.reverse()
         res["order"] = [r[0] for r in runs]
         for side, fn in runs:
-            res[side] = fn()
-            if fingerprint(watched) != fp0:
-                sys.exit("dlrm_torch.py: the config or data files changed during the run (%s): the sides did not "
-                         "see the same data; run again" % ", ".join(watched))
-            s = res[side]
+            attempts = []
+            while True:
+                attempts.append(fn())
+                if fingerprint(watched) != fp0:
+                    sys.exit("dlrm_torch.py: the config or data files changed during the run (%s): the sides did "
+                             "not see the same data; run again" % ", ".join(watched))
+                f = attempts[-1]["foreign_cpu_cores"]
+                if f <= DISTURBED_FOREIGN_CORES or len(attempts) > a.retry_disturbed:
+                    break
+                log("%s/%s: other processes used %.2f cores during it: running it again" % (cname, side, f))
+            s = res[side] = min(attempts, key=lambda r: r["foreign_cpu_cores"])
+            s["attempts"] = [{"samples_per_s": r["samples_per_s"], "foreign_cpu_cores": r["foreign_cpu_cores"],
+                              "eval_auc": r["eval_auc"], "peak_rss_bytes": r["peak_rss_bytes"]} for r in attempts]
             log("%s/%s: %.0f samples/s, AUC %.4f, logloss %.4f, peak RSS %.1f MiB, %d steps" % (
                 cname, side, s["samples_per_s"], s["eval_auc"], s["eval_logloss"],
                 (s["peak_rss_bytes"] or 0) / 2**20, s["steps"]))
