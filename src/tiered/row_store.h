@@ -1,0 +1,85 @@
+// RowStore: where a tiered table's fat rows live when they are not in the device-tier cache.
+//
+//   host  rows in RAM (one buffer from the host tier's allocator, category weights);
+//   file  one file of fixed-size fat rows, row r at byte r * row_bytes (packed), read and
+//         written with O_DIRECT so the page cache does not grow RAM: an access covers the
+//         aligned blocks that hold the row (a write reads, modifies and writes them back), many
+//         requests in flight at once through io_uring (or a small thread pool where io_uring is
+//         unavailable).
+//
+// Rows are created lazily: a store starts with no row present; read_rows() reports, per row,
+// whether it was ever written, and the caller (the row cache) initializes absent rows with the
+// table's initializer, so a 10^7-row store is created instantly and its file stays sparse.
+//
+// The interface is batched and synchronous: one call moves many rows, and the caller overlaps it
+// with compute by calling it from its own prefetch thread.
+//
+// Thread safety: read_rows and write_rows may be called from two threads at once as long as
+// they do not touch the same row (the row cache guarantees this: a row being written back is
+// never fetched in the same window). stats() may be called at any time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "leanemb/memory.h"
+#include "leanemb/status.h"
+
+namespace leanemb::tiered {
+
+enum class StoreKind : uint8_t { kHost, kFile };
+std::string_view store_kind_name(StoreKind k);          // "host" | "file"
+Result<StoreKind> parse_store_kind(std::string_view s);  // errors: InvalidArgument
+
+struct RowStoreOptions {
+  StoreKind kind = StoreKind::kHost;
+  int64_t num_rows = 0;
+  size_t row_bytes = 0;        // one fat row (RowLayout::stride_bytes)
+  std::string path;            // file: the table file (created or truncated)
+  bool direct_io = true;       // file: O_DIRECT (falls back to buffered I/O, with a warning,
+                               // where the file system refuses O_DIRECT, e.g. tmpfs)
+  int queue_depth = 64;        // file: reads / writes in flight at once
+};
+
+struct RowStoreStats {
+  uint64_t rows_read = 0, rows_written = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;  // bytes moved to / from the medium
+  uint64_t read_ops = 0, write_ops = 0;        // I/O requests issued (file) or row copies (host)
+  double read_seconds = 0, write_seconds = 0;  // wall time inside read_rows / write_rows
+  size_t host_bytes = 0;       // RAM the store holds (rows for host; presence bitmap, buffers)
+  size_t io_buffer_bytes = 0;  // of host_bytes: aligned staging buffers for direct I/O
+  size_t disk_bytes = 0;       // file: the file's logical size
+};
+
+class RowStore {
+ public:
+  virtual ~RowStore() = default;
+  virtual StoreKind kind() const = 0;
+  virtual int64_t num_rows() const = 0;
+  virtual size_t row_bytes() const = 0;
+
+  // For i < rows.size(): copies row rows[i] into dst + i * row_bytes() and sets present[i] to 1
+  // if the row was ever written, else leaves those bytes unspecified and sets present[i] to 0.
+  // Rows need not be sorted or distinct. Errors: OutOfRange (bad row), IoError / DataLoss
+  // (short read); on error the contents of dst are unspecified.
+  virtual Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) = 0;
+  // For i < rows.size(): stores src + i * row_bytes() as row rows[i] (rows distinct). Calls of
+  // write_rows are serialized against each other. On error (IoError, ResourceExhausted for
+  // ENOSPC, a short write that cannot be completed) the call returns it and the store stays
+  // usable: rows outside the call are unchanged; rows of the call may hold old, new or torn
+  // bytes, so the caller keeps its copies (the row cache keeps them dirty and reports the
+  // error) and a later successful write_rows of those rows repairs them.
+  virtual Status write_rows(std::span<const int64_t> rows, const uint8_t* src) = 0;
+  // Makes every written row durable (fsync for file; no-op for host).
+  virtual Status flush() = 0;
+  virtual RowStoreStats stats() const = 0;
+};
+
+// `host_alloc` holds the host store's rows (category weights) and the file store's staging
+// buffers (category io_buffers); it must outlive the store. Null: default_host_allocator().
+Result<std::unique_ptr<RowStore>> make_row_store(const RowStoreOptions& options, Allocator* host_alloc);
+
+}  // namespace leanemb::tiered
