@@ -18,24 +18,34 @@ inline int64_t cache_capacity_rows(int64_t num_rows, double fraction) {
 
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
-  size_t index_bytes = 0;    // row_cache: slot -> row ids, per-slot policy state, row -> slot map
-  size_t staging_bytes = 0;  // io_buffers: one step's fetched and written-back rows (x2 when
-                             // prefetching: the next step's rows are fetched while this one runs)
+  size_t index_bytes = 0;    // row_cache: per-slot metadata and the row -> slot hash map
+  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read plus victims written back
   size_t device_bytes() const { return slot_bytes + index_bytes; }
 };
 
-// `max_rows_per_step`: the most distinct rows one step of this table touches (bounded by the
-// batch's ids of the table).
-inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, int64_t max_rows_per_step,
-                                     bool prefetch) {
+// Entries of the open-addressing row -> slot map: the power of two >= 2 x capacity.
+inline size_t row_cache_map_entries(int64_t capacity_rows) {
+  size_t m = 16;
+  while (m < 2 * static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0)) m *= 2;
+  return m;
+}
+
+// Per slot: row (int64), last use (uint64), frequency (uint32), heap position (int32), heap
+// entry (int32), pin / in-flight flags (uint8), dirty (uint8); per map entry: row (int64) and
+// slot (int32).
+inline constexpr size_t kRowCacheSlotIndexBytes = 8 + 8 + 4 + 4 + 4 + 1 + 1;
+inline constexpr size_t kRowCacheMapEntryBytes = 8 + 4;
+
+// `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
+// batch's ids of the table); the staging buffers hold that many rows in and out, and grow on
+// demand if a step needs more.
+inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, int64_t max_rows_per_step) {
   RowCacheSizes s;
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
-  // slot_row (int64) + last-use / frequency (uint64) + pin count (uint32) + dirty (uint8),
-  // and an open-addressing row -> slot table with 2 x capacity entries of (int64 row, int64 slot).
-  s.index_bytes = cap * (8 + 8 + 4 + 1) + 2 * cap * 16;
+  s.index_bytes = cap * kRowCacheSlotIndexBytes + row_cache_map_entries(capacity_rows) * kRowCacheMapEntryBytes;
   const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0) * row_bytes;
-  s.staging_bytes = per_step * 2 * (prefetch ? 2 : 1);  // fetched rows + written-back rows
+  s.staging_bytes = 2 * per_step;
   return s;
 }
 
