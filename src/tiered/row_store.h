@@ -24,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
@@ -34,6 +35,14 @@ enum class StoreKind : uint8_t { kHost, kFile };
 std::string_view store_kind_name(StoreKind k);          // "host" | "file"
 Result<StoreKind> parse_store_kind(std::string_view s);  // errors: InvalidArgument
 
+// How the file store moves bytes (added to the original interface: benchmarks and tests pick one).
+//   kAuto     io_uring, or the thread pool where io_uring_queue_init fails (seccomp, old kernel)
+//   kUring    io_uring only (make_row_store fails with Unimplemented where it is unavailable)
+//   kThreads  a small pool of threads calling pread / pwrite
+enum class IoEngineKind : uint8_t { kAuto, kUring, kThreads };
+std::string_view io_engine_kind_name(IoEngineKind k);          // "auto" | "io_uring" | "threads"
+Result<IoEngineKind> parse_io_engine_kind(std::string_view s);  // errors: InvalidArgument
+
 struct RowStoreOptions {
   StoreKind kind = StoreKind::kHost;
   int64_t num_rows = 0;
@@ -42,6 +51,7 @@ struct RowStoreOptions {
   bool direct_io = true;       // file: O_DIRECT (falls back to buffered I/O, with a warning,
                                // where the file system refuses O_DIRECT, e.g. tmpfs)
   int queue_depth = 64;        // file: reads / writes in flight at once
+  IoEngineKind io_engine = IoEngineKind::kAuto;  // file: see IoEngineKind (added)
 };
 
 struct RowStoreStats {
@@ -52,6 +62,10 @@ struct RowStoreStats {
   size_t host_bytes = 0;       // RAM the store holds (rows for host; presence bitmap, buffers)
   size_t io_buffer_bytes = 0;  // of host_bytes: aligned staging buffers for direct I/O
   size_t disk_bytes = 0;       // file: the file's logical size
+  // Added to the original interface:
+  std::string_view io_engine = "memcpy";  // "memcpy" (host), "io_uring" or "threads" (file)
+  bool direct_io = false;      // file: O_DIRECT is active (false after the buffered fallback)
+  size_t block_bytes = 0;      // file: the alignment unit of an access (logical block size)
 };
 
 class RowStore {

@@ -1,0 +1,430 @@
+// FileRowStore: fat rows packed in one file (row r at byte r * row_bytes), moved with O_DIRECT
+// through a RowFileIo engine (io_uring or a pread / pwrite pool).
+//
+// Invariants and the access plan (docs/tiered.md, "Row stores"):
+// - The file is ftruncate'd (sparse) to num_rows * row_bytes rounded up to block_ bytes, so
+//   every aligned access lies inside the file and a short read means the file was damaged.
+// - A call sorts its distinct rows and cuts the blocks they cover into pieces: runs of whole
+//   blocks, merged across rows that share or abut a block, at most slot_bytes_ long. A row may
+//   span pieces; each piece copies the part of each row that lies inside it, so pieces are
+//   independent and a piece is one I/O (plus a retry of its remainder if short).
+// - Pieces run in groups of num_slots_ (the requests in flight); piece k of a group uses slot k
+//   of a staging buffer (host allocator, category io_buffers, 4096-aligned). Buffers are made at
+//   creation and reused: one for writes (write_rows holds write_mu_), a pool for reads.
+// - A write reads the blocks of a piece unless the call's rows cover the piece entirely,
+//   patches its rows in and writes the blocks back. Writes are serialized (write_mu_), so two
+//   read-modify-writes of one block never interleave; a concurrent reader of another row of
+//   that block sees its own row's bytes unchanged in the old, new or a torn block.
+// - Presence bits are set after a call's writes all succeeded; an absent row is never read.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "tiered/file_store.h"
+#include "tiered/presence.h"
+#include "tiered/store_util.h"
+
+namespace leanemb::tiered {
+
+namespace {
+
+constexpr uint32_t kDefaultBlockBytes = 4096;
+constexpr size_t kBufferAlign = 4096;
+constexpr size_t kMaxStagingBytes = size_t{16} << 20;  // per staging buffer
+constexpr int kMaxThreads = 16;                         // thread-pool engine
+constexpr int kMaxNoProgressTries = 8;                  // zero-byte transfers before giving up
+
+uint64_t align_down(uint64_t x, uint64_t a) { return x / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+// The direct-I/O offset alignment of an open file (statx STATX_DIOALIGN), else 4096.
+uint32_t query_block_bytes(int fd) {
+#ifdef STATX_DIOALIGN
+  struct statx sx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) != 0 &&
+      sx.stx_dio_offset_align > 0 && sx.stx_dio_offset_align <= kBufferAlign &&
+      (sx.stx_dio_offset_align & (sx.stx_dio_offset_align - 1)) == 0) {
+    return sx.stx_dio_offset_align;
+  }
+#endif
+  return kDefaultBlockBytes;
+}
+
+struct RowRef {
+  int64_t row;
+  size_t pos;  // index of the row in the caller's arrays
+};
+
+struct Piece {
+  uint64_t offset = 0;  // bytes, block-aligned
+  uint32_t len = 0;     // bytes, block multiple
+  size_t first = 0;     // rows [first, last] of the sorted distinct rows intersect the piece
+  size_t last = 0;
+};
+
+class FileRowStore final : public RowStore {
+ public:
+  FileRowStore(const RowStoreOptions& o, Allocator* alloc, int fd, bool direct, uint32_t block)
+      : path_(o.path), num_rows_(o.num_rows), row_bytes_(o.row_bytes), alloc_(alloc), fd_(fd), direct_(direct),
+        block_(block) {
+    slot_bytes_ = align_up(row_bytes_, block_) + block_;  // the most blocks one row can touch
+    const size_t by_budget = std::max<size_t>(1, kMaxStagingBytes / slot_bytes_);
+    num_slots_ = std::min<size_t>(static_cast<size_t>(o.queue_depth), by_budget);
+    file_bytes_ = align_up(static_cast<uint64_t>(num_rows_) * row_bytes_, block_);
+  }
+  ~FileRowStore() override {
+    io_.reset();  // workers stop before the descriptor goes
+    ::close(fd_);
+  }
+
+  Status init(const RowStoreOptions& o, const FileStoreHooks& hooks) {
+    if (::ftruncate(fd_, static_cast<off_t>(file_bytes_)) != 0) return os_error("ftruncate of", errno);
+    LEANEMB_ASSIGN_OR_RETURN(presence_, PresenceBitmap::create(num_rows_, alloc_));
+    LEANEMB_ASSIGN_OR_RETURN(write_staging_, new_staging());
+    LEANEMB_ASSIGN_OR_RETURN(Allocation first_read, new_staging());
+    read_staging_.push_back(std::move(first_read));
+    std::unique_ptr<RowFileIo> io;
+    if (o.io_engine != IoEngineKind::kThreads) {
+      auto uring = make_uring_file_io(fd_, static_cast<int>(num_slots_));
+      if (uring.ok()) {
+        io = std::move(uring).value();
+      } else if (o.io_engine == IoEngineKind::kUring) {
+        return unimplemented("file row store '" + path_ + "': " + uring.status().message());
+      }
+    }
+    if (io == nullptr) io = make_thread_pool_file_io(fd_, std::min<int>(static_cast<int>(num_slots_), kMaxThreads));
+    if (hooks.wrap_io) io = hooks.wrap_io(std::move(io), block_);
+    io_ = std::move(io);
+    return Status();
+  }
+
+  StoreKind kind() const override { return StoreKind::kFile; }
+  int64_t num_rows() const override { return num_rows_; }
+  size_t row_bytes() const override { return row_bytes_; }
+
+  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+    LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "read_rows"));
+    const StopWatch watch;
+    std::vector<RowRef> refs;
+    refs.reserve(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      present[i] = presence_.test(rows[i]) ? 1 : 0;
+      if (present[i]) refs.push_back({rows[i], i});
+    }
+    std::sort(refs.begin(), refs.end(),
+              [](const RowRef& a, const RowRef& b) { return a.row != b.row ? a.row < b.row : a.pos < b.pos; });
+    // Distinct rows (first occurrence) and, for repeats, (position, position of the first).
+    std::vector<RowRef> uniq;
+    std::vector<std::pair<size_t, size_t>> repeats;
+    for (const RowRef& r : refs) {
+      if (!uniq.empty() && uniq.back().row == r.row) {
+        repeats.emplace_back(r.pos, uniq.back().pos);
+      } else {
+        uniq.push_back(r);
+      }
+    }
+    uint64_t ops = 0, bytes = 0;
+    if (!uniq.empty()) {
+      Allocation staging = acquire_read_staging();
+      if (staging.empty()) return resource_exhausted("file row store '" + path_ + "': no read staging buffer");
+      Status st = read_pieces(uniq, staging.as<uint8_t>(), dst, &ops, &bytes);
+      release_read_staging(std::move(staging));
+      LEANEMB_RETURN_IF_ERROR(st);
+    }
+    for (const auto& [pos, from] : repeats) std::memcpy(dst + pos * row_bytes_, dst + from * row_bytes_, row_bytes_);
+    counters_.add_read(rows.size(), bytes, ops, watch.ns());
+    return Status();
+  }
+
+  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+    LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "write_rows"));
+    std::lock_guard<std::mutex> lock(write_mu_);
+    const StopWatch watch;
+    std::vector<RowRef> refs(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) refs[i] = {rows[i], i};
+    std::sort(refs.begin(), refs.end(),
+              [](const RowRef& a, const RowRef& b) { return a.row != b.row ? a.row < b.row : a.pos < b.pos; });
+    // REQUIRES distinct rows; a repeated row keeps its last copy, as the host store does.
+    std::vector<RowRef> uniq;
+    for (const RowRef& r : refs) {
+      if (!uniq.empty() && uniq.back().row == r.row) {
+        uniq.back() = r;
+      } else {
+        uniq.push_back(r);
+      }
+    }
+    const std::vector<Piece> pieces = make_pieces(uniq);
+    uint8_t* slots = write_staging_.as<uint8_t>();
+    uint64_t ops = 0, bytes = 0;
+    std::vector<IoOp> reads, writes;
+    std::vector<const Piece*> read_piece, write_piece;
+    for (size_t g = 0; g < pieces.size(); g += num_slots_) {
+      const size_t end = std::min(pieces.size(), g + num_slots_);
+      reads.clear();
+      read_piece.clear();
+      for (size_t k = g; k < end; ++k) {
+        if (covered_bytes(pieces[k], uniq) == pieces[k].len) continue;  // nothing old to keep
+        reads.push_back({false, pieces[k].offset, slots + (k - g) * slot_bytes_, pieces[k].len, 0});
+        read_piece.push_back(&pieces[k]);
+      }
+      LEANEMB_RETURN_IF_ERROR(run_ops(reads, read_piece, uniq));
+      writes.clear();
+      write_piece.clear();
+      for (size_t k = g; k < end; ++k) {
+        const Piece& p = pieces[k];
+        uint8_t* slot = slots + (k - g) * slot_bytes_;
+        for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
+          std::memcpy(slot + (lo - p.offset), src + r.pos * row_bytes_ + (lo - row_start), hi - lo);
+        });
+        writes.push_back({true, p.offset, slot, p.len, 0});
+        write_piece.push_back(&p);
+      }
+      LEANEMB_RETURN_IF_ERROR(run_ops(writes, write_piece, uniq));
+      ops += reads.size() + writes.size();
+      for (const IoOp& op : writes) bytes += op.len;  // write_ops also counts the RMW reads
+    }
+    for (const RowRef& r : uniq) presence_.set(r.row);
+    counters_.add_write(rows.size(), bytes, ops, watch.ns());
+    return Status();
+  }
+
+  Status flush() override {
+    while (::fdatasync(fd_) != 0) {
+      if (errno != EINTR) return os_error("fdatasync of", errno);
+    }
+    return Status();
+  }
+
+  RowStoreStats stats() const override {
+    RowStoreStats s = counters_.snapshot();
+    {
+      std::lock_guard<std::mutex> lock(read_mu_);
+      s.io_buffer_bytes = io_buffer_bytes_;
+    }
+    s.host_bytes = presence_.bytes() + s.io_buffer_bytes;
+    s.disk_bytes = file_bytes_;
+    s.io_engine = io_->engine_name();
+    s.direct_io = direct_;
+    s.block_bytes = block_;
+    return s;
+  }
+
+ private:
+  Status os_error(const char* what, int err) const {
+    std::string msg = std::string(what) + " '" + path_ + "': " + errno_text(err);
+    if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
+    return io_error(std::move(msg));
+  }
+
+  Result<Allocation> new_staging() {
+    LEANEMB_ASSIGN_OR_RETURN(Allocation a, alloc_->allocate(num_slots_ * slot_bytes_, Category::kIoBuffers, kBufferAlign));
+    std::lock_guard<std::mutex> lock(read_mu_);
+    io_buffer_bytes_ += a.size_bytes();
+    return a;
+  }
+  // A read staging buffer from the pool (a new one when two reads run at once); empty when the
+  // allocator refuses.
+  Allocation acquire_read_staging() {
+    {
+      std::lock_guard<std::mutex> lock(read_mu_);
+      if (!read_staging_.empty()) {
+        Allocation a = std::move(read_staging_.back());
+        read_staging_.pop_back();
+        return a;
+      }
+    }
+    auto a = new_staging();
+    return a.ok() ? std::move(a).value() : Allocation();
+  }
+  void release_read_staging(Allocation a) {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    read_staging_.push_back(std::move(a));
+  }
+
+  // Pieces over sorted distinct rows (see the invariant block).
+  std::vector<Piece> make_pieces(const std::vector<RowRef>& uniq) const {
+    std::vector<Piece> pieces;
+    uint64_t p0 = 0, p1 = 0;  // the open piece [p0, p1), valid when `open`
+    size_t first = 0;         // its first row
+    bool open = false;
+    auto close = [&](size_t last) { pieces.push_back({p0, static_cast<uint32_t>(p1 - p0), first, last}); };
+    for (size_t j = 0; j < uniq.size(); ++j) {
+      const uint64_t s = static_cast<uint64_t>(uniq[j].row) * row_bytes_;
+      const uint64_t b0 = align_down(s, block_), b1 = align_up(s + row_bytes_, block_);
+      if (open && b0 > p1) {
+        close(j - 1);
+        open = false;
+      }
+      if (!open) {
+        p0 = b0;
+        p1 = b0;
+        first = j;
+        open = true;
+      }
+      while (p1 < b1) {
+        if (p1 - p0 == slot_bytes_) {  // full: row j continues in a new piece
+          close(j);
+          p0 = p1;
+          first = j;
+        }
+        p1 = std::min<uint64_t>(b1, p0 + slot_bytes_);
+      }
+    }
+    if (open) close(uniq.size() - 1);
+    return pieces;
+  }
+
+  // Calls f(row ref, lo, hi, row_start) for the bytes [lo, hi) of each row inside piece p.
+  template <typename F>
+  void for_each_part(const Piece& p, const std::vector<RowRef>& uniq, F&& f) const {
+    for (size_t j = p.first; j <= p.last; ++j) {
+      const uint64_t rs = static_cast<uint64_t>(uniq[j].row) * row_bytes_;
+      const uint64_t lo = std::max<uint64_t>(rs, p.offset);
+      const uint64_t hi = std::min<uint64_t>(rs + row_bytes_, p.offset + p.len);
+      if (lo < hi) f(uniq[j], lo, hi, rs);
+    }
+  }
+  uint64_t covered_bytes(const Piece& p, const std::vector<RowRef>& uniq) const {
+    uint64_t n = 0;
+    for_each_part(p, uniq, [&](const RowRef&, uint64_t lo, uint64_t hi, uint64_t) { n += hi - lo; });
+    return n;
+  }
+
+  Status read_pieces(const std::vector<RowRef>& uniq, uint8_t* slots, uint8_t* dst, uint64_t* ops, uint64_t* bytes) {
+    const std::vector<Piece> pieces = make_pieces(uniq);
+    std::vector<IoOp> reads;
+    std::vector<const Piece*> read_piece;
+    for (size_t g = 0; g < pieces.size(); g += num_slots_) {
+      const size_t end = std::min(pieces.size(), g + num_slots_);
+      reads.clear();
+      read_piece.clear();
+      for (size_t k = g; k < end; ++k) {
+        reads.push_back({false, pieces[k].offset, slots + (k - g) * slot_bytes_, pieces[k].len, 0});
+        read_piece.push_back(&pieces[k]);
+        *bytes += pieces[k].len;
+      }
+      *ops += reads.size();
+      LEANEMB_RETURN_IF_ERROR(run_ops(reads, read_piece, uniq));
+      for (size_t k = g; k < end; ++k) {
+        const Piece& p = pieces[k];
+        const uint8_t* slot = slots + (k - g) * slot_bytes_;
+        for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
+          std::memcpy(dst + r.pos * row_bytes_ + (lo - row_start), slot + (lo - p.offset), hi - lo);
+        });
+      }
+    }
+    return Status();
+  }
+
+  // Runs ops until each has moved all its bytes: a short transfer is retried from the last
+  // whole block it completed (direct I/O needs aligned offsets; the staging buffer still holds
+  // the bytes). Errors name the file, the first row of the piece and the offset.
+  Status run_ops(std::vector<IoOp>& ops, const std::vector<const Piece*>& piece, const std::vector<RowRef>& uniq) {
+    std::vector<size_t> todo(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
+    std::vector<int> no_progress(ops.size(), 0);
+    std::vector<IoOp> batch;
+    while (!todo.empty()) {
+      batch.clear();
+      for (size_t i : todo) batch.push_back(ops[i]);
+      io_->submit_and_wait(batch);
+      std::vector<size_t> again;
+      for (size_t t = 0; t < todo.size(); ++t) {
+        const size_t i = todo[t];
+        IoOp& op = ops[i];
+        const int64_t res = batch[t].result;
+        const int64_t row = uniq[piece[i]->first].row;
+        if (res == static_cast<int64_t>(op.len)) continue;
+        if (res < 0 && res != -EINTR && res != -EAGAIN) return op_error(op, row, static_cast<int>(-res));
+        if (res == 0 && !op.write) {
+          return data_loss("short read of '" + path_ + "' at offset " + std::to_string(op.offset) + " (row " +
+                           std::to_string(row) + "): the file ends early");
+        }
+        const uint64_t advance = res > 0 ? align_down(static_cast<uint64_t>(res), block_) : 0;
+        if (advance == 0 && ++no_progress[i] >= kMaxNoProgressTries) {
+          return io_error(std::string(op.write ? "short write to '" : "short read of '") + path_ + "' at offset " +
+                          std::to_string(op.offset) + " (row " + std::to_string(row) + "): no progress after " +
+                          std::to_string(kMaxNoProgressTries) + " tries");
+        }
+        op.offset += advance;
+        op.buf += advance;
+        op.len -= static_cast<uint32_t>(advance);
+        again.push_back(i);
+      }
+      todo.swap(again);
+    }
+    return Status();
+  }
+
+  Status op_error(const IoOp& op, int64_t row, int err) const {
+    std::string msg = std::string(op.write ? "write of row " : "read of row ") + std::to_string(row) +
+                      (op.write ? " to '" : " from '") + path_ + "' at offset " + std::to_string(op.offset) + ": " +
+                      errno_text(err);
+    if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
+    return io_error(std::move(msg));
+  }
+
+  std::string path_;
+  int64_t num_rows_;
+  size_t row_bytes_;
+  Allocator* alloc_;
+  int fd_;
+  bool direct_;
+  uint32_t block_;
+  size_t slot_bytes_ = 0;
+  size_t num_slots_ = 1;
+  uint64_t file_bytes_ = 0;
+  PresenceBitmap presence_;
+  std::unique_ptr<RowFileIo> io_;
+  std::mutex write_mu_;
+  Allocation write_staging_;  // guarded by write_mu_
+  mutable std::mutex read_mu_;
+  std::vector<Allocation> read_staging_;  // guarded by read_mu_
+  size_t io_buffer_bytes_ = 0;             // guarded by read_mu_
+  StoreCounters counters_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& options, Allocator* host_alloc,
+                                                      const FileStoreHooks& hooks) {
+  if (host_alloc == nullptr) host_alloc = default_host_allocator();
+  LEANEMB_RETURN_IF_ERROR(check_row_store_options(options));
+  if (options.kind != StoreKind::kFile) return invalid_argument("make_file_row_store: kind is not file");
+  const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  bool direct = options.direct_io;
+  int fd = direct ? ::open(options.path.c_str(), flags | O_DIRECT, 0644) : -1;
+  if (direct && fd < 0 && errno == EINVAL) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "leanemb: warning: O_DIRECT refused for '%s' (file system without direct I/O, e.g. "
+                           "tmpfs); row files use buffered I/O\n", options.path.c_str());
+    });
+    direct = false;
+  }
+  if (!direct) fd = ::open(options.path.c_str(), flags, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    std::string msg = "open of row file '" + options.path + "': " + errno_text(err);
+    if (err == ENOENT) return not_found(std::move(msg));
+    if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
+    return io_error(std::move(msg));
+  }
+  const uint32_t block = direct ? query_block_bytes(fd) : kDefaultBlockBytes;
+  auto store = std::make_unique<FileRowStore>(options, host_alloc, fd, direct, block);
+  LEANEMB_RETURN_IF_ERROR(store->init(options, hooks));
+  return std::unique_ptr<RowStore>(std::move(store));
+}
+
+}  // namespace leanemb::tiered

@@ -1,0 +1,154 @@
+// Names of the store kinds and I/O engines, option checks, the host row store and the factory.
+//
+// Host store invariant: row r lives at rows_ + r * row_bytes; its bytes are meaningful only
+// once presence bit r is set (the buffer is never memset, so creating a 10^9-row store touches
+// no page of it: the kernel backs pages on first write).
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "tiered/file_store.h"
+#include "tiered/presence.h"
+#include "tiered/row_store.h"
+#include "tiered/store_util.h"
+
+namespace leanemb::tiered {
+
+std::string_view store_kind_name(StoreKind k) {
+  switch (k) {
+    case StoreKind::kHost: return "host";
+    case StoreKind::kFile: return "file";
+  }
+  return "?";
+}
+
+Result<StoreKind> parse_store_kind(std::string_view s) {
+  if (s == "host") return StoreKind::kHost;
+  if (s == "file") return StoreKind::kFile;
+  return invalid_argument("unknown row store kind '" + std::string(s) + "' (expected host or file)");
+}
+
+std::string_view io_engine_kind_name(IoEngineKind k) {
+  switch (k) {
+    case IoEngineKind::kAuto: return "auto";
+    case IoEngineKind::kUring: return "io_uring";
+    case IoEngineKind::kThreads: return "threads";
+  }
+  return "?";
+}
+
+Result<IoEngineKind> parse_io_engine_kind(std::string_view s) {
+  if (s == "auto") return IoEngineKind::kAuto;
+  if (s == "io_uring" || s == "uring") return IoEngineKind::kUring;
+  if (s == "threads") return IoEngineKind::kThreads;
+  return invalid_argument("unknown I/O engine '" + std::string(s) + "' (expected auto, io_uring or threads)");
+}
+
+Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, const char* what) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= num_rows) {
+      return out_of_range(std::string(what) + ": row " + std::to_string(rows[i]) + " at position " +
+                          std::to_string(i) + " is outside [0, " + std::to_string(num_rows) + ")");
+    }
+  }
+  return Status();
+}
+
+namespace {
+
+class HostRowStore final : public RowStore {
+ public:
+  HostRowStore(const RowStoreOptions& o, Allocation rows, PresenceBitmap presence)
+      : num_rows_(o.num_rows), row_bytes_(o.row_bytes), rows_(std::move(rows)), presence_(std::move(presence)) {}
+
+  StoreKind kind() const override { return StoreKind::kHost; }
+  int64_t num_rows() const override { return num_rows_; }
+  size_t row_bytes() const override { return row_bytes_; }
+
+  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+    LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "read_rows"));
+    const StopWatch watch;
+    const uint8_t* base = rows_.as<uint8_t>();
+    uint64_t copied = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t r = rows[i];
+      present[i] = presence_.test(r) ? 1 : 0;
+      if (present[i]) {
+        std::memcpy(dst + i * row_bytes_, base + static_cast<size_t>(r) * row_bytes_, row_bytes_);
+        ++copied;
+      }
+    }
+    counters_.add_read(rows.size(), copied * row_bytes_, copied, watch.ns());
+    return Status();
+  }
+
+  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+    LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "write_rows"));
+    std::lock_guard<std::mutex> lock(write_mu_);  // write_rows calls are serialized
+    const StopWatch watch;
+    uint8_t* base = rows_.as<uint8_t>();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(base + static_cast<size_t>(rows[i]) * row_bytes_, src + i * row_bytes_, row_bytes_);
+      presence_.set(rows[i]);
+    }
+    counters_.add_write(rows.size(), rows.size() * row_bytes_, rows.size(), watch.ns());
+    return Status();
+  }
+
+  Status flush() override { return Status(); }
+
+  RowStoreStats stats() const override {
+    RowStoreStats s = counters_.snapshot();
+    s.host_bytes = rows_.size_bytes() + presence_.bytes();
+    s.io_engine = "memcpy";
+    return s;
+  }
+
+ private:
+  int64_t num_rows_;
+  size_t row_bytes_;
+  Allocation rows_;
+  PresenceBitmap presence_;
+  std::mutex write_mu_;
+  StoreCounters counters_;
+};
+
+}  // namespace
+
+Status check_row_store_options(const RowStoreOptions& o) {
+  if (o.num_rows < 0) return invalid_argument("row store: num_rows " + std::to_string(o.num_rows) + " < 0");
+  if (o.row_bytes == 0) return invalid_argument("row store: row_bytes must be > 0");
+  if (o.row_bytes > (size_t{1} << 30)) {
+    return invalid_argument("row store: row_bytes " + std::to_string(o.row_bytes) + " > 1 GiB");
+  }
+  const uint64_t n = static_cast<uint64_t>(o.num_rows);
+  if (n != 0 && o.row_bytes > (uint64_t{1} << 62) / n) {
+    return invalid_argument("row store: num_rows * row_bytes overflows");
+  }
+  if (o.kind == StoreKind::kFile) {
+    if (o.path.empty()) return invalid_argument("file row store: path is empty");
+    if (o.queue_depth < 1 || o.queue_depth > 4096) {
+      return invalid_argument("file row store: queue_depth " + std::to_string(o.queue_depth) +
+                              " outside [1, 4096]");
+    }
+  }
+  return Status();
+}
+
+Result<std::unique_ptr<RowStore>> make_row_store(const RowStoreOptions& options, Allocator* host_alloc) {
+  if (host_alloc == nullptr) host_alloc = default_host_allocator();
+  LEANEMB_RETURN_IF_ERROR(check_row_store_options(options));
+  if (options.kind == StoreKind::kFile) return make_file_row_store(options, host_alloc);
+  Allocation rows;
+  const size_t bytes = static_cast<size_t>(options.num_rows) * options.row_bytes;
+  if (bytes > 0) {
+    // Not memset: pages are backed on first write (see the invariant above).
+    LEANEMB_ASSIGN_OR_RETURN(rows, host_alloc->allocate(bytes, Category::kWeights, 64));
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto presence, PresenceBitmap::create(options.num_rows, host_alloc));
+  return std::unique_ptr<RowStore>(new HostRowStore(options, std::move(rows), std::move(presence)));
+}
+
+}  // namespace leanemb::tiered

@@ -1,0 +1,288 @@
+// Row store backends against an in-memory reference; file store faults through
+// FaultInjectionFileIo (wrapping the io_uring and the thread-pool engine alike).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tiered/file_store.h"
+#include "tiered/row_store.h"
+
+namespace leanemb::tiered {
+namespace {
+
+// A fresh directory under /tmp (not tmpfs here: O_DIRECT is exercised), removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> n{0};
+    path_ = "/tmp/leanemb-store-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Which backend a parameterized test runs on.
+enum class Backend { kHost, kFileUring, kFileThreads, kFileBuffered };
+std::string backend_name(Backend b) {
+  switch (b) {
+    case Backend::kHost: return "host";
+    case Backend::kFileUring: return "file_uring";
+    case Backend::kFileThreads: return "file_threads";
+    case Backend::kFileBuffered: return "file_buffered";
+  }
+  return "?";
+}
+
+RowStoreOptions options_for(Backend b, const TempDir& dir, int64_t num_rows, size_t row_bytes) {
+  RowStoreOptions o;
+  o.kind = b == Backend::kHost ? StoreKind::kHost : StoreKind::kFile;
+  o.num_rows = num_rows;
+  o.row_bytes = row_bytes;
+  o.path = dir.file("rows.bin");
+  o.queue_depth = 8;  // small, so that calls span several groups of pieces
+  o.io_engine = b == Backend::kFileUring ? IoEngineKind::kUring : IoEngineKind::kThreads;
+  o.direct_io = b != Backend::kFileBuffered;
+  return o;
+}
+
+// The expected state of a store: bytes and presence of every row.
+struct Reference {
+  Reference(int64_t n, size_t rb) : row_bytes(rb), rows(static_cast<size_t>(n) * rb), present(static_cast<size_t>(n)) {}
+  void write(std::span<const int64_t> ids, const uint8_t* src) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::memcpy(&rows[static_cast<size_t>(ids[i]) * row_bytes], src + i * row_bytes, row_bytes);
+      present[static_cast<size_t>(ids[i])] = 1;
+    }
+  }
+  size_t row_bytes;
+  std::vector<uint8_t> rows;
+  std::vector<uint8_t> present;
+};
+
+std::vector<uint8_t> random_bytes(std::mt19937_64& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Distinct rows: a few runs of adjacent rows (they share blocks) plus scattered ones.
+std::vector<int64_t> random_distinct_rows(std::mt19937_64& rng, int64_t num_rows, size_t max_count) {
+  std::vector<uint8_t> used(static_cast<size_t>(num_rows), 0);
+  std::vector<int64_t> rows;
+  const size_t target = 1 + rng() % max_count;
+  while (rows.size() < target) {
+    int64_t r = static_cast<int64_t>(rng() % static_cast<uint64_t>(num_rows));
+    const int64_t run = (rng() % 2) ? 1 + static_cast<int64_t>(rng() % 6) : 1;
+    for (int64_t k = 0; k < run && r + k < num_rows && rows.size() < target; ++k) {
+      if (!used[static_cast<size_t>(r + k)]) {
+        used[static_cast<size_t>(r + k)] = 1;
+        rows.push_back(r + k);
+      }
+    }
+  }
+  std::shuffle(rows.begin(), rows.end(), rng);
+  return rows;
+}
+
+// Reads `ids` and checks presence and bytes against the reference.
+void expect_matches(RowStore* store, const Reference& ref, std::span<const int64_t> ids) {
+  std::vector<uint8_t> out(ids.size() * ref.row_bytes, 0xEE);
+  std::vector<uint8_t> present(ids.size(), 0xEE);
+  ASSERT_TRUE(store->read_rows(ids, out.data(), present.data()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t r = static_cast<size_t>(ids[i]);
+    ASSERT_EQ(present[i], ref.present[r]) << "row " << r;
+    if (present[i]) {
+      ASSERT_EQ(0, std::memcmp(&out[i * ref.row_bytes], &ref.rows[r * ref.row_bytes], ref.row_bytes))
+          << "row " << r << " at position " << i;
+    }
+  }
+}
+
+std::vector<int64_t> all_rows(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+class RowStoreTest : public ::testing::TestWithParam<Backend> {};
+
+// Random batches (adjacent rows, repeats on read) over row sizes around and across block sizes
+// read back exactly what the reference holds.
+TEST_P(RowStoreTest, RandomRoundTripsMatchReference) {
+  for (size_t row_bytes : {8u, 264u, 1000u, 4096u, 5000u, 8200u}) {
+    SCOPED_TRACE("row_bytes " + std::to_string(row_bytes));
+    TempDir dir;
+    const int64_t n = 300;
+    auto store = make_row_store(options_for(GetParam(), dir, n, row_bytes), nullptr);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    Reference ref(n, row_bytes);
+    std::mt19937_64 rng(row_bytes);
+    for (int iter = 0; iter < 25; ++iter) {
+      const auto rows = random_distinct_rows(rng, n, 40);
+      const auto src = random_bytes(rng, rows.size() * row_bytes);
+      ASSERT_TRUE((*store)->write_rows(rows, src.data()).ok());
+      ref.write(rows, src.data());
+      std::vector<int64_t> reads;
+      for (int k = 0; k < 30; ++k) reads.push_back(static_cast<int64_t>(rng() % n));
+      reads.push_back(reads[0]);  // a repeat
+      expect_matches(store->get(), ref, reads);
+    }
+    expect_matches(store->get(), ref, all_rows(n));
+  }
+}
+
+// A fresh store holds no row; a written row is present; the last store is not needed to decide.
+TEST_P(RowStoreTest, PresenceIsSetOnlyByWrites) {
+  TempDir dir;
+  auto store = make_row_store(options_for(GetParam(), dir, 100, 264), nullptr);
+  ASSERT_TRUE(store.ok());
+  Reference ref(100, 264);
+  expect_matches(store->get(), ref, all_rows(100));
+  EXPECT_EQ((*store)->stats().read_ops, 0u);  // absent rows are never read from the medium
+  const std::vector<int64_t> rows = {7, 8, 99};
+  std::vector<uint8_t> src(3 * 264, 0x5A);
+  ASSERT_TRUE((*store)->write_rows(rows, src.data()).ok());
+  ref.write(rows, src.data());
+  expect_matches(store->get(), ref, all_rows(100));
+}
+
+// Rows outside [0, num_rows) are OutOfRange with the row and position in the message.
+TEST_P(RowStoreTest, RejectsRowsOutOfRange) {
+  TempDir dir;
+  auto store = make_row_store(options_for(GetParam(), dir, 10, 16), nullptr);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint8_t> buf(32), present(2);
+  const std::vector<int64_t> bad = {1, 10};
+  Status st = (*store)->read_rows(bad, buf.data(), present.data());
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("row 10 at position 1"), std::string::npos) << st.message();
+  EXPECT_EQ((*store)->write_rows(std::vector<int64_t>{-1}, buf.data()).code(), StatusCode::kOutOfRange);
+}
+
+// Counters count rows per call and bytes per present row (host) or per block moved (file).
+TEST_P(RowStoreTest, StatsCountRowsBytesAndOps) {
+  TempDir dir;
+  auto store = make_row_store(options_for(GetParam(), dir, 64, 4096), nullptr);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint8_t> buf(4 * 4096, 1), present(4);
+  ASSERT_TRUE((*store)->write_rows(std::vector<int64_t>{1, 5}, buf.data()).ok());
+  ASSERT_TRUE((*store)->read_rows(std::vector<int64_t>{1, 5, 5, 9}, buf.data(), present.data()).ok());
+  const RowStoreStats s = (*store)->stats();
+  EXPECT_EQ(s.rows_written, 2u);
+  EXPECT_EQ(s.rows_read, 4u);
+  EXPECT_GE(s.bytes_written, 2u * 4096);
+  EXPECT_GE(s.write_ops, 2u);
+  if (GetParam() == Backend::kHost) {
+    EXPECT_EQ(s.bytes_read, 3u * 4096);  // rows 1, 5, 5 (row 9 is absent)
+    EXPECT_EQ(s.host_bytes, 64u * 4096 + 8);
+  } else {
+    EXPECT_EQ(s.bytes_read, 2u * 4096);  // one aligned access per distinct present row
+    EXPECT_EQ(s.read_ops, 2u);
+    EXPECT_EQ(s.disk_bytes, 64u * 4096);
+    EXPECT_GT(s.io_buffer_bytes, 0u);
+    EXPECT_EQ(s.host_bytes, s.io_buffer_bytes + 8);
+    EXPECT_EQ(s.direct_io, GetParam() != Backend::kFileBuffered);
+    EXPECT_EQ(s.io_engine, GetParam() == Backend::kFileUring ? "io_uring" : "threads");
+  }
+}
+
+// One thread rewrites even rows while another reads odd rows of the same blocks: the readers
+// always see their rows' bytes exactly (a write's read-modify-write keeps its neighbours).
+TEST_P(RowStoreTest, ConcurrentReadsAndWritesOfDisjointRowsInSharedBlocks) {
+  TempDir dir;
+  const int64_t n = 64;
+  const size_t rb = 264;  // 15 rows per 4 KiB block, rows straddle block boundaries
+  auto store = make_row_store(options_for(GetParam(), dir, n, rb), nullptr);
+  ASSERT_TRUE(store.ok());
+  std::vector<int64_t> odd, even;
+  for (int64_t r = 0; r < n; ++r) (r % 2 ? odd : even).push_back(r);
+  std::vector<uint8_t> odd_bytes(odd.size() * rb);
+  for (size_t i = 0; i < odd_bytes.size(); ++i) odd_bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  ASSERT_TRUE((*store)->write_rows(odd, odd_bytes.data()).ok());
+  std::atomic<bool> failed{false};
+  std::thread writer([&] {
+    std::vector<uint8_t> src(even.size() * rb);
+    for (int v = 0; v < 150 && !failed; ++v) {
+      std::fill(src.begin(), src.end(), static_cast<uint8_t>(v));
+      if (!(*store)->write_rows(even, src.data()).ok()) failed = true;
+    }
+  });
+  std::vector<uint8_t> out(odd.size() * rb), present(odd.size());
+  for (int k = 0; k < 150 && !failed; ++k) {
+    if (!(*store)->read_rows(odd, out.data(), present.data()).ok() || out != odd_bytes) failed = true;
+  }
+  writer.join();
+  EXPECT_FALSE(failed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RowStoreTest,
+                         ::testing::Values(Backend::kHost, Backend::kFileUring, Backend::kFileThreads,
+                                           Backend::kFileBuffered),
+                         [](const auto& info) { return backend_name(info.param); });
+
+// Bad options are InvalidArgument; names parse both ways.
+TEST(RowStoreOptionsTest, RejectsBadOptionsAndParsesNames) {
+  RowStoreOptions o;
+  o.row_bytes = 0;
+  o.num_rows = 1;
+  EXPECT_EQ(make_row_store(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+  o.row_bytes = 8;
+  o.kind = StoreKind::kFile;
+  EXPECT_EQ(make_row_store(o, nullptr).status().code(), StatusCode::kInvalidArgument);  // no path
+  o.path = "/nonexistent-dir-leanemb/rows.bin";
+  EXPECT_EQ(make_row_store(o, nullptr).status().code(), StatusCode::kNotFound);
+  o.queue_depth = 0;
+  EXPECT_EQ(make_row_store(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*parse_store_kind("file"), StoreKind::kFile);
+  EXPECT_EQ(store_kind_name(*parse_store_kind("host")), "host");
+  EXPECT_FALSE(parse_store_kind("ssd").ok());
+  EXPECT_EQ(*parse_io_engine_kind("threads"), IoEngineKind::kThreads);
+  EXPECT_FALSE(parse_io_engine_kind("aio").ok());
+}
+
+// A huge host store costs no row pages until rows are written (lazy allocation).
+TEST(HostStoreTest, CreationTouchesNoRowPages) {
+  auto rss_bytes = [] {
+    std::ifstream f("/proc/self/statm");
+    size_t size = 0, resident = 0;
+    f >> size >> resident;
+    return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  };
+  const size_t before = rss_bytes();
+  auto store = make_row_store({StoreKind::kHost, int64_t{1} << 22, 1024, "", true, 64, IoEngineKind::kAuto}, nullptr);
+  ASSERT_TRUE(store.ok());  // 4 GiB of rows
+  EXPECT_LT(rss_bytes() - before, size_t{64} << 20);
+  EXPECT_EQ((*store)->stats().host_bytes, (size_t{1} << 32) + (size_t{1} << 19));
+}
+
+// The row file is created sparse: its logical size is the table, its allocated blocks ~0.
+TEST(FileStoreTest, FileIsCreatedSparse) {
+  TempDir dir;
+  RowStoreOptions o{StoreKind::kFile, int64_t{1} << 20, 1024, dir.file("big.bin"), true, 64, IoEngineKind::kAuto};
+  auto store = make_row_store(o, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  struct stat st {};
+  ASSERT_EQ(::stat(o.path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), size_t{1} << 30);
+  EXPECT_LT(static_cast<size_t>(st.st_blocks) * 512, size_t{1} << 20);
+  EXPECT_TRUE((*store)->flush().ok());
+}
+
+}  // namespace
+}  // namespace leanemb::tiered
