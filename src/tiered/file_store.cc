@@ -173,11 +173,7 @@ class FileRowStore final : public RowStore {
       const size_t end = std::min(pieces.size(), g + num_slots_);
       reads.clear();
       read_piece.clear();
-      for (size_t k = g; k < end; ++k) {
-        if (covered_bytes(pieces[k], uniq) == pieces[k].len) continue;  // nothing old to keep
-        reads.push_back({false, pieces[k].offset, slots + (k - g) * slot_bytes_, pieces[k].len, 0});
-        read_piece.push_back(&pieces[k]);
-      }
+      for (size_t k = g; k < end; ++k) add_rmw_reads(pieces[k], uniq, slots + (k - g) * slot_bytes_, &reads, &read_piece);
       LEANEMB_RETURN_IF_ERROR(run_ops(reads, read_piece, uniq));
       writes.clear();
       write_piece.clear();
@@ -295,10 +291,35 @@ class FileRowStore final : public RowStore {
       if (lo < hi) f(uniq[j], lo, hi, rs);
     }
   }
-  uint64_t covered_bytes(const Piece& p, const std::vector<RowRef>& uniq) const {
-    uint64_t n = 0;
-    for_each_part(p, uniq, [&](const RowRef&, uint64_t lo, uint64_t hi, uint64_t) { n += hi - lo; });
-    return n;
+  // The reads a write of piece p needs before patching its rows in: none when the call's rows
+  // cover it; the first and / or last block when they cover one interval inside it (a run of
+  // adjacent rows: a sequential fill reads at most two blocks per piece); else the whole piece.
+  void add_rmw_reads(const Piece& p, const std::vector<RowRef>& uniq, uint8_t* slot, std::vector<IoOp>* reads,
+                     std::vector<const Piece*>* read_piece) const {
+    uint64_t a = 0, b = 0;
+    bool one_interval = true, any = false;
+    for_each_part(p, uniq, [&](const RowRef&, uint64_t lo, uint64_t hi, uint64_t) {
+      if (!any) {
+        a = lo;
+        b = hi;
+        any = true;
+      } else if (lo == b) {
+        b = hi;
+      } else {
+        one_interval = false;
+      }
+    });
+    const uint64_t end = p.offset + p.len;
+    auto add = [&](uint64_t off, uint64_t len) {
+      reads->push_back({false, off, slot + (off - p.offset), static_cast<uint32_t>(len), 0});
+      read_piece->push_back(&p);
+    };
+    if (!any || !one_interval || (a > p.offset && b < end && align_down(a, block_) == align_down(b - 1, block_))) {
+      add(p.offset, p.len);
+      return;
+    }
+    if (a > p.offset) add(p.offset, block_);  // a lies in the first block (pieces start at a row)
+    if (b < end) add(align_down(b, block_), end - align_down(b, block_));
   }
 
   Status read_pieces(const std::vector<RowRef>& uniq, uint8_t* slots, uint8_t* dst, uint64_t* ops, uint64_t* bytes) {
