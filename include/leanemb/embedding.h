@@ -52,6 +52,44 @@ struct InitOptions {
   float std = 1.0f;   // kNormal
 };
 
+// Tiered storage of one table (docs/tiered.md): the table's fat rows live in a row store (host
+// RAM or a file) and a device-tier cache holds the hot ones. Results are bit-identical to a
+// resident table for every capacity, policy, store and prefetch setting.
+enum class CachePolicy : uint8_t { kLru, kLfu };
+
+struct TableCacheOptions {
+  double fraction = 0.0;      // cache slots as a fraction of the rows; 0 (and capacity 0) = no
+                              // cache: the table is resident in the weights' tier
+  int64_t capacity_rows = 0;  // slots; > 0 overrides fraction
+  CachePolicy policy = CachePolicy::kLru;
+  std::string store = "host";  // "host" (RAM) | "file" (O_DIRECT file at store_path)
+  std::string store_path;      // file store: the table file (created or truncated)
+  bool direct_io = true;       // file store: O_DIRECT (buffered where the file system refuses it)
+  bool enabled() const { return fraction > 0.0 || capacity_rows > 0; }
+};
+
+// Counters of a cached table. hit_rate = 1 - misses / lookups, where lookups are the distinct
+// rows of each step and misses every row fetched from the store (by a step or a prefetch).
+struct RowCacheStats {
+  int64_t capacity_rows = 0;
+  int64_t resident_rows = 0;
+  uint64_t lookups = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t prefetched_rows = 0;   // of the misses, fetched ahead by prefetch()
+  uint64_t evictions = 0;
+  uint64_t writebacks = 0;        // dirty rows written to the store
+  uint64_t initialized_rows = 0;  // rows created by the initializer on first touch
+  uint64_t bytes_read = 0;        // store -> cache
+  uint64_t bytes_written = 0;     // cache -> store
+  double fetch_seconds = 0;       // all fetch work (write-backs and reads)
+  double exposed_seconds = 0;     // of it, time forward/backward_update waited for it
+  // The store's own counters: I/O requests (file) or row copies (host) and time inside them.
+  uint64_t store_read_ops = 0, store_write_ops = 0;
+  double store_read_seconds = 0, store_write_seconds = 0;
+  double hit_rate() const { return lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0; }
+};
+
 struct TableOptions {
   std::string name;
   int64_t num_rows = 0;
@@ -60,6 +98,7 @@ struct TableOptions {
   OptimizerOptions optimizer;
   InitOptions init;
   bool frozen = false;  // lookup only: backward_update leaves it unchanged (int8 tables must be)
+  TableCacheOptions cache;  // tiered storage (off by default)
 };
 
 struct FeatureOptions {
@@ -149,6 +188,8 @@ class EmbeddingCollection {
 
   // pooled_out: [B, pooled_dim()] row-major fp32. seq_out: one span per kNone feature, in
   // feature order, each [nnz_f, dim] fp32. On error nothing is written.
+  // Cached tables: forward pins the batch's rows in the cache until backward_update (or the next
+  // forward) so that the update finds them; the update marks them changed and unpins them.
   Status forward(const SparseBatch& batch, std::span<float> pooled_out,
                  std::span<const std::span<float>> seq_out = {});
 
@@ -175,6 +216,17 @@ class EmbeddingCollection {
   // saved one (tables saved together share it).
   Status save_table(int table, const std::string& path) const;
   Status load_table(int table, const std::string& path);
+
+  // Tables with a row cache (TableCacheOptions): starts fetching the rows `next` will touch on a
+  // background thread, so that the fetch overlaps the current step. Call it after forward()
+  // of the current step; the next forward() waits for it (the time spent waiting is
+  // RowCacheStats::exposed_seconds). A no-op without cached tables. Errors: the batch's
+  // validation errors (nothing is fetched); a fetch's own error is returned by the next forward.
+  Status prefetch(const SparseBatch& next);
+  // Writes every changed cached row back to its store and makes the store durable.
+  Status flush();
+  // Errors: OutOfRange (table), FailedPrecondition (the table has no cache).
+  Result<RowCacheStats> cache_stats(int table) const;
 
   MemoryStats memory_stats() const;
   // backward_update keeps its workspace and gradient buffers (sized to the largest step so far)

@@ -61,13 +61,13 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     if (options.features[f].table == t) n += static_cast<int64_t>(batch.features[f].ids.size());
   *out = TableDedup{};
   if (n == 0) return Status();
-  const size_t nz = static_cast<size_t>(n);
   // The runs buffer first serves as the radix sort's scratch, then holds run starts [U + 1]
   // (U <= n), hence n + 1 entries.
-  LEANEMB_ASSIGN_OR_RETURN(void* keys_p, buffers.get(slot(t, kKeys), nz * 8, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), (nz + 1) * 8, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* src_p, buffers.get(slot(t, kSrcPtr), nz * sizeof(float*), Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* scale_p, buffers.get(slot(t, kScale), nz * 4, Category::kWorkspace, alloc));
+  DedupBufferBytes sz = dedup_buffer_bytes(n, n);  // rows: resized below, once U is known
+  LEANEMB_ASSIGN_OR_RETURN(void* keys_p, buffers.get(slot(t, kKeys), sz.keys, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), sz.runs, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* src_p, buffers.get(slot(t, kSrcPtr), sz.src_ptr, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* scale_p, buffers.get(slot(t, kScale), sz.scale, Category::kWorkspace, alloc));
   uint64_t* keys = static_cast<uint64_t*>(keys_p);
   const float** src = static_cast<const float**>(src_p);
   float* scale = static_cast<float*>(scale_p);
@@ -105,7 +105,8 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   int64_t num_unique = 0;
   for (int64_t i = 0; i < n; ++i)
     if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
-  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), static_cast<size_t>(num_unique) * 8,
+  sz = dedup_buffer_bytes(n, num_unique);
+  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), sz.rows,
                                                      Category::kWorkspace, alloc));
   int64_t* runs = static_cast<int64_t*>(runs_p);
   int64_t* rows = static_cast<int64_t*>(rows_p);
@@ -121,8 +122,8 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   max_run = std::max(max_run, n - runs[num_unique - 1]);
 
   // Gather pointers and scales into sorted order, so the reduce reads them sequentially.
-  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), nz * sizeof(float*), Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), nz * 4, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), sz.sorted_ptr, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), sz.sorted_scale, Category::kWorkspace, alloc));
   const float** sorted_ptr = static_cast<const float**>(sptr_p);
   float* sorted_scale = static_cast<float*>(sscale_p);
 #pragma omp parallel for num_threads(num_threads) schedule(static)
@@ -159,7 +160,17 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   Impl& im = *impl_;
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, grad_pooled.size(), grad_seq, "backward_update", &cb));
-  const SparseBatch& b = *cb.batch;
+  // Cached tables: the batch's rows are pinned (already, if forward ran on it) for the update
+  // and unpinned when it returns, whatever happens.
+  struct Unpin {
+    Impl& im;
+    ~Unpin() {
+      if (im.has_cache) im.release_pins(tiered::PinSet::kStep);
+    }
+  } unpin{im};
+  SparseBatch remapped;
+  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped));
+  const SparseBatch& b = remapped;
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
   if (cb.num_dropped > 0) {
     im.skipped_ids += cb.num_dropped;
@@ -199,8 +210,9 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   for (int t = 0; t < num_tables(); ++t) {
     if (!im.tables[t].split || dd[t].num_unique == 0) continue;
     const size_t u = static_cast<size_t>(dd[t].num_unique);
-    LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging.take<uint8_t>(u * im.tables[t].layout.stride_bytes));
-    LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(u));
+    const StagingBytes sb = staging_bytes(dd[t].num_unique, im.tables[t].layout.stride_bytes);
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging.take<uint8_t>(sb.fat));
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(sb.slots / 8));
     for (size_t i = 0; i < u; ++i) staged[t].slots[i] = static_cast<int64_t>(i);
   }
   // The view and row numbers table t's update runs on (staged ones are gathered first).
@@ -221,6 +233,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   // Writes staged rows back and records the bytes that crossed tiers.
   auto end_update = [&](int t) {
     TableState& ts = im.tables[t];
+    if (ts.cache) ts.cache->mark_dirty(std::span<const int64_t>(dd[t].rows, static_cast<size_t>(dd[t].num_unique)));
     if (ts.split) {
       const uint8_t* fat = staged[t].fat.data();
       const int64_t* src_rows = dd[t].rows;
@@ -257,7 +270,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     bool finite = true;
     for (int t = 0; t < num_tables(); ++t) {
       if (dd[t].num_unique == 0) continue;
-      const size_t bytes = static_cast<size_t>(dd[t].num_unique * im.tables[t].layout.dim) * 4;
+      const size_t bytes = reduced_grad_bytes(dd[t].num_unique, im.tables[t].layout.dim);
       LEANEMB_ASSIGN_OR_RETURN(void* g, im.buffers.get(slot(t, kGrads), bytes, Category::kGradients, im.alloc));
       grads[t] = static_cast<float*>(g);
       if (im.options.use_reference_kernels) {

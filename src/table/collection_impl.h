@@ -4,12 +4,15 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
+#include "tiered/row_cache.h"
+#include "table/step_sizes.h"
 
 namespace leanemb {
 
@@ -31,8 +34,13 @@ struct TableState {
   size_t state_stride = 0;
   Tier weights_tier = Tier::kDevice;
   Tier state_tier = Tier::kDevice;
+  // Tiered table (TableOptions::cache): `rows` is empty; the rows live in the cache's store and
+  // the hot ones in its slots. Kernels run on slots (a step's ids are remapped to slots) and
+  // key their stochastic rounding by the slot's table row.
+  std::unique_ptr<tiered::RowCache> cache;
 
   kernels::TableView view() const {
+    if (cache) return kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()};
     return kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
   }
   // Bytes of a fat row that live outside the device tier (cross the host link when touched).
@@ -74,7 +82,7 @@ class StepBuffers {
     if (a.size_bytes() < bytes || a.empty()) {
       a.reset();  // free first: the old and new buffer never coexist
       // 1/8 headroom so that slowly growing batches do not reallocate every step.
-      LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(std::max<size_t>(bytes + bytes / 8, 64), category));
+      LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(step_buffer_alloc_bytes(bytes), category));
     }
     return a.data();
   }
@@ -98,6 +106,8 @@ struct EmbeddingCollection::Impl {
   uint64_t skipped_lookups = 0;  // dropped in forward
   int dropped_warnings = 0;
   int num_threads = 1;
+  bool has_cache = false;        // some table has a row cache
+  StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
 
   void record_transfer(Tier from, Tier to, uint64_t bytes) const {
     if (memory) memory->record_transfer(from, to, bytes);
@@ -122,10 +132,22 @@ struct EmbeddingCollection::Impl {
   Status check(const SparseBatch& batch, CheckedBatch* out) const {
     return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
   }
+  // Cached tables (cached_tables.cc). remap: acquires the rows of `b` in the cache (pinned for
+  // the step) and makes `out` a view of `b` whose ids of cached tables are slots, its arrays in
+  // remap_buffers. Without caches `out` = `b`.
+  Status remap(const SparseBatch& b, SparseBatch* out);
+  void release_pins(tiered::PinSet set);
+  // Creates table t's store and cache (no rows are allocated or initialized up front).
+  Status create_cache(int t);
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
 };
+
+// A row's initial fat-row bytes (padding zeroed); depends only on (seed, table, row).
+// tmp: [dim] floats of scratch.
+void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
+              uint8_t* row);
 
 // Checks the sizes of the pooled and sequence buffers of a call against a checked batch.
 Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,

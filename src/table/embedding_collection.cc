@@ -59,6 +59,11 @@ Status validate_options(const CollectionOptions& o) {
   return Status();
 }
 
+}  // namespace
+
+EmbeddingCollection::EmbeddingCollection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EmbeddingCollection::~EmbeddingCollection() = default;
+
 // Deterministic per-row initialization from the counter-based RNG.
 void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
               uint8_t* row) {
@@ -86,10 +91,6 @@ void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_
   kernels::ref_store_weights_rne(l, row, tmp);
 }
 
-}  // namespace
-
-EmbeddingCollection::EmbeddingCollection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-EmbeddingCollection::~EmbeddingCollection() = default;
 
 Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const CollectionOptions& options,
                                                                          Allocator* allocator) {
@@ -108,8 +109,6 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
 }
 
 namespace {
-
-size_t align8(size_t x) { return (x + 7) / 8 * 8; }
 
 // Allocates table ts's rows: fat rows in one tier, or split weights / state buffers.
 Status allocate_rows(const TableOptions& to, Allocator* weights_alloc, Allocator* state_alloc, TableState* ts) {
@@ -134,9 +133,9 @@ Status allocate_rows(const TableOptions& to, Allocator* weights_alloc, Allocator
   ts->weights_layout.has_rowwise = false;
   ts->weights_layout.num_elem_states = 0;
   ts->weights_layout.state_bytes = 0;
-  ts->weights_layout.stride_bytes = align8(l.weight_bytes);
+  ts->weights_layout.stride_bytes = split_weight_stride(l.weight_bytes);
   ts->state_begin = (l.weight_bytes + 3) / 4 * 4;
-  ts->state_stride = align8(l.state_bytes);
+  ts->state_stride = split_state_stride(l.state_bytes);
   auto rows = weights_alloc->allocate(n * ts->weights_layout.stride_bytes, Category::kWeights, 64);
   if (!rows.ok()) return fail(rows.status(), ts->weights_layout.stride_bytes);
   ts->rows = std::move(rows).value();
@@ -167,13 +166,15 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
       ts.weights_tier = impl->memory->placement()[Category::kWeights];
       ts.state_tier = impl->memory->placement()[Category::kOptimizerState];
     }
-    LEANEMB_RETURN_IF_ERROR(allocate_rows(to, weights_alloc, state_alloc, &ts));
+    if (!to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(allocate_rows(to, weights_alloc, state_alloc, &ts));
     impl->tables.push_back(std::move(ts));
+    if (to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(impl->create_cache(static_cast<int>(t)));
   }
   // Initialize rows in parallel; each row's values depend only on (seed, table, row).
   for (size_t t = 0; t < impl->tables.size(); ++t) {
     TableState& ts = impl->tables[t];
     const TableOptions& to = options.tables[t];
+    if (ts.cache) continue;  // rows are created on first touch
     uint8_t* base = ts.rows.as<uint8_t>();
 #pragma omp parallel num_threads(impl->num_threads)
     {
@@ -218,7 +219,10 @@ int64_t EmbeddingCollection::pooled_offset(int feature) const {
 int64_t EmbeddingCollection::step() const { return impl_->step; }
 uint64_t EmbeddingCollection::num_skipped_ids() const { return impl_->skipped_ids; }
 uint64_t EmbeddingCollection::num_skipped_lookups() const { return impl_->skipped_lookups; }
-void EmbeddingCollection::release_step_buffers() { impl_->buffers.release(); }
+void EmbeddingCollection::release_step_buffers() {
+  impl_->buffers.release();
+  impl_->remap_buffers.release();
+}
 void EmbeddingCollection::set_step(int64_t step) {
   LEANEMB_CHECK(step >= 0, "negative step");
   impl_->step = step;
@@ -261,7 +265,11 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
   Impl& im = *impl_;
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, pooled_out.size(), seq_out, "forward", &cb));
-  const SparseBatch& b = *cb.batch;
+  if (im.has_cache) im.release_pins(tiered::PinSet::kStep);  // a forward without its update
+  SparseBatch remapped;
+  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped));
+  if (im.has_cache) im.release_pins(tiered::PinSet::kPrefetch);  // the step holds them now
+  const SparseBatch& b = remapped;
   if (cb.num_dropped > 0) {
     im.skipped_lookups += cb.num_dropped;
     im.warn_dropped(cb.num_dropped, "forward");
@@ -311,7 +319,9 @@ Status EmbeddingCollection::read_raw_rows(int table, int64_t row_begin, int64_t 
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (out.size() != bytes) return invalid_argument("read_raw_rows: buffer of " + std::to_string(out.size()) + " bytes, expected " + std::to_string(bytes));
-  if (ts.split) {
+  if (ts.cache) {
+    LEANEMB_RETURN_IF_ERROR(ts.cache->read_rows(row_begin, count, out.data()));
+  } else if (ts.split) {
     for (int64_t i = 0; i < count; ++i) {
       uint8_t* fat = out.data() + static_cast<size_t>(i) * ts.layout.stride_bytes;
       std::memset(fat, 0, ts.layout.stride_bytes);  // alignment gaps read as zeros, as in fat rows
@@ -331,7 +341,10 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (in.size() != bytes) return invalid_argument("write_raw_rows: buffer of " + std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes));
-  if (ts.split) {
+  if (ts.cache) {
+    for (int64_t i = 0; i < count; ++i)
+      LEANEMB_RETURN_IF_ERROR(ts.cache->write_row(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes));
+  } else if (ts.split) {
     for (int64_t i = 0; i < count; ++i) ts.scatter_fat(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes);
   } else if (bytes) {
     std::memcpy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, in.data(), bytes);

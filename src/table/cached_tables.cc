@@ -1,0 +1,141 @@
+// EmbeddingCollection's tiered tables: creating a table's row store and cache, remapping a step's
+// ids to cache slots, prefetch, flush and cache statistics (docs/tiered.md).
+#include <cstring>
+
+#include "table/collection_impl.h"
+#include "tiered/sizes.h"
+
+namespace leanemb {
+
+Status EmbeddingCollection::Impl::create_cache(int t) {
+  TableState& ts = tables[t];
+  const TableOptions& to = options.tables[t];
+  const TableCacheOptions& co = to.cache;
+  auto fail = [&](const Status& s) { return Status(s.code(), "table '" + to.name + "' cache: " + s.message()); };
+  if (co.fraction < 0.0 || co.fraction > 1.0 || co.capacity_rows < 0 || co.capacity_rows > to.num_rows)
+    return invalid_argument("table '" + to.name + "' cache: fraction must be in [0, 1] and capacity_rows in [0, " +
+                            std::to_string(to.num_rows) + "]");
+  if (memory && memory->placement()[Category::kWeights] != memory->placement()[Category::kOptimizerState])
+    return invalid_argument("table '" + to.name +
+                            "': a cached table keeps weights and optimizer state together (its store is the "
+                            "offload); place both on the same tier");
+  auto kind = tiered::parse_store_kind(co.store);
+  if (!kind.ok()) return fail(kind.status());
+  tiered::RowStoreOptions so;
+  so.kind = kind.value();
+  so.num_rows = to.num_rows;
+  so.row_bytes = ts.layout.stride_bytes;
+  so.path = co.store_path;
+  so.direct_io = co.direct_io;
+  if (so.kind == tiered::StoreKind::kFile && so.path.empty())
+    return invalid_argument("table '" + to.name + "' cache: the file store needs store_path");
+  Allocator* host = memory ? memory->host() : alloc;
+  auto store = tiered::make_row_store(so, host);
+  if (!store.ok()) return fail(store.status());
+  tiered::RowCacheOptions rc;
+  rc.capacity_rows = co.capacity_rows > 0 ? co.capacity_rows : tiered::cache_capacity_rows(to.num_rows, co.fraction);
+  rc.policy = co.policy;
+  const uint64_t seed = options.seed;
+  const RowLayout layout = ts.layout;
+  tiered::RowInitFn init = [to, layout, seed, t](int64_t row, uint8_t* fat) {
+    std::vector<float> tmp(static_cast<size_t>(layout.dim));
+    init_row(to, layout, seed, static_cast<uint32_t>(t), row, tmp.data(), fat);
+  };
+  Allocator* device = memory ? memory->allocator_for(Category::kRowCache) : alloc;
+  Allocator* staging = memory ? memory->allocator_for(Category::kIoBuffers) : alloc;
+  auto cache = tiered::RowCache::create(rc, ts.layout, std::move(store).value(), std::move(init), device, staging, memory);
+  if (!cache.ok()) return fail(cache.status());
+  ts.cache = std::move(cache).value();
+  has_cache = true;
+  return Status();
+}
+
+void EmbeddingCollection::Impl::release_pins(tiered::PinSet set) {
+  for (TableState& ts : tables)
+    if (ts.cache) ts.cache->release(set);
+}
+
+namespace {
+
+// The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
+// caller: the table's nnz).
+void gather_table_ids(const CollectionOptions& o, const SparseBatch& b, int t, int64_t* out) {
+  size_t k = 0;
+  for (size_t f = 0; f < o.features.size(); ++f) {
+    if (o.features[f].table != t) continue;
+    const auto ids = b.features[f].ids;
+    if (!ids.empty()) std::memcpy(out + k, ids.data(), ids.size() * 8);
+    k += ids.size();
+  }
+}
+
+size_t table_nnz(const CollectionOptions& o, const SparseBatch& b, int t) {
+  size_t n = 0;
+  for (size_t f = 0; f < o.features.size(); ++f)
+    if (o.features[f].table == t) n += b.features[f].ids.size();
+  return n;
+}
+
+}  // namespace
+
+Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out) {
+  *out = b;
+  if (!has_cache) return Status();
+  for (size_t t = 0; t < tables.size(); ++t) {
+    TableState& ts = tables[t];
+    if (!ts.cache) continue;
+    const int ti = static_cast<int>(t);
+    const size_t n = table_nnz(options, b, ti);
+    if (n == 0) continue;
+    LEANEMB_ASSIGN_OR_RETURN(void* rows_p, remap_buffers.get(2 * t, n * 8, Category::kWorkspace, alloc));
+    LEANEMB_ASSIGN_OR_RETURN(void* slots_p, remap_buffers.get(2 * t + 1, n * 8, Category::kWorkspace, alloc));
+    int64_t* rows = static_cast<int64_t*>(rows_p);
+    int64_t* slots = static_cast<int64_t*>(slots_p);
+    gather_table_ids(options, b, ti, rows);
+    const Status st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep);
+    if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
+    size_t k = 0;
+    for (size_t f = 0; f < options.features.size(); ++f) {
+      if (options.features[f].table != ti) continue;
+      const size_t m = b.features[f].ids.size();
+      out->features[f].ids = std::span<const int64_t>(slots + k, m);
+      k += m;
+    }
+  }
+  return Status();
+}
+
+Status EmbeddingCollection::prefetch(const SparseBatch& next) {
+  Impl& im = *impl_;
+  if (!im.has_cache) return Status();
+  CheckedBatch cb;
+  LEANEMB_RETURN_IF_ERROR(im.check(next, &cb));
+  for (int t = 0; t < num_tables(); ++t) {
+    TableState& ts = im.tables[t];
+    if (!ts.cache) continue;
+    const size_t n = table_nnz(im.options, *cb.batch, t);
+    if (n == 0) continue;
+    // The ids are copied by start_prefetch (into the cache's own buffer), so a temporary here
+    // would do; the workspace buffer avoids a heap allocation per step.
+    LEANEMB_ASSIGN_OR_RETURN(void* rows_p, im.remap_buffers.get(2 * im.tables.size() + static_cast<size_t>(t), n * 8,
+                                                                Category::kWorkspace, im.alloc));
+    gather_table_ids(im.options, *cb.batch, t, static_cast<int64_t*>(rows_p));
+    LEANEMB_RETURN_IF_ERROR(ts.cache->start_prefetch(std::span<const int64_t>(static_cast<int64_t*>(rows_p), n)));
+  }
+  return Status();
+}
+
+Status EmbeddingCollection::flush() {
+  for (TableState& ts : impl_->tables)
+    if (ts.cache) LEANEMB_RETURN_IF_ERROR(ts.cache->flush());
+  return Status();
+}
+
+Result<RowCacheStats> EmbeddingCollection::cache_stats(int table) const {
+  if (table < 0 || table >= num_tables()) return out_of_range("cache_stats: unknown table " + std::to_string(table));
+  const TableState& ts = impl_->tables[table];
+  if (!ts.cache) return failed_precondition("cache_stats: table '" + impl_->options.tables[table].name + "' has no cache");
+  return ts.cache->stats();
+}
+
+}  // namespace leanemb

@@ -1,0 +1,53 @@
+// Size functions of EmbeddingCollection's per-step buffers: what backward_update allocates for
+// one table's ids. backward.cc allocates with exactly these, and the memory model in src/plan
+// predicts with them (so there is one copy of each formula).
+//
+// `num_ids` is a table's ids in the batch (all features that look it up), `num_unique` the
+// distinct rows among them (U <= num_ids). Bytes are what a buffer needs; StepBuffers adds
+// headroom (step_buffer_alloc_bytes) because its buffers are kept and grown between steps.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace leanemb {
+
+// Bytes a StepBuffers slot allocates for a request of `bytes`: 1/8 headroom, at least 64.
+inline size_t step_buffer_alloc_bytes(size_t bytes) { return std::max<size_t>(bytes + bytes / 8, 64); }
+
+// One table's dedup buffers (kWorkspace, kept between steps).
+struct DedupBufferBytes {
+  size_t keys = 0;          // [n] uint64 sort keys (row << 32 | position)
+  size_t runs = 0;          // [n + 1] int64: radix scratch, then run starts
+  size_t src_ptr = 0;       // [n] gradient pointers in position order
+  size_t scale = 0;         // [n] float scales in position order
+  size_t sorted_ptr = 0;    // [n] the same sorted by row
+  size_t sorted_scale = 0;  // [n]
+  size_t rows = 0;          // [U] int64 unique rows
+};
+inline DedupBufferBytes dedup_buffer_bytes(int64_t num_ids, int64_t num_unique) {
+  const size_t n = static_cast<size_t>(num_ids), u = static_cast<size_t>(num_unique);
+  return DedupBufferBytes{n * 8, (n + 1) * 8, n * sizeof(float*), n * 4, n * sizeof(float*), n * 4, u * 8};
+}
+
+// The two-pass (checked) path's reduced gradients [U, dim] fp32 (kGradients, kept).
+inline size_t reduced_grad_bytes(int64_t num_unique, int64_t dim) { return static_cast<size_t>(num_unique * dim) * 4; }
+
+// A table split across tiers (weights and optimizer state in different tiers) stages its touched
+// fat rows on the device for the update (kWorkspace, freed at the end of the step).
+struct StagingBytes {
+  size_t fat = 0;    // [U, stride_bytes] fat rows
+  size_t slots = 0;  // [U] int64 slot numbers
+};
+inline StagingBytes staging_bytes(int64_t num_unique, size_t stride_bytes) {
+  const size_t u = static_cast<size_t>(num_unique);
+  return StagingBytes{u * stride_bytes, u * 8};
+}
+
+// A table split across tiers stores its weights [rows, split_weight_stride] in the weights tier
+// and its optimizer state [rows, split_state_stride] in the state tier (each padded to 8 bytes).
+inline size_t split_weight_stride(size_t weight_bytes) { return (weight_bytes + 7) / 8 * 8; }
+inline size_t split_state_stride(size_t state_bytes) { return (state_bytes + 7) / 8 * 8; }
+
+}  // namespace leanemb

@@ -1,0 +1,471 @@
+// Tests of the device-tier row cache: a cached table against the all-resident table (bit for
+// bit, after every step, over randomized configurations), the cache's eviction policies, pins,
+// write-back, prefetch, accounting and error paths.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <cmath>
+#include <random>
+
+#include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
+#include "table/table_testing.h"
+#include "tiered/row_cache.h"
+#include "tiered/sizes.h"
+
+namespace leanemb {
+namespace {
+
+using table_testing::OwnedBatch;
+using table_testing::same_bytes;
+using table_testing::snapshot;
+
+// A scratch directory on a real disk (O_DIRECT needs one), removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("LEANEMB_TEST_TMPDIR");
+    path_ = std::filesystem::path(base ? base : "/tmp") / ("leanemb-cache-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct Config {
+  CollectionOptions options;
+  bool integer_data = false;
+  bool prefetch = false;
+  std::string describe;
+};
+
+// A random configuration: 1-2 tables, 1-3 features (sum / mean / sequence), a random dtype and
+// optimizer, a cache of 15-60% of the rows (always at least two steps' rows when prefetching,
+// so prefetch has room), host or file store, LRU or LFU.
+Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_ids_per_bag) {
+  std::mt19937_64 rng(seed);
+  Config c;
+  const bool integer = seed % 2 == 0;
+  c.integer_data = integer;
+  c.prefetch = (seed / 2) % 2 == 0;
+  const OptimizerKind kinds[] = {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
+                                 OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam};
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  const int num_tables = 1 + static_cast<int>(rng() % 2);
+  const int num_features = 1 + static_cast<int>(rng() % 3);
+  std::vector<int64_t> features_of(static_cast<size_t>(num_tables), 0);
+  for (int f = 0; f < num_features; ++f) {
+    const PoolingMode modes[] = {PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone};
+    PoolingMode p = modes[rng() % 3];
+    if (integer && p == PoolingMode::kMean) p = PoolingMode::kSum;
+    const int t = f < num_tables ? f : static_cast<int>(rng() % num_tables);
+    ++features_of[static_cast<size_t>(t)];
+    c.options.features.push_back({"f" + std::to_string(f), t, p});
+  }
+  for (int t = 0; t < num_tables; ++t) {
+    // Integer data: SGD with lr 1 in fp32 keeps every value an integer, so any reordering of
+    // arithmetic would still give exact results; the other configurations are bitwise checks of
+    // real-valued training.
+    const OptimizerKind k = integer ? OptimizerKind::kSgd : kinds[rng() % 5];
+    const DType dt = integer ? DType::kF32 : dtypes[rng() % 3];
+    StateDType st = StateDType::kF32;
+    if (!integer && (k == OptimizerKind::kAdam || k == OptimizerKind::kAdagrad) && rng() % 3 == 0)
+      st = StateDType::kInt8Blockwise;
+    const int64_t rows = 100 + static_cast<int64_t>(rng() % 300);
+    const int64_t dims[] = {4, 8, 13, 16, 33};
+    TableOptions to = table_testing::table("t" + std::to_string(t), rows, dims[rng() % 5], k, dt, st);
+    if (integer) to.optimizer.learning_rate = 1.0f;
+    // The most distinct rows one step can touch; the cache must hold one step (two when
+    // prefetching, so the prefetch has room); beyond that it is 10-40% of the rows.
+    const int64_t step_rows = std::min<int64_t>(rows, features_of[static_cast<size_t>(t)] * B * max_ids_per_bag);
+    const double fraction = 0.10 + 0.30 * static_cast<double>(rng() % 100) / 100.0;
+    const int64_t need = std::min<int64_t>(rows, (c.prefetch ? 2 : 1) * step_rows);
+    to.cache.capacity_rows = std::max(tiered::cache_capacity_rows(rows, fraction), need);
+    to.cache.policy = rng() % 2 ? CachePolicy::kLru : CachePolicy::kLfu;
+    to.cache.store = rng() % 2 ? "host" : "file";
+    to.cache.store_path = dir.file("cfg" + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
+    c.options.tables.push_back(to);
+  }
+  c.options.seed = seed;
+  c.options.num_threads = 2;
+  c.describe = "seed " + std::to_string(seed) + (integer ? " integer" : " real") +
+               (c.prefetch ? " prefetch" : " no-prefetch");
+  for (const auto& t : c.options.tables)
+    c.describe += " [" + t.name + " " + std::to_string(t.num_rows) + "x" + std::to_string(t.dim) + " " +
+                  std::string(dtype_name(t.dtype)) + " cap " + std::to_string(t.cache.capacity_rows) + " " +
+                  t.cache.store + (t.cache.policy == CachePolicy::kLru ? " lru" : " lfu") + "]";
+  return c;
+}
+
+// Batches with ids over the whole table (Zipf-like skew: small ids more likely), so that the
+// cache both hits and evicts.
+OwnedBatch skewed_batch(const CollectionOptions& o, int64_t B, int64_t max_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  OwnedBatch b;
+  b.B = B;
+  for (const FeatureOptions& f : o.features) {
+    const int64_t rows = o.tables[f.table].num_rows;
+    std::vector<int64_t> ids, offs{0};
+    for (int64_t bag = 0; bag < B; ++bag) {
+      const int64_t len = static_cast<int64_t>(rng() % static_cast<uint64_t>(max_len + 1));
+      for (int64_t i = 0; i < len; ++i) {
+        const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+        ids.push_back(std::min<int64_t>(rows - 1, static_cast<int64_t>(static_cast<double>(rows) * u * std::sqrt(u))));
+      }
+      offs.push_back(static_cast<int64_t>(ids.size()));
+    }
+    std::vector<float> w;
+    if (f.pooling == PoolingMode::kMean)
+      for (size_t i = 0; i < ids.size(); ++i) w.push_back(0.5f + 0.25f * static_cast<float>(rng() % 4));
+    b.ids.push_back(ids);
+    b.offsets.push_back(offs);
+    b.weights.push_back(w);
+  }
+  return b;
+}
+
+std::vector<float> grads(size_t n, uint64_t seed, bool integer) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> g(n);
+  for (auto& x : g) x = integer ? static_cast<float>(static_cast<int>(rng() % 7) - 3) : std::normal_distribution<float>(0, 1)(rng);
+  return g;
+}
+
+size_t seq_floats(const EmbeddingCollection& c, const OwnedBatch& b, int f) {
+  return b.ids[f].size() * static_cast<size_t>(c.options().tables[c.options().features[f].table].dim);
+}
+
+// One step on both collections: forward (outputs must agree), optional prefetch of the next
+// batch, backward with the same gradients.
+void step_both(EmbeddingCollection& cached, EmbeddingCollection& ref, const OwnedBatch& b, const OwnedBatch* next,
+               bool integer, uint64_t seed) {
+  const size_t P = static_cast<size_t>(b.B * cached.pooled_dim());
+  std::vector<float> out_c(P), out_r(P);
+  std::vector<std::vector<float>> seq_c, seq_r, gseq;
+  for (int f = 0; f < cached.num_features(); ++f) {
+    if (cached.options().features[f].pooling != PoolingMode::kNone) continue;
+    seq_c.emplace_back(seq_floats(cached, b, f));
+    seq_r.emplace_back(seq_floats(cached, b, f));
+    gseq.push_back(grads(seq_floats(cached, b, f), seed * 31 + static_cast<uint64_t>(f), integer));
+  }
+  std::vector<std::span<float>> sc(seq_c.begin(), seq_c.end()), sr(seq_r.begin(), seq_r.end());
+  std::vector<std::span<const float>> gs(gseq.begin(), gseq.end());
+  ASSERT_TRUE(cached.forward(b.view(), out_c, sc).ok());
+  ASSERT_TRUE(ref.forward(b.view(), out_r, sr).ok());
+  ASSERT_EQ(0, std::memcmp(out_c.data(), out_r.data(), P * 4)) << "pooled forward differs";
+  for (size_t s = 0; s < seq_c.size(); ++s) ASSERT_EQ(seq_c[s], seq_r[s]) << "sequence forward differs";
+  if (next) {
+    ASSERT_TRUE(cached.prefetch(next->view()).ok());
+  }
+  const auto G = grads(P, seed, integer);
+  auto rc = cached.backward_update(b.view(), G, gs);
+  auto rr = ref.backward_update(b.view(), G, gs);
+  ASSERT_TRUE(rc.ok()) << rc.status().to_string();
+  ASSERT_TRUE(rr.ok()) << rr.status().to_string();
+  ASSERT_EQ(rc.value().unique_rows, rr.value().unique_rows);
+}
+
+TEST(CacheVsReference, cache_vs_reference_exact) {
+  TempDir dir;
+  constexpr int kConfigs = 48;
+  constexpr int64_t kB = 4, kMaxLen = 3;
+  int with_evictions = 0, file_configs = 0, prefetch_configs = 0;
+  for (int cfg = 0; cfg < kConfigs; ++cfg) {
+    const Config c = random_config(1000 + static_cast<uint64_t>(cfg), dir, kB, kMaxLen);
+    SCOPED_TRACE(c.describe);
+    CollectionOptions resident = c.options;
+    for (auto& t : resident.tables) t.cache = TableCacheOptions{};
+    auto cached = EmbeddingCollection::create(c.options);
+    ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+    auto ref = table_testing::must_create(resident);
+    ASSERT_TRUE(ref);
+    EmbeddingCollection& C = *cached.value();
+    if (c.integer_data) {
+      // Integer-valued weights on both (written through the cache's store path).
+      for (int t = 0; t < ref->num_tables(); ++t) {
+        const auto& to = resident.tables[t];
+        std::vector<float> w(static_cast<size_t>(to.num_rows * to.dim));
+        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+        ASSERT_TRUE(ref->write_rows(t, 0, to.num_rows, w).ok());
+        ASSERT_TRUE(C.write_rows(t, 0, to.num_rows, w).ok());
+      }
+    }
+    ASSERT_TRUE(same_bytes(snapshot(C), snapshot(*ref)));
+    std::vector<OwnedBatch> batches;
+    for (int s = 0; s < 13; ++s) batches.push_back(skewed_batch(c.options, kB, kMaxLen, 77 * static_cast<uint64_t>(cfg) + static_cast<uint64_t>(s)));
+    for (size_t s = 0; s + 1 < batches.size(); ++s) {
+      step_both(C, *ref, batches[s], c.prefetch ? &batches[s + 1] : nullptr, c.integer_data, 5 * s + 1);
+      if (HasFatalFailure()) return;
+      ASSERT_TRUE(same_bytes(snapshot(C), snapshot(*ref))) << "after step " << s;
+    }
+    bool evicted = false;
+    for (int t = 0; t < C.num_tables(); ++t) {
+      auto st = C.cache_stats(t);
+      ASSERT_TRUE(st.ok());
+      evicted = evicted || st.value().evictions > 0;
+      if (c.options.tables[t].cache.store == "file") ++file_configs;
+    }
+    with_evictions += evicted ? 1 : 0;
+    prefetch_configs += c.prefetch ? 1 : 0;
+    // A flush changes nothing visible.
+    ASSERT_TRUE(C.flush().ok());
+    ASSERT_TRUE(same_bytes(snapshot(C), snapshot(*ref)));
+  }
+  // The generator must really cover what the test claims.
+  EXPECT_GE(with_evictions, kConfigs * 3 / 4);
+  EXPECT_GE(file_configs, 10);
+  EXPECT_GE(prefetch_configs, 10);
+}
+
+// ---- RowCache directly -------------------------------------------------------------------
+
+struct Fixture {
+  RowLayout layout;
+  std::unique_ptr<MemorySystem> mem;
+  std::unique_ptr<tiered::RowCache> cache;
+  int64_t inits = 0;
+};
+
+Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr) {
+  Fixture f;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kSgd;
+  f.layout = make_row_layout(4, DType::kF32, opt).value();
+  MemorySystemOptions mo;
+  mo.device_budget_bytes = 8 << 20;
+  f.mem = MemorySystem::create(mo).value();
+  if (!store) {
+    tiered::RowStoreOptions so;
+    so.num_rows = rows;
+    so.row_bytes = f.layout.stride_bytes;
+    store = tiered::make_row_store(so, f.mem->host()).value();
+  }
+  tiered::RowCacheOptions co;
+  co.capacity_rows = cap;
+  co.policy = policy;
+  const size_t stride = f.layout.stride_bytes;
+  int64_t* inits = &f.inits;
+  auto c = tiered::RowCache::create(
+      co, f.layout, std::move(store),
+      [stride, inits](int64_t row, uint8_t* fat) {
+        ++*inits;
+        std::memset(fat, 0, stride);
+        const float v = static_cast<float>(row);
+        std::memcpy(fat, &v, 4);
+      },
+      f.mem->device(), f.mem->host(), f.mem.get());
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  f.cache = std::move(c).value();
+  return f;
+}
+
+bool resident(tiered::RowCache& c, int64_t row) {
+  for (int64_t s = 0; s < c.capacity(); ++s)
+    if (c.slot_rows()[s] == row) return true;
+  return false;
+}
+
+void touch(tiered::RowCache& c, std::vector<int64_t> rows) {
+  std::vector<int64_t> slots(rows.size());
+  ASSERT_TRUE(c.acquire(rows, slots.data(), tiered::PinSet::kStep).ok());
+  c.release(tiered::PinSet::kStep);
+}
+
+TEST(RowCache, LruEvictsLeastRecentlyUsed) {
+  Fixture f = make_cache(100, 3, CachePolicy::kLru);
+  touch(*f.cache, {1, 2, 3});
+  touch(*f.cache, {1});
+  touch(*f.cache, {4});  // evicts 2 (least recent)
+  EXPECT_TRUE(resident(*f.cache, 1));
+  EXPECT_FALSE(resident(*f.cache, 2));
+  EXPECT_TRUE(resident(*f.cache, 3));
+  EXPECT_TRUE(resident(*f.cache, 4));
+  const auto st = f.cache->stats();
+  EXPECT_EQ(st.lookups, 5u);
+  EXPECT_EQ(st.misses, 4u);
+  EXPECT_EQ(st.evictions, 1u);
+}
+
+TEST(RowCache, LfuEvictsLeastFrequentlyUsed) {
+  Fixture f = make_cache(100, 3, CachePolicy::kLfu);
+  touch(*f.cache, {1, 2, 3});
+  touch(*f.cache, {1});
+  touch(*f.cache, {1});
+  touch(*f.cache, {3});
+  touch(*f.cache, {2});
+  touch(*f.cache, {2});  // freq: 1 -> 3, 2 -> 3, 3 -> 2
+  touch(*f.cache, {4});  // evicts 3
+  EXPECT_FALSE(resident(*f.cache, 3));
+  EXPECT_TRUE(resident(*f.cache, 1) && resident(*f.cache, 2) && resident(*f.cache, 4));
+}
+
+TEST(RowCache, PinnedRowsAreNeverEvictedAndOverflowIsAnError) {
+  Fixture f = make_cache(100, 3, CachePolicy::kLru);
+  std::vector<int64_t> slots(3);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{1, 2}, slots.data(), tiered::PinSet::kStep).ok());
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{3}, slots.data(), tiered::PinSet::kPrefetch).ok());
+  const Status s = f.cache->acquire(std::vector<int64_t>{4}, slots.data(), tiered::PinSet::kStep);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+  EXPECT_TRUE(table_testing::contains(s.message(), "cannot hold")) << s.message();
+  for (int64_t r : {1, 2, 3}) EXPECT_TRUE(resident(*f.cache, r));
+  f.cache->release(tiered::PinSet::kStep);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{4}, slots.data(), tiered::PinSet::kStep).ok());
+  EXPECT_TRUE(resident(*f.cache, 3));  // still pinned by the prefetch set
+  EXPECT_TRUE(resident(*f.cache, 4));
+}
+
+TEST(RowCache, DirtyRowsAreWrittenBackAndReadAgain) {
+  Fixture f = make_cache(100, 2, CachePolicy::kLru);
+  std::vector<int64_t> slots(2);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{7, 8}, slots.data(), tiered::PinSet::kStep).ok());
+  const float v = 123.5f;
+  std::memcpy(f.cache->slots() + static_cast<size_t>(slots[0]) * f.layout.stride_bytes, &v, 4);
+  f.cache->mark_dirty(std::vector<int64_t>{slots[0]});
+  f.cache->release(tiered::PinSet::kStep);
+  touch(*f.cache, {9, 10});  // evicts both; only row 7 is dirty
+  auto st = f.cache->stats();
+  EXPECT_EQ(st.writebacks, 1u);
+  EXPECT_EQ(f.cache->store()->stats().rows_written, 1u);
+  std::vector<uint8_t> fat(f.layout.stride_bytes);
+  ASSERT_TRUE(f.cache->read_row(7, fat.data()).ok());
+  float got;
+  std::memcpy(&got, fat.data(), 4);
+  EXPECT_EQ(got, 123.5f);
+  ASSERT_TRUE(f.cache->read_row(8, fat.data()).ok());  // clean, never stored: initialized again
+  std::memcpy(&got, fat.data(), 4);
+  EXPECT_EQ(got, 8.0f);
+  // Transfers: one row each way (the clean initialized rows never crossed).
+  EXPECT_EQ(f.mem->transfers().device_to_host(), f.layout.stride_bytes);
+}
+
+TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
+  Fixture f = make_cache(1000, 64, CachePolicy::kLru);
+  std::vector<int64_t> next(40);
+  for (int i = 0; i < 40; ++i) next[i] = 500 + i;
+  ASSERT_TRUE(f.cache->start_prefetch(next).ok());
+  ASSERT_TRUE(f.cache->wait_prefetch().ok());
+  std::vector<int64_t> slots(40);
+  ASSERT_TRUE(f.cache->acquire(next, slots.data(), tiered::PinSet::kStep).ok());
+  const auto st = f.cache->stats();
+  EXPECT_EQ(st.prefetched_rows, 40u);
+  EXPECT_EQ(st.misses, 40u);
+  EXPECT_EQ(st.lookups, 40u);
+  EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
+  const auto dev = f.mem->stats()[0];
+  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0);
+  EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());
+  EXPECT_GT(f.mem->stats()[1][Category::kIoBuffers].current_bytes, 0u);
+}
+
+// A store whose writes fail on demand: the cache must keep the rows.
+class FailingStore : public tiered::RowStore {
+ public:
+  FailingStore(int64_t rows, size_t bytes) : rows_(rows), bytes_(bytes), data_(static_cast<size_t>(rows) * bytes), present_(static_cast<size_t>(rows)) {}
+  tiered::StoreKind kind() const override { return tiered::StoreKind::kHost; }
+  int64_t num_rows() const override { return rows_; }
+  size_t row_bytes() const override { return bytes_; }
+  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+    if (fail_reads) return Status(StatusCode::kIoError, "injected read error");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(dst + i * bytes_, data_.data() + static_cast<size_t>(rows[i]) * bytes_, bytes_);
+      present[i] = present_[static_cast<size_t>(rows[i])];
+    }
+    return Status();
+  }
+  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+    if (fail_writes) return Status(StatusCode::kResourceExhausted, "injected ENOSPC");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(data_.data() + static_cast<size_t>(rows[i]) * bytes_, src + i * bytes_, bytes_);
+      present_[static_cast<size_t>(rows[i])] = 1;
+    }
+    return Status();
+  }
+  Status flush() override { return Status(); }
+  tiered::RowStoreStats stats() const override { return {}; }
+  bool fail_writes = false, fail_reads = false;
+
+ private:
+  int64_t rows_;
+  size_t bytes_;
+  std::vector<uint8_t> data_;
+  std::vector<uint8_t> present_;
+};
+
+TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
+  OptimizerOptions opt;
+  const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
+  auto owned = std::make_unique<FailingStore>(100, stride);
+  FailingStore* store = owned.get();
+  Fixture f = make_cache(100, 2, CachePolicy::kLru, std::move(owned));
+  std::vector<int64_t> slots(2);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{1, 2}, slots.data(), tiered::PinSet::kStep).ok());
+  const float v[2] = {11.0f, 22.0f};
+  for (int i = 0; i < 2; ++i) std::memcpy(f.cache->slots() + static_cast<size_t>(slots[i]) * stride, &v[i], 4);
+  f.cache->mark_dirty(slots);
+  f.cache->release(tiered::PinSet::kStep);
+  store->fail_writes = true;
+  const Status s = f.cache->acquire(std::vector<int64_t>{3}, slots.data(), tiered::PinSet::kStep);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  f.cache->release(tiered::PinSet::kStep);
+  EXPECT_TRUE(resident(*f.cache, 1) && resident(*f.cache, 2));
+  EXPECT_FALSE(resident(*f.cache, 3));
+  store->fail_writes = false;
+  store->fail_reads = true;  // the write-back succeeds, the read of row 3 fails
+  EXPECT_EQ(f.cache->acquire(std::vector<int64_t>{3}, slots.data(), tiered::PinSet::kStep).code(), StatusCode::kIoError);
+  f.cache->release(tiered::PinSet::kStep);
+  store->fail_reads = false;
+  std::vector<uint8_t> fat(stride);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(f.cache->read_row(1 + i, fat.data()).ok());
+    float got;
+    std::memcpy(&got, fat.data(), 4);
+    EXPECT_EQ(got, v[i]) << "row " << 1 + i;
+  }
+  touch(*f.cache, {3, 4});  // the cache is usable again
+  EXPECT_TRUE(resident(*f.cache, 3));
+}
+
+TEST(CachedCollection, OptionsErrors) {
+  CollectionOptions o = table_testing::standard_options();
+  o.tables[0].cache.fraction = 0.5;
+  o.tables[0].cache.store = "floppy";
+  auto r = EmbeddingCollection::create(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  o.tables[0].cache.store = "file";  // no path
+  r = EmbeddingCollection::create(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table_testing::contains(r.status().message(), "store_path")) << r.status().message();
+  o.tables[0].cache.store = "host";
+  o.tables[0].cache.fraction = 1.5;
+  EXPECT_EQ(EmbeddingCollection::create(o).status().code(), StatusCode::kInvalidArgument);
+  MemorySystemOptions mo;
+  mo.placement = parse_placement("optimizer_state=host").value();
+  auto mem = MemorySystem::create(mo).value();
+  o.tables[0].cache.fraction = 0.5;
+  auto split = EmbeddingCollection::create(o, mem.get());
+  EXPECT_EQ(split.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(EmbeddingCollection::create(table_testing::standard_options()).value()->cache_stats(0).ok());
+}
+
+TEST(CachedCollection, TooSmallForOneBatchIsAClearError) {
+  CollectionOptions o = table_testing::standard_options();
+  o.tables[0].cache.capacity_rows = 2;
+  auto c = EmbeddingCollection::create(o).value();
+  const OwnedBatch b = table_testing::standard_batch();
+  std::vector<float> out(static_cast<size_t>(b.B * c->pooled_dim()));
+  const Status s = c->forward(b.view(), out);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(table_testing::contains(s.message(), "t0")) << s.message();
+}
+
+}  // namespace
+}  // namespace leanemb

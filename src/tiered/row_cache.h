@@ -1,0 +1,152 @@
+// RowCache: a device-tier cache of one table's hot fat rows over a RowStore (host RAM or a file).
+//
+// The cache has `capacity` slots of fat rows (weights and optimizer state together, exactly as
+// a resident table stores them) in the device tier (category row_cache). acquire() maps table
+// rows to slots: a resident row is a hit; a missing row gets a free slot or the slot of a
+// victim (the least recently used row, or the least frequently used one for LFU, never a
+// pinned row), whose bytes are written back to the store first if they changed (dirty). A row
+// that was never written to the store is initialized by the table's initializer when it is
+// first fetched, so a cached table starts exactly like a resident one.
+//
+// Pins: every acquire() pins the slots it returns in one of two pin sets (the step in flight,
+// or the prefetch of the next step); a pinned slot is never evicted. release() drops a set.
+//
+// Prefetch: start_prefetch() runs acquire() for the next step's rows on a background thread,
+// pinned in the prefetch set, while the caller computes the current step with its own rows
+// pinned. The cache's index is guarded by a mutex; the I/O runs outside it, on slots no one else
+// touches (victims are unpinned, new rows are pinned by the prefetch set until their bytes are
+// in). Only one fetch runs at a time. The arithmetic never depends on which rows are cached, so
+// results are bit-identical with any capacity, policy, store and prefetch setting.
+//
+// Errors: acquire() returns ResourceExhausted when the distinct rows of one call do not fit in
+// the slots that are not pinned by the other set, and the store's errors (IoError,
+// ResourceExhausted for a full disk); after an error no row's bytes are lost: a failed
+// write-back leaves its rows dirty in their slots, a failed read leaves the rows in the store.
+//
+// Thread safety: acquire/release/mark_dirty/flush from the owner's thread; start_prefetch()'s
+// work runs on the cache's own thread; stats() from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "leanemb/embedding.h"
+#include "leanemb/memory.h"
+#include "leanemb/memory_system.h"
+#include "leanemb/optimizer.h"
+#include "leanemb/status.h"
+#include "tiered/row_store.h"
+
+namespace leanemb::tiered {
+
+using leanemb::CachePolicy;
+std::string_view cache_policy_name(CachePolicy p);          // "lru" | "lfu"
+Result<CachePolicy> parse_cache_policy(std::string_view s);  // errors: InvalidArgument
+
+enum class PinSet : uint8_t { kStep = 0, kPrefetch = 1 };
+
+using CacheStats = RowCacheStats;  // include/leanemb/embedding.h
+
+struct RowCacheOptions {
+  int64_t capacity_rows = 0;  // slots (1 <= capacity <= num_rows)
+  CachePolicy policy = CachePolicy::kLru;
+  int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
+};
+
+// Fills one fat row (stride_bytes) of table row `row` with its initial bytes.
+using RowInitFn = std::function<void(int64_t row, uint8_t* fat)>;
+
+class RowCache {
+ public:
+  // `device`: the slots and index (category row_cache). `staging`: fetch / write-back buffers
+  // (category io_buffers). `memory` (may be null): transfers are recorded there. Errors:
+  // InvalidArgument (capacity), ResourceExhausted (allocation).
+  static Result<std::unique_ptr<RowCache>> create(const RowCacheOptions& options, const RowLayout& layout,
+                                                  std::unique_ptr<RowStore> store, RowInitFn init,
+                                                  Allocator* device, Allocator* staging, MemorySystem* memory);
+  ~RowCache();
+
+  int64_t capacity() const { return capacity_; }
+  int64_t num_rows() const { return store_->num_rows(); }
+  const RowLayout& layout() const { return layout_; }
+  uint8_t* slots() const { return slots_.as<uint8_t>(); }
+  // slot_rows()[s]: the table row in slot s (-1 when free): the stochastic-rounding key rows.
+  const int64_t* slot_rows() const { return slot_row_; }
+  RowStore* store() const { return store_.get(); }
+
+  // slots_out[i] = the slot of rows[i] (rows may repeat; they are valid table rows), fetching
+  // misses, pinned in `set`. Waits for a prefetch in flight unless every row is resident.
+  Status acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set);
+  // Unpins every slot of `set`.
+  void release(PinSet set);
+  // Marks slots as changed (written back on eviction or flush). REQUIRES: pinned.
+  void mark_dirty(std::span<const int64_t> slots);
+  // Starts fetching `rows` (copied into an io_buffers buffer; pinned in the prefetch set) on the
+  // cache's thread; waits for an earlier prefetch first. The prefetch's own error, if any, is
+  // returned by the next wait_prefetch() / acquire(). Errors: ResourceExhausted (the copy).
+  Status start_prefetch(std::span<const int64_t> rows);
+  Status wait_prefetch();
+  // Writes every dirty row back to the store (they stay resident, clean) and flushes the store.
+  Status flush();
+  // One row's current bytes: from its slot if resident, else from the store (or the
+  // initializer). Not for use while a prefetch is in flight (waits for it).
+  Status read_row(int64_t row, uint8_t* fat);
+  // Rows [begin, begin + count) into out [count, stride]: resident ones from their slots, the
+  // others read from the store in batches (or initialized).
+  Status read_rows(int64_t begin, int64_t count, uint8_t* out);
+  // Replaces one row's bytes: in its slot (marked dirty) if resident, else in the store.
+  Status write_row(int64_t row, const uint8_t* fat);
+
+  CacheStats stats() const;
+
+ private:
+  RowCache() = default;
+  struct Index;
+  struct Plan;
+  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching);
+  void pin_locked(int64_t slot, PinSet set);
+  void prefetch_main();
+
+  RowCacheOptions options_;
+  RowLayout layout_;
+  std::unique_ptr<RowStore> store_;
+  RowInitFn init_;
+  Allocator* staging_alloc_ = nullptr;
+  MemorySystem* memory_ = nullptr;
+  Tier store_tier_ = Tier::kHost;
+  int64_t capacity_ = 0;
+
+  Allocation slots_;
+  Allocation index_mem_;   // slot_row_, last_use_, freq_, heap_pos_, pins_, dirty_, map
+  int64_t* slot_row_ = nullptr;
+  std::unique_ptr<Index> index_;
+
+  mutable std::mutex mu_;        // guards the index, pins, dirty flags and stats
+  std::mutex fetch_mu_;          // one fetch at a time
+  std::vector<int64_t> pinned_[2];
+  CacheStats stats_;
+  uint64_t tick_ = 0;
+
+  // Staging buffers (io_buffers), grown on demand; used only under fetch_mu_.
+  Allocation stage_in_, stage_out_;
+  std::vector<uint8_t> present_;
+
+  // The prefetch thread.
+  std::thread worker_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool has_job_ = false;
+  bool busy_ = false;
+  Allocation job_;  // the prefetch's rows (io_buffers)
+  size_t job_rows_ = 0;
+  Status prefetch_status_;
+};
+
+}  // namespace leanemb::tiered
