@@ -178,6 +178,13 @@ Result<GateResult> run_gate(const Shape& s, const Contender& c, Engine& fast, co
 // The arena-soak workload: fragmentation figures with max_split_bytes off and on (JSON in *doc).
 Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc);
 
+// ---- tiered storage (tiered.cc) ---------------------------------------------------------------
+
+// The tiered workload: cached vs resident table, hit rates vs an offline LRU, store IOPS vs a
+// probe (JSON in *doc).
+Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
+std::string cache_policy_label(CachePolicy p);
+
 // ---- output (report.cc) -----------------------------------------------------------------------
 
 // Cross-contender figures: per shape, each contender relative to its baseline; efficiencies.

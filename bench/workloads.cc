@@ -562,7 +562,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
 
 const std::vector<std::string>& workload_names() {
   static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew",
-                                                     "arena-soak"};
+                                                     "arena-soak", "tiered"};
   return kNames;
 }
 
@@ -597,6 +597,10 @@ Status run_workload(const BenchOptions& o, json* out) {
   if (o.workload == "arena-soak") {
     LEANEMB_RETURN_IF_ERROR(run_arena_soak(o, progress, &doc));
     doc["machine_load"] = load_monitor.finish();
+  } else if (o.workload == "tiered") {
+    LEANEMB_RETURN_IF_ERROR(run_tiered(o, progress, &doc));
+    doc["machine_load"] = load_monitor.finish();
+    print_load(doc);
   } else if (o.workload == "roofline") {
     RooflineOptions ro;
     ro.buffer_bytes = o.roofline_bytes;

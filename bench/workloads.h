@@ -129,6 +129,16 @@ struct BenchOptions {
   // (the correctness gate's reference engines are unbudgeted).
   MemorySystemOptions memory;
   int64_t soak_ops = 1000000;          // arena-soak: allocate/free operations per run
+  // tiered: the cached table's options (docs/tiered.md, docs/benchmarks.md).
+  double cache_fraction = 0.2;         // cache slots as a fraction of the rows
+  CachePolicy cache_policy = CachePolicy::kLru;
+  std::string store = "host";          // host | file
+  std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
+  bool prefetch = true;                // fetch step t+1's rows while step t computes
+  bool no_resident = false;            // skip the resident contender (host store)
+  bool sweep = false;                  // hit rates over sweep_alphas x sweep_fractions instead
+  std::vector<double> sweep_fractions = {0.05, 0.2, 0.5};
+  std::vector<double> sweep_alphas = {1.05, 1.15};
 };
 
 // Names accepted by --workload, in help order.

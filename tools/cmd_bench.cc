@@ -22,6 +22,8 @@ struct BenchArgs {
   std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
   std::string device_budget, host_budget, placement, max_split, ops;
+  std::string cache_fraction, policy, store, store_path, prefetch, sweep_fractions, sweep_alphas;
+  bool sweep = false, no_resident = false;
   bool quiet = false;
 };
 
@@ -128,6 +130,46 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
   auto rb = parse_bytes(a.roofline_bytes);
   if (!rb.ok()) return flag_error("--roofline-bytes", rb.status());
   o.roofline_bytes = rb.value();
+  if (!a.cache_fraction.empty()) {
+    LEANEMB_ASSIGN_OR_RETURN(o.cache_fraction, parse_real("--cache-fraction", a.cache_fraction));
+    if (!(o.cache_fraction > 0 && o.cache_fraction <= 1)) return invalid_argument("--cache-fraction must be in (0, 1]");
+  }
+  if (!a.policy.empty()) {
+    if (a.policy != "lru" && a.policy != "lfu") return invalid_argument("--policy must be lru or lfu, got '" + a.policy + "'");
+    o.cache_policy = a.policy == "lru" ? CachePolicy::kLru : CachePolicy::kLfu;
+  }
+  if (!a.store.empty()) {
+    if (a.store != "host" && a.store != "file") return invalid_argument("--store must be host or file, got '" + a.store + "'");
+    o.store = a.store;
+  }
+  o.store_path = a.store_path;
+  if (!o.store_path.empty() && o.store != "file") return invalid_argument("--store-path needs --store file");
+  if (!a.prefetch.empty()) {
+    if (a.prefetch != "on" && a.prefetch != "off") return invalid_argument("--prefetch must be on or off, got '" + a.prefetch + "'");
+    o.prefetch = a.prefetch == "on";
+  }
+  auto parse_list = [&](const std::string& flag, const std::string& v, std::vector<double>* out) -> Status {
+    out->clear();
+    size_t i = 0;
+    while (i <= v.size()) {
+      const size_t j = std::min(v.find(',', i), v.size());
+      LEANEMB_ASSIGN_OR_RETURN(double x, parse_real(flag, v.substr(i, j - i)));
+      out->push_back(x);
+      i = j + 1;
+    }
+    return Status();
+  };
+  if (!a.sweep_fractions.empty()) LEANEMB_RETURN_IF_ERROR(parse_list("--sweep-fractions", a.sweep_fractions, &o.sweep_fractions));
+  if (!a.sweep_alphas.empty()) LEANEMB_RETURN_IF_ERROR(parse_list("--sweep-alphas", a.sweep_alphas, &o.sweep_alphas));
+  for (double f : o.sweep_fractions)
+    if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
+  o.sweep = a.sweep;
+  o.no_resident = a.no_resident;
+  const bool tiered_flags = !a.cache_fraction.empty() || !a.policy.empty() || !a.store.empty() || !a.prefetch.empty() ||
+                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
+  if (tiered_flags && o.workload != "tiered")
+    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --prefetch, --sweep* and --no-resident "
+                            "belong to --workload tiered");
   o.json_path = a.json;
   o.quiet = a.quiet;
   return o;
@@ -176,6 +218,15 @@ void register_bench(CLI::App& app, CommandResult* result) {
   cmd->add_option("--device-budget", a->device_budget,
                   "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
       ->type_name("BYTES")->check(non_empty);
+  cmd->add_option("--cache-fraction", a->cache_fraction, "tiered: cache slots as a fraction of the rows (default 0.2)")->type_name("X")->check(non_empty);
+  cmd->add_option("--policy", a->policy, "tiered: cache eviction policy, lru or lfu (default lru)")->type_name("NAME")->check(non_empty);
+  cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty);
+  cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run)")->type_name("FILE")->check(non_empty);
+  cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty);
+  cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");
+  cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
+  cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty);
+  cmd->add_option("--sweep-alphas", a->sweep_alphas, "tiered --sweep: Zipf exponents (default 1.05,1.15)")->type_name("LIST")->check(non_empty);
   cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty);
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty);
   cmd->add_option("--placement", a->placement,

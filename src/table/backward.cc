@@ -169,7 +169,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     }
   } unpin{im};
   SparseBatch remapped;
-  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped));
+  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped, /*touch=*/false));
   const SparseBatch& b = remapped;
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
   if (cb.num_dropped > 0) {

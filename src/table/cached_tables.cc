@@ -78,7 +78,7 @@ size_t table_nnz(const CollectionOptions& o, const SparseBatch& b, int t) {
 
 }  // namespace
 
-Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out) {
+Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, bool touch) {
   *out = b;
   if (!has_cache) return Status();
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -92,7 +92,7 @@ Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out) 
     int64_t* rows = static_cast<int64_t*>(rows_p);
     int64_t* slots = static_cast<int64_t*>(slots_p);
     gather_table_ids(options, b, ti, rows);
-    const Status st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep);
+    const Status st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
     if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
     size_t k = 0;
     for (size_t f = 0; f < options.features.size(); ++f) {

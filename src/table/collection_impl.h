@@ -135,7 +135,8 @@ struct EmbeddingCollection::Impl {
   // Cached tables (cached_tables.cc). remap: acquires the rows of `b` in the cache (pinned for
   // the step) and makes `out` a view of `b` whose ids of cached tables are slots, its arrays in
   // remap_buffers. Without caches `out` = `b`.
-  Status remap(const SparseBatch& b, SparseBatch* out);
+  // `touch` false (backward_update): rows already resident are not counted again as lookups.
+  Status remap(const SparseBatch& b, SparseBatch* out, bool touch = true);
   void release_pins(tiered::PinSet set);
   // Creates table t's store and cache (no rows are allocated or initialized up front).
   Status create_cache(int t);

@@ -28,59 +28,111 @@ Result<CachePolicy> parse_cache_policy(std::string_view s) {
 }
 
 // Per-slot metadata, the row -> slot map (open addressing, linear probing, backward-shift
-// deletion) and a binary min-heap of the resident unpinned slots ordered by the policy's key.
+// deletion) and the set of evictable slots (resident, unpinned, not in flight):
+//   LRU: a ring of (slot, version) entries in release order; releasing a slot bumps its version
+//        and appends it, so older entries of the slot go stale; the victim is the first entry
+//        still current and evictable (stale ones are skipped, the ring compacted when full).
+//        O(1) amortized per operation, sequential memory access.
+//   LFU: a binary min-heap by (frequency, last use, slot).
 // All arrays live in one allocation sized by row_cache_sizes().
 struct RowCache::Index {
+  struct MapEntry {
+    uint32_t row;  // kEmpty when free (tables have < 2^32 rows, so no row is kEmpty)
+    int32_t slot;
+  };
+  struct QueueEntry {
+    int32_t slot;
+    uint32_t version;
+  };
+  static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+
   CachePolicy policy = CachePolicy::kLru;
   int64_t cap = 0;
   int64_t* slot_row = nullptr;   // [cap] table row, -1 free
   uint64_t* last_use = nullptr;  // [cap] tick of the last acquire
   uint32_t* freq = nullptr;      // [cap] acquires since fetched (LFU)
-  int32_t* heap_pos = nullptr;   // [cap] position in heap, -1 when not in it
-  int32_t* heap = nullptr;       // [cap] slots
+  int32_t* heap_pos = nullptr;   // [cap] LFU: position in heap, -1 when not in it; LRU: version
+  int32_t* heap = nullptr;       // [cap] LFU heap of slots
   uint8_t* flags = nullptr;      // [cap] pins, in flight
   uint8_t* dirty = nullptr;      // [cap]
-  int64_t* map_key = nullptr;    // [m] row, -1 empty
-  int32_t* map_val = nullptr;    // [m] slot
+  MapEntry* map = nullptr;       // [m]
   size_t map_mask = 0;
+  QueueEntry* queue = nullptr;   // [queue_cap] LRU ring
+  uint64_t queue_cap = 0, head = 0, tail = 0;
   int32_t heap_size = 0;
   std::vector<int32_t> free_slots;  // popped from the back: slot 0 first
 
   static size_t hash(int64_t row) { return static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> 17); }
+  void prefetch_row(int64_t row) const { __builtin_prefetch(&map[hash(row) & map_mask]); }
   int32_t find(int64_t row) const {
+    const uint32_t key = static_cast<uint32_t>(row);
     for (size_t i = hash(row) & map_mask;; i = (i + 1) & map_mask) {
-      if (map_key[i] == row) return map_val[i];
-      if (map_key[i] < 0) return -1;
+      if (map[i].row == key) return map[i].slot;
+      if (map[i].row == kEmpty) return -1;
     }
   }
   void insert(int64_t row, int32_t slot) {
     size_t i = hash(row) & map_mask;
-    while (map_key[i] >= 0) i = (i + 1) & map_mask;
-    map_key[i] = row;
-    map_val[i] = slot;
+    while (map[i].row != kEmpty) i = (i + 1) & map_mask;
+    map[i] = MapEntry{static_cast<uint32_t>(row), slot};
   }
   void erase(int64_t row) {
+    const uint32_t key = static_cast<uint32_t>(row);
     size_t i = hash(row) & map_mask;
-    while (map_key[i] != row) i = (i + 1) & map_mask;
+    while (map[i].row != key) i = (i + 1) & map_mask;
     // Backward-shift deletion: move later entries of the probe chain into the hole.
     for (size_t j = i;;) {
-      map_key[i] = -1;
+      map[i].row = kEmpty;
       for (;;) {
         j = (j + 1) & map_mask;
-        if (map_key[j] < 0) return;
-        const size_t home = hash(map_key[j]) & map_mask;
+        if (map[j].row == kEmpty) return;
+        const size_t home = hash(map[j].row) & map_mask;
         // Entry j may move to i if its home is not cyclically in (i, j].
         const bool stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
         if (!stays) break;
       }
-      map_key[i] = map_key[j];
-      map_val[i] = map_val[j];
+      map[i] = map[j];
       i = j;
     }
   }
 
+  bool evictable(int32_t s) const { return flags[s] == 0 && slot_row[s] >= 0; }
+
+  // ---- the evictable set ----
+  void make_evictable(int32_t s) {
+    if (policy == CachePolicy::kLfu) {
+      if (heap_pos[s] < 0) heap_push(s);
+      return;
+    }
+    if (tail - head == queue_cap) compact();
+    const uint32_t v = static_cast<uint32_t>(heap_pos[s]) + 1;
+    heap_pos[s] = static_cast<int32_t>(v);
+    queue[tail++ % queue_cap] = QueueEntry{s, v};
+  }
+  void unmake_evictable(int32_t s) {
+    if (policy == CachePolicy::kLfu && heap_pos[s] >= 0) heap_remove(s);
+    // LRU: the slot's entry stays; pinned, it is skipped, and its release appends a new one.
+  }
+  int32_t pop_victim() {
+    if (policy == CachePolicy::kLfu) return heap_pop();
+    while (head < tail) {
+      const QueueEntry e = queue[head++ % queue_cap];
+      if (static_cast<uint32_t>(heap_pos[e.slot]) == e.version && evictable(e.slot)) return e.slot;
+    }
+    return -1;
+  }
+  // Drops stale entries (at most cap stay, so the ring is at most half full afterwards).
+  void compact() {
+    uint64_t out = head;
+    for (uint64_t i = head; i < tail; ++i) {
+      const QueueEntry e = queue[i % queue_cap];
+      if (static_cast<uint32_t>(heap_pos[e.slot]) == e.version && evictable(e.slot)) queue[out++ % queue_cap] = e;
+    }
+    tail = out;
+  }
+
   bool less(int32_t a, int32_t b) const {
-    if (policy == CachePolicy::kLfu && freq[a] != freq[b]) return freq[a] < freq[b];
+    if (freq[a] != freq[b]) return freq[a] < freq[b];
     if (last_use[a] != last_use[b]) return last_use[a] < last_use[b];
     return a < b;
   }
@@ -192,23 +244,25 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
     p += count * sizeof(T);
   };
   // Largest alignment first so every array is aligned.
+  const size_t qcap = row_cache_queue_entries(cap);
   carve(ix->slot_row, ucap);
   carve(ix->last_use, ucap);
-  carve(ix->map_key, m);
+  carve(ix->map, m);
+  carve(ix->queue, qcap);
   carve(ix->freq, ucap);
   carve(ix->heap_pos, ucap);
   carve(ix->heap, ucap);
-  carve(ix->map_val, m);
   carve(ix->flags, ucap);
   carve(ix->dirty, ucap);
   ix->map_mask = m - 1;
+  ix->queue_cap = qcap;
   std::fill(ix->slot_row, ix->slot_row + cap, int64_t{-1});
   std::fill(ix->last_use, ix->last_use + cap, uint64_t{0});
   std::fill(ix->freq, ix->freq + cap, 0u);
-  std::fill(ix->heap_pos, ix->heap_pos + cap, -1);
+  std::fill(ix->heap_pos, ix->heap_pos + cap, options.policy == CachePolicy::kLfu ? -1 : 0);
   std::fill(ix->flags, ix->flags + cap, uint8_t{0});
   std::fill(ix->dirty, ix->dirty + cap, uint8_t{0});
-  std::fill(ix->map_key, ix->map_key + m, int64_t{-1});
+  std::fill(ix->map, ix->map + m, Index::MapEntry{Index::kEmpty, -1});
   ix->free_slots.resize(ucap);
   for (int64_t s = 0; s < cap; ++s) ix->free_slots[ucap - 1 - static_cast<size_t>(s)] = static_cast<int32_t>(s);
   c->slot_row_ = ix->slot_row;
@@ -232,7 +286,7 @@ void RowCache::pin_locked(int64_t slot, PinSet set) {
   const int32_t s = static_cast<int32_t>(slot);
   const uint8_t bit = pin_bit(set);
   if (ix.flags[s] & bit) return;
-  if (ix.heap_pos[s] >= 0) ix.heap_remove(s);
+  ix.unmake_evictable(s);
   ix.flags[s] |= bit;
   pinned_[static_cast<int>(set)].push_back(slot);
 }
@@ -244,7 +298,7 @@ void RowCache::release(PinSet set) {
   for (int64_t slot : pinned_[static_cast<int>(set)]) {
     const int32_t s = static_cast<int32_t>(slot);
     ix.flags[s] &= static_cast<uint8_t>(~bit);
-    if ((ix.flags[s] & (kPinStep | kPinPrefetch | kInFlight)) == 0 && ix.slot_row[s] >= 0) ix.heap_push(s);
+    if (ix.evictable(s)) ix.make_evictable(s);
   }
   pinned_[static_cast<int>(set)].clear();
 }
@@ -254,24 +308,27 @@ void RowCache::mark_dirty(std::span<const int64_t> slots) {
   for (int64_t s : slots) index_->dirty[s] = 1;
 }
 
-Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set) {
+Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
     const Index& ix = *index_;
+    found_.resize(rows.size());
     bool all = true;
-    for (int64_t r : rows) {
-      const int32_t s = ix.find(r);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i + 16 < rows.size()) ix.prefetch_row(rows[i + 16]);
+      const int32_t s = ix.find(rows[i]);
+      found_[i] = s;
       if (s < 0 || (ix.flags[s] & kInFlight)) {
         all = false;
         break;
       }
     }
     if (all) {
-      const uint64_t tick = ++tick_;
+      const uint64_t tick = touch ? ++tick_ : 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        const int32_t s = index_->find(rows[i]);
-        if (index_->last_use[s] != tick) {
+        const int32_t s = found_[i];
+        if (touch && index_->last_use[s] != tick) {
           ++stats_.lookups;
           ++index_->freq[s];
           index_->last_use[s] = tick;
@@ -286,14 +343,14 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
   Status st = wait_prefetch();
   if (st.ok()) {
     std::lock_guard<std::mutex> f(fetch_mu_);
-    st = fetch(rows, slots_out, set, false);
+    st = fetch(rows, slots_out, set, false, touch);
   }
   std::lock_guard<std::mutex> l(mu_);
   stats_.exposed_seconds += seconds_since(t0);
   return st;
 }
 
-Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching) {
+Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch) {
   Index& ix = *index_;
   Plan plan;
   // Undoes phase A: new rows leave the map, victims come back (with their dirty flags).
@@ -311,7 +368,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
         ix.slot_row[v.slot] = v.row;
         ix.dirty[v.slot] = v.dirty ? 1 : 0;
         ix.insert(v.row, v.slot);
-        ix.heap_push(v.slot);
+        ix.make_evictable(v.slot);
       }
     auto& pins = pinned_[static_cast<int>(set)];
     std::erase_if(pins, [&](int64_t s) { return ix.slot_row[s] < 0 || ix.flags[s] == 0; });
@@ -322,9 +379,10 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     const uint64_t tick = ++tick_;
     for (size_t i = 0; i < rows.size(); ++i) {
       const int64_t r = rows[i];
+      if (i + 16 < rows.size()) ix.prefetch_row(rows[i + 16]);
       int32_t s = ix.find(r);
       if (s >= 0) {
-        if (ix.last_use[s] != tick) {
+        if (touch && ix.last_use[s] != tick) {
           if (!prefetching) ++stats_.lookups;
           ++ix.freq[s];
           ix.last_use[s] = tick;
@@ -335,7 +393,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
           s = ix.free_slots.back();
           ix.free_slots.pop_back();
         } else {
-          s = ix.heap_pop();
+          s = ix.pop_victim();
           if (s < 0) {
             rollback_locked(true);
             return resource_exhausted("row cache of " + std::to_string(capacity_) +
@@ -462,7 +520,7 @@ void RowCache::prefetch_main() {
     Status st;
     {
       std::lock_guard<std::mutex> f(fetch_mu_);
-      st = fetch(rows, nullptr, PinSet::kPrefetch, true);
+      st = fetch(rows, nullptr, PinSet::kPrefetch, true, true);
     }
     // A cache too small for two steps' rows at once: the step fetches the rest itself.
     if (st.code() == StatusCode::kResourceExhausted && st.message().rfind("row cache of", 0) == 0) st = Status();

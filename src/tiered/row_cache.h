@@ -83,7 +83,9 @@ class RowCache {
 
   // slots_out[i] = the slot of rows[i] (rows may repeat; they are valid table rows), fetching
   // misses, pinned in `set`. Waits for a prefetch in flight unless every row is resident.
-  Status acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set);
+  // `touch` false: resident rows are not counted as lookups and keep their recency and
+  // frequency (the update of a step whose forward already acquired its rows).
+  Status acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch = true);
   // Unpins every slot of `set`.
   void release(PinSet set);
   // Marks slots as changed (written back on eviction or flush). REQUIRES: pinned.
@@ -110,7 +112,7 @@ class RowCache {
   RowCache() = default;
   struct Index;
   struct Plan;
-  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching);
+  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   void pin_locked(int64_t slot, PinSet set);
   void prefetch_main();
 
@@ -137,6 +139,7 @@ class RowCache {
   // Staging buffers (io_buffers), grown on demand; used only under fetch_mu_.
   Allocation stage_in_, stage_out_;
   std::vector<uint8_t> present_;
+  std::vector<int32_t> found_;  // the fast path's lookups (under mu_)
 
   // The prefetch thread.
   std::thread worker_;

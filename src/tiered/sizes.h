@@ -30,11 +30,17 @@ inline size_t row_cache_map_entries(int64_t capacity_rows) {
   return m;
 }
 
-// Per slot: row (int64), last use (uint64), frequency (uint32), heap position (int32), heap
-// entry (int32), pin / in-flight flags (uint8), dirty (uint8); per map entry: row (int64) and
-// slot (int32).
+// Entries of the LRU release ring: 2 x capacity + 16 (compacted when full).
+inline size_t row_cache_queue_entries(int64_t capacity_rows) {
+  return 2 * static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0) + 16;
+}
+
+// Per slot: row (int64), last use (uint64), frequency (uint32), heap position or LRU version
+// (int32), heap entry (int32), pin / in-flight flags (uint8), dirty (uint8); per map entry: row
+// (uint32) and slot (int32); per ring entry: slot (int32) and version (uint32).
 inline constexpr size_t kRowCacheSlotIndexBytes = 8 + 8 + 4 + 4 + 4 + 1 + 1;
-inline constexpr size_t kRowCacheMapEntryBytes = 8 + 4;
+inline constexpr size_t kRowCacheMapEntryBytes = 4 + 4;
+inline constexpr size_t kRowCacheQueueEntryBytes = 4 + 4;
 
 // `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
 // batch's ids of the table); the staging buffers hold that many rows in and out, and grow on
@@ -43,7 +49,8 @@ inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, in
   RowCacheSizes s;
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
-  s.index_bytes = cap * kRowCacheSlotIndexBytes + row_cache_map_entries(capacity_rows) * kRowCacheMapEntryBytes;
+  s.index_bytes = cap * kRowCacheSlotIndexBytes + row_cache_map_entries(capacity_rows) * kRowCacheMapEntryBytes +
+                  row_cache_queue_entries(capacity_rows) * kRowCacheQueueEntryBytes;
   const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0) * row_bytes;
   s.staging_bytes = 2 * per_step;
   return s;

@@ -1,0 +1,396 @@
+// The `tiered` workload: one table behind a device-tier row cache over a host or file store,
+// against the same table fully resident, on a fresh Zipf id stream (no batch repeats, so the
+// cache sees production-like traffic rather than a cycle of a few batches).
+//
+// Per contender: warm-up steps (the cache fills), then measured steps in interleaved rounds
+// (blocks of steps, rotating order), each step = forward, prefetch of the next batch (cached,
+// --prefetch on), backward_update. Reported: step time median / p10 / p90 and the ratio cached /
+// resident, the cache's hit rate over the measured steps next to an offline LRU simulation of
+// the same trace (same capacity, same warm-up), bytes read and written per step per tier, fetch
+// time hidden vs exposed, memory by tier and category, peak RSS, and for the file store the
+// store's achieved random-read IOPS next to a same-run O_DIRECT random-read probe of the same
+// file. A gate compares sampled rows (weights and optimizer state) of the two contenders bit for
+// bit. `--sweep` instead reports hit rates for every --sweep-fractions x --sweep-alphas pair.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <random>
+#include <unordered_map>
+
+#include "bench_internal.h"
+#include "tiered/file_io.h"
+
+namespace leanemb::bench {
+namespace internal {
+namespace {
+
+struct TieredShape {
+  int64_t rows, dim, batch, bag;
+  double alpha;
+  DType dtype;
+  OptimizerOptions optimizer;
+};
+
+// Distinct rows of each batch in first-occurrence order: the trace the cache sees.
+std::vector<int64_t> distinct_rows(const std::vector<int64_t>& ids) {
+  std::vector<int64_t> out;
+  std::unordered_map<int64_t, char> seen;
+  seen.reserve(ids.size() * 2);
+  for (int64_t r : ids)
+    if (seen.emplace(r, 1).second) out.push_back(r);
+  return out;
+}
+
+// Offline LRU over the per-step distinct rows: the hit rate of the measured steps (those from
+// `first_measured` on), after the earlier steps warmed it.
+double simulate_lru(const std::vector<std::vector<int64_t>>& steps, size_t first_measured, int64_t capacity) {
+  std::list<int64_t> order;  // front = most recent
+  std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+  where.reserve(static_cast<size_t>(capacity) * 2);
+  uint64_t lookups = 0, misses = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (int64_t r : steps[s]) {
+      auto it = where.find(r);
+      const bool measured = s >= first_measured;
+      if (measured) ++lookups;
+      if (it != where.end()) {
+        order.splice(order.begin(), order, it->second);
+        continue;
+      }
+      if (measured) ++misses;
+      if (static_cast<int64_t>(where.size()) >= capacity) {
+        where.erase(order.back());
+        order.pop_back();
+      }
+      order.push_front(r);
+      where[r] = order.begin();
+    }
+  }
+  return lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0;
+}
+
+struct Run {
+  std::string name;
+  Engine e;
+  bool cached = false;
+  std::vector<double> step_ms;
+  RowCacheStats after_warmup{};
+  TransferStats transfers_after_warmup{};
+  size_t next = 0;  // next batch index
+  Run(std::string n, Engine en) : name(std::move(n)), e(std::move(en)) {}
+};
+
+Result<Engine> make_engine(const TieredShape& s, const BenchOptions& o, const TableCacheOptions* cache) {
+  Engine e;
+  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(o.memory));
+  CollectionOptions co;
+  TableOptions t;
+  t.name = "t0";
+  t.num_rows = s.rows;
+  t.dim = s.dim;
+  t.dtype = s.dtype;
+  t.optimizer = s.optimizer;
+  if (cache) t.cache = *cache;
+  co.tables.push_back(t);
+  co.features.push_back({"f0", 0, PoolingMode::kSum});
+  co.seed = o.seed;
+  co.num_threads = o.threads;
+  LEANEMB_ASSIGN_OR_RETURN(e.coll, EmbeddingCollection::create(co, e.mem.get()));
+  return e;
+}
+
+Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<float>& grad, int64_t B,
+                std::vector<float>& out, bool prefetch) {
+  const IdBatch& b = batches[r.next];
+  SparseBatch sb;
+  sb.batch_size = B;
+  sb.features.push_back({b.ids, b.offsets, {}});
+  LEANEMB_RETURN_IF_ERROR(r.e.coll->forward(sb, out));
+  if (r.cached && prefetch && r.next + 1 < batches.size()) {
+    SparseBatch nb;
+    nb.batch_size = B;
+    nb.features.push_back({batches[r.next + 1].ids, batches[r.next + 1].offsets, {}});
+    LEANEMB_RETURN_IF_ERROR(r.e.coll->prefetch(nb));
+  }
+  LEANEMB_RETURN_IF_ERROR(r.e.coll->backward_update(sb, grad).status());
+  ++r.next;
+  return Status();
+}
+
+// Same-run probe of the medium: O_DIRECT random reads of `block` bytes over the file at queue
+// depth `qd` for about `seconds`, through io_uring (the store's engine). IOPS, or 0 on failure.
+double probe_random_read_iops(const std::string& path, size_t block, int qd, double seconds, uint64_t seed) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) return 0;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  auto io = tiered::make_uring_file_io(fd, qd);
+  if (!io.ok() || size < static_cast<off_t>(block)) {
+    ::close(fd);
+    return 0;
+  }
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, block * static_cast<size_t>(qd)) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  std::mt19937_64 rng(seed);
+  const uint64_t blocks = static_cast<uint64_t>(size) / block;
+  std::vector<tiered::IoOp> ops(static_cast<size_t>(qd));
+  uint64_t done = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (elapsed < seconds) {
+    for (int i = 0; i < qd; ++i) {
+      ops[i] = tiered::IoOp{};
+      ops[i].offset = (rng() % blocks) * block;
+      ops[i].buf = static_cast<uint8_t*>(buf) + static_cast<size_t>(i) * block;
+      ops[i].len = static_cast<uint32_t>(block);
+    }
+    io.value()->submit_and_wait(ops);
+    for (const auto& op : ops) done += op.result == static_cast<int64_t>(block) ? 1 : 0;
+    elapsed = ms_since(t0) / 1000.0;
+  }
+  std::free(buf);
+  ::close(fd);
+  return static_cast<double>(done) / elapsed;
+}
+
+json cache_json(const RowCacheStats& s, const RowCacheStats& base, int64_t steps, size_t stride) {
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  const uint64_t lookups = s.lookups - base.lookups, misses = s.misses - base.misses;
+  json j;
+  j["capacity_rows"] = s.capacity_rows;
+  j["lookups_per_step"] = static_cast<double>(lookups) / n;
+  j["misses_per_step"] = static_cast<double>(misses) / n;
+  j["hit_rate"] = lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0;
+  j["prefetched_rows_per_step"] = static_cast<double>(s.prefetched_rows - base.prefetched_rows) / n;
+  j["evictions_per_step"] = static_cast<double>(s.evictions - base.evictions) / n;
+  j["writebacks_per_step"] = static_cast<double>(s.writebacks - base.writebacks) / n;
+  j["store_bytes_read_per_step"] = static_cast<double>(s.bytes_read - base.bytes_read) / n;
+  j["store_bytes_written_per_step"] = static_cast<double>(s.bytes_written - base.bytes_written) / n;
+  j["row_bytes"] = stride;
+  const double fetch = s.fetch_seconds - base.fetch_seconds, exposed = s.exposed_seconds - base.exposed_seconds;
+  j["fetch_ms_per_step"] = fetch * 1e3 / n;
+  j["exposed_fetch_ms"] = exposed * 1e3 / n;
+  j["hidden_fetch_ms"] = std::max(0.0, fetch - exposed) * 1e3 / n;
+  const uint64_t rops = s.store_read_ops - base.store_read_ops;
+  const double rsec = s.store_read_seconds - base.store_read_seconds;
+  j["store_read_ops_per_step"] = static_cast<double>(rops) / n;
+  j["store_read_iops"] = rsec > 0 ? static_cast<double>(rops) / rsec : 0.0;
+  j["store_write_ops_per_step"] = static_cast<double>(s.store_write_ops - base.store_write_ops) / n;
+  return j;
+}
+
+// Bit-for-bit comparison of `sample` random rows (and the last batch's rows) of two engines.
+Result<bool> same_rows(EmbeddingCollection& a, EmbeddingCollection& b, const std::vector<int64_t>& last, int64_t rows,
+                       uint64_t seed) {
+  std::vector<int64_t> check = last;
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 20000; ++i) check.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(rows)));
+  const size_t stride = a.layout(0).stride_bytes;
+  std::vector<uint8_t> ra(stride), rb(stride);
+  for (int64_t r : check) {
+    LEANEMB_RETURN_IF_ERROR(a.read_raw_rows(0, r, 1, ra));
+    LEANEMB_RETURN_IF_ERROR(b.read_raw_rows(0, r, 1, rb));
+    if (ra != rb) return false;
+  }
+  return true;
+}
+
+Result<std::vector<IdBatch>> make_batches(const TieredShape& s, size_t n, uint64_t seed) {
+  IdStreamOptions io;
+  io.num_rows = s.rows;
+  io.batch_size = s.batch;
+  io.bag_size = s.bag;
+  io.alpha = s.alpha;
+  io.seed = seed;
+  LEANEMB_ASSIGN_OR_RETURN(IdGenerator gen, IdGenerator::create(io));
+  std::vector<IdBatch> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = gen.batch(static_cast<int64_t>(i));
+  return out;
+}
+
+std::vector<std::vector<int64_t>> trace_of(const std::vector<IdBatch>& batches) {
+  std::vector<std::vector<int64_t>> t;
+  for (const auto& b : batches) t.push_back(distinct_rows(b.ids));
+  return t;
+}
+
+Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress& progress, int warmup, int iters,
+                 json* doc) {
+  json rows = json::array();
+  for (double alpha : o.sweep_alphas) {
+    TieredShape s = base;
+    s.alpha = alpha;
+    LEANEMB_ASSIGN_OR_RETURN(auto batches, make_batches(s, static_cast<size_t>(warmup + iters), derive_seed(o.seed, 7)));
+    const auto trace = trace_of(batches);
+    std::vector<float> grad(static_cast<size_t>(s.batch * s.dim), 0.01f);
+    std::vector<float> out(static_cast<size_t>(s.batch * s.dim));
+    for (double f : o.sweep_fractions) {
+      TableCacheOptions co;
+      co.fraction = f;
+      co.policy = o.cache_policy;
+      LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
+      Run r("cached", std::move(e));
+      r.cached = true;
+      for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
+      LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0));
+      for (int i = 0; i < iters; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
+      LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
+      const double sim = simulate_lru(trace, static_cast<size_t>(warmup), st.capacity_rows);
+      json j = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
+      json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", cache_policy_label(o.cache_policy)},
+               {"hit_rate", j["hit_rate"]}, {"lru_simulation_hit_rate", sim}, {"capacity_rows", st.capacity_rows},
+               {"distinct_rows_per_step", j["lookups_per_step"]}};
+      progress("sweep alpha %.2f fraction %.2f: hit rate %.4f (offline LRU %.4f)", alpha, f,
+               j["hit_rate"].get<double>(), sim);
+      std::printf("alpha %-5.2f cache %5.1f%%  hit rate %.4f  offline LRU %.4f\n", alpha, 100 * f,
+                  j["hit_rate"].get<double>(), sim);
+      rows.push_back(row);
+    }
+  }
+  (*doc)["sweep"] = rows;
+  return Status();
+}
+
+}  // namespace
+
+std::string cache_policy_label(CachePolicy p) { return p == CachePolicy::kLru ? "lru" : "lfu"; }
+
+Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
+  TieredShape s;
+  s.rows = o.rows.value_or(10000000);
+  s.dim = o.dim.value_or(128);
+  s.batch = o.batch.value_or(4096);
+  s.bag = o.bag_size.value_or(16);
+  s.alpha = o.alpha.value_or(1.15);
+  s.dtype = o.dtype.value_or(DType::kBF16);
+  s.optimizer.kind = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
+  s.optimizer.learning_rate = 0.05f;
+  s.optimizer.eps = default_eps(s.optimizer.kind);
+  s.optimizer.state_dtype = o.state_dtype.value_or(StateDType::kF32);
+  if (o.tables.value_or(1) != 1) return invalid_argument("--workload tiered runs one table (--tables 1)");
+  const int warmup = o.warmup.value_or(100), iters = o.iters.value_or(50);
+  (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"bag", s.bag}, {"alpha", s.alpha},
+                     {"dtype", std::string(dtype_name(s.dtype))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))}};
+  (*doc)["warmup"] = warmup;
+  if (o.sweep) return run_sweep(s, o, progress, warmup, iters, doc);
+
+  const bool file = o.store == "file";
+  std::string path = o.store_path;
+  if (file && path.empty()) path = "leanemb-tiered-" + std::to_string(::getpid()) + ".rows";
+  TableCacheOptions co;
+  co.fraction = o.cache_fraction;
+  co.policy = o.cache_policy;
+  co.store = o.store;
+  co.store_path = path;
+  (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", cache_policy_label(co.policy)}, {"store", co.store},
+                     {"store_path", file ? path : ""}, {"prefetch", o.prefetch}};
+
+  progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
+           static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(s.dtype)).c_str(),
+           std::string(optimizer_name(s.optimizer.kind)).c_str(), static_cast<long long>(s.batch),
+           static_cast<long long>(s.bag), s.alpha, warmup + iters + 1);
+  LEANEMB_ASSIGN_OR_RETURN(auto batches, make_batches(s, static_cast<size_t>(warmup + iters + 1), derive_seed(o.seed, 7)));
+  std::vector<float> grad(static_cast<size_t>(s.batch * s.dim));
+  {
+    std::mt19937_64 rng(o.seed);
+    std::normal_distribution<float> g(0.0f, 0.01f);
+    for (auto& x : grad) x = g(rng);
+  }
+  std::vector<float> out(static_cast<size_t>(s.batch * s.dim));
+
+  std::vector<Run> runs;
+  if (!file && !o.no_resident) {
+    progress("creating the resident table");
+    LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, nullptr));
+    runs.push_back(Run{"resident", std::move(e)});
+  }
+  progress("creating the cached table (%s store)", o.store.c_str());
+  {
+    LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
+    Run r{"cached", std::move(e)};
+    r.cached = true;
+    runs.push_back(std::move(r));
+  }
+  for (Run& r : runs) {
+    progress("%s: %d warm-up steps", r.name.c_str(), warmup);
+    for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, o.prefetch));
+    if (r.cached) { LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0)); }
+    r.transfers_after_warmup = r.e.mem->transfers();
+    r.e.mem->reset_peaks();
+  }
+  // Measured steps in interleaved rounds of 5, rotating which contender goes first.
+  constexpr int kBlock = 5;
+  for (int done = 0, round = 0; done < iters; done += kBlock, ++round) {
+    const int n = std::min(kBlock, iters - done);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      Run& r = runs[(k + static_cast<size_t>(round)) % runs.size()];
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = Clock::now();
+        LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, o.prefetch));
+        r.step_ms.push_back(ms_since(t0));
+      }
+    }
+    if (round % 4 == 3) progress("measured %d/%d steps", done + n, iters);
+  }
+  json contenders = json::array();
+  double resident_ms = 0, cached_ms = 0;
+  for (Run& r : runs) {
+    const Summary sm = summarize(r.step_ms);
+    json j{{"name", r.name}, {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}}};
+    const TransferStats tr = r.e.mem->transfers();
+    json tj;
+    for (int from = 0; from < kNumTiers; ++from)
+      for (int to = 0; to < kNumTiers; ++to) {
+        const uint64_t b = tr.bytes[from][to] - r.transfers_after_warmup.bytes[from][to];
+        if (b) tj[std::string(tier_name(static_cast<Tier>(from))) + "_to_" + std::string(tier_name(static_cast<Tier>(to))) + "_per_step"] = static_cast<double>(b) / iters;
+      }
+    j["transfers"] = tj;
+    const auto ms = r.e.mem->stats();
+    j["memory"] = {{"device", memory_json(ms[0])}, {"host", memory_json(ms[1])}};
+    if (r.cached) {
+      LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
+      j["cache"] = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
+      cached_ms = sm.median;
+    } else {
+      resident_ms = sm.median;
+    }
+    contenders.push_back(j);
+  }
+  (*doc)["contenders"] = contenders;
+  json summary;
+  if (resident_ms > 0) summary["step_time_ratio_cached_over_resident"] = cached_ms / resident_ms;
+  const auto trace = trace_of(batches);
+  const std::vector<std::vector<int64_t>> measured_trace(trace.begin(), trace.begin() + warmup + iters);
+  Run& cached = runs.back();
+  LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, cached.e.coll->cache_stats(0));
+  summary["hit_rate"] = cache_json(st, cached.after_warmup, iters, 0)["hit_rate"];
+  summary["lru_simulation_hit_rate"] = simulate_lru(measured_trace, static_cast<size_t>(warmup), st.capacity_rows);
+  if (runs.size() == 2) {
+    LEANEMB_ASSIGN_OR_RETURN(bool same, same_rows(*runs[0].e.coll, *cached.e.coll, trace[warmup + iters - 1], s.rows, o.seed));
+    summary["gate"] = same ? "pass" : "fail";
+    if (!same) return internal_error("tiered: cached and resident rows differ (determinism gate)");
+  }
+  if (file) {
+    LEANEMB_RETURN_IF_ERROR(cached.e.coll->flush());
+    const json cj = cache_json(st, cached.after_warmup, iters, 0);
+    const double probe = probe_random_read_iops(path, 4096, 64, 3.0, o.seed);
+    summary["store_read_iops"] = cj["store_read_iops"];
+    summary["probe_random_read_iops_4k_qd64"] = probe;
+    if (probe > 0) summary["store_iops_over_probe"] = cj["store_read_iops"].get<double>() / probe;
+  }
+  summary["peak_rss_bytes"] = process_max_rss_bytes();
+  (*doc)["summary"] = summary;
+  std::printf("tiered: %s\n", summary.dump().c_str());
+  for (Run& r : runs) std::printf("\nmemory of %s:\n%s", r.name.c_str(), r.e.mem->memory_summary().c_str());
+  runs.clear();
+  if (file && o.store_path.empty()) ::unlink(path.c_str());
+  return Status();
+}
+
+}  // namespace internal
+}  // namespace leanemb::bench
