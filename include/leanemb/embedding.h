@@ -90,15 +90,61 @@ struct RowCacheStats {
   double hit_rate() const { return lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0; }
 };
 
+// Dynamic table (docs/tiered.md, "Dynamic tables in a collection"): the table's features carry
+// raw 64-bit ids (hashed categorical values; any int64 value, negatives included, never
+// bounds-checked: BoundsCheckMode does not apply to them) and an IdMap gives each id a row of
+// the table's num_rows rows (the row capacity) when it is admitted:
+// - forward() maps every id of the batch once (one sighting per occurrence; evaluation forwards
+//   count too). An id gets a row on its min_count-th sighting, counted in a counting Bloom
+//   filter (an overestimate is possible, never an underestimate). A new row is initialized by
+//   the table's initializer keyed by the raw id, not the row, so an id starts with the same
+//   bytes wherever it lands.
+// - An id without a row (below min_count, or no row free that this batch does not use) reads a
+//   zero vector and is not updated. Pooling kMean divides by the bag's full length: a rejected
+//   id counts as a zero vector. Sequence (kNone) outputs hold zeros at its positions.
+// - When every row is taken, a new id evicts the row unused for the longest time ("age") or the
+//   row with the fewest uses since admission, ties by oldest use ("lfu"). max_age_steps > 0
+//   also frees rows unused for more than that many steps, after each successful update.
+// - backward_update() uses the mapping of the forward() of the same batch (the most recent
+//   forward; without one, the rows the ids have now) and adds no sightings.
+// Rows are still addressed by row number in read_rows / write_rows / save_table; rows never
+// assigned read zeros, freed rows keep the bytes of their last id until reassigned.
+// Stochastic rounding stays keyed by the row (the mapping is deterministic). A dynamic table
+// may also have a cache (TableOptions::cache): ids map to rows first, rows to slots after.
+// Not allowed with frozen (and so with int8 rows).
+struct TableDynamicOptions {
+  bool enabled = false;
+  uint32_t min_count = 1;          // sightings before an id gets a row (1 = first touch; <= 255)
+  std::string eviction = "age";    // "age" | "lfu"
+  int64_t max_age_steps = 0;       // > 0: free rows unused for more than this many steps
+  uint64_t bloom_counters = 1 << 20;  // counters of the admission filter (min_count > 1);
+                                      // 4-bit counters up to min_count 15, 8-bit above
+  uint32_t bloom_hashes = 4;       // counters per id (1..16)
+};
+
+// Counters of a dynamic table's IdMap since creation (or as restored by load_dynamic_state).
+struct DynamicTableStats {
+  int64_t admitted = 0;            // ids given a row (re-admissions included)
+  int64_t readmitted = 0;          // of admitted: ids that had a row before (approximate, may
+                                   // include a few first admissions, never misses one)
+  int64_t rejected_min_count = 0;  // occurrences refused: below min_count sightings
+  int64_t rejected_capacity = 0;   // occurrences refused: every row in use by the batch
+  int64_t evicted = 0;             // rows taken from an id for a new one (capacity)
+  int64_t expired = 0;             // rows freed by max_age_steps
+  int64_t live_rows = 0;           // rows that hold an id now
+  uint64_t held_bytes = 0;         // host bytes of the IdMap (category row_cache)
+};
+
 struct TableOptions {
   std::string name;
-  int64_t num_rows = 0;
+  int64_t num_rows = 0;  // rows; for a dynamic table the row capacity
   int64_t dim = 0;
   DType dtype = DType::kF32;
   OptimizerOptions optimizer;
   InitOptions init;
   bool frozen = false;  // lookup only: backward_update leaves it unchanged (int8 tables must be)
   TableCacheOptions cache;  // tiered storage (off by default)
+  TableDynamicOptions dynamic;  // raw ids mapped to rows by an IdMap (off by default)
 };
 
 struct FeatureOptions {
@@ -228,6 +274,21 @@ class EmbeddingCollection {
   // Errors: OutOfRange (table), FailedPrecondition (the table has no cache).
   Result<RowCacheStats> cache_stats(int table) const;
 
+  // Dynamic tables (TableDynamicOptions). dynamic_stats: the IdMap's counters.
+  // dynamic_row: the row raw_id is mapped to now, or -1 (no side effects).
+  // save_dynamic_state: the IdMap's state (mapping, use order and counts, filters, counters) as
+  // a versioned, checksummed byte string; the rows themselves are saved separately
+  // (read_raw_rows / save_table), with the step (step()). load_dynamic_state restores it; the
+  // saved map must have the table's row capacity (its other options come from the bytes).
+  // Errors: OutOfRange (table), FailedPrecondition (not a dynamic table), DataLoss (corrupt or
+  // truncated bytes), InvalidArgument (capacity differs); after an error the map is unchanged.
+  Result<DynamicTableStats> dynamic_stats(int table) const;
+  Result<int64_t> dynamic_row(int table, int64_t raw_id) const;
+  Result<std::vector<uint8_t>> save_dynamic_state(int table) const;
+  Status load_dynamic_state(int table, std::span<const uint8_t> bytes);
+
+  // The allocator's stats (with a MemorySystem: the workspace tier's). A dynamic table's IdMap
+  // is host memory (category row_cache): here with one allocator, in memory->host() otherwise.
   MemoryStats memory_stats() const;
   // backward_update keeps its workspace and gradient buffers (sized to the largest step so far)
   // for the next step; they count as current bytes in their categories while held. This frees

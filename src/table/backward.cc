@@ -168,8 +168,17 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       if (im.has_cache) im.release_pins(tiered::PinSet::kStep);
     }
   } unpin{im};
+  // Dynamic tables: the rows of the forward of this batch (no sightings counted), ids without a
+  // row dropped (their sequence gradients too); then rows -> cache slots.
+  DynamicBatch dyn(im.alloc);
+  LEANEMB_RETURN_IF_ERROR(im.map_dynamic(*cb.batch, /*forward=*/false, &dyn));
+  std::vector<std::span<const float>> dyn_grad_seq;
+  if (im.has_dynamic) {
+    LEANEMB_RETURN_IF_ERROR(im.compact_seq_grads(&dyn, grad_seq, &dyn_grad_seq));
+    grad_seq = dyn_grad_seq;
+  }
   SparseBatch remapped;
-  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped, /*touch=*/false));
+  LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped, /*touch=*/false));
   const SparseBatch& b = remapped;
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
   if (cb.num_dropped > 0) {
@@ -306,6 +315,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   }
   for (const auto& f : b.features) report.lookups += static_cast<int64_t>(f.ids.size());
   im.step = us.step;
+  if (im.has_dynamic) LEANEMB_RETURN_IF_ERROR(im.end_dynamic_step());
   return report;
 }
 

@@ -73,6 +73,7 @@ Status check_batch(const SparseBatch& batch, const std::vector<FeatureMeta>& fea
     const FeatureInput& in = batch.features[fi];
     const FeatureMeta& f = features[fi];
     LEANEMB_RETURN_IF_ERROR(check_shape(in, batch.batch_size, f, static_cast<int>(fi)));
+    if (f.raw_ids) continue;  // any int64 value is a valid raw id
     int64_t bad = 0;
     for (size_t i = 0; i < in.ids.size(); ++i) {
       const int64_t id = in.ids[i];

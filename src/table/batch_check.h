@@ -14,6 +14,7 @@ struct FeatureMeta {
   std::string table_name;
   int64_t num_rows = 0;
   PoolingMode pooling = PoolingMode::kSum;
+  bool raw_ids = false;  // a dynamic table's feature: ids are raw values, not range-checked
 };
 
 // The batch to compute on: the caller's (when nothing was dropped) or a filtered copy whose
@@ -25,7 +26,7 @@ struct CheckedBatch {
   uint64_t num_dropped = 0;
 };
 
-// Checks shapes, offsets, weights (finite) and ids. With kError any bad id fails the batch;
+// Checks shapes, offsets, weights (finite) and ids (except raw ids of dynamic tables). With kError any bad id fails the batch;
 // with kSkip bad ids are removed (shape errors still fail). Errors name the feature, bag and
 // position. Filtered copies are allocated from `alloc` (category workspace).
 Status check_batch(const SparseBatch& batch, const std::vector<FeatureMeta>& features, BoundsCheckMode mode,

@@ -38,6 +38,10 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   const uint64_t seed = options.seed;
   const RowLayout layout = ts.layout;
   tiered::RowInitFn init = [to, layout, seed, t](int64_t row, uint8_t* fat) {
+    if (to.dynamic.enabled) {  // as a resident dynamic table: zeros until an id is admitted
+      std::memset(fat, 0, layout.stride_bytes);
+      return;
+    }
     std::vector<float> tmp(static_cast<size_t>(layout.dim));
     init_row(to, layout, seed, static_cast<uint32_t>(t), row, tmp.data(), fat);
   };
@@ -54,29 +58,6 @@ void EmbeddingCollection::Impl::release_pins(tiered::PinSet set) {
   for (TableState& ts : tables)
     if (ts.cache) ts.cache->release(set);
 }
-
-namespace {
-
-// The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
-// caller: the table's nnz).
-void gather_table_ids(const CollectionOptions& o, const SparseBatch& b, int t, int64_t* out) {
-  size_t k = 0;
-  for (size_t f = 0; f < o.features.size(); ++f) {
-    if (o.features[f].table != t) continue;
-    const auto ids = b.features[f].ids;
-    if (!ids.empty()) std::memcpy(out + k, ids.data(), ids.size() * 8);
-    k += ids.size();
-  }
-}
-
-size_t table_nnz(const CollectionOptions& o, const SparseBatch& b, int t) {
-  size_t n = 0;
-  for (size_t f = 0; f < o.features.size(); ++f)
-    if (o.features[f].table == t) n += b.features[f].ids.size();
-  return n;
-}
-
-}  // namespace
 
 Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, bool touch) {
   *out = b;
@@ -119,8 +100,18 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
     // would do; the workspace buffer avoids a heap allocation per step.
     LEANEMB_ASSIGN_OR_RETURN(void* rows_p, im.remap_buffers.get(2 * im.tables.size() + static_cast<size_t>(t), n * 8,
                                                                 Category::kWorkspace, im.alloc));
-    gather_table_ids(im.options, *cb.batch, t, static_cast<int64_t*>(rows_p));
-    LEANEMB_RETURN_IF_ERROR(ts.cache->start_prefetch(std::span<const int64_t>(static_cast<int64_t*>(rows_p), n)));
+    int64_t* rows = static_cast<int64_t*>(rows_p);
+    gather_table_ids(im.options, *cb.batch, t, rows);
+    size_t m = n;
+    if (ts.id_map) {  // dynamic: the rows ids have now (no sightings); ids without one are skipped
+      m = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t r = ts.id_map->find(rows[i]);
+        if (r >= 0) rows[m++] = r;
+      }
+      if (m == 0) continue;
+    }
+    LEANEMB_RETURN_IF_ERROR(ts.cache->start_prefetch(std::span<const int64_t>(rows, m)));
   }
   return Status();
 }

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
+#include "tiered/id_map.h"
 #include "tiered/row_cache.h"
 #include "table/step_sizes.h"
 
@@ -38,6 +39,8 @@ struct TableState {
   // the hot ones in its slots. Kernels run on slots (a step's ids are remapped to slots) and
   // key their stochastic rounding by the slot's table row.
   std::unique_ptr<tiered::RowCache> cache;
+  // Dynamic table (TableOptions::dynamic): maps the features' raw ids to rows (dynamic_tables.cc).
+  std::unique_ptr<tiered::IdMap> id_map;
 
   kernels::TableView view() const {
     if (cache) return kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()};
@@ -92,6 +95,18 @@ class StepBuffers {
   std::vector<Allocation> slots_;
 };
 
+// A batch whose dynamic tables' raw ids are replaced by their rows (dynamic_tables.cc). Ids
+// without a row are removed; a feature that lost ids gets copies of its arrays (in `ws`) and a
+// mask of the positions kept, so that sequence outputs and gradients can be expanded /
+// compacted. kMean bags that lost ids get weights scaled by kept / original length, so the mean
+// still divides by the original length (rejected ids count as zero vectors).
+struct DynamicBatch {
+  explicit DynamicBatch(Allocator* alloc) : ws(alloc) {}
+  SparseBatch batch;
+  std::vector<std::span<const uint8_t>> kept;  // per feature: [nnz] 1 = kept, or empty (all kept)
+  Workspace ws;
+};
+
 struct EmbeddingCollection::Impl {
   CollectionOptions options;
   Allocator* alloc = nullptr;      // workspace and gradients
@@ -108,6 +123,11 @@ struct EmbeddingCollection::Impl {
   int num_threads = 1;
   bool has_cache = false;        // some table has a row cache
   StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
+  bool has_dynamic = false;      // some table is dynamic
+  // Dynamic tables: per table t, slots 4t (raw ids) and 4t + 1 (rows) hold the last forward's
+  // mapping (fwd_ids[t] ids; -1 when none), 4t + 2 / 4t + 3 backward_update's scratch.
+  StepBuffers dyn_buffers;
+  std::vector<int64_t> fwd_ids;
 
   void record_transfer(Tier from, Tier to, uint64_t bytes) const {
     if (memory) memory->record_transfer(from, to, bytes);
@@ -140,6 +160,21 @@ struct EmbeddingCollection::Impl {
   void release_pins(tiered::PinSet set);
   // Creates table t's store and cache (no rows are allocated or initialized up front).
   Status create_cache(int t);
+  // Dynamic tables (dynamic_tables.cc). create_id_map: table t's IdMap.
+  Status create_id_map(int t);
+  // Replaces the dynamic tables' raw ids of `b` by rows into `out`. forward: IdMap::map (new rows
+  // initialized and written, the mapping kept for backward_update); otherwise the kept mapping
+  // when `b` has the same ids, else IdMap::find. Without dynamic tables out->batch = b.
+  Status map_dynamic(const SparseBatch& b, bool forward, DynamicBatch* out);
+  // forward: expands compacted sequence outputs in place (zeros at removed positions).
+  void expand_seq_outputs(const DynamicBatch& d, std::span<const std::span<float>> seq_out) const;
+  // backward_update: the sequence gradients of the kept positions (copies in d->ws as needed).
+  Status compact_seq_grads(DynamicBatch* d, std::span<const std::span<const float>> grad_seq,
+                           std::vector<std::span<const float>>* out);
+  // After a successful update: IdMap::end_step (max-age expiry) of every dynamic table.
+  Status end_dynamic_step();
+  // Writes one fat row of table t the way write_raw_rows does (cache, split or resident).
+  Status write_fat_row(int t, int64_t row, const uint8_t* fat);
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
@@ -149,6 +184,30 @@ struct EmbeddingCollection::Impl {
 // tmp: [dim] floats of scratch.
 void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
               uint8_t* row);
+
+// The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
+// caller: the table's nnz).
+inline void gather_table_ids(const CollectionOptions& o, const SparseBatch& b, int t, int64_t* out) {
+  size_t k = 0;
+  for (size_t f = 0; f < o.features.size(); ++f) {
+    if (o.features[f].table != t) continue;
+    const auto ids = b.features[f].ids;
+    if (!ids.empty()) std::memcpy(out + k, ids.data(), ids.size() * 8);
+    k += ids.size();
+  }
+}
+
+inline size_t table_nnz(const CollectionOptions& o, const SparseBatch& b, int t) {
+  size_t n = 0;
+  for (size_t f = 0; f < o.features.size(); ++f)
+    if (o.features[f].table == t) n += b.features[f].ids.size();
+  return n;
+}
+
+// A dynamic table's initial fat row for raw id `raw_id` (padding zeroed): init_row's values
+// keyed by (seed, table, raw id) instead of (seed, table, row).
+void init_row_for_id(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t raw_id,
+                     float* tmp, uint8_t* row);
 
 // Checks the sizes of the pooled and sequence buffers of a call against a checked batch.
 Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,

@@ -48,6 +48,12 @@ Status validate_options(const CollectionOptions& o) {
     if (!dtype_traits(to.dtype).trainable && !to.frozen)
       return invalid_argument(name + ": " + std::string(dtype_name(to.dtype)) +
                               " rows are lookup-only; set frozen = true (or use fp32/fp16/bf16)");
+    if (to.dynamic.enabled) {
+      if (to.frozen)
+        return invalid_argument(name + ": a dynamic table creates and trains rows on admission; it cannot be frozen");
+      auto ev = tiered::parse_eviction_policy(to.dynamic.eviction);
+      if (!ev.ok()) return invalid_argument(name + ": dynamic: " + ev.status().message());
+    }
   }
   for (size_t f = 0; f < o.features.size(); ++f) {
     const FeatureOptions& fo = o.features[f];
@@ -64,11 +70,16 @@ Status validate_options(const CollectionOptions& o) {
 EmbeddingCollection::EmbeddingCollection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EmbeddingCollection::~EmbeddingCollection() = default;
 
-// Deterministic per-row initialization from the counter-based RNG.
-void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
-              uint8_t* row) {
+namespace {
+
+// The "step" argument of row_key for initial values: ~0 for rows (resident and cached tables),
+// ~1 for raw ids of dynamic tables; training steps are far below both.
+constexpr uint64_t kInitStepRow = ~uint64_t{0};
+constexpr uint64_t kInitStepRawId = ~uint64_t{1};
+
+// The initializer's values for one RNG key, stored into `row` (padding zeroed).
+void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, float* tmp, uint8_t* row) {
   std::memset(row, 0, l.stride_bytes);
-  const uint32_t key = row_key(seed, ~uint64_t{0}, table, static_cast<uint64_t>(r));
   const int64_t d = l.dim;
   auto u01 = [&](uint32_t c) { return (static_cast<float>(column_bits(key, c) >> 8) + 0.5f) * (1.0f / 16777216.0f); };
   switch (to.init.kind) {
@@ -89,6 +100,19 @@ void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_
       break;
   }
   kernels::ref_store_weights_rne(l, row, tmp);
+}
+
+}  // namespace
+
+// Deterministic per-row initialization from the counter-based RNG.
+void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
+              uint8_t* row) {
+  init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(r)), tmp, row);
+}
+
+void init_row_for_id(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t raw_id,
+                     float* tmp, uint8_t* row) {
+  init_row_keyed(to, l, row_key(seed, kInitStepRawId, table, static_cast<uint64_t>(raw_id)), tmp, row);
 }
 
 
@@ -169,20 +193,26 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
     if (!to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(allocate_rows(to, weights_alloc, state_alloc, &ts));
     impl->tables.push_back(std::move(ts));
     if (to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(impl->create_cache(static_cast<int>(t)));
+    if (to.dynamic.enabled) LEANEMB_RETURN_IF_ERROR(impl->create_id_map(static_cast<int>(t)));
   }
-  // Initialize rows in parallel; each row's values depend only on (seed, table, row).
+  // Initialize rows in parallel; each row's values depend only on (seed, table, row). A dynamic
+  // table's rows start as zeros: a row is initialized from its raw id when one is admitted.
   for (size_t t = 0; t < impl->tables.size(); ++t) {
     TableState& ts = impl->tables[t];
     const TableOptions& to = options.tables[t];
     if (ts.cache) continue;  // rows are created on first touch
+    const bool zero = to.dynamic.enabled;
     uint8_t* base = ts.rows.as<uint8_t>();
 #pragma omp parallel num_threads(impl->num_threads)
     {
       std::vector<float> tmp(static_cast<size_t>(to.dim));
-      std::vector<uint8_t> fat(ts.split ? ts.layout.stride_bytes : 0);
+      std::vector<uint8_t> fat(ts.split || zero ? ts.layout.stride_bytes : 0);
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < to.num_rows; ++r) {
-        if (ts.split) {
+        if (zero) {
+          if (ts.split) ts.scatter_fat(r, fat.data());  // zeros
+          else std::memset(base + static_cast<size_t>(r) * ts.layout.stride_bytes, 0, ts.layout.stride_bytes);
+        } else if (ts.split) {
           init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(), fat.data());
           ts.scatter_fat(r, fat.data());
         } else {
@@ -193,7 +223,8 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
     }
   }
   for (const FeatureOptions& fo : options.features) {
-    impl->meta.push_back({fo.name, options.tables[fo.table].name, options.tables[fo.table].num_rows, fo.pooling});
+    impl->meta.push_back({fo.name, options.tables[fo.table].name, options.tables[fo.table].num_rows, fo.pooling,
+                          options.tables[fo.table].dynamic.enabled});
     if (fo.pooling == PoolingMode::kNone) {
       impl->pooled_offset.push_back(-1);
     } else {
@@ -222,6 +253,8 @@ uint64_t EmbeddingCollection::num_skipped_lookups() const { return impl_->skippe
 void EmbeddingCollection::release_step_buffers() {
   impl_->buffers.release();
   impl_->remap_buffers.release();
+  impl_->dyn_buffers.release();
+  std::fill(impl_->fwd_ids.begin(), impl_->fwd_ids.end(), -1);  // the kept mapping lived there
 }
 void EmbeddingCollection::set_step(int64_t step) {
   LEANEMB_CHECK(step >= 0, "negative step");
@@ -266,8 +299,11 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, pooled_out.size(), seq_out, "forward", &cb));
   if (im.has_cache) im.release_pins(tiered::PinSet::kStep);  // a forward without its update
+  // Dynamic tables: raw ids -> rows (admitting and initializing new ones), then rows -> slots.
+  DynamicBatch dyn(im.alloc);
+  LEANEMB_RETURN_IF_ERROR(im.map_dynamic(*cb.batch, /*forward=*/true, &dyn));
   SparseBatch remapped;
-  LEANEMB_RETURN_IF_ERROR(im.remap(*cb.batch, &remapped));
+  LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped));
   if (im.has_cache) im.release_pins(tiered::PinSet::kPrefetch);  // the step holds them now
   const SparseBatch& b = remapped;
   if (cb.num_dropped > 0) {
@@ -298,6 +334,7 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     else jobs.push_back({tv, a});
   }
   if (!jobs.empty()) kernels::pooled_lookup_multi(jobs.data(), static_cast<int>(jobs.size()), im.num_threads);
+  if (im.has_dynamic) im.expand_seq_outputs(dyn, seq_out);
   // Weights placed off the device are read over the host link, one row per lookup.
   for (int f = 0; f < num_features(); ++f) {
     const TableState& ts = im.tables[im.options.features[f].table];
