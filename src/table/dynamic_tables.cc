@@ -118,8 +118,8 @@ Status rows_for_feature(const FeatureInput& in, int64_t batch_size, PoolingMode 
 
 Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward, DynamicBatch* out) {
   out->batch = b;
-  out->kept.assign(b.features.size(), {});
   if (!has_dynamic) return Status();
+  out->kept.assign(b.features.size(), {});
   for (int t = 0; t < static_cast<int>(tables.size()); ++t) {
     TableState& ts = tables[t];
     if (!ts.id_map) continue;

@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "leanemb/memory_system.h"
 #include "table/collection_impl.h"
 #include "table/table_testing.h"
 
@@ -432,6 +433,29 @@ TEST(DynamicTableTest, IdMapMemoryIsAccountedAsRowCache) {
   EXPECT_GT(held, 1000u * 48);
   EXPECT_EQ(held, c->memory_stats()[Category::kRowCache].current_bytes);
   EXPECT_EQ(0u, r->memory_stats()[Category::kRowCache].current_bytes);
+}
+
+// Optimizer state offloaded to the host (a split table): new rows are written through the split
+// buffers and training gives the bits of a plain dynamic table; the IdMap lives in the host tier.
+TEST(DynamicTableTest, SplitPlacementMatchesPlainAndKeepsTheIdMapOnTheHost) {
+  MemorySystemOptions mo;
+  mo.placement[Category::kOptimizerState] = Tier::kHost;
+  auto mem = MemorySystem::create(mo);
+  ASSERT_TRUE(mem.ok()) << mem.status().to_string();
+  const CollectionOptions o = dyn_options(24, 2, "age", 3);
+  auto r = EmbeddingCollection::create(o, mem.value().get());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto split = std::move(r).value();
+  auto plain = must_create(o);
+  for (int s = 0; s < 8; ++s) {
+    const OwnedBatch b = dyn_batch(3, 40, 4, 900 + s);
+    const Outputs op = train(*plain, b, 60 + s), os = train(*split, b, 60 + s);
+    ASSERT_EQ(0, std::memcmp(op.pooled.data(), os.pooled.data(), op.pooled.size() * 4)) << "step " << s;
+    ASSERT_TRUE(same_bytes(snapshot(*plain), snapshot(*split))) << "step " << s;
+  }
+  EXPECT_GT(stats_of(*split).admitted, 0);
+  EXPECT_EQ(stats_of(*split).held_bytes,
+            mem.value()->host()->memory_stats()[Category::kRowCache].current_bytes + 64 * 1);  // one age bucket
 }
 
 }  // namespace
