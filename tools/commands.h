@@ -27,5 +27,6 @@ void register_bench(CLI::App& app, CommandResult* result);
 void register_ckpt(CLI::App& app, CommandResult* result);
 void register_data(CLI::App& app, CommandResult* result);  // convert, gen-data
 void register_train(CLI::App& app, CommandResult* result);
+void register_plan(CLI::App& app, CommandResult* result);
 
 }  // namespace leanemb::tools

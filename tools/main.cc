@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
   leanemb::tools::CommandResult result;
   leanemb::tools::register_train(app, &result);
+  leanemb::tools::register_plan(app, &result);
   leanemb::tools::register_bench(app, &result);
   leanemb::tools::register_ckpt(app, &result);
   leanemb::tools::register_data(app, &result);

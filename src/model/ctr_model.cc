@@ -29,6 +29,24 @@ struct CtrModel::Buffers {
 
 CtrModel::~CtrModel() = default;
 
+CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& o, int64_t interaction_dim, int64_t batch_size,
+                                  int64_t micro_rows) {
+  const int64_t fd = o.num_sparse * o.embedding_dim;
+  const int64_t zd = o.bottom_hidden.back();
+  // Buffers::Buf::get allocates at least one float.
+  auto f = [](int64_t n) { return static_cast<size_t>(std::max<int64_t>(n, 1)); };
+  CtrBufferFloats b;
+  b.pooled = f(batch_size * fd);
+  b.grad_pooled = f(batch_size * fd);
+  b.z = f(micro_rows * zd);
+  b.inter = f(micro_rows * interaction_dim);
+  b.logits = f(micro_rows);
+  b.dlogits = f(micro_rows);
+  b.dinter = f(micro_rows * interaction_dim);
+  b.dz = f(micro_rows * zd);
+  return b;
+}
+
 Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, MemorySystem* memory) {
   if (memory == nullptr) return invalid_argument("CtrModel: null MemorySystem");
   if (o.num_dense < 1 || o.num_sparse < 1) return invalid_argument("CtrModel: needs >= 1 dense and >= 1 sparse feature");
@@ -56,7 +74,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   co.num_threads = o.num_threads;
   LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
 
-  Allocator* dense_alloc = memory->allocator_for(Category::kWeights);
+  // The dense layers live where compute runs (see ctr_model.h).
+  Allocator* dense_alloc = memory->allocator_for(Category::kActivations);
   nn::MlpOptions bo;
   bo.widths = {o.num_dense};
   bo.widths.insert(bo.widths.end(), o.bottom_hidden.begin(), o.bottom_hidden.end());
@@ -108,10 +127,11 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
   const int64_t F = options_.num_sparse, D = options_.embedding_dim;
   const int64_t zd = options_.bottom_hidden.back();
   const int64_t idim = interaction_->output_dim();
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, batch.batch_size, n);
   Allocator* act = memory_->allocator_for(Category::kActivations);
-  LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(act, Category::kActivations, static_cast<size_t>(batch.batch_size * F * D)));
-  LEANEMB_ASSIGN_OR_RETURN(float* z, b.z.get(act, Category::kActivations, static_cast<size_t>(n * zd)));
-  LEANEMB_ASSIGN_OR_RETURN(float* inter, b.inter.get(act, Category::kActivations, static_cast<size_t>(n * idim)));
+  LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(act, Category::kActivations, sz.pooled));
+  LEANEMB_ASSIGN_OR_RETURN(float* z, b.z.get(act, Category::kActivations, sz.z));
+  LEANEMB_ASSIGN_OR_RETURN(float* inter, b.inter.get(act, Category::kActivations, sz.inter));
 
   // Views of the micro-batch's sparse features, offsets rebased to start at 0.
   b.offsets.resize(static_cast<size_t>(F * (n + 1)));
@@ -160,13 +180,14 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   const int64_t idim = interaction_->output_dim();
   const int64_t k = std::clamp<int64_t>(micro_batches, 1, B);
   const int64_t max_n = (B + k - 1) / k;
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, B, max_n);
   Allocator* work = memory_->allocator_for(Category::kWorkspace);
   Allocator* grads = memory_->allocator_for(Category::kGradients);
-  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled, b.grad_pooled.get(grads, Category::kGradients, static_cast<size_t>(B * F * D)));
-  LEANEMB_ASSIGN_OR_RETURN(float* logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, static_cast<size_t>(max_n)));
-  LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, static_cast<size_t>(max_n)));
-  LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, static_cast<size_t>(max_n * idim)));
-  LEANEMB_ASSIGN_OR_RETURN(float* dz, b.dz.get(work, Category::kWorkspace, static_cast<size_t>(max_n * zd)));
+  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled, b.grad_pooled.get(grads, Category::kGradients, sz.grad_pooled));
+  LEANEMB_ASSIGN_OR_RETURN(float* logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.logits));
+  LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, sz.dlogits));
+  LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, sz.dinter));
+  LEANEMB_ASSIGN_OR_RETURN(float* dz, b.dz.get(work, Category::kWorkspace, sz.dz));
 
   // Gradients of the dense layers start at zero and accumulate over the micro-batches.
   dense_opt_->zero_grad();
@@ -224,11 +245,16 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   return st;
 }
 
-Status CtrModel::predict(const data::Batch& batch, std::span<float> probs) {
+Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int micro_batches) {
   LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
   if (probs.size() != static_cast<size_t>(batch.batch_size))
     return invalid_argument("predict: probs has " + std::to_string(probs.size()) + " entries, batch " + std::to_string(batch.batch_size));
-  LEANEMB_RETURN_IF_ERROR(forward_micro(batch, 0, batch.batch_size, false, probs.data()));
+  const int64_t B = batch.batch_size;
+  const int64_t k = std::clamp<int64_t>(micro_batches, 1, B);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t begin = B * i / k, end = B * (i + 1) / k;
+    if (end > begin) LEANEMB_RETURN_IF_ERROR(forward_micro(batch, begin, end, false, probs.data() + begin));
+  }
   for (float& p : probs) p = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(p))));
   return Status();
 }

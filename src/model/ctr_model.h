@@ -18,7 +18,12 @@
 //
 // Memory: tables in the tiers of the MemorySystem's placement; pooled outputs and the dense
 // layers' saved activations in kActivations; gradients in kGradients; per-call scratch in
-// kWorkspace; dense parameters in kWeights and their optimizer state in kOptimizerState.
+// kWorkspace; dense parameters in kWeights and their optimizer state in kOptimizerState. The
+// dense layers (parameters, their gradients, saved activations, scratch) live in the tier of
+// kActivations, which is always the device, where compute runs: a `weights=host` placement
+// moves the embedding rows, not the small dense layers. The dense optimizer's state follows the
+// placement of kOptimizerState. ctr_buffer_floats() and the nn size functions give every byte a
+// step allocates (src/plan predicts with them).
 //
 // Thread safety: one thread at a time; results do not depend on the number of OpenMP threads.
 #pragma once
@@ -59,6 +64,22 @@ struct CtrModelOptions {
   int num_threads = 0;                    // 0 = OpenMP's default
 };
 
+// The per-step buffers of train_step() / predict(), in floats, for a batch of `batch_size`
+// records run as slices of `micro_rows` records; `interaction_dim` is the interaction's output
+// width. CtrModel allocates exactly these (kept between steps, grown on demand).
+struct CtrBufferFloats {
+  size_t pooled = 0;       // kActivations: pooled embeddings of the whole batch [B, F * d]
+  size_t grad_pooled = 0;  // kGradients: their gradient [B, F * d]
+  size_t z = 0;            // kActivations: bottom MLP output of a slice [n, bottom out]
+  size_t inter = 0;        // kActivations: interaction output of a slice [n, interaction_dim]
+  size_t logits = 0;       // kActivations: [n]
+  size_t dlogits = 0;      // kWorkspace: [n]
+  size_t dinter = 0;       // kWorkspace: [n, interaction_dim]
+  size_t dz = 0;           // kWorkspace: [n, bottom out]
+};
+CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& options, int64_t interaction_dim, int64_t batch_size,
+                                  int64_t micro_rows);
+
 struct StepStats {
   double loss = 0.0;        // mean BCE over the batch (unscaled)
   bool skipped = false;     // a non-finite gradient skipped the step
@@ -77,8 +98,9 @@ class CtrModel {
   // Errors: InvalidArgument (batch shape), ResourceExhausted (nothing was updated).
   Result<StepStats> train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
                                bool inject_nonfinite = false);
-  // probs [B] = sigmoid(logit) of each record (no state changes).
-  Status predict(const data::Batch& batch, std::span<float> probs);
+  // probs [B] = sigmoid(logit) of each record (no state changes), computed in `micro_batches`
+  // slices as train_step does, so that evaluation needs no more memory than training.
+  Status predict(const data::Batch& batch, std::span<float> probs, int micro_batches = 1);
 
   EmbeddingCollection& embeddings() { return *emb_; }
   const EmbeddingCollection& embeddings() const { return *emb_; }

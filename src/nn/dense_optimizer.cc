@@ -38,10 +38,6 @@ Status check_options(const DenseOptimizerOptions& o) {
   return Status();
 }
 
-int num_state_arrays(DenseOptimizerKind k) {
-  return k == DenseOptimizerKind::kAdam ? 2 : (k == DenseOptimizerKind::kAdagrad ? 1 : 0);
-}
-
 // State array names per kind, in the order of state1_ / state2_.
 const char* state_suffix(DenseOptimizerKind k, int which) {
   if (k == DenseOptimizerKind::kAdagrad) return ".sum";
@@ -102,6 +98,10 @@ void update_range(const UpdateArgs& a, int64_t begin, int64_t end) {
 
 }  // namespace
 
+int dense_state_arrays(DenseOptimizerKind k) {
+  return k == DenseOptimizerKind::kAdam ? 2 : (k == DenseOptimizerKind::kAdagrad ? 1 : 0);
+}
+
 Result<DenseOptimizer> DenseOptimizer::create(const DenseOptimizerOptions& options, std::vector<DenseParam> params,
                                               Allocator* alloc) {
   LEANEMB_RETURN_IF_ERROR(check_options(options));
@@ -117,7 +117,7 @@ Result<DenseOptimizer> DenseOptimizer::create(const DenseOptimizerOptions& optio
   DenseOptimizer opt;
   opt.options_ = options;
   if (!opt.options_.eps) opt.options_.eps = options.kind == DenseOptimizerKind::kAdagrad ? 1e-10 : 1e-8;
-  const int num_states = num_state_arrays(options.kind);
+  const int num_states = dense_state_arrays(options.kind);
   for (const DenseParam& p : params) {
     if (num_states >= 1) {
       LEANEMB_ASSIGN_OR_RETURN(Allocation a, allocate_floats(alloc, p.value.size(), Category::kOptimizerState));
@@ -132,7 +132,7 @@ Result<DenseOptimizer> DenseOptimizer::create(const DenseOptimizerOptions& optio
       opt.state2_.push_back(std::move(a));
     }
   }
-  LEANEMB_ASSIGN_OR_RETURN(opt.step_limbs_, allocate_floats(alloc, 2, Category::kOptimizerState));
+  LEANEMB_ASSIGN_OR_RETURN(opt.step_limbs_, allocate_floats(alloc, kStepLimbFloats, Category::kOptimizerState));
   opt.step_limbs_.as<float>()[0] = opt.step_limbs_.as<float>()[1] = 0.0f;
   opt.params_ = std::move(params);
   return opt;

@@ -60,6 +60,12 @@ struct DenseOptimizerOptions {
   std::string name = "optimizer";  // the step counter is exported as "<name>.step"
 };
 
+// Size functions (create() allocates with them; the memory model in src/plan predicts with them):
+// fp32 state arrays per parameter (Adam 2, Adagrad 1, SGD 0), each as large as the parameter,
+// plus kStepLimbFloats floats for the step count.
+int dense_state_arrays(DenseOptimizerKind k);
+inline constexpr size_t kStepLimbFloats = 2;
+
 class DenseOptimizer {
  public:
   // Takes views of `params` (names must be unique, value and grad of equal size >= 1) and

@@ -53,11 +53,21 @@ Result<Interaction> Interaction::create(const InteractionOptions& options, Alloc
   return it;
 }
 
-int64_t Interaction::output_dim() const {
-  const int64_t f = options_.num_features;
-  if (options_.kind == InteractionKind::kDot) return options_.dense_dim + (f + 1) * f / 2;
-  return options_.dense_dim + f * options_.embedding_dim;
+int64_t interaction_output_dim(const InteractionOptions& o) {
+  const int64_t f = o.num_features;
+  if (o.kind == InteractionKind::kDot) return o.dense_dim + (f + 1) * f / 2;
+  return o.dense_dim + f * o.embedding_dim;
 }
+
+size_t interaction_scratch_floats(const InteractionOptions& o, int64_t batch, bool backward) {
+  if (o.precision == Precision::kFp32) return 0;
+  // The rounded copies rounded_input() makes: z [batch, dense_dim], emb [batch, F * dim], and
+  // in backward dout [batch, output_dim].
+  const int64_t n = batch * (o.dense_dim + o.num_features * o.embedding_dim) + (backward ? batch * interaction_output_dim(o) : 0);
+  return static_cast<size_t>(n);
+}
+
+int64_t Interaction::output_dim() const { return interaction_output_dim(options_); }
 
 Status Interaction::check_sizes(const char* what, int64_t batch, std::span<const float> z,
                                 std::span<const float> emb, size_t out_size) const {

@@ -40,6 +40,13 @@ struct InteractionOptions {
   Precision precision = Precision::kFp32;
 };
 
+// Size functions (the layer computes with them; the memory model in src/plan predicts with them).
+// Columns of the output: kDot: dense_dim + (F+1)F/2; kCat: dense_dim + F * embedding_dim.
+int64_t interaction_output_dim(const InteractionOptions& options);
+// kWorkspace floats one call on `batch` samples holds: with bf16 / fp16 the rounded copies of z
+// and emb (forward) and of z, emb and dout (backward); 0 in fp32.
+size_t interaction_scratch_floats(const InteractionOptions& options, int64_t batch, bool backward);
+
 class Interaction {
  public:
   // Errors: InvalidArgument for a size < 1, or kDot with dense_dim != embedding_dim.

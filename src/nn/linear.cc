@@ -73,7 +73,7 @@ void Linear::zero_grad() {
 }
 
 size_t Linear::scratch_floats() const {
-  return options_.precision == Precision::kFp32 ? 0 : weight_numel() + bias_numel();
+  return linear_scratch_floats(options_);
 }
 
 const float* Linear::gemm_weight(float* w_scratch) const {

@@ -42,6 +42,15 @@ struct LinearOptions {
   std::string name = "linear";  // exported tensors are "<name>.weight" and "<name>.bias"
 };
 
+// Size functions (Linear allocates with them; the memory model in src/plan predicts with them):
+// floats of W [out, in] and b [out]; dW and db have the same sizes. scratch: the rounded copies
+// of W and b that a non-fp32 precision needs per call (0 in fp32).
+inline size_t linear_weight_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features * o.in_features); }
+inline size_t linear_bias_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features); }
+inline size_t linear_scratch_floats(const LinearOptions& o) {
+  return o.precision == Precision::kFp32 ? 0 : linear_weight_floats(o) + linear_bias_floats(o);
+}
+
 class Linear {
  public:
   // Allocates and initializes W, b (kWeights) and zeroed dW, db (kGradients).
@@ -102,8 +111,8 @@ class Linear {
 
  private:
   Linear() = default;
-  size_t weight_numel() const { return static_cast<size_t>(options_.out_features * options_.in_features); }
-  size_t bias_numel() const { return static_cast<size_t>(options_.out_features); }
+  size_t weight_numel() const { return linear_weight_floats(options_); }
+  size_t bias_numel() const { return linear_bias_floats(options_); }
   // W' for the GEMMs: W itself in fp32, else W rounded into w_scratch (b' after it).
   const float* gemm_weight(float* w_scratch) const;
 

@@ -41,13 +41,39 @@ Result<Mlp> Mlp::create(const MlpOptions& options, Allocator* alloc) {
   return m;
 }
 
-int64_t Mlp::max_width() const { return *std::max_element(options_.widths.begin(), options_.widths.end()); }
+MlpCallSizes mlp_call_sizes(const MlpOptions& o, int64_t batch) {
+  MlpCallSizes s;
+  const int num_layers = static_cast<int>(o.widths.size()) - 1;
+  const int64_t max_width = *std::max_element(o.widths.begin(), o.widths.end());
+  const bool fp32 = o.precision == Precision::kFp32;
+  s.saved_input_numel = batch * o.widths.front();
+  for (int i = 0; i + 1 < num_layers; ++i) s.hidden_numel.push_back(batch * o.widths[static_cast<size_t>(i) + 1]);
+  s.saved_output_numel = o.relu_after_last ? batch * o.widths.back() : 0;
+  s.pingpong_floats = static_cast<size_t>(batch * max_width);
+  s.forward_buffers = (num_layers > 1 ? 2 : (fp32 ? 0 : 1));
+  s.backward_buffers = fp32 ? 2 : 3;
+  for (int i = 0; i < num_layers; ++i) {
+    LinearOptions lo;
+    lo.in_features = o.widths[static_cast<size_t>(i)];
+    lo.out_features = o.widths[static_cast<size_t>(i) + 1];
+    lo.precision = o.precision;
+    s.scratch_floats = std::max(s.scratch_floats, linear_scratch_floats(lo));
+  }
+  return s;
+}
 
-size_t Mlp::max_scratch_floats() const {
+size_t mlp_parameter_floats(const MlpOptions& o) {
   size_t n = 0;
-  for (const Linear& l : layers_) n = std::max(n, l.scratch_floats());
+  for (size_t i = 0; i + 1 < o.widths.size(); ++i) {
+    LinearOptions lo;
+    lo.in_features = o.widths[i];
+    lo.out_features = o.widths[i + 1];
+    n += linear_weight_floats(lo) + linear_bias_floats(lo);
+  }
   return n;
 }
+
+int64_t Mlp::max_width() const { return *std::max_element(options_.widths.begin(), options_.widths.end()); }
 
 void Mlp::release_saved() {
   saved_input_.reset();
@@ -93,33 +119,31 @@ Status Mlp::forward(int64_t batch, std::span<const float> x, std::span<float> y,
                             std::to_string(out_features()) + ")");
   const bool train = mode == ForwardMode::kTrain;
   const bool fp32 = options_.precision == Precision::kFp32;
-  const int num_hidden = num_layers() - 1;
+  const MlpCallSizes sz = mlp_call_sizes(options_, batch);
   // Allocate everything first.
   StoredTensor saved_in, saved_out;
   std::vector<StoredTensor> hidden;
   if (train) {
-    LEANEMB_ASSIGN_OR_RETURN(saved_in, StoredTensor::create(alloc_, batch * in_features(), options_.precision));
+    LEANEMB_ASSIGN_OR_RETURN(saved_in, StoredTensor::create(alloc_, sz.saved_input_numel, options_.precision));
     if (!options_.checkpoint_activations) {
-      for (int i = 0; i < num_hidden; ++i) {
-        LEANEMB_ASSIGN_OR_RETURN(StoredTensor t,
-                                 StoredTensor::create(alloc_, batch * options_.widths[i + 1], options_.precision));
+      for (int64_t numel : sz.hidden_numel) {
+        LEANEMB_ASSIGN_OR_RETURN(StoredTensor t, StoredTensor::create(alloc_, numel, options_.precision));
         hidden.push_back(std::move(t));
       }
     }
-    if (options_.relu_after_last) {
-      LEANEMB_ASSIGN_OR_RETURN(saved_out, StoredTensor::create(alloc_, batch * out_features(), options_.precision));
+    if (sz.saved_output_numel > 0) {
+      LEANEMB_ASSIGN_OR_RETURN(saved_out, StoredTensor::create(alloc_, sz.saved_output_numel, options_.precision));
     }
   }
-  const size_t buf_floats = static_cast<size_t>(batch * max_width());
   Allocation buf_a, buf_b, scratch;
-  if (num_hidden > 0 || !fp32) {
-    LEANEMB_ASSIGN_OR_RETURN(buf_a, allocate_floats(alloc_, buf_floats, Category::kWorkspace));
+  if (sz.forward_buffers >= 1) {
+    LEANEMB_ASSIGN_OR_RETURN(buf_a, allocate_floats(alloc_, sz.pingpong_floats, Category::kWorkspace));
   }
-  if (num_hidden > 0) {
-    LEANEMB_ASSIGN_OR_RETURN(buf_b, allocate_floats(alloc_, buf_floats, Category::kWorkspace));
+  if (sz.forward_buffers >= 2) {
+    LEANEMB_ASSIGN_OR_RETURN(buf_b, allocate_floats(alloc_, sz.pingpong_floats, Category::kWorkspace));
   }
-  if (!fp32) {
-    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, max_scratch_floats(), Category::kWorkspace));
+  if (sz.scratch_floats > 0) {
+    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, sz.scratch_floats, Category::kWorkspace));
   }
 
   const float* x0 = x.data();
@@ -151,20 +175,21 @@ Status Mlp::backward(std::span<const float> dy, std::span<float> dx) {
                             ")");
   const bool fp32 = options_.precision == Precision::kFp32;
   const int num = num_layers();
+  const MlpCallSizes sz = mlp_call_sizes(options_, batch);
   // Allocate everything before the first gradient changes.
-  const size_t buf_floats = static_cast<size_t>(batch * max_width());
   Allocation g_a, g_b, unpacked, scratch;
-  LEANEMB_ASSIGN_OR_RETURN(g_a, allocate_floats(alloc_, buf_floats, Category::kWorkspace));
-  LEANEMB_ASSIGN_OR_RETURN(g_b, allocate_floats(alloc_, buf_floats, Category::kWorkspace));
-  if (!fp32) {
-    LEANEMB_ASSIGN_OR_RETURN(unpacked, allocate_floats(alloc_, buf_floats, Category::kWorkspace));
-    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, max_scratch_floats(), Category::kWorkspace));
+  LEANEMB_ASSIGN_OR_RETURN(g_a, allocate_floats(alloc_, sz.pingpong_floats, Category::kWorkspace));
+  LEANEMB_ASSIGN_OR_RETURN(g_b, allocate_floats(alloc_, sz.pingpong_floats, Category::kWorkspace));
+  if (sz.backward_buffers >= 3) {
+    LEANEMB_ASSIGN_OR_RETURN(unpacked, allocate_floats(alloc_, sz.pingpong_floats, Category::kWorkspace));
+  }
+  if (sz.scratch_floats > 0) {
+    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, sz.scratch_floats, Category::kWorkspace));
   }
   std::vector<StoredTensor> recomputed;
   if (options_.checkpoint_activations) {
-    for (int i = 0; i + 1 < num; ++i) {
-      LEANEMB_ASSIGN_OR_RETURN(StoredTensor t,
-                               StoredTensor::create(alloc_, batch * options_.widths[i + 1], options_.precision));
+    for (int64_t numel : sz.hidden_numel) {
+      LEANEMB_ASSIGN_OR_RETURN(StoredTensor t, StoredTensor::create(alloc_, numel, options_.precision));
       recomputed.push_back(std::move(t));
     }
   }

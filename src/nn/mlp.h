@@ -46,6 +46,23 @@ struct MlpOptions {
   std::string name = "mlp";      // exported tensors: "<name>.<i>.weight", "<name>.<i>.bias"
 };
 
+// The allocation plan of one Mlp call on `batch` rows: forward() and backward() allocate with
+// it, and the memory model in src/plan predicts with it. Element counts; stored activations take
+// amp::precision_bytes(precision) bytes per element, everything else 4.
+struct MlpCallSizes {
+  int64_t saved_input_numel = 0;          // kActivations, kept from a kTrain forward to backward
+  std::vector<int64_t> hidden_numel;      // kActivations: a_1..a_{L-1}; saved by a kTrain forward
+                                          // without checkpointing, recomputed in backward with it
+  int64_t saved_output_numel = 0;         // kActivations (only with relu_after_last)
+  size_t pingpong_floats = 0;             // kWorkspace: one [batch, max width] fp32 buffer
+  int forward_buffers = 0;                // ping-pong buffers held during forward (0..2)
+  int backward_buffers = 0;               // during backward: 2, 3 when unpacking 16-bit activations
+  size_t scratch_floats = 0;              // kWorkspace: rounded weights (0 in fp32), fwd and bwd
+};
+MlpCallSizes mlp_call_sizes(const MlpOptions& options, int64_t batch);
+// Floats of every layer's W and b (kWeights); dW and db (kGradients) are as many.
+size_t mlp_parameter_floats(const MlpOptions& options);
+
 // Whether forward() saves activations for a backward (kTrain) or not (kEval: inference only).
 enum class ForwardMode : uint8_t { kTrain, kEval };
 
@@ -94,7 +111,6 @@ class Mlp {
   Mlp() = default;
   bool relu_after(int layer) const { return layer + 1 < num_layers() || options_.relu_after_last; }
   int64_t max_width() const;
-  size_t max_scratch_floats() const;
   // Runs layers [0, L-1) from `x0` (on the precision's grid), storing each hidden activation in
   // hidden[i] when hidden is not empty; then the last layer into y when y != null.
   void run_forward(int64_t batch, const float* x0, float* y, std::span<StoredTensor> hidden, float* buf_a,

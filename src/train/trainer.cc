@@ -15,6 +15,8 @@
 #include "data/reader.h"
 #include "leanemb/checkpoint.h"
 #include "model/ctr_model.h"
+#include "plan/memory_model.h"
+#include "plan/workload.h"
 
 namespace leanemb::train {
 
@@ -190,7 +192,7 @@ Result<json> evaluate(const TrainConfig& c, model::CtrModel& m) {
     LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
     if (!more) break;
     p.resize(static_cast<size_t>(batch.batch_size));
-    LEANEMB_RETURN_IF_ERROR(m.predict(batch, p));
+    LEANEMB_RETURN_IF_ERROR(m.predict(batch, p, c.micro_batches));
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
     probs.insert(probs.end(), p.begin(), p.end());
   }
@@ -211,6 +213,26 @@ json memory_peaks(const MemorySystem& mem) {
       if (s.by_category[static_cast<size_t>(c)].peak_bytes)
         cats[std::string(category_name(static_cast<Category>(c)))] = s.by_category[static_cast<size_t>(c)].peak_bytes;
     out[std::string(tier_name(s.tier))] = cats;
+  }
+  return out;
+}
+
+// {"device": {"planned_peak", "measured_peak", "categories": {cat: {"planned", "measured"}}}, "host": ...}
+json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
+  json out = json::object();
+  const auto stats = mem.stats();
+  for (size_t t = 0; t < 2; ++t) {
+    json cats = json::object();
+    for (int c = 0; c < kNumCategories; ++c) {
+      const size_t planned = p.tier[t].peak[static_cast<size_t>(c)];
+      const size_t measured = stats[t].by_category[static_cast<size_t>(c)].peak_bytes;
+      if (planned || measured)
+        cats[std::string(category_name(static_cast<Category>(c)))] = {{"planned", planned}, {"measured", measured}};
+    }
+    out[std::string(tier_name(stats[t].tier))] = {{"planned_peak", p.tier[t].peak_bytes},
+                                                  {"measured_peak", stats[t].peak_bytes},
+                                                  {"planned_peak_phase", p.tier[t].peak_phase},
+                                                  {"categories", cats}};
   }
   return out;
 }
@@ -249,7 +271,28 @@ Result<json> run_training(const RunOptions& ro) {
     }
   }
 
-  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(c.memory));
+  // The memory plan of this run (src/plan): reserved up front when a device budget is set and
+  // memory.reserve is not, and compared with the measured peaks at the end.
+  LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, plan::workload_from_config(c));
+  LEANEMB_ASSIGN_OR_RETURN(plan::Prediction planned, plan::predict_memory(workload));
+  MemorySystemOptions mso = c.memory;
+  if (mso.device_budget_bytes > 0 && mso.reserve_bytes == 0) {
+    // Requests <= 1 MiB come from the arena's small pool (2 MiB segments) outside the reserved
+    // segment: leave room for them.
+    const size_t small = (planned.device().small_request_bytes + (size_t{4} << 20)) / (size_t{2} << 20) * (size_t{2} << 20);
+    const size_t large = planned.device().peak_bytes > planned.device().small_request_bytes
+                             ? planned.device().peak_bytes - planned.device().small_request_bytes : 0;
+    if (large > 0 && large + small <= mso.device_budget_bytes) {
+      mso.reserve_bytes = large;
+      say("reserving the planned " + format_bytes(large) + " of device memory up front (plan: peak " +
+          format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ")");
+    } else if (planned.device().peak_bytes > mso.device_budget_bytes) {
+      std::fprintf(stderr, "leanemb: warning: the plan predicts a device peak of %s, over the budget of %s (leanemb plan "
+                   "--config FILE proposes settings that fit)\n", format_bytes(planned.device().peak_bytes).c_str(),
+                   format_bytes(mso.device_budget_bytes).c_str());
+    }
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(mso));
   LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(model_options(c), mem.get()));
   LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(tro));
@@ -381,6 +424,8 @@ Result<json> run_training(const RunOptions& ro) {
                    {"micro_batches", c.micro_batches}, {"checkpoint_activations", c.checkpoint_activations},
                    {"placement", mem->placement().to_string()}};
   sum["memory_summary_text"] = mem->memory_summary();
+  sum["plan"] = planned_vs_measured(planned, *mem);
+  sum["reserved_bytes"] = mso.reserve_bytes;
   model.reset();  // before the memory system it lives in
   return sum;
 }

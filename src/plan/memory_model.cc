@@ -1,0 +1,379 @@
+// MemoryModel: a replay of one training step's allocations, phase by phase. See memory_model.h.
+//
+// Every size below comes from a size function of the allocating code; this file only decides
+// which allocations are alive in which phase (mirroring CtrModel::train_step, Mlp::forward /
+// backward, Interaction and EmbeddingCollection::backward_update) and in which tier.
+#include "plan/memory_model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "model/ctr_model.h"
+#include "nn/mlp.h"
+#include "table/step_sizes.h"
+#include "tiered/sizes.h"
+
+namespace leanemb::plan {
+
+namespace {
+
+constexpr size_t kSmallRequestBytes = size_t{1} << 20;  // DeviceArena's small pool
+
+struct Item {
+  Tier tier;
+  Category category;
+  size_t bytes;
+};
+
+// Allocations alive in one phase (persistent ones are added by the caller).
+struct Phase {
+  std::string name;
+  std::vector<Item> items;
+};
+
+class Replay {
+ public:
+  explicit Replay(const Placement& p) : placement_(p) {}
+  // An allocation in the tier `placed_as`'s placement gives, counted as `category`.
+  Item item(Category category, size_t bytes, Category placed_as) const {
+    return Item{placement_[placed_as], category, bytes};
+  }
+  Item item(Category category, size_t bytes) const { return item(category, bytes, category); }
+  void persist(Item i) { persistent_.push_back(i); }
+  void phase(std::string name, std::vector<Item> items) { phases_.push_back(Phase{std::move(name), std::move(items)}); }
+
+  void finish(Prediction* out) const {
+    for (int t = 0; t < 2; ++t) {
+      TierPrediction& tp = out->tier[static_cast<size_t>(t)];
+      tp = TierPrediction{};
+      for (const Phase& ph : phases_) {
+        CategoryBytesArray cats{};
+        size_t small = 0;
+        auto add = [&](const Item& i) {
+          if (static_cast<int>(i.tier) != t) return;
+          cats[static_cast<size_t>(i.category)] += i.bytes;
+          if (i.bytes <= kSmallRequestBytes) small += i.bytes;
+        };
+        for (const Item& i : persistent_) add(i);
+        for (const Item& i : ph.items) add(i);
+        size_t sum = 0;
+        for (int c = 0; c < kNumCategories; ++c) {
+          tp.peak[static_cast<size_t>(c)] = std::max(tp.peak[static_cast<size_t>(c)], cats[static_cast<size_t>(c)]);
+          sum += cats[static_cast<size_t>(c)];
+        }
+        if (sum > tp.peak_bytes || tp.peak_phase.empty()) {
+          tp.peak_bytes = sum;
+          tp.peak_phase = ph.name;
+          tp.small_request_bytes = small;
+        }
+      }
+    }
+  }
+
+ private:
+  Placement placement_;
+  std::vector<Item> persistent_;
+  std::vector<Phase> phases_;
+};
+
+// One table's per-device figures for a step.
+struct TableStep {
+  RowLayout layout;
+  int64_t rows = 0;    // rows on this device (after sharding)
+  int64_t ids = 0;     // ids of the step
+  int64_t unique = 0;  // distinct rows of the step
+  bool split = false;  // weights and state in different tiers: staged update
+};
+
+Status validate(const Workload& w) {
+  if (w.tables.empty()) return invalid_argument("memory model: no tables");
+  if (w.batch_size < 1) return invalid_argument("memory model: batch size must be >= 1, got " + std::to_string(w.batch_size));
+  if (w.micro_batches < 1 || w.micro_batches > w.batch_size)
+    return invalid_argument("memory model: micro-batches must be in [1, batch size], got " + std::to_string(w.micro_batches));
+  if (w.num_shards < 1) return invalid_argument("memory model: shard count must be >= 1");
+  if (!(w.cache_fraction > 0.0 && w.cache_fraction <= 1.0))
+    return invalid_argument("memory model: cache fraction must be in (0, 1], got " + std::to_string(w.cache_fraction));
+  LEANEMB_RETURN_IF_ERROR(validate_placement(w.placement));
+  for (const TableSpec& t : w.tables) {
+    if (t.num_rows < 1 || t.dim < 1)
+      return invalid_argument("memory model: table '" + t.name + "' needs rows >= 1 and dim >= 1");
+    if (t.max_ids_per_sample < 0 || t.mean_ids_per_sample < 0)
+      return invalid_argument("memory model: table '" + t.name + "' has a negative id count");
+  }
+  if (w.kind == WorkloadKind::kCtr) {
+    for (const TableSpec& t : w.tables) {
+      if (t.dim != w.tables[0].dim) return invalid_argument("memory model: the CTR model needs one embedding dim for every table");
+      if (t.pooling == PoolingMode::kNone) return invalid_argument("memory model: the CTR model pools every feature");
+    }
+    if (w.bottom_mlp.empty()) return invalid_argument("memory model: the bottom MLP needs at least one layer");
+    if (w.num_dense < 1) return invalid_argument("memory model: the CTR model needs >= 1 dense feature");
+  }
+  return Status();
+}
+
+int64_t ids_per_step(const TableSpec& t, int64_t batch, Estimate e) {
+  const double per = e == Estimate::kExpected ? t.mean_ids_per_sample : static_cast<double>(t.max_ids_per_sample);
+  return static_cast<int64_t>(std::llround(per * static_cast<double>(batch)));
+}
+
+Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_table_gradient) {
+  LEANEMB_RETURN_IF_ERROR(validate(w));
+  Prediction out;
+  Replay r(w.placement);
+  const Placement& pl = w.placement;
+  const bool cached = w.cache_fraction < 1.0;
+  const int shards = w.num_shards;
+  const int64_t B = w.batch_size;
+  const int64_t k = w.micro_batches;
+  const int64_t n = (B + k - 1) / k;  // records of the largest micro-batch
+
+  // ---- tables: rows, step buffers, staging ------------------------------------------------------
+  std::vector<TableStep> ts;
+  int64_t max_dim = 0;
+  for (const TableSpec& t : w.tables) {
+    TableStep s;
+    auto layout = make_row_layout(t.dim, w.row_dtype, w.row_optimizer);
+    if (!layout.ok()) return Status(layout.status().code(), "table '" + t.name + "': " + layout.status().message());
+    s.layout = layout.value();
+    s.rows = (t.num_rows + shards - 1) / shards;
+    s.ids = ids_per_step(t, B, est);
+    const int64_t bound = std::min(s.ids, s.rows);
+    s.unique = est == Estimate::kExpected && t.expected_unique_rows >= 0
+                   ? std::min<int64_t>(bound, static_cast<int64_t>(std::llround(t.expected_unique_rows / shards)))
+                   : bound;
+    if (s.ids > 0 && s.unique < 1) s.unique = 1;
+    s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !cached;
+    max_dim = std::max(max_dim, t.dim);
+    const size_t nr = static_cast<size_t>(s.rows);
+    if (s.split) {
+      r.persist(r.item(Category::kWeights, nr * split_weight_stride(s.layout.weight_bytes)));
+      r.persist(r.item(Category::kOptimizerState, nr * split_state_stride(s.layout.state_bytes)));
+    } else {
+      // One fat-row allocation in the weights tier, its state part counted as optimizer state.
+      r.persist(r.item(Category::kWeights, nr * (s.layout.stride_bytes - s.layout.state_bytes)));
+      if (s.layout.state_bytes) r.persist(r.item(Category::kOptimizerState, nr * s.layout.state_bytes, Category::kWeights));
+    }
+    out.table_bytes += nr * s.layout.stride_bytes;
+    if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
+    if (cached) {
+      const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
+      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.layout.stride_bytes, s.unique);
+      r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
+      r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
+      const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
+      out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
+      out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
+    } else {
+      // docs/memory.md, Transfers: what the collection records per step.
+      if (pl[Category::kWeights] != Tier::kDevice)
+        out.host_link_bytes_per_step += static_cast<double>(s.ids + 2 * s.unique) * static_cast<double>(s.layout.weight_bytes);
+      if (pl[Category::kOptimizerState] != Tier::kDevice && s.layout.state_bytes)
+        out.host_link_bytes_per_step += 2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.state_bytes);
+    }
+    if (s.ids > 0) {
+      // The collection's dedup buffers (kWorkspace, kept between steps, with headroom).
+      const DedupBufferBytes d = dedup_buffer_bytes(s.ids, s.unique);
+      for (size_t b : {d.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
+        r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
+    }
+    out.ids_per_step += s.ids;
+    out.unique_per_step += s.unique;
+    out.device_bytes_moved_per_step += static_cast<double>(s.ids) * static_cast<double>(s.layout.weight_bytes) +
+                                       2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
+    ts.push_back(s);
+  }
+  // The fused update's scratch (kGradients, one StepBuffers slot, from the workspace allocator).
+  const int threads = w.num_threads > 0 ? w.num_threads : omp_get_max_threads();
+  r.persist(r.item(Category::kGradients, step_buffer_alloc_bytes(kernels::reduce_and_update_scratch_floats(max_dim, threads) * 4),
+                   Category::kWorkspace));
+  std::vector<Item> staging;
+  for (const TableStep& s : ts) {
+    if (!s.split || s.unique == 0) continue;
+    const StagingBytes sb = staging_bytes(s.unique, s.layout.stride_bytes);
+    staging.push_back(r.item(Category::kWorkspace, sb.fat));
+    staging.push_back(r.item(Category::kWorkspace, sb.slots));
+  }
+
+  // ---- the embedding output a step hands to the model -----------------------------------------
+  size_t out_floats_batch = 0, out_floats_micro = 0;
+  for (size_t i = 0; i < w.tables.size(); ++i) {
+    const TableSpec& t = w.tables[i];
+    const int64_t per = t.pooling == PoolingMode::kNone ? ids_per_step(t, 1, est) : 1;
+    out_floats_batch += static_cast<size_t>(B * per * t.dim);
+    out_floats_micro += static_cast<size_t>(n * per * t.dim);
+  }
+  if (shards > 1) {
+    // All-to-all buffers (docs/plan.md): ids out and in, the embedding output out and in (the
+    // backward reuses them for the gradient).
+    const size_t comm = 2 * static_cast<size_t>(out.ids_per_step) * 8 + 2 * out_floats_batch * 4;
+    r.persist(r.item(Category::kCommBuffers, comm));
+    const double share = static_cast<double>(shards - 1) / shards;
+    out.comm_bytes_per_step = share * (static_cast<double>(out.ids_per_step) * 8 + 2.0 * static_cast<double>(out_floats_batch) * 4);
+  }
+
+  if (w.kind == WorkloadKind::kEmbeddingOnly) {
+    // Output of a micro-batch (kActivations, fp32 as the collection writes it) and the
+    // gradient of the whole batch's output (kGradients): one update per step.
+    const Item act = r.item(Category::kActivations, out_floats_micro * 4);
+    const Item grad = r.item(Category::kGradients, out_floats_batch * 4);
+    r.phase("embedding forward + backward of a micro-batch", {act, grad});
+    std::vector<Item> upd = staging;
+    upd.push_back(grad);
+    r.phase("embedding update", upd);
+    out.device_bytes_moved_per_step += 3.0 * static_cast<double>(out_floats_batch) * 4;
+    r.finish(&out);
+    return out;
+  }
+
+  // ---- the CTR model (CtrModel::train_step) ------------------------------------------------------
+  const int64_t F = static_cast<int64_t>(w.tables.size()), D = w.tables[0].dim;
+  nn::InteractionOptions io;
+  io.kind = w.interaction;
+  io.num_features = F;
+  io.embedding_dim = D;
+  io.dense_dim = w.bottom_mlp.back();
+  io.precision = w.precision;
+  if (io.kind == nn::InteractionKind::kDot && io.dense_dim != D)
+    return invalid_argument("memory model: interaction dot needs the bottom MLP to end in the embedding dim");
+  const int64_t idim = nn::interaction_output_dim(io);
+  model::CtrModelOptions mo;
+  mo.num_sparse = static_cast<int>(F);
+  mo.embedding_dim = D;
+  mo.bottom_hidden = w.bottom_mlp;
+  const model::CtrBufferFloats cb = model::ctr_buffer_floats(mo, idim, B, n);
+  nn::MlpOptions bottom, top;
+  bottom.widths = {w.num_dense};
+  bottom.widths.insert(bottom.widths.end(), w.bottom_mlp.begin(), w.bottom_mlp.end());
+  bottom.relu_after_last = true;
+  top.widths = {idim};
+  top.widths.insert(top.widths.end(), w.top_mlp.begin(), w.top_mlp.end());
+  top.widths.push_back(1);
+  for (nn::MlpOptions* m : {&bottom, &top}) {
+    m->checkpoint_activations = w.checkpoint_activations;
+    m->precision = w.precision;
+  }
+  // Dense layers live where compute runs (the tier of kActivations); their optimizer's state
+  // where kOptimizerState is placed.
+  const size_t params = nn::mlp_parameter_floats(bottom) + nn::mlp_parameter_floats(top);
+  r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
+  r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
+  r.persist(r.item(Category::kOptimizerState,
+                   (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
+  // CtrModel's buffers, kept between steps.
+  for (auto [c, f] : {std::pair{Category::kActivations, cb.pooled}, {Category::kActivations, cb.z},
+                      {Category::kActivations, cb.inter}, {Category::kActivations, cb.logits},
+                      {Category::kGradients, cb.grad_pooled}, {Category::kWorkspace, cb.dlogits},
+                      {Category::kWorkspace, cb.dinter}, {Category::kWorkspace, cb.dz}})
+    r.persist(r.item(c, f * 4));
+
+  const size_t pb = amp::precision_bytes(w.precision);
+  auto mlp_items = [&](const nn::MlpOptions& o, std::vector<Item>* saved, std::vector<Item>* fwd, std::vector<Item>* bwd) {
+    const nn::MlpCallSizes s = nn::mlp_call_sizes(o, n);
+    saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_input_numel) * pb));
+    if (s.saved_output_numel) saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_output_numel) * pb));
+    for (int64_t h : s.hidden_numel) {
+      const Item it = r.item(Category::kActivations, static_cast<size_t>(h) * pb);
+      (o.checkpoint_activations ? bwd : saved)->push_back(it);
+    }
+    for (int i = 0; i < s.forward_buffers; ++i) fwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+    for (int i = 0; i < s.backward_buffers; ++i) bwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+    if (s.scratch_floats) {
+      fwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+      bwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+    }
+  };
+  std::vector<Item> b_saved, b_fwd, b_bwd, t_saved, t_fwd, t_bwd;
+  mlp_items(bottom, &b_saved, &b_fwd, &b_bwd);
+  mlp_items(top, &t_saved, &t_fwd, &t_bwd);
+  const Item i_fwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, false) * 4);
+  const Item i_bwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, true) * 4);
+  auto cat = [](std::initializer_list<const std::vector<Item>*> parts) {
+    std::vector<Item> v;
+    for (const auto* p : parts) v.insert(v.end(), p->begin(), p->end());
+    return v;
+  };
+  const std::vector<Item> i_fwd_v{i_fwd}, i_bwd_v{i_bwd};
+  r.phase("embedding forward", {});
+  r.phase("bottom MLP forward", cat({&b_saved, &b_fwd}));
+  r.phase("interaction forward", cat({&b_saved, &i_fwd_v}));
+  r.phase("top MLP forward", cat({&b_saved, &t_saved, &t_fwd}));
+  r.phase("top MLP backward", cat({&b_saved, &t_saved, &t_bwd}));
+  r.phase("interaction backward", cat({&b_saved, &i_bwd_v}));
+  r.phase("bottom MLP backward", cat({&b_saved, &b_bwd}));
+  r.phase("embedding update", staging);
+  // Activations written and read back, the pooled gradient written, reduced and read.
+  size_t act = 0;
+  for (const Item& i : cat({&b_saved, &t_saved})) act += i.bytes;
+  out.device_bytes_moved_per_step += 2.0 * static_cast<double>(act) * static_cast<double>(k) +
+                                     3.0 * static_cast<double>(cb.pooled + cb.grad_pooled) * 4 +
+                                     static_cast<double>(params) * 4 * 4 * static_cast<double>(k);
+  if (w.checkpoint_activations) {
+    for (const Item& i : b_bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
+    for (const Item& i : t_bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
+  }
+  r.finish(&out);
+  return out;
+}
+
+}  // namespace
+
+Result<Prediction> predict_memory(const Workload& w, Estimate estimate) { return predict_impl(w, estimate, false); }
+
+Result<Prediction> predict_naive_baseline(const Workload& w) {
+  Workload b = w;
+  b.row_dtype = DType::kF32;
+  b.row_optimizer.kind = OptimizerKind::kAdam;
+  b.row_optimizer.state_dtype = StateDType::kF32;
+  b.row_optimizer.eps = default_eps(OptimizerKind::kAdam);
+  b.precision = amp::Precision::kFp32;
+  b.micro_batches = 1;
+  b.checkpoint_activations = false;
+  b.placement = Placement{};
+  b.cache_fraction = 1.0;
+  b.num_shards = 1;
+  return predict_impl(b, Estimate::kWorstCase, true);
+}
+
+namespace {
+// Calls f(first_rank, count, p_unnormalized) over geometric buckets of ranks 1..vocab (ranks
+// within a bucket get the bucket's first probability; exact for small ranks).
+template <typename F>
+void for_rank_buckets(int64_t vocab, double zipf, F&& f) {
+  int64_t r = 1;
+  while (r <= vocab) {
+    const int64_t width = std::max<int64_t>(1, r / 4096);
+    const int64_t cnt = std::min(width, vocab - r + 1);
+    f(r, cnt, zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r), -zipf));
+    r += cnt;
+  }
+}
+}  // namespace
+
+double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows) {
+  if (n <= 0 || vocab <= 0 || num_rows <= 0) return 0.0;
+  double h = 0.0;
+  for_rank_buckets(vocab, zipf, [&](int64_t, int64_t cnt, double p) { h += static_cast<double>(cnt) * p; });
+  double ranks = 0.0;
+  for_rank_buckets(vocab, zipf, [&](int64_t, int64_t cnt, double p) {
+    ranks += static_cast<double>(cnt) * -std::expm1(static_cast<double>(n) * std::log1p(-p / h));
+  });
+  // Distinct ranks hashed into num_rows rows: balls into bins.
+  const double rows = static_cast<double>(num_rows);
+  return std::min(rows, -rows * std::expm1(-ranks / rows));
+}
+
+double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows) {
+  if (vocab <= 0) return 1.0;
+  if (cached_rows >= vocab) return 1.0;
+  double h = 0.0, head = 0.0;
+  for_rank_buckets(vocab, zipf, [&](int64_t r, int64_t cnt, double p) {
+    h += static_cast<double>(cnt) * p;
+    if (r <= cached_rows) head += static_cast<double>(std::min<int64_t>(cnt, cached_rows - r + 1)) * p;
+  });
+  return h > 0 ? head / h : 0.0;
+}
+
+}  // namespace leanemb::plan

@@ -1,0 +1,122 @@
+// MemoryModel: every byte a training run allocates, per tier x category, predicted before the run
+// from the same size functions the allocating code calls:
+//
+//   embedding rows         make_row_layout (fat rows), split_weight_stride / split_state_stride
+//   dedup / staging / grad table/step_sizes.h, kernels::reduce_and_update_scratch_floats
+//   CTR model buffers      model::ctr_buffer_floats
+//   dense layers           nn::mlp_call_sizes, nn::mlp_parameter_floats, nn::dense_state_arrays,
+//                          nn::interaction_output_dim, nn::interaction_scratch_floats
+//   row cache (issue 4)    tiered::cache_capacity_rows, tiered::row_cache_sizes
+//
+// The model replays one training step as a list of phases (emb forward, bottom MLP forward, ...,
+// embedding update); each phase lists the allocations alive during it, persistent ones (tables,
+// dense parameters, buffers kept between steps) included. The peak of a category is its largest
+// bytes over the phases; the peak of a tier is the largest sum over the phases (not the sum of
+// category peaks), as MemoryStats measures them. The steady state is modeled (step >= 2: the
+// collection's step buffers, allocated in step 1's update, are alive during the next forward).
+//
+// Two workloads: kCtr (the DLRM model `leanemb train` runs; predictions are checked against
+// measurement in memory_model_test.cc) and kEmbeddingOnly (tables and features alone, e.g. the
+// seed's vocab x dim table with a sequence output; the model downstream of the embedding is not
+// counted: its output and the output's gradient are). Shards (issue 7, not built yet) divide the
+// rows and add communication buffers by the formula in docs/plan.md; not checked against
+// measurement yet. A row cache (cache_fraction < 1) needs the tiered storage of issue 4.
+//
+// Thread safety: plain functions of their inputs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "amp/precision.h"
+#include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
+#include "leanemb/optimizer.h"
+#include "leanemb/status.h"
+#include "nn/dense_optimizer.h"
+#include "nn/interaction.h"
+
+namespace leanemb::plan {
+
+enum class WorkloadKind : uint8_t { kCtr, kEmbeddingOnly };
+
+// One table and the feature that looks it up (one feature per table).
+struct TableSpec {
+  std::string name;
+  int64_t num_rows = 0;
+  int64_t dim = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+  int64_t max_ids_per_sample = 1;      // longest bag (pooled) or the sequence length (kNone)
+  double mean_ids_per_sample = 1.0;    // mean ids per sample (what sizes a typical step)
+  double expected_unique_rows = -1.0;  // distinct rows per step; < 0: unknown (worst case used)
+  double zipf = 0.0;                   // id skew (0 = uniform), for the cache hit rate
+};
+
+struct Workload {
+  WorkloadKind kind = WorkloadKind::kCtr;
+  std::vector<TableSpec> tables;
+  int64_t batch_size = 1024;
+  int micro_batches = 1;
+  // kCtr: the dense part of the DLRM model (docs/train.md [model], [dense]).
+  int num_dense = 13;
+  std::vector<int64_t> bottom_mlp = {64, 16};
+  std::vector<int64_t> top_mlp = {64, 32};
+  nn::InteractionKind interaction = nn::InteractionKind::kDot;
+  nn::DenseOptimizerKind dense_optimizer = nn::DenseOptimizerKind::kAdam;
+  // Embedding rows and their optimizer.
+  DType row_dtype = DType::kF32;
+  OptimizerOptions row_optimizer;
+  amp::Precision precision = amp::Precision::kFp32;
+  bool checkpoint_activations = false;
+  Placement placement;
+  double cache_fraction = 1.0;  // < 1: rows live in the weights tier (host) behind a device cache
+  int num_shards = 1;           // row-wise shards; per-device figures
+  int num_threads = 0;          // CPU threads of the fused update (0 = OpenMP's default)
+};
+
+// How step sizes are chosen: kExpected uses mean ids per sample and the expected unique rows
+// (what a run measures); kWorstCase uses the longest bags and unique = min(ids, rows) (what a
+// budget must hold).
+enum class Estimate : uint8_t { kExpected, kWorstCase };
+
+using CategoryBytesArray = std::array<size_t, kNumCategories>;
+
+struct TierPrediction {
+  CategoryBytesArray peak{};  // per category, the largest bytes over the phases
+  size_t peak_bytes = 0;      // the largest sum over the phases
+  std::string peak_phase;     // where the tier's peak happens
+  size_t small_request_bytes = 0;  // bytes of requests <= 1 MiB at the peak (arena small pool)
+};
+
+struct Prediction {
+  std::array<TierPrediction, 2> tier;  // device, host
+  const TierPrediction& device() const { return tier[0]; }
+  const TierPrediction& host() const { return tier[1]; }
+  // Bytes that cross the host link per step (both directions), and all-to-all bytes per device.
+  double host_link_bytes_per_step = 0;
+  double comm_bytes_per_step = 0;
+  double device_bytes_moved_per_step = 0;  // HBM traffic estimate (rows, activations, grads)
+  double cache_hit_rate = 1.0;
+  int64_t ids_per_step = 0;      // all tables
+  int64_t unique_per_step = 0;   // all tables
+  size_t table_bytes = 0;        // rows of every table (weights + state), all tiers
+};
+
+// Validates and predicts. Errors: InvalidArgument (empty tables, dims, batch, bad micro-batches,
+// an optimizer the row dtype cannot train, a placement the engine refuses).
+Result<Prediction> predict_memory(const Workload& w, Estimate estimate = Estimate::kExpected);
+
+// The seed's naive baseline of the same workload, as PyTorch would run it: fp32 rows, a dense
+// gradient of every table (rows x dim fp32), Adam (m, v fp32), fp32 activations, no
+// micro-batches, no checkpointing, everything on the device.
+Result<Prediction> predict_naive_baseline(const Workload& w);
+
+// Expected distinct rows when `n` ids are drawn from a Zipf(zipf) law over `vocab` ranks (zipf 0:
+// uniform) and hashed into `num_rows` rows: sum over ranks of 1 - (1 - p_r)^n, capped at num_rows.
+double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows);
+// Share of the id mass on the `cached_rows` hottest of `vocab` ranks (the cache's hit rate).
+double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows);
+
+}  // namespace leanemb::plan

@@ -1,0 +1,131 @@
+// MemoryModel: predictions against the peaks MemorySystem measures in real training runs, and
+// the seed's example with corrected figures.
+#include "plan/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "plan/workload.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace leanemb::plan {
+namespace {
+
+struct RunCase {
+  std::string name;
+  std::vector<std::string> sets;
+};
+
+std::string base_dir() {
+  static const std::string d = [] {
+    auto p = std::filesystem::temp_directory_path() / ("leanemb_plan_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+
+// A small config: 8 sparse features, synthetic data, 4 steps, 2 threads.
+Result<train::TrainConfig> small_config(const RunCase& rc) {
+  std::vector<std::string> sets = {
+      "data.num_sparse=8", "data.generate=true", "data.gen.train_rows=2048", "data.gen.eval_rows=256",
+      "data.gen.vocab=3000", "model.table_rows=2000", "train.batch_size=256", "train.steps=4", "train.threads=2",
+      "train.checkpoint_every=0", "train.log_every=1000"};
+  sets.insert(sets.end(), rc.sets.begin(), rc.sets.end());
+  std::string key;
+  for (const auto& s : rc.sets) key += s.substr(0, s.find('=')) == "data.gen.multi_hot_max" ? s.substr(s.find('=') + 1) : "";
+  sets.push_back("data.dir=\"" + base_dir() + "/data" + key + "\"");
+  return train::parse_config(train::default_config_text(), "plan test", sets);
+}
+
+double rel(double predicted, double measured) {
+  return measured == 0 ? (predicted == 0 ? 0.0 : 1.0) : std::fabs(predicted - measured) / measured;
+}
+
+class PredictionVsMeasurement : public ::testing::TestWithParam<RunCase> {};
+
+// The device peak of a few real steps is within 5% of the prediction, each category within 10%.
+TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
+  auto cfg = small_config(GetParam());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto w = workload_from_config(cfg.value());
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  auto pred = predict_memory(w.value());
+  ASSERT_TRUE(pred.ok()) << pred.status().message();
+  train::RunOptions ro;
+  ro.config = cfg.value();
+  ro.out_dir = base_dir() + "/run_" + GetParam().name;
+  ro.quiet = true;
+  auto sum = train::run_training(ro);
+  ASSERT_TRUE(sum.ok()) << sum.status().message();
+  const auto& plan = sum.value()["plan"];
+  for (const char* tier : {"device", "host"}) {
+    const auto& t = plan[tier];
+    const double measured = t["measured_peak"].get<double>(), planned = t["planned_peak"].get<double>();
+    EXPECT_LE(rel(planned, measured), 0.05) << tier << " peak: planned " << planned << " measured " << measured;
+    for (const auto& [cat, v] : t["categories"].items()) {
+      EXPECT_LE(rel(v["planned"].get<double>(), v["measured"].get<double>()), 0.10)
+          << tier << " " << cat << ": planned " << v["planned"] << " measured " << v["measured"];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, PredictionVsMeasurement,
+    ::testing::Values(
+        RunCase{"fp32_adagrad", {}},
+        RunCase{"bf16_adam_bf16", {"embedding.dtype=bf16", "embedding.optimizer=adam", "train.precision=bf16"}},
+        RunCase{"fp16_adam_int8_fp16",
+                {"embedding.dtype=fp16", "embedding.optimizer=adam", "embedding.state_dtype=int8", "train.precision=fp16"}},
+        RunCase{"rowwise_micro4", {"embedding.optimizer=rowwise_adagrad", "train.micro_batches=4"}},
+        RunCase{"pradam_ckpt_bf16",
+                {"embedding.dtype=bf16", "embedding.optimizer=partial_rowwise_adam", "train.checkpoint_activations=true",
+                 "train.precision=bf16"}},
+        RunCase{"adam_state_host", {"embedding.optimizer=adam", "memory.placement=optimizer_state=host"}},
+        RunCase{"bf16_weights_host", {"embedding.dtype=bf16", "memory.placement=weights=host"}},
+        RunCase{"sgd_multihot_mean_cat",
+                {"embedding.optimizer=sgd", "data.gen.multi_hot_max=4", "model.pooling=mean", "model.interaction=cat",
+                 "train.micro_batches=2", "train.checkpoint_activations=true"}},
+        RunCase{"bf16state_wide_batch",
+                {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",
+                 "model.top_mlp=[256, 64]", "model.table_rows=500"}}),
+    [](const ::testing::TestParamInfo<RunCase>& i) { return i.param.name; });
+
+// The seed's section 2 example, corrected: vocab 1e6 x dim 512, batch 4096 x seq 2048, fp32.
+TEST(SeedExampleTest, NaiveBaselineHasCorrectedFigures) {
+  Workload w;
+  w.kind = WorkloadKind::kEmbeddingOnly;
+  TableSpec t;
+  t.name = "vocab";
+  t.num_rows = 1000000;
+  t.dim = 512;
+  t.pooling = PoolingMode::kNone;
+  t.max_ids_per_sample = 2048;
+  t.mean_ids_per_sample = 2048;
+  w.tables = {t};
+  w.batch_size = 4096;
+  auto p = predict_naive_baseline(w);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const auto& d = p.value().device();
+  EXPECT_EQ(d.peak[static_cast<size_t>(Category::kWeights)], 2048000000u);           // 2.05 GB, not "2.0"
+  EXPECT_EQ(d.peak[static_cast<size_t>(Category::kOptimizerState)], 4096000000u);    // 4.1 GB, not 8
+  EXPECT_EQ(d.peak[static_cast<size_t>(Category::kActivations)], 17179869184u);      // 17.2 GB, not 4
+  // Gradients: the full-table gradient (2.05 GB) and the output's gradient (17.2 GB) at least.
+  EXPECT_GE(d.peak[static_cast<size_t>(Category::kGradients)], 2048000000u + 17179869184u);
+}
+
+// Expected unique rows: uniform draws follow R (1 - (1 - 1/R)^n); never more than rows or draws.
+TEST(UniqueRowsTest, MatchesClosedFormForUniformDraws) {
+  const double r = 1000, n = 500;
+  EXPECT_NEAR(expected_unique_rows(500, 1000, 0.0, 1000000), r * (1 - std::pow(1 - 1 / r, n)), 2.0);
+  EXPECT_LE(expected_unique_rows(100000, 1000000, 1.05, 50), 50.0);
+  EXPECT_LE(expected_unique_rows(10, 1000000, 1.05, 1000000), 10.0);
+}
+
+}  // namespace
+}  // namespace leanemb::plan

@@ -1,0 +1,13 @@
+# src/plan: the memory model (every byte of a run, predicted from the allocating code's size
+# functions), the planner (device presets, search, cost model) and `leanemb plan`.
+target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/memory_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/workload.cc
+  ${CMAKE_CURRENT_LIST_DIR}/planner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/report.cc
+)
+target_sources(leanemb_cli PRIVATE tools/cmd_plan.cc)
+
+if(LEANEMB_BUILD_TESTS)
+  leanemb_add_test(plan_test ${CMAKE_CURRENT_LIST_DIR}/memory_model_test.cc ${CMAKE_CURRENT_LIST_DIR}/planner_test.cc)
+endif()

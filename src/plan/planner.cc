@@ -1,0 +1,199 @@
+// Planner: presets, the search, the cost model. See planner.h and docs/plan.md.
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace leanemb::plan {
+
+namespace {
+constexpr size_t kGiB = size_t{1} << 30;
+constexpr size_t kMiB = size_t{1} << 20;
+// Fixed cost of one more micro-batch pass (kernel launches, synchronization), seconds.
+constexpr double kMicroBatchOverheadS = 20e-6;
+
+std::vector<DevicePreset> presets() {
+  // Nominal spec-sheet figures (docs/plan.md lists the sources); GB/s = 1e9 B/s.
+  return {
+      {"ascend-910a", 32 * kGiB, 512 * kMiB, 1200, 32, 3, 90, "PYTORCH_NPU_ALLOC_CONF", "HCCL"},
+      {"ascend-910b", 64 * kGiB, 512 * kMiB, 1600, 64, 3, 196, "PYTORCH_NPU_ALLOC_CONF", "HCCL"},
+      {"a100-40", 40 * kGiB, 512 * kMiB, 1555, 32, 3, 300, "PYTORCH_CUDA_ALLOC_CONF", "NCCL"},
+      {"a100-80", 80 * kGiB, 512 * kMiB, 2039, 32, 3, 300, "PYTORCH_CUDA_ALLOC_CONF", "NCCL"},
+      {"h100-80", 80 * kGiB, 512 * kMiB, 3350, 64, 3, 450, "PYTORCH_CUDA_ALLOC_CONF", "NCCL"},
+      {"h200-141", size_t{141} * 1000 * 1000 * 1000, 512 * kMiB, 4800, 64, 3, 450, "PYTORCH_CUDA_ALLOC_CONF", "NCCL"},
+  };
+}
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> n;
+  for (const auto& p : presets()) n.push_back(p.name);
+  n.push_back("cpu:<bytes>");
+  return n;
+}
+
+Result<DevicePreset> find_preset(std::string_view name) {
+  for (const auto& p : presets())
+    if (p.name == name) return p;
+  if (name.substr(0, 4) == "cpu:") {
+    auto b = parse_bytes(name.substr(4));
+    if (!b.ok() || b.value() == 0)
+      return invalid_argument("preset '" + std::string(name) + "': cpu:<bytes> needs a size such as cpu:8GiB");
+    // This machine's device tier is a DRAM arena: DRAM bandwidth, memcpy for the "host link".
+    return DevicePreset{"cpu", b.value(), 0, 20, 10, 2, 10, "", "MPI"};
+  }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  return invalid_argument("unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+void price(const DevicePreset& preset, Candidate* c) {
+  const Prediction& p = c->prediction;
+  c->hbm_seconds = p.device_bytes_moved_per_step / (preset.hbm_gbps * 1e9);
+  c->host_link_seconds = p.host_link_bytes_per_step / (preset.host_link_gbps * 1e9);
+  c->comm_seconds = preset.interconnect_gbps > 0 ? p.comm_bytes_per_step / (preset.interconnect_gbps * 1e9) : 0.0;
+  c->step_seconds = c->hbm_seconds + c->host_link_seconds + c->comm_seconds +
+                    kMicroBatchOverheadS * static_cast<double>(c->workload.micro_batches);
+}
+
+namespace {
+
+// How far a candidate is from the user's settings (ties in cost go to the smaller change).
+int changes(const Workload& base, const Workload& w) {
+  int n = 0;
+  n += w.row_dtype != base.row_dtype;
+  n += w.row_optimizer.kind != base.row_optimizer.kind;
+  n += w.row_optimizer.state_dtype != base.row_optimizer.state_dtype;
+  n += w.placement.tier != base.placement.tier;
+  n += w.cache_fraction != base.cache_fraction;
+  n += w.num_shards != base.num_shards;
+  n += w.micro_batches != base.micro_batches;
+  n += w.checkpoint_activations != base.checkpoint_activations;
+  n += w.precision != base.precision;
+  return n;
+}
+
+OptimizerKind rowwise_variant(OptimizerKind k) {
+  if (k == OptimizerKind::kAdagrad) return OptimizerKind::kRowwiseAdagrad;
+  if (k == OptimizerKind::kAdam) return OptimizerKind::kPartialRowwiseAdam;
+  return k;
+}
+
+}  // namespace
+
+Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
+  PlanResult res;
+  LEANEMB_ASSIGN_OR_RETURN(res.naive, predict_naive_baseline(base));
+  LEANEMB_ASSIGN_OR_RETURN(Prediction check, predict_memory(base, Estimate::kWorstCase));
+  (void)check;  // the user's own settings must be valid
+  const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
+  res.usable_device_bytes = budget > o.preset.runtime_reserved_bytes ? budget - o.preset.runtime_reserved_bytes : 0;
+
+  std::vector<DType> dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  std::vector<OptimizerKind> opts = {base.row_optimizer.kind};
+  if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
+    opts.push_back(rowwise_variant(base.row_optimizer.kind));
+  std::vector<StateDType> states = {StateDType::kF32};
+  if (o.allow_bf16_state) states.push_back(StateDType::kBF16);
+  if (o.allow_8bit_state) states.push_back(StateDType::kInt8Blockwise);
+  std::vector<double> caches = {1.0};
+  if (o.allow_cache) caches.insert(caches.end(), {0.5, 0.2, 0.05, 0.01});
+  std::vector<int> shard_counts;
+  for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) shard_counts.push_back(s);
+  std::vector<int> micros;
+  for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
+    if (base.batch_size % k == 0) micros.push_back(k);
+  std::vector<amp::Precision> precisions = {base.precision};
+  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == amp::Precision::kFp32)
+    precisions.push_back(amp::Precision::kBf16);
+  const std::vector<bool> ckpts = base.kind == WorkloadKind::kCtr ? std::vector<bool>{false, true} : std::vector<bool>{false};
+
+  bool have = false, have_small = false;
+  double best_cost = 0;
+  int best_changes = 0;
+  Candidate smallest;
+  size_t smallest_need = std::numeric_limits<size_t>::max();
+  for (DType dt : dtypes)
+    for (OptimizerKind ok : opts)
+      for (StateDType sd : states)
+        for (int wt = 0; wt < 2; ++wt)
+          for (int st = 0; st < 2; ++st)
+            for (double cf : caches)
+              for (int sh : shard_counts)
+                for (int k : micros)
+                  for (amp::Precision pr : precisions)
+                    for (bool ck : ckpts) {
+                      if (cf < 1.0 && wt == 0) continue;  // a cache sits in front of host rows
+                      if (!o.allow_host && (wt || st)) continue;
+                      Candidate c;
+                      c.workload = base;
+                      Workload& w = c.workload;
+                      w.row_dtype = dt;
+                      w.row_optimizer.kind = ok;
+                      w.row_optimizer.state_dtype = sd;
+                      w.placement[Category::kWeights] = wt ? Tier::kHost : Tier::kDevice;
+                      w.placement[Category::kOptimizerState] = st ? Tier::kHost : Tier::kDevice;
+                      w.cache_fraction = cf;
+                      w.num_shards = sh;
+                      w.micro_batches = k;
+                      w.precision = pr;
+                      w.checkpoint_activations = ck;
+                      auto p = predict_memory(w, Estimate::kWorstCase);
+                      if (!p.ok()) continue;  // e.g. a state dtype the optimizer lacks
+                      c.prediction = std::move(p).value();
+                      price(o.preset, &c);
+                      ++res.num_candidates;
+                      const size_t dev = c.prediction.device().peak_bytes;
+                      const bool host_ok = o.host_budget_bytes == 0 || c.prediction.host().peak_bytes <= o.host_budget_bytes;
+                      if (host_ok && (!have_small || dev < smallest_need)) {
+                        smallest_need = dev;
+                        smallest = c;
+                        have_small = true;
+                      }
+                      if (!host_ok || dev > res.usable_device_bytes) continue;
+                      ++res.num_fitting;
+                      const int ch = changes(base, w);
+                      if (!have || c.step_seconds < best_cost * (1 - 1e-9) ||
+                          (c.step_seconds <= best_cost * (1 + 1e-9) && ch < best_changes)) {
+                        res.chosen = c;
+                        best_cost = c.step_seconds;
+                        best_changes = ch;
+                        have = true;
+                      }
+                    }
+  res.fits = have;
+  if (have_small) res.smallest_device_bytes = smallest_need + o.preset.runtime_reserved_bytes;
+  if (!have && have_small) res.chosen = smallest;
+  return res;
+}
+
+Result<int64_t> largest_table_rows(const Workload& base, const PlannerOptions& o, bool naive) {
+  auto fits = [&](int64_t rows) -> Result<bool> {
+    Workload w = base;
+    for (TableSpec& t : w.tables) t.num_rows = rows;
+    if (naive) {
+      LEANEMB_ASSIGN_OR_RETURN(Prediction p, predict_naive_baseline(w));
+      const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
+      return p.device().peak_bytes + o.preset.runtime_reserved_bytes <= budget;
+    }
+    LEANEMB_ASSIGN_OR_RETURN(PlanResult r, make_plan(w, o));
+    return r.fits;
+  };
+  int64_t lo = 0, hi = 1;
+  while (true) {
+    LEANEMB_ASSIGN_OR_RETURN(bool f, fits(hi));
+    if (!f) break;
+    lo = hi;
+    hi *= 2;
+    if (hi > (int64_t{1} << 40)) return lo;
+  }
+  while (hi - lo > std::max<int64_t>(1, lo / 1000)) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    LEANEMB_ASSIGN_OR_RETURN(bool f, fits(mid));
+    (f ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace leanemb::plan

@@ -1,0 +1,82 @@
+// Planner: given a workload and a device (a preset or budgets), search the settings that change
+// memory without changing the model (row dtype, optimizer state dtype and placement, a row
+// cache, shard count, micro-batches, activation checkpointing, activation precision), keep the
+// plans whose worst-case prediction fits, rank them by a cost model of bytes moved per step per
+// tier at the preset's nominal bandwidths, and pick the fastest.
+//
+// Accuracy-safe by default: rows in fp32, fp16 or bf16 (updates with stochastic rounding), the
+// user's full-rank optimizer (SGD, Adagrad, Adam) with fp32 state. Row-wise optimizers
+// (rowwise_adagrad, partial_rowwise_adam), bf16 state and 8-bit state are searched only when
+// allowed; a row cache only when allowed (it needs the tiered storage of issue 4).
+//
+// Presets and their bandwidths: docs/plan.md (nominal spec-sheet figures).
+// Thread safety: plain functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "leanemb/status.h"
+#include "plan/memory_model.h"
+
+namespace leanemb::plan {
+
+struct DevicePreset {
+  std::string name;
+  size_t device_bytes = 0;            // memory of one device
+  size_t runtime_reserved_bytes = 0;  // taken by the runtime (context, framework) before the run
+  double hbm_gbps = 0;                // device memory bandwidth, GB/s (1e9 B/s)
+  double host_link_gbps = 0;          // host <-> device, one direction
+  double ssd_gbps = 0;                // local NVMe read
+  double interconnect_gbps = 0;       // device <-> device (all-to-all), per device
+  std::string alloc_env;              // PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF / ""
+  std::string comm_backend;           // HCCL, NCCL, MPI
+};
+
+// "ascend-910a", "ascend-910b", "a100-40", "a100-80", "h100-80", "h200-141", "cpu:<bytes>".
+// Errors: InvalidArgument naming the known presets.
+Result<DevicePreset> find_preset(std::string_view name);
+std::vector<std::string> preset_names();
+
+struct PlannerOptions {
+  DevicePreset preset;
+  size_t device_budget_bytes = 0;  // 0 = the preset's memory
+  size_t host_budget_bytes = 0;    // 0 = no limit
+  bool allow_rowwise = false;      // rowwise_adagrad / partial_rowwise_adam
+  bool allow_bf16_state = false;
+  bool allow_8bit_state = false;
+  bool allow_cache = false;        // device row cache over host rows (issue 4; not trainable yet)
+  int max_shards = 1;              // devices the tables may be sharded over
+  bool keep_precision = false;     // do not search activation precision (keep the workload's)
+  bool allow_host = true;          // rows / state may be placed in host memory
+};
+
+struct Candidate {
+  Workload workload;
+  Prediction prediction;  // worst case
+  double step_seconds = 0;
+  double hbm_seconds = 0, host_link_seconds = 0, comm_seconds = 0;
+};
+
+struct PlanResult {
+  bool fits = false;
+  Candidate chosen;               // fits: the fastest that fits; else the smallest device need
+  Prediction naive;               // the seed's naive baseline
+  size_t usable_device_bytes = 0; // budget - runtime reserve
+  size_t smallest_device_bytes = 0;  // device budget the smallest plan needs (incl. runtime reserve)
+  int num_candidates = 0;
+  int num_fitting = 0;
+};
+
+// Errors: InvalidArgument from the memory model (the workload itself is bad).
+Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options);
+
+// Per-step seconds of a workload's predicted traffic on a preset (the ranking's cost model).
+void price(const DevicePreset& preset, Candidate* c);
+
+// The largest table (rows at `dim`, one pooled feature, `batch`) whose plan fits, by bisection.
+// naive: under the naive baseline (fp32 rows, dense gradient, Adam) instead of a plan.
+Result<int64_t> largest_table_rows(const Workload& base, const PlannerOptions& options, bool naive);
+
+}  // namespace leanemb::plan

@@ -1,0 +1,209 @@
+// plan_report_text / plan_report_json. See report.h.
+#include "plan/report.h"
+
+#include <cstdio>
+
+namespace leanemb::plan {
+
+namespace {
+
+std::string gb(size_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(b) / 1e9);
+  return buf;
+}
+
+std::string both(size_t b) {
+  if (b == 0) return "0";
+  return gb(b) + " (" + format_bytes(b) + ")";
+}
+
+const char* formula(Category c, WorkloadKind k) {
+  switch (c) {
+    case Category::kWeights: return "rows x weight bytes (+ dense layers)";
+    case Category::kOptimizerState: return "rows x state bytes (Adam: 2 x dim x state dtype)";
+    case Category::kGradients:
+      return k == WorkloadKind::kCtr ? "naive: rows x dim x 4; plan: B x F x dim x 4 + dense"
+                                     : "naive: rows x dim x 4; both: output grad B x L x dim x 4";
+    case Category::kActivations:
+      return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4";
+    case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch";
+    case Category::kRowCache: return "cache rows x fat row + index";
+    case Category::kCommBuffers: return "shards > 1: 2 x (ids x 8 + output x 4)";
+    case Category::kIoBuffers: return "cache staging";
+  }
+  return "";
+}
+
+std::string precision_text(amp::Precision p) {
+  switch (p) {
+    case amp::Precision::kFp32: return "fp32 (no AMP)";
+    case amp::Precision::kBf16: return "bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16))";
+    case amp::Precision::kFp16: return "fp16 + dynamic loss scaling (O1-like; GradScaler)";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string describe_settings(const Workload& w) {
+  std::string s = std::string(dtype_name(w.row_dtype)) + " rows" +
+                  (w.row_dtype == DType::kF32 ? "" : " (stochastic rounding)") + ", " +
+                  std::string(optimizer_name(w.row_optimizer.kind)) + " state " +
+                  std::string(state_dtype_name(w.row_optimizer.state_dtype)) + "; weights on " +
+                  std::string(tier_name(w.placement[Category::kWeights])) + ", optimizer state on " +
+                  std::string(tier_name(w.placement[Category::kOptimizerState]));
+  if (w.cache_fraction < 1.0) s += ", device row cache " + std::to_string(static_cast<int>(w.cache_fraction * 100 + 0.5)) + "% of rows";
+  s += "; " + std::to_string(w.micro_batches) + " micro-batch" + (w.micro_batches > 1 ? "es" : "");
+  if (w.kind == WorkloadKind::kCtr)
+    s += std::string(", activation checkpointing ") + (w.checkpoint_activations ? "on" : "off") + ", activations " +
+         std::string(amp::precision_name(w.precision));
+  s += "; " + std::to_string(w.num_shards) + " shard" + (w.num_shards > 1 ? "s" : "");
+  return s;
+}
+
+std::string plan_report_text(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
+  std::string out;
+  char buf[512];
+  const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
+  std::snprintf(buf, sizeof buf, "workload: %s\ndevice: %s, %s per device (%s usable after the runtime's %s), HBM %.0f GB/s, host link %.0f GB/s%s\n",
+                ctx.workload_text.c_str(), o.preset.name.c_str(), both(budget).c_str(), format_bytes(r.usable_device_bytes).c_str(),
+                format_bytes(o.preset.runtime_reserved_bytes).c_str(), o.preset.hbm_gbps, o.preset.host_link_gbps,
+                o.host_budget_bytes ? (", host budget " + format_bytes(o.host_budget_bytes)).c_str() : "");
+  out += buf;
+  if (!r.fits) {
+    out += "\nNOTHING FITS: no plan searched (" + std::to_string(r.num_candidates) + " candidates) fits in " +
+           format_bytes(r.usable_device_bytes) + " of device memory" +
+           (o.host_budget_bytes ? " and " + format_bytes(o.host_budget_bytes) + " of host memory" : std::string()) + ".\n";
+    if (r.smallest_device_bytes)
+      out += "The smallest device budget that would fit: " + both(r.smallest_device_bytes) + " per device, with: " +
+             describe_settings(r.chosen.workload) + ".\n";
+    else
+      out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-cache, --max-shards).\n";
+    return out;
+  }
+  out += "\nMemory per device, bytes as allocated (the seed's section 2 table, corrected):\n";
+  out += "  naive = fp32 rows, full-table gradient, Adam fp32, fp32 activations, one micro-batch, all on the device\n";
+  out += "  plan  = " + describe_settings(r.chosen.workload) + "\n\n";
+  std::snprintf(buf, sizeof buf, "| %-16s | %-24s | %-24s | %-24s | %s\n", "category", "naive (device)", "plan (device)",
+                "plan (host)", "formula");
+  out += buf;
+  out += "|------------------|--------------------------|--------------------------|--------------------------|--------\n";
+  for (int c = 0; c < kNumCategories; ++c) {
+    const auto cat = static_cast<Category>(c);
+    const size_t nv = r.naive.device().peak[static_cast<size_t>(c)];
+    const size_t pd = r.chosen.prediction.device().peak[static_cast<size_t>(c)];
+    const size_t ph = r.chosen.prediction.host().peak[static_cast<size_t>(c)];
+    if (!nv && !pd && !ph) continue;
+    std::snprintf(buf, sizeof buf, "| %-16s | %-24s | %-24s | %-24s | %s\n", std::string(category_name(cat)).c_str(),
+                  both(nv).c_str(), both(pd).c_str(), both(ph).c_str(), formula(cat, base.kind));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "| %-16s | %-24s | %-24s | %-24s | peak of the sum over the step's phases\n", "peak (total)",
+                both(r.naive.device().peak_bytes).c_str(), both(r.chosen.prediction.device().peak_bytes).c_str(),
+                both(r.chosen.prediction.host().peak_bytes).c_str());
+  out += buf;
+  const bool naive_fits = r.naive.device().peak_bytes <= r.usable_device_bytes;
+  std::snprintf(buf, sizeof buf, "\nnaive baseline %s (%s of %s usable); plan peak in phase '%s'; %d of %d searched plans fit.\n",
+                naive_fits ? "fits" : "DOES NOT FIT", gb(r.naive.device().peak_bytes).c_str(), gb(r.usable_device_bytes).c_str(),
+                r.chosen.prediction.device().peak_phase.c_str(), r.num_fitting, r.num_candidates);
+  out += buf;
+  std::snprintf(buf, sizeof buf,
+                "cost per step (nominal bandwidths): device memory %.2f GB -> %.2f ms, host link %.3f GB -> %.2f ms, "
+                "all-to-all %.3f GB -> %.2f ms; estimate %.2f ms\n",
+                r.chosen.prediction.device_bytes_moved_per_step / 1e9, r.chosen.hbm_seconds * 1e3,
+                r.chosen.prediction.host_link_bytes_per_step / 1e9, r.chosen.host_link_seconds * 1e3,
+                r.chosen.prediction.comm_bytes_per_step / 1e9, r.chosen.comm_seconds * 1e3, r.chosen.step_seconds * 1e3);
+  out += buf;
+  if (r.chosen.workload.cache_fraction < 1.0)
+    out += "note: this plan uses a device row cache, which needs the tiered storage of issue 4; `leanemb train` cannot run it yet.\n";
+  if (r.chosen.workload.num_shards > 1)
+    out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
+
+  // The seed's section 8 deployment table.
+  const Workload& w = r.chosen.workload;
+  out += "\nDeployment (the seed's section 8 table, for this plan):\n\n| parameter | value | note |\n|---|---|---|\n";
+  auto row = [&](const std::string& k, const std::string& v, const std::string& n) { out += "| " + k + " | " + v + " | " + n + " |\n"; };
+  row("batch_size per device", std::to_string(w.batch_size), std::to_string(w.micro_batches) + " micro-batch(es) of " +
+      std::to_string(w.batch_size / w.micro_batches) + " (gradient accumulation, one embedding update per step)");
+  row("sequence_length", ctx.sequence_length ? std::to_string(ctx.sequence_length) : "-",
+      ctx.sequence_length ? "unpooled: the output is B x L x dim" : "pooled bags: per-token vectors never exist");
+  row("embedding_dim", std::to_string(w.tables[0].dim), "");
+  row("shard_count", std::to_string(w.num_shards), w.num_shards > 1 ? "row-wise; ids and outputs by all-to-all" : "one device holds the tables");
+  row("amp_level", precision_text(w.precision), "embedding output and row gradients stay fp32");
+  row("gradient_checkpointing", w.checkpoint_activations ? "true" : "false",
+      w.kind == WorkloadKind::kCtr ? "dense MLPs recompute hidden activations in backward" : "nothing to recompute in an embedding lookup");
+  row("optimizer", std::string(optimizer_name(w.row_optimizer.kind)) + " fused into backward, state " +
+      std::string(state_dtype_name(w.row_optimizer.state_dtype)) + " next to each row" +
+      (w.placement[Category::kOptimizerState] == Tier::kHost ? ", state on host (moved with touched rows)" : ""),
+      "only touched rows are updated; no full-table gradient");
+  row("rows", std::string(dtype_name(w.row_dtype)) + (w.placement[Category::kWeights] == Tier::kHost ? " on host" : " on device"),
+      w.row_dtype == DType::kF32 ? "" : "updates rounded stochastically");
+  const size_t reserve = r.chosen.prediction.device().peak_bytes;
+  row("memory_pool (leanemb)", "memory.reserve = " + std::to_string(reserve) + " (" + format_bytes(reserve) + ")",
+      "reserve exactly the planned bytes up front; no \"pre-allocate 80%\"");
+  if (!o.preset.alloc_env.empty())
+    row("memory_pool (PyTorch)", o.preset.alloc_env + "=max_split_size_mb:128,garbage_collection_threshold:0.8",
+        "or expandable_segments:True instead of max_split_size_mb; cap with set_per_process_memory_fraction");
+  row("communication_backend", o.preset.comm_backend, w.num_shards > 1 ? "all-to-all for embeddings, all-reduce for dense" : "all-reduce of dense gradients only");
+  row("checkpoint_interval", "every " + std::to_string(ctx.checkpoint_every) + " steps", "atomic, checksummed (train.checkpoint_every)");
+  return out;
+}
+
+nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
+  using nlohmann::json;
+  auto tier_json = [](const TierPrediction& t) {
+    json cats = json::object();
+    for (int c = 0; c < kNumCategories; ++c)
+      if (t.peak[static_cast<size_t>(c)]) cats[std::string(category_name(static_cast<Category>(c)))] = t.peak[static_cast<size_t>(c)];
+    return json{{"peak_bytes", t.peak_bytes}, {"peak_phase", t.peak_phase}, {"categories", cats}};
+  };
+  const Workload& w = r.chosen.workload;
+  json j;
+  j["workload"] = ctx.workload_text;
+  j["preset"] = {{"name", o.preset.name}, {"device_bytes", o.preset.device_bytes},
+                 {"runtime_reserved_bytes", o.preset.runtime_reserved_bytes}, {"hbm_gbps", o.preset.hbm_gbps},
+                 {"host_link_gbps", o.preset.host_link_gbps}, {"ssd_gbps", o.preset.ssd_gbps},
+                 {"interconnect_gbps", o.preset.interconnect_gbps}};
+  j["device_budget_bytes"] = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
+  j["host_budget_bytes"] = o.host_budget_bytes;
+  j["usable_device_bytes"] = r.usable_device_bytes;
+  j["fits"] = r.fits;
+  j["smallest_device_budget_bytes"] = r.smallest_device_bytes;
+  j["candidates"] = r.num_candidates;
+  j["fitting"] = r.num_fitting;
+  j["naive"] = {{"device", tier_json(r.naive.device())}};
+  j["plan"] = {{"settings", describe_settings(w)},
+               {"row_dtype", std::string(dtype_name(w.row_dtype))},
+               {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
+               {"state_dtype", std::string(state_dtype_name(w.row_optimizer.state_dtype))},
+               {"placement", w.placement.to_string()},
+               {"cache_fraction", w.cache_fraction},
+               {"num_shards", w.num_shards},
+               {"micro_batches", w.micro_batches},
+               {"checkpoint_activations", w.checkpoint_activations},
+               {"precision", std::string(amp::precision_name(w.precision))},
+               {"device", tier_json(r.chosen.prediction.device())},
+               {"host", tier_json(r.chosen.prediction.host())},
+               {"needs_tiered_storage", w.cache_fraction < 1.0},
+               {"cost", {{"device_bytes_per_step", r.chosen.prediction.device_bytes_moved_per_step},
+                         {"host_link_bytes_per_step", r.chosen.prediction.host_link_bytes_per_step},
+                         {"comm_bytes_per_step", r.chosen.prediction.comm_bytes_per_step},
+                         {"step_seconds", r.chosen.step_seconds}}}};
+  j["deployment"] = {{"batch_size_per_device", w.batch_size},
+                     {"sequence_length", ctx.sequence_length},
+                     {"embedding_dim", w.tables[0].dim},
+                     {"shard_count", w.num_shards},
+                     {"amp_level", std::string(amp::precision_name(w.precision))},
+                     {"gradient_checkpointing", w.checkpoint_activations},
+                     {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
+                     {"memory_reserve_bytes", r.chosen.prediction.device().peak_bytes},
+                     {"allocator_env", o.preset.alloc_env.empty() ? json(nullptr)
+                                                                  : json(o.preset.alloc_env + "=max_split_size_mb:128,garbage_collection_threshold:0.8")},
+                     {"communication_backend", o.preset.comm_backend},
+                     {"checkpoint_interval_steps", ctx.checkpoint_every}};
+  (void)base;
+  return j;
+}
+
+}  // namespace leanemb::plan

@@ -1,0 +1,30 @@
+// What `leanemb plan` prints: the seed's memory breakdown table for the naive baseline and the
+// chosen plan side by side, the chosen settings and their cost, and the seed's deployment table
+// with the allocator settings that exist for PyTorch users on that device; or, when nothing
+// fits, the smallest budget that would. Also as JSON.
+//
+// Thread safety: plain functions.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/planner.h"
+
+namespace leanemb::plan {
+
+struct ReportContext {
+  std::string workload_text;   // one line describing the workload
+  int64_t sequence_length = 0; // the deployment table's sequence length (0: pooled bags)
+  int64_t checkpoint_every = 1000;
+};
+
+std::string plan_report_text(const Workload& base, const PlannerOptions& options, const PlanResult& result,
+                             const ReportContext& ctx);
+nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& options, const PlanResult& result,
+                                const ReportContext& ctx);
+// "bf16 rows (stochastic rounding), adam state fp32 on the device, ..." of a candidate.
+std::string describe_settings(const Workload& w);
+
+}  // namespace leanemb::plan

@@ -1,0 +1,184 @@
+// `leanemb plan`: predict every byte of a run and choose settings that fit a device (docs/plan.md).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plan/memory_model.h"
+#include "plan/planner.h"
+#include "plan/report.h"
+#include "plan/workload.h"
+#include "tools/commands.h"
+#include "train/config.h"
+
+namespace leanemb::tools {
+
+namespace {
+
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
+  std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
+  std::string device_budget, host_budget, write_config;
+  bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
+  bool no_host = false, keep_precision = false, largest_table = false;
+  int max_shards = 1;
+};
+
+Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
+  if (a.vocab < 1 || a.dim < 1 || a.batch < 1)
+    return invalid_argument("give --config FILE, or --vocab, --dim and --batch (each >= 1)");
+  if (a.seq_len < 0) return invalid_argument("--seq-len must be >= 1");
+  const int64_t L = a.seq_len > 0 ? a.seq_len : 1;
+  plan::Workload w;
+  w.kind = plan::WorkloadKind::kEmbeddingOnly;
+  plan::TableSpec t;
+  t.name = "table";
+  t.num_rows = a.vocab;
+  t.dim = a.dim;
+  LEANEMB_ASSIGN_OR_RETURN(t.pooling, parse_pooling(a.pooling.empty() ? (L > 1 ? "none" : "sum") : a.pooling));
+  t.max_ids_per_sample = L;
+  t.mean_ids_per_sample = static_cast<double>(L);
+  w.tables = {t};
+  w.batch_size = a.batch;
+  LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.kind, parse_optimizer(a.optimizer));
+  w.row_optimizer.eps = default_eps(w.row_optimizer.kind);
+  LEANEMB_ASSIGN_OR_RETURN(w.row_dtype, parse_dtype(a.row_dtype));
+  LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.state_dtype, parse_state_dtype(a.state_dtype));
+  *text = "embedding only: table " + std::to_string(a.vocab) + " x " + std::to_string(a.dim) + ", batch " +
+          std::to_string(a.batch) + " x " + std::to_string(L) + " ids (" + std::string(pooling_name(t.pooling)) +
+          "), optimizer " + a.optimizer;
+  return w;
+}
+
+int run_plan(const PlanArgs& a) {
+  plan::PlannerOptions po;
+  auto preset = plan::find_preset(a.preset);
+  if (!preset.ok()) return report_error(preset.status());
+  po.preset = preset.value();
+  for (auto [s, dst] : {std::pair{&a.device_budget, &po.device_budget_bytes}, {&a.host_budget, &po.host_budget_bytes}}) {
+    if (s->empty()) continue;
+    auto b = parse_bytes(*s);
+    if (!b.ok()) return report_error(b.status());
+    *dst = b.value();
+  }
+  po.allow_rowwise = a.allow_rowwise;
+  po.allow_bf16_state = a.allow_bf16_state;
+  po.allow_8bit_state = a.allow_8bit_state;
+  po.allow_cache = a.allow_cache;
+  po.max_shards = a.max_shards;
+  po.keep_precision = a.keep_precision;
+  po.allow_host = !a.no_host && !a.largest_table;
+  if (a.max_shards < 1) return report_error(invalid_argument("--max-shards must be >= 1"));
+
+  plan::Workload w;
+  plan::ReportContext ctx;
+  train::TrainConfig cfg;
+  const bool from_config = !a.config.empty();
+  if (from_config) {
+    if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
+      return report_error(invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)"));
+    auto c = train::load_config(a.config, a.sets);
+    if (!c.ok()) return report_error(c.status());
+    cfg = std::move(c).value();
+    auto wl = plan::workload_from_config(cfg);
+    if (!wl.ok()) return report_error(wl.status());
+    w = std::move(wl).value();
+    ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
+                        std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
+    if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
+  } else {
+    if (!a.sets.empty()) return report_error(invalid_argument("--set needs --config"));
+    auto wl = flag_workload(a, &ctx.workload_text);
+    if (!wl.ok()) return report_error(wl.status());
+    w = std::move(wl).value();
+    ctx.sequence_length = a.seq_len > 1 ? a.seq_len : 0;
+  }
+
+  if (a.largest_table) {
+    auto plan_rows = plan::largest_table_rows(w, po, false);
+    if (!plan_rows.ok()) return report_error(plan_rows.status());
+    auto naive_rows = plan::largest_table_rows(w, po, true);
+    if (!naive_rows.ok()) return report_error(naive_rows.status());
+    const double ratio = naive_rows.value() ? static_cast<double>(plan_rows.value()) / static_cast<double>(naive_rows.value()) : 0.0;
+    if (a.json) {
+      nlohmann::json j = {{"workload", ctx.workload_text}, {"preset", po.preset.name}, {"plan_rows", plan_rows.value()},
+                          {"naive_rows", naive_rows.value()}, {"ratio", ratio}};
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("largest table on one %s device (rows and state on the device; batch and ids as given):\n"
+                  "  naive fp32 Adam (dense gradient): %lld rows\n  chosen plan:                     %lld rows\n"
+                  "  ratio: %.2fx\n", po.preset.name.c_str(), static_cast<long long>(naive_rows.value()),
+                  static_cast<long long>(plan_rows.value()), ratio);
+    }
+    return 0;
+  }
+
+  auto r = plan::make_plan(w, po);
+  if (!r.ok()) return report_error(r.status());
+  const plan::PlanResult& res = r.value();
+  if (a.json) std::printf("%s\n", plan::plan_report_json(w, po, res, ctx).dump(2).c_str());
+  else std::fputs(plan::plan_report_text(w, po, res, ctx).c_str(), stdout);
+  if (!res.fits) return 3;
+  if (!a.write_config.empty()) {
+    if (!from_config)
+      return report_error(invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes"));
+    const plan::Workload& c = res.chosen.workload;
+    if (c.cache_fraction < 1.0 || c.num_shards > 1)
+      return report_error(failed_precondition("the chosen plan needs a row cache or shards, which `leanemb train` cannot run yet; "
+                                              "rerun without --allow-cache / --max-shards to write a config"));
+    train::TrainConfig out = cfg;
+    out.row_dtype = c.row_dtype;
+    if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);
+    out.row_optimizer.kind = c.row_optimizer.kind;
+    out.row_optimizer.state_dtype = c.row_optimizer.state_dtype;
+    out.precision = c.precision;
+    out.micro_batches = c.micro_batches;
+    out.checkpoint_activations = c.checkpoint_activations;
+    out.memory.placement = c.placement;
+    if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
+    std::ofstream f(a.write_config);
+    f << plan::config_to_toml(out);
+    if (!f) return report_error(io_error("cannot write --write-config file '" + a.write_config + "'"));
+    std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app, CommandResult* result) {
+  auto a = std::make_shared<PlanArgs>();
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
+  CLI::App* cmd = app.add_subcommand("plan", "Predict every byte of a run and choose settings that fit a device (docs/plan.md)");
+  cmd->add_option("--config", a->config, "A `leanemb train` config to plan")->type_name("FILE")->check(non_empty);
+  cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
+  cmd->add_option("--vocab", a->vocab, "Rows of the table (without --config)")->type_name("N");
+  cmd->add_option("--dim", a->dim, "Embedding dim")->type_name("N");
+  cmd->add_option("--batch", a->batch, "Samples per device per step")->type_name("N");
+  cmd->add_option("--seq-len", a->seq_len, "Ids per sample (a sequence, or a bag with --pooling sum|mean)")->type_name("N");
+  cmd->add_option("--pooling", a->pooling, "none (sequence output), sum or mean; default none with --seq-len > 1")->type_name("MODE")->check(non_empty);
+  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam")->capture_default_str()->check(non_empty);
+  cmd->add_option("--row-dtype", a->row_dtype, "The user's row dtype (the planner may propose another)")->capture_default_str()->check(non_empty);
+  cmd->add_option("--state-dtype", a->state_dtype, "The user's optimizer state dtype")->capture_default_str()->check(non_empty);
+  cmd->add_option("--preset", a->preset, "ascend-910a, ascend-910b, a100-40, a100-80, h100-80, h200-141, cpu:<bytes>")->capture_default_str()->check(non_empty);
+  cmd->add_option("--device-budget", a->device_budget, "Device memory per device (default: the preset's)")->type_name("BYTES")->check(non_empty);
+  cmd->add_option("--host-budget", a->host_budget, "Host memory per device (default: no limit)")->type_name("BYTES")->check(non_empty);
+  cmd->add_flag("--allow-rowwise", a->allow_rowwise, "Also search row-wise optimizers (rowwise_adagrad, partial_rowwise_adam)");
+  cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state");
+  cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state");
+  cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (needs issue 4's tiered storage)");
+  cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str();
+  cmd->add_flag("--no-host", a->no_host, "Keep rows and optimizer state on the device");
+  cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");
+  cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
+  cmd->add_flag("--json", a->json, "Print JSON instead of tables");
+  cmd->add_option("--write-config", a->write_config, "Write the chosen plan as a `leanemb train` config (needs --config)")->type_name("FILE")->check(non_empty);
+  cmd->footer("Exit codes: 0 a plan fits, 2 bad arguments, 3 nothing fits (the smallest budget that would is printed).");
+  cmd->callback([a, result] { result->exit_code = run_plan(*a); });
+}
+
+}  // namespace leanemb::tools
