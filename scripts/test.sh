@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite twice: optimized (release
-# preset) and under AddressSanitizer + UndefinedBehaviorSanitizer (debug preset).
-#   scripts/test.sh            both presets
+# preset) and under AddressSanitizer + UndefinedBehaviorSanitizer (debug preset); then the tests
+# of the code's own threads (allocators, the row cache's prefetch pipeline, the row stores' I/O)
+# under ThreadSanitizer (tsan preset: only those test programs are built).
+#   scripts/test.sh            all three presets
 #   scripts/test.sh release    one preset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 presets=("$@")
-[[ ${#presets[@]} -eq 0 ]] && presets=(release debug)
+[[ ${#presets[@]} -eq 0 ]] && presets=(release debug tsan)
 extra=()
 # CI treats warnings as errors.
 [[ "${CI:-}" == "true" ]] && extra+=(-DLEANEMB_WERROR=ON)
@@ -15,6 +17,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 for p in "${presets[@]}"; do
   echo "=== preset $p ==="
   cmake --preset "$p" "${extra[@]}" >/dev/null
-  cmake --build --preset "$p" -j "$jobs"
+  if [[ "$p" == tsan ]]; then
+    cmake --build --preset tsan -j "$jobs" --target device_arena_test memory_test cache_test store_test
+  else
+    cmake --build --preset "$p" -j "$jobs"
+  fi
   ctest --preset "$p" -j "$jobs"
 done

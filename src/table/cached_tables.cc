@@ -42,7 +42,8 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
       std::memset(fat, 0, layout.stride_bytes);
       return;
     }
-    std::vector<float> tmp(static_cast<size_t>(layout.dim));
+    thread_local std::vector<float> tmp;  // called for many rows in a row: no allocation each
+    tmp.resize(static_cast<size_t>(layout.dim));
     init_row(to, layout, seed, static_cast<uint32_t>(t), row, tmp.data(), fat);
   };
   Allocator* device = memory ? memory->allocator_for(Category::kRowCache) : alloc;

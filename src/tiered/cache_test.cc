@@ -226,6 +226,40 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   EXPECT_GE(prefetch_configs, 10);
 }
 
+// The prefetch / write-back pipeline with the caller's thread and the cache's prefetch thread
+// working at once: a small cache (many dirty evictions) over both stores, prefetch every step.
+// OpenMP runs one thread, so that ThreadSanitizer (the tsan preset runs this test) sees only the
+// cache's own threads: Debian's libgomp is not instrumented.
+TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
+  TempDir dir;
+  for (const char* store : {"host", "file"}) {
+    SCOPED_TRACE(store);
+    CollectionOptions o;
+    TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
+    o.tables = {t};
+    o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 0, PoolingMode::kMean}};
+    o.seed = 3;
+    o.num_threads = 1;
+    CollectionOptions cached_opts = o;
+    cached_opts.tables[0].cache.capacity_rows = 400;
+    cached_opts.tables[0].cache.store = store;
+    cached_opts.tables[0].cache.store_path = dir.file(std::string("pipeline_") + store + ".rows");
+    auto cached = EmbeddingCollection::create(cached_opts);
+    ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+    auto ref = table_testing::must_create(o);
+    std::vector<OwnedBatch> batches;
+    for (int s = 0; s < 31; ++s) batches.push_back(skewed_batch(o, 16, 5, 900 + static_cast<uint64_t>(s)));
+    for (size_t s = 0; s + 1 < batches.size(); ++s) {
+      step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 7);
+      if (HasFatalFailure()) return;
+    }
+    ASSERT_TRUE(same_bytes(snapshot(*cached.value()), snapshot(*ref)));
+    const RowCacheStats st = cached.value()->cache_stats(0).value();
+    EXPECT_GT(st.writebacks, 100u);
+    EXPECT_GT(st.prefetched_rows, 100u);
+  }
+}
+
 // ---- RowCache directly -------------------------------------------------------------------
 
 struct Fixture {
