@@ -53,6 +53,17 @@ int run_train(const TrainArgs& a) {
   if (!r.ok()) return report_error(r.status());
   const nlohmann::json& s = r.value();
   std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
+  if (s.contains("plan")) {
+    std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
+    for (const auto& [tier, t] : s["plan"].items()) {
+      if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
+      std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
+                  format_bytes(t["measured_peak"].get<size_t>()).c_str());
+      for (const auto& [cat, v] : t["categories"].items())
+        std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
+                    format_bytes(v["measured"].get<size_t>()).c_str());
+    }
+  }
   std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
               static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
               s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
