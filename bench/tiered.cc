@@ -163,6 +163,7 @@ json cache_json(const RowCacheStats& s, const RowCacheStats& base, int64_t steps
   const uint64_t lookups = s.lookups - base.lookups, misses = s.misses - base.misses;
   json j;
   j["capacity_rows"] = s.capacity_rows;
+  j["resident_rows"] = s.resident_rows;  // < capacity: the cache has not filled yet
   j["lookups_per_step"] = static_cast<double>(lookups) / n;
   j["misses_per_step"] = static_cast<double>(misses) / n;
   j["hit_rate"] = lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0;

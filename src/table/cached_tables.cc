@@ -1,5 +1,6 @@
 // EmbeddingCollection's tiered tables: creating a table's row store and cache, remapping a step's
 // ids to cache slots, prefetch, flush and cache statistics (docs/tiered.md).
+#include <algorithm>
 #include <cstring>
 
 #include "table/collection_impl.h"
@@ -35,6 +36,7 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   tiered::RowCacheOptions rc;
   rc.capacity_rows = co.capacity_rows > 0 ? co.capacity_rows : tiered::cache_capacity_rows(to.num_rows, co.fraction);
   rc.policy = co.policy;
+  rc.num_threads = num_threads;
   const uint64_t seed = options.seed;
   const RowLayout layout = ts.layout;
   tiered::RowInitFn init = [to, layout, seed, t](int64_t row, uint8_t* fat) {
@@ -58,24 +60,60 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
 void EmbeddingCollection::Impl::release_pins(tiered::PinSet set) {
   for (TableState& ts : tables)
     if (ts.cache) ts.cache->release(set);
+  // The forward's slots are only valid while its rows are pinned.
+  if (set == tiered::PinSet::kStep) std::fill(step_mapped.begin(), step_mapped.end(), size_t{0});
 }
+
+namespace {
+
+// True if table t's ids in `b` are exactly `rows[0..n)` (concatenated in feature order).
+bool same_ids(const CollectionOptions& o, const SparseBatch& b, int t, const int64_t* rows, size_t n) {
+  size_t k = 0;
+  for (size_t f = 0; f < o.features.size(); ++f) {
+    if (o.features[f].table != t) continue;
+    const auto ids = b.features[f].ids;
+    if (k + ids.size() > n || (!ids.empty() && std::memcmp(rows + k, ids.data(), ids.size() * 8) != 0)) return false;
+    k += ids.size();
+  }
+  return k == n;
+}
+
+}  // namespace
 
 Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, bool touch) {
   *out = b;
   if (!has_cache) return Status();
+  step_mapped.resize(tables.size(), 0);
   for (size_t t = 0; t < tables.size(); ++t) {
     TableState& ts = tables[t];
     if (!ts.cache) continue;
     const int ti = static_cast<int>(t);
     const size_t n = table_nnz(options, b, ti);
     if (n == 0) continue;
-    LEANEMB_ASSIGN_OR_RETURN(void* rows_p, remap_buffers.get(2 * t, n * 8, Category::kWorkspace, alloc));
-    LEANEMB_ASSIGN_OR_RETURN(void* slots_p, remap_buffers.get(2 * t + 1, n * 8, Category::kWorkspace, alloc));
-    int64_t* rows = static_cast<int64_t*>(rows_p);
-    int64_t* slots = static_cast<int64_t*>(slots_p);
-    gather_table_ids(options, b, ti, rows);
-    const Status st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
-    if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
+    int64_t* slots = nullptr;
+    if (!touch && step_mapped[t] == n) {
+      // The update of the batch the forward just mapped: its rows are still pinned in the same
+      // slots, so the forward's mapping is reused (after checking the ids are the same).
+      auto rows_p = remap_buffers.get(2 * t, n * 8, Category::kWorkspace, alloc);
+      auto slots_p = remap_buffers.get(2 * t + 1, n * 8, Category::kWorkspace, alloc);
+      if (rows_p.ok() && slots_p.ok() && same_ids(options, b, ti, static_cast<int64_t*>(rows_p.value()), n))
+        slots = static_cast<int64_t*>(slots_p.value());
+    }
+    if (slots == nullptr) {
+      LEANEMB_ASSIGN_OR_RETURN(void* rows_p, remap_buffers.get(2 * t, n * 8, Category::kWorkspace, alloc));
+      LEANEMB_ASSIGN_OR_RETURN(void* slots_p, remap_buffers.get(2 * t + 1, n * 8, Category::kWorkspace, alloc));
+      int64_t* rows = static_cast<int64_t*>(rows_p);
+      slots = static_cast<int64_t*>(slots_p);
+      gather_table_ids(options, b, ti, rows);
+      step_mapped[t] = 0;
+      // A forward right after prefetch() of this batch takes the prefetch's mapping as it is.
+      Result<bool> taken = touch ? ts.cache->take_prefetched(std::span<const int64_t>(rows, n), slots) : false;
+      Status st = taken.status();
+      if (st.ok() && !taken.value())
+        st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
+      if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
+      step_mapped[t] = n;
+    }
     size_t k = 0;
     for (size_t f = 0; f < options.features.size(); ++f) {
       if (options.features[f].table != ti) continue;

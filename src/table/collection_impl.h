@@ -123,6 +123,7 @@ struct EmbeddingCollection::Impl {
   int num_threads = 1;
   bool has_cache = false;        // some table has a row cache
   StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
+  std::vector<size_t> step_mapped;  // per table: ids the pinned step mapping holds (0 = none)
   bool has_dynamic = false;      // some table is dynamic
   // Dynamic tables: per table t, slots 4t (raw ids) and 4t + 1 (rows) hold the last forward's
   // mapping (fwd_ids[t] ids; -1 when none), 4t + 2 / 4t + 3 backward_update's scratch.

@@ -255,6 +255,7 @@ void EmbeddingCollection::release_step_buffers() {
   impl_->remap_buffers.release();
   impl_->dyn_buffers.release();
   std::fill(impl_->fwd_ids.begin(), impl_->fwd_ids.end(), -1);  // the kept mapping lived there
+  std::fill(impl_->step_mapped.begin(), impl_->step_mapped.end(), size_t{0});  // and the slots
 }
 void EmbeddingCollection::set_step(int64_t step) {
   LEANEMB_CHECK(step >= 0, "negative step");

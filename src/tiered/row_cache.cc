@@ -1,6 +1,8 @@
 // RowCache: slots, index (row -> slot map, eviction heap), fetch with write-back, prefetch thread.
 #include "tiered/row_cache.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -49,12 +51,18 @@ struct RowCache::Index {
   CachePolicy policy = CachePolicy::kLru;
   int64_t cap = 0;
   int64_t* slot_row = nullptr;   // [cap] table row, -1 free
-  uint64_t* last_use = nullptr;  // [cap] tick of the last acquire
-  uint32_t* freq = nullptr;      // [cap] acquires since fetched (LFU)
-  int32_t* heap_pos = nullptr;   // [cap] LFU: position in heap, -1 when not in it; LRU: version
+  // A slot's metadata in one cache line's share: a hit reads and writes one line, not four.
+  struct SlotMeta {
+    uint64_t last_use;  // tick of the last acquire
+    uint32_t freq;      // acquires since fetched (LFU)
+    int32_t heap_pos;   // LFU: position in heap, -1 when not in it; LRU: version
+    uint8_t flags;      // pins, in flight
+    uint8_t dirty;
+    uint8_t pad[6];
+  };
+  static_assert(sizeof(SlotMeta) == 24);
+  SlotMeta* meta = nullptr;      // [cap]
   int32_t* heap = nullptr;       // [cap] LFU heap of slots
-  uint8_t* flags = nullptr;      // [cap] pins, in flight
-  uint8_t* dirty = nullptr;      // [cap]
   MapEntry* map = nullptr;       // [m]
   size_t map_mask = 0;
   QueueEntry* queue = nullptr;   // [queue_cap] LRU ring
@@ -96,28 +104,28 @@ struct RowCache::Index {
     }
   }
 
-  bool evictable(int32_t s) const { return flags[s] == 0 && slot_row[s] >= 0; }
+  bool evictable(int32_t s) const { return meta[s].flags == 0 && slot_row[s] >= 0; }
 
   // ---- the evictable set ----
   void make_evictable(int32_t s) {
     if (policy == CachePolicy::kLfu) {
-      if (heap_pos[s] < 0) heap_push(s);
+      if (meta[s].heap_pos < 0) heap_push(s);
       return;
     }
     if (tail - head == queue_cap) compact();
-    const uint32_t v = static_cast<uint32_t>(heap_pos[s]) + 1;
-    heap_pos[s] = static_cast<int32_t>(v);
+    const uint32_t v = static_cast<uint32_t>(meta[s].heap_pos) + 1;
+    meta[s].heap_pos = static_cast<int32_t>(v);
     queue[tail++ % queue_cap] = QueueEntry{s, v};
   }
   void unmake_evictable(int32_t s) {
-    if (policy == CachePolicy::kLfu && heap_pos[s] >= 0) heap_remove(s);
+    if (policy == CachePolicy::kLfu && meta[s].heap_pos >= 0) heap_remove(s);
     // LRU: the slot's entry stays; pinned, it is skipped, and its release appends a new one.
   }
   int32_t pop_victim() {
     if (policy == CachePolicy::kLfu) return heap_pop();
     while (head < tail) {
       const QueueEntry e = queue[head++ % queue_cap];
-      if (static_cast<uint32_t>(heap_pos[e.slot]) == e.version && evictable(e.slot)) return e.slot;
+      if (static_cast<uint32_t>(meta[e.slot].heap_pos) == e.version && evictable(e.slot)) return e.slot;
     }
     return -1;
   }
@@ -126,19 +134,19 @@ struct RowCache::Index {
     uint64_t out = head;
     for (uint64_t i = head; i < tail; ++i) {
       const QueueEntry e = queue[i % queue_cap];
-      if (static_cast<uint32_t>(heap_pos[e.slot]) == e.version && evictable(e.slot)) queue[out++ % queue_cap] = e;
+      if (static_cast<uint32_t>(meta[e.slot].heap_pos) == e.version && evictable(e.slot)) queue[out++ % queue_cap] = e;
     }
     tail = out;
   }
 
   bool less(int32_t a, int32_t b) const {
-    if (freq[a] != freq[b]) return freq[a] < freq[b];
-    if (last_use[a] != last_use[b]) return last_use[a] < last_use[b];
+    if (meta[a].freq != meta[b].freq) return meta[a].freq < meta[b].freq;
+    if (meta[a].last_use != meta[b].last_use) return meta[a].last_use < meta[b].last_use;
     return a < b;
   }
   void heap_set(int32_t i, int32_t s) {
     heap[i] = s;
-    heap_pos[s] = i;
+    meta[s].heap_pos = i;
   }
   void sift_up(int32_t i) {
     const int32_t s = heap[i];
@@ -167,13 +175,13 @@ struct RowCache::Index {
     sift_up(heap_size - 1);
   }
   void heap_remove(int32_t s) {
-    const int32_t i = heap_pos[s];
-    heap_pos[s] = -1;
+    const int32_t i = meta[s].heap_pos;
+    meta[s].heap_pos = -1;
     const int32_t last = heap[--heap_size];
     if (i == heap_size) return;
     heap_set(i, last);
     sift_up(i);
-    sift_down(heap_pos[last]);
+    sift_down(meta[last].heap_pos);
   }
   int32_t heap_pop() {
     if (heap_size == 0) return -1;
@@ -197,6 +205,8 @@ struct RowCache::Plan {
   };
   std::vector<Fresh> fresh;
   std::vector<Victim> victims;
+  std::vector<int64_t> wb_rows, rd_rows;
+  std::vector<int32_t> found;
 };
 
 Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& options, const RowLayout& layout,
@@ -246,25 +256,19 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   // Largest alignment first so every array is aligned.
   const size_t qcap = row_cache_queue_entries(cap);
   carve(ix->slot_row, ucap);
-  carve(ix->last_use, ucap);
+  carve(ix->meta, ucap);
   carve(ix->map, m);
   carve(ix->queue, qcap);
-  carve(ix->freq, ucap);
-  carve(ix->heap_pos, ucap);
   carve(ix->heap, ucap);
-  carve(ix->flags, ucap);
-  carve(ix->dirty, ucap);
   ix->map_mask = m - 1;
   ix->queue_cap = qcap;
   std::fill(ix->slot_row, ix->slot_row + cap, int64_t{-1});
-  std::fill(ix->last_use, ix->last_use + cap, uint64_t{0});
-  std::fill(ix->freq, ix->freq + cap, 0u);
-  std::fill(ix->heap_pos, ix->heap_pos + cap, options.policy == CachePolicy::kLfu ? -1 : 0);
-  std::fill(ix->flags, ix->flags + cap, uint8_t{0});
-  std::fill(ix->dirty, ix->dirty + cap, uint8_t{0});
+  std::fill(ix->meta, ix->meta + cap,
+            Index::SlotMeta{0, 0, options.policy == CachePolicy::kLfu ? -1 : 0, 0, 0, {}});
   std::fill(ix->map, ix->map + m, Index::MapEntry{Index::kEmpty, -1});
   ix->free_slots.resize(ucap);
   for (int64_t s = 0; s < cap; ++s) ix->free_slots[ucap - 1 - static_cast<size_t>(s)] = static_cast<int32_t>(s);
+  c->plan_ = std::make_unique<Plan>();
   c->slot_row_ = ix->slot_row;
   c->index_ = std::move(ix);
   c->stats_.capacity_rows = cap;
@@ -273,6 +277,10 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
 }
 
 RowCache::~RowCache() {
+  stop_worker();
+}
+
+void RowCache::stop_worker() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -285,9 +293,9 @@ void RowCache::pin_locked(int64_t slot, PinSet set) {
   Index& ix = *index_;
   const int32_t s = static_cast<int32_t>(slot);
   const uint8_t bit = pin_bit(set);
-  if (ix.flags[s] & bit) return;
+  if (ix.meta[s].flags & bit) return;
   ix.unmake_evictable(s);
-  ix.flags[s] |= bit;
+  ix.meta[s].flags |= bit;
   pinned_[static_cast<int>(set)].push_back(slot);
 }
 
@@ -295,9 +303,11 @@ void RowCache::release(PinSet set) {
   std::lock_guard<std::mutex> l(mu_);
   Index& ix = *index_;
   const uint8_t bit = pin_bit(set);
-  for (int64_t slot : pinned_[static_cast<int>(set)]) {
-    const int32_t s = static_cast<int32_t>(slot);
-    ix.flags[s] &= static_cast<uint8_t>(~bit);
+  const auto& pins = pinned_[static_cast<int>(set)];
+  for (size_t i = 0; i < pins.size(); ++i) {
+    if (i + 8 < pins.size()) __builtin_prefetch(&ix.meta[pins[i + 8]]);
+    const int32_t s = static_cast<int32_t>(pins[i]);
+    ix.meta[s].flags &= static_cast<uint8_t>(~bit);
     if (ix.evictable(s)) ix.make_evictable(s);
   }
   pinned_[static_cast<int>(set)].clear();
@@ -305,7 +315,10 @@ void RowCache::release(PinSet set) {
 
 void RowCache::mark_dirty(std::span<const int64_t> slots) {
   std::lock_guard<std::mutex> l(mu_);
-  for (int64_t s : slots) index_->dirty[s] = 1;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (i + 8 < slots.size()) __builtin_prefetch(&index_->meta[slots[i + 8]]);
+    index_->meta[slots[i]].dirty = 1;
+  }
 }
 
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
@@ -314,24 +327,26 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
     std::unique_lock<std::mutex> l(mu_);
     const Index& ix = *index_;
     found_.resize(rows.size());
-    bool all = true;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + 16 < rows.size()) ix.prefetch_row(rows[i + 16]);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    int32_t* found = found_.data();
+    int missing = 0;
+    // Lookups only (the index is not modified): in parallel, with the probes prefetched.
+#pragma omp parallel for num_threads(n >= 16384 ? options_.num_threads : 1) reduction(| : missing) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + 16 < n) ix.prefetch_row(rows[i + 16]);
       const int32_t s = ix.find(rows[i]);
-      found_[i] = s;
-      if (s < 0 || (ix.flags[s] & kInFlight)) {
-        all = false;
-        break;
-      }
+      found[i] = s;
+      missing |= (s < 0 || (ix.meta[s].flags & kInFlight)) ? 1 : 0;
     }
-    if (all) {
+    if (!missing) {
       const uint64_t tick = touch ? ++tick_ : 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        const int32_t s = found_[i];
-        if (touch && index_->last_use[s] != tick) {
+        if (i + 8 < rows.size()) __builtin_prefetch(&index_->meta[found[i + 8]]);
+        const int32_t s = found[i];
+        if (touch && index_->meta[s].last_use != tick) {
           ++stats_.lookups;
-          ++index_->freq[s];
-          index_->last_use[s] = tick;
+          ++index_->meta[s].freq;
+          index_->meta[s].last_use = tick;
         }
         pin_locked(s, set);
         if (slots_out) slots_out[i] = s;
@@ -352,42 +367,65 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
 
 Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch) {
   Index& ix = *index_;
-  Plan plan;
+  // Reused between fetches (under fetch_mu_): a step's fetch would otherwise allocate and free
+  // megabytes of vectors, and the heap's trim / regrowth faults in fresh zeroed pages each time.
+  Plan& plan = *plan_;
+  plan.fresh.clear();
+  plan.victims.clear();
   // Undoes phase A: new rows leave the map, victims come back (with their dirty flags).
   // Victims not restored (already written back) leave their slots free.
   auto rollback_locked = [&](bool restore_victims) {
     for (auto it = plan.fresh.rbegin(); it != plan.fresh.rend(); ++it) {
       ix.erase(it->row);
       ix.slot_row[it->slot] = -1;
-      ix.flags[it->slot] = 0;
-      ix.dirty[it->slot] = 0;
+      ix.meta[it->slot].flags = 0;
+      ix.meta[it->slot].dirty = 0;
       if (it->from_free || !restore_victims) ix.free_slots.push_back(it->slot);
     }
     if (restore_victims)
       for (const Plan::Victim& v : plan.victims) {
         ix.slot_row[v.slot] = v.row;
-        ix.dirty[v.slot] = v.dirty ? 1 : 0;
+        ix.meta[v.slot].dirty = v.dirty ? 1 : 0;
         ix.insert(v.row, v.slot);
         ix.make_evictable(v.slot);
       }
     auto& pins = pinned_[static_cast<int>(set)];
-    std::erase_if(pins, [&](int64_t s) { return ix.slot_row[s] < 0 || ix.flags[s] == 0; });
+    std::erase_if(pins, [&](int64_t s) { return ix.slot_row[s] < 0 || ix.meta[s].flags == 0; });
   };
   // Phase A (locked): hits are pinned; each miss gets a free slot or a victim's.
   {
     std::lock_guard<std::mutex> l(mu_);
     const uint64_t tick = ++tick_;
+    // Pass 1: lookups only (probes prefetched; in parallel on the owner's thread).
+    const int64_t n = static_cast<int64_t>(rows.size());
+    plan.found.resize(rows.size());
+    int32_t* found = plan.found.data();
+#pragma omp parallel for num_threads(!prefetching && n >= 16384 ? options_.num_threads : 1) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + 16 < n) ix.prefetch_row(rows[i + 16]);
+      found[i] = ix.find(rows[i]);
+    }
+    // Pass 2: the hits update their metadata (prefetched ahead) and are pinned, all of them
+    // before any victim is chosen, so that no miss can evict a row this call still needs.
     for (size_t i = 0; i < rows.size(); ++i) {
+      if (i + 8 < rows.size() && found[i + 8] >= 0) __builtin_prefetch(&ix.meta[found[i + 8]]);
+      const int32_t s = found[i];
+      if (s < 0) continue;
+      if (touch && ix.meta[s].last_use != tick) {
+        if (!prefetching) ++stats_.lookups;
+        ++ix.meta[s].freq;
+        ix.meta[s].last_use = tick;
+      }
+      pin_locked(s, set);
+      if (slots_out) slots_out[i] = s;
+    }
+    // Pass 3, in order: each miss takes a free slot or a victim's. A row that repeats after its
+    // first miss is found in the map by then.
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (found[i] >= 0) continue;
       const int64_t r = rows[i];
-      if (i + 16 < rows.size()) ix.prefetch_row(rows[i + 16]);
       int32_t s = ix.find(r);
-      if (s >= 0) {
-        if (touch && ix.last_use[s] != tick) {
-          if (!prefetching) ++stats_.lookups;
-          ++ix.freq[s];
-          ix.last_use[s] = tick;
-        }
-      } else {
+      if (s < 0) {
         bool from_free = !ix.free_slots.empty();
         if (from_free) {
           s = ix.free_slots.back();
@@ -401,16 +439,16 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
                                       "or its prefetch (raise the cache capacity above the distinct rows of two "
                                       "steps, or turn prefetch off)");
           }
-          plan.victims.push_back({s, ix.slot_row[s], ix.dirty[s] != 0});
+          plan.victims.push_back({s, ix.slot_row[s], ix.meta[s].dirty != 0});
           ix.erase(ix.slot_row[s]);
         }
         plan.fresh.push_back({r, s, from_free});
         ix.slot_row[s] = r;
         ix.insert(r, s);
-        ix.freq[s] = 1;
-        ix.last_use[s] = tick;
-        ix.dirty[s] = 0;
-        ix.flags[s] = kInFlight;
+        ix.meta[s].freq = 1;
+        ix.meta[s].last_use = tick;
+        ix.meta[s].dirty = 0;
+        ix.meta[s].flags = kInFlight;
         if (!prefetching) ++stats_.lookups;
       }
       pin_locked(s, set);
@@ -427,7 +465,8 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     return Status();
   };
   // Phase B: write back dirty victims.
-  std::vector<int64_t> wb_rows;
+  std::vector<int64_t>& wb_rows = plan.wb_rows;
+  wb_rows.clear();
   for (const Plan::Victim& v : plan.victims)
     if (v.dirty) wb_rows.push_back(v.row);
   Status st;
@@ -447,7 +486,8 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, wb_rows.size() * stride);
   }
   // Phase C: read the new rows (the initializer makes the ones never written).
-  std::vector<int64_t> rd_rows(plan.fresh.size());
+  std::vector<int64_t>& rd_rows = plan.rd_rows;
+  rd_rows.resize(plan.fresh.size());
   for (size_t i = 0; i < plan.fresh.size(); ++i) rd_rows[i] = plan.fresh[i].row;
   st = grow(stage_in_, rd_rows.size());
   present_.resize(rd_rows.size());
@@ -471,7 +511,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   if (memory_ && loaded) memory_->record_transfer(store_tier_, Tier::kDevice, loaded * stride);
   // Phase D (locked): the new rows are in.
   std::lock_guard<std::mutex> l(mu_);
-  for (const Plan::Fresh& f : plan.fresh) ix.flags[f.slot] &= static_cast<uint8_t>(~kInFlight);
+  for (const Plan::Fresh& f : plan.fresh) ix.meta[f.slot].flags &= static_cast<uint8_t>(~kInFlight);
   stats_.misses += plan.fresh.size();
   if (prefetching) stats_.prefetched_rows += plan.fresh.size();
   stats_.evictions += plan.victims.size();
@@ -493,9 +533,44 @@ Status RowCache::start_prefetch(std::span<const int64_t> rows) {
   }
   if (!rows.empty()) std::memcpy(job_.data(), rows.data(), rows.size() * 8);
   job_rows_ = rows.size();
+  job_complete_ = false;
   has_job_ = true;
   cv_.notify_all();
   return Status();
+}
+
+Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* slots_out) {
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return !has_job_ && !busy_; });
+  stats_.exposed_seconds += seconds_since(t0);
+  if (!prefetch_status_.ok()) {
+    Status st = prefetch_status_;
+    prefetch_status_ = Status();
+    return st;
+  }
+  if (!job_complete_ || rows.size() != job_rows_ || job_slots_.size() != rows.size() ||
+      (!rows.empty() && std::memcmp(rows.data(), job_.data(), rows.size() * 8) != 0))
+    return false;
+  job_complete_ = false;
+  // The prefetch's pins become the step's: every distinct row of the batch, each counted once
+  // as a lookup (the prefetch counted none).
+  Index& ix = *index_;
+  auto& from = pinned_[static_cast<int>(PinSet::kPrefetch)];
+  auto& to = pinned_[static_cast<int>(PinSet::kStep)];
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (i + 8 < from.size()) __builtin_prefetch(&ix.meta[from[i + 8]]);
+    uint8_t& f = ix.meta[from[i]].flags;
+    f &= static_cast<uint8_t>(~kPinPrefetch);
+    if (!(f & kPinStep)) {
+      f |= kPinStep;
+      to.push_back(from[i]);
+    }
+  }
+  stats_.lookups += from.size();
+  from.clear();
+  for (size_t i = 0; i < rows.size(); ++i) slots_out[i] = job_slots_[i];
+  return true;
 }
 
 Status RowCache::wait_prefetch() {
@@ -520,13 +595,16 @@ void RowCache::prefetch_main() {
     Status st;
     {
       std::lock_guard<std::mutex> f(fetch_mu_);
-      st = fetch(rows, nullptr, PinSet::kPrefetch, true, true);
+      job_slots_.resize(rows.size());
+      st = fetch(rows, job_slots_.data(), PinSet::kPrefetch, true, true);
     }
+    const bool complete = st.ok();
     // A cache too small for two steps' rows at once: the step fetches the rest itself.
     if (st.code() == StatusCode::kResourceExhausted && st.message().rfind("row cache of", 0) == 0) st = Status();
     {
       std::lock_guard<std::mutex> l(mu_);
       busy_ = false;
+      job_complete_ = complete;
       if (prefetch_status_.ok()) prefetch_status_ = st;
     }
     cv_.notify_all();
@@ -537,27 +615,27 @@ Status RowCache::flush() {
   LEANEMB_RETURN_IF_ERROR(wait_prefetch());
   std::lock_guard<std::mutex> f(fetch_mu_);
   const size_t stride = layout_.stride_bytes;
-  std::vector<int32_t> dirty;
+  std::vector<int32_t> dirty_slots;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (int64_t s = 0; s < capacity_; ++s)
-      if (index_->dirty[s] && index_->slot_row[s] >= 0) dirty.push_back(static_cast<int32_t>(s));
+      if (index_->meta[s].dirty && index_->slot_row[s] >= 0) dirty_slots.push_back(static_cast<int32_t>(s));
   }
   constexpr size_t kChunk = 4096;
-  for (size_t b = 0; b < dirty.size(); b += kChunk) {
-    const size_t n = std::min(kChunk, dirty.size() - b);
+  for (size_t b = 0; b < dirty_slots.size(); b += kChunk) {
+    const size_t n = std::min(kChunk, dirty_slots.size() - b);
     if (stage_out_.size_bytes() < n * stride) {
       stage_out_.reset();
       LEANEMB_ASSIGN_OR_RETURN(stage_out_, staging_alloc_->allocate(n * stride, Category::kIoBuffers, 4096));
     }
     std::vector<int64_t> rows(n);
     for (size_t i = 0; i < n; ++i) {
-      rows[i] = slot_row_[dirty[b + i]];
-      std::memcpy(stage_out_.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty[b + i]) * stride, stride);
+      rows[i] = slot_row_[dirty_slots[b + i]];
+      std::memcpy(stage_out_.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty_slots[b + i]) * stride, stride);
     }
     LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, stage_out_.as<uint8_t>()));
     std::lock_guard<std::mutex> l(mu_);
-    for (size_t i = 0; i < n; ++i) index_->dirty[dirty[b + i]] = 0;
+    for (size_t i = 0; i < n; ++i) index_->meta[dirty_slots[b + i]].dirty = 0;
     stats_.writebacks += n;
     stats_.bytes_written += n * stride;
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, n * stride);
@@ -628,7 +706,7 @@ Status RowCache::write_row(int64_t row, const uint8_t* fat) {
     const int32_t s = index_->find(row);
     if (s >= 0) {
       std::memcpy(slots() + static_cast<size_t>(s) * layout_.stride_bytes, fat, layout_.stride_bytes);
-      index_->dirty[s] = 1;
+      index_->meta[s].dirty = 1;
       return Status();
     }
   }

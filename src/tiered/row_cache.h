@@ -58,6 +58,7 @@ struct RowCacheOptions {
   int64_t capacity_rows = 0;  // slots (1 <= capacity <= num_rows)
   CachePolicy policy = CachePolicy::kLru;
   int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
+  int num_threads = 1;            // OpenMP threads for the lookups of large acquires
 };
 
 // Fills one fat row (stride_bytes) of table row `row` with its initial bytes.
@@ -95,6 +96,11 @@ class RowCache {
   // returned by the next wait_prefetch() / acquire(). Errors: ResourceExhausted (the copy).
   Status start_prefetch(std::span<const int64_t> rows);
   Status wait_prefetch();
+  // After a prefetch of exactly `rows` completed: hands its pins to the step set (each distinct
+  // row counted as one lookup), writes its slots to slots_out and returns true, without looking
+  // any row up again. False (nothing changed) when the last prefetch was for other rows or did
+  // not fetch them all; the prefetch's error, if any.
+  Result<bool> take_prefetched(std::span<const int64_t> rows, int64_t* slots_out);
   // Writes every dirty row back to the store (they stay resident, clean) and flushes the store.
   Status flush();
   // One row's current bytes: from its slot if resident, else from the store (or the
@@ -115,6 +121,7 @@ class RowCache {
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   void pin_locked(int64_t slot, PinSet set);
   void prefetch_main();
+  void stop_worker();
 
   RowCacheOptions options_;
   RowLayout layout_;
@@ -129,6 +136,7 @@ class RowCache {
   Allocation index_mem_;   // slot_row_, last_use_, freq_, heap_pos_, pins_, dirty_, map
   int64_t* slot_row_ = nullptr;
   std::unique_ptr<Index> index_;
+  std::unique_ptr<Plan> plan_;  // fetch's reused scratch (under fetch_mu_)
 
   mutable std::mutex mu_;        // guards the index, pins, dirty flags and stats
   std::mutex fetch_mu_;          // one fetch at a time
@@ -149,6 +157,8 @@ class RowCache {
   bool busy_ = false;
   Allocation job_;  // the prefetch's rows (io_buffers)
   size_t job_rows_ = 0;
+  std::vector<int64_t> job_slots_;  // the prefetch's slots of job_ (prefetch thread, then mu_)
+  bool job_complete_ = false;       // the last prefetch fetched every row of job_
   Status prefetch_status_;
 };
 

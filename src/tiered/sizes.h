@@ -35,10 +35,10 @@ inline size_t row_cache_queue_entries(int64_t capacity_rows) {
   return 2 * static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0) + 16;
 }
 
-// Per slot: row (int64), last use (uint64), frequency (uint32), heap position or LRU version
-// (int32), heap entry (int32), pin / in-flight flags (uint8), dirty (uint8); per map entry: row
+// Per slot: row (int64), a 24-byte metadata record (last use, frequency, heap position or LRU
+// version, pin / in-flight flags, dirty, padding) and a heap entry (int32); per map entry: row
 // (uint32) and slot (int32); per ring entry: slot (int32) and version (uint32).
-inline constexpr size_t kRowCacheSlotIndexBytes = 8 + 8 + 4 + 4 + 4 + 1 + 1;
+inline constexpr size_t kRowCacheSlotIndexBytes = 8 + 24 + 4;
 inline constexpr size_t kRowCacheMapEntryBytes = 4 + 4;
 inline constexpr size_t kRowCacheQueueEntryBytes = 4 + 4;
 
