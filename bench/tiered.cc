@@ -245,6 +245,7 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
       json j = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
       json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", cache_policy_label(o.cache_policy)},
                {"hit_rate", j["hit_rate"]}, {"lru_simulation_hit_rate", sim}, {"capacity_rows", st.capacity_rows},
+               {"resident_rows", st.resident_rows}, {"evictions_per_step", j["evictions_per_step"]},
                {"distinct_rows_per_step", j["lookups_per_step"]}};
       progress("sweep alpha %.2f fraction %.2f: hit rate %.4f (offline LRU %.4f)", alpha, f,
                j["hit_rate"].get<double>(), sim);
