@@ -53,6 +53,8 @@ struct CtrModelOptions {
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
   InitOptions row_init;
+  TableCacheOptions row_cache;            // every table's tiered storage (off by default)
+  std::string store_dir;                  // file stores: <store_dir>/<table name>.rows
   PoolingMode pooling = PoolingMode::kSum;
   std::vector<int64_t> bottom_hidden;     // bottom MLP widths after the input (last = z's dim)
   std::vector<int64_t> top_hidden;        // top MLP hidden widths (a 1-wide output is added)

@@ -148,7 +148,12 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !cached;
     max_dim = std::max(max_dim, t.dim);
     const size_t nr = static_cast<size_t>(s.rows);
-    if (s.split) {
+    if (cached) {
+      // The row store (src/tiered/row_store.cc): a host store holds every fat row in host RAM
+      // (category weights); a file store keeps them on disk. Both keep a presence bit per row.
+      r.persist(Item{Tier::kHost, Category::kWeights,
+                     (w.file_store ? 0 : nr * s.layout.stride_bytes) + tiered::presence_bitmap_bytes(s.rows)});
+    } else if (s.split) {
       r.persist(r.item(Category::kWeights, nr * split_weight_stride(s.layout.weight_bytes)));
       r.persist(r.item(Category::kOptimizerState, nr * split_state_stride(s.layout.state_bytes)));
     } else {

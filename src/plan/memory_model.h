@@ -71,7 +71,8 @@ struct Workload {
   amp::Precision precision = amp::Precision::kFp32;
   bool checkpoint_activations = false;
   Placement placement;
-  double cache_fraction = 1.0;  // < 1: rows live in the weights tier (host) behind a device cache
+  double cache_fraction = 1.0;  // < 1: rows live in a row store behind a device cache
+  bool file_store = false;      // cached: the store is a file (rows on disk) instead of host RAM
   int num_shards = 1;           // row-wise shards; per-device figures
   int num_threads = 0;          // CPU threads of the fused update (0 = OpenMP's default)
 };

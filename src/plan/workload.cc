@@ -22,6 +22,10 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
   w.precision = c.precision;
   w.checkpoint_activations = c.checkpoint_activations;
   w.placement = c.memory.placement;
+  if (c.row_cache.enabled()) {
+    w.cache_fraction = c.row_cache.fraction;
+    w.file_store = c.row_cache.store == "file";
+  }
   w.num_threads = c.threads;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is
   // non-empty with probability 1 - missing; max_len truncates. Other data: one id, unknown skew.

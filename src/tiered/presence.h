@@ -13,6 +13,7 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::tiered {
 
@@ -23,10 +24,10 @@ class PresenceBitmap {
   // Errors: ResourceExhausted from the allocator.
   static Result<PresenceBitmap> create(int64_t num_rows, Allocator* alloc) {
     PresenceBitmap b;
-    const size_t words = static_cast<size_t>((num_rows + 63) / 64);
-    if (words == 0) return b;
-    LEANEMB_ASSIGN_OR_RETURN(b.mem_, alloc->allocate(words * 8, Category::kWeights, 64));
-    std::memset(b.mem_.data(), 0, words * 8);
+    const size_t bytes = presence_bitmap_bytes(num_rows);
+    if (bytes == 0) return b;
+    LEANEMB_ASSIGN_OR_RETURN(b.mem_, alloc->allocate(bytes, Category::kWeights, 64));
+    std::memset(b.mem_.data(), 0, bytes);
     return b;
   }
 

@@ -7,6 +7,11 @@
 
 namespace leanemb::tiered {
 
+// The row stores' presence bitmap (host tier, category weights): one bit per row, in 64-bit words.
+inline size_t presence_bitmap_bytes(int64_t num_rows) {
+  return static_cast<size_t>(num_rows > 0 ? (num_rows + 63) / 64 : 0) * 8;
+}
+
 // Slots of a cache of `fraction` of `num_rows` rows (at least 1, at most num_rows).
 inline int64_t cache_capacity_rows(int64_t num_rows, double fraction) {
   if (num_rows <= 0) return 0;

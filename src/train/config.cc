@@ -297,6 +297,18 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &c.row_init.kind, parse_init_kind));
   LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &c.row_init.bound, 0.0, 1e3));
   LEANEMB_RETURN_IF_ERROR(e.read("init_std", &c.row_init.std, 0.0, 1e3));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c.row_cache.fraction, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, [](std::string_view v) -> Result<CachePolicy> {
+    if (v == "lru") return CachePolicy::kLru;
+    if (v == "lfu") return CachePolicy::kLfu;
+    return invalid_argument("expected lru or lfu, got '" + std::string(v) + "'");
+  }));
+  LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
+  if (c.row_cache.store != "host" && c.row_cache.store != "file")
+    return invalid_argument(origin + ": embedding.store: expected host or file, got '" + c.row_cache.store + "'");
+  LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
+  if (c.row_cache.store == "file" && c.row_cache.enabled() && c.store_dir.empty())
+    return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]

@@ -52,6 +52,11 @@ struct TrainConfig {
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;  // kind, learning_rate, eps, betas, weight_decay, state_dtype
   InitOptions row_init;            // init (uniform | normal | zeros), init_bound, init_std
+  // Tiered tables (docs/tiered.md): cache_fraction > 0 keeps each table's rows in a row store
+  // (store = host | file; file stores go to store_dir/<table>.rows) with a device-tier cache of
+  // that fraction of its rows (cache_policy = lru | lfu).
+  TableCacheOptions row_cache;
+  std::string store_dir;
 
   // [dense]
   nn::DenseOptimizerOptions dense_optimizer;

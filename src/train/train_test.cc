@@ -2,10 +2,12 @@
 // accumulation, activation checkpointing, thread-count determinism).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -272,6 +274,50 @@ TEST(PlacementTrainTest, OptimizerStateOnHostTrainsIdentically) {
   EXPECT_EQ(state_bytes(*a.model), state_bytes(*b.model));
   EXPECT_GT(b.mem->transfers().host_to_device(), 0u);
   EXPECT_GT(b.mem->stats()[1][Category::kOptimizerState].current_bytes, 0u);
+}
+
+// Tiered tables (a small cache over host RAM, and over files) train identically to resident ones.
+TEST(TieredTrainTest, CachedTablesTrainIdentically) {
+  const model::CtrModelOptions o = small_model(400);
+  const std::string dir = ::testing::TempDir() + "leanemb_tiered_train_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* store : {"host", "file"}) {
+    SCOPED_TRACE(store);
+    model::CtrModelOptions oc = o;
+    oc.row_cache.fraction = 0.25;  // 100 slots per table; a batch of 64 touches at most 64 rows
+    oc.row_cache.store = store;
+    oc.store_dir = dir;
+    Rig a = make_rig(o), b = make_rig(oc);
+    amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
+    amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
+    for (int step = 0; step < 4; ++step) {
+      const data::Batch batch = random_batch(o, 64, 500 + step);
+      auto ra = a.model->train_step(batch, 2, s1);
+      auto rb = b.model->train_step(batch, 2, s2);
+      ASSERT_TRUE(ra.ok() && rb.ok()) << rb.status().to_string();
+      EXPECT_EQ(ra.value().loss, rb.value().loss);
+    }
+    EXPECT_EQ(state_bytes(*a.model), state_bytes(*b.model));
+    EXPECT_GT(b.mem->stats()[0][Category::kRowCache].current_bytes, 0u);
+    EXPECT_GT(b.model->embeddings().cache_stats(0).value().evictions, 0u);  // the cache really evicted
+  }
+  std::filesystem::remove_all(dir);
+  // Config keys.
+  auto c = parse_config(default_config_text(), "<default>", std::vector<std::string>{"embedding.cache_fraction=0.25", "embedding.cache_policy=\"lfu\""});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().row_cache.fraction, 0.25);
+  EXPECT_EQ(c.value().row_cache.policy, CachePolicy::kLfu);
+  for (const auto& [set, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"embedding.store=\"tape\"", "embedding.store"}, {"embedding.cache_policy=\"mru\"", "embedding.cache_policy"},
+           {"embedding.cache_fraction=2", "embedding.cache_fraction"}}) {
+    auto bad = parse_config(default_config_text(), "<default>", std::vector<std::string>{set});
+    ASSERT_FALSE(bad.ok()) << set;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+  }
+  auto no_dir = parse_config(default_config_text(), "<default>",
+                             std::vector<std::string>{"embedding.cache_fraction=0.5", "embedding.store=\"file\""});
+  ASSERT_FALSE(no_dir.ok());
+  EXPECT_NE(no_dir.status().message().find("store_dir"), std::string::npos) << no_dir.status().message();
 }
 
 // A device budget too small for a step fails it cleanly (ResourceExhausted) and changes nothing.

@@ -37,6 +37,8 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   o.row_dtype = c.row_dtype;
   o.row_optimizer = c.row_optimizer;
   o.row_init = c.row_init;
+  o.row_cache = c.row_cache;
+  o.store_dir = c.store_dir;
   o.pooling = c.pooling;
   o.bottom_hidden = c.bottom_mlp;
   o.top_hidden = c.top_mlp;
@@ -293,6 +295,11 @@ Result<json> run_training(const RunOptions& ro) {
     }
   }
   LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(mso));
+  if (c.row_cache.enabled() && c.row_cache.store == "file") {
+    std::error_code dir_ec;
+    std::filesystem::create_directories(c.store_dir, dir_ec);
+    if (dir_ec) return io_error("cannot create embedding.store_dir '" + c.store_dir + "': " + dir_ec.message());
+  }
   LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(model_options(c), mem.get()));
   LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(tro));
