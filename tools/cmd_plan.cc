@@ -126,10 +126,14 @@ int run_plan(const PlanArgs& a) {
     if (!from_config)
       return report_error(invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes"));
     const plan::Workload& c = res.chosen.workload;
-    if (c.cache_fraction < 1.0 || c.num_shards > 1)
-      return report_error(failed_precondition("the chosen plan needs a row cache or shards, which `leanemb train` cannot run yet; "
-                                              "rerun without --allow-cache / --max-shards to write a config"));
+    if (c.num_shards > 1)
+      return report_error(failed_precondition("the chosen plan needs shards, which `leanemb train` cannot run yet; "
+                                              "rerun without --max-shards to write a config"));
     train::TrainConfig out = cfg;
+    if (c.cache_fraction < 1.0) {
+      out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
+      out.row_cache.store = "host";
+    }
     out.row_dtype = c.row_dtype;
     if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);
     out.row_optimizer.kind = c.row_optimizer.kind;
@@ -170,7 +174,7 @@ void register_plan(CLI::App& app, CommandResult* result) {
   cmd->add_flag("--allow-rowwise", a->allow_rowwise, "Also search row-wise optimizers (rowwise_adagrad, partial_rowwise_adam)");
   cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state");
   cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state");
-  cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (needs issue 4's tiered storage)");
+  cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (docs/tiered.md)");
   cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str();
   cmd->add_flag("--no-host", a->no_host, "Keep rows and optimizer state on the device");
   cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");

@@ -20,7 +20,7 @@
 // seed's vocab x dim table with a sequence output; the model downstream of the embedding is not
 // counted: its output and the output's gradient are). Shards (issue 7, not built yet) divide the
 // rows and add communication buffers by the formula in docs/plan.md; not checked against
-// measurement yet. A row cache (cache_fraction < 1) needs the tiered storage of issue 4.
+// measurement yet. A row cache (cache_fraction < 1) keeps the rows in a row store (docs/tiered.md).
 //
 // Thread safety: plain functions of their inputs.
 #pragma once

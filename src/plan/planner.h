@@ -7,7 +7,7 @@
 // Accuracy-safe by default: rows in fp32, fp16 or bf16 (updates with stochastic rounding), the
 // user's full-rank optimizer (SGD, Adagrad, Adam) with fp32 state. Row-wise optimizers
 // (rowwise_adagrad, partial_rowwise_adam), bf16 state and 8-bit state are searched only when
-// allowed; a row cache only when allowed (it needs the tiered storage of issue 4).
+// allowed; a row cache only when allowed (rows in host RAM behind a device cache, docs/tiered.md).
 //
 // Presets and their bandwidths: docs/plan.md (nominal spec-sheet figures).
 // Thread safety: plain functions.
@@ -46,7 +46,7 @@ struct PlannerOptions {
   bool allow_rowwise = false;      // rowwise_adagrad / partial_rowwise_adam
   bool allow_bf16_state = false;
   bool allow_8bit_state = false;
-  bool allow_cache = false;        // device row cache over host rows (issue 4; not trainable yet)
+  bool allow_cache = false;        // device row cache over host rows (docs/tiered.md)
   int max_shards = 1;              // devices the tables may be sharded over
   bool keep_precision = false;     // do not search activation precision (keep the workload's)
   bool allow_host = true;          // rows / state may be placed in host memory

@@ -116,7 +116,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 r.chosen.prediction.comm_bytes_per_step / 1e9, r.chosen.comm_seconds * 1e3, r.chosen.step_seconds * 1e3);
   out += buf;
   if (r.chosen.workload.cache_fraction < 1.0)
-    out += "note: this plan uses a device row cache, which needs the tiered storage of issue 4; `leanemb train` cannot run it yet.\n";
+    out += "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
 

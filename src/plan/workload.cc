@@ -119,8 +119,12 @@ std::string config_to_toml(const train::TrainConfig& c) {
     << "\nweight_decay = " << num(c.row_optimizer.weight_decay)
     << "\nstate_dtype = " << str(std::string(state_dtype_name(c.row_optimizer.state_dtype)))
     << "\ninit = " << str(init_str(c.row_init.kind)) << "\ninit_bound = " << num(c.row_init.bound)
-    << "\ninit_std = " << num(c.row_init.std)
-    << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
+    << "\ninit_std = " << num(c.row_init.std);
+  if (c.row_cache.enabled())
+    o << "\ncache_fraction = " << num(c.row_cache.fraction)
+      << "\ncache_policy = " << str(c.row_cache.policy == CachePolicy::kLru ? "lru" : "lfu")
+      << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
+  o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)
     << "\nbeta1 = " << num(c.dense_optimizer.beta1) << "\nbeta2 = " << num(c.dense_optimizer.beta2) << "\n";
   if (c.dense_optimizer.eps) o << "eps = " << num(*c.dense_optimizer.eps) << "\n";

@@ -16,10 +16,8 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   if (co.fraction < 0.0 || co.fraction > 1.0 || co.capacity_rows < 0 || co.capacity_rows > to.num_rows)
     return invalid_argument("table '" + to.name + "' cache: fraction must be in [0, 1] and capacity_rows in [0, " +
                             std::to_string(to.num_rows) + "]");
-  if (memory && memory->placement()[Category::kWeights] != memory->placement()[Category::kOptimizerState])
-    return invalid_argument("table '" + to.name +
-                            "': a cached table keeps weights and optimizer state together (its store is the "
-                            "offload); place both on the same tier");
+  // A cached table's weights and optimizer state live together in its store (the store is the
+  // offload), whatever the placement says for the weights and optimizer_state categories.
   auto kind = tiered::parse_store_kind(co.store);
   if (!kind.ok()) return fail(kind.status());
   tiered::RowStoreOptions so;
