@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -68,6 +70,9 @@ TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
     const auto& t = plan[tier];
     const double measured = t["measured_peak"].get<double>(), planned = t["planned_peak"].get<double>();
     EXPECT_LE(rel(planned, measured), 0.05) << tier << " peak: planned " << planned << " measured " << measured;
+    // The table of the closing note / docs/plan.md: one line per config and tier.
+    std::printf("prediction %-24s %-6s planned %12.0f measured %12.0f error %+.3f%%\n", GetParam().name.c_str(), tier, planned,
+                measured, 100.0 * (planned - measured) / std::max(measured, 1.0));
     for (const auto& [cat, v] : t["categories"].items()) {
       EXPECT_LE(rel(v["planned"].get<double>(), v["measured"].get<double>()), 0.10)
           << tier << " " << cat << ": planned " << v["planned"] << " measured " << v["measured"];
