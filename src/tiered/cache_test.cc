@@ -161,7 +161,7 @@ void step_both(EmbeddingCollection& cached, EmbeddingCollection& ref, const Owne
   std::vector<std::span<const float>> gs(gseq.begin(), gseq.end());
   ASSERT_TRUE(cached.forward(b.view(), out_c, sc).ok());
   ASSERT_TRUE(ref.forward(b.view(), out_r, sr).ok());
-  ASSERT_EQ(0, std::memcmp(out_c.data(), out_r.data(), P * 4)) << "pooled forward differs";
+  ASSERT_TRUE(P == 0 || std::memcmp(out_c.data(), out_r.data(), P * 4) == 0) << "pooled forward differs";
   for (size_t s = 0; s < seq_c.size(); ++s) ASSERT_EQ(seq_c[s], seq_r[s]) << "sequence forward differs";
   if (next) {
     ASSERT_TRUE(cached.prefetch(next->view()).ok());
