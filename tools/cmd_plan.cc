@@ -133,6 +133,7 @@ int run_plan(const PlanArgs& a) {
     if (c.cache_fraction < 1.0) {
       out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
       out.row_cache.store = "host";
+      out.cache_min_rows = c.cache_min_rows;  // the tables the plan cached
     }
     out.row_dtype = c.row_dtype;
     if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);

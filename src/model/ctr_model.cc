@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "nn/loss.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::model {
 
@@ -67,8 +68,10 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     t.dtype = o.row_dtype;
     t.optimizer = o.row_optimizer;
     t.init = o.row_init;
-    t.cache = o.row_cache;
-    if (t.cache.enabled() && t.cache.store == "file") t.cache.store_path = o.store_dir + "/" + t.name + ".rows";
+    if (tiered::cache_applies(t.num_rows, o.row_cache.fraction, o.cache_min_rows)) {
+      t.cache = o.row_cache;
+      if (t.cache.store == "file") t.cache.store_path = o.store_dir + "/" + t.name + ".rows";
+    }
     co.tables.push_back(t);
     co.features.push_back(FeatureOptions{t.name, f, o.pooling});
   }

@@ -53,7 +53,8 @@ struct CtrModelOptions {
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
   InitOptions row_init;
-  TableCacheOptions row_cache;            // every table's tiered storage (off by default)
+  TableCacheOptions row_cache;            // tiered storage of the tables (off by default)...
+  int64_t cache_min_rows = 0;             // ...of at least this many rows (tiered::cache_applies)
   std::string store_dir;                  // file stores: <store_dir>/<table name>.rows
   PoolingMode pooling = PoolingMode::kSum;
   std::vector<int64_t> bottom_hidden;     // bottom MLP widths after the input (last = z's dim)

@@ -124,7 +124,6 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   Prediction out;
   Replay r(w.placement);
   const Placement& pl = w.placement;
-  const bool cached = w.cache_fraction < 1.0;
   const int shards = w.num_shards;
   const int64_t B = w.batch_size;
   const int64_t k = w.micro_batches;
@@ -145,6 +144,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
                    ? std::min<int64_t>(bound, static_cast<int64_t>(std::llround(t.expected_unique_rows / shards)))
                    : bound;
     if (s.ids > 0 && s.unique < 1) s.unique = 1;
+    const bool cached = tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
     s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !cached;
     max_dim = std::max(max_dim, t.dim);
     const size_t nr = static_cast<size_t>(s.rows);

@@ -25,6 +25,7 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
   if (c.row_cache.enabled()) {
     w.cache_fraction = c.row_cache.fraction;
     w.file_store = c.row_cache.store == "file";
+    w.cache_min_rows = c.cache_min_rows;
   }
   w.num_threads = c.threads;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is
@@ -123,7 +124,7 @@ std::string config_to_toml(const train::TrainConfig& c) {
   if (c.row_cache.enabled())
     o << "\ncache_fraction = " << num(c.row_cache.fraction)
       << "\ncache_policy = " << str(c.row_cache.policy == CachePolicy::kLru ? "lru" : "lfu")
-      << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
+      << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)
     << "\nbeta1 = " << num(c.dense_optimizer.beta1) << "\nbeta2 = " << num(c.dense_optimizer.beta2) << "\n";

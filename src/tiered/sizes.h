@@ -12,6 +12,13 @@ inline size_t presence_bitmap_bytes(int64_t num_rows) {
   return static_cast<size_t>(num_rows > 0 ? (num_rows + 63) / 64 : 0) * 8;
 }
 
+// Whether a table of `num_rows` gets a row cache under a collection-wide setting: tables smaller
+// than `min_rows` stay resident (a small table's cache could not hold one batch's rows, and it
+// would save nothing). The trainer builds tables and the planner predicts them with this rule.
+inline bool cache_applies(int64_t num_rows, double fraction, int64_t min_rows) {
+  return fraction > 0.0 && fraction < 1.0 && num_rows >= min_rows;
+}
+
 // Slots of a cache of `fraction` of `num_rows` rows (at least 1, at most num_rows).
 inline int64_t cache_capacity_rows(int64_t num_rows, double fraction) {
   if (num_rows <= 0) return 0;

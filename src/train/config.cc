@@ -303,6 +303,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     if (v == "lfu") return CachePolicy::kLfu;
     return invalid_argument("expected lru or lfu, got '" + std::string(v) + "'");
   }));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
   if (c.row_cache.store != "host" && c.row_cache.store != "file")
     return invalid_argument(origin + ": embedding.store: expected host or file, got '" + c.row_cache.store + "'");

@@ -56,6 +56,7 @@ struct TrainConfig {
   // (store = host | file; file stores go to store_dir/<table>.rows) with a device-tier cache of
   // that fraction of its rows (cache_policy = lru | lfu).
   TableCacheOptions row_cache;
+  int64_t cache_min_rows = 1000000;  // tables with fewer rows stay resident
   std::string store_dir;
 
   // [dense]

@@ -38,6 +38,7 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   o.row_optimizer = c.row_optimizer;
   o.row_init = c.row_init;
   o.row_cache = c.row_cache;
+  o.cache_min_rows = c.cache_min_rows;
   o.store_dir = c.store_dir;
   o.pooling = c.pooling;
   o.bottom_hidden = c.bottom_mlp;
