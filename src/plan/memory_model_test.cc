@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan_testing.h"
 #include "plan/workload.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -103,18 +104,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The seed's section 2 example, corrected: vocab 1e6 x dim 512, batch 4096 x seq 2048, fp32.
 TEST(SeedExampleTest, NaiveBaselineHasCorrectedFigures) {
-  Workload w;
-  w.kind = WorkloadKind::kEmbeddingOnly;
-  TableSpec t;
-  t.name = "vocab";
-  t.num_rows = 1000000;
-  t.dim = 512;
-  t.pooling = PoolingMode::kNone;
-  t.max_ids_per_sample = 2048;
-  t.mean_ids_per_sample = 2048;
-  w.tables = {t};
-  w.batch_size = 4096;
-  auto p = predict_naive_baseline(w);
+  auto p = predict_naive_baseline(testing_util::seed_workload());
   ASSERT_TRUE(p.ok()) << p.status().message();
   const auto& d = p.value().device();
   EXPECT_EQ(d.peak[static_cast<size_t>(Category::kWeights)], 2048000000u);           // 2.05 GB, not "2.0"

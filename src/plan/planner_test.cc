@@ -3,25 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/plan_testing.h"
+
 #include "plan/report.h"
 
 namespace leanemb::plan {
 namespace {
 
-Workload seed_workload() {
-  Workload w;
-  w.kind = WorkloadKind::kEmbeddingOnly;
-  TableSpec t;
-  t.name = "vocab";
-  t.num_rows = 1000000;
-  t.dim = 512;
-  t.pooling = PoolingMode::kNone;
-  t.max_ids_per_sample = t.mean_ids_per_sample = 2048;
-  w.tables = {t};
-  w.batch_size = 4096;
-  w.row_optimizer.kind = OptimizerKind::kAdam;
-  return w;
-}
+using testing_util::seed_workload;
 
 // The seed's workload does not fit a 910A naively, and the chosen plan does.
 TEST(PlannerTest, SeedWorkloadFitsAscend910aOnlyWithAPlan) {
