@@ -183,7 +183,6 @@ Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc
 // The tiered workload: cached vs resident table, hit rates vs an offline LRU, store IOPS vs a
 // probe (JSON in *doc).
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
-std::string cache_policy_label(CachePolicy p);
 
 // ---- output (report.cc) -----------------------------------------------------------------------
 

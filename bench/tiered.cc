@@ -22,6 +22,7 @@
 
 #include "bench_internal.h"
 #include "tiered/file_io.h"
+#include "tiered/row_cache.h"
 
 namespace leanemb::bench {
 namespace internal {
@@ -243,7 +244,7 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
       LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
       const double sim = simulate_lru(trace, static_cast<size_t>(warmup), st.capacity_rows);
       json j = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
-      json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", cache_policy_label(o.cache_policy)},
+      json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", std::string(tiered::cache_policy_name(o.cache_policy))},
                {"hit_rate", j["hit_rate"]}, {"lru_simulation_hit_rate", sim}, {"capacity_rows", st.capacity_rows},
                {"resident_rows", st.resident_rows}, {"evictions_per_step", j["evictions_per_step"]},
                {"distinct_rows_per_step", j["lookups_per_step"]}};
@@ -259,8 +260,6 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
 }
 
 }  // namespace
-
-std::string cache_policy_label(CachePolicy p) { return p == CachePolicy::kLru ? "lru" : "lfu"; }
 
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   TieredShape s;
@@ -289,7 +288,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   co.policy = o.cache_policy;
   co.store = o.store;
   co.store_path = path;
-  (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", cache_policy_label(co.policy)}, {"store", co.store},
+  (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))}, {"store", co.store},
                      {"store_path", file ? path : ""}, {"prefetch", o.prefetch}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",

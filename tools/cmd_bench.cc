@@ -11,6 +11,8 @@
 #include "bench/workloads.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
+#include "tiered/row_cache.h"
+#include "tiered/row_store.h"
 #include "tools/commands.h"
 
 namespace leanemb::tools {
@@ -135,11 +137,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!(o.cache_fraction > 0 && o.cache_fraction <= 1)) return invalid_argument("--cache-fraction must be in (0, 1]");
   }
   if (!a.policy.empty()) {
-    if (a.policy != "lru" && a.policy != "lfu") return invalid_argument("--policy must be lru or lfu, got '" + a.policy + "'");
-    o.cache_policy = a.policy == "lru" ? CachePolicy::kLru : CachePolicy::kLfu;
+    auto p = tiered::parse_cache_policy(a.policy);
+    if (!p.ok()) return flag_error("--policy", p.status());
+    o.cache_policy = p.value();
   }
   if (!a.store.empty()) {
-    if (a.store != "host" && a.store != "file") return invalid_argument("--store must be host or file, got '" + a.store + "'");
+    if (auto k = tiered::parse_store_kind(a.store); !k.ok()) return flag_error("--store", k.status());
     o.store = a.store;
   }
   o.store_path = a.store_path;

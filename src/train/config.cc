@@ -7,6 +7,8 @@
 
 #include <toml++/toml.h>
 
+#include "tiered/row_cache.h"
+#include "tiered/row_store.h"
 #include "train/default_config.h"  // generated: kDefaultConfigText
 
 namespace leanemb::train {
@@ -298,15 +300,11 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &c.row_init.bound, 0.0, 1e3));
   LEANEMB_RETURN_IF_ERROR(e.read("init_std", &c.row_init.std, 0.0, 1e3));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c.row_cache.fraction, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, [](std::string_view v) -> Result<CachePolicy> {
-    if (v == "lru") return CachePolicy::kLru;
-    if (v == "lfu") return CachePolicy::kLfu;
-    return invalid_argument("expected lru or lfu, got '" + std::string(v) + "'");
-  }));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
-  if (c.row_cache.store != "host" && c.row_cache.store != "file")
-    return invalid_argument(origin + ": embedding.store: expected host or file, got '" + c.row_cache.store + "'");
+  if (auto kind = tiered::parse_store_kind(c.row_cache.store); !kind.ok())
+    return invalid_argument(origin + ": embedding.store: " + kind.status().message());
   LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
   if (c.row_cache.store == "file" && c.row_cache.enabled() && c.store_dir.empty())
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
