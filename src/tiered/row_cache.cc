@@ -643,24 +643,7 @@ Status RowCache::flush() {
   return store_->flush();
 }
 
-Status RowCache::read_row(int64_t row, uint8_t* fat) {
-  LEANEMB_RETURN_IF_ERROR(wait_prefetch());
-  std::lock_guard<std::mutex> f(fetch_mu_);
-  const size_t stride = layout_.stride_bytes;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    const int32_t s = index_->find(row);
-    if (s >= 0) {
-      std::memcpy(fat, slots() + static_cast<size_t>(s) * stride, stride);
-      return Status();
-    }
-  }
-  uint8_t present = 0;
-  const int64_t r[1] = {row};
-  LEANEMB_RETURN_IF_ERROR(store_->read_rows(r, fat, &present));
-  if (!present) init_(row, fat);
-  return Status();
-}
+Status RowCache::read_row(int64_t row, uint8_t* fat) { return read_rows(row, 1, fat); }
 
 Status RowCache::read_rows(int64_t begin, int64_t count, uint8_t* out) {
   LEANEMB_RETURN_IF_ERROR(wait_prefetch());
