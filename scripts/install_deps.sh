@@ -17,7 +17,7 @@ pkgs=(
   python3-torch
 )
 if [[ "${1:-}" == "--peers" ]]; then
-  pkgs+=(fasttext linux-perf)
+  pkgs+=(fasttext linux-perf time)
 fi
 
 missing=()

@@ -1,4 +1,4 @@
-// cli_bad_args: runs the leanemb CLI binary (LEANEMB_CLI_PATH) as a user would. Bad arguments
+// cli_test: runs the leanemb CLI binary (LEANEMB_CLI_PATH) as a user would. Bad arguments
 // must end the process normally (no crash, no signal) with a non-zero exit code and a message on
 // stderr that names the offending flag or value; --version and a tiny valid run succeed.
 #include <gtest/gtest.h>
@@ -162,3 +162,25 @@ TEST(CliTest, DeviceBudgetTooSmallExitsThreeNamingBudgetAndRequest) {
 }
 
 }  // namespace
+
+// `leanemb train` on a task = "text" config trains the text model and prints P@1; a CTR-only
+// flag with a text config fails naming the flag.
+TEST(CliTest, TextConfigTrainsAndReportsPrecisionAtOne) {
+  const std::string dir = testing::TempDir() + "leanemb_cli_text." + std::to_string(getpid());
+  ASSERT_EQ(std::system(("mkdir -p '" + dir + "'").c_str()), 0);
+  {
+    std::ofstream train(dir + "/train.txt"), eval(dir + "/eval.txt");
+    for (int i = 0; i < 200; ++i) {
+      train << "__label__" << (i % 2 ? "odd" : "even") << " word" << (i % 2) << " filler" << (i % 7) << "\n";
+      if (i < 40) eval << "__label__" << (i % 2 ? "odd" : "even") << " word" << (i % 2) << "\n";
+    }
+    std::ofstream cfg(dir + "/text.toml");
+    cfg << "task = \"text\"\n[data]\ntrain = \"" << dir << "/train.txt\"\neval = \"" << dir
+        << "/eval.txt\"\nbuckets = 1000\nword_ngrams = 2\n[model]\ndim = 8\n";
+  }
+  const RunResult r = run_cli("train --config '" + dir + "/text.toml' --quiet --set train.epochs=3");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("eval: P@1 1.0000"), std::string::npos) << r.out;
+  expect_clean_failure("train --config '" + dir + "/text.toml' --resume", "--resume does not apply to text configs");
+  EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+}

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "text/text_trainer.h"
 #include "tools/commands.h"
 #include "train/config.h"
+#include "train/toml_section.h"
 #include "train/trainer.h"
 
 namespace leanemb::tools {
@@ -24,6 +26,48 @@ struct TrainArgs {
   bool resume = false, quiet = false, print_config = false;
 };
 
+Status write_json_summary(const std::string& path, nlohmann::json out) {
+  out.erase("memory_summary_text");
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  std::ofstream f(path);
+  f << out.dump(2) << "\n";
+  if (!f) return io_error("cannot write --json-summary file '" + path + "'");
+  return Status();
+}
+
+// task = "text" configs (docs/text.md): fastText-style classification.
+int run_text(const TrainArgs& a, const std::string& config_text) {
+  const std::pair<bool, const char*> ctr_only[] = {{!a.steps.empty(), "--steps"}, {a.resume, "--resume"},
+                                                   {!a.device_budget.empty(), "--device-budget"},
+                                                   {!a.host_budget.empty(), "--host-budget"}, {!a.placement.empty(), "--placement"}};
+  for (const auto& [given, flag] : ctr_only)
+    if (given) return report_error(invalid_argument(std::string(flag) + " does not apply to text configs (task = \"text\")"));
+  auto cfg = text::parse_text_config(config_text, a.config, a.sets);
+  if (!cfg.ok()) return report_error(cfg.status());
+  text::TextRunOptions ro;
+  ro.config = std::move(cfg).value();
+  ro.quiet = a.quiet;
+  auto r = text::run_text_training(ro);
+  if (!r.ok()) return report_error(r.status());
+  const nlohmann::json& s = r.value();
+  std::printf("\nmemory (peak per category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
+  std::printf("\ntrained %lld epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s; input table %s (%lld rows of %lld)\n",
+              static_cast<long long>(s["epochs"].get<int64_t>()), static_cast<long long>(s["steps"].get<int64_t>()),
+              s["train_seconds"].get<double>(), s["examples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
+              format_bytes(s["table_bytes"].get<size_t>()).c_str(), static_cast<long long>(s["table_rows"].get<int64_t>()),
+              static_cast<long long>(s["input_rows"].get<int64_t>()));
+  if (!s["eval"].is_null())
+    std::printf("eval: P@1 %.4f, R@1 %.4f, accuracy %.4f on %lld lines\n", s["eval"]["precision_at_1"].get<double>(),
+                s["eval"]["recall_at_1"].get<double>(), s["eval"]["accuracy"].get<double>(),
+                static_cast<long long>(s["eval"]["examples"].get<int64_t>()));
+  std::printf("peak RSS %s\n", format_bytes(s["peak_rss_bytes"].get<size_t>()).c_str());
+  if (!a.json_summary.empty())
+    if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
+  return 0;
+}
+
 int run_train(const TrainArgs& a) {
   std::vector<std::string> sets = a.sets;
   if (!a.device_budget.empty()) sets.push_back("memory.device_budget=\"" + a.device_budget + "\"");
@@ -33,8 +77,19 @@ int run_train(const TrainArgs& a) {
     std::fputs(std::string(train::default_config_text()).c_str(), stdout);
     return 0;
   }
+  std::string config_text;
+  if (!a.config.empty()) {
+    auto text = train::read_text_file(a.config, "config file");
+    if (!text.ok()) return report_error(text.status());
+    config_text = std::move(text).value();
+    auto task = train::config_task(config_text, a.config, sets);
+    if (!task.ok()) return report_error(task.status());
+    if (task.value() == "text") return run_text(a, config_text);
+    if (task.value() != "ctr")
+      return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
+  }
   auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), "<embedded default: examples/ctr_small.toml>", sets)
-                              : train::load_config(a.config, sets);
+                              : train::parse_config(config_text, a.config, sets);
   if (!cfg.ok()) return report_error(cfg.status());
   train::RunOptions ro;
   ro.config = std::move(cfg).value();
@@ -74,16 +129,8 @@ int run_train(const TrainArgs& a) {
                 s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
   std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(),
               s["checkpoint"].get<std::string>().c_str());
-  if (!a.json_summary.empty()) {
-    nlohmann::json out = s;
-    out.erase("memory_summary_text");
-    const std::filesystem::path p(a.json_summary);
-    std::error_code ec;
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-    std::ofstream f(a.json_summary);
-    f << out.dump(2) << "\n";
-    if (!f) return report_error(io_error("cannot write --json-summary file '" + a.json_summary + "'"));
-  }
+  if (!a.json_summary.empty())
+    if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
   return 0;
 }
 
@@ -94,7 +141,8 @@ void register_train(CLI::App& app, CommandResult* result) {
   const CLI::Validator non_empty(
       [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a CTR model from a TOML config (docs/train.md); without --config, the embedded default "
+      "train", "Train a model from a TOML config: a CTR model (docs/train.md) or, with task = \"text\", a "
+               "fastText-style text classifier (docs/text.md); without --config, the embedded default "
                "(examples/ctr_small.toml: generates its data, trains, evaluates against the teacher)");
   cmd->add_option("--config", a->config, "TOML config file")->type_name("FILE")->check(non_empty);
   cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");

@@ -224,6 +224,10 @@ class EmbeddingCollection {
   // and, counted separately, in forward (lookups that read nothing).
   uint64_t num_skipped_ids() const;
   uint64_t num_skipped_lookups() const;
+  // Changes table `table`'s optimizer learning rate for later updates (a schedule such as
+  // linear decay); optimizer state is kept. Errors: OutOfRange (table), InvalidArgument (lr not
+  // finite or < 0); nothing changes on error.
+  Status set_learning_rate(int table, float lr);
   // Sets the step counter (Adam's bias correction, stochastic-rounding keys); used when rows are
   // restored from a file or checkpoint. REQUIRES: step >= 0.
   void set_step(int64_t step);

@@ -11,6 +11,9 @@ std::string_view malformed_kind_name(MalformedKind k) {
     case MalformedKind::kLabelNotBinary: return "label_not_binary";
     case MalformedKind::kBadDense: return "bad_dense";
     case MalformedKind::kBadHex: return "bad_hex";
+    case MalformedKind::kNoLabel: return "no_label";
+    case MalformedKind::kEmptyLabel: return "empty_label";
+    case MalformedKind::kNoWords: return "no_words";
   }
   return "unknown";
 }

@@ -27,8 +27,12 @@ enum class MalformedKind : uint8_t {
   kLabelNotBinary,  // the label is a number other than 0 or 1
   kBadDense,        // a dense value is not a finite number
   kBadHex,          // a categorical value is not 1..16 hex digits (also an empty item in a list)
+  // Text lines (fastText's supervised format, text/text_data.h):
+  kNoLabel,         // words but no __label__ token
+  kEmptyLabel,      // a __label__ token with an empty name
+  kNoWords,         // labels but no word
 };
-inline constexpr int kNumMalformedKinds = 5;
+inline constexpr int kNumMalformedKinds = 8;
 std::string_view malformed_kind_name(MalformedKind k);  // "field_count", "bad_label", ...
 
 // Receives one warning line (no trailing newline). Null = print "leanemb: warning: ..." to stderr.

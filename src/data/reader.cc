@@ -19,7 +19,7 @@ namespace leanemb::data {
 namespace {
 
 constexpr char kStateMagic[8] = {'L', 'E', 'D', 'R', 'S', 'T', 'A', 'T'};
-constexpr uint32_t kStateVersion = 1;
+constexpr uint32_t kStateVersion = 2;  // 2: eight malformed kinds (text kinds added)
 
 class ByteWriter {
  public:

@@ -242,4 +242,11 @@ Status DenseOptimizer::load_state(std::span<const NamedTensor> tensors) {
   return Status();
 }
 
+Status DenseOptimizer::set_learning_rate(double lr) {
+  if (!std::isfinite(lr) || lr < 0.0)
+    return invalid_argument("dense optimizer '" + options_.name + "': learning_rate " + std::to_string(lr) + " (must be finite and >= 0)");
+  options_.learning_rate = lr;
+  return Status();
+}
+
 }  // namespace leanemb::nn

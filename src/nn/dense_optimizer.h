@@ -89,6 +89,9 @@ class DenseOptimizer {
   // scaler, skip step() then.
   bool any_nonfinite_grad() const;
   int64_t step_count() const { return step_; }
+  // Changes the learning rate of later steps (a schedule, e.g. linear decay). State is kept.
+  // Errors: InvalidArgument for a rate not finite or < 0 (nothing changes).
+  Status set_learning_rate(double lr);
   const DenseOptimizerOptions& options() const { return options_; }
   std::span<const DenseParam> params() const { return params_; }
 

@@ -236,6 +236,17 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
 }
 
 const CollectionOptions& EmbeddingCollection::options() const { return impl_->options; }
+
+Status EmbeddingCollection::set_learning_rate(int table, float lr) {
+  if (table < 0 || table >= num_tables()) return out_of_range("set_learning_rate: table " + std::to_string(table) + " out of range");
+  if (!std::isfinite(lr) || lr < 0.0f)
+    return invalid_argument("set_learning_rate: learning rate " + std::to_string(lr) + " (must be finite and >= 0)");
+  TableState& ts = impl_->tables[static_cast<size_t>(table)];
+  impl_->options.tables[static_cast<size_t>(table)].optimizer.learning_rate = lr;
+  ts.layout.optimizer.learning_rate = lr;  // the update kernels read the layout's options
+  ts.weights_layout.optimizer.learning_rate = lr;
+  return Status();
+}
 const RowLayout& EmbeddingCollection::layout(int table) const {
   LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
   return impl_->tables[table].layout;

@@ -1,15 +1,12 @@
 // TrainConfig parsing on toml++ (exceptions are caught here; none cross the API).
 #include "train/config.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
-
-#include <toml++/toml.h>
 
 #include "tiered/row_cache.h"
 #include "tiered/row_store.h"
 #include "train/default_config.h"  // generated: kDefaultConfigText
+#include "train/toml_section.h"
 
 namespace leanemb::train {
 
@@ -17,224 +14,25 @@ std::string_view default_config_text() { return kDefaultConfigText; }
 
 namespace {
 
-// Reads the keys of one section, remembering which were used so that unknown ones are errors.
-class Section {
- public:
-  Section(const toml::table* t, std::string name, const std::string& origin)
-      : t_(t), name_(std::move(name)), origin_(origin) {}
-
-  Status error(const std::string& key, const std::string& what) const {
-    return invalid_argument(origin_ + ": " + name_ + "." + key + ": " + what);
-  }
-  const toml::node* get(const std::string& key) {
-    used_.insert(key);
-    return t_ ? t_->get(key) : nullptr;
-  }
-  Status read(const std::string& key, int64_t* v, int64_t lo, int64_t hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<int64_t>();
-    if (!x || *x < lo || *x > hi)
-      return error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    *v = *x;
-    return Status();
-  }
-  Status read(const std::string& key, int* v, int64_t lo, int64_t hi) {
-    int64_t x = *v;
-    LEANEMB_RETURN_IF_ERROR(read(key, &x, lo, hi));
-    *v = static_cast<int>(x);
-    return Status();
-  }
-  Status read(const std::string& key, uint64_t* v) {
-    int64_t x = static_cast<int64_t>(*v);
-    LEANEMB_RETURN_IF_ERROR(read(key, &x, 0, INT64_MAX));
-    *v = static_cast<uint64_t>(x);
-    return Status();
-  }
-  Status read(const std::string& key, double* v, double lo, double hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<double>();  // integers convert
-    if (!x || !(*x >= lo && *x <= hi))
-      return error(key, "expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    *v = *x;
-    return Status();
-  }
-  Status read(const std::string& key, float* v, double lo, double hi) {
-    double x = *v;
-    LEANEMB_RETURN_IF_ERROR(read(key, &x, lo, hi));
-    *v = static_cast<float>(x);
-    return Status();
-  }
-  Status read(const std::string& key, bool* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<bool>();
-    if (!x) return error(key, "expected true or false");
-    *v = *x;
-    return Status();
-  }
-  Status read(const std::string& key, std::string* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<std::string>();
-    if (!x) return error(key, "expected a string");
-    *v = *x;
-    return Status();
-  }
-  // A string or an array of strings.
-  Status read(const std::string& key, std::vector<std::string>* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    v->clear();
-    if (auto s = n->value<std::string>()) {
-      v->push_back(*s);
-      return Status();
-    }
-    const toml::array* a = n->as_array();
-    if (!a) return error(key, "expected a string or an array of strings");
-    for (const auto& e : *a) {
-      auto s = e.value<std::string>();
-      if (!s) return error(key, "expected an array of strings");
-      v->push_back(*s);
-    }
-    return Status();
-  }
-  // An integer or an array of integers, each in [lo, hi].
-  Status read(const std::string& key, std::vector<int64_t>* v, int64_t lo, int64_t hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    v->clear();
-    if (auto x = n->value<int64_t>()) {
-      v->push_back(*x);
-    } else if (const toml::array* a = n->as_array()) {
-      for (const auto& e : *a) {
-        auto y = e.value<int64_t>();
-        if (!y) return error(key, "expected an array of integers");
-        v->push_back(*y);
-      }
-    } else {
-      return error(key, "expected an integer or an array of integers");
-    }
-    for (int64_t x : *v)
-      if (x < lo || x > hi) return error(key, "value " + std::to_string(x) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return Status();
-  }
-  template <typename T, typename Parse>
-  Status read_enum(const std::string& key, T* v, Parse parse) {
-    std::string s;
-    LEANEMB_RETURN_IF_ERROR(read(key, &s));
-    if (s.empty()) return Status();
-    auto r = parse(s);
-    if (!r.ok()) return error(key, r.status().message());
-    *v = r.value();
-    return Status();
-  }
-  Status read_bytes(const std::string& key, size_t* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    if (auto x = n->value<int64_t>()) {
-      if (*x < 0) return error(key, "expected a byte size >= 0");
-      *v = static_cast<size_t>(*x);
-      return Status();
-    }
-    auto s = n->value<std::string>();
-    if (!s) return error(key, "expected a byte size such as \"512MiB\"");
-    auto b = parse_bytes(*s);
-    if (!b.ok()) return error(key, b.status().message());
-    *v = b.value();
-    return Status();
-  }
-  // Errors for keys that were never read.
-  Status check_unknown() const {
-    if (!t_) return Status();
-    for (const auto& [k, node] : *t_) {
-      const std::string key(k.str());
-      if (!used_.count(key) && !node.is_table())
-        return invalid_argument(origin_ + ": unknown key " + name_ + "." + key);
-    }
-    return Status();
-  }
-
- private:
-  const toml::table* t_;
-  std::string name_;
-  const std::string& origin_;
-  std::set<std::string> used_;
-};
-
-Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
-  if (s == "sgd") return nn::DenseOptimizerKind::kSgd;
-  if (s == "adagrad") return nn::DenseOptimizerKind::kAdagrad;
-  if (s == "adam") return nn::DenseOptimizerKind::kAdam;
-  return invalid_argument("unknown dense optimizer '" + std::string(s) + "' (expected sgd, adagrad or adam)");
-}
-
-Result<InitKind> parse_init_kind(std::string_view s) {
-  if (s == "uniform") return InitKind::kUniform;
-  if (s == "normal") return InitKind::kNormal;
-  if (s == "zeros") return InitKind::kZeros;
-  return invalid_argument("unknown init '" + std::string(s) + "' (expected uniform, normal or zeros)");
-}
-
 Result<nn::InteractionKind> parse_interaction(std::string_view s) {
   if (s == "dot") return nn::InteractionKind::kDot;
   if (s == "cat") return nn::InteractionKind::kCat;
   return invalid_argument("unknown interaction '" + std::string(s) + "' (expected dot or cat)");
 }
 
-// Applies "section.key=value" to the parsed document.
-Status apply_set(toml::table& doc, const std::string& set, const std::string& origin) {
-  const size_t eq = set.find('=');
-  const size_t dot = set.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    return invalid_argument("--set '" + set + "': expected section.key=value");
-  const std::string path = set.substr(0, eq), value = set.substr(eq + 1);
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
-    parsed = toml::table{};
-    parsed.insert("v", value);  // not a TOML value: a bare string
-  }
-  // Walk / create the sections of the dotted path.
-  toml::table* t = &doc;
-  size_t pos = 0;
-  while (true) {
-    const size_t next = path.find('.', pos);
-    const std::string part = path.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    if (part.empty()) return invalid_argument("--set '" + set + "': empty key");
-    if (next == std::string::npos) {
-      t->insert_or_assign(part, *parsed.get("v"));
-      return Status();
-    }
-    toml::node* n = t->get(part);
-    if (!n) {
-      t->insert(part, toml::table{});
-      n = t->get(part);
-    }
-    if (!n->is_table()) return invalid_argument(origin + ": --set '" + set + "': " + part + " is not a section");
-    t = n->as_table();
-    pos = next + 1;
-  }
-}
-
 }  // namespace
 
 Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
-  toml::table doc;
-  try {
-    doc = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
-    return invalid_argument(os.str());
-  }
-  for (const std::string& s : sets) LEANEMB_RETURN_IF_ERROR(apply_set(doc, s, origin));
+  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
   TrainConfig c;
   c.origin = origin;
   static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory"};
   for (const auto& [k, node] : doc) {
+    if (k.str() == "task") {  // which trainer (train/toml_section.h: config_task); this one is "ctr"
+      if (node.value<std::string>() != std::optional<std::string>("ctr"))
+        return invalid_argument(origin + ": task must be \"ctr\" for a CTR config (text models: task = \"text\", docs/text.md)");
+      continue;
+    }
     if (!node.is_table() || !kSections.count(std::string(k.str())))
       return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) +
                               "' (sections: data, model, embedding, dense, train, memory)");
@@ -391,12 +189,8 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
 }
 
 Result<TrainConfig> load_config(const std::string& path, std::span<const std::string> sets) {
-  std::ifstream in(path);
-  if (!in) return not_found("cannot open config file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("cannot read config file '" + path + "'");
-  return parse_config(ss.str(), path, sets);
+  LEANEMB_ASSIGN_OR_RETURN(std::string text, read_text_file(path, "config file"));
+  return parse_config(text, path, sets);
 }
 
 }  // namespace leanemb::train

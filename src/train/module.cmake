@@ -6,6 +6,7 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_
 configure_file(${CMAKE_CURRENT_LIST_DIR}/default_config.h.in ${PROJECT_BINARY_DIR}/generated/train/default_config.h @ONLY)
 target_include_directories(leanemb PRIVATE ${PROJECT_BINARY_DIR}/generated)
 target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/toml_section.cc
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
 )

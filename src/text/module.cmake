@@ -1,0 +1,13 @@
+# src/text: fastText-style text classification (issue 8): fastText-format reader with word
+# n-gram hashing, TextModel (mean-pooled input rows -> optional hidden layer -> softmax / OVA),
+# and the task = "text" run of `leanemb train`.
+target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/text_data.cc
+  ${CMAKE_CURRENT_LIST_DIR}/text_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/text_config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/text_trainer.cc
+)
+
+if(LEANEMB_BUILD_TESTS)
+  leanemb_add_test(text_test ${CMAKE_CURRENT_LIST_DIR}/text_test.cc)
+endif()

@@ -1,0 +1,98 @@
+// TextModel: a fastText-style classifier. The input rows of a line (its words and word-n-gram
+// buckets, text/text_data.h) are averaged into one vector by an EmbeddingCollection (one table,
+// one kMean feature: per-token vectors never exist), an optional hidden layer with ReLU follows,
+// then a linear layer to one logit per label, and a softmax (or one-vs-all) loss summed over
+// the batch (nn/loss.h).
+//
+// This is fastText's supervised model with minibatches: fastText applies SGD after every
+// example; a step here applies the sum of a batch's example gradients once (the embedding rows
+// through the collection's fused sparse optimizer, the dense layers through DenseOptimizer),
+// so with batch_size 1 and SGD the update rule is fastText's. The input table may be stored in
+// fp16 / bf16 (stochastic rounding), trained by any row optimizer (RowwiseAdagrad keeps one
+// fp32 per row), and may be dynamic (rows on first touch, TableDynamicOptions) so that n-gram
+// buckets no line uses never take memory.
+//
+// Memory: every byte through `alloc` (weights, optimizer state, gradients, activations,
+// workspace); memory_stats() reports them. Thread safety: none; one thread calls at a time
+// (calls use OpenMP inside; results do not depend on the thread count).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "leanemb/embedding.h"
+#include "leanemb/memory.h"
+#include "leanemb/status.h"
+#include "nn/dense_optimizer.h"
+#include "nn/loss.h"
+#include "nn/mlp.h"
+
+namespace leanemb::text {
+
+enum class TextLoss : uint8_t { kSoftmax, kOneVsAll };
+Result<TextLoss> parse_text_loss(std::string_view s);  // "softmax" | "ova"
+std::string_view text_loss_name(TextLoss l);
+
+struct TextModelOptions {
+  int64_t input_rows = 0;   // words + n-gram buckets (Dictionary::input_rows)
+  int64_t dim = 100;        // embedding dimension (fastText's -dim)
+  int64_t hidden = 0;       // hidden layer width; 0 = none (fastText)
+  int32_t num_labels = 0;   // >= 1 (>= 2 for softmax to learn anything)
+  TextLoss loss = TextLoss::kSoftmax;
+  bool zero_output_init = true;  // output layer starts at zero (fastText); false: torch's uniform
+  // The input table: dtype, optimizer (learning_rate is the base rate of the schedule), init
+  // (uniform, bound 1/dim as fastText when bound <= 0), dynamic rows.
+  DType dtype = DType::kF32;
+  OptimizerOptions row_optimizer;
+  InitOptions init;
+  TableDynamicOptions dynamic;  // enabled: num_rows below is the row capacity
+  int64_t dynamic_rows = 0;     // capacity of a dynamic table (0 = input_rows)
+  nn::DenseOptimizerOptions dense_optimizer;
+  uint64_t seed = 1;
+  int num_threads = 0;          // 0 = OpenMP's default
+};
+
+// One batch of encoded examples (CSR over examples, as TextDataset): ids [nnz] input rows,
+// offsets [B + 1]; targets: labels per example.
+struct TextBatch {
+  std::span<const int64_t> ids;
+  std::span<const int64_t> offsets;
+  nn::ClassTargets targets;
+  int64_t size() const { return static_cast<int64_t>(offsets.size()) - 1; }
+};
+
+class TextModel {
+ public:
+  // Errors: InvalidArgument for bad options; ResourceExhausted from the allocator.
+  static Result<std::unique_ptr<TextModel>> create(const TextModelOptions& options, Allocator* alloc);
+
+  // One optimizer step on `batch` with learning-rate factor lr_scale (the schedule: the rates
+  // used are the configured ones times lr_scale). Returns the batch's summed loss.
+  // Errors: InvalidArgument for a bad batch (ids out of range, bad targets); nothing changes then.
+  Result<double> train_step(const TextBatch& batch, double lr_scale);
+
+  // logits [B, num_labels] of a batch (no state changes, except a dynamic table's sightings).
+  Status predict(std::span<const int64_t> ids, std::span<const int64_t> offsets, std::span<float> logits);
+
+  const TextModelOptions& options() const { return options_; }
+  EmbeddingCollection& collection() { return *collection_; }
+  nn::Mlp& head() { return head_; }
+  MemoryStats memory_stats() const { return alloc_->memory_stats(); }
+  // Bytes of the input table's fat rows (weights and optimizer state).
+  size_t table_bytes() const;
+
+ private:
+  TextModel(TextModelOptions o, Allocator* a, nn::Mlp head) : options_(std::move(o)), alloc_(a), head_(std::move(head)) {}
+  TextModelOptions options_;
+  Allocator* alloc_;
+  std::unique_ptr<EmbeddingCollection> collection_;
+  nn::Mlp head_;
+  std::unique_ptr<nn::DenseOptimizer> dense_opt_;
+  // Per-step buffers (kActivations: pooled, logits; kWorkspace: their gradients), grown on demand.
+  Allocation pooled_, logits_, dlogits_, dpooled_;
+  Result<float*> buffer(Allocation* a, size_t floats, Category c);
+};
+
+}  // namespace leanemb::text

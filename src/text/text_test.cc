@@ -1,0 +1,324 @@
+// Tests of the text module: fastText tokenization and hashing, the reader's malformed-line
+// handling, the losses' and the model's gradients (finite differences), and learning a tiny
+// dataset.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/loss.h"
+#include "text/text_config.h"
+#include "text/text_data.h"
+#include "text/text_model.h"
+#include "text/text_trainer.h"
+
+namespace leanemb::text {
+namespace {
+
+// A temporary file holding `content`, removed at scope exit.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& content) {
+    static int counter = 0;
+    path_ = (std::filesystem::temp_directory_path() /
+             ("leanemb_text_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".txt")).string();
+    std::ofstream(path_) << content;
+  }
+  ~TempFile() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// fastText's FNV-1a: standard test vectors for ASCII, sign-extended bytes above 0x7f.
+TEST(TextHashTest, MatchesFastTextFnv1a) {
+  EXPECT_EQ(fasttext_hash(""), 0x811c9dc5u);
+  EXPECT_EQ(fasttext_hash("a"), 0xe40c292cu);
+  EXPECT_EQ(fasttext_hash("foobar"), 0xbf9cf968u);
+  EXPECT_EQ(fasttext_hash("\xc3\xa9"), 0x3cfa68c1u);  // "é": differs from unsigned-byte FNV-1a
+  EXPECT_EQ(fasttext_hash("</s>"), 0xd79c9359u);
+}
+
+// Tokens are split on fastText's separator bytes; empty tokens never appear.
+TEST(TextTokenizeTest, SplitsOnFastTextSeparators) {
+  std::vector<std::string_view> t;
+  split_tokens(std::string_view("  a\tbb\v\fc\r d\0e  ", 15), &t);
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_EQ(t[0], "a");
+  EXPECT_EQ(t[1], "bb");
+  EXPECT_EQ(t[2], "c");
+  EXPECT_EQ(t[3], "d");
+  EXPECT_EQ(t[4], "e");
+}
+
+// Word n-gram buckets equal values computed independently with fastText's rule (int32 hashes
+// widened with sign extension, h * 116049371 + next, mod buckets), in fastText's order.
+TEST(TextNgramTest, BucketsMatchFastTextRule) {
+  std::vector<uint32_t> h;
+  for (const char* w : {"the", "quick", "fox", "</s>"}) h.push_back(fasttext_hash(w));
+  std::vector<int64_t> out;
+  add_word_ngrams(h, 2, 2000000, &out);
+  EXPECT_EQ(out, (std::vector<int64_t>{786096, 440226, 242451}));
+  out.clear();
+  add_word_ngrams(h, 3, 1000, &out);
+  EXPECT_EQ(out, (std::vector<int64_t>{96, 478, 226, 775, 451}));
+  out.clear();
+  add_word_ngrams(h, 1, 1000, &out);
+  EXPECT_TRUE(out.empty());
+}
+
+// The dictionary sorts words by count, keeps "</s>" as a word, drops words under min_count,
+// and an encoded line holds its known words, "</s>", then its n-gram buckets after the words.
+TEST(TextDictionaryTest, EncodesWordsEosAndNgrams) {
+  TempFile f("__label__a x y x\n__label__b y z\n");
+  TextDataOptions o;
+  o.min_count = 2;
+  o.word_ngrams = 2;
+  o.buckets = 10;
+  auto d = Dictionary::build(std::vector<std::string>{f.path()}, o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d.value().num_words(), 3);  // x (2), y (2), </s> (2); z dropped
+  EXPECT_EQ(d.value().word_id("z"), -1);
+  EXPECT_EQ(d.value().num_labels(), 2);
+  TextDataStats st;
+  auto ds = read_dataset(std::vector<std::string>{f.path()}, d.value(), o, &st);
+  ASSERT_TRUE(ds.ok());
+  ASSERT_EQ(ds.value().num_examples(), 2);
+  // Line 2: y, </s> (z is unknown) then 2 bigrams (y z, z </s>): 4 ids.
+  const auto& v = ds.value();
+  ASSERT_EQ(v.offsets[2] - v.offsets[1], 4);
+  EXPECT_EQ(v.ids[static_cast<size_t>(v.offsets[1])], d.value().word_id("y"));
+  EXPECT_EQ(v.ids[static_cast<size_t>(v.offsets[1]) + 1], d.value().word_id("</s>"));
+  for (int64_t i = v.offsets[1] + 2; i < v.offsets[2]; ++i) {
+    EXPECT_GE(v.ids[static_cast<size_t>(i)], 3);
+    EXPECT_LT(v.ids[static_cast<size_t>(i)], 13);
+  }
+  EXPECT_EQ(st.tokens, 5 + 4);  // labels, words and </s> of both lines
+}
+
+// The malformed-line matrix: each kind is skipped, counted and reported with file and line;
+// blank lines and unknown eval labels are counted separately; the rate limit fails the read.
+TEST(TextReaderTest, CountsEachMalformedKindWithFileAndLine) {
+  TempFile train("__label__a good words\n__label__b other words\n");
+  TempFile eval(
+      "__label__a good words\n"   // 1 ok
+      "no label here\n"           // 2 no_label
+      "__label__ empty\n"         // 3 empty_label
+      "__label__a __label__b\n"   // 4 no_words
+      "   \n"                     // 5 blank
+      "__label__zzz unknown\n"    // 6 unknown label only: skipped
+      "__label__b __label__q x\n" // 7 ok, one unknown label dropped
+  );
+  TextDataOptions o;
+  auto d = Dictionary::build(std::vector<std::string>{train.path()}, o);
+  ASSERT_TRUE(d.ok());
+  std::vector<std::string> warnings;
+  o.malformed.max_rate = 1.0;
+  o.malformed.warn = [&](const std::string& w) { warnings.push_back(w); };
+  TextDataStats st;
+  auto ds = read_dataset(std::vector<std::string>{eval.path()}, d.value(), o, &st);
+  ASSERT_TRUE(ds.ok()) << ds.status().to_string();
+  EXPECT_EQ(ds.value().num_examples(), 2);
+  EXPECT_EQ(st.no_label, 1);
+  EXPECT_EQ(st.empty_label, 1);
+  EXPECT_EQ(st.no_words, 1);
+  EXPECT_EQ(st.malformed, 3);
+  EXPECT_EQ(st.blank_lines, 1);
+  EXPECT_EQ(st.skipped_unknown, 1);
+  EXPECT_EQ(st.unknown_labels, 2);
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_NE(warnings[0].find(eval.path() + ":2:"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[2].find(eval.path() + ":4:"), std::string::npos) << warnings[2];
+  // Three malformed of six non-blank lines is over a 10% limit: the read fails, naming the file.
+  o.malformed.max_rate = 0.1;
+  o.malformed.warn = [](const std::string&) {};
+  auto bad = read_dataset(std::vector<std::string>{eval.path()}, d.value(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_malformed_rate"), std::string::npos);
+  EXPECT_NE(bad.status().message().find(eval.path()), std::string::npos);
+}
+
+// max_len keeps the first words of a line (counted), "</s>" always follows.
+TEST(TextReaderTest, TruncatesLinesToMaxLen) {
+  TempFile f("__label__a w1 w2 w3 w4 w5\n");
+  TextDataOptions o;
+  o.max_len = 2;
+  auto d = Dictionary::build(std::vector<std::string>{f.path()}, o);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.value().num_words(), 3);  // w1, w2, </s>
+  TextDataStats st;
+  auto ds = read_dataset(std::vector<std::string>{f.path()}, d.value(), o, &st);
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds.value().ids.size(), 3u);
+  EXPECT_EQ(st.truncated_words, 3);
+}
+
+// Central differences of a loss over logits, against the analytic gradient.
+template <typename Loss>
+void check_logit_gradient(Loss loss, int64_t B, int64_t C, nn::ClassTargets t) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(B * C)), g(x.size()), tmp(x.size());
+  for (float& v : x) v = nd(rng);
+  ASSERT_TRUE(loss(x, C, t, 1.0f, g).ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float h = 1e-2f;
+    std::vector<float> xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    const double fd = (static_cast<double>(loss(xp, C, t, 1.0f, tmp).value()) - loss(xm, C, t, 1.0f, tmp).value()) / (2.0 * h);
+    EXPECT_NEAR(g[i], fd, 2e-3 + 2e-3 * std::fabs(fd)) << "logit " << i;
+  }
+}
+
+// Softmax cross-entropy (one and two labels per row) and one-vs-all pass a finite-difference check.
+TEST(TextLossTest, GradientsMatchFiniteDifferences) {
+  const std::vector<int64_t> off = {0, 1, 3, 4};
+  const std::vector<int32_t> cls = {2, 0, 4, 1};
+  const nn::ClassTargets t{off, cls};
+  check_logit_gradient(nn::softmax_cross_entropy, 3, 5, t);
+  check_logit_gradient(nn::one_vs_all_logistic, 3, 5, t);
+}
+
+// Bad targets are rejected, naming the row.
+TEST(TextLossTest, RejectsRowWithoutClassOrClassOutOfRange) {
+  std::vector<float> x(4), g(4);
+  const std::vector<int64_t> off = {0, 0, 1};
+  const std::vector<int32_t> cls = {1};
+  auto r = nn::softmax_cross_entropy(x, 2, nn::ClassTargets{off, cls}, 1.0f, g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("row 0"), std::string::npos);
+  const std::vector<int64_t> off2 = {0, 1, 2};
+  const std::vector<int32_t> cls2 = {1, 7};
+  EXPECT_FALSE(nn::one_vs_all_logistic(x, 2, nn::ClassTargets{off2, cls2}, 1.0f, g).ok());
+}
+
+TextModelOptions small_model(int64_t rows, int64_t dim, int32_t labels) {
+  TextModelOptions o;
+  o.input_rows = rows;
+  o.dim = dim;
+  o.num_labels = labels;
+  o.row_optimizer.kind = OptimizerKind::kSgd;
+  o.row_optimizer.learning_rate = 0.1f;
+  o.dense_optimizer.learning_rate = 0.1;
+  o.num_threads = 1;
+  return o;
+}
+
+// One SGD step moves each input row of the batch by -lr times its gradient; that gradient
+// (through the head, the mean pooling and the loss) matches central differences of the loss.
+TEST(TextModelTest, InputRowGradientMatchesFiniteDifferences) {
+  for (int64_t hidden : {0, 6}) {
+    TextModelOptions o = small_model(8, 4, 3);
+    o.hidden = hidden;
+    o.zero_output_init = false;
+    o.dense_optimizer.learning_rate = 0.0;  // only the rows move
+    o.row_optimizer.learning_rate = 1e-3f;
+    auto m = TextModel::create(o, nullptr);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    const std::vector<int64_t> ids = {1, 5, 5, 2}, offsets = {0, 4}, loff = {0, 1};
+    const std::vector<int32_t> labels = {2};
+    const nn::ClassTargets t{loff, labels};
+    auto loss_at = [&](TextModel& mm) {
+      std::vector<float> logits(3), g(3);
+      EXPECT_TRUE(mm.predict(ids, offsets, logits).ok());
+      return static_cast<double>(nn::softmax_cross_entropy(logits, 3, t, 1.0f, g).value());
+    };
+    EmbeddingCollection& c = m.value()->collection();
+    std::vector<float> before(8 * 4), after(8 * 4);
+    ASSERT_TRUE(c.read_rows(0, 0, 8, before).ok());
+    std::vector<double> fd(before.size());
+    for (size_t i = 0; i < before.size(); ++i) {
+      std::vector<float> w = before;
+      const float h = 1e-2f;
+      w[i] = before[i] + h;
+      ASSERT_TRUE(c.write_rows(0, 0, 8, w).ok());
+      const double lp = loss_at(*m.value());
+      w[i] = before[i] - h;
+      ASSERT_TRUE(c.write_rows(0, 0, 8, w).ok());
+      fd[i] = (lp - loss_at(*m.value())) / (2.0 * h);
+    }
+    ASSERT_TRUE(c.write_rows(0, 0, 8, before).ok());
+    ASSERT_TRUE(m.value()->train_step(TextBatch{ids, offsets, t}, 1.0).ok());
+    ASSERT_TRUE(c.read_rows(0, 0, 8, after).ok());
+    double max_fd = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      const double grad = (static_cast<double>(before[i]) - after[i]) / 1e-3;
+      EXPECT_NEAR(grad, fd[i], 2e-3 + 1e-2 * std::fabs(fd[i])) << "hidden " << hidden << " element " << i;
+      max_fd = std::max(max_fd, std::fabs(fd[i]));
+    }
+    EXPECT_GT(max_fd, 1e-3);  // the check is not vacuous: the rows have a gradient
+  }
+}
+
+// A tiny dataset (each label has its own words, plus shared noise) is learned to high accuracy
+// in fp32 with SGD, and with bf16 rows + RowwiseAdagrad in a dynamic table smaller than the
+// input rows (rows on first touch).
+TEST(TextTrainTest, LearnsTinyDatasetToHighAccuracy) {
+  std::mt19937 rng(7);
+  auto make = [&](int lines) {
+    std::string s;
+    for (int i = 0; i < lines; ++i) {
+      const int label = static_cast<int>(rng() % 4);
+      s += "__label__c" + std::to_string(label);
+      for (int k = 0; k < 6; ++k) {
+        const bool signal = rng() % 2 == 0;
+        s += signal ? " w" + std::to_string(label) + "_" + std::to_string(rng() % 5) : " noise" + std::to_string(rng() % 30);
+      }
+      s += "\n";
+    }
+    return s;
+  };
+  TempFile train(make(800)), eval(make(200));
+  for (bool lean : {false, true}) {
+    TextConfig c;
+    c.train_files = {train.path()};
+    c.eval_files = {eval.path()};
+    c.data.word_ngrams = 2;
+    c.data.buckets = 100000;
+    c.model.dim = 16;
+    c.model.row_optimizer.kind = OptimizerKind::kSgd;
+    c.model.row_optimizer.learning_rate = 0.2f;
+    c.model.dense_optimizer.learning_rate = 0.2;
+    if (lean) {
+      c.model.dtype = DType::kBF16;
+      c.model.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+      c.model.row_optimizer.eps = default_eps(OptimizerKind::kRowwiseAdagrad);
+      c.model.dynamic.enabled = true;
+      c.model.dynamic_rows = 20000;
+    }
+    c.epochs = 5;
+    c.threads = 1;
+    auto r = run_text_training(TextRunOptions{c, true});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_GT(r.value()["eval"]["precision_at_1"].get<double>(), 0.95) << "lean " << lean;
+    EXPECT_EQ(r.value()["table_rows"].get<int64_t>(), lean ? 20000 : r.value()["input_rows"].get<int64_t>());
+  }
+}
+
+// Config parsing: fastText's defaults, a task mismatch and unknown keys are errors naming them.
+TEST(TextConfigTest, DefaultsAndStrictKeys) {
+  auto c = parse_text_config("task = \"text\"\n[data]\ntrain = \"t.txt\"\n", "x.toml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().model.dim, 100);
+  EXPECT_EQ(c.value().epochs, 5);
+  EXPECT_EQ(c.value().data.buckets, 2000000);
+  EXPECT_FLOAT_EQ(c.value().model.row_optimizer.learning_rate, 0.1f);
+  auto bad = parse_text_config("task = \"text\"\n[data]\ntrain = \"t.txt\"\n[model]\ndims = 3\n", "x.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("model.dims"), std::string::npos);
+  EXPECT_FALSE(parse_text_config("task = \"ctr\"\n[data]\ntrain = \"t.txt\"\n", "x.toml").ok());
+  auto set = parse_text_config("task = \"text\"\n[data]\ntrain = \"t.txt\"\n", "x.toml",
+                               std::vector<std::string>{"embedding.dtype=bf16", "train.epochs=2"});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set.value().model.dtype, DType::kBF16);
+  EXPECT_EQ(set.value().epochs, 2);
+}
+
+}  // namespace
+}  // namespace leanemb::text

@@ -1,0 +1,41 @@
+// The text-classification run behind `leanemb train` for configs with task = "text": builds the
+// vocabulary from the training files, encodes the data, trains a TextModel for `epochs` epochs
+// with fastText's linear learning-rate decay (rate * (1 - tokens processed / total tokens)),
+// and evaluates precision@1, recall@1 and accuracy on the eval files (as `fasttext test`).
+//
+// Progress lines go to stderr every log_every_s seconds (unless quiet). The returned JSON
+// summary holds every figure (docs/text.md lists them).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "leanemb/status.h"
+#include "text/text_config.h"
+
+namespace leanemb::text {
+
+struct TextRunOptions {
+  TextConfig config;
+  bool quiet = false;
+};
+
+// Precision and recall at 1, as `fasttext test FILE 1` prints them: one prediction per example
+// (the top label); precision = correct / predictions, recall = correct / gold labels; accuracy =
+// correct / examples (equal to precision@1 here, reported for readers who expect it).
+struct TextEvalResult {
+  int64_t examples = 0;
+  int64_t gold_labels = 0;
+  int64_t correct = 0;
+  double precision_at_1 = 0, recall_at_1 = 0, accuracy = 0;
+  double loss = 0;  // mean loss per example
+};
+
+class TextModel;
+struct TextDataset;
+// Evaluates `model` on `data` in batches of `batch_size`.
+Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = 256);
+
+// Errors: data (NotFound, IoError, InvalidArgument for malformed input), ResourceExhausted.
+Result<nlohmann::json> run_text_training(const TextRunOptions& options);
+
+}  // namespace leanemb::text

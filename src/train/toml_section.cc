@@ -1,0 +1,95 @@
+// TOML config helpers shared by the train and text configs (toml++ exceptions stop here).
+#include "train/toml_section.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace leanemb::train {
+
+namespace {
+
+// Applies "section.key=value" to the parsed document.
+Status apply_set(toml::table& doc, const std::string& set, const std::string& origin) {
+  const size_t eq = set.find('=');
+  const size_t dot = set.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    return invalid_argument("--set '" + set + "': expected section.key=value");
+  const std::string path = set.substr(0, eq), value = set.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{};
+    parsed.insert("v", value);  // not a TOML value: a bare string
+  }
+  // Walk / create the sections of the dotted path.
+  toml::table* t = &doc;
+  size_t pos = 0;
+  while (true) {
+    const size_t next = path.find('.', pos);
+    const std::string part = path.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (part.empty()) return invalid_argument("--set '" + set + "': empty key");
+    if (next == std::string::npos) {
+      t->insert_or_assign(part, *parsed.get("v"));
+      return Status();
+    }
+    toml::node* n = t->get(part);
+    if (!n) {
+      t->insert(part, toml::table{});
+      n = t->get(part);
+    }
+    if (!n->is_table()) return invalid_argument(origin + ": --set '" + set + "': " + part + " is not a section");
+    t = n->as_table();
+    pos = next + 1;
+  }
+}
+
+}  // namespace
+
+Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
+  if (s == "sgd") return nn::DenseOptimizerKind::kSgd;
+  if (s == "adagrad") return nn::DenseOptimizerKind::kAdagrad;
+  if (s == "adam") return nn::DenseOptimizerKind::kAdam;
+  return invalid_argument("unknown dense optimizer '" + std::string(s) + "' (expected sgd, adagrad or adam)");
+}
+
+Result<InitKind> parse_init_kind(std::string_view s) {
+  if (s == "uniform") return InitKind::kUniform;
+  if (s == "normal") return InitKind::kNormal;
+  if (s == "zeros") return InitKind::kZeros;
+  return invalid_argument("unknown init '" + std::string(s) + "' (expected uniform, normal or zeros)");
+}
+
+Result<toml::table> parse_toml_document(std::string_view toml_text, const std::string& origin,
+                                        std::span<const std::string> sets) {
+  toml::table doc;
+  try {
+    doc = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+    return invalid_argument(os.str());
+  }
+  for (const std::string& s : sets) LEANEMB_RETURN_IF_ERROR(apply_set(doc, s, origin));
+  return doc;
+}
+
+Result<std::string> read_text_file(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return not_found(std::string("cannot open ") + what + " '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return io_error(std::string("cannot read ") + what + " '" + path + "'");
+  return ss.str();
+}
+
+Result<std::string> config_task(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
+  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
+  const toml::node* n = doc.get("task");
+  if (!n) return std::string("ctr");
+  auto s = n->value<std::string>();
+  if (!s) return invalid_argument(origin + ": task: expected a string (\"ctr\" or \"text\")");
+  return *s;
+}
+
+}  // namespace leanemb::train
