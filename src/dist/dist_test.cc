@@ -1,0 +1,360 @@
+// Tests of src/dist: the collectives over a local-thread world of 1, 2, 3 and 4 ranks (bytes,
+// determinism of all_reduce, deadlines that name the missing rank, mismatched calls), the
+// fixed-order reduction, ShardPlan's mappings, and the payload codecs against their documented
+// error bounds. The same collectives across real processes: mpi_check_main.cc.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "dist/communicator.h"
+#include "dist/local_comm.h"
+#include "dist/mpi_comm.h"
+#include "dist/payload.h"
+#include "dist/shard_plan.h"
+
+namespace leanemb::dist {
+namespace {
+
+using RankFn = std::function<Status(Communicator&)>;
+
+// Runs fn on `p` threads, one per rank of a fresh LocalWorld, and returns each rank's Status.
+std::vector<Status> run_world(int p, const RankFn& fn, int64_t timeout_ms = 30000) {
+  auto world = LocalWorld::create(p, CommOptions{timeout_ms});
+  EXPECT_TRUE(world.ok()) << world.status().to_string();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < p; ++r) comms.push_back(std::move((*world)->communicator(r)).value());
+  std::vector<Status> out(static_cast<size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { out[static_cast<size_t>(r)] = fn(*comms[static_cast<size_t>(r)]); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void expect_all_ok(const std::vector<Status>& st) {
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+}
+
+Status mismatch(const std::string& what) { return internal_error("test mismatch: " + what); }
+
+// The message size from src to dst in the all_to_all_v tests: includes zeros.
+int64_t msg_len(int src, int dst) { return (src * 3 + dst * 5) % 4 * 7; }
+uint8_t msg_byte(int src, int dst, int64_t i) { return static_cast<uint8_t>(src * 131 + dst * 17 + i * 7); }
+
+// Random floats over many magnitudes and both signs, so that the order of addition matters.
+std::vector<float> wide_floats(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-20, 20);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(mant(rng), expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+  return v;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+// ---- collectives -------------------------------------------------------------------------
+
+// Every byte reaches its destination at the right place, empty messages included, for P = 1, 2, 4.
+TEST(LocalCommTest, AllToAllVMovesEveryByteIncludingEmptyMessages) {
+  for (int p : {1, 2, 4}) {
+    auto st = run_world(p, [p](Communicator& c) -> Status {
+      const int me = c.rank();
+      std::vector<int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+      std::vector<uint8_t> send;
+      for (int d = 0; d < p; ++d) {
+        sc[static_cast<size_t>(d)] = msg_len(me, d);
+        rc[static_cast<size_t>(d)] = msg_len(d, me);
+        for (int64_t i = 0; i < msg_len(me, d); ++i) send.push_back(msg_byte(me, d, i));
+      }
+      std::vector<uint8_t> recv(static_cast<size_t>(std::accumulate(rc.begin(), rc.end(), int64_t{0})), 0xEE);
+      LEANEMB_RETURN_IF_ERROR(c.all_to_all_v(send, sc, recv, rc));
+      size_t off = 0;
+      for (int s = 0; s < p; ++s) {
+        for (int64_t i = 0; i < msg_len(s, me); ++i, ++off) {
+          if (recv[off] != msg_byte(s, me, i)) return mismatch("byte " + std::to_string(i) + " from rank " + std::to_string(s));
+        }
+      }
+      return Status::ok_status();
+    });
+    expect_all_ok(st);
+  }
+}
+
+// all_to_all_v_alloc learns the sizes from the senders and delivers the same bytes.
+TEST(LocalCommTest, AllToAllVAllocLearnsTheReceiveCounts) {
+  const int p = 4;
+  auto st = run_world(p, [](Communicator& c) -> Status {
+    const int me = c.rank();
+    std::vector<int64_t> sc;
+    std::vector<uint8_t> send;
+    for (int d = 0; d < p; ++d) {
+      sc.push_back(msg_len(me, d));
+      for (int64_t i = 0; i < msg_len(me, d); ++i) send.push_back(msg_byte(me, d, i));
+    }
+    std::vector<uint8_t> recv;
+    std::vector<int64_t> rc;
+    LEANEMB_RETURN_IF_ERROR(c.all_to_all_v_alloc(send, sc, &recv, &rc));
+    size_t off = 0;
+    for (int s = 0; s < p; ++s) {
+      if (rc[static_cast<size_t>(s)] != msg_len(s, me)) return mismatch("count from rank " + std::to_string(s));
+      for (int64_t i = 0; i < msg_len(s, me); ++i, ++off) {
+        if (recv[off] != msg_byte(s, me, i)) return mismatch("byte from rank " + std::to_string(s));
+      }
+    }
+    return off == recv.size() ? Status::ok_status() : mismatch("total size");
+  });
+  expect_all_ok(st);
+}
+
+// all_reduce(sum) gives every rank the same bits as reduce_in_fixed_order over the per-rank
+// inputs, on every run, whatever order the ranks arrive in (random per-rank delays).
+TEST(LocalCommTest, AllReduceSumIsBitIdenticalAcrossRunsAndMatchesTheFixedTree) {
+  for (int p : {1, 2, 3, 4}) {
+    const size_t n = 37;  // not a multiple of P: uneven slices, some empty for small n
+    std::vector<std::vector<float>> inputs;
+    std::vector<std::span<const float>> parts;
+    for (int r = 0; r < p; ++r) inputs.push_back(wide_floats(100 + static_cast<uint64_t>(r), n));
+    for (auto& v : inputs) parts.emplace_back(v);
+    std::vector<float> expected(n);
+    Communicator::reduce_in_fixed_order(parts, expected, ReduceOp::kSum);
+    for (int run = 0; run < 5; ++run) {
+      auto st = run_world(p, [&, run](Communicator& c) -> Status {
+        std::mt19937 rng(static_cast<uint32_t>(run * 10 + c.rank()));
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+        std::vector<float> data = inputs[static_cast<size_t>(c.rank())];
+        LEANEMB_RETURN_IF_ERROR(c.all_reduce(std::span<float>(data), ReduceOp::kSum));
+        return same_bits(data, expected) ? Status::ok_status() : mismatch("sum differs from the fixed tree");
+      });
+      expect_all_ok(st);
+    }
+  }
+}
+
+// double and int64 sums, and max (NaN wins for floats), reduce like the fixed-order reference.
+TEST(LocalCommTest, AllReduceHandlesDoubleInt64AndMax) {
+  const int p = 4;
+  auto st = run_world(p, [](Communicator& c) -> Status {
+    const int r = c.rank();
+    std::vector<double> d = {0.1 * r, 1e300 * (r % 2 ? 1 : -1), static_cast<double>(r)};
+    LEANEMB_RETURN_IF_ERROR(c.all_reduce(std::span<double>(d), ReduceOp::kSum));
+    if (d[0] != (0.0 + 0.1) + (0.2 + 0.30000000000000004) || d[1] != 0.0 || d[2] != 6.0) return mismatch("double sum");
+    std::vector<int64_t> i = {int64_t{1} << 40, -r, std::numeric_limits<int64_t>::max()};
+    LEANEMB_RETURN_IF_ERROR(c.all_reduce(std::span<int64_t>(i), ReduceOp::kSum));
+    if (i[0] != int64_t{4} << 40 || i[1] != -6 || i[2] != -4) return mismatch("int64 sum (wraps)");
+    std::vector<int64_t> m = {-r, r * 10};
+    LEANEMB_RETURN_IF_ERROR(c.all_reduce(std::span<int64_t>(m), ReduceOp::kMax));
+    if (m[0] != 0 || m[1] != 30) return mismatch("int64 max");
+    std::vector<float> f = {static_cast<float>(r), r == 2 ? std::nanf("") : 1.0f};
+    LEANEMB_RETURN_IF_ERROR(c.all_reduce(std::span<float>(f), ReduceOp::kMax));
+    if (f[0] != 3.0f || !std::isnan(f[1])) return mismatch("float max");
+    return Status::ok_status();
+  });
+  expect_all_ok(st);
+}
+
+// The fixed order is a pairwise tree for P a power of two and rank order otherwise: values
+// where the two orders round differently tell them apart.
+TEST(FixedOrderReduceTest, IsAPairwiseTreeForPowersOfTwoAndRankOrderOtherwise) {
+  const std::vector<float> x = {1e8f, 1.0f, -1e8f, 1.0f, 3.0f};
+  auto reduce = [&](size_t p) {
+    std::vector<std::span<const float>> parts;
+    for (size_t r = 0; r < p; ++r) parts.emplace_back(&x[r], 1);
+    float out = 0;
+    Communicator::reduce_in_fixed_order(parts, std::span<float>(&out, 1), ReduceOp::kSum);
+    return out;
+  };
+  EXPECT_EQ(reduce(4), (1e8f + 1.0f) + (-1e8f + 1.0f));  // 0: both 1s are absorbed
+  EXPECT_EQ(reduce(4), 0.0f);
+  EXPECT_EQ(reduce(5), (((1e8f + 1.0f) + -1e8f) + 1.0f) + 3.0f);  // rank order: 4
+  EXPECT_EQ(reduce(5), 4.0f);
+  EXPECT_EQ(reduce(1), 1e8f);
+  // P = 8 over random data equals the explicit tree.
+  const auto v = wide_floats(7, 8);
+  std::vector<std::span<const float>> parts;
+  for (size_t r = 0; r < 8; ++r) parts.emplace_back(&v[r], 1);
+  float out = 0;
+  Communicator::reduce_in_fixed_order(parts, std::span<float>(&out, 1), ReduceOp::kSum);
+  const float tree = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  EXPECT_EQ(std::bit_cast<uint32_t>(out), std::bit_cast<uint32_t>(tree));
+}
+
+// broadcast copies the root's bytes to every rank, for every root.
+TEST(LocalCommTest, BroadcastCopiesTheRootsBytesToEveryRank) {
+  const int p = 4;
+  auto st = run_world(p, [](Communicator& c) -> Status {
+    for (int root = 0; root < p; ++root) {
+      std::vector<uint8_t> data(100, static_cast<uint8_t>(c.rank()));
+      if (c.rank() == root) {
+        for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 3 + static_cast<size_t>(root));
+      }
+      LEANEMB_RETURN_IF_ERROR(c.broadcast(data, root));
+      for (size_t i = 0; i < data.size(); ++i) {
+        if (data[i] != static_cast<uint8_t>(i * 3 + static_cast<size_t>(root))) return mismatch("root " + std::to_string(root));
+      }
+    }
+    return Status::ok_status();
+  });
+  expect_all_ok(st);
+}
+
+// No rank leaves a barrier before every rank has entered it (late ranks sleep before entering).
+TEST(LocalCommTest, BarrierReleasesNoRankBeforeAllArrive) {
+  const int p = 4;
+  std::atomic<int> arrived{0};
+  auto st = run_world(p, [&](Communicator& c) -> Status {
+    for (int round = 1; round <= 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(c.rank() == round ? 20 : 0));
+      arrived.fetch_add(1);
+      LEANEMB_RETURN_IF_ERROR(c.barrier());
+      if (arrived.load() < p * round) return mismatch("left barrier " + std::to_string(round) + " early");
+      LEANEMB_RETURN_IF_ERROR(c.barrier());  // nobody starts the next round before all checked
+    }
+    return Status::ok_status();
+  });
+  expect_all_ok(st);
+}
+
+// A rank that never calls the collective makes every rank waiting for it fail with Internal,
+// and the message names the collective and the missing rank (all_to_all_v, all_reduce,
+// barrier with a missing non-root; broadcast with a missing root).
+TEST(LocalCommTest, AbsentRankMakesTheOthersFailNamingIt) {
+  struct Case {
+    int p, absent;
+    const char* name;
+    std::function<Status(Communicator&)> call;
+  };
+  auto a2a = [](Communicator& c) {
+    std::vector<int64_t> counts(static_cast<size_t>(c.size()), 4);
+    std::vector<uint8_t> send(static_cast<size_t>(4 * c.size())), recv(send.size());
+    return c.all_to_all_v(send, counts, recv, counts);
+  };
+  auto reduce = [](Communicator& c) {
+    std::vector<float> v(10, 1.0f);
+    return c.all_reduce(std::span<float>(v), ReduceOp::kSum);
+  };
+  auto bcast = [](Communicator& c) {
+    std::vector<uint8_t> v(8);
+    return c.broadcast(v, 1);
+  };
+  const std::vector<Case> cases = {
+      {2, 1, "all_to_all_v", a2a}, {4, 2, "all_to_all_v", a2a}, {2, 1, "all_reduce", reduce},
+      {4, 3, "all_reduce", reduce}, {4, 1, "barrier", [](Communicator& c) { return c.barrier(); }},
+      {4, 1, "broadcast", bcast}};
+  for (const Case& k : cases) {
+    auto st = run_world(k.p, [&](Communicator& c) { return c.rank() == k.absent ? Status::ok_status() : k.call(c); }, 200);
+    for (int r = 0; r < k.p; ++r) {
+      if (r == k.absent) continue;
+      const Status& s = st[static_cast<size_t>(r)];
+      SCOPED_TRACE(std::string(k.name) + " P=" + std::to_string(k.p) + " rank " + std::to_string(r));
+      EXPECT_EQ(s.code(), StatusCode::kInternal) << s.to_string();
+      EXPECT_NE(s.message().find(std::string(k.name) + " timed out after 200 ms waiting for rank " + std::to_string(k.absent)),
+                std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("rank " + std::to_string(r) + " of " + std::to_string(k.p)), std::string::npos) << s.message();
+    }
+  }
+}
+
+// After a failed collective every later call fails with FailedPrecondition quoting the failure.
+TEST(LocalCommTest, FailedCommunicatorStaysUnusable) {
+  auto st = run_world(2, [](Communicator& c) -> Status {
+    if (c.rank() == 1) return Status::ok_status();
+    Status first = c.barrier();
+    if (first.ok()) return mismatch("barrier without rank 1 succeeded");
+    Status again = c.barrier();
+    if (again.code() != StatusCode::kFailedPrecondition || again.message().find("waiting for rank 1") == std::string::npos) {
+      return mismatch("second call: " + again.to_string());
+    }
+    return c.failure().ok() ? mismatch("failure() is OK") : Status::ok_status();
+  }, 100);
+  expect_all_ok(st);
+}
+
+// Ranks in different collectives get an error naming the other collective, not a timeout or
+// a silent exchange of the wrong bytes; a size mismatch names the sender and both sizes.
+TEST(LocalCommTest, MismatchedCallsAreReported) {
+  auto st = run_world(2, [](Communicator& c) -> Status {
+    std::vector<float> v(4, 1.0f);
+    return c.rank() == 0 ? c.all_reduce(std::span<float>(v), ReduceOp::kSum) : c.barrier();
+  });
+  EXPECT_NE(st[0].message().find("rank 1 is in barrier #0"), std::string::npos) << st[0].to_string();
+  EXPECT_NE(st[1].message().find("rank 0 is in all_reduce #0"), std::string::npos) << st[1].to_string();
+  st = run_world(2, [](Communicator& c) -> Status {
+    std::vector<uint8_t> v(c.rank() == 0 ? 8 : 4);
+    return c.broadcast(v, 0);
+  });
+  EXPECT_TRUE(st[0].ok());
+  EXPECT_NE(st[1].message().find("rank 0 sent 8 bytes where 4 were expected"), std::string::npos) << st[1].to_string();
+}
+
+// Malformed arguments are rejected with InvalidArgument before anything is sent.
+TEST(LocalCommTest, MalformedArgumentsAreInvalid) {
+  auto comm = std::move(make_communicator("local")).value();
+  std::vector<uint8_t> buf(4);
+  const std::vector<int64_t> two = {2, 2}, four = {4}, neg = {-1};
+  EXPECT_EQ(comm->all_to_all_v(buf, two, buf, two).code(), StatusCode::kInvalidArgument);  // P = 1
+  EXPECT_EQ(comm->all_to_all_v(buf, neg, buf, neg).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm->all_to_all_v(std::span<uint8_t>(buf).first(2), four, buf, four).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm->broadcast(buf, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(comm->all_to_all_v(buf, four, buf, four).ok());  // and the communicator still works
+  EXPECT_EQ(make_communicator("nccl").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_communicator("local", CommOptions{0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LocalWorld::create(0).status().code(), StatusCode::kInvalidArgument);
+  auto world = std::move(LocalWorld::create(2)).value();
+  EXPECT_TRUE(world->communicator(1).ok());
+  EXPECT_EQ(world->communicator(1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(world->communicator(2).status().code(), StatusCode::kOutOfRange);
+}
+
+// make_communicator("local") is a world of one rank where every collective is a local copy.
+TEST(LocalCommTest, FactoryMakesASingleRankWorld) {
+  auto comm = std::move(make_communicator("local")).value();
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->backend(), "local");
+  std::vector<float> v = {1.5f, -2.0f};
+  EXPECT_TRUE(comm->all_reduce(std::span<float>(v), ReduceOp::kSum).ok());
+  EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f}));
+  std::vector<uint8_t> send = {1, 2, 3}, recv(3);
+  const std::vector<int64_t> n = {3};
+  EXPECT_TRUE(comm->all_to_all_v(send, n, recv, n).ok());
+  EXPECT_EQ(recv, send);
+  EXPECT_TRUE(comm->barrier().ok());
+  EXPECT_EQ(comm->stats().bytes_sent, 0u);  // self-messages are not counted
+}
+
+// "mpi" is Unimplemented in a build without MPI, and FailedPrecondition before MPI_Init in a
+// build with it (the factory never initializes MPI itself).
+TEST(LocalCommTest, MpiKindNeedsMpiInTheBuildAndAnMpiRuntime) {
+  auto comm = make_communicator("mpi");
+  EXPECT_EQ(comm.status().code(), mpi_available() ? StatusCode::kFailedPrecondition : StatusCode::kUnimplemented)
+      << comm.status().to_string();
+}
+
+// stats() counts the bytes and messages this rank sent to other ranks, not to itself.
+TEST(LocalCommTest, StatsCountBytesSentToPeers) {
+  auto st = run_world(2, [](Communicator& c) -> Status {
+    // rank 0 sends 3 bytes to itself and 5 to rank 1; rank 1 sends 5 to rank 0 and 2 to itself.
+    const std::vector<int64_t> counts = c.rank() == 0 ? std::vector<int64_t>{3, 5} : std::vector<int64_t>{5, 2};
+    std::vector<uint8_t> send(static_cast<size_t>(counts[0] + counts[1])), recv(send.size());
+    LEANEMB_RETURN_IF_ERROR(c.all_to_all_v(send, counts, recv, counts));
+    const CommStats& s = c.stats();
+    if (s.bytes_sent != 5 || s.bytes_received != 5 || s.messages_sent != 1 || s.collectives != 1) return mismatch("stats");
+    return Status::ok_status();
+  });
+  expect_all_ok(st);
+}
+
+}  // namespace
+}  // namespace leanemb::dist

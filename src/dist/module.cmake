@@ -1,0 +1,72 @@
+# src/dist: multi-process training (issue 7): the Communicator interface with its local and MPI
+# backends, ShardPlan, wire payload codecs. Only this folder includes <mpi.h>.
+option(LEANEMB_WITH_MPI "Build the MPI communicator backend (src/dist) when MPI is found" ON)
+
+target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/local_comm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shard_plan.cc
+  ${CMAKE_CURRENT_LIST_DIR}/payload.cc
+)
+
+set(LEANEMB_HAVE_MPI OFF)
+if(LEANEMB_WITH_MPI)
+  # The CXX component (the project enables no C) without the deprecated C++ bindings: we call
+  # the C API.
+  set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "Do not link MPI's C++ bindings")
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(LEANEMB_HAVE_MPI ON)
+  else()
+    message(STATUS "leanemb: MPI not found; src/dist builds without the mpi backend "
+                   "(make_communicator(\"mpi\") returns Unimplemented). Debian: apt-get install libopenmpi-dev openmpi-bin")
+  endif()
+endif()
+
+if(LEANEMB_HAVE_MPI)
+  target_sources(leanemb PRIVATE ${CMAKE_CURRENT_LIST_DIR}/mpi_comm.cc)
+  # By include path and library paths, not MPI::MPI_CXX, for the same reason as liburing in
+  # src/tiered/store.cmake: a static leanemb exports its private libraries as link-only
+  # dependencies, and an imported target would have to be recreated in every consumer.
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/mpi_comm.cc PROPERTIES
+    INCLUDE_DIRECTORIES "${MPI_CXX_INCLUDE_DIRS}"
+    COMPILE_OPTIONS "${MPI_CXX_COMPILE_OPTIONS}"
+    COMPILE_DEFINITIONS "${MPI_CXX_COMPILE_DEFINITIONS}")
+  set(_dist_mpi_libs ${MPI_CXX_LIBRARIES})
+  list(FILTER _dist_mpi_libs EXCLUDE REGEX "mpi_cxx")  # the C++ bindings: unused
+  target_link_libraries(leanemb PRIVATE ${_dist_mpi_libs})
+else()
+  target_sources(leanemb PRIVATE ${CMAKE_CURRENT_LIST_DIR}/mpi_none.cc)
+endif()
+
+if(LEANEMB_BUILD_TESTS)
+  leanemb_add_test(dist_test ${CMAKE_CURRENT_LIST_DIR}/dist_test.cc)
+  if(LEANEMB_HAVE_MPI)
+    # Collectives across real processes (mpirun -np 2 and 4) and a rank that stops answering.
+    add_executable(dist_mpi_check ${CMAKE_CURRENT_LIST_DIR}/mpi_check_main.cc)
+    target_link_libraries(dist_mpi_check PRIVATE leanemb)
+    target_include_directories(dist_mpi_check PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    leanemb_set_warnings(dist_mpi_check)
+    # Open MPI refuses to run as root without these (CI containers); --oversubscribe lets 4 ranks
+    # share 2 cores. Leak reports of a sanitizer build come from MPI's own allocations (freed by
+    # the OS at exit); see docs/dist.md.
+    set(_dist_mpi_env
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+      OMP_NUM_THREADS=1 "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/mpi_lsan.supp:print_suppressions=0")
+    foreach(_np 2 4)
+      add_test(NAME dist_mpi_np${_np}
+        COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${_np} $<TARGET_FILE:dist_mpi_check>)
+      set_tests_properties(dist_mpi_np${_np} PROPERTIES TIMEOUT 60 ENVIRONMENT "${_dist_mpi_env}")
+    endforeach()
+    # A rank that stops answering (sleeps) or dies (exits): survivors fail in time, naming it.
+    foreach(_case "2;1;sleep" "4;2;sleep" "2;1;exit")
+      list(GET _case 0 _np)
+      list(GET _case 1 _dead)
+      list(GET _case 2 _mode)
+      add_test(NAME dist_mpi_dead_rank_np${_np}_${_mode}
+        COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mpi_dead_rank.sh ${MPIEXEC_EXECUTABLE}
+                $<TARGET_FILE:dist_mpi_check> ${_np} ${_dead} ${_mode})
+      set_tests_properties(dist_mpi_dead_rank_np${_np}_${_mode} PROPERTIES TIMEOUT 60 ENVIRONMENT "${_dist_mpi_env}")
+    endforeach()
+  endif()
+endif()
