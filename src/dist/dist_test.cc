@@ -4,6 +4,7 @@
 // error bounds. The same collectives across real processes: mpi_check_main.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -354,6 +355,203 @@ TEST(LocalCommTest, StatsCountBytesSentToPeers) {
     return Status::ok_status();
   });
   expect_all_ok(st);
+}
+
+// ---- ShardPlan -----------------------------------------------------------------------------
+
+ShardPlan make_plan(int p, std::vector<TableShardSpec> tables, TableAssign assign = TableAssign::kRoundRobin) {
+  auto plan = ShardPlan::create(ShardPlanOptions{p, std::move(tables), assign});
+  EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+  return std::move(plan).value();
+}
+
+// Every global row maps to exactly one (owner, local row) inside the owner's local rows and
+// back, and the ranks' local row counts add up to the table, for every kind, P and row count
+// (including fewer rows than ranks).
+TEST(ShardPlanTest, EveryRowRoundTripsThroughOwnerAndLocalRow) {
+  for (ShardingKind kind : {ShardingKind::kTableWise, ShardingKind::kRowModulo, ShardingKind::kRowRange}) {
+    for (int p : {1, 2, 3, 4, 7}) {
+      for (int64_t n : {1, 2, 5, 64, 101}) {
+        SCOPED_TRACE(std::string(sharding_kind_name(kind)) + " P=" + std::to_string(p) + " N=" + std::to_string(n));
+        const ShardPlan plan = make_plan(p, {TableShardSpec{n, 1, kind, -1}, TableShardSpec{n, 1, kind, -1}});
+        for (int t = 0; t < 2; ++t) {
+          int64_t total = 0;
+          for (int r = 0; r < p; ++r) total += plan.local_num_rows(t, r);
+          EXPECT_EQ(total, n);
+          std::set<std::pair<int, int64_t>> seen;
+          for (int64_t row = 0; row < n; ++row) {
+            const int o = plan.owner(t, row);
+            const int64_t l = plan.local_row(t, row);
+            ASSERT_TRUE(plan.check_local_row(t, o, l).ok()) << "row " << row;
+            EXPECT_EQ(plan.global_row(t, o, l), row);
+            EXPECT_TRUE(seen.insert({o, l}).second) << "row " << row << " shares a slot";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The row-wise kinds follow their formulas: modulo spreads consecutive rows, ranges give the
+// first N % P ranks one extra contiguous row.
+TEST(ShardPlanTest, RowWiseKindsFollowTheirFormulas) {
+  const ShardPlan plan = make_plan(3, {{10, 1, ShardingKind::kRowModulo, -1}, {10, 1, ShardingKind::kRowRange, -1}});
+  EXPECT_EQ(plan.owner(0, 7), 1);
+  EXPECT_EQ(plan.local_row(0, 7), 2);
+  EXPECT_EQ(plan.local_num_rows(0, 0), 4);
+  EXPECT_EQ(plan.local_num_rows(0, 2), 3);
+  // ranges: [0, 4) [4, 7) [7, 10)
+  EXPECT_EQ(plan.owner(1, 3), 0);
+  EXPECT_EQ(plan.owner(1, 4), 1);
+  EXPECT_EQ(plan.owner(1, 9), 2);
+  EXPECT_EQ(plan.local_row(1, 8), 1);
+  EXPECT_EQ(plan.global_row(1, 1, 2), 6);
+  EXPECT_EQ(plan.table_owner(1), -1);
+}
+
+// Table-wise tables get owners round-robin, or largest-first onto the least loaded rank; an
+// explicit owner is kept and counts toward its rank's load.
+TEST(ShardPlanTest, TableWiseOwnersAreRoundRobinOrBalancedBySize) {
+  auto tw = [](int64_t rows, int64_t dim, int owner = -1) { return TableShardSpec{rows, dim, ShardingKind::kTableWise, owner}; };
+  const ShardPlan rr = make_plan(2, {tw(5, 1), tw(5, 1), tw(5, 1)});
+  EXPECT_EQ(rr.table_owner(0), 0);
+  EXPECT_EQ(rr.table_owner(1), 1);
+  EXPECT_EQ(rr.table_owner(2), 0);
+  // Sizes 100, 60, 50, 10 (rows * dim), table 3 pinned to rank 1 with 80.
+  const ShardPlan bs = make_plan(2, {tw(10, 10), tw(60, 1), tw(25, 2), tw(80, 1, 1)}, TableAssign::kBySize);
+  EXPECT_EQ(bs.table_owner(3), 1);
+  EXPECT_EQ(bs.table_owner(0), 0);  // 100 -> rank 0 (loads 0 vs 80)
+  EXPECT_EQ(bs.table_owner(1), 1);  // 60 -> rank 1 (100 vs 80)
+  EXPECT_EQ(bs.table_owner(2), 0);  // 50 -> rank 0 (100 vs 140)
+  EXPECT_EQ(bs.owner(0, 9), 0);
+  EXPECT_EQ(bs.local_num_rows(0, 1), 0);
+}
+
+// Invalid plans are rejected with the table named; out-of-range rows are OutOfRange.
+TEST(ShardPlanTest, InvalidPlansAndRowsAreRejected) {
+  auto err = [](int p, TableShardSpec s) { return ShardPlan::create(ShardPlanOptions{p, {s}}).status(); };
+  EXPECT_EQ(err(0, {5, 1, ShardingKind::kRowModulo, -1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(err(2, {0, 1, ShardingKind::kRowModulo, -1}).message().find("table 0: num_rows"), std::string::npos);
+  EXPECT_EQ(err(2, {5, 0, ShardingKind::kRowModulo, -1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(err(2, {5, 1, ShardingKind::kTableWise, 2}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(err(2, {5, 1, ShardingKind::kRowRange, 0}).code(), StatusCode::kInvalidArgument);
+  const ShardPlan plan = make_plan(2, {{5, 1, ShardingKind::kRowModulo, -1}});
+  EXPECT_EQ(plan.check_row(0, 5).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(plan.check_row(0, -1).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(plan.check_row(1, 0).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(plan.check_local_row(0, 1, 2).code(), StatusCode::kOutOfRange);  // rank 1 holds rows 1, 3
+  EXPECT_EQ(parse_sharding_kind("row_range").value(), ShardingKind::kRowRange);
+  EXPECT_FALSE(parse_sharding_kind("diagonal").ok());
+}
+
+// ---- payloads ------------------------------------------------------------------------------
+
+std::vector<float> roundtrip(PayloadDType t, int64_t dim, const std::vector<float>& in) {
+  std::vector<uint8_t> wire(in.size() / static_cast<size_t>(dim) * payload_bytes_per_row(t, dim));
+  EXPECT_TRUE(encode_rows(t, dim, in, wire).ok());
+  std::vector<float> out(in.size());
+  EXPECT_TRUE(decode_rows(t, dim, wire, out).ok());
+  return out;
+}
+
+// Values spanning normal and subnormal ranges of every payload dtype, both signs.
+std::vector<float> magnitudes_sweep(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-140, 60);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(mant(rng), expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+  return v;
+}
+
+// fp32 payloads are bit-exact, specials (NaN payload, Inf, -0, subnormals) included.
+TEST(PayloadTest, Fp32IsBitExact) {
+  std::vector<float> v = magnitudes_sweep(1, 96);
+  v[0] = std::nanf("0x123");
+  v[1] = -std::numeric_limits<float>::infinity();
+  v[2] = -0.0f;
+  v[3] = std::numeric_limits<float>::denorm_min();
+  const auto out = roundtrip(PayloadDType::kF32, 8, v);
+  EXPECT_EQ(std::memcmp(out.data(), v.data(), v.size() * 4), 0);
+}
+
+// bf16 and fp16 stay within their documented bounds (relative in the normal range, absolute
+// below it); values beyond fp16's range become Inf.
+TEST(PayloadTest, HalfPrecisionStaysWithinDocumentedBounds) {
+  const std::vector<float> v = magnitudes_sweep(2, 20000);
+  const auto bf = roundtrip(PayloadDType::kBF16, 4, v);
+  const auto hf = roundtrip(PayloadDType::kF16, 4, v);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float x = v[i], ax = std::fabs(x);
+    const float bf_bound = ax >= 0x1p-126f ? 0x1p-8f * ax : 0x1p-134f;
+    EXPECT_LE(std::fabs(bf[i] - x), bf_bound) << x;
+    if (ax >= 65520.0f) {
+      EXPECT_TRUE(std::isinf(hf[i]) && std::signbit(hf[i]) == std::signbit(x)) << x;
+    } else {
+      const float hf_bound = ax >= 0x1p-14f ? 0x1p-11f * ax : 0x1p-25f;
+      EXPECT_LE(std::fabs(hf[i] - x), hf_bound) << x;
+    }
+  }
+}
+
+// Ties round to the even neighbour (RNE, not truncation or ties-away).
+TEST(PayloadTest, HalfPrecisionRoundsTiesToEven) {
+  const std::vector<float> v = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
+  const auto bf = roundtrip(PayloadDType::kBF16, 1, v);
+  const auto hf = roundtrip(PayloadDType::kF16, 1, v);
+  EXPECT_EQ(bf[0], 1.0f);
+  EXPECT_EQ(bf[1], 1.0f + 0x1p-6f);
+  EXPECT_EQ(hf[2], 1.0f);
+  EXPECT_EQ(hf[3], 1.0f + 0x1p-9f);
+}
+
+// int8 rows stay within half a quantization step of their own range (plus fp32 rounding), a
+// constant row is exact, and a row with a NaN or Inf decodes to all NaN.
+TEST(PayloadTest, Int8StaysWithinHalfAStepPerRow) {
+  const int64_t dim = 37;
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const float center = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20) * (rng() % 2 ? 1.f : -1.f);
+    const float spread = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    std::uniform_real_distribution<float> u(center - spread, center + spread);
+    std::vector<float> v(static_cast<size_t>(dim) * 3);
+    for (auto& x : v) x = u(rng);
+    std::fill(v.begin() + dim, v.begin() + 2 * dim, center);  // row 1: constant
+    const auto out = roundtrip(PayloadDType::kInt8, dim, v);
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto row = std::span<const float>(v).subspan(static_cast<size_t>(r * dim), static_cast<size_t>(dim));
+      const float lo = *std::min_element(row.begin(), row.end()), hi = *std::max_element(row.begin(), row.end());
+      const float bound = (hi - lo) / 510.0f + 0x1p-20f * std::max(std::fabs(lo), std::fabs(hi));
+      for (int64_t j = 0; j < dim; ++j) {
+        const size_t i = static_cast<size_t>(r * dim + j);
+        ASSERT_LE(std::fabs(out[i] - v[i]), bound) << "trial " << trial << " row " << r;
+        if (r == 1) {
+          ASSERT_EQ(out[i], v[i]);
+        }
+      }
+    }
+  }
+  std::vector<float> bad = {1.0f, std::numeric_limits<float>::infinity(), 2.0f, 3.0f};
+  const auto dec = roundtrip(PayloadDType::kInt8, 2, bad);
+  EXPECT_TRUE(std::isnan(dec[0]) && std::isnan(dec[1]));
+  EXPECT_EQ(dec[2], 2.0f);  // the next row is unaffected
+  EXPECT_EQ(dec[3], 3.0f);
+}
+
+// Sizes: bytes per row per dtype, and mismatched buffers are InvalidArgument.
+TEST(PayloadTest, SizesAreCheckedAndNamed) {
+  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kF32, 10), 40u);
+  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kBF16, 10), 20u);
+  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kF16, 10), 20u);
+  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kInt8, 10), 18u);
+  std::vector<float> rows(20);
+  std::vector<uint8_t> wire(35);
+  EXPECT_EQ(encode_rows(PayloadDType::kInt8, 10, rows, wire).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(encode_rows(PayloadDType::kF32, 3, rows, wire).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(decode_rows(PayloadDType::kBF16, 0, wire, rows).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_payload_dtype("bf16").value(), PayloadDType::kBF16);
+  EXPECT_EQ(payload_dtype_name(PayloadDType::kInt8), "int8");
+  EXPECT_FALSE(parse_payload_dtype("fp8").ok());
 }
 
 }  // namespace
