@@ -5,8 +5,10 @@
 #   fasttext     fasttext supervised ... ; fasttext test (P@1)
 #   leanemb_fp32 examples/text_debian.toml as is: fp32 rows, SGD
 #   leanemb_lean bf16 rows + RowwiseAdagrad, rows on first touch (a dynamic table of 2^18 rows)
-# The three run one after another, REPEAT times (rounds alternate the order), on an otherwise
-# quiet machine. Wall time and peak RSS come from /usr/bin/time for every process alike; P@1 from
+#   leanemb_bf16 bf16 rows + RowwiseAdagrad in a static table of all words + 2M buckets (what
+#                the dynamic table saves)
+# The three run one after another, REPEAT times (rounds alternate the order; round r uses seed r
+# in every tool), on an otherwise quiet machine. Wall time and peak RSS come from /usr/bin/time for every process alike; P@1 from
 # `fasttext test` and from leanemb's eval. Writes JSON with every run and the medians.
 #
 #   bench/peer_fasttext.sh [LEANEMB_BINARY] [OUT_JSON] [REPEAT]
@@ -24,41 +26,52 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_ft.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export OMP_WAIT_POLICY=passive
 
-LEAN=(--set embedding.dtype=bf16 --set embedding.optimizer=rowwise_adagrad --set embedding.learning_rate=0.1
-      --set embedding.dynamic=true --set embedding.dynamic_rows=262144)
+BF16=(--set embedding.dtype=bf16 --set embedding.optimizer=rowwise_adagrad --set embedding.learning_rate=0.1)
+LEAN=("${BF16[@]}" --set embedding.dynamic=true --set embedding.dynamic_rows=262144)
 
 run_fasttext() {  # round
   /usr/bin/time -f "%e %M" -o "$WORK/fasttext-$1.time" fasttext supervised -input "$DATA/train.txt" \
     -output "$WORK/ft-$1" -epoch 5 -dim 100 -wordNgrams 2 -bucket 2000000 -lr 0.1 -loss softmax -thread 2 \
-    -verbose 0
+    -verbose 0 -seed "$1"
   fasttext test "$WORK/ft-$1.bin" "$DATA/test.txt" > "$WORK/fasttext-$1.test"
+  # P@1 to full precision (`fasttext test` prints 3 decimals): the top label of each line.
+  fasttext predict "$WORK/ft-$1.bin" "$DATA/test.txt" 1 > "$WORK/fasttext-$1.pred"
   rm -f "$WORK/ft-$1.bin" "$WORK/ft-$1.vec"
 }
 run_leanemb() {  # name round args...
   local name=$1 round=$2; shift 2
   /usr/bin/time -f "%e %M" -o "$WORK/$name-$round.time" "$LEANEMB" train --config examples/text_debian.toml --quiet \
-    "$@" --json-summary "$WORK/$name-$round.json" > /dev/null
+    --set train.seed="$round" "$@" --json-summary "$WORK/$name-$round.json" > /dev/null
 }
 for ((r = 1; r <= REPEAT; r++)); do
   echo "peer_fasttext: round $r of $REPEAT" >&2
   if ((r % 2)); then
     run_fasttext "$r"; run_leanemb leanemb_fp32 "$r"; run_leanemb leanemb_lean "$r" "${LEAN[@]}"
+    run_leanemb leanemb_bf16 "$r" "${BF16[@]}"
   else
-    run_leanemb leanemb_lean "$r" "${LEAN[@]}"; run_leanemb leanemb_fp32 "$r"; run_fasttext "$r"
+    run_leanemb leanemb_bf16 "$r" "${BF16[@]}"; run_leanemb leanemb_lean "$r" "${LEAN[@]}"
+    run_leanemb leanemb_fp32 "$r"; run_fasttext "$r"
   fi
 done
 
 /usr/bin/python3 - "$WORK" "$OUT" "$REPEAT" "$DATA" <<'EOF'
 import json, statistics, sys
 work, out, repeat, data = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-runs = {"fasttext": [], "leanemb_fp32": [], "leanemb_lean": []}
+runs = {"fasttext": [], "leanemb_fp32": [], "leanemb_lean": [], "leanemb_bf16": []}
+LEANEMB = ("leanemb_fp32", "leanemb_lean", "leanemb_bf16")
 for r in range(1, repeat + 1):
     for name in runs:
         wall, rss_kb = open(f"{work}/{name}-{r}.time").read().split()[-2:]
         run = {"round": r, "wall_s": float(wall), "peak_rss_bytes": int(rss_kb) * 1024}
         if name == "fasttext":
             fields = dict(l.split("\t") for l in open(f"{work}/fasttext-{r}.test").read().split("\n") if "\t" in l)
-            run.update(p_at_1=float(fields["P@1"]), r_at_1=float(fields["R@1"]), examples=int(fields["N"]))
+            gold = [set(t[9:] for t in l.split() if t.startswith("__label__"))
+                    for l in open(f"{data}/test.txt") if any(t.startswith("__label__") for t in l.split())]
+            pred = [l.strip()[9:] for l in open(f"{work}/fasttext-{r}.pred")]
+            assert len(gold) == len(pred) == int(fields["N"]), "fasttext predict and test disagree on the line count"
+            correct = sum(p in g for p, g in zip(pred, gold))
+            run.update(p_at_1=correct / len(pred), p_at_1_printed=float(fields["P@1"]), r_at_1=float(fields["R@1"]),
+                       examples=int(fields["N"]))
         else:
             s = json.load(open(f"{work}/{name}-{r}.json"))
             run.update(p_at_1=s["eval"]["precision_at_1"], r_at_1=s["eval"]["recall_at_1"], examples=s["eval"]["examples"],
@@ -73,15 +86,16 @@ res = {
     "dataset": json.load(open(f"{data}/meta.json")),
     "runs": runs,
     "median": med,
-    "p_at_1_minus_fasttext": {n: med[n]["p_at_1"] - ft["p_at_1"] for n in ("leanemb_fp32", "leanemb_lean")},
-    "peak_rss_ratio_vs_fasttext": {n: med[n]["peak_rss_bytes"] / ft["peak_rss_bytes"] for n in ("leanemb_fp32", "leanemb_lean")},
-    "wall_time_ratio_vs_fasttext": {n: med[n]["wall_s"] / ft["wall_s"] for n in ("leanemb_fp32", "leanemb_lean")},
+    "p_at_1_by_round": {n: [x["p_at_1"] for x in v] for n, v in runs.items()},
+    "p_at_1_minus_fasttext": {n: med[n]["p_at_1"] - ft["p_at_1"] for n in LEANEMB},
+    "peak_rss_ratio_vs_fasttext": {n: med[n]["peak_rss_bytes"] / ft["peak_rss_bytes"] for n in LEANEMB},
+    "wall_time_ratio_vs_fasttext": {n: med[n]["wall_s"] / ft["wall_s"] for n in LEANEMB},
 }
 with open(out, "w") as f:
     json.dump(res, f, indent=2)
 for n in runs:
-    print(f"{n:13s} P@1 {med[n]['p_at_1']:.4f}  wall {med[n]['wall_s']:6.2f} s  peak RSS {med[n]['peak_rss_bytes'] / 2**20:7.1f} MiB")
-for n in ("leanemb_fp32", "leanemb_lean"):
+    print(f"{n:13s} P@1 {med[n]['p_at_1']:.4f} (rounds: {' '.join(f'{x:.4f}' for x in res['p_at_1_by_round'][n])})  wall {med[n]['wall_s']:6.2f} s  peak RSS {med[n]['peak_rss_bytes'] / 2**20:7.1f} MiB")
+for n in LEANEMB:
     print(f"{n}: P@1 - fastText {res['p_at_1_minus_fasttext'][n]:+.4f}, RSS ratio {res['peak_rss_ratio_vs_fasttext'][n]:.3f}, "
           f"time ratio {res['wall_time_ratio_vs_fasttext'][n]:.3f}")
 print(f"wrote {out}")
