@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "dist/communicator.h"
+#include "dist/dist_testing.h"
 #include "dist/local_comm.h"
 #include "dist/mpi_comm.h"
 #include "dist/payload.h"
@@ -26,26 +27,9 @@
 namespace leanemb::dist {
 namespace {
 
-using RankFn = std::function<Status(Communicator&)>;
-
-// Runs fn on `p` threads, one per rank of a fresh LocalWorld, and returns each rank's Status.
-std::vector<Status> run_world(int p, const RankFn& fn, int64_t timeout_ms = 30000) {
-  auto world = LocalWorld::create(p, CommOptions{timeout_ms});
-  EXPECT_TRUE(world.ok()) << world.status().to_string();
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < p; ++r) comms.push_back(std::move((*world)->communicator(r)).value());
-  std::vector<Status> out(static_cast<size_t>(p));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { out[static_cast<size_t>(r)] = fn(*comms[static_cast<size_t>(r)]); });
-  for (auto& t : threads) t.join();
-  return out;
-}
-
-void expect_all_ok(const std::vector<Status>& st) {
-  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
-}
-
-Status mismatch(const std::string& what) { return internal_error("test mismatch: " + what); }
+using test_util::expect_all_ok;
+using test_util::mismatch;
+using test_util::run_world;
 
 // The message size from src to dst in the all_to_all_v tests: includes zeros.
 int64_t msg_len(int src, int dst) { return (src * 3 + dst * 5) % 4 * 7; }

@@ -1,0 +1,550 @@
+// ShardedEmbeddingCollection: routing of ids, rows and gradients between ranks.
+//
+// Invariants that make the results equal to a single process (see the header):
+// - A requester lists its ids per owner in (feature, bag, position) order; an owner serves the
+//   requests of ranks 0..P-1 in rank order and answers each in its request order. So the
+//   requester can take the rows of each owner with one cursor per (owner, feature).
+// - The local collection has the global features first, all pooled features turned into kSum
+//   (per-id weights carry the exact scales of the single-process backward), then one kNone
+//   "rows" feature per table that the forward uses to read rows. Its pooled_dim and
+//   pooled_offset() therefore equal the global ones.
+// - The backward's local batch lists, per feature, the bags of rank 0, then rank 1, ..., each
+//   with its owned ids in their original order; the local dedup is a stable sort by row, so
+//   every row's contributions are summed in the order of the concatenated global batch.
+//
+// Wire formats (little-endian host bytes; all ranks run the same build):
+//   forward request  to owner o:  int64 [F] ids per feature, int64 [n] local rows
+//   forward reply    to requester: per feature, its rows encoded in forward_payload
+//   backward         to owner o:  int64 [F] bags per feature, int64 [M] ids per bag,
+//                                 int64 [N] local rows, fp32 [N] scales, then per feature its
+//                                 bags' gradients encoded in backward_payload
+#include "dist/sharded_collection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "table/collection_impl.h"  // init_row: the single-process initial bytes of a row
+
+namespace leanemb::dist {
+
+namespace {
+
+template <typename T>
+void append_bytes(std::vector<uint8_t>* out, std::span<const T> v) {
+  const size_t at = out->size();
+  out->resize(at + v.size_bytes());
+  if (!v.empty()) std::memcpy(out->data() + at, v.data(), v.size_bytes());
+}
+
+// Reads consecutive sections of a received message; fails (instead of reading past the end)
+// when the message is shorter than its header promises.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool take(size_t n, std::vector<T>* out) {
+    if (n > (bytes_.size() - pos_) / sizeof(T)) return false;
+    out->resize(n);
+    if (n) std::memcpy(out->data(), bytes_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return true;
+  }
+  bool take_raw(size_t n, std::span<const uint8_t>* out) {
+    if (n > bytes_.size() - pos_) return false;
+    *out = bytes_.subspan(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  size_t pos_ = 0;
+};
+
+std::vector<int64_t> displacements(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> d(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) d[i + 1] = d[i] + counts[i];
+  return d;
+}
+
+bool all_finite(std::span<const float> v) {
+  bool ok = true;
+  for (float x : v) ok &= std::isfinite(x);
+  return ok;
+}
+
+}  // namespace
+
+struct ShardedEmbeddingCollection::Impl {
+  ShardedCollectionOptions options;
+  Communicator* comm = nullptr;
+  ShardPlan plan = std::move(ShardPlan::create({}).value());
+  std::unique_ptr<EmbeddingCollection> local;
+  int num_features = 0;                // F
+  int num_tables = 0;                  // T
+  std::vector<int> feature_table;      // [F]
+  std::vector<int64_t> feature_dim;    // [F]
+  std::vector<PoolingMode> pooling;    // [F] global pooling
+  ShardedStepStats stats;
+
+  Status validate(const SparseBatch& batch, size_t pooled_size, const char* what) const;
+  // Every rank learns which ranks failed; returns this rank's own error, an error naming the
+  // failed ranks, or OK. extra: flags all-reduced along (max) and returned.
+  Status agree(const Status& mine, const char* what, std::vector<int64_t>* extra = nullptr);
+  Status init_rows();
+  uint64_t bytes_sent() const { return comm->stats().bytes_sent; }
+};
+
+Status ShardedEmbeddingCollection::Impl::validate(const SparseBatch& batch, size_t pooled_size, const char* what) const {
+  const std::string where = std::string("dist: ") + what + ": ";
+  if (batch.batch_size < 0) return invalid_argument(where + "batch_size " + std::to_string(batch.batch_size) + " < 0");
+  if (static_cast<int>(batch.features.size()) != num_features) {
+    return invalid_argument(where + "batch has " + std::to_string(batch.features.size()) + " features, the collection has " +
+                            std::to_string(num_features));
+  }
+  const int64_t b_size = batch.batch_size;
+  if (pooled_size != static_cast<size_t>(b_size * local->pooled_dim())) {
+    return invalid_argument(where + "pooled buffer has " + std::to_string(pooled_size) +
+                            " floats, expected batch_size x pooled_dim = " + std::to_string(b_size * local->pooled_dim()));
+  }
+  for (int f = 0; f < num_features; ++f) {
+    const FeatureInput& in = batch.features[static_cast<size_t>(f)];
+    const std::string fw = where + "feature '" + options.collection.features[static_cast<size_t>(f)].name + "' (index " +
+                           std::to_string(f) + ")";
+    const auto nnz = static_cast<int64_t>(in.ids.size());
+    if (static_cast<int64_t>(in.offsets.size()) != b_size + 1 || in.offsets[0] != 0 || in.offsets[static_cast<size_t>(b_size)] != nnz) {
+      return invalid_argument(fw + ": offsets must have batch_size + 1 entries from 0 to the number of ids " + std::to_string(nnz));
+    }
+    for (int64_t b = 0; b < b_size; ++b) {
+      if (in.offsets[static_cast<size_t>(b + 1)] < in.offsets[static_cast<size_t>(b)]) {
+        return invalid_argument(fw + ": offsets not monotone at bag " + std::to_string(b));
+      }
+    }
+    if (!in.weights.empty() && in.weights.size() != in.ids.size()) {
+      return invalid_argument(fw + ": " + std::to_string(in.weights.size()) + " per-id weights for " + std::to_string(nnz) + " ids");
+    }
+    const int t = feature_table[static_cast<size_t>(f)];
+    for (int64_t b = 0; b < b_size; ++b) {
+      for (int64_t i = in.offsets[static_cast<size_t>(b)]; i < in.offsets[static_cast<size_t>(b + 1)]; ++i) {
+        const int64_t id = in.ids[static_cast<size_t>(i)];
+        if (id < 0 || id >= plan.num_rows(t)) {
+          return out_of_range(fw + ": bag " + std::to_string(b) + ", position " + std::to_string(i) + ": id " +
+                              std::to_string(id) + " is outside [0, " + std::to_string(plan.num_rows(t)) + ")");
+        }
+        if (!in.weights.empty() && !std::isfinite(in.weights[static_cast<size_t>(i)])) {
+          return invalid_argument(fw + ": bag " + std::to_string(b) + ", position " + std::to_string(i) +
+                                  ": per-id weight is not finite");
+        }
+      }
+    }
+  }
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::Impl::agree(const Status& mine, const char* what, std::vector<int64_t>* extra) {
+  const auto p = static_cast<size_t>(comm->size());
+  std::vector<int64_t> flags(p + (extra ? extra->size() : 0), 0);
+  flags[static_cast<size_t>(comm->rank())] = mine.ok() ? 0 : 1;
+  if (extra) std::copy(extra->begin(), extra->end(), flags.begin() + static_cast<ptrdiff_t>(p));
+  LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(flags), ReduceOp::kMax));
+  if (extra) std::copy(flags.begin() + static_cast<ptrdiff_t>(p), flags.end(), extra->begin());
+  if (!mine.ok()) return mine;
+  std::string failed;
+  for (size_t r = 0; r < p; ++r) {
+    if (flags[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (failed.empty()) return Status::ok_status();
+  return invalid_argument(std::string("dist: ") + what + ": rank(s) " + failed + " failed (see their errors); nothing changed here");
+}
+
+Status ShardedEmbeddingCollection::Impl::init_rows() {
+  const int rank = comm->rank();
+  constexpr int64_t kChunkRows = 4096;
+  for (int t = 0; t < num_tables; ++t) {
+    const TableOptions& global = options.collection.tables[static_cast<size_t>(t)];
+    const RowLayout& layout = local->layout(t);
+    const int64_t n = plan.local_num_rows(t, rank);
+    std::vector<float> tmp(static_cast<size_t>(global.dim));
+    std::vector<uint8_t> fat;
+    for (int64_t l0 = 0; l0 < n; l0 += kChunkRows) {
+      const int64_t count = std::min(kChunkRows, n - l0);
+      fat.assign(static_cast<size_t>(count) * layout.stride_bytes, 0);
+      for (int64_t i = 0; i < count; ++i) {
+        init_row(global, layout, options.collection.seed, static_cast<uint32_t>(t), plan.global_row(t, rank, l0 + i),
+                 tmp.data(), fat.data() + static_cast<size_t>(i) * layout.stride_bytes);
+      }
+      LEANEMB_RETURN_IF_ERROR(local->write_raw_rows(t, l0, count, fat));
+    }
+  }
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::create(
+    const ShardedCollectionOptions& options, Communicator* comm, Allocator* allocator) {
+  if (comm == nullptr) return invalid_argument("dist: ShardedEmbeddingCollection needs a communicator");
+  const CollectionOptions& co = options.collection;
+  if (co.bounds_check != BoundsCheckMode::kError) {
+    return unimplemented("dist: sharded collections support BoundsCheckMode::kError only");
+  }
+  for (const TableOptions& t : co.tables) {
+    if (t.cache.enabled() || t.dynamic.enabled) {
+      return unimplemented("dist: table '" + t.name + "': row caches and dynamic tables are not supported when sharded yet");
+    }
+  }
+  ShardPlanOptions po;
+  po.world_size = comm->size();
+  po.table_assign = options.table_assign;
+  for (const TableOptions& t : co.tables) po.tables.push_back({t.num_rows, std::max<int64_t>(t.dim, 1), options.sharding, -1});
+  LEANEMB_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::create(po));
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->comm = comm;
+  impl->plan = std::move(plan);
+  impl->num_features = static_cast<int>(co.features.size());
+  impl->num_tables = static_cast<int>(co.tables.size());
+  CollectionOptions lo = co;
+  for (int t = 0; t < impl->num_tables; ++t) {
+    TableOptions& to = lo.tables[static_cast<size_t>(t)];
+    to.num_rows = std::max<int64_t>(1, impl->plan.local_num_rows(t, comm->rank()));
+    to.init = InitOptions{InitKind::kZeros};  // rows are written by init_rows()
+  }
+  for (size_t f = 0; f < co.features.size(); ++f) {
+    const FeatureOptions& fo = co.features[f];
+    if (fo.table < 0 || fo.table >= impl->num_tables) {
+      return invalid_argument("dist: feature '" + fo.name + "' refers to table " + std::to_string(fo.table));
+    }
+    if (fo.pooling == PoolingMode::kNone) {
+      return unimplemented("dist: feature '" + fo.name + "': sequence (pooling none) features are not supported when sharded yet");
+    }
+    impl->feature_table.push_back(fo.table);
+    impl->feature_dim.push_back(co.tables[static_cast<size_t>(fo.table)].dim);
+    impl->pooling.push_back(fo.pooling);
+    lo.features[f].pooling = PoolingMode::kSum;
+  }
+  for (int t = 0; t < impl->num_tables; ++t) {
+    lo.features.push_back(FeatureOptions{"__rows_of_" + co.tables[static_cast<size_t>(t)].name, t, PoolingMode::kNone});
+  }
+  LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, allocator));
+  LEANEMB_RETURN_IF_ERROR(impl->init_rows());
+  return std::unique_ptr<ShardedEmbeddingCollection>(new ShardedEmbeddingCollection(std::move(impl)));
+}
+
+ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
+
+const ShardPlan& ShardedEmbeddingCollection::plan() const { return impl_->plan; }
+EmbeddingCollection& ShardedEmbeddingCollection::local() { return *impl_->local; }
+const EmbeddingCollection& ShardedEmbeddingCollection::local() const { return *impl_->local; }
+int64_t ShardedEmbeddingCollection::pooled_dim() const { return impl_->local->pooled_dim(); }
+int64_t ShardedEmbeddingCollection::pooled_offset(int feature) const { return impl_->local->pooled_offset(feature); }
+int64_t ShardedEmbeddingCollection::step() const { return impl_->local->step(); }
+const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { return impl_->stats; }
+
+Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) {
+  Impl& im = *impl_;
+  Communicator& comm = *im.comm;
+  const auto p = static_cast<size_t>(comm.size());
+  const auto nf = static_cast<size_t>(im.num_features);
+  const uint64_t sent0 = im.bytes_sent();
+  const Status valid = im.validate(batch, pooled_out.size(), "forward");
+
+  // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
+  std::vector<std::vector<int64_t>> req(p, std::vector<int64_t>(nf, 0));
+  std::vector<std::vector<int>> owner_of(nf);  // [F][nnz_f]
+  if (valid.ok()) {
+    for (size_t f = 0; f < nf; ++f) {
+      const int t = im.feature_table[f];
+      for (int64_t id : batch.features[f].ids) {
+        const int o = im.plan.owner(t, id);
+        req[static_cast<size_t>(o)].push_back(im.plan.local_row(t, id));
+        ++req[static_cast<size_t>(o)][f];
+        owner_of[f].push_back(o);
+      }
+    }
+  }
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_counts(p), recv_counts;
+  for (size_t o = 0; o < p; ++o) {
+    append_bytes(&send, std::span<const int64_t>(req[o]));
+    send_counts[o] = static_cast<int64_t>(req[o].size() * 8);
+  }
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+
+  // 2. Serve: one sequence lookup per table over the requests of ranks 0..P-1.
+  Status lookup;
+  std::vector<std::vector<int64_t>> counts(p);  // [P][F] rows requested by rank q per feature
+  std::vector<std::vector<int64_t>> table_ids(static_cast<size_t>(im.num_tables));
+  const std::vector<int64_t> rdisp = displacements(recv_counts);
+  for (size_t q = 0; q < p && lookup.ok(); ++q) {
+    Reader rd(std::span<const uint8_t>(recv).subspan(static_cast<size_t>(rdisp[q]), static_cast<size_t>(recv_counts[q])));
+    std::vector<int64_t> rows;
+    bool ok = rd.take(nf, &counts[q]);
+    for (size_t f = 0; f < nf && ok; ++f) {
+      ok = counts[q][f] >= 0 && rd.take(static_cast<size_t>(counts[q][f]), &rows);
+      if (ok) table_ids[static_cast<size_t>(im.feature_table[f])].insert(table_ids[static_cast<size_t>(im.feature_table[f])].end(), rows.begin(), rows.end());
+    }
+    if (!ok || !rd.done()) lookup = internal_error("dist: forward: malformed request from rank " + std::to_string(q));
+  }
+  std::vector<std::vector<float>> table_rows(static_cast<size_t>(im.num_tables));
+  int64_t served = 0;
+  if (lookup.ok()) {
+    SparseBatch lb;
+    lb.batch_size = 1;
+    const std::vector<int64_t> empty_offsets = {0, 0};
+    std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(im.num_tables));
+    std::vector<std::span<float>> seq_out;
+    for (size_t f = 0; f < nf; ++f) lb.features.push_back({{}, empty_offsets, {}});
+    for (int t = 0; t < im.num_tables; ++t) {
+      const auto& ids = table_ids[static_cast<size_t>(t)];
+      offsets[static_cast<size_t>(t)] = {0, static_cast<int64_t>(ids.size())};
+      lb.features.push_back({ids, offsets[static_cast<size_t>(t)], {}});
+      table_rows[static_cast<size_t>(t)].resize(ids.size() * static_cast<size_t>(im.local->layout(t).dim));
+      seq_out.emplace_back(table_rows[static_cast<size_t>(t)]);
+      served += static_cast<int64_t>(ids.size());
+    }
+    std::vector<float> unused(static_cast<size_t>(im.local->pooled_dim()));
+    lookup = im.local->forward(lb, unused, seq_out);
+  }
+  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
+
+  // 3. Replies: to each requester, per feature, its rows in request order.
+  const PayloadDType pd = im.options.forward_payload;
+  send.clear();
+  std::vector<size_t> cursor(static_cast<size_t>(im.num_tables), 0);  // rows, per table
+  for (size_t q = 0; q < p; ++q) {
+    const size_t before = send.size();
+    for (size_t f = 0; f < nf; ++f) {
+      const int t = im.feature_table[f];
+      const int64_t dim = im.feature_dim[f];
+      const auto n = static_cast<size_t>(counts[q][f]);
+      const size_t at = send.size();
+      send.resize(at + n * payload_bytes_per_row(pd, dim));
+      const auto rows = std::span<const float>(table_rows[static_cast<size_t>(t)]).subspan(cursor[static_cast<size_t>(t)] * static_cast<size_t>(dim), n * static_cast<size_t>(dim));
+      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, dim, rows, std::span<uint8_t>(send).subspan(at)));
+      cursor[static_cast<size_t>(t)] += n;
+    }
+    send_counts[q] = static_cast<int64_t>(send.size() - before);
+  }
+  std::vector<int64_t> reply_counts(p, 0);
+  for (size_t o = 0; o < p; ++o) {
+    for (size_t f = 0; f < nf; ++f) reply_counts[o] += req[o][f] * static_cast<int64_t>(payload_bytes_per_row(pd, im.feature_dim[f]));
+  }
+  recv.assign(static_cast<size_t>(displacements(reply_counts)[p]), 0);
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, reply_counts));
+
+  // 4. Decode each (owner, feature) block and pool in the original id order, with the pooled
+  //    kernel's arithmetic: out = 0; out += w * x (or x); kMean: out /= length.
+  const std::vector<int64_t> disp = displacements(reply_counts);
+  std::vector<size_t> block_at(p);
+  for (size_t o = 0; o < p; ++o) block_at[o] = static_cast<size_t>(disp[o]);
+  const int64_t ldo = im.local->pooled_dim();
+  for (size_t f = 0; f < nf; ++f) {
+    const int64_t dim = im.feature_dim[f];
+    const auto d = static_cast<size_t>(dim);
+    std::vector<std::vector<float>> rows(p);
+    for (size_t o = 0; o < p; ++o) {
+      const auto n = static_cast<size_t>(req[o][f]);
+      const size_t bytes = n * payload_bytes_per_row(pd, dim);
+      rows[o].resize(n * d);
+      LEANEMB_RETURN_IF_ERROR(decode_rows(pd, dim, std::span<const uint8_t>(recv).subspan(block_at[o], bytes), rows[o]));
+      block_at[o] += bytes;
+    }
+    std::vector<size_t> next(p, 0);
+    const FeatureInput& in = batch.features[f];
+    const float* w = in.weights.empty() ? nullptr : in.weights.data();
+    for (int64_t b = 0; b < batch.batch_size; ++b) {
+      float* out = pooled_out.data() + b * ldo + im.local->pooled_offset(static_cast<int>(f));
+      std::fill(out, out + dim, 0.0f);
+      const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
+      for (int64_t i = lo; i < hi; ++i) {
+        const auto o = static_cast<size_t>(owner_of[f][static_cast<size_t>(i)]);
+        const float* x = rows[o].data() + next[o]++ * d;
+        if (w) {
+          const float wi = w[i];
+          for (size_t j = 0; j < d; ++j) out[j] += wi * x[j];
+        } else {
+          for (size_t j = 0; j < d; ++j) out[j] += x[j];
+        }
+      }
+      if (im.pooling[f] == PoolingMode::kMean && hi > lo) {
+        const float n = static_cast<float>(hi - lo);
+        for (size_t j = 0; j < d; ++j) out[j] /= n;
+      }
+    }
+  }
+  im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
+  im.stats.rows_served = served;
+  return Status::ok_status();
+}
+
+Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                                                 const UpdateOptions& update) {
+  Impl& im = *impl_;
+  Communicator& comm = *im.comm;
+  const auto p = static_cast<size_t>(comm.size());
+  const auto nf = static_cast<size_t>(im.num_features);
+  const uint64_t sent0 = im.bytes_sent();
+  const int64_t ldo = im.local->pooled_dim();
+  Status valid = im.validate(batch, grad_pooled.size(), "backward_update");
+  if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
+  int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
+
+  // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients (fp32 here).
+  struct Out {
+    std::vector<int64_t> bags;    // [F]
+    std::vector<int64_t> counts;  // [M]
+    std::vector<int64_t> rows;    // [N]
+    std::vector<float> scales;    // [N]
+    std::vector<std::vector<float>> grads;  // [F][m_f * dim_f]
+  };
+  std::vector<Out> out(p);
+  for (auto& o : out) {
+    o.bags.assign(nf, 0);
+    o.grads.resize(nf);
+  }
+  if (valid.ok()) {
+    std::vector<int64_t> in_bag(p, 0);
+    std::vector<size_t> touched;
+    for (size_t f = 0; f < nf; ++f) {
+      const FeatureInput& in = batch.features[f];
+      const int t = im.feature_table[f];
+      const auto d = static_cast<size_t>(im.feature_dim[f]);
+      for (int64_t b = 0; b < batch.batch_size; ++b) {
+        const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
+        // The single-process backward's scale of each contribution, bit for bit.
+        const float inv_len = im.pooling[f] == PoolingMode::kMean ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
+        touched.clear();
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t id = in.ids[static_cast<size_t>(i)];
+          const auto o = static_cast<size_t>(im.plan.owner(t, id));
+          const float w = in.weights.empty() ? 1.0f : in.weights[static_cast<size_t>(i)];
+          out[o].rows.push_back(im.plan.local_row(t, id));
+          out[o].scales.push_back(im.pooling[f] == PoolingMode::kMean ? w * inv_len : w);
+          if (in_bag[o]++ == 0) touched.push_back(o);
+        }
+        std::sort(touched.begin(), touched.end());
+        const float* g = grad_pooled.data() + b * ldo + im.local->pooled_offset(static_cast<int>(f));
+        for (size_t o : touched) {
+          out[o].counts.push_back(in_bag[o]);
+          out[o].grads[f].insert(out[o].grads[f].end(), g, g + d);
+          ++out[o].bags[f];
+          in_bag[o] = 0;
+        }
+      }
+    }
+  }
+  const PayloadDType pd = im.options.backward_payload;
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_counts(p), recv_counts;
+  for (size_t o = 0; o < p; ++o) {
+    const size_t before = send.size();
+    append_bytes(&send, std::span<const int64_t>(out[o].bags));
+    append_bytes(&send, std::span<const int64_t>(out[o].counts));
+    append_bytes(&send, std::span<const int64_t>(out[o].rows));
+    append_bytes(&send, std::span<const float>(out[o].scales));
+    for (size_t f = 0; f < nf; ++f) {
+      const size_t at = send.size();
+      send.resize(at + static_cast<size_t>(out[o].bags[f]) * payload_bytes_per_row(pd, im.feature_dim[f]));
+      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, im.feature_dim[f], out[o].grads[f], std::span<uint8_t>(send).subspan(at)));
+    }
+    send_counts[o] = static_cast<int64_t>(send.size() - before);
+  }
+  out.clear();
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+
+  // 2. Parse and decode what each requester sent; found-inf over the decoded gradients.
+  struct In {
+    std::vector<int64_t> bags, counts, rows;
+    std::vector<float> scales;
+    std::vector<std::vector<float>> grads;  // [F]
+  };
+  std::vector<In> in(p);
+  Status parsed;
+  const std::vector<int64_t> rdisp = displacements(recv_counts);
+  for (size_t q = 0; q < p && parsed.ok(); ++q) {
+    Reader rd(std::span<const uint8_t>(recv).subspan(static_cast<size_t>(rdisp[q]), static_cast<size_t>(recv_counts[q])));
+    In& m = in[q];
+    bool ok = rd.take(nf, &m.bags);
+    int64_t num_bags = 0, num_ids = 0;
+    for (size_t f = 0; f < nf && ok; ++f) {
+      ok = m.bags[f] >= 0;
+      num_bags += m.bags[f];
+    }
+    ok = ok && rd.take(static_cast<size_t>(num_bags), &m.counts);
+    for (size_t k = 0; k < m.counts.size() && ok; ++k) {
+      ok = m.counts[k] > 0;
+      num_ids += m.counts[k];
+    }
+    ok = ok && rd.take(static_cast<size_t>(num_ids), &m.rows) && rd.take(static_cast<size_t>(num_ids), &m.scales);
+    m.grads.resize(nf);
+    for (size_t f = 0; f < nf && ok; ++f) {
+      std::span<const uint8_t> raw;
+      const auto n = static_cast<size_t>(m.bags[f]);
+      ok = rd.take_raw(n * payload_bytes_per_row(pd, im.feature_dim[f]), &raw);
+      if (!ok) break;
+      m.grads[f].resize(n * static_cast<size_t>(im.feature_dim[f]));
+      ok = decode_rows(pd, im.feature_dim[f], raw, m.grads[f]).ok();
+      if (update.check_finite && !all_finite(m.grads[f])) nonfinite = 1;
+    }
+    if (!ok || !rd.done()) parsed = internal_error("dist: backward_update: malformed gradients from rank " + std::to_string(q));
+  }
+  std::vector<int64_t> extra = {nonfinite};
+  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
+  UpdateReport report;
+  if (extra[0]) {
+    report.skipped_nonfinite = true;  // on every rank: no row, no state, no step changes
+    im.stats.backward_bytes_sent = im.bytes_sent() - sent0;
+    return report;
+  }
+
+  // 3. The local batch: per feature, the bags of rank 0, 1, ..., padded to a common count.
+  int64_t local_bags = 0;
+  std::vector<int64_t> bags_of(nf, 0);
+  for (size_t f = 0; f < nf; ++f) {
+    for (size_t q = 0; q < p; ++q) bags_of[f] += in[q].bags[f];
+    local_bags = std::max(local_bags, bags_of[f]);
+  }
+  std::vector<std::vector<int64_t>> ids(nf), offsets(nf);
+  std::vector<std::vector<float>> weights(nf);
+  std::vector<float> grads(static_cast<size_t>(local_bags * ldo), 0.0f);
+  std::vector<size_t> bag_cursor(p, 0), id_cursor(p, 0);
+  for (size_t f = 0; f < nf; ++f) {
+    const auto d = static_cast<size_t>(im.feature_dim[f]);
+    const int64_t off = im.local->pooled_offset(static_cast<int>(f));
+    offsets[f].push_back(0);
+    for (size_t q = 0; q < p; ++q) {
+      const In& m = in[q];
+      for (int64_t k = 0; k < m.bags[f]; ++k) {
+        const int64_t c = m.counts[bag_cursor[q]++];
+        for (int64_t i = 0; i < c; ++i, ++id_cursor[q]) {
+          ids[f].push_back(m.rows[id_cursor[q]]);
+          weights[f].push_back(m.scales[id_cursor[q]]);
+        }
+        const auto lb = static_cast<int64_t>(offsets[f].size() - 1);
+        std::memcpy(grads.data() + lb * ldo + off, m.grads[f].data() + static_cast<size_t>(k) * d, d * sizeof(float));
+        offsets[f].push_back(static_cast<int64_t>(ids[f].size()));
+      }
+    }
+    offsets[f].resize(static_cast<size_t>(local_bags + 1), static_cast<int64_t>(ids[f].size()));
+  }
+  in.clear();
+  SparseBatch lb;
+  lb.batch_size = local_bags;
+  for (size_t f = 0; f < nf; ++f) lb.features.push_back({ids[f], offsets[f], weights[f]});
+  const std::vector<int64_t> no_ids(static_cast<size_t>(local_bags + 1), 0);
+  for (int t = 0; t < im.num_tables; ++t) lb.features.push_back({{}, no_ids, {}});
+  const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(im.num_tables));
+  LEANEMB_ASSIGN_OR_RETURN(report, im.local->backward_update(lb, grads, no_seq_grads, update));
+  report.lookups = 0;
+  for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
+  im.stats.backward_bytes_sent = im.bytes_sent() - sent0;
+  im.stats.bags_received = 0;
+  for (size_t f = 0; f < nf; ++f) im.stats.bags_received += bags_of[f];
+  return report;
+}
+
+}  // namespace leanemb::dist

@@ -1,0 +1,404 @@
+// ShardedEmbeddingCollection over local-thread worlds of 1, 2 and 4 ranks against one
+// single-process EmbeddingCollection trained on the concatenated global batches: pooled
+// outputs and fat rows (weights and optimizer state) bit for bit with fp32 payloads, within
+// the payload's bound otherwise; agreement on errors; bytes sent per step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "dist/dist_testing.h"
+#include "dist/sharded_collection.h"
+#include "table/owned_batch_testing.h"
+
+namespace leanemb::dist {
+namespace {
+
+using test_util::expect_all_ok;
+using test_util::mismatch;
+using test_util::run_world;
+using testing_util::OwnedBatch;
+
+constexpr int kSteps = 4;
+constexpr int64_t kGlobalBags = 24;
+
+// Two tables (dims 8 and 5, so a dim not a multiple of 8), three features: sum and mean over
+// table a, weighted sum over table b.
+CollectionOptions global_options(OptimizerKind kind) {
+  CollectionOptions o;
+  OptimizerOptions opt;
+  opt.kind = kind;
+  opt.learning_rate = 0.05f;
+  opt.eps = 1e-6f;
+  o.tables = {TableOptions{"a", 61, 8, DType::kF32, opt, {}, false, {}, {}},
+              TableOptions{"b", 23, 5, DType::kF32, opt, {}, false, {}, {}}};
+  o.features = {FeatureOptions{"a_sum", 0, PoolingMode::kSum}, FeatureOptions{"a_mean", 0, PoolingMode::kMean},
+                FeatureOptions{"b_weighted", 1, PoolingMode::kSum}};
+  o.seed = 7;
+  o.num_threads = 1;
+  return o;
+}
+
+// Step s's global batch: bags of 0-5 ids, skewed towards low ids so that rows repeat within
+// and across the ranks' slices; per-id weights on feature 2.
+OwnedBatch global_batch(int step, const CollectionOptions& o) {
+  std::mt19937_64 rng(1000 + static_cast<uint64_t>(step));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  OwnedBatch b;
+  b.B = kGlobalBags;
+  for (const auto& f : o.features) {
+    const int64_t rows = o.tables[static_cast<size_t>(f.table)].num_rows;
+    std::vector<int64_t> ids, offsets = {0};
+    std::vector<float> w;
+    for (int64_t bag = 0; bag < b.B; ++bag) {
+      const int len = static_cast<int>(rng() % 6);
+      for (int i = 0; i < len; ++i) {
+        ids.push_back(static_cast<int64_t>(std::pow(u(rng), 3.0) * static_cast<double>(rows)));
+        if (&f == &o.features[2]) w.push_back(static_cast<float>(u(rng) * 2.0 - 0.5));
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    b.ids.push_back(ids);
+    b.offsets.push_back(offsets);
+    b.weights.push_back(w);
+  }
+  return b;
+}
+
+// Bags [b0, b1) of a batch.
+OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
+  OwnedBatch s;
+  s.B = b1 - b0;
+  for (size_t f = 0; f < g.ids.size(); ++f) {
+    const int64_t lo = g.offsets[f][static_cast<size_t>(b0)], hi = g.offsets[f][static_cast<size_t>(b1)];
+    s.ids.emplace_back(g.ids[f].begin() + lo, g.ids[f].begin() + hi);
+    std::vector<int64_t> off;
+    for (int64_t b = b0; b <= b1; ++b) off.push_back(g.offsets[f][static_cast<size_t>(b)] - lo);
+    s.offsets.push_back(off);
+    s.weights.emplace_back(g.weights[f].empty() ? std::vector<float>() : std::vector<float>(g.weights[f].begin() + lo, g.weights[f].begin() + hi));
+  }
+  return s;
+}
+
+// Where rank r's slice starts: uneven slices, an empty one at P = 4.
+int64_t slice_begin(int p, int r) {
+  static const int64_t two[] = {0, 10, 24}, four[] = {0, 3, 3, 15, 24};
+  return p == 1 ? (r == 0 ? 0 : kGlobalBags) : p == 2 ? two[r] : four[r];
+}
+
+std::vector<float> step_grads(int step, int64_t n) {
+  std::mt19937_64 rng(5000 + static_cast<uint64_t>(step));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+// The single-process run: pooled outputs of every step and the rows it read in each forward.
+struct Reference {
+  std::unique_ptr<EmbeddingCollection> coll;
+  std::vector<std::vector<float>> pooled;               // [step][B * pooled_dim]
+  std::vector<std::vector<std::vector<float>>> rows;    // [step][table][num_rows * dim] before the update
+};
+
+Reference train_reference(const CollectionOptions& o) {
+  Reference ref;
+  ref.coll = std::move(EmbeddingCollection::create(o)).value();
+  const int64_t pd = ref.coll->pooled_dim();
+  for (int s = 0; s < kSteps; ++s) {
+    const OwnedBatch g = global_batch(s, o);
+    std::vector<std::vector<float>> rows;
+    for (int t = 0; t < 2; ++t) {
+      const auto& to = o.tables[static_cast<size_t>(t)];
+      rows.emplace_back(static_cast<size_t>(to.num_rows * to.dim));
+      EXPECT_TRUE(ref.coll->read_rows(t, 0, to.num_rows, rows.back()).ok());
+    }
+    ref.rows.push_back(rows);
+    std::vector<float> pooled(static_cast<size_t>(kGlobalBags * pd));
+    EXPECT_TRUE(ref.coll->forward(g.view(), pooled).ok());
+    ref.pooled.push_back(pooled);
+    EXPECT_TRUE(ref.coll->backward_update(g.view(), step_grads(s, kGlobalBags * pd)).ok());
+  }
+  return ref;
+}
+
+// Per element of a decoded row: the payload's documented error bound (payload.h).
+float elem_bound(PayloadDType t, float x, float lo, float hi) {
+  const float ax = std::fabs(x);
+  switch (t) {
+    case PayloadDType::kF32: return 0.0f;
+    case PayloadDType::kBF16: return ax >= 0x1p-126f ? 0x1p-8f * ax : 0x1p-134f;
+    case PayloadDType::kF16: return ax >= 0x1p-14f ? 0x1p-11f * ax : 0x1p-25f;
+    case PayloadDType::kInt8: return (hi - lo) / 510.0f + 0x1p-20f * std::max(std::fabs(lo), std::fabs(hi));
+  }
+  return 0.0f;
+}
+
+// Whether rank r's pooled slice is within the forward payload's bound of the reference (exact
+// for fp32): per bag element, sum of |w| * bound over the bag's rows (divided by the length
+// for kMean) plus fp32 rounding of the two sums.
+Status check_pooled(const Reference& ref, const CollectionOptions& o, PayloadDType pd, int step, const OwnedBatch& g,
+                    int64_t b0, std::span<const float> got, int64_t ldo) {
+  const std::vector<float>& want = ref.pooled[static_cast<size_t>(step)];
+  if (pd == PayloadDType::kF32) {
+    const auto w = std::span<const float>(want).subspan(static_cast<size_t>(b0 * ldo), got.size());
+    return got.empty() || std::memcmp(got.data(), w.data(), got.size_bytes()) == 0 ? Status::ok_status()
+                                                                                    : mismatch("pooled output differs");
+  }
+  int64_t col = 0;
+  for (size_t f = 0; f < o.features.size(); ++f) {
+    const int t = o.features[f].table;
+    const int64_t dim = o.tables[static_cast<size_t>(t)].dim;
+    const auto& rows = ref.rows[static_cast<size_t>(step)][static_cast<size_t>(t)];
+    for (int64_t b = 0; b * ldo < static_cast<int64_t>(got.size()); ++b) {
+      const int64_t lo = g.offsets[f][static_cast<size_t>(b0 + b)], hi = g.offsets[f][static_cast<size_t>(b0 + b + 1)];
+      for (int64_t j = 0; j < dim; ++j) {
+        double bound = 0, mag = 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float* x = rows.data() + g.ids[f][static_cast<size_t>(i)] * dim;
+          const float rlo = *std::min_element(x, x + dim), rhi = *std::max_element(x, x + dim);
+          const double w = g.weights[f].empty() ? 1.0 : std::fabs(g.weights[f][static_cast<size_t>(i)]);
+          bound += w * elem_bound(pd, x[j], rlo, rhi);
+          mag += w * std::fabs(x[j]);
+        }
+        if (o.features[f].pooling == PoolingMode::kMean && hi > lo) bound /= static_cast<double>(hi - lo);
+        bound += 1e-6 * mag;
+        const size_t at = static_cast<size_t>(b * ldo + col + j);
+        const double err = std::fabs(static_cast<double>(got[at]) - want[static_cast<size_t>(b0 * ldo) + at]);
+        if (!(err <= bound)) return mismatch("pooled error " + std::to_string(err) + " above bound " + std::to_string(bound));
+      }
+    }
+    col += dim;
+  }
+  return Status::ok_status();
+}
+
+struct RankResult {
+  std::vector<std::vector<int64_t>> global_rows;    // [table][local row]
+  std::vector<std::vector<uint8_t>> fat;            // [table][local rows * stride]
+  std::vector<ShardedStepStats> stats;              // per step
+  int64_t step = 0;
+};
+
+// Trains a sharded collection over P ranks on the reference's batches; checks each forward
+// against the reference as it goes and returns every rank's rows and stats.
+// check_forward = false skips the forward check (when the rows themselves diverge by design).
+std::vector<RankResult> train_sharded(int p, const ShardedCollectionOptions& so, const Reference& ref,
+                                      bool check_forward = true) {
+  std::vector<RankResult> results(static_cast<size_t>(p));
+  auto st = run_world(p, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    RankResult& res = results[static_cast<size_t>(comm.rank())];
+    const int64_t b0 = slice_begin(p, comm.rank()), b1 = slice_begin(p, comm.rank() + 1);
+    const int64_t ldo = sc->pooled_dim();
+    Status first_mismatch;  // kept until the end, so that every rank makes every call
+    for (int s = 0; s < kSteps; ++s) {
+      const OwnedBatch g = global_batch(s, so.collection);
+      const OwnedBatch mine = slice(g, b0, b1);
+      std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
+      LEANEMB_RETURN_IF_ERROR(sc->forward(mine.view(), pooled));
+      if (check_forward && first_mismatch.ok()) {
+        first_mismatch = check_pooled(ref, so.collection, so.forward_payload, s, g, b0, pooled, ldo);
+      }
+      const std::vector<float> grads = step_grads(s, kGlobalBags * ldo);
+      const auto my_grads = std::span<const float>(grads).subspan(static_cast<size_t>(b0 * ldo), pooled.size());
+      LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, sc->backward_update(mine.view(), my_grads));
+      if (rep.skipped_nonfinite) return mismatch("step skipped");
+      res.stats.push_back(sc->last_step_stats());
+    }
+    for (int t = 0; t < sc->local().num_tables(); ++t) {
+      const int64_t n = sc->plan().local_num_rows(t, comm.rank());
+      res.global_rows.emplace_back();
+      for (int64_t l = 0; l < n; ++l) res.global_rows.back().push_back(sc->plan().global_row(t, comm.rank(), l));
+      res.fat.emplace_back(static_cast<size_t>(n) * sc->local().layout(t).stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(sc->local().read_raw_rows(t, 0, n, res.fat.back()));
+    }
+    res.step = sc->step();
+    return first_mismatch;
+  });
+  expect_all_ok(st);
+  return results;
+}
+
+// Every global row is held by exactly one rank, with the reference's exact fat-row bytes.
+void expect_rows_identical(const Reference& ref, const std::vector<RankResult>& results) {
+  for (int t = 0; t < ref.coll->num_tables(); ++t) {
+    const RowLayout& l = ref.coll->layout(t);
+    const int64_t n = ref.coll->options().tables[static_cast<size_t>(t)].num_rows;
+    std::vector<uint8_t> want(static_cast<size_t>(n) * l.stride_bytes);
+    ASSERT_TRUE(ref.coll->read_raw_rows(t, 0, n, want).ok());
+    int64_t seen = 0;
+    for (const RankResult& r : results) {
+      for (size_t i = 0; i < r.global_rows[static_cast<size_t>(t)].size(); ++i, ++seen) {
+        const int64_t g = r.global_rows[static_cast<size_t>(t)][i];
+        EXPECT_EQ(std::memcmp(r.fat[static_cast<size_t>(t)].data() + i * l.stride_bytes,
+                              want.data() + static_cast<size_t>(g) * l.stride_bytes, l.stride_bytes), 0)
+            << "table " << t << " row " << g;
+      }
+    }
+    EXPECT_EQ(seen, n);
+  }
+}
+
+// With fp32 payloads, P = 1, 2, 4 ranks give pooled outputs, weights and optimizer state
+// bit-identical to one process trained on the concatenated batches (SGD, Adagrad,
+// RowwiseAdagrad; row-wise modulo and range sharding).
+TEST(ShardedCollectionTest, Fp32ShardedTrainingIsBitIdenticalToOneProcess) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad}) {
+    const CollectionOptions o = global_options(kind);
+    const Reference ref = train_reference(o);
+    for (int p : {1, 2, 4}) {
+      for (ShardingKind sk : {ShardingKind::kRowModulo, ShardingKind::kRowRange}) {
+        SCOPED_TRACE(std::string(optimizer_name(kind)) + " P=" + std::to_string(p) + " " + std::string(sharding_kind_name(sk)));
+        ShardedCollectionOptions so;
+        so.collection = o;
+        so.sharding = sk;
+        const auto results = train_sharded(p, so, ref);
+        expect_rows_identical(ref, results);
+        for (const RankResult& r : results) EXPECT_EQ(r.step, kSteps);
+      }
+    }
+  }
+}
+
+// Compressed forward payloads keep pooled outputs within the payload's documented bound; they
+// do not touch training (the gradients here do not depend on the outputs), so rows stay exact.
+TEST(ShardedCollectionTest, CompressedForwardPayloadsStayWithinTheirBounds) {
+  const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  const Reference ref = train_reference(o);
+  for (PayloadDType pd : {PayloadDType::kBF16, PayloadDType::kF16, PayloadDType::kInt8}) {
+    SCOPED_TRACE(std::string(payload_dtype_name(pd)));
+    ShardedCollectionOptions so;
+    so.collection = o;
+    so.forward_payload = pd;
+    expect_rows_identical(ref, train_sharded(4, so, ref));
+  }
+}
+
+// A bf16 backward payload trains to rows within 1% of the reference's total change per table
+// (bf16 rounds each gradient element by at most 2^-8 relative); fewer bytes are sent than
+// with fp32 in both directions.
+TEST(ShardedCollectionTest, Bf16PayloadsTrainWithinToleranceAndSendFewerBytes) {
+  const CollectionOptions o = global_options(OptimizerKind::kSgd);
+  const Reference ref = train_reference(o);
+  ShardedCollectionOptions so;
+  so.collection = o;
+  const auto exact = train_sharded(2, so, ref);
+  so.forward_payload = so.backward_payload = PayloadDType::kBF16;
+  const auto bf16 = train_sharded(2, so, ref, /*check_forward=*/false);
+  auto init = std::move(EmbeddingCollection::create(o)).value();
+  for (int t = 0; t < 2; ++t) {
+    const auto& to = o.tables[static_cast<size_t>(t)];
+    std::vector<float> w0(static_cast<size_t>(to.num_rows * to.dim)), w1(w0.size());
+    ASSERT_TRUE(init->read_rows(t, 0, to.num_rows, w0).ok());
+    ASSERT_TRUE(ref.coll->read_rows(t, 0, to.num_rows, w1).ok());
+    float max_change = 0;
+    for (size_t i = 0; i < w0.size(); ++i) max_change = std::max(max_change, std::fabs(w1[i] - w0[i]));
+    for (const RankResult& r : bf16) {
+      for (size_t i = 0; i < r.global_rows[static_cast<size_t>(t)].size(); ++i) {
+        float got[8];
+        std::memcpy(got, r.fat[static_cast<size_t>(t)].data() + i * ref.coll->layout(t).stride_bytes, static_cast<size_t>(to.dim) * 4);
+        for (int64_t j = 0; j < to.dim; ++j) {
+          EXPECT_NEAR(got[j], w1[static_cast<size_t>(r.global_rows[static_cast<size_t>(t)][i] * to.dim + j)], 0.01 * max_change);
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < 2; ++r) {
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_LT(bf16[r].stats[static_cast<size_t>(s)].forward_bytes_sent, exact[r].stats[static_cast<size_t>(s)].forward_bytes_sent);
+      EXPECT_LT(bf16[r].stats[static_cast<size_t>(s)].backward_bytes_sent, exact[r].stats[static_cast<size_t>(s)].backward_bytes_sent);
+    }
+  }
+}
+
+// With one rank nothing crosses the wire: the bytes sent per step are zero.
+TEST(ShardedCollectionTest, OneRankSendsNoBytes) {
+  const CollectionOptions o = global_options(OptimizerKind::kSgd);
+  const Reference ref = train_reference(o);
+  ShardedCollectionOptions so;
+  so.collection = o;
+  const auto results = train_sharded(1, so, ref);
+  for (const ShardedStepStats& s : results[0].stats) {
+    EXPECT_EQ(s.forward_bytes_sent, 0u);
+    EXPECT_EQ(s.backward_bytes_sent, 0u);
+    EXPECT_GT(s.rows_served, 0);
+  }
+}
+
+// A bad id on one rank fails the call on every rank (that rank: OutOfRange naming the id;
+// the others: InvalidArgument naming that rank), changes nothing, and the next step works.
+TEST(ShardedCollectionTest, ABadBatchOnOneRankFailsEveryRankAndChangesNothing) {
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kAdagrad);
+  auto st = run_world(2, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    const OwnedBatch good = slice(global_batch(0, so.collection), 0, 4);
+    OwnedBatch bad = good;
+    bad.ids[0].push_back(61);  // one past the end of table a
+    bad.offsets[0].back() += 1;
+    const OwnedBatch& mine = comm.rank() == 1 ? bad : good;
+    std::vector<float> pooled(static_cast<size_t>(4 * sc->pooled_dim())), grads(pooled.size(), 1.0f);
+    Status f = sc->forward(mine.view(), pooled);
+    const StatusCode want = comm.rank() == 1 ? StatusCode::kOutOfRange : StatusCode::kInvalidArgument;
+    if (f.code() != want) return mismatch("forward: " + f.to_string());
+    if (comm.rank() == 0 && f.message().find("rank(s) 1 failed") == std::string::npos) return mismatch(f.message());
+    auto b = sc->backward_update(mine.view(), grads);
+    if (b.status().code() != want) return mismatch("backward: " + b.status().to_string());
+    if (sc->step() != 0) return mismatch("a failed step changed the step counter");
+    LEANEMB_RETURN_IF_ERROR(sc->forward(good.view(), pooled));
+    LEANEMB_RETURN_IF_ERROR(sc->backward_update(good.view(), grads).status());
+    return sc->step() == 1 ? Status::ok_status() : mismatch("step after recovery");
+  });
+  expect_all_ok(st);
+}
+
+// A non-finite gradient on one rank makes every rank skip the step.
+TEST(ShardedCollectionTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kSgd);
+  auto st = run_world(4, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    const OwnedBatch mine = slice(global_batch(0, so.collection), comm.rank() * 4, comm.rank() * 4 + 4);
+    std::vector<float> grads(static_cast<size_t>(4 * sc->pooled_dim()), 0.5f);
+    if (comm.rank() == 2) grads[3] = std::nanf("");
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, sc->backward_update(mine.view(), grads));
+    return rep.skipped_nonfinite && sc->step() == 0 ? Status::ok_status() : mismatch("not skipped");
+  });
+  expect_all_ok(st);
+}
+
+// A rank that stops calling makes the others' forward fail naming it (the communicator's
+// deadline), instead of hanging.
+TEST(ShardedCollectionTest, AnAbsentRankMakesTheOthersFailNamingIt) {
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kSgd);
+  auto st = run_world(2, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    if (comm.rank() == 1) return Status::ok_status();
+    const OwnedBatch mine = slice(global_batch(0, so.collection), 0, 4);
+    std::vector<float> pooled(static_cast<size_t>(4 * sc->pooled_dim()));
+    const Status f = sc->forward(mine.view(), pooled);
+    return f.message().find("waiting for rank 1") != std::string::npos ? Status::ok_status() : mismatch(f.to_string());
+  }, 200);
+  expect_all_ok(st);
+}
+
+// What is not supported yet is refused at creation, not half-done.
+TEST(ShardedCollectionTest, UnsupportedOptionsAreUnimplemented) {
+  auto comm = std::move(make_communicator("local")).value();
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kSgd);
+  so.collection.features[1].pooling = PoolingMode::kNone;
+  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
+  so.collection = global_options(OptimizerKind::kSgd);
+  so.collection.tables[0].cache.fraction = 0.5;
+  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
+  so.collection = global_options(OptimizerKind::kSgd);
+  so.collection.bounds_check = BoundsCheckMode::kSkip;
+  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace leanemb::dist
