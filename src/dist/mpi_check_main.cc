@@ -4,6 +4,9 @@
 //       all_to_all_v (empty and multi-megabyte messages), all_to_all_v_alloc, all_reduce (float /
 //       double / int64, sum / max) against reduce_in_fixed_order over every rank's inputs (each
 //       rank regenerates all inputs from their seeds), broadcast from every root, barrier.
+//       Then a ShardedEmbeddingCollection trained for a few steps (fp32 payloads, Adagrad):
+//       pooled outputs and fat rows bit-identical to a single-process EmbeddingCollection on
+//       the concatenated batches (every rank trains that reference itself).
 //       Silent on success (exit 0); prints each mismatch and exits 1.
 //   mpirun -np P dist_mpi_check --dead-rank R --mode sleep|exit --timeout-ms T --done-dir DIR
 //       After a first barrier, rank R stops answering: `sleep` waits (until every other rank
@@ -28,6 +31,7 @@
 
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
+#include "dist/sharded_collection.h"
 
 namespace leanemb::dist {
 namespace {
@@ -126,6 +130,85 @@ void check_broadcast_and_barrier(Communicator& c) {
   check_ok(me, c.barrier(), "barrier");
 }
 
+// A global batch of `bags` bags for both features (ids skewed to repeat across ranks).
+struct GlobalBatch {
+  std::vector<std::vector<int64_t>> ids, offsets;
+  SparseBatch slice(int64_t b0, int64_t b1, std::vector<std::vector<int64_t>>* offs) const {
+    SparseBatch b;
+    b.batch_size = b1 - b0;
+    offs->assign(ids.size(), {});
+    for (size_t f = 0; f < ids.size(); ++f) {
+      const int64_t lo = offsets[f][static_cast<size_t>(b0)], hi = offsets[f][static_cast<size_t>(b1)];
+      for (int64_t k = b0; k <= b1; ++k) (*offs)[f].push_back(offsets[f][static_cast<size_t>(k)] - lo);
+      b.features.push_back({std::span<const int64_t>(ids[f]).subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)), (*offs)[f], {}});
+    }
+    return b;
+  }
+};
+
+GlobalBatch make_batch(int step, int64_t bags, int64_t rows) {
+  std::mt19937_64 rng(77 + static_cast<uint64_t>(step));
+  GlobalBatch g;
+  for (int f = 0; f < 2; ++f) {
+    g.ids.emplace_back();
+    g.offsets.push_back({0});
+    for (int64_t b = 0; b < bags; ++b) {
+      const int len = static_cast<int>(rng() % 5);
+      for (int i = 0; i < len; ++i) {
+        const double u = static_cast<double>(rng() % 1000) / 1000.0;
+        g.ids.back().push_back(static_cast<int64_t>(u * u * static_cast<double>(rows)));
+      }
+      g.offsets.back().push_back(static_cast<int64_t>(g.ids.back().size()));
+    }
+  }
+  return g;
+}
+
+void check_sharded(Communicator& c) {
+  const int p = c.size(), me = c.rank();
+  CollectionOptions o;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kAdagrad;
+  opt.learning_rate = 0.1f;
+  o.tables = {TableOptions{"t", 40, 6, DType::kF32, opt, {}, false, {}, {}}};
+  o.features = {FeatureOptions{"sum", 0, PoolingMode::kSum}, FeatureOptions{"mean", 0, PoolingMode::kMean}};
+  o.seed = 3;
+  o.num_threads = 1;
+  ShardedCollectionOptions so;
+  so.collection = o;
+  auto sharded = ShardedEmbeddingCollection::create(so, &c);
+  auto ref = EmbeddingCollection::create(o);
+  if (!check_ok(me, sharded.status(), "sharded create") || !check_ok(me, ref.status(), "reference create")) return;
+  const int64_t bags_per_rank = 5, global_bags = bags_per_rank * p, pd = (*ref)->pooled_dim();
+  for (int step = 0; step < 3; ++step) {
+    const GlobalBatch g = make_batch(step, global_bags, 40);
+    std::vector<std::vector<int64_t>> all_offs, my_offs;
+    const SparseBatch all = g.slice(0, global_bags, &all_offs);
+    const SparseBatch mine = g.slice(me * bags_per_rank, (me + 1) * bags_per_rank, &my_offs);
+    std::vector<float> want(static_cast<size_t>(global_bags * pd)), got(static_cast<size_t>(bags_per_rank * pd));
+    std::vector<float> grads = wide_floats(500 + static_cast<uint64_t>(step), want.size());
+    for (float& x : grads) x = std::ldexp(x, -18);  // gradients of moderate size
+    if (!check_ok(me, (*ref)->forward(all, want), "reference forward")) return;
+    if (!check_ok(me, (*ref)->backward_update(all, grads).status(), "reference backward")) return;
+    if (!check_ok(me, (*sharded)->forward(mine, got), "sharded forward")) return;
+    if (std::memcmp(got.data(), want.data() + me * bags_per_rank * pd, got.size() * sizeof(float)) != 0) {
+      fail(me, "sharded pooled output differs from the single process at step " + std::to_string(step));
+    }
+    const auto my_grads = std::span<const float>(grads).subspan(static_cast<size_t>(me * bags_per_rank * pd), got.size());
+    if (!check_ok(me, (*sharded)->backward_update(mine, my_grads).status(), "sharded backward")) return;
+  }
+  const RowLayout& l = (*ref)->layout(0);
+  const ShardPlan& plan = (*sharded)->plan();
+  std::vector<uint8_t> mine(l.stride_bytes), want(l.stride_bytes);
+  for (int64_t lr = 0; lr < plan.local_num_rows(0, me); ++lr) {
+    const int64_t gr = plan.global_row(0, me, lr);
+    if (!(*sharded)->local().read_raw_rows(0, lr, 1, mine).ok() || !(*ref)->read_raw_rows(0, gr, 1, want).ok() || mine != want) {
+      fail(me, "sharded row " + std::to_string(gr) + " differs from the single process");
+      return;
+    }
+  }
+}
+
 int run_checks() {
   auto comm = make_communicator("mpi", CommOptions{60000});
   if (!comm.ok()) {
@@ -137,6 +220,7 @@ int run_checks() {
   check_all_to_all(c, 1);
   check_all_reduce(c);
   check_broadcast_and_barrier(c);
+  check_sharded(c);
   return g_errors == 0 ? 0 : 1;
 }
 
