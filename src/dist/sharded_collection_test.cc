@@ -243,13 +243,13 @@ void expect_rows_identical(const Reference& ref, const std::vector<RankResult>& 
 
 // With fp32 payloads, P = 1, 2, 4 ranks give pooled outputs, weights and optimizer state
 // bit-identical to one process trained on the concatenated batches (SGD, Adagrad,
-// RowwiseAdagrad; row-wise modulo and range sharding).
+// RowwiseAdagrad; row-wise modulo, row-wise range and table-wise sharding).
 TEST(ShardedCollectionTest, Fp32ShardedTrainingIsBitIdenticalToOneProcess) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad}) {
     const CollectionOptions o = global_options(kind);
     const Reference ref = train_reference(o);
     for (int p : {1, 2, 4}) {
-      for (ShardingKind sk : {ShardingKind::kRowModulo, ShardingKind::kRowRange}) {
+      for (ShardingKind sk : {ShardingKind::kRowModulo, ShardingKind::kRowRange, ShardingKind::kTableWise}) {
         SCOPED_TRACE(std::string(optimizer_name(kind)) + " P=" + std::to_string(p) + " " + std::string(sharding_kind_name(sk)));
         ShardedCollectionOptions so;
         so.collection = o;
