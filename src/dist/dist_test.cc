@@ -8,6 +8,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -47,6 +48,22 @@ std::vector<float> wide_floats(uint64_t seed, size_t n) {
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+// Whether `msg` says "<prefix> waiting for rank R" or "... waiting for ranks A, R, B": under
+// heavy load another slow rank may be listed too, which is true and not a failure.
+bool names_missing_rank(const std::string& msg, const std::string& prefix, int r) {
+  const size_t at = msg.find(prefix + " waiting for rank");
+  if (at == std::string::npos) return false;
+  size_t i = msg.find_first_of("0123456789", at + prefix.size());
+  while (i != std::string::npos && i < msg.size()) {
+    size_t end = i;
+    while (end < msg.size() && std::isdigit(static_cast<unsigned char>(msg[end]))) ++end;
+    if (std::stoi(msg.substr(i, end - i)) == r) return true;
+    if (msg.compare(end, 2, ", ") != 0) return false;
+    i = end + 2;
+  }
+  return false;
 }
 
 // ---- collectives -------------------------------------------------------------------------
@@ -244,8 +261,7 @@ TEST(LocalCommTest, AbsentRankMakesTheOthersFailNamingIt) {
       const Status& s = st[static_cast<size_t>(r)];
       SCOPED_TRACE(std::string(k.name) + " P=" + std::to_string(k.p) + " rank " + std::to_string(r));
       EXPECT_EQ(s.code(), StatusCode::kInternal) << s.to_string();
-      EXPECT_NE(s.message().find(std::string(k.name) + " timed out after 200 ms waiting for rank " + std::to_string(k.absent)),
-                std::string::npos) << s.message();
+      EXPECT_TRUE(names_missing_rank(s.message(), std::string(k.name) + " timed out after 200 ms", k.absent)) << s.message();
       EXPECT_NE(s.message().find("rank " + std::to_string(r) + " of " + std::to_string(k.p)), std::string::npos) << s.message();
     }
   }
