@@ -96,6 +96,37 @@ struct ShardedEmbeddingCollection::Impl {
   Status agree(const Status& mine, const char* what, std::vector<int64_t>* extra = nullptr);
   Status init_rows();
   uint64_t bytes_sent() const { return comm->stats().bytes_sent; }
+
+  // forward: what this rank asks each owner for.
+  struct Requests {
+    std::vector<std::vector<int64_t>> per_owner;  // [P]: [F] counts, then local rows
+    std::vector<std::vector<int>> owner_of;       // [F][nnz_f] owner of each id
+  };
+  // forward: what this rank serves.
+  struct Served {
+    std::vector<std::vector<int64_t>> counts;    // [P][F] rows rank q asked for, per feature
+    std::vector<std::vector<float>> table_rows;  // [T][n_t * dim] rows read, requesters in rank order
+    int64_t rows = 0;
+  };
+  // backward: the gradients between one requester and one owner.
+  struct BagGradients {
+    std::vector<int64_t> bags;              // [F] bags per feature
+    std::vector<int64_t> counts;            // [M] ids per bag
+    std::vector<int64_t> rows;              // [N] local rows
+    std::vector<float> scales;              // [N] exact fp32 scales
+    std::vector<std::vector<float>> grads;  // [F][bags_f * dim_f]
+  };
+  Requests route(const SparseBatch& batch, bool valid) const;
+  Status serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts, Served* out);
+  Status encode_replies(const Served& served, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
+  std::vector<int64_t> reply_counts(const Requests& req) const;  // [P] bytes expected from each owner
+  Status pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
+              const std::vector<int64_t>& counts, std::span<float> pooled_out) const;
+  std::vector<BagGradients> split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid) const;
+  Status serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
+  Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, bool check_finite,
+                         std::vector<BagGradients>* in, int64_t* nonfinite) const;
+  Result<UpdateReport> update_local(const std::vector<BagGradients>& in, const UpdateOptions& update);
 };
 
 Status ShardedEmbeddingCollection::Impl::validate(const SparseBatch& batch, size_t pooled_size, const char* what) const {
@@ -244,124 +275,126 @@ int64_t ShardedEmbeddingCollection::pooled_offset(int feature) const { return im
 int64_t ShardedEmbeddingCollection::step() const { return impl_->local->step(); }
 const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { return impl_->stats; }
 
-Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) {
-  Impl& im = *impl_;
-  Communicator& comm = *im.comm;
-  const auto p = static_cast<size_t>(comm.size());
-  const auto nf = static_cast<size_t>(im.num_features);
-  const uint64_t sent0 = im.bytes_sent();
-  const Status valid = im.validate(batch, pooled_out.size(), "forward");
+// ---- forward -------------------------------------------------------------------------------
 
-  // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
-  std::vector<std::vector<int64_t>> req(p, std::vector<int64_t>(nf, 0));
-  std::vector<std::vector<int>> owner_of(nf);  // [F][nnz_f]
-  if (valid.ok()) {
-    for (size_t f = 0; f < nf; ++f) {
-      const int t = im.feature_table[f];
-      for (int64_t id : batch.features[f].ids) {
-        const int o = im.plan.owner(t, id);
-        req[static_cast<size_t>(o)].push_back(im.plan.local_row(t, id));
-        ++req[static_cast<size_t>(o)][f];
-        owner_of[f].push_back(o);
-      }
-    }
-  }
-  std::vector<uint8_t> send, recv;
-  std::vector<int64_t> send_counts(p), recv_counts;
-  for (size_t o = 0; o < p; ++o) {
-    append_bytes(&send, std::span<const int64_t>(req[o]));
-    send_counts[o] = static_cast<int64_t>(req[o].size() * 8);
-  }
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
-
-  // 2. Serve: one sequence lookup per table over the requests of ranks 0..P-1.
-  Status lookup;
-  std::vector<std::vector<int64_t>> counts(p);  // [P][F] rows requested by rank q per feature
-  std::vector<std::vector<int64_t>> table_ids(static_cast<size_t>(im.num_tables));
-  const std::vector<int64_t> rdisp = displacements(recv_counts);
-  for (size_t q = 0; q < p && lookup.ok(); ++q) {
-    Reader rd(std::span<const uint8_t>(recv).subspan(static_cast<size_t>(rdisp[q]), static_cast<size_t>(recv_counts[q])));
-    std::vector<int64_t> rows;
-    bool ok = rd.take(nf, &counts[q]);
-    for (size_t f = 0; f < nf && ok; ++f) {
-      ok = counts[q][f] >= 0 && rd.take(static_cast<size_t>(counts[q][f]), &rows);
-      if (ok) table_ids[static_cast<size_t>(im.feature_table[f])].insert(table_ids[static_cast<size_t>(im.feature_table[f])].end(), rows.begin(), rows.end());
-    }
-    if (!ok || !rd.done()) lookup = internal_error("dist: forward: malformed request from rank " + std::to_string(q));
-  }
-  std::vector<std::vector<float>> table_rows(static_cast<size_t>(im.num_tables));
-  int64_t served = 0;
-  if (lookup.ok()) {
-    SparseBatch lb;
-    lb.batch_size = 1;
-    const std::vector<int64_t> empty_offsets = {0, 0};
-    std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(im.num_tables));
-    std::vector<std::span<float>> seq_out;
-    for (size_t f = 0; f < nf; ++f) lb.features.push_back({{}, empty_offsets, {}});
-    for (int t = 0; t < im.num_tables; ++t) {
-      const auto& ids = table_ids[static_cast<size_t>(t)];
-      offsets[static_cast<size_t>(t)] = {0, static_cast<int64_t>(ids.size())};
-      lb.features.push_back({ids, offsets[static_cast<size_t>(t)], {}});
-      table_rows[static_cast<size_t>(t)].resize(ids.size() * static_cast<size_t>(im.local->layout(t).dim));
-      seq_out.emplace_back(table_rows[static_cast<size_t>(t)]);
-      served += static_cast<int64_t>(ids.size());
-    }
-    std::vector<float> unused(static_cast<size_t>(im.local->pooled_dim()));
-    lookup = im.local->forward(lb, unused, seq_out);
-  }
-  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
-
-  // 3. Replies: to each requester, per feature, its rows in request order.
-  const PayloadDType pd = im.options.forward_payload;
-  send.clear();
-  std::vector<size_t> cursor(static_cast<size_t>(im.num_tables), 0);  // rows, per table
-  for (size_t q = 0; q < p; ++q) {
-    const size_t before = send.size();
-    for (size_t f = 0; f < nf; ++f) {
-      const int t = im.feature_table[f];
-      const int64_t dim = im.feature_dim[f];
-      const auto n = static_cast<size_t>(counts[q][f]);
-      const size_t at = send.size();
-      send.resize(at + n * payload_bytes_per_row(pd, dim));
-      const auto rows = std::span<const float>(table_rows[static_cast<size_t>(t)]).subspan(cursor[static_cast<size_t>(t)] * static_cast<size_t>(dim), n * static_cast<size_t>(dim));
-      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, dim, rows, std::span<uint8_t>(send).subspan(at)));
-      cursor[static_cast<size_t>(t)] += n;
-    }
-    send_counts[q] = static_cast<int64_t>(send.size() - before);
-  }
-  std::vector<int64_t> reply_counts(p, 0);
-  for (size_t o = 0; o < p; ++o) {
-    for (size_t f = 0; f < nf; ++f) reply_counts[o] += req[o][f] * static_cast<int64_t>(payload_bytes_per_row(pd, im.feature_dim[f]));
-  }
-  recv.assign(static_cast<size_t>(displacements(reply_counts)[p]), 0);
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, reply_counts));
-
-  // 4. Decode each (owner, feature) block and pool in the original id order, with the pooled
-  //    kernel's arithmetic: out = 0; out += w * x (or x); kMean: out /= length.
-  const std::vector<int64_t> disp = displacements(reply_counts);
-  std::vector<size_t> block_at(p);
-  for (size_t o = 0; o < p; ++o) block_at[o] = static_cast<size_t>(disp[o]);
-  const int64_t ldo = im.local->pooled_dim();
+ShardedEmbeddingCollection::Impl::Requests ShardedEmbeddingCollection::Impl::route(const SparseBatch& batch,
+                                                                                    bool valid) const {
+  const auto p = static_cast<size_t>(comm->size());
+  const auto nf = static_cast<size_t>(num_features);
+  Requests r;
+  r.per_owner.assign(p, std::vector<int64_t>(nf, 0));
+  r.owner_of.resize(nf);
+  if (!valid) return r;  // empty requests: this rank still takes part
   for (size_t f = 0; f < nf; ++f) {
-    const int64_t dim = im.feature_dim[f];
+    const int t = feature_table[f];
+    for (int64_t id : batch.features[f].ids) {
+      const int o = plan.owner(t, id);
+      r.per_owner[static_cast<size_t>(o)].push_back(plan.local_row(t, id));
+      ++r.per_owner[static_cast<size_t>(o)][f];
+      r.owner_of[f].push_back(o);
+    }
+  }
+  return r;
+}
+
+Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts,
+                                               Served* out) {
+  const auto p = static_cast<size_t>(comm->size());
+  const auto nf = static_cast<size_t>(num_features);
+  out->counts.assign(p, {});
+  std::vector<std::vector<int64_t>> table_ids(static_cast<size_t>(num_tables));
+  const std::vector<int64_t> disp = displacements(recv_counts);
+  for (size_t q = 0; q < p; ++q) {
+    Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(recv_counts[q])));
+    std::vector<int64_t> rows;
+    bool ok = rd.take(nf, &out->counts[q]);
+    for (size_t f = 0; f < nf && ok; ++f) {
+      ok = out->counts[q][f] >= 0 && rd.take(static_cast<size_t>(out->counts[q][f]), &rows);
+      auto& ids = table_ids[static_cast<size_t>(feature_table[f])];
+      if (ok) ids.insert(ids.end(), rows.begin(), rows.end());
+    }
+    if (!ok || !rd.done()) return internal_error("dist: forward: malformed request from rank " + std::to_string(q));
+  }
+  // One sequence lookup per table ("rows" features); the pooled features get empty bags.
+  SparseBatch lb;
+  lb.batch_size = 1;
+  const std::vector<int64_t> empty_offsets = {0, 0};
+  std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(num_tables));
+  std::vector<std::span<float>> seq_out;
+  for (size_t f = 0; f < nf; ++f) lb.features.push_back({{}, empty_offsets, {}});
+  out->table_rows.assign(static_cast<size_t>(num_tables), {});
+  out->rows = 0;
+  for (int t = 0; t < num_tables; ++t) {
+    const auto ts = static_cast<size_t>(t);
+    offsets[ts] = {0, static_cast<int64_t>(table_ids[ts].size())};
+    lb.features.push_back({table_ids[ts], offsets[ts], {}});
+    out->table_rows[ts].resize(table_ids[ts].size() * static_cast<size_t>(local->layout(t).dim));
+    seq_out.emplace_back(out->table_rows[ts]);
+    out->rows += static_cast<int64_t>(table_ids[ts].size());
+  }
+  std::vector<float> unused(static_cast<size_t>(local->pooled_dim()));
+  return local->forward(lb, unused, seq_out);
+}
+
+Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, std::vector<uint8_t>* send,
+                                                        std::vector<int64_t>* send_counts) const {
+  const PayloadDType pd = options.forward_payload;
+  send->clear();
+  std::vector<size_t> cursor(static_cast<size_t>(num_tables), 0);  // rows taken, per table
+  for (size_t q = 0; q < served.counts.size(); ++q) {
+    const size_t before = send->size();
+    for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+      const auto t = static_cast<size_t>(feature_table[f]);
+      const int64_t dim = feature_dim[f];
+      const auto n = static_cast<size_t>(served.counts[q][f]);
+      const size_t at = send->size();
+      send->resize(at + n * payload_bytes_per_row(pd, dim));
+      const auto rows = std::span<const float>(served.table_rows[t]).subspan(cursor[t] * static_cast<size_t>(dim), n * static_cast<size_t>(dim));
+      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, dim, rows, std::span<uint8_t>(*send).subspan(at)));
+      cursor[t] += n;
+    }
+    (*send_counts)[q] = static_cast<int64_t>(send->size() - before);
+  }
+  return Status::ok_status();
+}
+
+std::vector<int64_t> ShardedEmbeddingCollection::Impl::reply_counts(const Requests& req) const {
+  std::vector<int64_t> counts(req.per_owner.size(), 0);
+  for (size_t o = 0; o < counts.size(); ++o) {
+    for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+      counts[o] += req.per_owner[o][f] * static_cast<int64_t>(payload_bytes_per_row(options.forward_payload, feature_dim[f]));
+    }
+  }
+  return counts;
+}
+
+Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
+                                              const std::vector<int64_t>& counts, std::span<float> pooled_out) const {
+  const PayloadDType pd = options.forward_payload;
+  const size_t p = req.per_owner.size();
+  const std::vector<int64_t> disp = displacements(counts);
+  std::vector<size_t> block_at(disp.begin(), disp.end() - 1);
+  const int64_t ldo = local->pooled_dim();
+  for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+    const int64_t dim = feature_dim[f];
     const auto d = static_cast<size_t>(dim);
-    std::vector<std::vector<float>> rows(p);
+    std::vector<std::vector<float>> rows(p);  // this feature's rows from each owner
     for (size_t o = 0; o < p; ++o) {
-      const auto n = static_cast<size_t>(req[o][f]);
+      const auto n = static_cast<size_t>(req.per_owner[o][f]);
       const size_t bytes = n * payload_bytes_per_row(pd, dim);
       rows[o].resize(n * d);
-      LEANEMB_RETURN_IF_ERROR(decode_rows(pd, dim, std::span<const uint8_t>(recv).subspan(block_at[o], bytes), rows[o]));
+      LEANEMB_RETURN_IF_ERROR(decode_rows(pd, dim, replies.subspan(block_at[o], bytes), rows[o]));
       block_at[o] += bytes;
     }
     std::vector<size_t> next(p, 0);
     const FeatureInput& in = batch.features[f];
     const float* w = in.weights.empty() ? nullptr : in.weights.data();
     for (int64_t b = 0; b < batch.batch_size; ++b) {
-      float* out = pooled_out.data() + b * ldo + im.local->pooled_offset(static_cast<int>(f));
+      float* out = pooled_out.data() + b * ldo + local->pooled_offset(static_cast<int>(f));
       std::fill(out, out + dim, 0.0f);
       const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
       for (int64_t i = lo; i < hi; ++i) {
-        const auto o = static_cast<size_t>(owner_of[f][static_cast<size_t>(i)]);
+        const auto o = static_cast<size_t>(req.owner_of[f][static_cast<size_t>(i)]);
         const float* x = rows[o].data() + next[o]++ * d;
         if (w) {
           const float wi = w[i];
@@ -370,104 +403,121 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
           for (size_t j = 0; j < d; ++j) out[j] += x[j];
         }
       }
-      if (im.pooling[f] == PoolingMode::kMean && hi > lo) {
+      if (pooling[f] == PoolingMode::kMean && hi > lo) {
         const float n = static_cast<float>(hi - lo);
         for (size_t j = 0; j < d; ++j) out[j] /= n;
       }
     }
   }
-  im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
-  im.stats.rows_served = served;
   return Status::ok_status();
 }
 
-Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
-                                                                 const UpdateOptions& update) {
+Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) {
   Impl& im = *impl_;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
-  const auto nf = static_cast<size_t>(im.num_features);
   const uint64_t sent0 = im.bytes_sent();
-  const int64_t ldo = im.local->pooled_dim();
-  Status valid = im.validate(batch, grad_pooled.size(), "backward_update");
-  if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
-  int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
+  const Status valid = im.validate(batch, pooled_out.size(), "forward");
 
-  // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients (fp32 here).
-  struct Out {
-    std::vector<int64_t> bags;    // [F]
-    std::vector<int64_t> counts;  // [M]
-    std::vector<int64_t> rows;    // [N]
-    std::vector<float> scales;    // [N]
-    std::vector<std::vector<float>> grads;  // [F][m_f * dim_f]
-  };
-  std::vector<Out> out(p);
+  // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
+  const Impl::Requests req = im.route(batch, valid.ok());
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_counts(p), recv_counts;
+  for (size_t o = 0; o < p; ++o) {
+    append_bytes(&send, std::span<const int64_t>(req.per_owner[o]));
+    send_counts[o] = static_cast<int64_t>(req.per_owner[o].size() * 8);
+  }
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+
+  // 2. Serve the requests of ranks 0..P-1; every rank learns whether every rank succeeded.
+  Impl::Served served;
+  const Status lookup = im.serve(recv, recv_counts, &served);
+  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
+
+  // 3. Replies: to each requester, per feature, its rows in request order; then pool.
+  LEANEMB_RETURN_IF_ERROR(im.encode_replies(served, &send, &send_counts));
+  const std::vector<int64_t> counts = im.reply_counts(req);
+  recv.assign(static_cast<size_t>(displacements(counts)[p]), 0);
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, counts));
+  LEANEMB_RETURN_IF_ERROR(im.pool(batch, req, recv, counts, pooled_out));
+  im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
+  im.stats.rows_served = served.rows;
+  return Status::ok_status();
+}
+
+// ---- backward ------------------------------------------------------------------------------
+
+std::vector<ShardedEmbeddingCollection::Impl::BagGradients> ShardedEmbeddingCollection::Impl::split_gradients(
+    const SparseBatch& batch, std::span<const float> grad_pooled, bool valid) const {
+  const auto p = static_cast<size_t>(comm->size());
+  const auto nf = static_cast<size_t>(num_features);
+  std::vector<BagGradients> out(p);
   for (auto& o : out) {
     o.bags.assign(nf, 0);
     o.grads.resize(nf);
   }
-  if (valid.ok()) {
-    std::vector<int64_t> in_bag(p, 0);
-    std::vector<size_t> touched;
-    for (size_t f = 0; f < nf; ++f) {
-      const FeatureInput& in = batch.features[f];
-      const int t = im.feature_table[f];
-      const auto d = static_cast<size_t>(im.feature_dim[f]);
-      for (int64_t b = 0; b < batch.batch_size; ++b) {
-        const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
-        // The single-process backward's scale of each contribution, bit for bit.
-        const float inv_len = im.pooling[f] == PoolingMode::kMean ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
-        touched.clear();
-        for (int64_t i = lo; i < hi; ++i) {
-          const int64_t id = in.ids[static_cast<size_t>(i)];
-          const auto o = static_cast<size_t>(im.plan.owner(t, id));
-          const float w = in.weights.empty() ? 1.0f : in.weights[static_cast<size_t>(i)];
-          out[o].rows.push_back(im.plan.local_row(t, id));
-          out[o].scales.push_back(im.pooling[f] == PoolingMode::kMean ? w * inv_len : w);
-          if (in_bag[o]++ == 0) touched.push_back(o);
-        }
-        std::sort(touched.begin(), touched.end());
-        const float* g = grad_pooled.data() + b * ldo + im.local->pooled_offset(static_cast<int>(f));
-        for (size_t o : touched) {
-          out[o].counts.push_back(in_bag[o]);
-          out[o].grads[f].insert(out[o].grads[f].end(), g, g + d);
-          ++out[o].bags[f];
-          in_bag[o] = 0;
-        }
+  if (!valid) return out;  // empty messages: this rank still takes part
+  const int64_t ldo = local->pooled_dim();
+  std::vector<int64_t> in_bag(p, 0);
+  std::vector<size_t> touched;
+  for (size_t f = 0; f < nf; ++f) {
+    const FeatureInput& in = batch.features[f];
+    const int t = feature_table[f];
+    const auto d = static_cast<size_t>(feature_dim[f]);
+    for (int64_t b = 0; b < batch.batch_size; ++b) {
+      const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
+      // The single-process backward's scale of each contribution, bit for bit.
+      const float inv_len = pooling[f] == PoolingMode::kMean ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
+      touched.clear();
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t id = in.ids[static_cast<size_t>(i)];
+        const auto o = static_cast<size_t>(plan.owner(t, id));
+        const float w = in.weights.empty() ? 1.0f : in.weights[static_cast<size_t>(i)];
+        out[o].rows.push_back(plan.local_row(t, id));
+        out[o].scales.push_back(pooling[f] == PoolingMode::kMean ? w * inv_len : w);
+        if (in_bag[o]++ == 0) touched.push_back(o);
+      }
+      const float* g = grad_pooled.data() + b * ldo + local->pooled_offset(static_cast<int>(f));
+      for (size_t o : touched) {
+        out[o].counts.push_back(in_bag[o]);
+        out[o].grads[f].insert(out[o].grads[f].end(), g, g + d);
+        ++out[o].bags[f];
+        in_bag[o] = 0;
       }
     }
   }
-  const PayloadDType pd = im.options.backward_payload;
-  std::vector<uint8_t> send, recv;
-  std::vector<int64_t> send_counts(p), recv_counts;
-  for (size_t o = 0; o < p; ++o) {
-    const size_t before = send.size();
-    append_bytes(&send, std::span<const int64_t>(out[o].bags));
-    append_bytes(&send, std::span<const int64_t>(out[o].counts));
-    append_bytes(&send, std::span<const int64_t>(out[o].rows));
-    append_bytes(&send, std::span<const float>(out[o].scales));
-    for (size_t f = 0; f < nf; ++f) {
-      const size_t at = send.size();
-      send.resize(at + static_cast<size_t>(out[o].bags[f]) * payload_bytes_per_row(pd, im.feature_dim[f]));
-      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, im.feature_dim[f], out[o].grads[f], std::span<uint8_t>(send).subspan(at)));
-    }
-    send_counts[o] = static_cast<int64_t>(send.size() - before);
-  }
-  out.clear();
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+  return out;
+}
 
-  // 2. Parse and decode what each requester sent; found-inf over the decoded gradients.
-  struct In {
-    std::vector<int64_t> bags, counts, rows;
-    std::vector<float> scales;
-    std::vector<std::vector<float>> grads;  // [F]
-  };
-  std::vector<In> in(p);
-  Status parsed;
-  const std::vector<int64_t> rdisp = displacements(recv_counts);
-  for (size_t q = 0; q < p && parsed.ok(); ++q) {
-    Reader rd(std::span<const uint8_t>(recv).subspan(static_cast<size_t>(rdisp[q]), static_cast<size_t>(recv_counts[q])));
-    In& m = in[q];
+Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send,
+                                                   std::vector<int64_t>* send_counts) const {
+  const PayloadDType pd = options.backward_payload;
+  for (size_t o = 0; o < out.size(); ++o) {
+    const size_t before = send->size();
+    append_bytes(send, std::span<const int64_t>(out[o].bags));
+    append_bytes(send, std::span<const int64_t>(out[o].counts));
+    append_bytes(send, std::span<const int64_t>(out[o].rows));
+    append_bytes(send, std::span<const float>(out[o].scales));
+    for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+      const size_t at = send->size();
+      send->resize(at + static_cast<size_t>(out[o].bags[f]) * payload_bytes_per_row(pd, feature_dim[f]));
+      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, feature_dim[f], out[o].grads[f], std::span<uint8_t>(*send).subspan(at)));
+    }
+    (*send_counts)[o] = static_cast<int64_t>(send->size() - before);
+  }
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts,
+                                                         bool check_finite, std::vector<BagGradients>* in,
+                                                         int64_t* nonfinite) const {
+  const PayloadDType pd = options.backward_payload;
+  const auto nf = static_cast<size_t>(num_features);
+  const std::vector<int64_t> disp = displacements(counts);
+  in->assign(counts.size(), {});
+  for (size_t q = 0; q < counts.size(); ++q) {
+    Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
+    BagGradients& m = (*in)[q];
     bool ok = rd.take(nf, &m.bags);
     int64_t num_bags = 0, num_ids = 0;
     for (size_t f = 0; f < nf && ok; ++f) {
@@ -484,66 +534,93 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
     for (size_t f = 0; f < nf && ok; ++f) {
       std::span<const uint8_t> raw;
       const auto n = static_cast<size_t>(m.bags[f]);
-      ok = rd.take_raw(n * payload_bytes_per_row(pd, im.feature_dim[f]), &raw);
+      ok = rd.take_raw(n * payload_bytes_per_row(pd, feature_dim[f]), &raw);
       if (!ok) break;
-      m.grads[f].resize(n * static_cast<size_t>(im.feature_dim[f]));
-      ok = decode_rows(pd, im.feature_dim[f], raw, m.grads[f]).ok();
-      if (update.check_finite && !all_finite(m.grads[f])) nonfinite = 1;
+      m.grads[f].resize(n * static_cast<size_t>(feature_dim[f]));
+      ok = decode_rows(pd, feature_dim[f], raw, m.grads[f]).ok();
+      if (check_finite && !all_finite(m.grads[f])) *nonfinite = 1;
     }
-    if (!ok || !rd.done()) parsed = internal_error("dist: backward_update: malformed gradients from rank " + std::to_string(q));
+    if (!ok || !rd.done()) return internal_error("dist: backward_update: malformed gradients from rank " + std::to_string(q));
   }
-  std::vector<int64_t> extra = {nonfinite};
-  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
-  UpdateReport report;
-  if (extra[0]) {
-    report.skipped_nonfinite = true;  // on every rank: no row, no state, no step changes
-    im.stats.backward_bytes_sent = im.bytes_sent() - sent0;
-    return report;
-  }
+  return Status::ok_status();
+}
 
-  // 3. The local batch: per feature, the bags of rank 0, 1, ..., padded to a common count.
+Result<UpdateReport> ShardedEmbeddingCollection::Impl::update_local(const std::vector<BagGradients>& in,
+                                                                    const UpdateOptions& update) {
+  // Per feature, the bags of rank 0, 1, ..., padded with empty bags to a common count.
+  const auto nf = static_cast<size_t>(num_features);
+  const int64_t ldo = local->pooled_dim();
   int64_t local_bags = 0;
-  std::vector<int64_t> bags_of(nf, 0);
+  stats.bags_received = 0;
   for (size_t f = 0; f < nf; ++f) {
-    for (size_t q = 0; q < p; ++q) bags_of[f] += in[q].bags[f];
-    local_bags = std::max(local_bags, bags_of[f]);
+    int64_t n = 0;
+    for (const BagGradients& m : in) n += m.bags[f];
+    local_bags = std::max(local_bags, n);
+    stats.bags_received += n;
   }
   std::vector<std::vector<int64_t>> ids(nf), offsets(nf);
   std::vector<std::vector<float>> weights(nf);
   std::vector<float> grads(static_cast<size_t>(local_bags * ldo), 0.0f);
-  std::vector<size_t> bag_cursor(p, 0), id_cursor(p, 0);
+  std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
   for (size_t f = 0; f < nf; ++f) {
-    const auto d = static_cast<size_t>(im.feature_dim[f]);
-    const int64_t off = im.local->pooled_offset(static_cast<int>(f));
+    const auto d = static_cast<size_t>(feature_dim[f]);
+    const int64_t off = local->pooled_offset(static_cast<int>(f));
     offsets[f].push_back(0);
-    for (size_t q = 0; q < p; ++q) {
-      const In& m = in[q];
+    for (size_t q = 0; q < in.size(); ++q) {
+      const BagGradients& m = in[q];
       for (int64_t k = 0; k < m.bags[f]; ++k) {
         const int64_t c = m.counts[bag_cursor[q]++];
         for (int64_t i = 0; i < c; ++i, ++id_cursor[q]) {
           ids[f].push_back(m.rows[id_cursor[q]]);
           weights[f].push_back(m.scales[id_cursor[q]]);
         }
-        const auto lb = static_cast<int64_t>(offsets[f].size() - 1);
-        std::memcpy(grads.data() + lb * ldo + off, m.grads[f].data() + static_cast<size_t>(k) * d, d * sizeof(float));
+        const auto bag = static_cast<int64_t>(offsets[f].size() - 1);
+        std::memcpy(grads.data() + bag * ldo + off, m.grads[f].data() + static_cast<size_t>(k) * d, d * sizeof(float));
         offsets[f].push_back(static_cast<int64_t>(ids[f].size()));
       }
     }
     offsets[f].resize(static_cast<size_t>(local_bags + 1), static_cast<int64_t>(ids[f].size()));
   }
-  in.clear();
   SparseBatch lb;
   lb.batch_size = local_bags;
   for (size_t f = 0; f < nf; ++f) lb.features.push_back({ids[f], offsets[f], weights[f]});
   const std::vector<int64_t> no_ids(static_cast<size_t>(local_bags + 1), 0);
-  for (int t = 0; t < im.num_tables; ++t) lb.features.push_back({{}, no_ids, {}});
-  const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(im.num_tables));
-  LEANEMB_ASSIGN_OR_RETURN(report, im.local->backward_update(lb, grads, no_seq_grads, update));
-  report.lookups = 0;
-  for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
+  for (int t = 0; t < num_tables; ++t) lb.features.push_back({{}, no_ids, {}});
+  const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(num_tables));
+  return local->backward_update(lb, grads, no_seq_grads, update);
+}
+
+Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                                                 const UpdateOptions& update) {
+  Impl& im = *impl_;
+  Communicator& comm = *im.comm;
+  const auto p = static_cast<size_t>(comm.size());
+  const uint64_t sent0 = im.bytes_sent();
+  Status valid = im.validate(batch, grad_pooled.size(), "backward_update");
+  if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
+  int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
+
+  // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients.
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_counts(p), recv_counts;
+  LEANEMB_RETURN_IF_ERROR(im.serialize(im.split_gradients(batch, grad_pooled, valid.ok()), &send, &send_counts));
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+
+  // 2. Parse and decode; found-inf (given and decoded gradients) and errors agreed by all ranks.
+  std::vector<Impl::BagGradients> in;
+  const Status parsed = im.parse_gradients(recv, recv_counts, update.check_finite, &in, &nonfinite);
+  std::vector<int64_t> extra = {nonfinite};
+  LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
+  UpdateReport report;
+  if (extra[0]) {
+    report.skipped_nonfinite = true;  // on every rank: no row, no state, no step changes
+  } else {
+    // 3. The owner's update over the received bags, requesters in rank order.
+    LEANEMB_ASSIGN_OR_RETURN(report, im.update_local(in, update));
+    report.lookups = 0;
+    for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
+  }
   im.stats.backward_bytes_sent = im.bytes_sent() - sent0;
-  im.stats.bags_received = 0;
-  for (size_t f = 0; f < nf; ++f) im.stats.bags_received += bags_of[f];
   return report;
 }
 
