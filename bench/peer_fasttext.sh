@@ -24,7 +24,6 @@ if [[ ! -s $DATA/train.txt || ! -s $DATA/test.txt ]]; then
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_ft.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-export OMP_WAIT_POLICY=passive
 
 BF16=(--set embedding.dtype=bf16 --set embedding.optimizer=rowwise_adagrad --set embedding.learning_rate=0.1)
 LEAN=("${BF16[@]}" --set embedding.dynamic=true --set embedding.dynamic_rows=262144)
