@@ -8,6 +8,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shard_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
 )
 
 set(LEANEMB_HAVE_MPI OFF)
@@ -42,6 +43,8 @@ endif()
 
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(dist_test ${CMAKE_CURRENT_LIST_DIR}/dist_test.cc ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_test.cc)
+  # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
+  leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
   if(LEANEMB_HAVE_MPI)
     # Collectives across real processes (mpirun -np 2 and 4) and a rank that stops answering.
     add_executable(dist_mpi_check ${CMAKE_CURRENT_LIST_DIR}/mpi_check_main.cc)

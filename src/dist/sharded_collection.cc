@@ -268,6 +268,7 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::unique_ptr<Impl> imp
 ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
 
 const ShardPlan& ShardedEmbeddingCollection::plan() const { return impl_->plan; }
+Communicator& ShardedEmbeddingCollection::communicator() const { return *impl_->comm; }
 EmbeddingCollection& ShardedEmbeddingCollection::local() { return *impl_->local; }
 const EmbeddingCollection& ShardedEmbeddingCollection::local() const { return *impl_->local; }
 int64_t ShardedEmbeddingCollection::pooled_dim() const { return impl_->local->pooled_dim(); }

@@ -83,6 +83,9 @@ class ShardedEmbeddingCollection {
   ~ShardedEmbeddingCollection();
 
   const ShardPlan& plan() const;
+  // The communicator given to create() (sharded checkpoints and digests run their collectives
+  // on it).
+  Communicator& communicator() const;
   // This rank's rows: table t has max(1, plan().local_num_rows(t, rank)) rows (a rank without
   // rows of a table holds one unused row, as a collection needs at least one).
   EmbeddingCollection& local();
