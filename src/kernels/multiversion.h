@@ -4,7 +4,10 @@
 // FMA contraction is disabled project-wide (-ffp-contract=off), so both clones round the same.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LEANEMB_NO_MULTIVERSION)
+// Not at -O0 (no __OPTIMIZE__): there `flatten` inlines nothing, and the AVX2 clone's calls into
+// baseline-ISA helpers would pass 256-bit vectors with a different ABI (see vec8.h).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LEANEMB_NO_MULTIVERSION) && \
+    defined(__OPTIMIZE__)
 #define LEANEMB_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define LEANEMB_MULTIVERSION

@@ -60,7 +60,11 @@ inline v8f load8(const uint8_t* row, int64_t j, int64_t d) {
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Only in optimized builds: the v3 helpers return 256-bit vectors and rely on `flatten` to be
+// inlined into their target("arch=x86-64-v3") callers. At -O0 GCC inlines nothing, and a call
+// between code built for the baseline ISA and AVX2 code disagrees on how the vector is returned
+// (the -Wpsabi note), which crashed table_test in a build without a build type.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
 #define LEANEMB_HAVE_V3 1
 #define LEANEMB_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
 
