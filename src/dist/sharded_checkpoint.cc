@@ -200,8 +200,10 @@ TableLayout table_layout(const EmbeddingCollection& local, const ShardPlan& plan
   return tl;
 }
 
+std::string rank_dir_name(int rank, int p) { return "rank-" + std::to_string(rank) + "-of-" + std::to_string(p); }
+
 std::string shard_rel_dir(int64_t step, int rank, int p) {
-  return "shards/" + ckpt::step_dir_name(step) + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(p);
+  return "shards/" + ckpt::step_dir_name(step) + "/" + rank_dir_name(rank, p);
 }
 
 // <out_dir> of global checkpoint <out_dir>/checkpoints/step-<N>.
@@ -431,9 +433,10 @@ void prune_shards(const std::string& out_dir, int64_t step, int p, ckpt::Env* en
   const std::string mine = ckpt::join_path(root, ckpt::step_dir_name(step));
   auto ranks = env->list_dir(mine);
   if (!ranks.ok()) return warn(ranks.status());
-  const std::string suffix = "-of-" + std::to_string(p);
+  std::set<std::string> current;
+  for (int k = 0; k < p; ++k) current.insert(rank_dir_name(k, p));
   for (const std::string& name : *ranks) {
-    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) continue;
+    if (current.count(name) != 0) continue;
     const std::string path = ckpt::join_path(mine, name);
     if (Status st = env->remove_all(path); !st.ok()) return warn(st);
     info->removed.push_back(path);

@@ -179,7 +179,7 @@ ckpt::FindOptions quiet() {
   return f;
 }
 
-// Saved at P and loaded at P' (2->1, 1->2, 2->4, 4->2, also across sharding kinds), every
+// Saved at P and loaded at P' (2->1, 1->2, 2->4, 4->2, 4->1, across sharding kinds), every
 // global row's weights and optimizer state are the saved bytes, the digests (live, on disk,
 // after the load) equal one process's, and two more steps equal an uninterrupted single run.
 TEST(ShardedCheckpointTest, ReshardedLoadKeepsEveryRowAndTrainingContinuesBitForBit) {
@@ -187,7 +187,8 @@ TEST(ShardedCheckpointTest, ReshardedLoadKeepsEveryRowAndTrainingContinuesBitFor
   const Case cases[] = {{2, 1, ShardingKind::kRowModulo, ShardingKind::kRowModulo},
                         {1, 2, ShardingKind::kRowModulo, ShardingKind::kRowRange},
                         {2, 4, ShardingKind::kRowRange, ShardingKind::kRowModulo},
-                        {4, 2, ShardingKind::kRowModulo, ShardingKind::kTableWise}};
+                        {4, 2, ShardingKind::kRowModulo, ShardingKind::kTableWise},
+                        {4, 1, ShardingKind::kTableWise, ShardingKind::kRowRange}};  // ranks 2, 3: empty shards
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
     const CollectionOptions o = global_options(kind);
     const auto ref2 = train_reference(o, 2), ref4 = train_reference(o, 4);
@@ -337,7 +338,8 @@ TEST(ShardedCheckpointTest, ARankFailingToWriteItsShardFailsTheSaveEverywhere) {
   EXPECT_TRUE(verify_sharded_checkpoint((fs::path(dir.path) / "checkpoints/step-0000000006").string()).ok());
 }
 
-// keep_last applies to global checkpoints and their shards together, also across world sizes.
+// keep_last applies to global checkpoints and their shards together, also across world sizes;
+// a step saved again at another P keeps only the new rank directories.
 TEST(ShardedCheckpointTest, KeepLastRemovesGlobalCheckpointsAndTheirShardsTogether) {
   const CollectionOptions o = global_options(OptimizerKind::kSgd);
   TempDir dir;
@@ -355,6 +357,13 @@ TEST(ShardedCheckpointTest, KeepLastRemovesGlobalCheckpointsAndTheirShardsTogeth
   EXPECT_EQ(global, want);
   EXPECT_EQ(shards, want);
   for (const auto& s : want) EXPECT_TRUE(verify_sharded_checkpoint((fs::path(dir.path) / "checkpoints" / s).string()).ok());
+  // Step 3 again at P = 2: the P = 1 shard of step 3 goes.
+  train_and_save(2, sharded(o, ShardingKind::kRowModulo), 3, dir.path, opts);
+  std::vector<std::string> ranks;
+  for (const auto& e : fs::directory_iterator(fs::path(dir.path) / "shards/step-0000000003")) ranks.push_back(e.path().filename().string());
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<std::string>{"rank-0-of-2", "rank-1-of-2"}));
+  EXPECT_TRUE(verify_sharded_checkpoint((fs::path(dir.path) / "checkpoints/step-0000000003").string()).ok());
 }
 
 // Loading into tables of another shape or optimizer is refused on every rank, naming the
