@@ -303,8 +303,9 @@ Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, Shard
   const EmbeddingCollection& local = coll.local();
   const std::string shard_out = ckpt::join_path(out_dir, shard_rel_dir(step, comm.rank(), comm.size()));
   ckpt::Env* env = env_or_posix(o.env);
-  // Parents of the shard's out_dir (the writer creates only the last level).
-  for (const std::string& d : {ckpt::join_path(out_dir, "shards"), ckpt::parent_dir(shard_out)}) {
+  // Parents of the shard's out_dir (the writer creates only the last level); ranks may race
+  // here, and create_dir accepts an existing directory.
+  for (const std::string& d : {out_dir, ckpt::join_path(out_dir, "shards"), ckpt::parent_dir(shard_out)}) {
     if (env->file_exists(d)) continue;
     LEANEMB_RETURN_IF_ERROR(env->create_dir(d));
     LEANEMB_RETURN_IF_ERROR(env->sync_dir(ckpt::parent_dir(d)));

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ckpt/env.h"
+#include "ckpt/fault_injection_env.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
@@ -336,6 +337,64 @@ TEST(ShardedCheckpointTest, ARankFailingToWriteItsShardFailsTheSaveEverywhere) {
   EXPECT_FALSE(fs::exists(fs::path(dir.path) / "checkpoints/step-0000000005"));
   EXPECT_FALSE(fs::exists(fs::path(dir.path) / "shards/step-0000000005"));  // rank 0's orphan, pruned by step 6
   EXPECT_TRUE(verify_sharded_checkpoint((fs::path(dir.path) / "checkpoints/step-0000000006").string()).ok());
+}
+
+// Trains 2 ranks, saves step 1, trains, saves step 2 through `env`; with fault_at, the env
+// "crashes" at that many mutating calls into the second save. Returns the calls of the second
+// save.
+uint64_t save_twice(ckpt::FaultInjectionEnv& env, const CollectionOptions& o, int64_t fault_at) {
+  uint64_t ops = 0;
+  expect_all_ok(run_world(2, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(sharded(o, ShardingKind::kRowModulo), &comm));
+    ShardedSaveOptions opts;
+    opts.env = &env;
+    opts.keep_last = 1;
+    LEANEMB_RETURN_IF_ERROR(train_sharded(*sc, o, 0, 1));
+    LEANEMB_RETURN_IF_ERROR(save_sharded_checkpoint("/out", 1, *sc, {}, opts).status());
+    LEANEMB_RETURN_IF_ERROR(train_sharded(*sc, o, 1, 2));
+    LEANEMB_RETURN_IF_ERROR(comm.barrier());
+    const uint64_t before = env.num_mutating_ops();
+    if (comm.rank() == 0 && fault_at >= 0) env.set_fault(before + static_cast<uint64_t>(fault_at), ckpt::FaultKind::kCrash);
+    LEANEMB_RETURN_IF_ERROR(comm.barrier());
+    const bool saved = save_sharded_checkpoint("/out", 2, *sc, {}, opts).ok();
+    if (fault_at < 0 && !saved) return mismatch("save without a fault failed");
+    LEANEMB_RETURN_IF_ERROR(comm.barrier());
+    if (comm.rank() == 0) ops = env.num_mutating_ops() - before;
+    return Status();
+  }));
+  return ops;
+}
+
+// A crash at every mutating file-system call of a sharded save, under both crash models,
+// leaves the old or the new checkpoint as the newest complete one, with its exact rows.
+TEST(ShardedCheckpointTest, ACrashAnywhereInASaveLeavesTheOldOrTheNewCheckpoint) {
+  const CollectionOptions o = global_options(OptimizerKind::kRowwiseAdagrad);
+  const std::string d1 = collection_digest(*train_reference(o, 1)).value();
+  const std::string d2 = collection_digest(*train_reference(o, 2)).value();
+  uint64_t ops = 0;
+  {
+    ckpt::FaultInjectionEnv env;
+    ops = save_twice(env, o, -1);
+    ASSERT_GT(ops, 10u);
+  }
+  int saw_old = 0, saw_new = 0;
+  for (bool keep_entries : {false, true}) {
+    for (uint64_t n = 0; n <= ops; ++n) {
+      SCOPED_TRACE("crash at call " + std::to_string(n) + (keep_entries ? " (entries kept)" : ""));
+      ckpt::FaultInjectionEnv env;
+      save_twice(env, o, static_cast<int64_t>(n));
+      env.simulate_crash({keep_entries});
+      ckpt::FindOptions f = quiet();
+      f.env = &env;
+      auto latest = find_latest_complete_sharded("/out", f);
+      ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+      const std::string d = sharded_checkpoint_digest(latest->ref.path, &env).value();
+      EXPECT_EQ(d, latest->ref.step == 1 ? d1 : d2);
+      (latest->ref.step == 1 ? saw_old : saw_new) += 1;
+    }
+  }
+  EXPECT_GT(saw_old, 0);
+  EXPECT_GT(saw_new, 0);
 }
 
 // keep_last applies to global checkpoints and their shards together, also across world sizes;
