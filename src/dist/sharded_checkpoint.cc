@@ -455,6 +455,7 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
   // Arguments are checked on every rank alike (same arguments everywhere), before any collective.
   if (step < 0) return invalid_argument(what + ": step must be >= 0");
   if (options.chunk_rows < 1) return invalid_argument(what + ": chunk_rows must be >= 1");
+  if (options.keep_last < 0) return invalid_argument(what + ": keep_last must be >= 0 (0 keeps all)");
   const int p = comm.size();
   // Rank 0's blobs are checked as part of its shard, so that every rank still agrees.
   Status blob_names;

@@ -70,7 +70,7 @@ struct ShardedSaveInfo {
 // Writes checkpoint `step` of `coll` (see the header comment). Collective. If any rank fails
 // to write its shard, no rank writes the global manifest and every rank returns an error
 // naming the failed rank(s) (a rank's own error first on that rank).
-// Errors: InvalidArgument (step < 0, chunk_rows < 1; a reserved blob name on rank 0 fails
+// Errors: InvalidArgument (step < 0, chunk_rows < 1, keep_last < 0; a reserved blob name on rank 0 fails
 // like a shard write of rank 0), the checkpoint writer's errors (IoError, ResourceExhausted,
 // ...; the other ranks get IoError naming the failed ranks), Internal (a collective failed).
 Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int64_t step,
