@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages leanemb needs. Idempotent: packages already present are skipped,
 # and apt is not touched at all when nothing is missing.
 #   scripts/install_deps.sh            build + test dependencies
-#   scripts/install_deps.sh --peers    also the fastText peer and perf for bench/
+#   scripts/install_deps.sh --peers    also perf and GNU time for bench/
 set -euo pipefail
 
 pkgs=(
@@ -15,9 +15,11 @@ pkgs=(
   python3 python3-dev pybind11-dev python3-numpy
   # PyTorch: the parity test (tests/torch_parity_test.py) and bench/peer_torch.py
   python3-torch
+  # fastText: text_test checks our word n-gram buckets against fastText's own model files
+  fasttext
 )
 if [[ "${1:-}" == "--peers" ]]; then
-  pkgs+=(fasttext linux-perf time)
+  pkgs+=(linux-perf time)
 fi
 
 missing=()

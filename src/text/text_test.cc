@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "nn/loss.h"
@@ -299,6 +300,87 @@ TEST(TextTrainTest, LearnsTinyDatasetToHighAccuracy) {
     EXPECT_GT(r.value()["eval"]["precision_at_1"].get<double>(), 0.95) << "lean " << lean;
     EXPECT_EQ(r.value()["table_rows"].get<int64_t>(), lean ? 20000 : r.value()["input_rows"].get<int64_t>());
   }
+}
+
+// fastText's own model file: the input matrix and the word list of a trained .bin (fastText
+// 0.9.2's format: magic, version, 12 int32 args and a double, the dictionary, then matrices).
+struct FastTextBin {
+  int64_t rows = 0, dim = 0;
+  std::vector<float> input;                        // [rows, dim]
+  std::unordered_map<std::string, int64_t> words;  // word -> row
+};
+
+bool read_fasttext_bin(const std::string& path, FastTextBin* out) {
+  std::ifstream f(path, std::ios::binary);
+  auto get = [&](auto* v) { return static_cast<bool>(f.read(reinterpret_cast<char*>(v), sizeof(*v))); };
+  int32_t i32 = 0;
+  int64_t i64 = 0;
+  double dbl = 0;
+  for (int k = 0; k < 14; ++k)
+    if (!get(&i32)) return false;  // magic, version, 12 args
+  if (!get(&dbl)) return false;    // sampling threshold t
+  int32_t size = 0, nwords = 0, nlabels = 0;
+  int64_t prune = 0;
+  if (!get(&size) || !get(&nwords) || !get(&nlabels) || !get(&i64) || !get(&prune)) return false;
+  for (int32_t e = 0; e < size; ++e) {
+    std::string w;
+    if (!std::getline(f, w, '\0')) return false;
+    int8_t type = 0;
+    if (!get(&i64) || !get(&type)) return false;
+    if (type == 0) out->words[w] = e;
+  }
+  for (int64_t k = 0; k < prune; ++k)
+    if (!get(&i32) || !get(&i32)) return false;
+  uint8_t quant = 0;
+  if (!get(&quant) || quant != 0 || !get(&out->rows) || !get(&out->dim)) return false;
+  out->input.resize(static_cast<size_t>(out->rows * out->dim));
+  return static_cast<bool>(f.read(reinterpret_cast<char*>(out->input.data()), static_cast<std::streamsize>(out->input.size() * 4)));
+}
+
+// With fastText installed: averaging fastText's own trained input rows over the word ids and
+// n-gram buckets computed here gives the sentence vectors `fasttext print-sentence-vectors`
+// prints, so our hashing and n-gram rule select exactly fastText's rows (non-ASCII and
+// out-of-vocabulary words included). Skipped without fastText.
+TEST(TextFastTextParityTest, OurBucketsSelectFastTextsRows) {
+  if (std::system("command -v fasttext > /dev/null 2>&1") != 0) GTEST_SKIP() << "fasttext not installed";
+  TempFile train(
+      "__label__a the quick brown fox\n__label__b jumps over the lazy dog\n"
+      "__label__a caf\xc3\xa9 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e the dog\n__label__b lazy quick fox jumps\n");
+  const std::string prefix = train.path() + ".ft";
+  ASSERT_EQ(std::system(("fasttext supervised -input '" + train.path() + "' -output '" + prefix +
+                         "' -dim 4 -bucket 1000 -wordNgrams 3 -epoch 2 -minCount 1 -verbose 0 > /dev/null 2>&1").c_str()), 0);
+  FastTextBin bin;
+  ASSERT_TRUE(read_fasttext_bin(prefix + ".bin", &bin));
+  const std::vector<std::string> queries = {"the quick brown fox", "caf\xc3\xa9 unseen cr\xc3\xa8me the lazy dog",
+                                            "fox", "jumps over over the dog dog"};
+  TempFile q([&] { std::string s; for (const auto& x : queries) s += x + "\n"; return s; }());
+  FILE* p = popen(("fasttext print-sentence-vectors '" + prefix + ".bin' < '" + q.path() + "'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  for (const std::string& query : queries) {
+    std::vector<std::string_view> tok;
+    split_tokens(query, &tok);
+    tok.push_back(kEos);  // print-sentence-vectors reads up to the newline: "</s>" ends the line
+    std::vector<int64_t> rows;
+    std::vector<uint32_t> hashes;
+    for (std::string_view t : tok) {
+      if (auto it = bin.words.find(std::string(t)); it != bin.words.end()) rows.push_back(it->second);
+      hashes.push_back(fasttext_hash(t));
+    }
+    const size_t nw = rows.size();
+    add_word_ngrams(hashes, 3, 1000, &rows);
+    for (size_t i = nw; i < rows.size(); ++i) rows[i] += static_cast<int64_t>(bin.words.size());
+    for (int64_t j = 0; j < bin.dim; ++j) {
+      double mean = 0;
+      for (int64_t r : rows) mean += bin.input[static_cast<size_t>(r * bin.dim + j)];
+      mean /= static_cast<double>(rows.size());
+      float printed = 0;
+      ASSERT_EQ(fscanf(p, "%f", &printed), 1);
+      EXPECT_NEAR(printed, mean, 1e-5 + 1e-4 * std::fabs(mean)) << query << " column " << j;
+    }
+  }
+  pclose(p);
+  std::filesystem::remove(prefix + ".bin");
+  std::filesystem::remove(prefix + ".vec");
 }
 
 // Config parsing: fastText's defaults, a task mismatch and unknown keys are errors naming them.
