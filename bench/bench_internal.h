@@ -184,6 +184,12 @@ Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc
 // probe (JSON in *doc).
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
 
+// ---- sharding (sharded.cc, built with src/dist) ---------------------------------------------
+
+// The sharded workload: per-rank embedding bytes and bytes sent per step at P = 1 and 2 ranks
+// (threads over dist::LocalWorld), fp32 and bf16 payloads, gated against one process.
+Status run_sharded(const BenchOptions& o, const Progress& progress, json* doc);
+
 // ---- output (report.cc) -----------------------------------------------------------------------
 
 // Cross-contender figures: per shape, each contender relative to its baseline; efficiencies.
