@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite twice: optimized (release
 # preset) and under AddressSanitizer + UndefinedBehaviorSanitizer (debug preset); then the tests
-# of the code's own threads (allocators, the row cache's prefetch pipeline, the row stores' I/O)
+# of the code's own threads (allocators, the row cache's prefetch pipeline, the row stores' I/O,
+# the local communicator's rank threads)
 # under ThreadSanitizer (tsan preset: only those test programs are built).
 #   scripts/test.sh            all three presets
 #   scripts/test.sh release    one preset
