@@ -220,6 +220,14 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
   uint64_t sum = 0;
   std::memcpy(&sum, state.data() + state.size() - 8, 8);
   if (sum != XXH3_64bits(state.data(), state.size() - 8)) return bad;
+  if (state.size() >= 8 + 4 + 8) {
+    uint32_t saved_version = 0;
+    std::memcpy(&saved_version, state.data() + 8, 4);
+    if (saved_version != kStateVersion)
+      return invalid_argument("data reader: restore_state: the state has format version " + std::to_string(saved_version) +
+                              ", this build reads version " + std::to_string(kStateVersion) +
+                              " (saved by another leanemb version; start the run afresh)");
+  }
   ByteReader r(state.first(state.size() - 8));
   std::string magic;
   uint32_t version = 0;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -401,6 +403,23 @@ TEST(DataResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
   state[20] ^= 1;
   EXPECT_EQ(reader->restore_state(state).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reader->restore_state(std::vector<uint8_t>{1, 2, 3}).code(), StatusCode::kInvalidArgument);
+}
+
+// A well-formed state of another format version is refused with a message naming both versions.
+TEST(DataResumeErrorsTest, StateOfAnotherVersionNamesTheVersions) {
+  ScratchDir dir;
+  const std::string path = dir.write("a.tsv", good_lines(40));
+  auto o = options({path}, schema(2, 3), 8);
+  auto reader = open_reader(o);
+  read_batches(reader.get(), 2);
+  std::vector<uint8_t> state = reader->save_state();
+  const uint32_t old_version = 1;
+  std::memcpy(state.data() + 8, &old_version, 4);  // after the 8-byte magic
+  const uint64_t sum = XXH3_64bits(state.data(), state.size() - 8);
+  std::memcpy(state.data() + state.size() - 8, &sum, 8);
+  const Status s = open_reader(o)->restore_state(state);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("format version 1, this build reads version 2"), std::string::npos) << s.message();
 }
 
 // Restoring a position past the end of a file that has since shrunk is DataLoss.
