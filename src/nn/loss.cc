@@ -1,4 +1,4 @@
-// Binary cross-entropy with logits.
+// Losses: binary cross-entropy with logits, softmax cross-entropy, one-vs-all logistic.
 #include "nn/loss.h"
 
 #include <algorithm>
@@ -7,6 +7,20 @@
 #include <string>
 
 namespace leanemb::nn {
+
+namespace {
+
+// One logit x against a target y in [0, 1]: the binary logistic loss
+// max(x, 0) - x y + log1p(exp(-|x|)) (no overflow for any x) and sigmoid(x), in double.
+struct Logistic {
+  double loss, sigmoid;
+};
+Logistic logistic(double x, double y) {
+  const double e = std::exp(-std::fabs(x));  // exp of a non-positive number only
+  return {std::max(x, 0.0) - x * y + std::log1p(e), x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e)};
+}
+
+}  // namespace
 
 Result<float> bce_with_logits(std::span<const float> logits, std::span<const float> labels, float grad_scale,
                               std::span<float> dlogits) {
@@ -24,12 +38,10 @@ Result<float> bce_with_logits(std::span<const float> logits, std::span<const flo
   const double g_mul = static_cast<double>(grad_scale) / static_cast<double>(n);
   double total = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    const double x = logits[i], y = labels[i];
-    total += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::fabs(x)));
-    // sigmoid without overflow: exp of a non-positive number only.
-    const double e = std::exp(-std::fabs(x));
-    const double sig = x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-    dlogits[i] = static_cast<float>((sig - y) * g_mul);
+    const double y = labels[i];
+    const Logistic l = logistic(logits[i], y);
+    total += l.loss;
+    dlogits[i] = static_cast<float>((l.sigmoid - y) * g_mul);
   }
   return static_cast<float>(total / static_cast<double>(n));
 }
@@ -100,11 +112,10 @@ Result<float> one_vs_all_logistic(std::span<const float> logits, int64_t num_cla
     std::fill(y.begin(), y.end(), uint8_t{0});
     for (int64_t i = targets.offsets[b]; i < targets.offsets[b + 1]; ++i) y[static_cast<size_t>(targets.classes[static_cast<size_t>(i)])] = 1;
     for (size_t c = 0; c < C; ++c) {
-      const double x = logits[b * C + c], t = y[c];
-      total += std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::fabs(x)));
-      const double e = std::exp(-std::fabs(x));
-      const double sig = x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-      dlogits[b * C + c] = static_cast<float>(grad_scale * (sig - t));
+      const double t = y[c];
+      const Logistic l = logistic(logits[b * C + c], t);
+      total += l.loss;
+      dlogits[b * C + c] = static_cast<float>(grad_scale * (l.sigmoid - t));
     }
   }
   return static_cast<float>(total);

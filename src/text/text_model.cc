@@ -15,6 +15,12 @@ Result<TextLoss> parse_text_loss(std::string_view s) {
 
 std::string_view text_loss_name(TextLoss l) { return l == TextLoss::kSoftmax ? "softmax" : "ova"; }
 
+Result<float> text_loss(TextLoss l, std::span<const float> logits, int64_t num_classes, nn::ClassTargets targets,
+                        std::span<float> dlogits) {
+  return l == TextLoss::kSoftmax ? nn::softmax_cross_entropy(logits, num_classes, targets, 1.0f, dlogits)
+                                 : nn::one_vs_all_logistic(logits, num_classes, targets, 1.0f, dlogits);
+}
+
 Result<std::unique_ptr<TextModel>> TextModel::create(const TextModelOptions& o, Allocator* alloc) {
   if (alloc == nullptr) alloc = default_host_allocator();
   if (o.input_rows < 1 || o.dim < 1 || o.num_labels < 1 || o.hidden < 0)
@@ -89,9 +95,7 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   sb.features.push_back(FeatureInput{batch.ids, batch.offsets, {}});
   LEANEMB_RETURN_IF_ERROR(collection_->forward(sb, pooled_s));
   LEANEMB_RETURN_IF_ERROR(head_.forward(B, pooled_s, logits_s));
-  auto loss = options_.loss == TextLoss::kSoftmax
-                  ? nn::softmax_cross_entropy(logits_s, options_.num_labels, batch.targets, 1.0f, dlogits_s)
-                  : nn::one_vs_all_logistic(logits_s, options_.num_labels, batch.targets, 1.0f, dlogits_s);
+  auto loss = text_loss(options_.loss, logits_s, options_.num_labels, batch.targets, dlogits_s);
   if (!loss.ok()) {
     head_.release_saved();
     return loss.status();

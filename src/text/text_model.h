@@ -34,6 +34,10 @@ namespace leanemb::text {
 enum class TextLoss : uint8_t { kSoftmax, kOneVsAll };
 Result<TextLoss> parse_text_loss(std::string_view s);  // "softmax" | "ova"
 std::string_view text_loss_name(TextLoss l);
+// The loss `l` (nn::softmax_cross_entropy or nn::one_vs_all_logistic, unscaled) of logits
+// [B, num_classes]: the batch's summed loss, dlogits [B, num_classes].
+Result<float> text_loss(TextLoss l, std::span<const float> logits, int64_t num_classes, nn::ClassTargets targets,
+                        std::span<float> dlogits);
 
 struct TextModelOptions {
   int64_t input_rows = 0;   // words + n-gram buckets (Dictionary::input_rows)

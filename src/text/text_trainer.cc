@@ -78,9 +78,7 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
     logits.resize(static_cast<size_t>((e - b) * C));
     dl.resize(logits.size());
     LEANEMB_RETURN_IF_ERROR(model.predict(g.ids, g.offsets, logits));
-    auto l = model.options().loss == TextLoss::kSoftmax
-                 ? nn::softmax_cross_entropy(logits, C, nn::ClassTargets{g.label_offsets, g.labels}, 1.0f, dl)
-                 : nn::one_vs_all_logistic(logits, C, nn::ClassTargets{g.label_offsets, g.labels}, 1.0f, dl);
+    auto l = text_loss(model.options().loss, logits, C, nn::ClassTargets{g.label_offsets, g.labels}, dl);
     LEANEMB_RETURN_IF_ERROR(l.status());
     loss += l.value();
     for (int64_t i = 0; i < e - b; ++i) {
