@@ -53,18 +53,9 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
 
   // [embedding]: the input table. fastText: plain SGD, lr 0.1, U(-1/dim, 1/dim).
   Section e(table("embedding"), "embedding", origin);
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", &m.dtype, parse_dtype));
   m.row_optimizer.kind = OptimizerKind::kSgd;
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &m.row_optimizer.kind, parse_optimizer));
-  m.row_optimizer.eps = default_eps(m.row_optimizer.kind);
   m.row_optimizer.learning_rate = 0.1f;
-  LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &m.row_optimizer.learning_rate, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read("eps", &m.row_optimizer.eps, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &m.row_optimizer.weight_decay, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &m.row_optimizer.state_dtype, parse_state_dtype));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &m.init.kind, train::parse_init_kind));
-  LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &m.init.bound, 0.0, 1e3));
-  LEANEMB_RETURN_IF_ERROR(e.read("init_std", &m.init.std, 0.0, 1e3));
+  LEANEMB_RETURN_IF_ERROR(train::read_row_table_keys(e, &m.dtype, &m.row_optimizer, &m.init));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic", &m.dynamic.enabled));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_rows", &m.dynamic_rows, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_eviction", &m.dynamic.eviction));

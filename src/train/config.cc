@@ -83,20 +83,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
 
   // [embedding]
   Section e(table("embedding"), "embedding", origin);
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", &c.row_dtype, parse_dtype));
   c.row_optimizer.kind = OptimizerKind::kAdagrad;
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &c.row_optimizer.kind, parse_optimizer));
-  c.row_optimizer.eps = default_eps(c.row_optimizer.kind);
   c.row_optimizer.learning_rate = 0.05f;
-  LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &c.row_optimizer.learning_rate, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read("eps", &c.row_optimizer.eps, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(e.read("beta1", &c.row_optimizer.beta1, 0.0, 0.999999));
-  LEANEMB_RETURN_IF_ERROR(e.read("beta2", &c.row_optimizer.beta2, 0.0, 0.999999));
-  LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &c.row_optimizer.weight_decay, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &c.row_optimizer.state_dtype, parse_state_dtype));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &c.row_init.kind, parse_init_kind));
-  LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &c.row_init.bound, 0.0, 1e3));
-  LEANEMB_RETURN_IF_ERROR(e.read("init_std", &c.row_init.std, 0.0, 1e3));
+  LEANEMB_RETURN_IF_ERROR(read_row_table_keys(e, &c.row_dtype, &c.row_optimizer, &c.row_init));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c.row_cache.fraction, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));

@@ -60,6 +60,21 @@ Result<InitKind> parse_init_kind(std::string_view s) {
   return invalid_argument("unknown init '" + std::string(s) + "' (expected uniform, normal or zeros)");
 }
 
+Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* o, InitOptions* init) {
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", dtype, parse_dtype));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &o->kind, parse_optimizer));
+  o->eps = default_eps(o->kind);
+  LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &o->learning_rate, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(e.read("eps", &o->eps, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(e.read("beta1", &o->beta1, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(e.read("beta2", &o->beta2, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &o->weight_decay, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &o->state_dtype, parse_state_dtype));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &init->kind, parse_init_kind));
+  LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &init->bound, 0.0, 1e3));
+  return e.read("init_std", &init->std, 0.0, 1e3);
+}
+
 Result<toml::table> parse_toml_document(std::string_view toml_text, const std::string& origin,
                                         std::span<const std::string> sets) {
   toml::table doc;

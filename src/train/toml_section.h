@@ -181,6 +181,11 @@ Result<std::string> read_text_file(const std::string& path, const char* what);
 Result<std::string> config_task(std::string_view toml_text, const std::string& origin,
                                 std::span<const std::string> sets = {});
 
+// The [embedding] keys both configs share: dtype, optimizer, learning_rate, eps, beta1, beta2,
+// weight_decay, state_dtype, init, init_bound, init_std. *optimizer's kind and learning_rate
+// hold the config's defaults on entry; eps defaults to the chosen optimizer's default_eps().
+Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* optimizer, InitOptions* init);
+
 Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s);  // sgd | adagrad | adam
 Result<InitKind> parse_init_kind(std::string_view s);                      // uniform | normal | zeros
 
