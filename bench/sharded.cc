@@ -66,7 +66,7 @@ float grad_value(int64_t step, int64_t bag, int64_t col) {
   return static_cast<float>(((step * 131 + bag * 31 + col * 7) % 17) - 8) / 64.0f;
 }
 
-Result<ShardedRun> run_one(const BenchOptions& o, const CollectionOptions& co, const std::vector<std::vector<IdBatch>>& stream,
+Result<ShardedRun> run_one(const CollectionOptions& co, const std::vector<std::vector<IdBatch>>& stream,
                            int ranks, dist::PayloadDType payload, int warmup, int iters,
                            const std::vector<float>& reference) {
   const int64_t B = static_cast<int64_t>(stream[0][0].offsets.size()) - 1;
@@ -189,7 +189,7 @@ Status run_sharded(const BenchOptions& o, const Progress& progress, json* doc) {
     for (dist::PayloadDType pd : {dist::PayloadDType::kF32, dist::PayloadDType::kBF16}) {
       if (P == 1 && pd != dist::PayloadDType::kF32) continue;  // nothing crosses ranks
       progress("sharded: P=%d, payload %s", P, std::string(dist::payload_dtype_name(pd)).c_str());
-      LEANEMB_ASSIGN_OR_RETURN(ShardedRun r, run_one(o, co, stream, P, pd, warmup, iters, reference));
+      LEANEMB_ASSIGN_OR_RETURN(ShardedRun r, run_one(co, stream, P, pd, warmup, iters, reference));
       if (pd == dist::PayloadDType::kF32 && r.max_abs_weight_diff != 0.0)
         return internal_error("sharded bench: P=" + std::to_string(P) + " fp32 payload differs from one process (max " +
                               std::to_string(r.max_abs_weight_diff) + ")");
