@@ -2,12 +2,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
+#include "dist/mpi_comm.h"
 #include "text/text_trainer.h"
 #include "tools/commands.h"
 #include "train/config.h"
@@ -68,6 +71,28 @@ int run_text(const TrainArgs& a, const std::string& config_text) {
   return 0;
 }
 
+// Multi-process runs (docs/dist.md): MPI's lifetime and this process's communicator.
+struct DistSetup {
+  std::unique_ptr<dist::MpiRuntime> mpi;
+  std::unique_ptr<dist::Communicator> comm;
+};
+
+// dist.backend: "local" = one process; "mpi" = MPI_COMM_WORLD; "auto" = mpi when a launcher
+// (mpirun / mpiexec: Open MPI, or a PMI / PMIx launcher) started this process.
+Result<DistSetup> setup_dist(const train::TrainConfig& c) {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+  DistSetup d;
+  if (c.dist_backend == "local" || (c.dist_backend == "auto" && !launched)) return d;
+  if (!dist::mpi_available())
+    return unimplemented(std::string(launched ? "started by an MPI launcher" : "dist.backend = \"mpi\"") +
+                         ", but this build has no MPI (install libopenmpi-dev openmpi-bin and rebuild; docs/dist.md)");
+  LEANEMB_ASSIGN_OR_RETURN(d.mpi, dist::MpiRuntime::init(nullptr, nullptr));
+  dist::CommOptions co;
+  co.timeout_ms = c.dist_timeout_ms;
+  LEANEMB_ASSIGN_OR_RETURN(d.comm, dist::make_communicator("mpi", co));
+  return d;
+}
+
 int run_train(const TrainArgs& a) {
   std::vector<std::string> sets = a.sets;
   if (!a.device_budget.empty()) sets.push_back("memory.device_budget=\"" + a.device_budget + "\"");
@@ -91,8 +116,13 @@ int run_train(const TrainArgs& a) {
   auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), "<embedded default: examples/ctr_small.toml>", sets)
                               : train::parse_config(config_text, a.config, sets);
   if (!cfg.ok()) return report_error(cfg.status());
+  auto dist_setup = setup_dist(cfg.value());
+  if (!dist_setup.ok()) return report_error(dist_setup.status());
+  dist::Communicator* comm = dist_setup.value().comm.get();
+  const bool lead = comm == nullptr || comm->rank() == 0;
   train::RunOptions ro;
   ro.config = std::move(cfg).value();
+  ro.comm = comm;
   ro.out_dir = a.out;
   ro.resume = a.resume;
   ro.quiet = a.quiet;
@@ -105,8 +135,18 @@ int run_train(const TrainArgs& a) {
     ro.steps = s;
   }
   auto r = train::run_training(ro);
-  if (!r.ok()) return report_error(r.status());
+  if (!r.ok()) {
+    if (comm && comm->size() > 1)
+      return report_error(Status(r.status().code(), "rank " + std::to_string(comm->rank()) + ": " + r.status().message()));
+    return report_error(r.status());
+  }
+  if (!lead) return 0;
   const nlohmann::json& s = r.value();
+  if (comm && comm->size() > 1)
+    std::printf("\n%d ranks (%s), tables sharded %s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n",
+                comm->size(), s["dist"]["backend"].get<std::string>().c_str(), s["dist"]["sharding"].get<std::string>().c_str(),
+                format_bytes(s["dist"]["embedding_table_bytes_max_rank"].get<size_t>()).c_str(),
+                s["dist"]["bytes_sent_per_step"].get<double>());
   std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
   if (s.contains("plan")) {
     std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dist/sharded_collection.h"
 #include "nn/loss.h"
 #include "tiered/sizes.h"
 
@@ -24,9 +25,41 @@ struct CtrModel::Buffers {
     }
   };
   Buf pooled, grad_pooled, z, inter, logits, dlogits, dinter, dz;
+  Buf group_grads;                // kGradients: [groups here + 1, dense params] (gradient groups)
   std::vector<int64_t> offsets;  // rebased offsets of a micro-batch, all features
   SparseBatch micro;              // views of one micro-batch
+  std::vector<int64_t> slice_offsets;  // rebased offsets of this rank's slice
+  SparseBatch slice;                   // views of this rank's slice
 };
+
+namespace {
+
+// Views of records [begin, end) of `batch`'s sparse features, offsets rebased to 0 (stored in
+// *offsets, which must stay alive as long as *out is used).
+void slice_sparse(const data::Batch& batch, int64_t begin, int64_t end, std::vector<int64_t>* offsets, SparseBatch* out) {
+  const int64_t n = end - begin;
+  const auto F = static_cast<int64_t>(batch.sparse.size());
+  offsets->resize(static_cast<size_t>(F * (n + 1)));
+  out->batch_size = n;
+  out->features.resize(static_cast<size_t>(F));
+  for (int64_t f = 0; f < F; ++f) {
+    const data::SparseColumn& col = batch.sparse[static_cast<size_t>(f)];
+    const int64_t lo = col.offsets[static_cast<size_t>(begin)], hi = col.offsets[static_cast<size_t>(end)];
+    int64_t* off = offsets->data() + f * (n + 1);
+    for (int64_t i = 0; i <= n; ++i) off[i] = col.offsets[static_cast<size_t>(begin + i)] - lo;
+    out->features[static_cast<size_t>(f)] =
+        FeatureInput{std::span<const int64_t>(col.ids.data() + lo, static_cast<size_t>(hi - lo)),
+                     std::span<const int64_t>(off, static_cast<size_t>(n + 1)), {}};
+  }
+}
+
+size_t dense_param_floats(const nn::DenseOptimizer& opt) {
+  size_t n = 0;
+  for (const nn::DenseParam& p : opt.params()) n += p.grad.size();
+  return n;
+}
+
+}  // namespace
 
 CtrModel::~CtrModel() = default;
 
@@ -77,7 +110,20 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   }
   co.seed = o.seed;
   co.num_threads = o.num_threads;
-  LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
+  const int world = o.comm ? o.comm->size() : 1;
+  if (o.grad_groups < 1 || o.grad_groups % world != 0)
+    return invalid_argument("CtrModel: grad_groups (" + std::to_string(o.grad_groups) + ") must be a positive multiple of the world size (" +
+                            std::to_string(world) + ")");
+  if (o.comm) {
+    dist::ShardedCollectionOptions so;
+    so.collection = co;
+    so.sharding = o.sharding;
+    so.forward_payload = o.forward_payload;
+    so.backward_payload = o.backward_payload;
+    LEANEMB_ASSIGN_OR_RETURN(m->sharded_, dist::ShardedEmbeddingCollection::create(so, o.comm, memory->allocator_for(Category::kWeights)));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
+  }
 
   // The dense layers live where compute runs (see ctr_model.h).
   Allocator* dense_alloc = memory->allocator_for(Category::kActivations);
@@ -123,37 +169,47 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   return m;
 }
 
-// Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin, end) of the
-// pooled buffer, bottom MLP, interaction, top MLP into logits_out [end - begin]. train: the MLPs
-// keep what their backward needs.
-Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t end, bool train, float* logits_out) {
+EmbeddingCollection& CtrModel::embeddings() { return sharded_ ? sharded_->local() : *emb_; }
+const EmbeddingCollection& CtrModel::embeddings() const { return sharded_ ? sharded_->local() : *emb_; }
+
+CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
+  const int64_t P = options_.comm ? options_.comm->size() : 1, r = options_.comm ? options_.comm->rank() : 0;
+  const int64_t G = options_.grad_groups;
+  Slice s;
+  s.g0 = r * G / P;
+  s.g1 = (r + 1) * G / P;
+  s.lo = B * s.g0 / G;
+  s.hi = B * s.g1 / G;
+  // The same count on every rank (the sharded forward is collective): at most the smallest
+  // group's size, at least one.
+  s.per_group = std::clamp<int64_t>((micro_batches + G - 1) / G, 1, std::max<int64_t>(1, B / G));
+  s.max_micro = ((B + G - 1) / G + s.per_group - 1) / s.per_group;
+  return s;
+}
+
+// Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin - base, end -
+// base) of the pooled buffer (sized for slice_rows records), bottom MLP, interaction, top MLP into
+// logits_out [end - begin]. train: the MLPs keep what their backward needs. An empty range only
+// takes part in the sharded lookup (a collective).
+Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t end, int64_t base, int64_t slice_rows,
+                               bool train, float* logits_out) {
   Buffers& b = *buf_;
   const int64_t n = end - begin;
   const int64_t F = options_.num_sparse, D = options_.embedding_dim;
   const int64_t zd = options_.bottom_hidden.back();
   const int64_t idim = interaction_->output_dim();
-  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, batch.batch_size, n);
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, slice_rows, n);
   Allocator* act = memory_->allocator_for(Category::kActivations);
   LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(act, Category::kActivations, sz.pooled));
   LEANEMB_ASSIGN_OR_RETURN(float* z, b.z.get(act, Category::kActivations, sz.z));
   LEANEMB_ASSIGN_OR_RETURN(float* inter, b.inter.get(act, Category::kActivations, sz.inter));
 
-  // Views of the micro-batch's sparse features, offsets rebased to start at 0.
-  b.offsets.resize(static_cast<size_t>(F * (n + 1)));
-  b.micro.batch_size = n;
-  b.micro.features.resize(static_cast<size_t>(F));
-  for (int64_t f = 0; f < F; ++f) {
-    const data::SparseColumn& col = batch.sparse[static_cast<size_t>(f)];
-    const int64_t lo = col.offsets[static_cast<size_t>(begin)], hi = col.offsets[static_cast<size_t>(end)];
-    int64_t* off = b.offsets.data() + f * (n + 1);
-    for (int64_t i = 0; i <= n; ++i) off[i] = col.offsets[static_cast<size_t>(begin + i)] - lo;
-    b.micro.features[static_cast<size_t>(f)] =
-        FeatureInput{std::span<const int64_t>(col.ids.data() + lo, static_cast<size_t>(hi - lo)),
-                     std::span<const int64_t>(off, static_cast<size_t>(n + 1)), {}};
-  }
-  float* pooled_rows = pooled + begin * F * D;
+  slice_sparse(batch, begin, end, &b.offsets, &b.micro);
+  float* pooled_rows = pooled + (begin - base) * F * D;
   const std::span<float> pooled_span(pooled_rows, static_cast<size_t>(n * F * D));
-  LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
+  if (sharded_) LEANEMB_RETURN_IF_ERROR(sharded_->forward(b.micro, pooled_span));
+  else LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
+  if (n == 0) return Status();
   const nn::ForwardMode mode = train ? nn::ForwardMode::kTrain : nn::ForwardMode::kEval;
   const std::span<const float> dense(batch.dense.data() + begin * options_.num_dense, static_cast<size_t>(n * options_.num_dense));
   LEANEMB_RETURN_IF_ERROR(bottom_->forward(n, dense, std::span<float>(z, static_cast<size_t>(n * zd)), mode));
@@ -161,6 +217,29 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
                                                 std::span<float>(inter, static_cast<size_t>(n * idim))));
   LEANEMB_RETURN_IF_ERROR(top_->forward(n, std::span<const float>(inter, static_cast<size_t>(n * idim)),
                                         std::span<float>(logits_out, static_cast<size_t>(n)), mode));
+  return Status();
+}
+
+Status CtrModel::save_group_grads(int64_t slot) {
+  float* dst = buf_->group_grads.a.as<float>() + static_cast<size_t>(slot) * dense_param_floats(*dense_opt_);
+  for (const nn::DenseParam& p : dense_opt_->params()) dst = std::copy(p.grad.begin(), p.grad.end(), dst);
+  dense_opt_->zero_grad();
+  return Status();
+}
+
+Status CtrModel::reduce_dense_grads(int64_t groups_here) {
+  const size_t n = dense_param_floats(*dense_opt_);
+  float* base = buf_->group_grads.a.as<float>();
+  std::vector<std::span<const float>> parts;
+  for (int64_t g = 0; g < groups_here; ++g) parts.emplace_back(base + static_cast<size_t>(g) * n, n);
+  const std::span<float> sum(base + static_cast<size_t>(groups_here) * n, n);
+  dist::Communicator::reduce_in_fixed_order(parts, sum, dist::ReduceOp::kSum);
+  if (options_.comm && options_.comm->size() > 1) LEANEMB_RETURN_IF_ERROR(options_.comm->all_reduce(sum, dist::ReduceOp::kSum));
+  const float* src = sum.data();
+  for (const nn::DenseParam& p : dense_opt_->params()) {
+    std::copy(src, src + p.grad.size(), p.grad.begin());
+    src += p.grad.size();
+  }
   return Status();
 }
 
@@ -183,9 +262,11 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   const int64_t F = options_.num_sparse, D = options_.embedding_dim;
   const int64_t zd = options_.bottom_hidden.back();
   const int64_t idim = interaction_->output_dim();
-  const int64_t k = std::clamp<int64_t>(micro_batches, 1, B);
-  const int64_t max_n = (B + k - 1) / k;
-  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, B, max_n);
+  const int64_t G = options_.grad_groups;
+  const Slice sl = slice_of(B, micro_batches);
+  const int64_t nl = sl.hi - sl.lo;
+  const bool grouped = G > 1 || options_.comm != nullptr;  // dense gradients through group_grads
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, nl, sl.max_micro);
   Allocator* work = memory_->allocator_for(Category::kWorkspace);
   Allocator* grads = memory_->allocator_for(Category::kGradients);
   LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled, b.grad_pooled.get(grads, Category::kGradients, sz.grad_pooled));
@@ -193,53 +274,78 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, sz.dlogits));
   LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, sz.dinter));
   LEANEMB_ASSIGN_OR_RETURN(float* dz, b.dz.get(work, Category::kWorkspace, sz.dz));
+  if (grouped)
+    LEANEMB_RETURN_IF_ERROR(b.group_grads.get(memory_->allocator_for(Category::kActivations), Category::kGradients,
+                                              static_cast<size_t>(sl.g1 - sl.g0 + 1) * dense_param_floats(*dense_opt_)).status());
 
-  // Gradients of the dense layers start at zero and accumulate over the micro-batches.
+  // Gradients of the dense layers start at zero and accumulate over a group's micro-batches.
   dense_opt_->zero_grad();
   StepStats st;
   st.samples = B;
   double loss = 0.0;
   const float scale = scaler.scale();
-  for (int64_t i = 0; i < k; ++i) {
-    // Micro-batch i: records [begin, end), sizes differing by at most one.
-    const int64_t begin = B * i / k, end = B * (i + 1) / k, n = end - begin;
-    if (n == 0) continue;
-    Status s = forward_micro(batch, begin, end, true, logits);
-    if (s.ok()) {
-      const float share = static_cast<float>(static_cast<double>(n) / static_cast<double>(B));
-      auto l = nn::bce_with_logits(std::span<const float>(logits, static_cast<size_t>(n)),
-                                   std::span<const float>(batch.labels.data() + begin, static_cast<size_t>(n)),
-                                   scale * share, std::span<float>(dlogits, static_cast<size_t>(n)));
-      if (!l.ok()) s = l.status();
-      else loss += static_cast<double>(l.value()) * static_cast<double>(n) / static_cast<double>(B);
+  auto fail = [&](Status s) {
+    bottom_->release_saved();
+    top_->release_saved();
+    dense_opt_->zero_grad();
+    return s;
+  };
+  for (int64_t g = sl.g0; g < sl.g1; ++g) {
+    const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
+    for (int64_t i = 0; i < sl.per_group; ++i) {
+      // Micro-batch i of group g: records [begin, end), sizes differing by at most one.
+      const int64_t begin = gb + gn * i / sl.per_group, end = gb + gn * (i + 1) / sl.per_group, n = end - begin;
+      Status s = forward_micro(batch, begin, end, sl.lo, nl, true, logits);
+      if (n == 0 && s.ok()) continue;
+      if (s.ok()) {
+        const float share = static_cast<float>(static_cast<double>(n) / static_cast<double>(B));
+        auto l = nn::bce_with_logits(std::span<const float>(logits, static_cast<size_t>(n)),
+                                     std::span<const float>(batch.labels.data() + begin, static_cast<size_t>(n)),
+                                     scale * share, std::span<float>(dlogits, static_cast<size_t>(n)));
+        if (!l.ok()) s = l.status();
+        else loss += static_cast<double>(l.value()) * static_cast<double>(n) / static_cast<double>(B);
+      }
+      if (s.ok()) s = top_->backward(std::span<const float>(dlogits, static_cast<size_t>(n)), std::span<float>(dinter, static_cast<size_t>(n * idim)));
+      const int64_t row = (begin - sl.lo) * F * D;
+      if (s.ok())
+        s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
+                                   std::span<const float>(b.pooled.a.as<float>() + row, static_cast<size_t>(n * F * D)),
+                                   std::span<const float>(dinter, static_cast<size_t>(n * idim)),
+                                   std::span<float>(dz, static_cast<size_t>(n * zd)),
+                                   std::span<float>(grad_pooled + row, static_cast<size_t>(n * F * D)));
+      if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
+      if (!s.ok()) return fail(s);
     }
-    if (s.ok()) s = top_->backward(std::span<const float>(dlogits, static_cast<size_t>(n)), std::span<float>(dinter, static_cast<size_t>(n * idim)));
-    if (s.ok())
-      s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
-                                 std::span<const float>(b.pooled.a.as<float>() + begin * F * D, static_cast<size_t>(n * F * D)),
-                                 std::span<const float>(dinter, static_cast<size_t>(n * idim)),
-                                 std::span<float>(dz, static_cast<size_t>(n * zd)),
-                                 std::span<float>(grad_pooled + begin * F * D, static_cast<size_t>(n * F * D)));
-    if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
-    if (!s.ok()) {
-      bottom_->release_saved();
-      top_->release_saved();
-      dense_opt_->zero_grad();
-      return s;
-    }
+    if (grouped) LEANEMB_RETURN_IF_ERROR(save_group_grads(g - sl.g0));
+  }
+  if (grouped) {
+    if (Status s = reduce_dense_grads(sl.g1 - sl.g0); !s.ok()) return fail(s);
+  }
+  if (inject_nonfinite && nl > 0) grad_pooled[0] = std::numeric_limits<float>::infinity();
+
+  // Found-inf check before anything is updated (with a communicator: agreed by every rank; the
+  // dense gradients are already the global sums).
+  bool found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(nl * F * D)));
+  found = found || dense_opt_->any_nonfinite_grad();
+  if (options_.comm && options_.comm->size() > 1) {
+    double agreed[2] = {loss, found ? 1.0 : 0.0};
+    if (Status s = options_.comm->all_reduce(std::span<double>(agreed, 2), dist::ReduceOp::kSum); !s.ok()) return fail(s);
+    loss = agreed[0];
+    found = agreed[1] > 0;
   }
   st.loss = loss;
-  if (inject_nonfinite) grad_pooled[0] = std::numeric_limits<float>::infinity();
-
-  // Found-inf check before anything is updated.
-  bool found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(B * F * D)));
-  found = found || dense_opt_->any_nonfinite_grad();
   const float inv = scaler.inv_scale();
   if (!found) {
     UpdateOptions uo;
     uo.grad_multiplier = inv;
-    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, emb_->backward_update(batch.sparse_batch(),
-                                                                     std::span<const float>(grad_pooled, static_cast<size_t>(B * F * D)), {}, uo));
+    const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
+    UpdateReport rep;
+    if (sharded_) {
+      slice_sparse(batch, sl.lo, sl.hi, &b.slice_offsets, &b.slice);
+      LEANEMB_ASSIGN_OR_RETURN(rep, sharded_->backward_update(b.slice, gp, uo));
+    } else {
+      LEANEMB_ASSIGN_OR_RETURN(rep, emb_->backward_update(batch.sparse_batch(), gp, {}, uo));
+    }
     found = rep.skipped_nonfinite;
     st.unique_rows = rep.unique_rows;
   }
@@ -254,13 +360,23 @@ Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int m
   LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
   if (probs.size() != static_cast<size_t>(batch.batch_size))
     return invalid_argument("predict: probs has " + std::to_string(probs.size()) + " entries, batch " + std::to_string(batch.batch_size));
-  const int64_t B = batch.batch_size;
-  const int64_t k = std::clamp<int64_t>(micro_batches, 1, B);
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t begin = B * i / k, end = B * (i + 1) / k;
-    if (end > begin) LEANEMB_RETURN_IF_ERROR(forward_micro(batch, begin, end, false, probs.data() + begin));
+  const int64_t B = batch.batch_size, G = options_.grad_groups;
+  const Slice sl = slice_of(B, micro_batches);
+  const bool multi = options_.comm && options_.comm->size() > 1;
+  if (multi) std::fill(probs.begin(), probs.end(), 0.0f);
+  for (int64_t g = sl.g0; g < sl.g1; ++g) {
+    const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
+    for (int64_t i = 0; i < sl.per_group; ++i) {
+      const int64_t begin = gb + gn * i / sl.per_group, end = gb + gn * (i + 1) / sl.per_group;
+      LEANEMB_RETURN_IF_ERROR(forward_micro(batch, begin, end, sl.lo, sl.hi - sl.lo, false, probs.data() + begin));
+    }
   }
-  for (float& p : probs) p = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(p))));
+  for (int64_t i = sl.lo; i < sl.hi; ++i) {
+    float& p = probs[static_cast<size_t>(i)];
+    p = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(p))));
+  }
+  // Every rank gets every probability: the others' entries are 0 here, and x + 0 = x exactly.
+  if (multi) LEANEMB_RETURN_IF_ERROR(options_.comm->all_reduce(probs, dist::ReduceOp::kSum));
   return Status();
 }
 
@@ -282,7 +398,7 @@ Status CtrModel::load_dense(std::span<const nn::NamedTensor> params, std::span<c
 
 void CtrModel::release_buffers() {
   buf_ = std::make_unique<Buffers>();
-  emb_->release_step_buffers();
+  embeddings().release_step_buffers();
 }
 
 }  // namespace leanemb::model

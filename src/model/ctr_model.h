@@ -37,11 +37,18 @@
 #include "amp/loss_scaler.h"
 #include "amp/precision.h"
 #include "data/batch.h"
+#include "dist/communicator.h"
+#include "dist/payload.h"
+#include "dist/shard_plan.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
 #include "nn/mlp.h"
+
+namespace leanemb::dist {
+class ShardedEmbeddingCollection;
+}
 
 namespace leanemb::model {
 
@@ -65,6 +72,26 @@ struct CtrModelOptions {
   nn::DenseOptimizerOptions dense_optimizer;
   uint64_t seed = 1;
   int num_threads = 0;                    // 0 = OpenMP's default
+
+  // Multi-process training (docs/dist.md). With a communicator the tables are sharded over its
+  // ranks (dist::ShardedEmbeddingCollection, which must then support the table options: no row
+  // cache); train_step() and predict() take the same global batch on every rank and each rank
+  // computes its slice of it (see "Gradient groups" below). Must outlive the model.
+  dist::Communicator* comm = nullptr;
+  dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
+  dist::PayloadDType forward_payload = dist::PayloadDType::kF32;
+  dist::PayloadDType backward_payload = dist::PayloadDType::kF32;
+  // Gradient groups: the batch is cut into `grad_groups` contiguous slices of sizes differing by
+  // at most one (group g = records [B*g/G, B*(g+1)/G)); each group's dense gradient is computed
+  // on its own, and the step's dense gradient is their fixed-order sum
+  // (dist::Communicator::reduce_in_fixed_order over the G groups in order). Rank r of P computes
+  // groups [r*G/P, (r+1)*G/P) and sums its own; all_reduce sums the ranks' partials in the same
+  // fixed order. With G and P powers of two (or P = G) the two orders are the same tree, so
+  // P = 1, 2, 4 ranks with G = 4 give bit-identical dense gradients, and with fp32 payloads,
+  // rows and state the whole model trains bit-identically at every such P. 1 (the default
+  // without a communicator) is the plain single-pass gradient. REQUIRES: a multiple of the
+  // world size.
+  int grad_groups = 1;
 };
 
 // The per-step buffers of train_step() / predict(), in floats, for a batch of `batch_size`
@@ -84,10 +111,10 @@ CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& options, int64_t intera
                                   int64_t micro_rows);
 
 struct StepStats {
-  double loss = 0.0;        // mean BCE over the batch (unscaled)
+  double loss = 0.0;        // mean BCE over the (global) batch (unscaled)
   bool skipped = false;     // a non-finite gradient skipped the step
   int64_t samples = 0;
-  int64_t unique_rows = 0;  // embedding rows updated
+  int64_t unique_rows = 0;  // embedding rows updated (on this rank, as owner)
 };
 
 class CtrModel {
@@ -105,8 +132,11 @@ class CtrModel {
   // slices as train_step does, so that evaluation needs no more memory than training.
   Status predict(const data::Batch& batch, std::span<float> probs, int micro_batches = 1);
 
-  EmbeddingCollection& embeddings() { return *emb_; }
-  const EmbeddingCollection& embeddings() const { return *emb_; }
+  // The tables: with a communicator, this rank's shard (its local collection).
+  EmbeddingCollection& embeddings();
+  const EmbeddingCollection& embeddings() const;
+  // The sharded collection, or null without a communicator.
+  dist::ShardedEmbeddingCollection* sharded() { return sharded_.get(); }
   nn::Mlp& bottom() { return *bottom_; }
   nn::Mlp& top() { return *top_; }
   nn::DenseOptimizer& dense_optimizer() { return *dense_opt_; }
@@ -120,11 +150,22 @@ class CtrModel {
 
  private:
   CtrModel() = default;
-  Status forward_micro(const data::Batch& batch, int64_t begin, int64_t end, bool train, float* logits_out);
+  // Records [begin, end) of `batch`; their pooled rows go to row begin - base of the pooled buffer.
+  Status forward_micro(const data::Batch& batch, int64_t begin, int64_t end, int64_t base, int64_t slice_rows, bool train,
+                       float* logits_out);
+  // This rank's records [lo, hi) and groups [g0, g1) of a batch of B; micro-batches per group.
+  struct Slice {
+    int64_t g0 = 0, g1 = 1, lo = 0, hi = 0, per_group = 1, max_micro = 0;
+  };
+  Slice slice_of(int64_t B, int micro_batches) const;
+  // Sums the group gradients (and with a communicator all ranks' partials) into the params' grads.
+  Status reduce_dense_grads(int64_t groups_here);
+  Status save_group_grads(int64_t slot);
   struct Buffers;
   CtrModelOptions options_;
   MemorySystem* memory_ = nullptr;
-  std::unique_ptr<EmbeddingCollection> emb_;
+  std::unique_ptr<EmbeddingCollection> emb_;                 // single process
+  std::unique_ptr<dist::ShardedEmbeddingCollection> sharded_;  // with a communicator
   std::unique_ptr<nn::Mlp> bottom_, top_;
   std::unique_ptr<nn::Interaction> interaction_;
   std::unique_ptr<nn::DenseOptimizer> dense_opt_;

@@ -26,7 +26,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
   TrainConfig c;
   c.origin = origin;
-  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory"};
+  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory", "dist"};
   for (const auto& [k, node] : doc) {
     if (k.str() == "task") {  // which trainer (train/toml_section.h: config_task); this one is "ctr"
       if (node.value<std::string>() != std::optional<std::string>("ctr"))
@@ -35,7 +35,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     }
     if (!node.is_table() || !kSections.count(std::string(k.str())))
       return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) +
-                              "' (sections: data, model, embedding, dense, train, memory)");
+                              "' (sections: data, model, embedding, dense, train, memory, dist)");
   }
   auto table = [&](const char* name) { return doc.get(name) ? doc.get(name)->as_table() : nullptr; };
 
@@ -145,6 +145,20 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     c.memory.placement = p.value();
   }
   LEANEMB_RETURN_IF_ERROR(mem.check_unknown());
+
+  // [dist]
+  Section ds(table("dist"), "dist", origin);
+  LEANEMB_RETURN_IF_ERROR(ds.read("backend", &c.dist_backend));
+  if (c.dist_backend != "auto" && c.dist_backend != "local" && c.dist_backend != "mpi")
+    return ds.error("backend", "expected auto, local or mpi, got '" + c.dist_backend + "'");
+  LEANEMB_RETURN_IF_ERROR(ds.read("timeout_ms", &c.dist_timeout_ms, 1, int64_t{1} << 40));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("sharding", &c.sharding, dist::parse_sharding_kind));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("forward_payload", &c.forward_payload, dist::parse_payload_dtype));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("backward_payload", &c.backward_payload, dist::parse_payload_dtype));
+  LEANEMB_RETURN_IF_ERROR(ds.read("grad_groups", &c.grad_groups, 0, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_rank", &c.inject_exit_rank, -1, 1 << 20));
+  LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_step", &c.inject_exit_step, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(ds.check_unknown());
 
   // Cross-field checks.
   if (c.train_files.empty() && !c.generate)

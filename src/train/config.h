@@ -16,6 +16,8 @@
 
 #include "amp/precision.h"
 #include "data/synthetic.h"
+#include "dist/payload.h"
+#include "dist/shard_plan.h"
 #include "leanemb/dtype.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
@@ -80,6 +82,16 @@ struct TrainConfig {
 
   // [memory]
   MemorySystemOptions memory;
+
+  // [dist] multi-process training (docs/dist.md)
+  std::string dist_backend = "auto";  // auto (mpi when started by mpirun) | local (one process) | mpi
+  int64_t dist_timeout_ms = 60000;    // every collective fails after this long, naming the silent rank
+  dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
+  dist::PayloadDType forward_payload = dist::PayloadDType::kF32;
+  dist::PayloadDType backward_payload = dist::PayloadDType::kF32;
+  int grad_groups = 0;                // dense gradient groups (CtrModelOptions::grad_groups); 0 = the world size
+  int inject_exit_rank = -1;          // testing: this rank ends its process (exit code 9, no cleanup)...
+  int64_t inject_exit_step = 0;       // ...after completing this step, as a crashed rank would
 
   std::string origin;              // file name or "<embedded default>"
 };

@@ -14,7 +14,8 @@ target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
-  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc)
+  # dist_train_test: the model over ranks as threads (LocalWorld), bit-identical to one process.
+  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc)
 endif()
 
 if(LEANEMB_BUILD_TESTS)

@@ -6,13 +6,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "data/metrics.h"
 #include "data/reader.h"
+#include "dist/local_comm.h"
+#include "dist/sharded_checkpoint.h"
+#include "dist/sharded_collection.h"
 #include "leanemb/checkpoint.h"
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
@@ -49,6 +54,9 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   o.dense_optimizer = c.dense_optimizer;
   o.seed = c.seed;
   o.num_threads = c.threads;
+  o.sharding = c.sharding;
+  o.forward_payload = c.forward_payload;
+  o.backward_payload = c.backward_payload;
   return o;
 }
 
@@ -87,19 +95,42 @@ struct Counters {
   int64_t skipped = 0;
 };
 
+// The checkpoint's blobs (everything but the tables), the same for plain and sharded checkpoints.
+std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const model::CtrModel& m, const data::DataReader& reader,
+                                                                      const amp::LossScaler& scaler, const Counters& k) {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> b;
+  const json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped},
+                   {"collection_step", m.embeddings().step()}, {"format", "leanemb-train-1"}};
+  b.emplace_back("train/state", to_bytes(st));
+  b.emplace_back("train/reader", reader.save_state());
+  b.emplace_back("amp/loss_scaler", scaler.save());
+  auto floats = [](std::span<const float> v) {
+    const auto bytes = as_bytes(v);
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  };
+  for (const auto& t : m.dense_parameters()) b.emplace_back("dense/param/" + t.name, floats(t.values));
+  for (const auto& t : m.dense_optimizer_state()) b.emplace_back("dense/opt/" + t.name, floats(t.values));
+  return b;
+}
+
 Status write_checkpoint(const std::string& out, const TrainConfig& c, model::CtrModel& m, const data::DataReader& reader,
                         const amp::LossScaler& scaler, const Counters& k, std::string* path) {
+  const auto blobs = train_blobs(m, reader, scaler, k);
+  if (dist::ShardedEmbeddingCollection* sh = m.sharded()) {
+    std::vector<dist::ShardedBlob> sb;
+    for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
+    dist::ShardedSaveOptions so;
+    so.keep_last = c.keep_checkpoints;
+    LEANEMB_ASSIGN_OR_RETURN(dist::ShardedSaveInfo info, dist::save_sharded_checkpoint(out, k.step, *sh, sb, so));
+    for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
+    *path = info.global_dir;
+    return Status();
+  }
   ckpt::WriterOptions wo;
   wo.keep_last = c.keep_checkpoints;
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out, k.step, wo));
   const EmbeddingCollection& emb = m.embeddings();
-  json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped}, {"collection_step", emb.step()},
-             {"format", "leanemb-train-1"}};
-  LEANEMB_RETURN_IF_ERROR(w->add_blob("train/state", to_bytes(st)));
-  LEANEMB_RETURN_IF_ERROR(w->add_blob("train/reader", reader.save_state()));
-  LEANEMB_RETURN_IF_ERROR(w->add_blob("amp/loss_scaler", scaler.save()));
-  for (const auto& t : m.dense_parameters()) LEANEMB_RETURN_IF_ERROR(w->add_blob("dense/param/" + t.name, as_bytes(t.values)));
-  for (const auto& t : m.dense_optimizer_state()) LEANEMB_RETURN_IF_ERROR(w->add_blob("dense/opt/" + t.name, as_bytes(t.values)));
+  for (const auto& [name, bytes] : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(name, bytes));
   std::vector<uint8_t> rows;
   for (int t = 0; t < emb.num_tables(); ++t) {
     const RowLayout& l = emb.layout(t);
@@ -131,53 +162,111 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
   return v;
 }
 
-Status load_checkpoint(const std::string& dir, model::CtrModel& m, data::DataReader& reader, amp::LossScaler& scaler,
-                       Counters* k) {
-  LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(dir));
+// The rows of a plain checkpoint's tables "emb/<name>" into the model. A sharded model (P ranks
+// resuming a run of one process) copies the global rows this rank owns, in runs of consecutive
+// local rows.
+Status load_plain_tables(const ckpt::CheckpointReader& r, model::CtrModel& m) {
+  EmbeddingCollection& emb = m.embeddings();
+  const dist::ShardedEmbeddingCollection* sh = m.sharded();
+  const int rank = sh ? sh->communicator().rank() : 0;
+  std::vector<uint8_t> rows, run;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const RowLayout& l = emb.layout(t);
+    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+    const int64_t global_rows = sh ? sh->plan().num_rows(t) : to.num_rows;
+    const std::string name = "emb/" + to.name;
+    const ckpt::EntryInfo* e = r.find(name);
+    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != global_rows)
+      return invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)");
+    for (int64_t r0 = 0; r0 < global_rows; r0 += kCkptChunkRows) {
+      const int64_t n = std::min(kCkptChunkRows, global_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, rows));
+      if (!sh) {
+        LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, r0, n, rows));
+        continue;
+      }
+      int64_t run_start = -1, run_len = 0;
+      auto flush = [&]() -> Status {
+        if (run_len > 0) LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, run_start, run_len, run));
+        run.clear();
+        run_len = 0;
+        return Status();
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t g = r0 + i;
+        if (sh->plan().owner(t, g) != rank) continue;
+        const int64_t local = sh->plan().local_row(t, g);
+        if (run_len > 0 && local != run_start + run_len) LEANEMB_RETURN_IF_ERROR(flush());
+        if (run_len == 0) run_start = local;
+        const auto* row = rows.data() + static_cast<size_t>(i) * l.stride_bytes;
+        run.insert(run.end(), row, row + l.stride_bytes);
+        ++run_len;
+      }
+      LEANEMB_RETURN_IF_ERROR(flush());
+    }
+  }
+  return Status();
+}
+
+// With a communicator: every rank fails if any rank failed (so that no rank goes on alone).
+Status agree(dist::Communicator* comm, Status mine, const std::string& what) {
+  if (!comm || comm->size() == 1) return mine;
+  int64_t bad[1] = {mine.ok() ? 0 : 1};
+  LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(bad, 1), dist::ReduceOp::kSum));
+  if (!mine.ok()) return mine;
+  if (bad[0] > 0) return Status(StatusCode::kInternal, what + ": failed on " + std::to_string(bad[0]) + " other rank(s)");
+  return Status();
+}
+
+// Resumes from checkpoint `dir`, plain or sharded (global directory), whichever the model is: a
+// sharded checkpoint needs a sharded model (any world size); a plain one loads into either.
+Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrModel& m, data::DataReader& reader,
+                       amp::LossScaler& scaler, Counters* k) {
   auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
-  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r->read_blob("train/state"));
-  const json st = json::parse(stb.begin(), stb.end(), nullptr, false);
-  if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
+  dist::ShardedEmbeddingCollection* sh = m.sharded();
+  dist::Communicator* comm = sh ? &sh->communicator() : nullptr;
+  auto opened = ckpt::CheckpointReader::open(dir);
+  if (Status s = agree(comm, opened.status(), "resuming from " + dir); !s.ok()) return ctx(s);
+  const ckpt::CheckpointReader& r = *opened.value();
+  json st;
+  {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
+    st = json::parse(stb.begin(), stb.end(), nullptr, false);
+    if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
+  }
+  // Embedding tables.
+  if (sharded_ckpt) {
+    if (!sh) return ctx(invalid_argument("a sharded checkpoint needs a sharded model"));
+    auto loaded = dist::load_sharded_checkpoint(dir, *sh);
+    if (!loaded.ok()) return ctx(loaded.status());
+  } else {
+    Status s = load_plain_tables(r, m);
+    if (s.ok()) m.embeddings().set_step(st["collection_step"].get<int64_t>());
+    LEANEMB_RETURN_IF_ERROR(agree(comm, s.ok() ? s : ctx(s), "resuming from " + dir));
+  }
   // Dense parameters and state: names from the model, values from the checkpoint.
   std::vector<std::vector<float>> store;
   std::vector<nn::NamedTensor> params, state;
   const auto want_p = m.dense_parameters(), want_s = m.dense_optimizer_state();
   store.reserve(want_p.size() + want_s.size());
   for (const auto& t : want_p) {
-    auto v = read_floats(*r, "dense/param/" + t.name);
+    auto v = read_floats(r, "dense/param/" + t.name);
     if (!v.ok()) return ctx(v.status());
     store.push_back(std::move(v).value());
     params.push_back({t.name, store.back()});
   }
   for (const auto& t : want_s) {
-    auto v = read_floats(*r, "dense/opt/" + t.name);
+    auto v = read_floats(r, "dense/opt/" + t.name);
     if (!v.ok()) return ctx(v.status());
     store.push_back(std::move(v).value());
     state.push_back({t.name, store.back()});
   }
-  // Embedding tables.
-  EmbeddingCollection& emb = m.embeddings();
-  std::vector<uint8_t> rows;
-  for (int t = 0; t < emb.num_tables(); ++t) {
-    const RowLayout& l = emb.layout(t);
-    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const std::string name = "emb/" + to.name;
-    const ckpt::EntryInfo* e = r->find(name);
-    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != to.num_rows)
-      return ctx(invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)"));
-    for (int64_t r0 = 0; r0 < to.num_rows; r0 += kCkptChunkRows) {
-      const int64_t n = std::min(kCkptChunkRows, to.num_rows - r0);
-      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
-      if (Status s = r->read_rows(name, r0, n, rows); !s.ok()) return ctx(s);
-      LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, r0, n, rows));
-    }
-  }
   if (Status s = m.load_dense(params, state); !s.ok()) return ctx(s);
-  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> sc, r->read_blob("amp/loss_scaler"));
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> sc, r.read_blob("amp/loss_scaler"));
   if (Status s = scaler.load(sc); !s.ok()) return ctx(s);
-  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r->read_blob("train/reader"));
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r.read_blob("train/reader"));
   if (Status s = reader.restore_state(rd); !s.ok()) return ctx(s);
-  emb.set_step(st["collection_step"].get<int64_t>());
   k->step = st["step"].get<int64_t>();
   k->samples = st["samples"].get<int64_t>();
   k->skipped = st["skipped_steps"].get<int64_t>();
@@ -246,16 +335,35 @@ Result<json> run_training(const RunOptions& ro) {
   TrainConfig c = ro.config;
   if (ro.steps >= 0) c.steps = ro.steps;
   if (c.threads > 0) omp_set_num_threads(c.threads);
+  dist::Communicator* comm = ro.comm;
+  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool lead = rank == 0;  // prints, writes metrics (every rank computes the same values)
+  const bool quiet = ro.quiet || !lead;
   auto say = [&](const std::string& s) {
-    if (!ro.quiet) std::fprintf(stderr, "[train] %s\n", s.c_str());
+    if (!quiet) std::fprintf(stderr, "[train] %s\n", s.c_str());
   };
+  if (c.grad_groups == 0) c.grad_groups = world;
+  if (c.grad_groups % world != 0)
+    return invalid_argument(c.origin + ": dist.grad_groups (" + std::to_string(c.grad_groups) + ") must be a multiple of the number of ranks (" +
+                            std::to_string(world) + ")");
 
-  // Data: generate when asked and missing.
+  // Data: generate when asked and missing (with several ranks: rank 0 generates, the others
+  // wait for its meta.json, written last, then meet it at a barrier).
   double teacher_auc = std::nan("");
   if (c.generate) {
     bool have = true;
     for (const auto& f : c.train_files) have = have && file_exists(f);
     for (const auto& f : c.eval_files) have = have && file_exists(f);
+    uint8_t generating = !have;
+    if (generating && lead && world > 1) {  // a stale meta.json must not release the other ranks early
+      std::error_code rm_ec;
+      std::filesystem::remove(c.data_dir + "/meta.json", rm_ec);
+    }
+    if (world > 1) LEANEMB_RETURN_IF_ERROR(comm->broadcast(std::span<uint8_t>(&generating, 1), 0));
+    if (generating && !lead) {
+      while (!file_exists(c.data_dir + "/meta.json")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      have = true;
+    }
     if (!have) {
       say("generating synthetic data into " + c.data_dir + " (" + std::to_string(c.gen.train_rows) + " train + " +
           std::to_string(c.gen.eval_rows) + " eval rows)");
@@ -266,6 +374,7 @@ Result<json> run_training(const RunOptions& ro) {
       say("generated in " + std::to_string(rep.seconds).substr(0, 5) + " s; teacher AUC on eval " +
           std::to_string(rep.teacher_auc).substr(0, 6));
     }
+    if (generating && world > 1) LEANEMB_RETURN_IF_ERROR(comm->barrier());
     std::ifstream meta(c.data_dir + "/meta.json");
     if (meta) {
       const json mj = json::parse(meta, nullptr, false);
@@ -301,7 +410,43 @@ Result<json> run_training(const RunOptions& ro) {
     std::filesystem::create_directories(c.store_dir, dir_ec);
     if (dir_ec) return io_error("cannot create embedding.store_dir '" + c.store_dir + "': " + dir_ec.message());
   }
-  LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(model_options(c), mem.get()));
+  // The checkpoint to resume from decides, with the world size, whether the tables are sharded:
+  // with several ranks always; in one process only to resume a sharded checkpoint (over a
+  // world of one rank, so that its rows reshard into one process).
+  std::string resume_dir;
+  bool resume_sharded = false;
+  if (ro.resume) {
+    auto latest = ckpt::find_latest_complete(ro.out_dir);
+    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+    if (latest.ok()) {
+      LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(latest.value().ref.path));
+      resume_sharded = r->find("sharded/layout") != nullptr;
+      if (resume_sharded) {
+        auto complete = dist::find_latest_complete_sharded(ro.out_dir);
+        if (!complete.ok() && complete.status().code() != StatusCode::kNotFound) return complete.status();
+        if (complete.ok()) resume_dir = complete.value().ref.path;
+        else resume_sharded = false;
+      } else {
+        resume_dir = latest.value().ref.path;
+      }
+    }
+  }
+  std::shared_ptr<dist::LocalWorld> solo_world;
+  std::unique_ptr<dist::Communicator> solo_comm;
+  model::CtrModelOptions mo = model_options(c);
+  mo.grad_groups = c.grad_groups;
+  if (world > 1) {
+    mo.comm = comm;
+  } else if (resume_sharded) {
+    if (comm) {
+      mo.comm = comm;
+    } else {
+      LEANEMB_ASSIGN_OR_RETURN(solo_world, dist::LocalWorld::create(1));
+      LEANEMB_ASSIGN_OR_RETURN(solo_comm, solo_world->communicator(0));
+      mo.comm = solo_comm.get();
+    }
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(mo, mem.get()));
   LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(tro));
   amp::LossScalerOptions lso;
@@ -311,20 +456,19 @@ Result<json> run_training(const RunOptions& ro) {
   Counters k;
   int64_t resumed_from = -1;
   if (ro.resume) {
-    auto latest = ckpt::find_latest_complete(ro.out_dir);
-    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    if (!latest.ok()) {
+    if (resume_dir.empty()) {
       say("no complete checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
     } else {
-      LEANEMB_RETURN_IF_ERROR(load_checkpoint(latest.value().ref.path, *model, *reader, scaler, &k));
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, resume_sharded, *model, *reader, scaler, &k));
       resumed_from = k.step;
-      say("resumed from " + latest.value().ref.path + " (step " + std::to_string(k.step) + ")");
+      say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + (resume_sharded ? ", sharded" : "") + ")");
     }
   }
   std::error_code ec;
   std::filesystem::create_directories(ro.out_dir, ec);
   if (ec) return io_error("cannot create output directory '" + ro.out_dir + "': " + ec.message());
-  std::ofstream metrics(ro.out_dir + "/metrics.jsonl", std::ios::app);
+  std::ofstream metrics;  // rank 0's
+  if (lead) metrics.open(ro.out_dir + "/metrics.jsonl", std::ios::app);
 
   const auto embedding_bytes = [&] {
     size_t b = 0;
@@ -352,7 +496,7 @@ Result<json> run_training(const RunOptions& ro) {
                   static_cast<long long>(k.step), secs > 0 ? samples_run / secs / 1e3 : 0.0, last_loss,
                   last_eval.contains("auc") ? std::to_string(last_eval["auc"].get<double>()).substr(0, 6).c_str() : "-",
                   format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
-    if (ro.quiet) return;
+    if (quiet) return;
     if (ro.progress_tty) std::fprintf(stderr, "\r[train] %s\033[K%s", buf, final_line ? "\n" : "");
     else std::fprintf(stderr, "[train] %s\n", buf);
   };
@@ -389,6 +533,11 @@ Result<json> run_training(const RunOptions& ro) {
       last_ckpt_step = k.step;
     }
     if (ro.after_step) ro.after_step(k.step);
+    if (rank == c.inject_exit_rank && k.step == c.inject_exit_step) {
+      std::fprintf(stderr, "leanemb: rank %d: dist.inject_exit_step: ending the process after step %lld (a simulated crash)\n",
+                   rank, static_cast<long long>(k.step));
+      std::_Exit(9);
+    }
     const auto now = Clock::now();
     if (ro.progress_tty ? std::chrono::duration<double>(now - last_print).count() > 0.25 : k.step % c.log_every == 0) {
       last_print = now;
@@ -423,6 +572,22 @@ Result<json> run_training(const RunOptions& ro) {
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
+  if (dist::ShardedEmbeddingCollection* sh = model->sharded()) {
+    const dist::Communicator& cm = sh->communicator();
+    // Per-rank table bytes: this rank's and the largest of any rank.
+    int64_t most[1] = {static_cast<int64_t>(table_bytes)};
+    LEANEMB_RETURN_IF_ERROR(mo.comm->all_reduce(std::span<int64_t>(most, 1), dist::ReduceOp::kMax));
+    const double steps_run = static_cast<double>(std::max<int64_t>(1, k.step - std::max<int64_t>(0, resumed_from)));
+    sum["dist"] = {{"world_size", cm.size()}, {"rank", cm.rank()}, {"backend", std::string(cm.backend())},
+                   {"sharding", std::string(dist::sharding_kind_name(c.sharding))},
+                   {"forward_payload", std::string(dist::payload_dtype_name(c.forward_payload))},
+                   {"backward_payload", std::string(dist::payload_dtype_name(c.backward_payload))},
+                   {"grad_groups", c.grad_groups}, {"embedding_table_bytes_max_rank", most[0]},
+                   {"bytes_sent", cm.stats().bytes_sent},
+                   {"bytes_sent_per_step", static_cast<double>(cm.stats().bytes_sent) / steps_run}};
+  } else {
+    sum["dist"] = {{"world_size", 1}, {"grad_groups", c.grad_groups}};
+  }
   sum["data"] = {{"records", reader->stats().records}, {"malformed", reader->stats().malformed},
                  {"truncated_values", reader->stats().truncated_values}};
   sum["config"] = {{"origin", c.origin}, {"row_dtype", std::string(dtype_name(c.row_dtype))},

@@ -25,6 +25,10 @@
 #include "leanemb/status.h"
 #include "train/config.h"
 
+namespace leanemb::dist {
+class Communicator;
+}
+
 namespace leanemb::train {
 
 struct RunOptions {
@@ -34,6 +38,9 @@ struct RunOptions {
   int64_t steps = -1;              // >= 0 overrides config.steps
   bool progress_tty = false;       // rewrite one progress line (\r) instead of printing lines
   bool quiet = false;              // no progress at all
+  // Multi-process training (docs/dist.md): this rank's communicator (null: one process). Every
+  // rank runs run_training with the same options; rank 0 prints and writes metrics.
+  dist::Communicator* comm = nullptr;
   // Testing: called after each completed step with the step number (1-based).
   std::function<void(int64_t)> after_step;
 };
