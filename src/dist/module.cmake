@@ -9,7 +9,12 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
+  ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
+# `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) needs src/dist; without this module the
+# option reports that it was built out.
+target_compile_definitions(leanemb_cli PRIVATE LEANEMB_HAVE_DIST=1)
+target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 set(LEANEMB_HAVE_MPI OFF)
 if(LEANEMB_WITH_MPI)
@@ -45,6 +50,8 @@ if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(dist_test ${CMAKE_CURRENT_LIST_DIR}/dist_test.cc ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_test.cc)
   # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
   leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
+  # Training digest: a plain trainer checkpoint and a sharded one of the same state agree.
+  leanemb_add_test(training_digest_test ${CMAKE_CURRENT_LIST_DIR}/training_digest_test.cc)
   if(LEANEMB_HAVE_MPI)
     # Collectives across real processes (mpirun -np 2 and 4) and a rank that stops answering.
     add_executable(dist_mpi_check ${CMAKE_CURRENT_LIST_DIR}/mpi_check_main.cc)

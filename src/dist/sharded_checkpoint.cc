@@ -21,10 +21,14 @@
 
 #include "ckpt/env.h"
 #include "ckpt/format.h"
+#include "dist/digest_internal.h"
 
 namespace leanemb::dist {
 
 namespace {
+
+using digest_internal::RowSum;
+using digest_internal::TableLayout;
 
 constexpr char kLayoutBlob[] = "sharded/layout";
 constexpr char kLayoutMagic[] = "leanemb-sharded-v1";
@@ -85,16 +89,6 @@ class ByteReader {
 };
 
 // ---- the layout -----------------------------------------------------------------------------
-
-struct TableLayout {
-  std::string name;
-  int64_t num_rows = 0;
-  int64_t dim = 0;
-  std::string dtype, optimizer, state_dtype;
-  uint64_t stride_bytes = 0;
-  ShardingKind kind = ShardingKind::kRowModulo;
-  int32_t owner = -1;
-};
 
 struct ShardRecord {
   std::string rel_dir;
@@ -241,11 +235,11 @@ Status agree(Communicator& comm, const Status& mine, const std::string& what) {
   return Status();
 }
 
-// ---- digest -----------------------------------------------------------------------------------
+}  // namespace
 
-struct RowSum {
-  uint64_t lo = 0, hi = 0;
-};
+// ---- digest (digest_internal.h) ----------------------------------------------------------------
+
+namespace digest_internal {
 
 uint64_t table_seed(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
@@ -258,6 +252,18 @@ void add_rows(RowSum* sum, uint64_t seed, std::span<const uint8_t> rows, size_t 
     sum->lo += h.low64;
     sum->hi += h.high64;
   }
+}
+
+std::string hex128(XXH128_hash_t h) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : c.digest) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
 }
 
 std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, const std::vector<RowSum>& sums) {
@@ -277,16 +283,16 @@ std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, 
     w.put<uint64_t>(sums[t].lo);
     w.put<uint64_t>(sums[t].hi);
   }
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, XXH3_128bits(w.bytes().data(), w.bytes().size()));
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : c.digest) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+  return hex128(XXH3_128bits(w.bytes().data(), w.bytes().size()));
 }
+
+}  // namespace digest_internal
+
+namespace {
+
+using digest_internal::add_rows;
+using digest_internal::finish_digest;
+using digest_internal::table_seed;
 
 // ---- shards -------------------------------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+// The training digest (training_digest.h). The embedding part of a plain checkpoint goes
+// through the same digest_internal functions as collection_digest and the sharded digests, so
+// equal rows give equal strings by construction; only the table list and the row source differ.
+#include "dist/training_digest.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "ckpt/env.h"
+#include "ckpt/format.h"
+#include "dist/digest_internal.h"
+#include "dist/sharded_checkpoint.h"
+#include "leanemb/checkpoint.h"
+
+namespace leanemb::dist {
+
+namespace {
+
+using digest_internal::RowSum;
+using digest_internal::TableLayout;
+using nlohmann::json;
+
+constexpr char kTrainingMagic[] = "leanemb-training-digest-v1";
+constexpr char kLayoutBlob[] = "sharded/layout";  // as in sharded_checkpoint.cc
+constexpr std::string_view kEmbPrefix = "emb/";
+constexpr std::string_view kDensePrefix = "dense/";
+constexpr int64_t kChunkRows = 4096;
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// Blob `name` of the checkpoint; DataLoss naming it if it is missing or a table.
+Result<std::vector<uint8_t>> required_blob(const ckpt::CheckpointReader& r, std::string_view name) {
+  const ckpt::EntryInfo* e = r.find(name);
+  if (e == nullptr) return data_loss("checkpoint '" + r.dir() + "': no blob '" + std::string(name) + "'");
+  if (e->kind != ckpt::EntryKind::kBlob)
+    return data_loss("checkpoint '" + r.dir() + "': entry '" + std::string(name) + "' is a table, expected a blob");
+  return r.read_blob(name);
+}
+
+struct TrainState {
+  int64_t step = 0, samples = 0, skipped_steps = 0, collection_step = 0;
+};
+
+Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(r, "train/state"));
+  const json j = json::parse(b.begin(), b.end(), nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + r.dir() + "': blob 'train/state': " + what); };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  TrainState s;
+  const std::pair<const char*, int64_t*> fields[] = {
+      {"step", &s.step}, {"samples", &s.samples}, {"skipped_steps", &s.skipped_steps}, {"collection_step", &s.collection_step}};
+  for (const auto& [key, out] : fields) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return bad(std::string("no integer \"") + key + "\"");
+    *out = it->get<int64_t>();
+  }
+  return s;
+}
+
+// The TableLayout of plain table entry `e` ("emb/<name>") from its meta JSON and shape.
+Result<TableLayout> plain_table_layout(const ckpt::EntryRecord& e, const std::string& dir) {
+  auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + dir + "': table '" + e.name + "': " + what); };
+  if (e.kind != ckpt::EntryKind::kTable) return bad("is a blob, expected a table of embedding rows");
+  if (e.total_rows < 1) return bad("has no rows");
+  const json m = json::parse(e.meta.begin(), e.meta.end(), nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return bad("meta is not a JSON object");
+  TableLayout t;
+  t.name = e.name.substr(kEmbPrefix.size());
+  t.num_rows = e.total_rows;
+  const auto dim = m.find("dim"), stride = m.find("stride_bytes");
+  if (dim == m.end() || !dim->is_number_integer() || dim->get<int64_t>() < 1) return bad("meta has no positive integer \"dim\"");
+  t.dim = dim->get<int64_t>();
+  const std::pair<const char*, std::string*> strs[] = {{"dtype", &t.dtype}, {"optimizer", &t.optimizer}, {"state_dtype", &t.state_dtype}};
+  for (const auto& [key, out] : strs) {
+    const auto it = m.find(key);
+    if (it == m.end() || !it->is_string()) return bad(std::string("meta has no string \"") + key + "\"");
+    *out = it->get<std::string>();
+  }
+  if (stride == m.end() || !stride->is_number_unsigned() || stride->get<uint64_t>() != e.row_bytes)
+    return bad("meta \"stride_bytes\" is not the table's row size " + std::to_string(e.row_bytes));
+  t.stride_bytes = e.row_bytes;
+  return t;
+}
+
+// The embedding digest of a plain trainer checkpoint (see the header for the table order).
+Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, int64_t collection_step, ckpt::Env* env) {
+  // The manifest's chunk records say where each table's row 0 lies in the payload: the
+  // reader's EntryInfo does not, so the manifest is decoded here once more.
+  ckpt::Env* e = env != nullptr ? env : ckpt::posix_env();
+  const std::string path = ckpt::join_path(r.dir(), ckpt::kManifestName);
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> mb, e->read_file(path));
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::decode_manifest(mb, path));
+  struct Placed {
+    uint32_t file;
+    uint64_t offset;
+    TableLayout layout;
+  };
+  std::vector<Placed> tables;
+  for (const ckpt::EntryRecord& rec : m.entries) {
+    if (!starts_with(rec.name, kEmbPrefix)) continue;
+    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(rec, r.dir()));
+    // decode_manifest checked that the chunks tile [0, total_rows): chunks[0] holds row 0.
+    tables.push_back({rec.chunks.front().file, rec.chunks.front().offset, std::move(t)});
+  }
+  if (tables.empty()) return data_loss("checkpoint '" + r.dir() + "' has no embedding table ('emb/<name>')");
+  std::sort(tables.begin(), tables.end(),
+            [](const Placed& a, const Placed& b) { return std::tie(a.file, a.offset) < std::tie(b.file, b.offset); });
+  std::vector<TableLayout> layouts;
+  std::vector<RowSum> sums(tables.size());
+  std::vector<uint8_t> rows;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableLayout& tl = tables[t].layout;
+    const uint64_t seed = digest_internal::table_seed(tl.name);
+    const std::string entry = std::string(kEmbPrefix) + tl.name;
+    for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
+      const int64_t c = std::min(kChunkRows, tl.num_rows - r0);
+      rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, rows));
+      digest_internal::add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return r0 + i; });
+    }
+    layouts.push_back(tl);
+  }
+  return digest_internal::finish_digest(collection_step, layouts, sums);
+}
+
+// Streaming XXH3-128 with the little-endian framing of the header.
+class Hasher {
+ public:
+  Hasher() : state_(XXH3_createState(), &XXH3_freeState) {
+    LEANEMB_CHECK(state_ != nullptr, "XXH3_createState failed");
+    XXH3_128bits_reset(state_.get());
+  }
+  void raw(const void* p, size_t n) { XXH3_128bits_update(state_.get(), p, n); }
+  void u64(uint64_t v) { raw(&v, sizeof(v)); }  // the library targets little-endian hosts
+  void bytes(std::string_view s) {
+    u64(s.size());
+    raw(s.data(), s.size());
+  }
+  void bytes(const std::vector<uint8_t>& b) {
+    u64(b.size());
+    raw(b.data(), b.size());
+  }
+  std::string hex() { return digest_internal::hex128(XXH3_128bits_digest(state_.get())); }
+
+ private:
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state_;
+};
+
+}  // namespace
+
+Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
+  LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(dir, env));
+  LEANEMB_ASSIGN_OR_RETURN(TrainState st, read_train_state(*r));
+  std::string emb;
+  if (r->find(kLayoutBlob) != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(emb, sharded_checkpoint_digest(dir, env));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st.collection_step, env));
+  }
+  Hasher h;
+  h.raw(kTrainingMagic, sizeof(kTrainingMagic) - 1);
+  h.bytes(emb);
+  std::vector<const ckpt::EntryInfo*> dense;
+  for (const ckpt::EntryInfo& e : r->entries()) {  // bytewise name order
+    if (starts_with(e.name, kDensePrefix)) dense.push_back(&e);
+  }
+  h.u64(dense.size());
+  for (const ckpt::EntryInfo* e : dense) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(*r, e->name));
+    h.bytes(std::string_view(e->name));
+    h.bytes(b);
+  }
+  for (const char* name : {"amp/loss_scaler", "train/reader"}) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(*r, name));
+    h.bytes(b);
+  }
+  for (int64_t v : {st.step, st.samples, st.skipped_steps, st.collection_step}) h.u64(static_cast<uint64_t>(v));
+  return h.hex();
+}
+
+}  // namespace leanemb::dist
