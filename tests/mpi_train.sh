@@ -87,13 +87,20 @@ case "$MODE" in
   crash)
     SECONDS=0
     set +e
-    # Keep the job alive when rank 1 exits non-zero, so that rank 0 reports on its own.
-    OMPI_MCA_orte_abort_on_non_zero_status=0 trainp 2 --steps "$STEPS" --out "$WORK/crash" \
-      --set dist.timeout_ms=2000 --set dist.inject_exit_rank=1 --set dist.inject_exit_step=10 > "$WORK/crash.out" 2>&1
-    rc=$?
+    # Keep the job alive when rank 1 exits non-zero, so that rank 0 reports on its own. Rank 0
+    # runs under a wrapper that records its exit code (mpirun's own status does not tell);
+    # rank 1 runs directly (Open MPI ends the whole job when a wrapped MPI process exits without
+    # MPI_Finalize while its wrapper exits 0).
+    CRASH=(train "${SETS[@]}" --quiet --steps "$STEPS" --out "$WORK/crash" --set dist.timeout_ms=2000
+           --set dist.inject_exit_rank=1 --set dist.inject_exit_step=10)
+    OMPI_MCA_orte_abort_on_non_zero_status=0 timeout -k 5 120 "$MPIRUN" --oversubscribe \
+      -np 1 bash -c '"$@"; echo $? > "$0"' "$WORK/rc.0" "$LEANEMB" "${CRASH[@]}" : -np 1 "$LEANEMB" "${CRASH[@]}" \
+      > "$WORK/crash.out" 2>&1
     set -e
     elapsed=$SECONDS
-    [[ $rc -ne 0 ]] || { cat "$WORK/crash.out"; fail "mpirun exited 0 after rank 1 crashed"; }
+    grep -q "rank 1: dist.inject_exit_step: ending the process after step 10" "$WORK/crash.out" ||
+      { cat "$WORK/crash.out"; fail "rank 1 did not crash at step 10"; }
+    [[ "$(cat "$WORK/rc.0" 2>/dev/null)" == 1 ]] || { cat "$WORK/crash.out"; fail "rank 0 did not exit 1 after rank 1 crashed"; }
     [[ $elapsed -lt 60 ]] || { cat "$WORK/crash.out"; fail "took $elapsed s (a hang?)"; }
     grep -qE "rank 0: .*rank 0 of 2: [a-z_ ()]+ timed out after 2000 ms waiting for rank 1" "$WORK/crash.out" ||
       { cat "$WORK/crash.out"; fail "rank 0 did not report the unresponsive rank 1"; }

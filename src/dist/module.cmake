@@ -83,5 +83,13 @@ if(LEANEMB_BUILD_TESTS)
                 $<TARGET_FILE:dist_mpi_check> ${_np} ${_dead} ${_mode})
       set_tests_properties(dist_mpi_dead_rank_np${_np}_${_mode} PROPERTIES TIMEOUT 60 ENVIRONMENT "${_dist_mpi_env}")
     endforeach()
+    # `leanemb train` under mpirun (tests/mpi_train.sh): P = 1, 2, 4 give the single-process
+    # training digest; resume 2 -> 1, 1 -> 2, 2 -> 4; bf16 / int8 payloads within tolerance; a
+    # crashed rank is named by the survivor and the relaunch resumes to the same digest.
+    foreach(_mode digest reshard payload crash)
+      add_test(NAME mpi_train_${_mode}
+        COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mpi_train.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:leanemb_cli> ${_mode})
+      set_tests_properties(mpi_train_${_mode} PROPERTIES TIMEOUT 600 ENVIRONMENT "${_dist_mpi_env}")
+    endforeach()
   endif()
 endif()

@@ -386,6 +386,8 @@ Result<json> run_training(const RunOptions& ro) {
   // The memory plan of this run (src/plan): reserved up front when a device budget is set and
   // memory.reserve is not, and compared with the measured peaks at the end.
   LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, plan::workload_from_config(c));
+  // Several ranks: the plan of one rank (its share of the rows; docs/dist.md says what it leaves out).
+  workload.num_shards = world;
   LEANEMB_ASSIGN_OR_RETURN(plan::Prediction planned, plan::predict_memory(workload));
   MemorySystemOptions mso = c.memory;
   if (mso.device_budget_bytes > 0 && mso.reserve_bytes == 0) {
