@@ -173,7 +173,9 @@ Status Communicator::run_round(Round& round, Clock::time_point deadline) {
     if (!round.send[me].empty()) std::memcpy(round.recv[me].data(), round.send[me].data(), round.send[me].size());
   }
   round.send_to[me] = round.recv_from[me] = 0;
+  const auto t0 = Clock::now();
   Status st = exchange(round, deadline);
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   if (!st.ok()) {
     failure_ = st;
     return st;

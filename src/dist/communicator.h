@@ -75,6 +75,7 @@ struct CommStats {
   uint64_t bytes_received = 0;
   uint64_t messages_sent = 0;
   uint64_t collectives = 0;  // completed collective calls
+  double seconds = 0;        // wall time in the backend's exchanges (sending, and waiting for peers)
 };
 
 class Communicator {

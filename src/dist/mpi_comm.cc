@@ -33,13 +33,17 @@ std::string mpi_error_string(int code) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
-// Sleeps a little longer the longer nothing happens, so that polling ranks leave the cores to
-// the ranks they wait for (tests run oversubscribed).
-void back_off(int idle_polls) {
-  if (idle_polls < 64) {
+// Waiting for peers: spins (yielding the core, so that ranks that share cores with it still
+// run) for the first 2 ms of idleness, then sleeps a little longer the longer nothing happens.
+// Spinning first keeps the latency of a collective low between ranks that each have a core (a
+// sleep costs a context switch and the timer's slack on every round); sleeping later keeps
+// idle or oversubscribed ranks (tests) from burning the cores the others need.
+void back_off(std::chrono::steady_clock::duration idle) {
+  using std::chrono::microseconds;
+  if (idle < std::chrono::milliseconds(2)) {
     std::this_thread::yield();
   } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(idle_polls < 4096 ? 20 : 500));
+    std::this_thread::sleep_for(microseconds(idle < std::chrono::milliseconds(100) ? 20 : 500));
   }
 }
 
@@ -110,7 +114,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> done_idx(reqs_.size());
     std::vector<MPI_Status> statuses(reqs_.size());
     int remaining = n;
-    int idle = 0;
+    auto idle_since = Clock::now();
     while (remaining > 0) {
       int outcount = 0;
       const int rc = MPI_Testsome(n, reqs_.data(), &outcount, done_idx.data(), statuses.data());
@@ -140,9 +144,10 @@ class MpiCommunicator final : public Communicator {
       }
       remaining -= outcount;
       if (remaining == 0) break;
-      if (Clock::now() >= deadline) return timed_out(round, tag);
-      idle = outcount > 0 ? 0 : idle + 1;
-      back_off(idle);
+      const auto now = Clock::now();
+      if (now >= deadline) return timed_out(round, tag);
+      if (outcount > 0) idle_since = now;
+      back_off(now - idle_since);
     }
     return Status::ok_status();
   }
@@ -245,7 +250,8 @@ Result<std::unique_ptr<Communicator>> make_mpi_communicator(const CommOptions& o
   MPI_Request req = MPI_REQUEST_NULL;
   int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req);
   if (rc != MPI_SUCCESS) return internal_error("dist: MPI_Comm_idup failed: " + mpi_error_string(rc));
-  int done = 0, idle = 0;
+  int done = 0;
+  const auto started = std::chrono::steady_clock::now();
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   while (!done) {
@@ -257,7 +263,7 @@ Result<std::unique_ptr<Communicator>> make_mpi_communicator(const CommOptions& o
       return internal_error("dist: creating the MPI communicator timed out after " + std::to_string(options.timeout_ms) +
                             " ms: not every one of the " + std::to_string(world_size) + " ranks called it");
     }
-    back_off(++idle);
+    back_off(std::chrono::steady_clock::now() - started);
   }
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int rank = 0, size = 1;

@@ -116,13 +116,28 @@ struct ShardedEmbeddingCollection::Impl {
     std::vector<float> scales;              // [N] exact fp32 scales
     std::vector<std::vector<float>> grads;  // [F][bags_f * dim_f]
   };
-  Requests route(const SparseBatch& batch, bool valid) const;
+  // Per-call buffers, kept between calls so that a step allocates (and faults in) nothing new.
+  struct Scratch {
+    Requests req;
+    Served served;
+    std::vector<uint8_t> send, recv;
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<std::vector<int64_t>> table_ids;            // serve: [T] rows asked for
+    std::vector<std::vector<float>> owner_rows;             // pool: [P] one feature's decoded rows
+    std::vector<BagGradients> out_bags, in_bags;            // backward: [P] sent, received
+    std::vector<std::vector<int64_t>> ids, offsets;         // update_local: [F]
+    std::vector<std::vector<float>> weights;                // update_local: [F]
+    std::vector<float> grads;                               // update_local: [bags, pooled_dim]
+  };
+  mutable Scratch scratch;
+
+  void route(const SparseBatch& batch, bool valid, Requests* r) const;
   Status serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts, Served* out);
   Status encode_replies(const Served& served, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   std::vector<int64_t> reply_counts(const Requests& req) const;  // [P] bytes expected from each owner
   Status pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
               const std::vector<int64_t>& counts, std::span<float> pooled_out) const;
-  std::vector<BagGradients> split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid) const;
+  void split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid, std::vector<BagGradients>* out) const;
   Status serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, bool check_finite,
                          std::vector<BagGradients>* in, int64_t* nonfinite) const;
@@ -278,16 +293,18 @@ const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { re
 
 // ---- forward -------------------------------------------------------------------------------
 
-ShardedEmbeddingCollection::Impl::Requests ShardedEmbeddingCollection::Impl::route(const SparseBatch& batch,
-                                                                                    bool valid) const {
+void ShardedEmbeddingCollection::Impl::route(const SparseBatch& batch, bool valid, Requests* rp) const {
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
-  Requests r;
-  r.per_owner.assign(p, std::vector<int64_t>(nf, 0));
+  Requests& r = *rp;
+  r.per_owner.resize(p);
+  for (auto& v : r.per_owner) v.assign(nf, 0);
   r.owner_of.resize(nf);
-  if (!valid) return r;  // empty requests: this rank still takes part
+  for (auto& v : r.owner_of) v.clear();
+  if (!valid) return;  // empty requests: this rank still takes part
   for (size_t f = 0; f < nf; ++f) {
     const int t = feature_table[f];
+    r.owner_of[f].reserve(batch.features[f].ids.size());
     for (int64_t id : batch.features[f].ids) {
       const int o = plan.owner(t, id);
       r.per_owner[static_cast<size_t>(o)].push_back(plan.local_row(t, id));
@@ -295,24 +312,29 @@ ShardedEmbeddingCollection::Impl::Requests ShardedEmbeddingCollection::Impl::rou
       r.owner_of[f].push_back(o);
     }
   }
-  return r;
 }
 
 Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts,
                                                Served* out) {
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
-  out->counts.assign(p, {});
-  std::vector<std::vector<int64_t>> table_ids(static_cast<size_t>(num_tables));
+  out->counts.resize(p);
+  auto& table_ids = scratch.table_ids;
+  table_ids.resize(static_cast<size_t>(num_tables));
+  for (auto& v : table_ids) v.clear();
   const std::vector<int64_t> disp = displacements(recv_counts);
   for (size_t q = 0; q < p; ++q) {
     Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(recv_counts[q])));
-    std::vector<int64_t> rows;
     bool ok = rd.take(nf, &out->counts[q]);
     for (size_t f = 0; f < nf && ok; ++f) {
-      ok = out->counts[q][f] >= 0 && rd.take(static_cast<size_t>(out->counts[q][f]), &rows);
+      std::span<const uint8_t> raw;
+      ok = out->counts[q][f] >= 0 && rd.take_raw(static_cast<size_t>(out->counts[q][f]) * 8, &raw);
       auto& ids = table_ids[static_cast<size_t>(feature_table[f])];
-      if (ok) ids.insert(ids.end(), rows.begin(), rows.end());
+      if (ok) {
+        const size_t at = ids.size();
+        ids.resize(at + raw.size() / 8);
+        if (!raw.empty()) std::memcpy(ids.data() + at, raw.data(), raw.size());
+      }
     }
     if (!ok || !rd.done()) return internal_error("dist: forward: malformed request from rank " + std::to_string(q));
   }
@@ -323,7 +345,7 @@ Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, co
   std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(num_tables));
   std::vector<std::span<float>> seq_out;
   for (size_t f = 0; f < nf; ++f) lb.features.push_back({{}, empty_offsets, {}});
-  out->table_rows.assign(static_cast<size_t>(num_tables), {});
+  out->table_rows.resize(static_cast<size_t>(num_tables));
   out->rows = 0;
   for (int t = 0; t < num_tables; ++t) {
     const auto ts = static_cast<size_t>(t);
@@ -379,7 +401,8 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
   for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
     const int64_t dim = feature_dim[f];
     const auto d = static_cast<size_t>(dim);
-    std::vector<std::vector<float>> rows(p);  // this feature's rows from each owner
+    auto& rows = scratch.owner_rows;  // this feature's rows from each owner
+    rows.resize(p);
     for (size_t o = 0; o < p; ++o) {
       const auto n = static_cast<size_t>(req.per_owner[o][f]);
       const size_t bytes = n * payload_bytes_per_row(pd, dim);
@@ -421,9 +444,15 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   const Status valid = im.validate(batch, pooled_out.size(), "forward");
 
   // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
-  const Impl::Requests req = im.route(batch, valid.ok());
-  std::vector<uint8_t> send, recv;
-  std::vector<int64_t> send_counts(p), recv_counts;
+  Impl::Scratch& sc = im.scratch;
+  Impl::Requests& req = sc.req;
+  im.route(batch, valid.ok(), &req);
+  std::vector<uint8_t>& send = sc.send;
+  std::vector<uint8_t>& recv = sc.recv;
+  std::vector<int64_t>& send_counts = sc.send_counts;
+  std::vector<int64_t>& recv_counts = sc.recv_counts;
+  send.clear();
+  send_counts.assign(p, 0);
   for (size_t o = 0; o < p; ++o) {
     append_bytes(&send, std::span<const int64_t>(req.per_owner[o]));
     send_counts[o] = static_cast<int64_t>(req.per_owner[o].size() * 8);
@@ -431,14 +460,14 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
 
   // 2. Serve the requests of ranks 0..P-1; every rank learns whether every rank succeeded.
-  Impl::Served served;
+  Impl::Served& served = sc.served;
   const Status lookup = im.serve(recv, recv_counts, &served);
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
 
   // 3. Replies: to each requester, per feature, its rows in request order; then pool.
   LEANEMB_RETURN_IF_ERROR(im.encode_replies(served, &send, &send_counts));
   const std::vector<int64_t> counts = im.reply_counts(req);
-  recv.assign(static_cast<size_t>(displacements(counts)[p]), 0);
+  recv.resize(static_cast<size_t>(displacements(counts)[p]));
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, counts));
   LEANEMB_RETURN_IF_ERROR(im.pool(batch, req, recv, counts, pooled_out));
   im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
@@ -448,16 +477,21 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
 
 // ---- backward ------------------------------------------------------------------------------
 
-std::vector<ShardedEmbeddingCollection::Impl::BagGradients> ShardedEmbeddingCollection::Impl::split_gradients(
-    const SparseBatch& batch, std::span<const float> grad_pooled, bool valid) const {
+void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                                       bool valid, std::vector<BagGradients>* outp) const {
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
-  std::vector<BagGradients> out(p);
+  std::vector<BagGradients>& out = *outp;
+  out.resize(p);
   for (auto& o : out) {
     o.bags.assign(nf, 0);
+    o.counts.clear();
+    o.rows.clear();
+    o.scales.clear();
     o.grads.resize(nf);
+    for (auto& g : o.grads) g.clear();
   }
-  if (!valid) return out;  // empty messages: this rank still takes part
+  if (!valid) return;  // empty messages: this rank still takes part
   const int64_t ldo = local->pooled_dim();
   std::vector<int64_t> in_bag(p, 0);
   std::vector<size_t> touched;
@@ -487,7 +521,6 @@ std::vector<ShardedEmbeddingCollection::Impl::BagGradients> ShardedEmbeddingColl
       }
     }
   }
-  return out;
 }
 
 Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send,
@@ -515,7 +548,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
   const PayloadDType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const std::vector<int64_t> disp = displacements(counts);
-  in->assign(counts.size(), {});
+  in->resize(counts.size());
   for (size_t q = 0; q < counts.size(); ++q) {
     Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
     BagGradients& m = (*in)[q];
@@ -559,9 +592,19 @@ Result<UpdateReport> ShardedEmbeddingCollection::Impl::update_local(const std::v
     local_bags = std::max(local_bags, n);
     stats.bags_received += n;
   }
-  std::vector<std::vector<int64_t>> ids(nf), offsets(nf);
-  std::vector<std::vector<float>> weights(nf);
-  std::vector<float> grads(static_cast<size_t>(local_bags * ldo), 0.0f);
+  auto& ids = scratch.ids;
+  auto& offsets = scratch.offsets;
+  auto& weights = scratch.weights;
+  ids.resize(nf);
+  offsets.resize(nf);
+  weights.resize(nf);
+  for (size_t f = 0; f < nf; ++f) {
+    ids[f].clear();
+    offsets[f].clear();
+    weights[f].clear();
+  }
+  std::vector<float>& grads = scratch.grads;
+  grads.assign(static_cast<size_t>(local_bags * ldo), 0.0f);
   std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
   for (size_t f = 0; f < nf; ++f) {
     const auto d = static_cast<size_t>(feature_dim[f]);
@@ -602,13 +645,19 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
 
   // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients.
-  std::vector<uint8_t> send, recv;
-  std::vector<int64_t> send_counts(p), recv_counts;
-  LEANEMB_RETURN_IF_ERROR(im.serialize(im.split_gradients(batch, grad_pooled, valid.ok()), &send, &send_counts));
+  Impl::Scratch& sc = im.scratch;
+  std::vector<uint8_t>& send = sc.send;
+  std::vector<uint8_t>& recv = sc.recv;
+  std::vector<int64_t>& send_counts = sc.send_counts;
+  std::vector<int64_t>& recv_counts = sc.recv_counts;
+  send.clear();
+  send_counts.assign(p, 0);
+  im.split_gradients(batch, grad_pooled, valid.ok(), &sc.out_bags);
+  LEANEMB_RETURN_IF_ERROR(im.serialize(sc.out_bags, &send, &send_counts));
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
 
   // 2. Parse and decode; found-inf (given and decoded gradients) and errors agreed by all ranks.
-  std::vector<Impl::BagGradients> in;
+  std::vector<Impl::BagGradients>& in = sc.in_bags;
   const Status parsed = im.parse_gradients(recv, recv_counts, update.check_finite, &in, &nonfinite);
   std::vector<int64_t> extra = {nonfinite};
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));

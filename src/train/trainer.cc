@@ -585,7 +585,7 @@ Result<json> run_training(const RunOptions& ro) {
                    {"forward_payload", std::string(dist::payload_dtype_name(c.forward_payload))},
                    {"backward_payload", std::string(dist::payload_dtype_name(c.backward_payload))},
                    {"grad_groups", c.grad_groups}, {"embedding_table_bytes_max_rank", most[0]},
-                   {"bytes_sent", cm.stats().bytes_sent},
+                   {"bytes_sent", cm.stats().bytes_sent}, {"collective_seconds", cm.stats().seconds},
                    {"bytes_sent_per_step", static_cast<double>(cm.stats().bytes_sent) / steps_run}};
   } else {
     sum["dist"] = {{"world_size", 1}, {"grad_groups", c.grad_groups}};
