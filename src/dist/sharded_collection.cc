@@ -114,7 +114,8 @@ struct ShardedEmbeddingCollection::Impl {
     std::vector<int64_t> counts;            // [M] ids per bag
     std::vector<int64_t> rows;              // [N] local rows
     std::vector<float> scales;              // [N] exact fp32 scales
-    std::vector<std::vector<float>> grads;  // [F][bags_f * dim_f]
+    std::vector<std::vector<float>> grads;  // [F][bags_f * dim_f] (sent)
+    std::vector<std::span<const uint8_t>> raw;  // [F] the encoded gradients (received)
   };
   // Per-call buffers, kept between calls so that a step allocates (and faults in) nothing new.
   struct Scratch {
@@ -125,9 +126,11 @@ struct ShardedEmbeddingCollection::Impl {
     std::vector<std::vector<int64_t>> table_ids;            // serve: [T] rows asked for
     std::vector<std::vector<float>> owner_rows;             // pool: [P] one feature's decoded rows
     std::vector<BagGradients> out_bags, in_bags;            // backward: [P] sent, received
-    std::vector<std::vector<int64_t>> ids, offsets;         // update_local: [F]
-    std::vector<std::vector<float>> weights;                // update_local: [F]
-    std::vector<float> grads;                               // update_local: [bags, pooled_dim]
+    std::vector<std::vector<int64_t>> ids, offsets;         // assemble_local: [F]
+    std::vector<std::vector<float>> weights;                // assemble_local: [F]
+    std::vector<float> grads;                               // assemble_local: [bags, pooled_dim]
+    SparseBatch local_batch;                                // assemble_local: the owner's batch
+    std::vector<int64_t> no_ids;                            // assemble_local: empty "rows" features
   };
   mutable Scratch scratch;
 
@@ -139,9 +142,10 @@ struct ShardedEmbeddingCollection::Impl {
               const std::vector<int64_t>& counts, std::span<float> pooled_out) const;
   void split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid, std::vector<BagGradients>* out) const;
   Status serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
-  Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, bool check_finite,
-                         std::vector<BagGradients>* in, int64_t* nonfinite) const;
-  Result<UpdateReport> update_local(const std::vector<BagGradients>& in, const UpdateOptions& update);
+  Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, std::vector<BagGradients>* in) const;
+  // Builds the owner's local batch and its gradients (decoded from the wire straight into
+  // scratch.grads) from the received bags; flags non-finite decoded gradients.
+  Status assemble_local(const std::vector<BagGradients>& in, bool check_finite, int64_t* nonfinite);
 };
 
 Status ShardedEmbeddingCollection::Impl::validate(const SparseBatch& batch, size_t pooled_size, const char* what) const {
@@ -543,8 +547,7 @@ Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradient
 }
 
 Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts,
-                                                         bool check_finite, std::vector<BagGradients>* in,
-                                                         int64_t* nonfinite) const {
+                                                         std::vector<BagGradients>* in) const {
   const PayloadDType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const std::vector<int64_t> disp = displacements(counts);
@@ -564,24 +567,20 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
       num_ids += m.counts[k];
     }
     ok = ok && rd.take(static_cast<size_t>(num_ids), &m.rows) && rd.take(static_cast<size_t>(num_ids), &m.scales);
-    m.grads.resize(nf);
+    m.raw.resize(nf);
     for (size_t f = 0; f < nf && ok; ++f) {
-      std::span<const uint8_t> raw;
       const auto n = static_cast<size_t>(m.bags[f]);
-      ok = rd.take_raw(n * payload_bytes_per_row(pd, feature_dim[f]), &raw);
-      if (!ok) break;
-      m.grads[f].resize(n * static_cast<size_t>(feature_dim[f]));
-      ok = decode_rows(pd, feature_dim[f], raw, m.grads[f]).ok();
-      if (check_finite && !all_finite(m.grads[f])) *nonfinite = 1;
+      ok = rd.take_raw(n * payload_bytes_per_row(pd, feature_dim[f]), &m.raw[f]);
     }
     if (!ok || !rd.done()) return internal_error("dist: backward_update: malformed gradients from rank " + std::to_string(q));
   }
   return Status::ok_status();
 }
 
-Result<UpdateReport> ShardedEmbeddingCollection::Impl::update_local(const std::vector<BagGradients>& in,
-                                                                    const UpdateOptions& update) {
+Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGradients>& in, bool check_finite,
+                                                        int64_t* nonfinite) {
   // Per feature, the bags of rank 0, 1, ..., padded with empty bags to a common count.
+  const PayloadDType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const int64_t ldo = local->pooled_dim();
   int64_t local_bags = 0;
@@ -598,40 +597,50 @@ Result<UpdateReport> ShardedEmbeddingCollection::Impl::update_local(const std::v
   ids.resize(nf);
   offsets.resize(nf);
   weights.resize(nf);
+  // Every element is written below (a received gradient, or 0 for a padding bag), so the
+  // buffer is not cleared first.
+  std::vector<float>& grads = scratch.grads;
+  grads.resize(static_cast<size_t>(local_bags * ldo));
+  std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
   for (size_t f = 0; f < nf; ++f) {
     ids[f].clear();
     offsets[f].clear();
     weights[f].clear();
-  }
-  std::vector<float>& grads = scratch.grads;
-  grads.assign(static_cast<size_t>(local_bags * ldo), 0.0f);
-  std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
-  for (size_t f = 0; f < nf; ++f) {
     const auto d = static_cast<size_t>(feature_dim[f]);
+    const size_t row_bytes = payload_bytes_per_row(pd, feature_dim[f]);
     const int64_t off = local->pooled_offset(static_cast<int>(f));
     offsets[f].push_back(0);
     for (size_t q = 0; q < in.size(); ++q) {
       const BagGradients& m = in[q];
+      const auto first = static_cast<int64_t>(offsets[f].size() - 1);
       for (int64_t k = 0; k < m.bags[f]; ++k) {
         const int64_t c = m.counts[bag_cursor[q]++];
         for (int64_t i = 0; i < c; ++i, ++id_cursor[q]) {
           ids[f].push_back(m.rows[id_cursor[q]]);
           weights[f].push_back(m.scales[id_cursor[q]]);
         }
-        const auto bag = static_cast<int64_t>(offsets[f].size() - 1);
-        std::memcpy(grads.data() + bag * ldo + off, m.grads[f].data() + static_cast<size_t>(k) * d, d * sizeof(float));
         offsets[f].push_back(static_cast<int64_t>(ids[f].size()));
       }
+      // The bags' gradients, decoded into their rows of the local gradient.
+      for (int64_t k = 0; k < m.bags[f]; ++k) {
+        float* dst = grads.data() + (first + k) * ldo + off;
+        LEANEMB_RETURN_IF_ERROR(decode_rows(pd, feature_dim[f], m.raw[f].subspan(static_cast<size_t>(k) * row_bytes, row_bytes),
+                                            std::span<float>(dst, d)));
+        // fp32 payloads are the bits the requester checked before sending.
+        if (check_finite && pd != PayloadDType::kF32 && !all_finite(std::span<const float>(dst, d))) *nonfinite = 1;
+      }
     }
+    for (auto bag = static_cast<int64_t>(offsets[f].size() - 1); bag < local_bags; ++bag)
+      std::fill_n(grads.data() + bag * ldo + off, d, 0.0f);
     offsets[f].resize(static_cast<size_t>(local_bags + 1), static_cast<int64_t>(ids[f].size()));
   }
-  SparseBatch lb;
+  SparseBatch& lb = scratch.local_batch;
   lb.batch_size = local_bags;
+  lb.features.clear();
   for (size_t f = 0; f < nf; ++f) lb.features.push_back({ids[f], offsets[f], weights[f]});
-  const std::vector<int64_t> no_ids(static_cast<size_t>(local_bags + 1), 0);
-  for (int t = 0; t < num_tables; ++t) lb.features.push_back({{}, no_ids, {}});
-  const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(num_tables));
-  return local->backward_update(lb, grads, no_seq_grads, update);
+  scratch.no_ids.assign(static_cast<size_t>(local_bags + 1), 0);
+  for (int t = 0; t < num_tables; ++t) lb.features.push_back({{}, scratch.no_ids, {}});
+  return Status::ok_status();
 }
 
 Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
@@ -658,7 +667,8 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
 
   // 2. Parse and decode; found-inf (given and decoded gradients) and errors agreed by all ranks.
   std::vector<Impl::BagGradients>& in = sc.in_bags;
-  const Status parsed = im.parse_gradients(recv, recv_counts, update.check_finite, &in, &nonfinite);
+  Status parsed = im.parse_gradients(recv, recv_counts, &in);
+  if (parsed.ok() && valid.ok()) parsed = im.assemble_local(in, update.check_finite, &nonfinite);
   std::vector<int64_t> extra = {nonfinite};
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
   UpdateReport report;
@@ -666,7 +676,8 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
     report.skipped_nonfinite = true;  // on every rank: no row, no state, no step changes
   } else {
     // 3. The owner's update over the received bags, requesters in rank order.
-    LEANEMB_ASSIGN_OR_RETURN(report, im.update_local(in, update));
+    const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(im.num_tables));
+    LEANEMB_ASSIGN_OR_RETURN(report, im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, update));
     report.lookups = 0;
     for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
   }

@@ -21,7 +21,8 @@
 //      pooled-output gradient (encoded in `backward_payload`), the owned ids' local rows and
 //      their exact fp32 scales (weight, times 1 / bag length for kMean) go to the owner;
 //   2. found-inf: every rank checks its own incoming gradients and the decoded gradients it
-//      received, and the flags are all-reduced, so either every rank updates or none does;
+//      received (not with fp32 payloads: those are the bits their sender checked), and the
+//      flags are all-reduced, so either every rank updates or none does;
 //   3. each owner runs its local backward_update on a batch made of the received bags,
 //      requesters in rank order, bags and ids in their original order (its features are
 //      kSum with the scales as per-id weights). The local dedup sorts contributions stably by

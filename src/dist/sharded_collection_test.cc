@@ -369,6 +369,37 @@ TEST(ShardedCollectionTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
   expect_all_ok(st);
 }
 
+// A finite gradient that overflows its fp16 payload (1e6 > 65504) arrives as Inf at its owner.
+// It goes to one owner only (a bag of rank 1 whose ids all live on rank 0), so only the owner's
+// check of the decoded gradients can see it: every rank must still skip the step.
+TEST(ShardedCollectionTest, GradientOverflowingItsPayloadSkipsTheStepEverywhere) {
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kSgd);
+  so.backward_payload = PayloadDType::kF16;
+  auto st = run_world(2, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    const OwnedBatch mine = slice(global_batch(0, so.collection), comm.rank() * 4, comm.rank() * 4 + 4);
+    std::vector<float> grads(static_cast<size_t>(4 * sc->pooled_dim()), 0.5f);
+    if (comm.rank() == 1) {
+      const auto& ids = mine.ids[0];
+      const auto& off = mine.offsets[0];
+      int64_t bag = -1;
+      for (int64_t b = 0; b < mine.B && bag < 0; ++b) {
+        bool all_even = off[static_cast<size_t>(b + 1)] > off[static_cast<size_t>(b)];
+        for (int64_t i = off[static_cast<size_t>(b)]; i < off[static_cast<size_t>(b + 1)]; ++i)
+          all_even = all_even && ids[static_cast<size_t>(i)] % 2 == 0;  // row-modulo: rank 0's rows
+        if (all_even) bag = b;
+      }
+      if (bag < 0) return mismatch("test data: no bag of rank 1 lives on rank 0 alone");
+      float* g = grads.data() + bag * sc->pooled_dim() + sc->pooled_offset(0);
+      std::fill(g, g + 8, 1e6f);
+    }
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, sc->backward_update(mine.view(), grads));
+    return rep.skipped_nonfinite && sc->step() == 0 ? Status::ok_status() : mismatch("not skipped");
+  });
+  expect_all_ok(st);
+}
+
 // A rank that stops calling makes the others' forward fail naming it (the communicator's
 // deadline), instead of hanging.
 TEST(ShardedCollectionTest, AnAbsentRankMakesTheOthersFailNamingIt) {

@@ -189,8 +189,8 @@ CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
 
 // Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin - base, end -
 // base) of the pooled buffer (sized for slice_rows records), bottom MLP, interaction, top MLP into
-// logits_out [end - begin]. train: the MLPs keep what their backward needs. An empty range only
-// takes part in the sharded lookup (a collective).
+// logits_out [end - begin]. train: the MLPs keep what their backward needs. With sharded tables
+// the pooled rows of the whole slice are already there (lookup_slice()).
 Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t end, int64_t base, int64_t slice_rows,
                                bool train, float* logits_out) {
   Buffers& b = *buf_;
@@ -204,12 +204,13 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
   LEANEMB_ASSIGN_OR_RETURN(float* z, b.z.get(act, Category::kActivations, sz.z));
   LEANEMB_ASSIGN_OR_RETURN(float* inter, b.inter.get(act, Category::kActivations, sz.inter));
 
-  slice_sparse(batch, begin, end, &b.offsets, &b.micro);
   float* pooled_rows = pooled + (begin - base) * F * D;
   const std::span<float> pooled_span(pooled_rows, static_cast<size_t>(n * F * D));
-  if (sharded_) LEANEMB_RETURN_IF_ERROR(sharded_->forward(b.micro, pooled_span));
-  else LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
   if (n == 0) return Status();
+  if (!sharded_) {
+    slice_sparse(batch, begin, end, &b.offsets, &b.micro);
+    LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
+  }
   const nn::ForwardMode mode = train ? nn::ForwardMode::kTrain : nn::ForwardMode::kEval;
   const std::span<const float> dense(batch.dense.data() + begin * options_.num_dense, static_cast<size_t>(n * options_.num_dense));
   LEANEMB_RETURN_IF_ERROR(bottom_->forward(n, dense, std::span<float>(z, static_cast<size_t>(n * zd)), mode));
@@ -218,6 +219,18 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
   LEANEMB_RETURN_IF_ERROR(top_->forward(n, std::span<const float>(inter, static_cast<size_t>(n * idim)),
                                         std::span<float>(logits_out, static_cast<size_t>(n)), mode));
   return Status();
+}
+
+// Sharded tables: one lookup (a collective) for this rank's whole slice [lo, hi) into the
+// pooled buffer, before its micro-batches run the dense layers. Fills b.slice, which the
+// update reuses.
+Status CtrModel::lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi) {
+  Buffers& b = *buf_;
+  const int64_t n = hi - lo, F = options_.num_sparse, D = options_.embedding_dim;
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, interaction_->output_dim(), n, 1);
+  LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.pooled));
+  slice_sparse(batch, lo, hi, &b.slice_offsets, &b.slice);
+  return sharded_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)));
 }
 
 Status CtrModel::save_group_grads(int64_t slot) {
@@ -290,6 +303,9 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     dense_opt_->zero_grad();
     return s;
   };
+  if (sharded_) {
+    if (Status s = lookup_slice(batch, sl.lo, sl.hi); !s.ok()) return fail(s);
+  }
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
     for (int64_t i = 0; i < sl.per_group; ++i) {
@@ -341,7 +357,6 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
     UpdateReport rep;
     if (sharded_) {
-      slice_sparse(batch, sl.lo, sl.hi, &b.slice_offsets, &b.slice);
       LEANEMB_ASSIGN_OR_RETURN(rep, sharded_->backward_update(b.slice, gp, uo));
     } else {
       LEANEMB_ASSIGN_OR_RETURN(rep, emb_->backward_update(batch.sparse_batch(), gp, {}, uo));
@@ -364,6 +379,7 @@ Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int m
   const Slice sl = slice_of(B, micro_batches);
   const bool multi = options_.comm && options_.comm->size() > 1;
   if (multi) std::fill(probs.begin(), probs.end(), 0.0f);
+  if (sharded_) LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi));
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
     for (int64_t i = 0; i < sl.per_group; ++i) {

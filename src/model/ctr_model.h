@@ -161,6 +161,7 @@ class CtrModel {
   // Sums the group gradients (and with a communicator all ranks' partials) into the params' grads.
   Status reduce_dense_grads(int64_t groups_here);
   Status save_group_grads(int64_t slot);
+  Status lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi);
   struct Buffers;
   CtrModelOptions options_;
   MemorySystem* memory_ = nullptr;
