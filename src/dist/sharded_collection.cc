@@ -89,6 +89,7 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<int64_t> feature_dim;    // [F]
   std::vector<PoolingMode> pooling;    // [F] global pooling
   ShardedStepStats stats;
+  ShardedTotals totals;
 
   Status validate(const SparseBatch& batch, size_t pooled_size, const char* what) const;
   // Every rank learns which ranks failed; returns this rank's own error, an error naming the
@@ -294,6 +295,7 @@ int64_t ShardedEmbeddingCollection::pooled_dim() const { return impl_->local->po
 int64_t ShardedEmbeddingCollection::pooled_offset(int feature) const { return impl_->local->pooled_offset(feature); }
 int64_t ShardedEmbeddingCollection::step() const { return impl_->local->step(); }
 const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { return impl_->stats; }
+const ShardedTotals& ShardedEmbeddingCollection::totals() const { return impl_->totals; }
 
 // ---- forward -------------------------------------------------------------------------------
 
@@ -470,12 +472,19 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
 
   // 3. Replies: to each requester, per feature, its rows in request order; then pool.
   LEANEMB_RETURN_IF_ERROR(im.encode_replies(served, &send, &send_counts));
+  uint64_t payload = 0;  // the replies are encoded rows only
+  for (size_t q = 0; q < p; ++q)
+    if (static_cast<int>(q) != comm.rank()) payload += static_cast<uint64_t>(send_counts[q]);
   const std::vector<int64_t> counts = im.reply_counts(req);
   recv.resize(static_cast<size_t>(displacements(counts)[p]));
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, counts));
   LEANEMB_RETURN_IF_ERROR(im.pool(batch, req, recv, counts, pooled_out));
   im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
+  im.stats.forward_payload_bytes_sent = payload;
   im.stats.rows_served = served.rows;
+  im.totals.bytes_sent += im.stats.forward_bytes_sent;
+  im.totals.payload_bytes_sent += payload;
+  ++im.totals.forward_calls;
   return Status::ok_status();
 }
 
@@ -662,6 +671,12 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   send.clear();
   send_counts.assign(p, 0);
   im.split_gradients(batch, grad_pooled, valid.ok(), &sc.out_bags);
+  uint64_t payload = 0;  // the encoded gradients
+  for (size_t o = 0; o < p; ++o) {
+    if (static_cast<int>(o) == comm.rank()) continue;
+    for (size_t f = 0; f < sc.out_bags[o].grads.size(); ++f)
+      payload += static_cast<uint64_t>(sc.out_bags[o].bags[f]) * payload_bytes_per_row(im.options.backward_payload, im.feature_dim[f]);
+  }
   LEANEMB_RETURN_IF_ERROR(im.serialize(sc.out_bags, &send, &send_counts));
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
 
@@ -682,6 +697,10 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
     for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
   }
   im.stats.backward_bytes_sent = im.bytes_sent() - sent0;
+  im.stats.backward_payload_bytes_sent = payload;
+  im.totals.bytes_sent += im.stats.backward_bytes_sent;
+  im.totals.payload_bytes_sent += payload;
+  ++im.totals.backward_calls;
   return report;
 }
 

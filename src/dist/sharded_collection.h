@@ -71,6 +71,18 @@ struct ShardedStepStats {
   uint64_t backward_bytes_sent = 0;  // last backward_update: gradients, ids, scales, flags
   int64_t rows_served = 0;           // last forward: rows this rank looked up for all ranks
   int64_t bags_received = 0;         // last backward_update: (bag, owner) gradients received
+  // Of the bytes sent: the encoded rows (forward) and gradients (backward) alone, in the payload
+  // dtype; the rest is routing (ids, counts, scales) and the agreement flags.
+  uint64_t forward_payload_bytes_sent = 0;
+  uint64_t backward_payload_bytes_sent = 0;
+};
+
+// Sums over every call since creation (bytes to other ranks).
+struct ShardedTotals {
+  uint64_t bytes_sent = 0;          // everything the forward and backward calls sent
+  uint64_t payload_bytes_sent = 0;  // of which encoded rows and gradients
+  int64_t forward_calls = 0;
+  int64_t backward_calls = 0;
 };
 
 class ShardedEmbeddingCollection {
@@ -95,6 +107,7 @@ class ShardedEmbeddingCollection {
   int64_t pooled_offset(int feature) const;
   int64_t step() const;
   const ShardedStepStats& last_step_stats() const;
+  const ShardedTotals& totals() const;
 
   // batch: this rank's slice (B bags per feature), ids are global rows.
   // pooled_out: [B, pooled_dim()] fp32. Collective.

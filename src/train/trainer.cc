@@ -547,6 +547,15 @@ Result<json> run_training(const RunOptions& ro) {
     }
   }
   const double train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Bytes of the training steps alone (before the final checkpoint and evaluation).
+  dist::ShardedTotals train_emb;
+  uint64_t train_comm_bytes = 0;
+  double train_comm_seconds = 0;
+  if (dist::ShardedEmbeddingCollection* sh = model->sharded()) {
+    train_emb = sh->totals();
+    train_comm_bytes = sh->communicator().stats().bytes_sent;
+    train_comm_seconds = sh->communicator().stats().seconds;
+  }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
   if (k.step != last_ckpt_step && k.step > 0)
     LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
@@ -585,8 +594,14 @@ Result<json> run_training(const RunOptions& ro) {
                    {"forward_payload", std::string(dist::payload_dtype_name(c.forward_payload))},
                    {"backward_payload", std::string(dist::payload_dtype_name(c.backward_payload))},
                    {"grad_groups", c.grad_groups}, {"embedding_table_bytes_max_rank", most[0]},
+                   // rank 0's communicator over the whole run (steps, checkpoints, evaluation)
                    {"bytes_sent", cm.stats().bytes_sent}, {"collective_seconds", cm.stats().seconds},
-                   {"bytes_sent_per_step", static_cast<double>(cm.stats().bytes_sent) / steps_run}};
+                   // the training steps of this run: everything, then the embedding lookups and
+                   // updates, then of those the encoded rows and gradients (the payload dtypes' share)
+                   {"bytes_sent_per_step", static_cast<double>(train_comm_bytes) / steps_run},
+                   {"collective_seconds_training", train_comm_seconds},
+                   {"embedding_bytes_sent_per_step", static_cast<double>(train_emb.bytes_sent) / steps_run},
+                   {"embedding_payload_bytes_sent_per_step", static_cast<double>(train_emb.payload_bytes_sent) / steps_run}};
   } else {
     sum["dist"] = {{"world_size", 1}, {"grad_groups", c.grad_groups}};
   }
