@@ -236,6 +236,17 @@ Status Communicator::all_to_all_v(std::span<const uint8_t> send, std::span<const
 
 Status Communicator::all_to_all_v_alloc(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
                                         std::vector<uint8_t>* recv, std::vector<int64_t>* recv_counts) {
+  return all_to_all_v_alloc_impl(send, send_counts, recv, recv_counts);
+}
+
+Status Communicator::all_to_all_v_alloc(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
+                                        std::pmr::vector<uint8_t>* recv, std::vector<int64_t>* recv_counts) {
+  return all_to_all_v_alloc_impl(send, send_counts, recv, recv_counts);
+}
+
+template <typename Bytes>
+Status Communicator::all_to_all_v_alloc_impl(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
+                                             Bytes* recv, std::vector<int64_t>* recv_counts) {
   LEANEMB_RETURN_IF_ERROR(check_usable());
   const auto p = static_cast<size_t>(size_);
   if (send_counts.size() != p) {

@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,6 +110,9 @@ class Communicator {
   // (resized to [size()]). One deadline covers both rounds.
   Status all_to_all_v_alloc(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
                             std::vector<uint8_t>* recv, std::vector<int64_t>* recv_counts);
+  // The same, receiving into a vector of a memory resource (e.g. accounted kCommBuffers memory).
+  Status all_to_all_v_alloc(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
+                            std::pmr::vector<uint8_t>* recv, std::vector<int64_t>* recv_counts);
 
   // In place: data[i] becomes op over all ranks' data[i], reduced in the fixed order above.
   // Every rank must pass the same number of elements. Errors: as all_to_all_v.
@@ -171,6 +175,9 @@ class Communicator {
  private:
   template <typename T>
   Status all_reduce_impl(std::span<T> data, ReduceOp op);
+  template <typename Bytes>
+  Status all_to_all_v_alloc_impl(std::span<const uint8_t> send, std::span<const int64_t> send_counts, Bytes* recv,
+                                 std::vector<int64_t>* recv_counts);
   // Runs one round: copies the self part, calls exchange(), counts bytes, records a failure.
   Status run_round(Round& round, Clock::time_point deadline);
   Round make_round(CollectiveKind kind);

@@ -23,16 +23,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
 
+#include "memory/accounted_resource.h"
 #include "table/collection_impl.h"  // init_row: the single-process initial bytes of a row
 
 namespace leanemb::dist {
 
 namespace {
 
+// The per-call buffers live in kCommBuffers memory (AccountedResource).
 template <typename T>
-void append_bytes(std::vector<uint8_t>* out, std::span<const T> v) {
+using PVec = std::pmr::vector<T>;
+
+template <typename Bytes, typename T>
+void append_bytes(Bytes* out, std::span<const T> v) {
   const size_t at = out->size();
   out->resize(at + v.size_bytes());
   if (!v.empty()) std::memcpy(out->data() + at, v.data(), v.size_bytes());
@@ -43,8 +49,9 @@ void append_bytes(std::vector<uint8_t>* out, std::span<const T> v) {
 class Reader {
  public:
   explicit Reader(std::span<const uint8_t> bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool take(size_t n, std::vector<T>* out) {
+  template <typename Vec>
+  bool take(size_t n, Vec* out) {
+    using T = typename Vec::value_type;
     if (n > (bytes_.size() - pos_) / sizeof(T)) return false;
     out->resize(n);
     if (n) std::memcpy(out->data(), bytes_.data() + pos_, n * sizeof(T));
@@ -100,52 +107,61 @@ struct ShardedEmbeddingCollection::Impl {
 
   // forward: what this rank asks each owner for.
   struct Requests {
-    std::vector<std::vector<int64_t>> per_owner;  // [P]: [F] counts, then local rows
-    std::vector<std::vector<int>> owner_of;       // [F][nnz_f] owner of each id
+    explicit Requests(std::pmr::memory_resource* r) : per_owner(r), owner_of(r) {}
+    PVec<PVec<int64_t>> per_owner;  // [P]: [F] counts, then local rows
+    PVec<PVec<int>> owner_of;       // [F][nnz_f] owner of each id
   };
   // forward: what this rank serves.
   struct Served {
+    explicit Served(std::pmr::memory_resource* r) : table_rows(r) {}
     std::vector<std::vector<int64_t>> counts;    // [P][F] rows rank q asked for, per feature
-    std::vector<std::vector<float>> table_rows;  // [T][n_t * dim] rows read, requesters in rank order
+    PVec<PVec<float>> table_rows;                // [T][n_t * dim] rows read, requesters in rank order
     int64_t rows = 0;
   };
   // backward: the gradients between one requester and one owner.
   struct BagGradients {
+    explicit BagGradients(std::pmr::memory_resource* r) : counts(r), rows(r), scales(r), grads(r) {}
     std::vector<int64_t> bags;              // [F] bags per feature
-    std::vector<int64_t> counts;            // [M] ids per bag
-    std::vector<int64_t> rows;              // [N] local rows
-    std::vector<float> scales;              // [N] exact fp32 scales
-    std::vector<std::vector<float>> grads;  // [F][bags_f * dim_f] (sent)
+    PVec<int64_t> counts;                   // [M] ids per bag
+    PVec<int64_t> rows;                     // [N] local rows
+    PVec<float> scales;                     // [N] exact fp32 scales
+    PVec<PVec<float>> grads;                // [F][bags_f * dim_f] (sent)
     std::vector<std::span<const uint8_t>> raw;  // [F] the encoded gradients (received)
   };
   // Per-call buffers, kept between calls so that a step allocates (and faults in) nothing new.
+  // In kCommBuffers memory of the collection's comm allocator (counted in MemoryStats).
   struct Scratch {
+    explicit Scratch(std::pmr::memory_resource* r)
+        : res(r), req(r), served(r), send(r), recv(r), table_ids(r), owner_rows(r), ids(r), offsets(r), weights(r),
+          grads(r), no_ids(r) {}
+    std::pmr::memory_resource* res;
     Requests req;
     Served served;
-    std::vector<uint8_t> send, recv;
+    PVec<uint8_t> send, recv;
     std::vector<int64_t> send_counts, recv_counts;
-    std::vector<std::vector<int64_t>> table_ids;            // serve: [T] rows asked for
-    std::vector<std::vector<float>> owner_rows;             // pool: [P] one feature's decoded rows
-    std::vector<BagGradients> out_bags, in_bags;            // backward: [P] sent, received
-    std::vector<std::vector<int64_t>> ids, offsets;         // assemble_local: [F]
-    std::vector<std::vector<float>> weights;                // assemble_local: [F]
-    std::vector<float> grads;                               // assemble_local: [bags, pooled_dim]
-    SparseBatch local_batch;                                // assemble_local: the owner's batch
-    std::vector<int64_t> no_ids;                            // assemble_local: empty "rows" features
+    PVec<PVec<int64_t>> table_ids;            // serve: [T] rows asked for
+    PVec<PVec<float>> owner_rows;             // pool: [P] one feature's decoded rows
+    std::vector<BagGradients> out_bags, in_bags;  // backward: [P] sent, received
+    PVec<PVec<int64_t>> ids, offsets;         // assemble_local: [F]
+    PVec<PVec<float>> weights;                // assemble_local: [F]
+    PVec<float> grads;                        // assemble_local: [bags, pooled_dim]
+    SparseBatch local_batch;                  // assemble_local: the owner's batch
+    PVec<int64_t> no_ids;                     // assemble_local: empty "rows" features
   };
-  mutable Scratch scratch;
+  std::unique_ptr<AccountedResource> resource;  // declared before scratch: outlives it
+  std::unique_ptr<Scratch> scratch;
 
   void route(const SparseBatch& batch, bool valid, Requests* r) const;
   Status serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts, Served* out);
-  Status encode_replies(const Served& served, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
+  Status encode_replies(const Served& served, PVec<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   std::vector<int64_t> reply_counts(const Requests& req) const;  // [P] bytes expected from each owner
   Status pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
               const std::vector<int64_t>& counts, std::span<float> pooled_out) const;
   void split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid, std::vector<BagGradients>* out) const;
-  Status serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send, std::vector<int64_t>* send_counts) const;
+  Status serialize(const std::vector<BagGradients>& out, PVec<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, std::vector<BagGradients>* in) const;
   // Builds the owner's local batch and its gradients (decoded from the wire straight into
-  // scratch.grads) from the received bags; flags non-finite decoded gradients.
+  // scratch->grads) from the received bags; flags non-finite decoded gradients.
   Status assemble_local(const std::vector<BagGradients>& in, bool check_finite, int64_t* nonfinite);
 };
 
@@ -234,7 +250,7 @@ Status ShardedEmbeddingCollection::Impl::init_rows() {
 }
 
 Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::create(
-    const ShardedCollectionOptions& options, Communicator* comm, Allocator* allocator) {
+    const ShardedCollectionOptions& options, Communicator* comm, Allocator* allocator, Allocator* comm_allocator) {
   if (comm == nullptr) return invalid_argument("dist: ShardedEmbeddingCollection needs a communicator");
   const CollectionOptions& co = options.collection;
   if (co.bounds_check != BoundsCheckMode::kError) {
@@ -280,6 +296,9 @@ Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::
     lo.features.push_back(FeatureOptions{"__rows_of_" + co.tables[static_cast<size_t>(t)].name, t, PoolingMode::kNone});
   }
   LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, allocator));
+  Allocator* comm_alloc = comm_allocator ? comm_allocator : (allocator ? allocator : default_host_allocator());
+  impl->resource = std::make_unique<AccountedResource>(comm_alloc, Category::kCommBuffers);
+  impl->scratch = std::make_unique<Impl::Scratch>(impl->resource.get());
   LEANEMB_RETURN_IF_ERROR(impl->init_rows());
   return std::unique_ptr<ShardedEmbeddingCollection>(new ShardedEmbeddingCollection(std::move(impl)));
 }
@@ -325,7 +344,7 @@ Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, co
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
   out->counts.resize(p);
-  auto& table_ids = scratch.table_ids;
+  auto& table_ids = scratch->table_ids;
   table_ids.resize(static_cast<size_t>(num_tables));
   for (auto& v : table_ids) v.clear();
   const std::vector<int64_t> disp = displacements(recv_counts);
@@ -365,7 +384,7 @@ Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, co
   return local->forward(lb, unused, seq_out);
 }
 
-Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, std::vector<uint8_t>* send,
+Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, PVec<uint8_t>* send,
                                                         std::vector<int64_t>* send_counts) const {
   const PayloadDType pd = options.forward_payload;
   send->clear();
@@ -407,7 +426,7 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
   for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
     const int64_t dim = feature_dim[f];
     const auto d = static_cast<size_t>(dim);
-    auto& rows = scratch.owner_rows;  // this feature's rows from each owner
+    auto& rows = scratch->owner_rows;  // this feature's rows from each owner
     rows.resize(p);
     for (size_t o = 0; o < p; ++o) {
       const auto n = static_cast<size_t>(req.per_owner[o][f]);
@@ -442,7 +461,11 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
   return Status::ok_status();
 }
 
-Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) {
+// The buffers grow through AccountedResource, which throws std::bad_alloc when the comm
+// allocator refuses (a budget): reported as ResourceExhausted. The other ranks then fail in the
+// collective this rank no longer makes (its timeout), so the run ends, as an out-of-memory
+// inside a collective must.
+Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) try {
   Impl& im = *impl_;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
@@ -450,11 +473,11 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   const Status valid = im.validate(batch, pooled_out.size(), "forward");
 
   // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
-  Impl::Scratch& sc = im.scratch;
+  Impl::Scratch& sc = *im.scratch;
   Impl::Requests& req = sc.req;
   im.route(batch, valid.ok(), &req);
-  std::vector<uint8_t>& send = sc.send;
-  std::vector<uint8_t>& recv = sc.recv;
+  PVec<uint8_t>& send = sc.send;
+  PVec<uint8_t>& recv = sc.recv;
   std::vector<int64_t>& send_counts = sc.send_counts;
   std::vector<int64_t>& recv_counts = sc.recv_counts;
   send.clear();
@@ -486,6 +509,8 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   im.totals.payload_bytes_sent += payload;
   ++im.totals.forward_calls;
   return Status::ok_status();
+} catch (const std::bad_alloc&) {
+  return resource_exhausted("dist: forward: the communication buffers (kCommBuffers) exceed their allocator's budget");
 }
 
 // ---- backward ------------------------------------------------------------------------------
@@ -495,7 +520,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
   std::vector<BagGradients>& out = *outp;
-  out.resize(p);
+  while (out.size() < p) out.emplace_back(scratch->res);
   for (auto& o : out) {
     o.bags.assign(nf, 0);
     o.counts.clear();
@@ -536,7 +561,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
   }
 }
 
-Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, std::vector<uint8_t>* send,
+Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, PVec<uint8_t>* send,
                                                    std::vector<int64_t>* send_counts) const {
   const PayloadDType pd = options.backward_payload;
   for (size_t o = 0; o < out.size(); ++o) {
@@ -560,7 +585,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
   const PayloadDType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const std::vector<int64_t> disp = displacements(counts);
-  in->resize(counts.size());
+  while (in->size() < counts.size()) in->emplace_back(scratch->res);
   for (size_t q = 0; q < counts.size(); ++q) {
     Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
     BagGradients& m = (*in)[q];
@@ -600,15 +625,15 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
     local_bags = std::max(local_bags, n);
     stats.bags_received += n;
   }
-  auto& ids = scratch.ids;
-  auto& offsets = scratch.offsets;
-  auto& weights = scratch.weights;
+  auto& ids = scratch->ids;
+  auto& offsets = scratch->offsets;
+  auto& weights = scratch->weights;
   ids.resize(nf);
   offsets.resize(nf);
   weights.resize(nf);
   // Every element is written below (a received gradient, or 0 for a padding bag), so the
   // buffer is not cleared first.
-  std::vector<float>& grads = scratch.grads;
+  PVec<float>& grads = scratch->grads;
   grads.resize(static_cast<size_t>(local_bags * ldo));
   std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
   for (size_t f = 0; f < nf; ++f) {
@@ -643,17 +668,17 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
       std::fill_n(grads.data() + bag * ldo + off, d, 0.0f);
     offsets[f].resize(static_cast<size_t>(local_bags + 1), static_cast<int64_t>(ids[f].size()));
   }
-  SparseBatch& lb = scratch.local_batch;
+  SparseBatch& lb = scratch->local_batch;
   lb.batch_size = local_bags;
   lb.features.clear();
   for (size_t f = 0; f < nf; ++f) lb.features.push_back({ids[f], offsets[f], weights[f]});
-  scratch.no_ids.assign(static_cast<size_t>(local_bags + 1), 0);
-  for (int t = 0; t < num_tables; ++t) lb.features.push_back({{}, scratch.no_ids, {}});
+  scratch->no_ids.assign(static_cast<size_t>(local_bags + 1), 0);
+  for (int t = 0; t < num_tables; ++t) lb.features.push_back({{}, scratch->no_ids, {}});
   return Status::ok_status();
 }
 
 Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
-                                                                 const UpdateOptions& update) {
+                                                                 const UpdateOptions& update) try {
   Impl& im = *impl_;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
@@ -663,9 +688,9 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
 
   // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients.
-  Impl::Scratch& sc = im.scratch;
-  std::vector<uint8_t>& send = sc.send;
-  std::vector<uint8_t>& recv = sc.recv;
+  Impl::Scratch& sc = *im.scratch;
+  PVec<uint8_t>& send = sc.send;
+  PVec<uint8_t>& recv = sc.recv;
   std::vector<int64_t>& send_counts = sc.send_counts;
   std::vector<int64_t>& recv_counts = sc.recv_counts;
   send.clear();
@@ -702,6 +727,8 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   im.totals.payload_bytes_sent += payload;
   ++im.totals.backward_calls;
   return report;
+} catch (const std::bad_alloc&) {
+  return resource_exhausted("dist: backward_update: the communication buffers (kCommBuffers) exceed their allocator's budget");
 }
 
 }  // namespace leanemb::dist

@@ -88,11 +88,15 @@ struct ShardedTotals {
 class ShardedEmbeddingCollection {
  public:
   // Collective (every rank calls it with equal options). `comm` must outlive the collection;
-  // `allocator` as in EmbeddingCollection::create (null: the default host allocator).
+  // `allocator` as in EmbeddingCollection::create (null: the default host allocator);
+  // `comm_allocator` holds the messages and routing buffers of forward / backward_update, in
+  // Category::kCommBuffers (null: `allocator`). They are kept between calls and grow to the
+  // largest batch seen.
   // Errors: InvalidArgument (options), Unimplemented (see above), the local collection's errors.
   static Result<std::unique_ptr<ShardedEmbeddingCollection>> create(const ShardedCollectionOptions& options,
                                                                     Communicator* comm,
-                                                                    Allocator* allocator = nullptr);
+                                                                    Allocator* allocator = nullptr,
+                                                                    Allocator* comm_allocator = nullptr);
   ~ShardedEmbeddingCollection();
 
   const ShardPlan& plan() const;

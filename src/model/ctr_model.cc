@@ -120,7 +120,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     so.sharding = o.sharding;
     so.forward_payload = o.forward_payload;
     so.backward_payload = o.backward_payload;
-    LEANEMB_ASSIGN_OR_RETURN(m->sharded_, dist::ShardedEmbeddingCollection::create(so, o.comm, memory->allocator_for(Category::kWeights)));
+    LEANEMB_ASSIGN_OR_RETURN(m->sharded_, dist::ShardedEmbeddingCollection::create(so, o.comm, memory->allocator_for(Category::kWeights),
+                                                                                    memory->allocator_for(Category::kCommBuffers)));
   } else {
     LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
   }
