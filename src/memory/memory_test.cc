@@ -11,6 +11,9 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/memory_system.h"
+#include "memory/accounted_resource.h"
+#include <memory_resource>
+#include <new>
 
 namespace leanemb {
 namespace {
@@ -382,6 +385,26 @@ TEST(WorkspaceTest, ReturnsEveryBufferAtScopeExit) {
   alloc.inject_failure(0);
   Workspace ws(&alloc, Category::kActivations);
   EXPECT_EQ(ws.take<float>(10).status().code(), StatusCode::kResourceExhausted);
+}
+
+// std::pmr containers over AccountedResource are counted in their category while alive, return
+// to zero when freed, and a refused allocation (budget) throws std::bad_alloc.
+TEST(AccountedResourceTest, PmrContainersAreCountedAndBudgeted) {
+  TrackingAllocator alloc({Tier::kHost, 1 << 20});
+  AccountedResource res(&alloc, Category::kCommBuffers);
+  {
+    std::pmr::vector<uint8_t> a(&res);
+    std::pmr::vector<std::pmr::vector<float>> nested(&res);
+    a.resize(100000);
+    nested.resize(3);
+    nested[2].resize(1000);  // inner vectors use the outer's resource
+    const MemoryStats st = alloc.memory_stats();
+    EXPECT_GE(st[Category::kCommBuffers].current_bytes, 100000u + 4000u);
+    EXPECT_EQ(st[Category::kCommBuffers].current_bytes, st.current_bytes);
+    EXPECT_THROW(a.resize(2 << 20), std::bad_alloc);  // over the 1 MiB budget
+    EXPECT_EQ(a.size(), 100000u);                     // unchanged
+  }
+  EXPECT_EQ(alloc.memory_stats()[Category::kCommBuffers].current_bytes, 0u);
 }
 
 }  // namespace
