@@ -147,6 +147,11 @@ struct ShardedEmbeddingCollection::Impl {
     PVec<float> grads;                        // assemble_local: [bags, pooled_dim]
     SparseBatch local_batch;                  // assemble_local: the owner's batch
     PVec<int64_t> no_ids;                     // assemble_local: empty "rows" features
+    // Starts the next outgoing all_to_all_v: no bytes yet for any of the p ranks.
+    void begin_send(size_t p) {
+      send.clear();
+      send_counts.assign(p, 0);
+    }
   };
   std::unique_ptr<AccountedResource> resource;  // declared before scratch: outlives it
   std::unique_ptr<Scratch> scratch;
@@ -476,12 +481,8 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   Impl::Scratch& sc = *im.scratch;
   Impl::Requests& req = sc.req;
   im.route(batch, valid.ok(), &req);
-  PVec<uint8_t>& send = sc.send;
-  PVec<uint8_t>& recv = sc.recv;
-  std::vector<int64_t>& send_counts = sc.send_counts;
-  std::vector<int64_t>& recv_counts = sc.recv_counts;
-  send.clear();
-  send_counts.assign(p, 0);
+  auto [send, recv, send_counts, recv_counts] = std::tie(sc.send, sc.recv, sc.send_counts, sc.recv_counts);  // references
+  sc.begin_send(p);
   for (size_t o = 0; o < p; ++o) {
     append_bytes(&send, std::span<const int64_t>(req.per_owner[o]));
     send_counts[o] = static_cast<int64_t>(req.per_owner[o].size() * 8);
@@ -689,12 +690,8 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
 
   // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients.
   Impl::Scratch& sc = *im.scratch;
-  PVec<uint8_t>& send = sc.send;
-  PVec<uint8_t>& recv = sc.recv;
-  std::vector<int64_t>& send_counts = sc.send_counts;
-  std::vector<int64_t>& recv_counts = sc.recv_counts;
-  send.clear();
-  send_counts.assign(p, 0);
+  auto [send, recv, send_counts, recv_counts] = std::tie(sc.send, sc.recv, sc.send_counts, sc.recv_counts);  // references
+  sc.begin_send(p);
   im.split_gradients(batch, grad_pooled, valid.ok(), &sc.out_bags);
   uint64_t payload = 0;  // the encoded gradients
   for (size_t o = 0; o < p; ++o) {
