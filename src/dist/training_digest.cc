@@ -45,6 +45,7 @@ Result<std::vector<uint8_t>> required_blob(const ckpt::CheckpointReader& r, std:
 
 struct TrainState {
   int64_t step = 0, samples = 0, skipped_steps = 0, collection_step = 0;
+  std::vector<std::string> tables;  // "tables": the embedding tables in collection order
 };
 
 Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
@@ -59,6 +60,14 @@ Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
     const auto it = j.find(key);
     if (it == j.end() || !it->is_number_integer()) return bad(std::string("no integer \"") + key + "\"");
     *out = it->get<int64_t>();
+  }
+  const auto tables = j.find("tables");
+  if (tables != j.end()) {
+    if (!tables->is_array()) return bad("\"tables\" is not a list of names");
+    for (const auto& n : *tables) {
+      if (!n.is_string()) return bad("\"tables\" is not a list of names");
+      s.tables.push_back(n.get<std::string>());
+    }
   }
   return s;
 }
@@ -88,29 +97,32 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryRecord& e, const std::st
   return t;
 }
 
-// The embedding digest of a plain trainer checkpoint (see the header for the table order).
-Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, int64_t collection_step, ckpt::Env* env) {
-  // The manifest's chunk records say where each table's row 0 lies in the payload: the
-  // reader's EntryInfo does not, so the manifest is decoded here once more.
+// The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
+// them (the collection's order, which a sharded layout of the same model also has).
+Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st, ckpt::Env* env) {
+  if (st.tables.empty())
+    return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
+  // The tables' meta JSON is in the manifest's entry records (the reader's EntryInfo has none).
   ckpt::Env* e = env != nullptr ? env : ckpt::posix_env();
   const std::string path = ckpt::join_path(r.dir(), ckpt::kManifestName);
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> mb, e->read_file(path));
   LEANEMB_ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::decode_manifest(mb, path));
   struct Placed {
-    uint32_t file;
-    uint64_t offset;
     TableLayout layout;
   };
   std::vector<Placed> tables;
-  for (const ckpt::EntryRecord& rec : m.entries) {
-    if (!starts_with(rec.name, kEmbPrefix)) continue;
-    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(rec, r.dir()));
-    // decode_manifest checked that the chunks tile [0, total_rows): chunks[0] holds row 0.
-    tables.push_back({rec.chunks.front().file, rec.chunks.front().offset, std::move(t)});
+  size_t emb_entries = 0;
+  for (const ckpt::EntryRecord& rec : m.entries) emb_entries += starts_with(rec.name, kEmbPrefix) ? 1 : 0;
+  if (emb_entries != st.tables.size())
+    return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(emb_entries) + " 'emb/' tables, but train/state lists " +
+                     std::to_string(st.tables.size()));
+  for (const std::string& name : st.tables) {
+    const std::string entry = std::string(kEmbPrefix) + name;
+    const auto rec = std::find_if(m.entries.begin(), m.entries.end(), [&](const ckpt::EntryRecord& x) { return x.name == entry; });
+    if (rec == m.entries.end()) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
+    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(*rec, r.dir()));
+    tables.push_back({std::move(t)});
   }
-  if (tables.empty()) return data_loss("checkpoint '" + r.dir() + "' has no embedding table ('emb/<name>')");
-  std::sort(tables.begin(), tables.end(),
-            [](const Placed& a, const Placed& b) { return std::tie(a.file, a.offset) < std::tie(b.file, b.offset); });
   std::vector<TableLayout> layouts;
   std::vector<RowSum> sums(tables.size());
   std::vector<uint8_t> rows;
@@ -126,7 +138,7 @@ Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, int6
     }
     layouts.push_back(tl);
   }
-  return digest_internal::finish_digest(collection_step, layouts, sums);
+  return digest_internal::finish_digest(st.collection_step, layouts, sums);
 }
 
 // Streaming XXH3-128 with the little-endian framing of the header.
@@ -161,7 +173,7 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   if (r->find(kLayoutBlob) != nullptr) {
     LEANEMB_ASSIGN_OR_RETURN(emb, sharded_checkpoint_digest(dir, env));
   } else {
-    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st.collection_step, env));
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st, env));
   }
   Hasher h;
   h.raw(kTrainingMagic, sizeof(kTrainingMagic) - 1);

@@ -11,11 +11,11 @@
 //            meta JSON {"dim","dtype","optimizer","state_dtype","stride_bytes"}); the
 //            embedding part is computed exactly as collection_digest() would for a collection
 //            with those tables (global row = row index, step = train/state "collection_step"),
-//            with the tables in the order the trainer wrote them (the order of each table's
-//            row 0 in the data payload: file index, then offset). The trainer writes them in
-//            collection order (C1, C2, ..., C10, ...), which is also the table order of a
-//            sharded layout of the same model; the manifest's own order (bytewise by name:
-//            C1, C10, C2, ...) is not used.
+//            with the tables in the order train/state's "tables" lists them (the trainer
+//            writes the collection's order, C1, C2, ..., C10, ..., which is also the table
+//            order of a sharded layout of the same model; the manifest's own order, bytewise
+//            by name, C1, C10, C2, ..., is not used). A plain checkpoint without "tables" (an
+//            older build's) is DataLoss.
 //
 // Training digest = XXH3-128 (canonical form, 32 lowercase hex digits) of:
 //   "leanemb-training-digest-v1"                         (26 bytes)

@@ -96,10 +96,12 @@ struct TrainerBlobs {
   std::vector<uint8_t> reader = {7, 0, 0, 0, 42}, scaler = {0, 0, 128, 71};
   std::vector<uint8_t> dense_w = std::vector<uint8_t>(64, 3), dense_opt = std::vector<uint8_t>(64, 9);
   std::string omit;  // a blob left out
+  std::vector<std::string> tables = {"C2", "C10"};  // train/state's table order (collection order)
 
   std::vector<std::pair<std::string, std::vector<uint8_t>>> list() const {
     const std::string st = json{{"step", step}, {"samples", samples}, {"skipped_steps", skipped},
-                                {"collection_step", collection_step}, {"format", "leanemb-train-1"}}.dump();
+                                {"collection_step", collection_step}, {"format", "leanemb-train-1"},
+                                {"tables", tables}}.dump();
     std::vector<std::pair<std::string, std::vector<uint8_t>>> all = {
         {"train/state", {st.begin(), st.end()}}, {"train/reader", reader}, {"amp/loss_scaler", scaler},
         {"dense/param/w", dense_w}, {"dense/opt/w", dense_opt}};
@@ -222,6 +224,26 @@ TEST(TrainingDigestTest, MissingBlobIsDataLossNamingIt) {
     EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status().to_string();
     EXPECT_NE(d.status().message().find(std::string("'") + name + "'"), std::string::npos) << d.status().to_string();
   }
+}
+
+// The plain digest takes the tables in train/state's "tables" order: the other order gives
+// another digest (no longer the sharded one), and a checkpoint without "tables" is DataLoss.
+TEST(TrainingDigestTest, PlainTableOrderComesFromTrainState) {
+  const auto ref = trained_reference();
+  TempDir dir;
+  const std::string base = digest_of(write_plain(dir.sub("base"), *ref, TrainerBlobs{}));
+  TrainerBlobs swapped;
+  swapped.tables = {"C10", "C2"};
+  EXPECT_NE(digest_of(write_plain(dir.sub("swapped"), *ref, swapped)), base);
+  TrainerBlobs none;
+  none.tables.clear();
+  auto d = training_digest(write_plain(dir.sub("none"), *ref, none));
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(d.status().message().find("\"tables\""), std::string::npos) << d.status().to_string();
+  TrainerBlobs unknown;
+  unknown.tables = {"C2", "C3"};
+  EXPECT_EQ(training_digest(write_plain(dir.sub("unknown"), *ref, unknown)).status().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -99,8 +99,10 @@ struct Counters {
 std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const model::CtrModel& m, const data::DataReader& reader,
                                                                       const amp::LossScaler& scaler, const Counters& k) {
   std::vector<std::pair<std::string, std::vector<uint8_t>>> b;
+  json tables = json::array();  // the collection's table order (the training digest follows it)
+  for (const TableOptions& t : m.embeddings().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped},
-                   {"collection_step", m.embeddings().step()}, {"format", "leanemb-train-1"}};
+                   {"collection_step", m.embeddings().step()}, {"format", "leanemb-train-1"}, {"tables", tables}};
   b.emplace_back("train/state", to_bytes(st));
   b.emplace_back("train/reader", reader.save_state());
   b.emplace_back("amp/loss_scaler", scaler.save());

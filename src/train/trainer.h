@@ -8,7 +8,7 @@
 // and at the end. The summary holds what the CLI prints and writes with --json-summary.
 //
 // Checkpoint content (docs/formats/checkpoint.md): tables "emb/<table>" (raw fat rows: weights
-// and optimizer state) and blobs "train/state" (step, samples, collection step, skipped
+// and optimizer state) and blobs "train/state" (step, samples, collection step, table order, skipped
 // steps), "train/reader" (the data reader's position), "amp/loss_scaler", "dense/param/<name>"
 // and "dense/opt/<name>" (fp32). Nothing that depends on time or thread count is stored, so a
 // resumed run's checkpoints are byte-for-byte those of an uninterrupted run.
