@@ -13,15 +13,19 @@
 //   every row's contributions are summed in the order of the concatenated global batch.
 //
 // Wire formats (little-endian host bytes; all ranks run the same build):
-//   forward request  to owner o:  int64 [F] ids per feature, int64 [n] local rows
+//   forward request  to owner o:  int64 [F] ids per feature, [n] local rows (uint32 when every
+//                                 rank's tables have < 2^32 rows, else int64: id_bytes)
 //   forward reply    to requester: per feature, its rows encoded in forward_payload
-//   backward         to owner o:  int64 [F] bags per feature, int64 [M] ids per bag,
-//                                 int64 [N] local rows, fp32 [N] scales, then per feature its
-//                                 bags' gradients encoded in backward_payload
+//   backward         to owner o:  int64 [F] bags per feature, int64 [F] scaled flags,
+//                                 uint32 [M] ids per bag, [N] local rows (id_bytes), fp32
+//                                 scales of the ids of scaled features only (kMean or per-id
+//                                 weights; the others' scales are exactly 1), then per feature
+//                                 its bags' gradients encoded in backward_payload
 #include "dist/sharded_collection.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -42,6 +46,35 @@ void append_bytes(Bytes* out, std::span<const T> v) {
   const size_t at = out->size();
   out->resize(at + v.size_bytes());
   if (!v.empty()) std::memcpy(out->data() + at, v.data(), v.size_bytes());
+}
+
+// Local row numbers on the wire: 4 bytes (uint32) when every rank's rows fit, else 8 (int64).
+template <typename Bytes>
+void append_ids(Bytes* out, std::span<const int64_t> v, size_t id_bytes) {
+  if (id_bytes == 8) return append_bytes(out, v);
+  const size_t at = out->size();
+  out->resize(at + v.size() * 4);
+  uint8_t* dst = out->data() + at;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto x = static_cast<uint32_t>(v[i]);
+    std::memcpy(dst + i * 4, &x, 4);
+  }
+}
+
+// Appends n ids of `id_bytes` each from raw to *out (widened to int64).
+template <typename Vec>
+void widen_ids(std::span<const uint8_t> raw, size_t n, size_t id_bytes, Vec* out) {
+  const size_t at = out->size();
+  out->resize(at + n);
+  if (id_bytes == 8) {
+    if (n) std::memcpy(out->data() + at, raw.data(), n * 8);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t x;
+    std::memcpy(&x, raw.data() + i * 4, 4);
+    (*out)[at + i] = x;
+  }
 }
 
 // Reads consecutive sections of a received message; fails (instead of reading past the end)
@@ -97,6 +130,7 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<PoolingMode> pooling;    // [F] global pooling
   ShardedStepStats stats;
   ShardedTotals totals;
+  size_t id_bytes = 8;  // local rows on the wire: 4 when every rank's tables have < 2^32 rows
 
   Status validate(const SparseBatch& batch, size_t pooled_size, const char* what) const;
   // Every rank learns which ranks failed; returns this rank's own error, an error naming the
@@ -122,9 +156,10 @@ struct ShardedEmbeddingCollection::Impl {
   struct BagGradients {
     explicit BagGradients(std::pmr::memory_resource* r) : counts(r), rows(r), scales(r), grads(r) {}
     std::vector<int64_t> bags;              // [F] bags per feature
+    std::vector<int64_t> scaled;            // [F] 1: the feature's ids carry scales (kMean, weights)
     PVec<int64_t> counts;                   // [M] ids per bag
     PVec<int64_t> rows;                     // [N] local rows
-    PVec<float> scales;                     // [N] exact fp32 scales
+    PVec<float> scales;                     // exact fp32 scales: of every id (sent), of scaled features' ids (received)
     PVec<PVec<float>> grads;                // [F][bags_f * dim_f] (sent)
     std::vector<std::span<const uint8_t>> raw;  // [F] the encoded gradients (received)
   };
@@ -303,6 +338,10 @@ Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::
   LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, allocator));
   Allocator* comm_alloc = comm_allocator ? comm_allocator : (allocator ? allocator : default_host_allocator());
   impl->resource = std::make_unique<AccountedResource>(comm_alloc, Category::kCommBuffers);
+  impl->id_bytes = options.wide_ids ? 8 : 4;
+  for (int t = 0; t < impl->num_tables; ++t)
+    for (int r = 0; r < comm->size(); ++r)
+      if (impl->plan.local_num_rows(t, r) > int64_t{UINT32_MAX}) impl->id_bytes = 8;
   impl->scratch = std::make_unique<Impl::Scratch>(impl->resource.get());
   LEANEMB_RETURN_IF_ERROR(impl->init_rows());
   return std::unique_ptr<ShardedEmbeddingCollection>(new ShardedEmbeddingCollection(std::move(impl)));
@@ -358,13 +397,9 @@ Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, co
     bool ok = rd.take(nf, &out->counts[q]);
     for (size_t f = 0; f < nf && ok; ++f) {
       std::span<const uint8_t> raw;
-      ok = out->counts[q][f] >= 0 && rd.take_raw(static_cast<size_t>(out->counts[q][f]) * 8, &raw);
-      auto& ids = table_ids[static_cast<size_t>(feature_table[f])];
-      if (ok) {
-        const size_t at = ids.size();
-        ids.resize(at + raw.size() / 8);
-        if (!raw.empty()) std::memcpy(ids.data() + at, raw.data(), raw.size());
-      }
+      const auto n = static_cast<size_t>(out->counts[q][f]);
+      ok = out->counts[q][f] >= 0 && rd.take_raw(n * id_bytes, &raw);
+      if (ok) widen_ids(raw, n, id_bytes, &table_ids[static_cast<size_t>(feature_table[f])]);
     }
     if (!ok || !rd.done()) return internal_error("dist: forward: malformed request from rank " + std::to_string(q));
   }
@@ -484,8 +519,11 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   auto [send, recv, send_counts, recv_counts] = std::tie(sc.send, sc.recv, sc.send_counts, sc.recv_counts);  // references
   sc.begin_send(p);
   for (size_t o = 0; o < p; ++o) {
-    append_bytes(&send, std::span<const int64_t>(req.per_owner[o]));
-    send_counts[o] = static_cast<int64_t>(req.per_owner[o].size() * 8);
+    const size_t before = send.size();
+    const std::span<const int64_t> all(req.per_owner[o]);
+    append_bytes(&send, all.first(static_cast<size_t>(im.num_features)));  // [F] counts
+    append_ids(&send, all.subspan(static_cast<size_t>(im.num_features)), im.id_bytes);
+    send_counts[o] = static_cast<int64_t>(send.size() - before);
   }
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
 
@@ -524,6 +562,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
   while (out.size() < p) out.emplace_back(scratch->res);
   for (auto& o : out) {
     o.bags.assign(nf, 0);
+    o.scaled.assign(nf, 0);
     o.counts.clear();
     o.rows.clear();
     o.scales.clear();
@@ -538,6 +577,9 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
     const FeatureInput& in = batch.features[f];
     const int t = feature_table[f];
     const auto d = static_cast<size_t>(feature_dim[f]);
+    // Scales other than 1 exist only with per-id weights or mean pooling.
+    const int64_t scaled = pooling[f] == PoolingMode::kMean || !in.weights.empty() ? 1 : 0;
+    for (auto& o : out) o.scaled[f] = scaled;
     for (int64_t b = 0; b < batch.batch_size; ++b) {
       const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
       // The single-process backward's scale of each contribution, bit for bit.
@@ -567,10 +609,19 @@ Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradient
   const PayloadDType pd = options.backward_payload;
   for (size_t o = 0; o < out.size(); ++o) {
     const size_t before = send->size();
-    append_bytes(send, std::span<const int64_t>(out[o].bags));
-    append_bytes(send, std::span<const int64_t>(out[o].counts));
-    append_bytes(send, std::span<const int64_t>(out[o].rows));
-    append_bytes(send, std::span<const float>(out[o].scales));
+    const BagGradients& m = out[o];
+    append_bytes(send, std::span<const int64_t>(m.bags));
+    append_bytes(send, std::span<const int64_t>(m.scaled));
+    append_ids(send, std::span<const int64_t>(m.counts), 4);  // ids per bag
+    append_ids(send, std::span<const int64_t>(m.rows), id_bytes);
+    // The scales of the scaled features' ids only (the ids are in feature order).
+    size_t bag = 0, id = 0;
+    for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+      size_t n = 0;
+      for (int64_t k = 0; k < m.bags[f]; ++k) n += static_cast<size_t>(m.counts[bag++]);
+      if (m.scaled[f]) append_bytes(send, std::span<const float>(m.scales).subspan(id, n));
+      id += n;
+    }
     for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
       const size_t at = send->size();
       send->resize(at + static_cast<size_t>(out[o].bags[f]) * payload_bytes_per_row(pd, feature_dim[f]));
@@ -590,18 +641,28 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
   for (size_t q = 0; q < counts.size(); ++q) {
     Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
     BagGradients& m = (*in)[q];
-    bool ok = rd.take(nf, &m.bags);
-    int64_t num_bags = 0, num_ids = 0;
+    bool ok = rd.take(nf, &m.bags) && rd.take(nf, &m.scaled);
+    int64_t num_bags = 0, num_ids = 0, num_scaled = 0;
     for (size_t f = 0; f < nf && ok; ++f) {
-      ok = m.bags[f] >= 0;
+      ok = m.bags[f] >= 0 && (m.scaled[f] == 0 || m.scaled[f] == 1);
       num_bags += m.bags[f];
     }
-    ok = ok && rd.take(static_cast<size_t>(num_bags), &m.counts);
-    for (size_t k = 0; k < m.counts.size() && ok; ++k) {
-      ok = m.counts[k] > 0;
-      num_ids += m.counts[k];
+    std::span<const uint8_t> raw;
+    m.counts.clear();
+    m.rows.clear();
+    ok = ok && rd.take_raw(static_cast<size_t>(num_bags) * 4, &raw);
+    if (ok) widen_ids(raw, static_cast<size_t>(num_bags), 4, &m.counts);
+    size_t bag = 0;
+    for (size_t f = 0; f < nf && ok; ++f) {
+      for (int64_t k = 0; k < m.bags[f] && ok; ++k, ++bag) {
+        ok = m.counts[bag] > 0;
+        num_ids += m.counts[bag];
+        if (m.scaled[f]) num_scaled += m.counts[bag];
+      }
     }
-    ok = ok && rd.take(static_cast<size_t>(num_ids), &m.rows) && rd.take(static_cast<size_t>(num_ids), &m.scales);
+    ok = ok && rd.take_raw(static_cast<size_t>(num_ids) * id_bytes, &raw);
+    if (ok) widen_ids(raw, static_cast<size_t>(num_ids), id_bytes, &m.rows);
+    ok = ok && rd.take(static_cast<size_t>(num_scaled), &m.scales);
     m.raw.resize(nf);
     for (size_t f = 0; f < nf && ok; ++f) {
       const auto n = static_cast<size_t>(m.bags[f]);
@@ -636,7 +697,7 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
   // buffer is not cleared first.
   PVec<float>& grads = scratch->grads;
   grads.resize(static_cast<size_t>(local_bags * ldo));
-  std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0);
+  std::vector<size_t> bag_cursor(in.size(), 0), id_cursor(in.size(), 0), scale_cursor(in.size(), 0);
   for (size_t f = 0; f < nf; ++f) {
     ids[f].clear();
     offsets[f].clear();
@@ -652,7 +713,7 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
         const int64_t c = m.counts[bag_cursor[q]++];
         for (int64_t i = 0; i < c; ++i, ++id_cursor[q]) {
           ids[f].push_back(m.rows[id_cursor[q]]);
-          weights[f].push_back(m.scales[id_cursor[q]]);
+          weights[f].push_back(m.scaled[f] ? m.scales[scale_cursor[q]++] : 1.0f);
         }
         offsets[f].push_back(static_cast<int64_t>(ids[f].size()));
       }

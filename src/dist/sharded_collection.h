@@ -63,6 +63,9 @@ struct ShardedCollectionOptions {
   TableAssign table_assign = TableAssign::kRoundRobin;    // kTableWise: owners of the tables
   PayloadDType forward_payload = PayloadDType::kF32;      // rows owner -> requester
   PayloadDType backward_payload = PayloadDType::kF32;     // gradients requester -> owner
+  // Local row numbers travel as uint32 when every rank's tables have fewer than 2^32 rows, else
+  // as int64; true forces int64 (tests of that path).
+  bool wide_ids = false;
 };
 
 // Bytes this rank sent to other ranks (Communicator::stats, self excluded) in the last call.

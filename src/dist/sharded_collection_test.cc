@@ -254,6 +254,7 @@ TEST(ShardedCollectionTest, Fp32ShardedTrainingIsBitIdenticalToOneProcess) {
         ShardedCollectionOptions so;
         so.collection = o;
         so.sharding = sk;
+        so.wide_ids = sk == ShardingKind::kRowRange;  // int64 local rows on the wire (else uint32)
         const auto results = train_sharded(p, so, ref);
         expect_rows_identical(ref, results);
         for (const RankResult& r : results) EXPECT_EQ(r.step, kSteps);
