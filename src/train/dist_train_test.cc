@@ -111,13 +111,7 @@ TEST(DistTrainTest, GradGroupsChangeOnlyRounding) {
   model::CtrModelOptions o1 = small_model(50), o2 = small_model(50);
   o2.grad_groups = 2;
   Rig a = make_rig(o1), b = make_rig(o2);
-  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
-  amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
-  for (int step = 0; step < 3; ++step) {
-    const data::Batch batch = random_batch(o1, 64, 700 + step);
-    ASSERT_TRUE(a.model->train_step(batch, 1, s1).ok());
-    ASSERT_TRUE(b.model->train_step(batch, 1, s2).ok());
-  }
+  train_pair(a, b, o1, 3, 64, 700);
   const auto da = dense_values(*a.model), db = dense_values(*b.model);
   double worst = 0;
   for (size_t i = 0; i < da.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(da[i]) - db[i]));

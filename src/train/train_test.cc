@@ -136,13 +136,7 @@ TEST(CheckpointActivationsTest, IdenticalTrainingAndLowerActivationPeak) {
   model::CtrModelOptions oc = o;
   oc.checkpoint_activations = true;
   Rig plain = make_rig(o), ckpt = make_rig(oc);
-  amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
-  amp::LossScaler s2 = std::move(amp::LossScaler::create({.enabled = false})).value();
-  for (int step = 0; step < 3; ++step) {
-    const data::Batch b = random_batch(o, 256, 200 + step);
-    ASSERT_TRUE(plain.model->train_step(b, 1, s1).ok());
-    ASSERT_TRUE(ckpt.model->train_step(b, 1, s2).ok());
-  }
+  train_pair(plain, ckpt, o, 3, 256, 200);
   EXPECT_EQ(state_bytes(*plain.model), state_bytes(*ckpt.model));
   const size_t p = plain.mem->stats()[0][Category::kActivations].peak_bytes;
   const size_t c = ckpt.mem->stats()[0][Category::kActivations].peak_bytes;

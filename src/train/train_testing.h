@@ -10,6 +10,7 @@
 
 #include "data/batch.h"
 #include "leanemb/memory_system.h"
+#include "amp/loss_scaler.h"
 #include "model/ctr_model.h"
 
 namespace leanemb::train {
@@ -101,6 +102,19 @@ inline std::vector<float> table_values(model::CtrModel& m) {
     out.insert(out.end(), w.begin(), w.end());
   }
   return out;
+}
+
+// Trains a and b on the same `steps` random batches of B records (seeds seed, seed + 1, ...),
+// each with its own unscaled fp32 loss scaler and micro_a / micro_b micro-batches.
+inline void train_pair(Rig& a, Rig& b, const model::CtrModelOptions& o, int steps, int64_t B, uint64_t seed,
+                       int micro_a = 1, int micro_b = 1) {
+  amp::LossScaler sa = std::move(amp::LossScaler::create({.enabled = false})).value();
+  amp::LossScaler sb = std::move(amp::LossScaler::create({.enabled = false})).value();
+  for (int step = 0; step < steps; ++step) {
+    const data::Batch batch = random_batch(o, B, seed + static_cast<uint64_t>(step));
+    ASSERT_TRUE(a.model->train_step(batch, micro_a, sa).ok());
+    ASSERT_TRUE(b.model->train_step(batch, micro_b, sb).ok());
+  }
 }
 
 }  // namespace leanemb::train
