@@ -220,27 +220,24 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
   uint64_t sum = 0;
   std::memcpy(&sum, state.data() + state.size() - 8, 8);
   if (sum != XXH3_64bits(state.data(), state.size() - 8)) return bad;
-  if (state.size() >= 8 + 4 + 8) {
-    uint32_t saved_version = 0;
-    std::memcpy(&saved_version, state.data() + 8, 4);
-    if (saved_version != kStateVersion)
-      return invalid_argument("data reader: restore_state: the state has format version " + std::to_string(saved_version) +
-                              ", this build reads version " + std::to_string(kStateVersion) +
-                              " (saved by another leanemb version; start the run afresh)");
-  }
   ByteReader r(state.first(state.size() - 8));
   std::string magic;
   uint32_t version = 0;
+  if (!r.get_string(&magic, 8) || !r.get(&version)) return bad;
+  if (version != kStateVersion)
+    return invalid_argument("data reader: restore_state: the state has format version " + std::to_string(version) +
+                            ", this build reads version " + std::to_string(kStateVersion) +
+                            " (saved by another leanemb version; start the run afresh)");
   uint64_t fp = 0, msg_len = 0;
   int64_t epoch = 0, emitted = 0;
   uint8_t finished = 0;
   DataStats st;
-  bool ok = r.get_string(&magic, 8) && r.get(&version) && r.get(&fp) && r.get(&epoch) && r.get(&emitted) && r.get(&finished);
+  bool ok = r.get(&fp) && r.get(&epoch) && r.get(&emitted) && r.get(&finished);
   for (int64_t* v : {&st.lines, &st.records, &st.malformed, &st.truncated_values, &st.converted_malformed, &st.bytes_read})
     ok = ok && r.get(v);
   for (int64_t& v : st.malformed_by_kind) ok = ok && r.get(&v);
   ok = ok && r.get(&msg_len) && r.get_string(&st.first_malformed, msg_len) && r.pos() == state.size() - 8;
-  if (!ok || version != kStateVersion || epoch < 0 || emitted < 0) return bad;
+  if (!ok || epoch < 0 || emitted < 0) return bad;
   if (fp != fingerprint())
     return invalid_argument("data reader: restore_state: the state was saved by a reader with other options "
                             "(files, schema, batch_size, shuffle_buffer, seed or drop_last differ)");

@@ -390,14 +390,22 @@ INSTANTIATE_TEST_SUITE_P(ShuffleAndPositions, DataResumeTest,
                                   "_m" + std::to_string(i.param.m);
                          });
 
+// A reader over 40 lines that has read 2 batches of 8, and its saved state.
+struct SavedState {
+  ScratchDir dir;
+  ReaderOptions o;
+  std::unique_ptr<DataReader> reader;
+  std::vector<uint8_t> state;
+  SavedState() : o(options({dir.write("a.tsv", good_lines(40))}, schema(2, 3), 8)), reader(open_reader(o)) {
+    read_batches(reader.get(), 2);
+    state = reader->save_state();
+  }
+};
+
 // A state saved by a reader with other options, or damaged bytes, are refused.
 TEST(DataResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
-  ScratchDir dir;
-  const std::string path = dir.write("a.tsv", good_lines(40));
-  auto o = options({path}, schema(2, 3), 8);
-  auto reader = open_reader(o);
-  read_batches(reader.get(), 2);
-  std::vector<uint8_t> state = reader->save_state();
+  SavedState saved;
+  auto& [dir, o, reader, state] = saved;
   o.seed = 99;
   EXPECT_EQ(open_reader(o)->restore_state(state).code(), StatusCode::kInvalidArgument);
   state[20] ^= 1;
@@ -407,12 +415,8 @@ TEST(DataResumeErrorsTest, ForeignOrCorruptStateIsRejected) {
 
 // A well-formed state of another format version is refused with a message naming both versions.
 TEST(DataResumeErrorsTest, StateOfAnotherVersionNamesTheVersions) {
-  ScratchDir dir;
-  const std::string path = dir.write("a.tsv", good_lines(40));
-  auto o = options({path}, schema(2, 3), 8);
-  auto reader = open_reader(o);
-  read_batches(reader.get(), 2);
-  std::vector<uint8_t> state = reader->save_state();
+  SavedState saved;
+  auto& [dir, o, reader, state] = saved;
   const uint32_t old_version = 1;
   std::memcpy(state.data() + 8, &old_version, 4);  // after the 8-byte magic
   const uint64_t sum = XXH3_64bits(state.data(), state.size() - 8);
