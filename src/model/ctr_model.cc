@@ -177,6 +177,8 @@ CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
   const int64_t P = options_.comm ? options_.comm->size() : 1, r = options_.comm ? options_.comm->rank() : 0;
   const int64_t G = options_.grad_groups;
   Slice s;
+  s.B = B;
+  s.G = G;
   s.g0 = r * G / P;
   s.g1 = (r + 1) * G / P;
   s.lo = B * s.g0 / G;
@@ -234,11 +236,10 @@ Status CtrModel::lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi) 
   return sharded_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)));
 }
 
-Status CtrModel::save_group_grads(int64_t slot) {
+void CtrModel::save_group_grads(int64_t slot) {
   float* dst = buf_->group_grads.a.as<float>() + static_cast<size_t>(slot) * dense_param_floats(*dense_opt_);
   for (const nn::DenseParam& p : dense_opt_->params()) dst = std::copy(p.grad.begin(), p.grad.end(), dst);
   dense_opt_->zero_grad();
-  return Status();
 }
 
 Status CtrModel::reduce_dense_grads(int64_t groups_here) {
@@ -276,10 +277,9 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   const int64_t F = options_.num_sparse, D = options_.embedding_dim;
   const int64_t zd = options_.bottom_hidden.back();
   const int64_t idim = interaction_->output_dim();
-  const int64_t G = options_.grad_groups;
   const Slice sl = slice_of(B, micro_batches);
   const int64_t nl = sl.hi - sl.lo;
-  const bool grouped = G > 1 || options_.comm != nullptr;  // dense gradients through group_grads
+  const bool grouped = sl.G > 1 || options_.comm != nullptr;  // dense gradients through group_grads
   const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, nl, sl.max_micro);
   Allocator* work = memory_->allocator_for(Category::kWorkspace);
   Allocator* grads = memory_->allocator_for(Category::kGradients);
@@ -308,10 +308,9 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     if (Status s = lookup_slice(batch, sl.lo, sl.hi); !s.ok()) return fail(s);
   }
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
-    const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
     for (int64_t i = 0; i < sl.per_group; ++i) {
-      // Micro-batch i of group g: records [begin, end), sizes differing by at most one.
-      const int64_t begin = gb + gn * i / sl.per_group, end = gb + gn * (i + 1) / sl.per_group, n = end - begin;
+      const auto [begin, end] = sl.micro(g, i);
+      const int64_t n = end - begin;
       Status s = forward_micro(batch, begin, end, sl.lo, nl, true, logits);
       if (n == 0 && s.ok()) continue;
       if (s.ok()) {
@@ -333,7 +332,7 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
       if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
       if (!s.ok()) return fail(s);
     }
-    if (grouped) LEANEMB_RETURN_IF_ERROR(save_group_grads(g - sl.g0));
+    if (grouped) save_group_grads(g - sl.g0);
   }
   if (grouped) {
     if (Status s = reduce_dense_grads(sl.g1 - sl.g0); !s.ok()) return fail(s);
@@ -376,15 +375,13 @@ Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int m
   LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
   if (probs.size() != static_cast<size_t>(batch.batch_size))
     return invalid_argument("predict: probs has " + std::to_string(probs.size()) + " entries, batch " + std::to_string(batch.batch_size));
-  const int64_t B = batch.batch_size, G = options_.grad_groups;
-  const Slice sl = slice_of(B, micro_batches);
+  const Slice sl = slice_of(batch.batch_size, micro_batches);
   const bool multi = options_.comm && options_.comm->size() > 1;
   if (multi) std::fill(probs.begin(), probs.end(), 0.0f);
   if (sharded_) LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi));
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
-    const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
     for (int64_t i = 0; i < sl.per_group; ++i) {
-      const int64_t begin = gb + gn * i / sl.per_group, end = gb + gn * (i + 1) / sl.per_group;
+      const auto [begin, end] = sl.micro(g, i);
       LEANEMB_RETURN_IF_ERROR(forward_micro(batch, begin, end, sl.lo, sl.hi - sl.lo, false, probs.data() + begin));
     }
   }

@@ -32,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amp/loss_scaler.h"
@@ -155,12 +156,19 @@ class CtrModel {
                        float* logits_out);
   // This rank's records [lo, hi) and groups [g0, g1) of a batch of B; micro-batches per group.
   struct Slice {
+    int64_t B = 0, G = 1;  // batch size, gradient groups
     int64_t g0 = 0, g1 = 1, lo = 0, hi = 0, per_group = 1, max_micro = 0;
+    // Records [first, second) of micro-batch i of group g (sizes differing by at most one).
+    std::pair<int64_t, int64_t> micro(int64_t g, int64_t i) const {
+      const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
+      return {gb + gn * i / per_group, gb + gn * (i + 1) / per_group};
+    }
   };
   Slice slice_of(int64_t B, int micro_batches) const;
   // Sums the group gradients (and with a communicator all ranks' partials) into the params' grads.
   Status reduce_dense_grads(int64_t groups_here);
-  Status save_group_grads(int64_t slot);
+  // Moves the params' grads into group slot `slot` and zeroes them.
+  void save_group_grads(int64_t slot);
   Status lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi);
   struct Buffers;
   CtrModelOptions options_;
