@@ -375,6 +375,19 @@ Status Communicator::barrier() {
   return Status::ok_status();
 }
 
+Status agree(Communicator& comm, const Status& mine, const std::string& what) {
+  std::vector<int64_t> flags(static_cast<size_t>(comm.size()), 0);
+  flags[static_cast<size_t>(comm.rank())] = mine.ok() ? 0 : 1;
+  LEANEMB_RETURN_IF_ERROR(comm.all_reduce(std::span<int64_t>(flags), ReduceOp::kSum));
+  std::string failed;  // "1, 3"
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r] != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!mine.ok())
+    return Status(mine.code(), what + ": rank(s) " + failed + " failed; rank " + std::to_string(comm.rank()) + ": " + mine.message());
+  if (!failed.empty()) return invalid_argument(what + ": rank(s) " + failed + " failed");
+  return Status::ok_status();
+}
+
 Result<std::unique_ptr<Communicator>> make_communicator(std::string_view kind, const CommOptions& options) {
   if (options.timeout_ms <= 0) {
     return invalid_argument("dist: CommOptions::timeout_ms must be positive, got " + std::to_string(options.timeout_ms));

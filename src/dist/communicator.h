@@ -202,4 +202,11 @@ Result<std::unique_ptr<Communicator>> make_communicator(std::string_view kind, c
 // Whether this build has the MPI backend (LEANEMB_WITH_MPI and MPI found).
 bool mpi_available();
 
+// Collective: every rank learns which ranks have a failed `mine` (one all-reduce of flags).
+// Returns OK when every rank succeeded; on a failed rank its own error prefixed with
+// "<what>: rank(s) R... failed; rank r: "; on the others InvalidArgument "<what>: rank(s) R...
+// failed". So no rank goes on alone after another failed. Errors of the all-reduce itself
+// (Internal: a timeout naming the silent rank) are returned as they are.
+Status agree(Communicator& comm, const Status& mine, const std::string& what);
+
 }  // namespace leanemb::dist

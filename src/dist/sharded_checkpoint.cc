@@ -222,19 +222,6 @@ std::string rank_list(const std::vector<int64_t>& flags) {
   return s;
 }
 
-// Every rank learns which ranks failed (flag all-reduced); returns this rank's own error, an
-// error naming the failed ranks, or OK.
-Status agree(Communicator& comm, const Status& mine, const std::string& what) {
-  std::vector<int64_t> flags(static_cast<size_t>(comm.size()), 0);
-  flags[static_cast<size_t>(comm.rank())] = mine.ok() ? 0 : 1;
-  LEANEMB_RETURN_IF_ERROR(comm.all_reduce(std::span<int64_t>(flags), ReduceOp::kSum));
-  if (!mine.ok()) return Status(mine.code(), what + ": rank(s) " + rank_list(flags) + " failed; rank " +
-                                                 std::to_string(comm.rank()) + ": " + mine.message());
-  for (int64_t f : flags)
-    if (f != 0) return invalid_argument(what + ": rank(s) " + rank_list(flags) + " failed");
-  return Status();
-}
-
 }  // namespace
 
 // ---- digest (digest_internal.h) ----------------------------------------------------------------

@@ -211,25 +211,16 @@ Status load_plain_tables(const ckpt::CheckpointReader& r, model::CtrModel& m) {
   return Status();
 }
 
-// With a communicator: every rank fails if any rank failed (so that no rank goes on alone).
-Status agree(dist::Communicator* comm, Status mine, const std::string& what) {
-  if (!comm || comm->size() == 1) return mine;
-  int64_t bad[1] = {mine.ok() ? 0 : 1};
-  LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(bad, 1), dist::ReduceOp::kSum));
-  if (!mine.ok()) return mine;
-  if (bad[0] > 0) return Status(StatusCode::kInternal, what + ": failed on " + std::to_string(bad[0]) + " other rank(s)");
-  return Status();
-}
-
 // Resumes from checkpoint `dir`, plain or sharded (global directory), whichever the model is: a
 // sharded checkpoint needs a sharded model (any world size); a plain one loads into either.
 Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrModel& m, data::DataReader& reader,
                        amp::LossScaler& scaler, Counters* k) {
   auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
   dist::ShardedEmbeddingCollection* sh = m.sharded();
-  dist::Communicator* comm = sh ? &sh->communicator() : nullptr;
+  // With sharded tables every rank fails if any rank failed (dist::agree), so none goes on alone.
+  auto agree = [&](const Status& mine) { return sh ? dist::agree(sh->communicator(), mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
   auto opened = ckpt::CheckpointReader::open(dir);
-  if (Status s = agree(comm, opened.status(), "resuming from " + dir); !s.ok()) return ctx(s);
+  LEANEMB_RETURN_IF_ERROR(agree(opened.status()));
   const ckpt::CheckpointReader& r = *opened.value();
   json st;
   {
@@ -245,7 +236,7 @@ Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrMode
   } else {
     Status s = load_plain_tables(r, m);
     if (s.ok()) m.embeddings().set_step(st["collection_step"].get<int64_t>());
-    LEANEMB_RETURN_IF_ERROR(agree(comm, s.ok() ? s : ctx(s), "resuming from " + dir));
+    LEANEMB_RETURN_IF_ERROR(agree(s));
   }
   // Dense parameters and state: names from the model, values from the checkpoint.
   std::vector<std::vector<float>> store;
