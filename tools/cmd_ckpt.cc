@@ -6,11 +6,9 @@
 #include <memory>
 #include <string>
 
+#include "dist/training_digest.h"
 #include "leanemb/checkpoint.h"
 #include "tools/commands.h"
-#ifdef LEANEMB_HAVE_DIST
-#include "dist/training_digest.h"
-#endif
 
 namespace leanemb::tools {
 
@@ -26,12 +24,7 @@ int run_verify(const std::string& dir) {
 }
 
 int run_digest(const std::string& dir, bool training) {
-#ifdef LEANEMB_HAVE_DIST
   auto d = training ? dist::training_digest(dir) : ckpt::digest(dir);
-#else
-  if (training) return report_error(unimplemented("ckpt digest --training: this build left out src/dist"));
-  auto d = ckpt::digest(dir);
-#endif
   if (!d.ok()) return report_error(d.status());
   std::printf("%s\n", d->c_str());
   return 0;

@@ -11,9 +11,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
-# `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) needs src/dist; without this module the
-# option reports that it was built out.
-target_compile_definitions(leanemb_cli PRIVATE LEANEMB_HAVE_DIST=1)
+# `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) calls src/dist.
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 set(LEANEMB_HAVE_MPI OFF)
