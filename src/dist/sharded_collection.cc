@@ -48,10 +48,11 @@ void append_bytes(Bytes* out, std::span<const T> v) {
   if (!v.empty()) std::memcpy(out->data() + at, v.data(), v.size_bytes());
 }
 
-// Local row numbers on the wire: 4 bytes (uint32) when every rank's rows fit, else 8 (int64).
+// Non-negative integers on the wire in `bytes` = 4 (uint32) or 8 (int64) each: local rows (4
+// when every rank's rows fit), ids per bag (4).
 template <typename Bytes>
-void append_ids(Bytes* out, std::span<const int64_t> v, size_t id_bytes) {
-  if (id_bytes == 8) return append_bytes(out, v);
+void append_uint(Bytes* out, std::span<const int64_t> v, size_t bytes) {
+  if (bytes == 8) return append_bytes(out, v);
   const size_t at = out->size();
   out->resize(at + v.size() * 4);
   uint8_t* dst = out->data() + at;
@@ -61,12 +62,12 @@ void append_ids(Bytes* out, std::span<const int64_t> v, size_t id_bytes) {
   }
 }
 
-// Appends n ids of `id_bytes` each from raw to *out (widened to int64).
+// Appends the n integers of `bytes` each in raw to *out (widened to int64).
 template <typename Vec>
-void widen_ids(std::span<const uint8_t> raw, size_t n, size_t id_bytes, Vec* out) {
+void widen_uint(std::span<const uint8_t> raw, size_t n, size_t bytes, Vec* out) {
   const size_t at = out->size();
   out->resize(at + n);
-  if (id_bytes == 8) {
+  if (bytes == 8) {
     if (n) std::memcpy(out->data() + at, raw.data(), n * 8);
     return;
   }
@@ -159,7 +160,7 @@ struct ShardedEmbeddingCollection::Impl {
     std::vector<int64_t> scaled;            // [F] 1: the feature's ids carry scales (kMean, weights)
     PVec<int64_t> counts;                   // [M] ids per bag
     PVec<int64_t> rows;                     // [N] local rows
-    PVec<float> scales;                     // exact fp32 scales: of every id (sent), of scaled features' ids (received)
+    PVec<float> scales;                     // exact fp32 scales of the scaled features' ids
     PVec<PVec<float>> grads;                // [F][bags_f * dim_f] (sent)
     std::vector<std::span<const uint8_t>> raw;  // [F] the encoded gradients (received)
   };
@@ -167,9 +168,8 @@ struct ShardedEmbeddingCollection::Impl {
   // In kCommBuffers memory of the collection's comm allocator (counted in MemoryStats).
   struct Scratch {
     explicit Scratch(std::pmr::memory_resource* r)
-        : res(r), req(r), served(r), send(r), recv(r), table_ids(r), owner_rows(r), ids(r), offsets(r), weights(r),
+        : req(r), served(r), send(r), recv(r), table_ids(r), owner_rows(r), ids(r), offsets(r), weights(r),
           grads(r), no_ids(r) {}
-    std::pmr::memory_resource* res;
     Requests req;
     Served served;
     PVec<uint8_t> send, recv;
@@ -399,7 +399,7 @@ Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, co
       std::span<const uint8_t> raw;
       const auto n = static_cast<size_t>(out->counts[q][f]);
       ok = out->counts[q][f] >= 0 && rd.take_raw(n * id_bytes, &raw);
-      if (ok) widen_ids(raw, n, id_bytes, &table_ids[static_cast<size_t>(feature_table[f])]);
+      if (ok) widen_uint(raw, n, id_bytes, &table_ids[static_cast<size_t>(feature_table[f])]);
     }
     if (!ok || !rd.done()) return internal_error("dist: forward: malformed request from rank " + std::to_string(q));
   }
@@ -522,7 +522,7 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
     const size_t before = send.size();
     const std::span<const int64_t> all(req.per_owner[o]);
     append_bytes(&send, all.first(static_cast<size_t>(im.num_features)));  // [F] counts
-    append_ids(&send, all.subspan(static_cast<size_t>(im.num_features)), im.id_bytes);
+    append_uint(&send, all.subspan(static_cast<size_t>(im.num_features)), im.id_bytes);
     send_counts[o] = static_cast<int64_t>(send.size() - before);
   }
   LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
@@ -559,7 +559,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
   std::vector<BagGradients>& out = *outp;
-  while (out.size() < p) out.emplace_back(scratch->res);
+  while (out.size() < p) out.emplace_back(resource.get());
   for (auto& o : out) {
     o.bags.assign(nf, 0);
     o.scaled.assign(nf, 0);
@@ -590,7 +590,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
         const auto o = static_cast<size_t>(plan.owner(t, id));
         const float w = in.weights.empty() ? 1.0f : in.weights[static_cast<size_t>(i)];
         out[o].rows.push_back(plan.local_row(t, id));
-        out[o].scales.push_back(pooling[f] == PoolingMode::kMean ? w * inv_len : w);
+        if (scaled) out[o].scales.push_back(pooling[f] == PoolingMode::kMean ? w * inv_len : w);
         if (in_bag[o]++ == 0) touched.push_back(o);
       }
       const float* g = grad_pooled.data() + b * ldo + local->pooled_offset(static_cast<int>(f));
@@ -612,16 +612,9 @@ Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradient
     const BagGradients& m = out[o];
     append_bytes(send, std::span<const int64_t>(m.bags));
     append_bytes(send, std::span<const int64_t>(m.scaled));
-    append_ids(send, std::span<const int64_t>(m.counts), 4);  // ids per bag
-    append_ids(send, std::span<const int64_t>(m.rows), id_bytes);
-    // The scales of the scaled features' ids only (the ids are in feature order).
-    size_t bag = 0, id = 0;
-    for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
-      size_t n = 0;
-      for (int64_t k = 0; k < m.bags[f]; ++k) n += static_cast<size_t>(m.counts[bag++]);
-      if (m.scaled[f]) append_bytes(send, std::span<const float>(m.scales).subspan(id, n));
-      id += n;
-    }
+    append_uint(send, std::span<const int64_t>(m.counts), 4);  // ids per bag
+    append_uint(send, std::span<const int64_t>(m.rows), id_bytes);
+    append_bytes(send, std::span<const float>(m.scales));
     for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
       const size_t at = send->size();
       send->resize(at + static_cast<size_t>(out[o].bags[f]) * payload_bytes_per_row(pd, feature_dim[f]));
@@ -637,7 +630,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
   const PayloadDType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const std::vector<int64_t> disp = displacements(counts);
-  while (in->size() < counts.size()) in->emplace_back(scratch->res);
+  while (in->size() < counts.size()) in->emplace_back(resource.get());
   for (size_t q = 0; q < counts.size(); ++q) {
     Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
     BagGradients& m = (*in)[q];
@@ -651,7 +644,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
     m.counts.clear();
     m.rows.clear();
     ok = ok && rd.take_raw(static_cast<size_t>(num_bags) * 4, &raw);
-    if (ok) widen_ids(raw, static_cast<size_t>(num_bags), 4, &m.counts);
+    if (ok) widen_uint(raw, static_cast<size_t>(num_bags), 4, &m.counts);
     size_t bag = 0;
     for (size_t f = 0; f < nf && ok; ++f) {
       for (int64_t k = 0; k < m.bags[f] && ok; ++k, ++bag) {
@@ -661,7 +654,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
       }
     }
     ok = ok && rd.take_raw(static_cast<size_t>(num_ids) * id_bytes, &raw);
-    if (ok) widen_ids(raw, static_cast<size_t>(num_ids), id_bytes, &m.rows);
+    if (ok) widen_uint(raw, static_cast<size_t>(num_ids), id_bytes, &m.rows);
     ok = ok && rd.take(static_cast<size_t>(num_scaled), &m.scales);
     m.raw.resize(nf);
     for (size_t f = 0; f < nf && ok; ++f) {
