@@ -35,6 +35,7 @@ SETS=(--set "data.dir=\"$WORK/data\"" --set data.gen.train_rows=12000 --set data
 fail() { echo "mpi_train $MODE FAILED: $*"; exit 1; }
 train1() { "$LEANEMB" train "${SETS[@]}" --quiet "$@" > /dev/null; }
 trainp() { local np=$1; shift; timeout -k 5 120 "$MPIRUN" --oversubscribe -np "$np" "$LEANEMB" train "${SETS[@]}" --quiet "$@"; }
+at() { local np=$1; shift; if [[ "$np" == 1 ]]; then train1 "$@"; else trainp "$np" "$@" > /dev/null; fi; }  # P=1 without MPI
 latest() { ls -d "$1"/checkpoints/step-* 2>/dev/null | grep -v '\.tmp$' | sort | tail -1; }
 digest_of() { "$LEANEMB" ckpt digest --training "$(latest "$1")"; }
 final_step_ok() { [[ "$(basename "$(latest "$1")")" == "step-$(printf '%010d' "$STEPS")" ]] || fail "$1 did not reach step $STEPS"; }
@@ -57,12 +58,8 @@ case "$MODE" in
     for pair in "2 1" "1 2" "2 4"; do
       read -r from to <<< "$pair"
       out="$WORK/r${from}to${to}"
-      if [[ "$from" == 1 ]]; then train1 --steps $((STEPS / 2)) --out "$out"; else trainp "$from" --steps $((STEPS / 2)) --out "$out" > /dev/null; fi
-      if [[ "$to" == 1 ]]; then
-        train1 --steps "$STEPS" --out "$out" --resume --json-summary "$out.json"
-      else
-        trainp "$to" --steps "$STEPS" --out "$out" --resume --json-summary "$out.json" > /dev/null
-      fi
+      at "$from" --steps $((STEPS / 2)) --out "$out"
+      at "$to" --steps "$STEPS" --out "$out" --resume --json-summary "$out.json"
       grep -q "\"resumed_from_step\": $((STEPS / 2))," "$out.json" || fail "$from -> $to: did not resume from step $((STEPS / 2))"
       final_step_ok "$out"
       got=$(digest_of "$out")
