@@ -8,6 +8,7 @@
 #include "ckpt/block_file.h"
 #include "ckpt/directory.h"
 #include "ckpt/format.h"
+#include "ckpt/xxh128_stream.h"
 #include "leanemb/checkpoint.h"
 
 namespace leanemb::ckpt {
@@ -17,35 +18,7 @@ namespace {
 constexpr char kDigestDomain[] = "leanemb-checkpoint-digest-v1";
 constexpr size_t kDigestPieceBytes = size_t{1} << 20;  // bytes read per step while hashing
 
-// Streaming XXH3-128 with the little-endian integer encoding of the format.
-class Hasher {
- public:
-  Hasher() : state_(XXH3_createState(), &XXH3_freeState) {
-    LEANEMB_CHECK(state_ != nullptr, "XXH3_createState failed");
-    XXH3_128bits_reset(state_.get());
-  }
-  void bytes(const void* p, size_t n) { XXH3_128bits_update(state_.get(), p, n); }
-  void u8(uint8_t v) { bytes(&v, 1); }
-  void u64(uint64_t v) {
-    uint8_t b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
-    bytes(b, 8);
-  }
-  std::string hex() const {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state_.get()));
-    static const char kHex[] = "0123456789abcdef";
-    std::string s;
-    for (unsigned char b : c.digest) {
-      s.push_back(kHex[b >> 4]);
-      s.push_back(kHex[b & 15]);
-    }
-    return s;
-  }
-
- private:
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state_;
-};
+using Hasher = Xxh128Stream;
 
 }  // namespace
 

@@ -51,7 +51,4 @@ void add_rows(RowSum* sum, uint64_t seed, std::span<const uint8_t> rows, size_t 
 // REQUIRES: sums.size() == tables.size().
 std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, const std::vector<RowSum>& sums);
 
-// 32 lowercase hex digits of h's canonical (big-endian) form.
-std::string hex128(XXH128_hash_t h);
-
 }  // namespace leanemb::dist::digest_internal

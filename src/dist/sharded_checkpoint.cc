@@ -21,6 +21,7 @@
 
 #include "ckpt/env.h"
 #include "ckpt/format.h"
+#include "ckpt/xxh128_stream.h"
 #include "dist/digest_internal.h"
 
 namespace leanemb::dist {
@@ -241,18 +242,6 @@ void add_rows(RowSum* sum, uint64_t seed, std::span<const uint8_t> rows, size_t 
   }
 }
 
-std::string hex128(XXH128_hash_t h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : c.digest) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
-
 std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, const std::vector<RowSum>& sums) {
   ByteWriter w;
   w.raw(kDigestMagic);
@@ -270,7 +259,7 @@ std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, 
     w.put<uint64_t>(sums[t].lo);
     w.put<uint64_t>(sums[t].hi);
   }
-  return hex128(XXH3_128bits(w.bytes().data(), w.bytes().size()));
+  return ckpt::xxh128_hex(XXH3_128bits(w.bytes().data(), w.bytes().size()));
 }
 
 }  // namespace digest_internal

@@ -14,6 +14,7 @@
 
 #include "ckpt/env.h"
 #include "ckpt/format.h"
+#include "ckpt/xxh128_stream.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
@@ -33,6 +34,8 @@ constexpr std::string_view kDensePrefix = "dense/";
 constexpr int64_t kChunkRows = 4096;
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::span<const uint8_t> as_bytes(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
 // Blob `name` of the checkpoint; DataLoss naming it if it is missing or a table.
 Result<std::vector<uint8_t>> required_blob(const ckpt::CheckpointReader& r, std::string_view name) {
@@ -141,29 +144,6 @@ Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, cons
   return digest_internal::finish_digest(st.collection_step, layouts, sums);
 }
 
-// Streaming XXH3-128 with the little-endian framing of the header.
-class Hasher {
- public:
-  Hasher() : state_(XXH3_createState(), &XXH3_freeState) {
-    LEANEMB_CHECK(state_ != nullptr, "XXH3_createState failed");
-    XXH3_128bits_reset(state_.get());
-  }
-  void raw(const void* p, size_t n) { XXH3_128bits_update(state_.get(), p, n); }
-  void u64(uint64_t v) { raw(&v, sizeof(v)); }  // the library targets little-endian hosts
-  void bytes(std::string_view s) {
-    u64(s.size());
-    raw(s.data(), s.size());
-  }
-  void bytes(const std::vector<uint8_t>& b) {
-    u64(b.size());
-    raw(b.data(), b.size());
-  }
-  std::string hex() { return digest_internal::hex128(XXH3_128bits_digest(state_.get())); }
-
- private:
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state_;
-};
-
 }  // namespace
 
 Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
@@ -175,9 +155,9 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   } else {
     LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st, env));
   }
-  Hasher h;
-  h.raw(kTrainingMagic, sizeof(kTrainingMagic) - 1);
-  h.bytes(emb);
+  ckpt::Xxh128Stream h;
+  h.bytes(kTrainingMagic, sizeof(kTrainingMagic) - 1);
+  h.sized(as_bytes(emb));
   std::vector<const ckpt::EntryInfo*> dense;
   for (const ckpt::EntryInfo& e : r->entries()) {  // bytewise name order
     if (starts_with(e.name, kDensePrefix)) dense.push_back(&e);
@@ -185,12 +165,12 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   h.u64(dense.size());
   for (const ckpt::EntryInfo* e : dense) {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(*r, e->name));
-    h.bytes(std::string_view(e->name));
-    h.bytes(b);
+    h.sized(as_bytes(e->name));
+    h.sized(b);
   }
   for (const char* name : {"amp/loss_scaler", "train/reader"}) {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(*r, name));
-    h.bytes(b);
+    h.sized(b);
   }
   for (int64_t v : {st.step, st.samples, st.skipped_steps, st.collection_step}) h.u64(static_cast<uint64_t>(v));
   return h.hex();
