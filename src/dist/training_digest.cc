@@ -12,8 +12,6 @@
 #include <tuple>
 #include <vector>
 
-#include "ckpt/env.h"
-#include "ckpt/format.h"
 #include "ckpt/xxh128_stream.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
@@ -76,7 +74,7 @@ Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
 }
 
 // The TableLayout of plain table entry `e` ("emb/<name>") from its meta JSON and shape.
-Result<TableLayout> plain_table_layout(const ckpt::EntryRecord& e, const std::string& dir) {
+Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::string& dir) {
   auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + dir + "': table '" + e.name + "': " + what); };
   if (e.kind != ckpt::EntryKind::kTable) return bad("is a blob, expected a table of embedding rows");
   if (e.total_rows < 1) return bad("has no rows");
@@ -102,35 +100,25 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryRecord& e, const std::st
 
 // The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
 // them (the collection's order, which a sharded layout of the same model also has).
-Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st, ckpt::Env* env) {
+Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st) {
   if (st.tables.empty())
     return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
-  // The tables' meta JSON is in the manifest's entry records (the reader's EntryInfo has none).
-  ckpt::Env* e = env != nullptr ? env : ckpt::posix_env();
-  const std::string path = ckpt::join_path(r.dir(), ckpt::kManifestName);
-  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> mb, e->read_file(path));
-  LEANEMB_ASSIGN_OR_RETURN(ckpt::Manifest m, ckpt::decode_manifest(mb, path));
-  struct Placed {
-    TableLayout layout;
-  };
-  std::vector<Placed> tables;
   size_t emb_entries = 0;
-  for (const ckpt::EntryRecord& rec : m.entries) emb_entries += starts_with(rec.name, kEmbPrefix) ? 1 : 0;
+  for (const ckpt::EntryInfo& e : r.entries()) emb_entries += starts_with(e.name, kEmbPrefix) ? 1 : 0;
   if (emb_entries != st.tables.size())
     return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(emb_entries) + " 'emb/' tables, but train/state lists " +
                      std::to_string(st.tables.size()));
+  std::vector<TableLayout> tables;
   for (const std::string& name : st.tables) {
-    const std::string entry = std::string(kEmbPrefix) + name;
-    const auto rec = std::find_if(m.entries.begin(), m.entries.end(), [&](const ckpt::EntryRecord& x) { return x.name == entry; });
-    if (rec == m.entries.end()) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
-    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(*rec, r.dir()));
-    tables.push_back({std::move(t)});
+    const ckpt::EntryInfo* e = r.find(std::string(kEmbPrefix) + name);
+    if (e == nullptr) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
+    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(*e, r.dir()));
+    tables.push_back(std::move(t));
   }
-  std::vector<TableLayout> layouts;
   std::vector<RowSum> sums(tables.size());
   std::vector<uint8_t> rows;
   for (size_t t = 0; t < tables.size(); ++t) {
-    const TableLayout& tl = tables[t].layout;
+    const TableLayout& tl = tables[t];
     const uint64_t seed = digest_internal::table_seed(tl.name);
     const std::string entry = std::string(kEmbPrefix) + tl.name;
     for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
@@ -139,9 +127,8 @@ Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, cons
       LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, rows));
       digest_internal::add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return r0 + i; });
     }
-    layouts.push_back(tl);
   }
-  return digest_internal::finish_digest(st.collection_step, layouts, sums);
+  return digest_internal::finish_digest(st.collection_step, tables, sums);
 }
 
 }  // namespace
@@ -153,7 +140,7 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   if (r->find(kLayoutBlob) != nullptr) {
     LEANEMB_ASSIGN_OR_RETURN(emb, sharded_checkpoint_digest(dir, env));
   } else {
-    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st, env));
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st));
   }
   ckpt::Xxh128Stream h;
   h.bytes(kTrainingMagic, sizeof(kTrainingMagic) - 1);
