@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +36,19 @@ inline std::vector<Status> run_world(int p, const RankFn& fn, int64_t timeout_ms
 inline void expect_all_ok(const std::vector<Status>& st) {
   for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
 }
+
+// A fresh directory under the test temp dir, removed with the object.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::path(testing::TempDir()) / "leanemb_dist_XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string sub(const char* name) const { return (std::filesystem::path(path) / name).string(); }
+};
 
 // A Status that carries a test's mismatch out of a rank's thread.
 inline Status mismatch(const std::string& what) { return internal_error("test mismatch: " + what); }

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using test_util::expect_all_ok;
 using test_util::mismatch;
 using test_util::run_world;
+using test_util::TempDir;
 using testing_util::OwnedBatch;
 
 constexpr int64_t kGlobalBags = 12;
@@ -146,16 +147,6 @@ ShardedCollectionOptions sharded(const CollectionOptions& o, ShardingKind kind) 
   so.sharding = kind;
   return so;
 }
-
-// A fresh directory under the test temp dir, removed with the object.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::path(testing::TempDir()) / "leanemb_shckpt_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // Trains P ranks for `steps` steps and saves checkpoint `steps` (plus a blob on rank 0).
 // Returns the digest every rank computed live.

@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test_util::expect_all_ok;
 using test_util::run_world;
+using test_util::TempDir;
 using testing_util::OwnedBatch;
 
 constexpr int64_t kBags = 12;
@@ -152,16 +153,6 @@ std::string write_sharded(const std::string& out, ShardingKind kind, const Train
   }));
   return dir;
 }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::path(testing::TempDir()) / "leanemb_tdigest_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const char* name) const { return (fs::path(path) / name).string(); }
-};
 
 std::unique_ptr<EmbeddingCollection> trained_reference() {
   auto coll = std::move(EmbeddingCollection::create(options())).value();
