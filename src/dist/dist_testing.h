@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <memory>
 #include <string>
 #include <thread>
@@ -49,6 +50,15 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string sub(const char* name) const { return (std::filesystem::path(path) / name).string(); }
 };
+
+// n gradient values drawn from N(0, 1) by mt19937_64(seed): the same on every rank.
+inline std::vector<float> normal_grads(uint64_t seed, int64_t n) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = g(rng);
+  return v;
+}
 
 // A Status that carries a test's mismatch out of a rank's thread.
 inline Status mismatch(const std::string& what) { return internal_error("test mismatch: " + what); }

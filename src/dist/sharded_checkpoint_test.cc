@@ -88,13 +88,8 @@ OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
   return s;
 }
 
-std::vector<float> step_grads(int step, int64_t n) {
-  std::mt19937_64 rng(900 + static_cast<uint64_t>(step));
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+// Step s's pooled-output gradients.
+std::vector<float> step_grads(int step, int64_t n) { return test_util::normal_grads(900 + static_cast<uint64_t>(step), n); }
 
 // One process trained on steps [0, steps).
 std::unique_ptr<EmbeddingCollection> train_reference(const CollectionOptions& o, int steps) {

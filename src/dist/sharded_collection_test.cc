@@ -87,13 +87,8 @@ int64_t slice_begin(int p, int r) {
   return p == 1 ? (r == 0 ? 0 : kGlobalBags) : p == 2 ? two[r] : four[r];
 }
 
-std::vector<float> step_grads(int step, int64_t n) {
-  std::mt19937_64 rng(5000 + static_cast<uint64_t>(step));
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+// Step s's pooled-output gradients.
+std::vector<float> step_grads(int step, int64_t n) { return test_util::normal_grads(5000 + static_cast<uint64_t>(step), n); }
 
 // The single-process run: pooled outputs of every step and the rows it read in each forward.
 struct Reference {

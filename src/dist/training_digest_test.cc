@@ -68,13 +68,8 @@ OwnedBatch batch(int step, const CollectionOptions& o, int64_t b0, int64_t b1) {
   return b;
 }
 
-std::vector<float> grads(int step, int64_t n) {
-  std::mt19937_64 rng(900 + static_cast<uint64_t>(step));
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+// Step s's pooled-output gradients.
+std::vector<float> grads(int step, int64_t n) { return test_util::normal_grads(900 + static_cast<uint64_t>(step), n); }
 
 // Trains the bags [b0, b1) of steps [0, kSteps) (one process: all bags).
 template <typename Coll>
