@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "kernels/multiversion.h"
+#include "kernels/row_access.h"
 #include "workloads.h"
 
 namespace leanemb::bench {
@@ -84,10 +85,10 @@ uint64_t gather_rows(const uint8_t* base, size_t stride, const int64_t* idx, int
   for (int64_t i = i0; i < i1; ++i) {
     if (prefetch > 0 && i + prefetch < i1) {
       const uint8_t* q = base + static_cast<size_t>(idx[i + prefetch]) * stride;
-      for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(q + off, 0, 3);
+      kernels::prefetch_span<0, 3>(q, row_bytes);
     } else if (prefetch < 0 && i - prefetch < i1) {  // negative distance: non-temporal hint
       const uint8_t* q = base + static_cast<size_t>(idx[i - prefetch]) * stride;
-      for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(q + off, 0, 0);
+      kernels::prefetch_span<0, 0>(q, row_bytes);
     }
     const uint8_t* row = base + static_cast<size_t>(idx[i]) * stride;
     const uint64_t* w = reinterpret_cast<const uint64_t*>(row);
@@ -112,7 +113,7 @@ void rmw_rows(uint8_t* base, size_t stride, const int64_t* idx, int64_t i0, int6
   for (int64_t i = i0; i < i1; ++i) {
     if (i + kPrefetch < i1) {
       uint8_t* q = base + static_cast<size_t>(idx[i + kPrefetch]) * stride;
-      for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(q + off, 1, 0);
+      kernels::prefetch_span<1, 0>(q, row_bytes);
     }
     uint8_t* row = base + static_cast<size_t>(idx[i]) * stride;
     uint64_t* w = reinterpret_cast<uint64_t*>(row);

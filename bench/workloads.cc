@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -262,6 +263,11 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
   j["row_bytes"] = l.weight_bytes;
   j["state_bytes_per_row"] = l.state_bytes;
   j["stride_bytes"] = l.stride_bytes;
+  const double table_bytes = static_cast<double>(s.tables) * static_cast<double>(s.rows) * static_cast<double>(l.stride_bytes);
+  j["table_bytes"] = table_bytes;
+  const size_t l3 = l3_cache_bytes();
+  j["l3_bytes"] = l3;
+  j["table_over_l3"] = l3 > 0 ? json(table_bytes / static_cast<double>(l3)) : json(nullptr);
   j["peak_rss_bytes"] = process_max_rss_bytes();
   j["peak_rss_scope"] =
       "process-wide (getrusage ru_maxrss) at the end of this contender's group: contenders compared with each other "
@@ -380,22 +386,25 @@ Result<Plan> plan_workload(const BenchOptions& o) {
       p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, StateDType::kF32, false));
     }
   } else if (w == "precision") {
-    // The tbe-default shape, and one large table (4x L3 and far beyond: 1e7 rows). --rows,
-    // --batch and --tables resize the large table; --dim, --bag-size, --alpha, --pooling apply
-    // to both.
-    Shape small{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum};
-    if (o.dim) small.dim = *o.dim;
-    if (o.bag_size) small.bag = *o.bag_size;
-    if (o.alpha) small.alpha = *o.alpha;
-    if (o.pooling) small.pooling = *o.pooling;
-    p.shapes.push_back(small);
+    // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB
+    // L3: out of cache, and within the reach of the TLB's huge-page entries); one of 1e7 rows
+    // (160x L3, where every lookup also pays a page walk). --rows, --batch and --tables resize
+    // the 1e7-row table; --dim, --bag-size, --alpha, --pooling apply to all three.
+    for (Shape s : {Shape{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum},
+                    Shape{"mid-table", 1, 1000000, 128, 4096, 20, 1.0, PoolingMode::kSum}}) {
+      if (o.dim) s.dim = *o.dim;
+      if (o.bag_size) s.bag = *o.bag_size;
+      if (o.alpha) s.alpha = *o.alpha;
+      if (o.pooling) s.pooling = *o.pooling;
+      p.shapes.push_back(s);
+    }
     p.shapes.push_back(apply_overrides({"large-table", 1, 10000000, 128, 4096, 20, 1.0, PoolingMode::kSum}, o));
     std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
     if (o.dtype) dtypes = {DType::kF32, *o.dtype};  // fp32 stays as the baseline of the speedup
     if (o.dtype && *o.dtype == DType::kF32) dtypes = {DType::kF32};
     const OptimizerKind k = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
     const StateDType sd = o.state_dtype.value_or(StateDType::kF32);
-    for (int si = 0; si < 2; ++si)
+    for (int si = 0; si < static_cast<int>(p.shapes.size()); ++si)
       for (DType dt : dtypes) {
         Contender c = make_contender(si, dt, k, sd, true);
         c.name = p.shapes[static_cast<size_t>(si)].name + ":" + c.name;
@@ -570,6 +579,18 @@ size_t process_max_rss_bytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+size_t l3_cache_bytes() {
+  std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (f == nullptr) return 0;
+  unsigned long long v = 0;
+  char unit = 0;
+  const int n = std::fscanf(f, "%llu%c", &v, &unit);
+  std::fclose(f);
+  if (n < 1) return 0;
+  const size_t mult = unit == 'K' ? size_t{1} << 10 : unit == 'M' ? size_t{1} << 20 : unit == 'G' ? size_t{1} << 30 : 1;
+  return static_cast<size_t>(v) * mult;
 }
 
 Status run_workload(const BenchOptions& o, json* out) {

@@ -154,4 +154,9 @@ Status run_workload(const BenchOptions& options, nlohmann::json* out);
 // Process-wide peak resident set size in bytes (getrusage ru_maxrss).
 size_t process_max_rss_bytes();
 
+// Size of the L3 cache that cpu0 sees (sysfs cache/index3/size), 0 when unknown. Under KVM this is
+// the right figure: glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) reads the CPUID leaf, which can carry
+// the whole socket's L3 (256 MiB on this VM against the 32 MiB a core can use).
+size_t l3_cache_bytes();
+
 }  // namespace leanemb::bench

@@ -13,9 +13,7 @@ namespace {
 
 constexpr int64_t kPrefetchDistance = 8;  // rows ahead
 
-inline void prefetch_row(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 0);
-}
+inline void prefetch_row(const uint8_t* p, size_t bytes) { prefetch_span<0, 0>(p, bytes); }
 
 // One element of a row as fp32.
 template <DType T>

@@ -25,6 +25,17 @@ inline uint16_t load_u16(const uint8_t* p) {
 }
 inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 
+// Prefetches every cache line that [p, p + bytes) touches. Fat rows are 8-byte aligned, not
+// line aligned (a 520-byte stride puts most rows across one more line than their size), so
+// stepping p + 64k over `bytes` would leave the last line of most rows to a demand miss.
+// kWrite and kLocality are __builtin_prefetch's second and third arguments.
+template <int kWrite, int kLocality>
+inline void prefetch_span(const void* p, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + bytes; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line), kWrite, kLocality);
+}
+
 // Column index used in the stochastic-rounding key for per-element state k (weights use j).
 inline uint32_t state_sr_column(int64_t dim, int k, int64_t j) {
   return static_cast<uint32_t>((k + 1) * dim + j);

@@ -100,7 +100,7 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
   for (int64_t u = u0; u < u1; ++u) {
     if (u + 2 < u1) {
       const uint8_t* next = t.base + static_cast<size_t>(rows[u + 2]) * l.stride_bytes;
-      for (size_t off = 0; off < l.stride_bytes; off += 64) __builtin_prefetch(next + off, 1, 0);
+      prefetch_span<1, 0>(next, l.weight_bytes + l.state_bytes);
     }
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const float* __restrict gin = grads + u * d;
@@ -253,10 +253,10 @@ void reduce_and_update(const TableView& t, const SegmentSource& s, const int64_t
     for (int64_t c = u0; c < u1; c += kFusedChunkRows) {
       const int64_t c1 = std::min(c + kFusedChunkRows, u1);
       // Start fetching this chunk's rows; reducing their gradients hides much of the latency.
-      const size_t stride = t.layout->stride_bytes;
+      const size_t stride = t.layout->stride_bytes, used = t.layout->weight_bytes + t.layout->state_bytes;
       for (int64_t u = c; u < c1; ++u) {
         const uint8_t* row = t.base + static_cast<size_t>(rows[u]) * stride;
-        for (size_t off = 0; off < stride; off += 64) __builtin_prefetch(row + off, 1, 0);
+        prefetch_span<1, 0>(row, used);
       }
       reduce_range(s, c, c1, grads);
       update_range_any(t, rows + c, grads, 0, c1 - c, step, sc);
