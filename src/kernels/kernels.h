@@ -96,6 +96,13 @@ size_t reduce_and_update_scratch_floats(int64_t dim, int num_threads);
 void ref_load_weights(const RowLayout& l, const uint8_t* row, float* out);
 // Stores weights rounded to nearest (int8: recomputes the row's scale and bias).
 void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w);
+// The same for fp32 / fp16 / bf16 rows, vectorized (int8 goes to the reference); bit-identical.
+void store_weights_rne(const RowLayout& l, uint8_t* row, const float* w);
+// The uniform initializer's draws for the row with RNG key `key` (core/rng.h row_key):
+// out[j] = (2 u_j - 1) * bound, u_j = ((column_bits(key, j) >> 8) + 0.5) / 2^24, in (-bound, bound).
+// uniform_fill is vectorized and bit-identical to ref_uniform_fill.
+void uniform_fill(uint32_t key, int64_t d, float bound, float* out);
+void ref_uniform_fill(uint32_t key, int64_t d, float bound, float* out);
 // Per-element state k (0 = m/sum, 1 = v) of one row as fp32: out [dim].
 void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out);
 float ref_load_rowwise_state(const RowLayout& l, const uint8_t* row);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +249,56 @@ TEST(Int8RowwiseTest, StoreLoadsBackWithinHalfAQuantizationStep) {
   ref_store_weights_rne(*l, row.data(), w.data());
   ref_load_weights(*l, row.data(), back.data());
   EXPECT_EQ(back, w);
+}
+
+// ---- row initialization ------------------------------------------------------------------------
+
+// The vectorized uniform draws give the reference's bits for every dim (vector body and tail) and
+// stay inside (-bound, bound).
+TEST(InitKernelsTest, UniformFillMatchesReferenceBitForBit) {
+  std::mt19937 rng(11);
+  for (int64_t d : {1, 7, 8, 13, 64, 128, 129}) {
+    for (int k = 0; k < 50; ++k) {
+      const uint32_t key = static_cast<uint32_t>(rng());
+      const float bound = k % 2 ? 0.05f : 1.0f / std::sqrt(1e7f);
+      std::vector<float> fast(static_cast<size_t>(d)), ref(static_cast<size_t>(d));
+      uniform_fill(key, d, bound, fast.data());
+      ref_uniform_fill(key, d, bound, ref.data());
+      ASSERT_EQ(0, std::memcmp(fast.data(), ref.data(), fast.size() * 4)) << "d=" << d << " key=" << key;
+      for (float x : fast) ASSERT_TRUE(x > -bound && x < bound) << x;
+    }
+  }
+}
+
+// The vectorized round-to-nearest store writes the reference's bytes for fp32, fp16 and bf16
+// rows, including ties, values that overflow fp16, subnormals, infinities and NaN.
+TEST(InitKernelsTest, StoreWeightsRneMatchesReference) {
+  std::mt19937_64 rng(5);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
+    for (int64_t d : {1, 9, 16, 37, 128}) {
+      auto l = make_row_layout(d, dt, OptimizerOptions{});
+      ASSERT_TRUE(l.ok());
+      std::vector<float> w(static_cast<size_t>(d));
+      for (size_t j = 0; j < w.size(); ++j) {
+        uint32_t bits = static_cast<uint32_t>(rng());
+        if (j % 5 == 1) bits = (bits & 0xffff0000u) | 0x8000u;  // a bf16 tie
+        if (j % 5 == 2) bits = (bits & 0x807fffffu) | (static_cast<uint32_t>(100 + rng() % 60) << 23);
+        std::memcpy(&w[j], &bits, 4);
+        if (dt == DType::kInt8Rowwise && !std::isfinite(w[j])) w[j] = 0.5f;
+      }
+      if (d >= 9 && dt != DType::kInt8Rowwise) {
+        w[3] = 70000.0f;                                 // overflows fp16
+        w[4] = std::numeric_limits<float>::infinity();
+        w[5] = std::numeric_limits<float>::quiet_NaN();
+        w[6] = 1e-40f;                                   // fp32 subnormal
+        w[7] = 3e-6f;                                    // fp16 subnormal
+      }
+      std::vector<uint8_t> fast(l->stride_bytes, 0xab), ref(l->stride_bytes, 0xab);
+      store_weights_rne(*l, fast.data(), w.data());
+      ref_store_weights_rne(*l, ref.data(), w.data());
+      EXPECT_EQ(fast, ref) << dtype_name(dt) << " d=" << d;
+    }
+  }
 }
 
 // ---- fused optimizer updates ---------------------------------------------------------------------

@@ -88,7 +88,7 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
       break;
     case InitKind::kUniform: {
       const float bound = to.init.bound > 0.0f ? to.init.bound : 1.0f / std::sqrt(static_cast<float>(to.num_rows));
-      for (int64_t j = 0; j < d; ++j) tmp[j] = (2.0f * u01(static_cast<uint32_t>(j)) - 1.0f) * bound;
+      kernels::uniform_fill(key, d, bound, tmp);
       break;
     }
     case InitKind::kNormal:
@@ -99,7 +99,7 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
       }
       break;
   }
-  kernels::ref_store_weights_rne(l, row, tmp);
+  kernels::store_weights_rne(l, row, tmp);
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 constexpr uint8_t kPinStep = 1, kPinPrefetch = 2, kInFlight = 4;
+// Slot metadata (24 B per slot, megabytes for a large cache) is prefetched this many entries
+// ahead by the passes over a step's pins: one pass touches tens of thousands of random slots.
+constexpr size_t kMetaAhead = 32;
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? kPinStep : kPinPrefetch; }
 
 }  // namespace
@@ -105,6 +108,21 @@ struct RowCache::Index {
   }
 
   bool evictable(int32_t s) const { return meta[s].flags == 0 && slot_row[s] >= 0; }
+
+  // Prefetches for the LRU victim `ahead` entries past the ring's head (stale entries make this
+  // a guess): its metadata and row (`bucket` false), or, once that row has arrived, its map
+  // bucket, which erase() probes (`bucket` true). Victim choice is a chain of dependent cache
+  // misses per row; a fetch with thousands of misses runs them ahead of use this way.
+  void prefetch_victim(uint64_t ahead, bool bucket) const {
+    if (policy != CachePolicy::kLru || head + ahead >= tail) return;
+    const int32_t s = queue[(head + ahead) % queue_cap].slot;
+    if (!bucket) {
+      __builtin_prefetch(&meta[s]);
+      __builtin_prefetch(&slot_row[s]);
+    } else if (slot_row[s] >= 0) {
+      prefetch_row(slot_row[s]);
+    }
+  }
 
   // ---- the evictable set ----
   void make_evictable(int32_t s) {
@@ -207,6 +225,7 @@ struct RowCache::Plan {
   std::vector<Victim> victims;
   std::vector<int64_t> wb_rows, rd_rows;
   std::vector<int32_t> found;
+  std::vector<size_t> miss_at;  // positions of the rows pass 1 did not find
 };
 
 Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& options, const RowLayout& layout,
@@ -305,7 +324,7 @@ void RowCache::release(PinSet set) {
   const uint8_t bit = pin_bit(set);
   const auto& pins = pinned_[static_cast<int>(set)];
   for (size_t i = 0; i < pins.size(); ++i) {
-    if (i + 8 < pins.size()) __builtin_prefetch(&ix.meta[pins[i + 8]]);
+    if (i + kMetaAhead < pins.size()) __builtin_prefetch(&ix.meta[pins[i + kMetaAhead]]);
     const int32_t s = static_cast<int32_t>(pins[i]);
     ix.meta[s].flags &= static_cast<uint8_t>(~bit);
     if (ix.evictable(s)) ix.make_evictable(s);
@@ -316,7 +335,7 @@ void RowCache::release(PinSet set) {
 void RowCache::mark_dirty(std::span<const int64_t> slots) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (i + 8 < slots.size()) __builtin_prefetch(&index_->meta[slots[i + 8]]);
+    if (i + kMetaAhead < slots.size()) __builtin_prefetch(&index_->meta[slots[i + kMetaAhead]]);
     index_->meta[slots[i]].dirty = 1;
   }
 }
@@ -420,9 +439,19 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
       if (slots_out) slots_out[i] = s;
     }
     // Pass 3, in order: each miss takes a free slot or a victim's. A row that repeats after its
-    // first miss is found in the map by then.
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (found[i] >= 0) continue;
+    // first miss is found in the map by then. The map buckets of later misses and the coming
+    // victims' metadata, rows and buckets are prefetched.
+    plan.miss_at.clear();
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (found[i] < 0) plan.miss_at.push_back(i);
+    const size_t num_miss = plan.miss_at.size();
+    for (size_t k = 0; k < num_miss; ++k) {
+      if (k + 16 < num_miss) ix.prefetch_row(rows[plan.miss_at[k + 16]]);
+      if (ix.free_slots.size() <= k + 16) {
+        ix.prefetch_victim(16, false);
+        ix.prefetch_victim(8, true);
+      }
+      const size_t i = plan.miss_at[k];
       const int64_t r = rows[i];
       int32_t s = ix.find(r);
       if (s < 0) {
@@ -559,7 +588,7 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
   auto& from = pinned_[static_cast<int>(PinSet::kPrefetch)];
   auto& to = pinned_[static_cast<int>(PinSet::kStep)];
   for (size_t i = 0; i < from.size(); ++i) {
-    if (i + 8 < from.size()) __builtin_prefetch(&ix.meta[from[i + 8]]);
+    if (i + kMetaAhead < from.size()) __builtin_prefetch(&ix.meta[from[i + kMetaAhead]]);
     uint8_t& f = ix.meta[from[i]].flags;
     f &= static_cast<uint8_t>(~kPinPrefetch);
     if (!(f & kPinStep)) {
