@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/row_access.h"
 #include "tiered/sizes.h"
 
 namespace leanemb::tiered {
@@ -503,8 +504,12 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     st = grow(stage_out_, wb_rows.size());
     if (st.ok()) {
       size_t k = 0;
-      for (const Plan::Victim& v : plan.victims)
+      for (size_t i = 0; i < plan.victims.size(); ++i) {
+        const Plan::Victim& v = plan.victims[i];
+        if (i + 8 < plan.victims.size())
+          kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(plan.victims[i + 8].slot) * stride, stride);
         if (v.dirty) std::memcpy(stage_out_.as<uint8_t>() + (k++) * stride, slots() + static_cast<size_t>(v.slot) * stride, stride);
+      }
       st = store_->write_rows(wb_rows, stage_out_.as<uint8_t>());
     }
     if (!st.ok()) {
@@ -528,6 +533,8 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   }
   uint64_t created = 0, loaded = 0;
   for (size_t i = 0; i < plan.fresh.size(); ++i) {
+    if (i + 8 < plan.fresh.size())
+      kernels::prefetch_span<1, 0>(slots() + static_cast<size_t>(plan.fresh[i + 8].slot) * stride, stride);
     uint8_t* dst = slots() + static_cast<size_t>(plan.fresh[i].slot) * stride;
     if (present_[i]) {
       std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
