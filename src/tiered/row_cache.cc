@@ -21,6 +21,7 @@ constexpr uint8_t kPinStep = 1, kPinPrefetch = 2, kInFlight = 4;
 // Slot metadata (24 B per slot, megabytes for a large cache) is prefetched this many entries
 // ahead by the passes over a step's pins: one pass touches tens of thousands of random slots.
 constexpr size_t kMetaAhead = 32;
+constexpr int64_t kMapAhead = 32;  // the same for the row -> slot map's buckets in lookup passes
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? kPinStep : kPinPrefetch; }
 
 }  // namespace
@@ -325,7 +326,10 @@ void RowCache::release(PinSet set) {
   const uint8_t bit = pin_bit(set);
   const auto& pins = pinned_[static_cast<int>(set)];
   for (size_t i = 0; i < pins.size(); ++i) {
-    if (i + kMetaAhead < pins.size()) __builtin_prefetch(&ix.meta[pins[i + kMetaAhead]]);
+    if (i + kMetaAhead < pins.size()) {
+      __builtin_prefetch(&ix.meta[pins[i + kMetaAhead]]);
+      __builtin_prefetch(&ix.slot_row[pins[i + kMetaAhead]]);  // evictable() reads it
+    }
     const int32_t s = static_cast<int32_t>(pins[i]);
     ix.meta[s].flags &= static_cast<uint8_t>(~bit);
     if (ix.evictable(s)) ix.make_evictable(s);
@@ -353,7 +357,7 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
     // Lookups only (the index is not modified): in parallel, with the probes prefetched.
 #pragma omp parallel for num_threads(n >= 16384 ? options_.num_threads : 1) reduction(| : missing) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      if (i + 16 < n) ix.prefetch_row(rows[i + 16]);
+      if (i + kMapAhead < n) ix.prefetch_row(rows[i + kMapAhead]);
       const int32_t s = ix.find(rows[i]);
       found[i] = s;
       missing |= (s < 0 || (ix.meta[s].flags & kInFlight)) ? 1 : 0;
@@ -361,7 +365,7 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
     if (!missing) {
       const uint64_t tick = touch ? ++tick_ : 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        if (i + 8 < rows.size()) __builtin_prefetch(&index_->meta[found[i + 8]]);
+        if (i + kMetaAhead < rows.size()) __builtin_prefetch(&index_->meta[found[i + kMetaAhead]]);
         const int32_t s = found[i];
         if (touch && index_->meta[s].last_use != tick) {
           ++stats_.lookups;
@@ -422,13 +426,13 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     int32_t* found = plan.found.data();
 #pragma omp parallel for num_threads(!prefetching && n >= 16384 ? options_.num_threads : 1) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      if (i + 16 < n) ix.prefetch_row(rows[i + 16]);
+      if (i + kMapAhead < n) ix.prefetch_row(rows[i + kMapAhead]);
       found[i] = ix.find(rows[i]);
     }
     // Pass 2: the hits update their metadata (prefetched ahead) and are pinned, all of them
     // before any victim is chosen, so that no miss can evict a row this call still needs.
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + 8 < rows.size() && found[i + 8] >= 0) __builtin_prefetch(&ix.meta[found[i + 8]]);
+      if (i + kMetaAhead < rows.size() && found[i + kMetaAhead] >= 0) __builtin_prefetch(&ix.meta[found[i + kMetaAhead]]);
       const int32_t s = found[i];
       if (s < 0) continue;
       if (touch && ix.meta[s].last_use != tick) {
