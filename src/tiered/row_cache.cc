@@ -153,6 +153,11 @@ struct RowCache::Index {
   void compact() {
     uint64_t out = head;
     for (uint64_t i = head; i < tail; ++i) {
+      if (i + kMetaAhead < tail) {  // millions of entries, each naming a random slot
+        const int32_t ahead = queue[(i + kMetaAhead) % queue_cap].slot;
+        __builtin_prefetch(&meta[ahead]);
+        __builtin_prefetch(&slot_row[ahead]);
+      }
       const QueueEntry e = queue[i % queue_cap];
       if (static_cast<uint32_t>(meta[e.slot].heap_pos) == e.version && evictable(e.slot)) queue[out++ % queue_cap] = e;
     }
