@@ -65,6 +65,10 @@ struct TableCacheOptions {
   std::string store = "host";  // "host" (RAM) | "file" (O_DIRECT file at store_path)
   std::string store_path;      // file store: the table file (created or truncated)
   bool direct_io = true;       // file store: O_DIRECT (buffered where the file system refuses it)
+  // Nice value of the cache's prefetch thread (setpriority on that thread; 0 keeps the caller's).
+  // Background work: positive values let the step's compute threads keep their cores when they
+  // share them with the prefetch thread, which then runs in the gaps. Range [-20, 19].
+  int prefetch_nice = 10;
   bool enabled() const { return fraction > 0.0 || capacity_rows > 0; }
 };
 

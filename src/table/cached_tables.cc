@@ -16,6 +16,9 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   if (co.fraction < 0.0 || co.fraction > 1.0 || co.capacity_rows < 0 || co.capacity_rows > to.num_rows)
     return invalid_argument("table '" + to.name + "' cache: fraction must be in [0, 1] and capacity_rows in [0, " +
                             std::to_string(to.num_rows) + "]");
+  if (co.prefetch_nice < -20 || co.prefetch_nice > 19)
+    return invalid_argument("table '" + to.name + "' cache: prefetch_nice must be in [-20, 19], got " +
+                            std::to_string(co.prefetch_nice));
   // A cached table's weights and optimizer state live together in its store (the store is the
   // offload), whatever the placement says for the weights and optimizer_state categories.
   auto kind = tiered::parse_store_kind(co.store);
@@ -35,6 +38,7 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   rc.capacity_rows = co.capacity_rows > 0 ? co.capacity_rows : tiered::cache_capacity_rows(to.num_rows, co.fraction);
   rc.policy = co.policy;
   rc.num_threads = num_threads;
+  rc.prefetch_nice = co.prefetch_nice;
   const uint64_t seed = options.seed;
   const RowLayout layout = ts.layout;
   tiered::RowInitFn init = [to, layout, seed, t](int64_t row, uint8_t* fat) {

@@ -4,11 +4,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <cmath>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
@@ -269,7 +277,8 @@ struct Fixture {
   int64_t inits = 0;
 };
 
-Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr) {
+Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr,
+                   int prefetch_nice = 0) {
   Fixture f;
   OptimizerOptions opt;
   opt.kind = OptimizerKind::kSgd;
@@ -286,6 +295,7 @@ Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_pt
   tiered::RowCacheOptions co;
   co.capacity_rows = cap;
   co.policy = policy;
+  co.prefetch_nice = prefetch_nice;
   const size_t stride = f.layout.stride_bytes;
   int64_t* inits = &f.inits;
   auto c = tiered::RowCache::create(
@@ -468,6 +478,39 @@ TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
   EXPECT_TRUE(resident(*f.cache, 3));
 }
 
+// Nice values of this process's threads (field 19 of /proc/self/task/TID/stat).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i)
+      if (i == 19) out.push_back(std::stoi(field));
+  }
+  return out;
+}
+
+// The prefetch thread runs at the configured nice value (the default of TableCacheOptions is 10;
+// RowCacheOptions' 0 keeps the caller's priority).
+TEST(RowCache, PrefetchThreadRunsAtItsNiceValue) {
+  // Three steps below the process's own priority: lowering a priority needs no privilege.
+  const int target = getpriority(PRIO_PROCESS, 0) + 3;
+  if (target > 19) GTEST_SKIP() << "the process already runs at nice " << target - 3;
+  const std::vector<int> before = thread_nice_values();
+  ASSERT_EQ(std::count(before.begin(), before.end(), target), 0);
+  Fixture f = make_cache(100, 10, CachePolicy::kLru, nullptr, target);
+  const std::vector<int64_t> rows = {1, 2, 3};
+  ASSERT_TRUE(f.cache->start_prefetch(rows).ok());
+  ASSERT_TRUE(f.cache->wait_prefetch().ok());  // the thread has run, so it has set its priority
+  const std::vector<int> after = thread_nice_values();
+  EXPECT_EQ(std::count(after.begin(), after.end(), target), 1);
+  EXPECT_EQ(TableCacheOptions{}.prefetch_nice, 10);
+}
+
 TEST(CachedCollection, OptionsErrors) {
   CollectionOptions o = table_testing::standard_options();
   o.tables[0].cache.fraction = 0.5;
@@ -481,6 +524,12 @@ TEST(CachedCollection, OptionsErrors) {
   o.tables[0].cache.store = "host";
   o.tables[0].cache.fraction = 1.5;
   EXPECT_EQ(EmbeddingCollection::create(o).status().code(), StatusCode::kInvalidArgument);
+  o.tables[0].cache.fraction = 0.5;
+  o.tables[0].cache.prefetch_nice = 20;
+  r = EmbeddingCollection::create(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table_testing::contains(r.status().message(), "prefetch_nice")) << r.status().message();
+  o.tables[0].cache.prefetch_nice = 10;
   // A placement that splits weights and optimizer state does not apply to a cached table: its
   // fat rows stay together in the store (host tier) and the cache (device tier).
   MemorySystemOptions mo;

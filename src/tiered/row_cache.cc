@@ -2,6 +2,9 @@
 #include "tiered/row_cache.h"
 
 #include <omp.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -627,6 +630,10 @@ Status RowCache::wait_prefetch() {
 }
 
 void RowCache::prefetch_main() {
+  // Best effort: a lower priority needs no privilege; a refused one (negative values without
+  // CAP_SYS_NICE) leaves the thread as it was.
+  if (options_.prefetch_nice != 0)
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.prefetch_nice);
   for (;;) {
     std::span<const int64_t> rows;
     {

@@ -59,6 +59,7 @@ struct RowCacheOptions {
   CachePolicy policy = CachePolicy::kLru;
   int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
   int num_threads = 1;            // OpenMP threads for the lookups of large acquires
+  int prefetch_nice = 0;          // the prefetch thread's nice value (TableCacheOptions::prefetch_nice)
 };
 
 // Fills one fat row (stride_bytes) of table row `row` with its initial bytes.

@@ -215,7 +215,7 @@ TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   EXPECT_EQ(c.value().row_cache.policy, CachePolicy::kLfu);
   for (const auto& [set, needle] : std::vector<std::pair<std::string, std::string>>{
            {"embedding.store=\"tape\"", "embedding.store"}, {"embedding.cache_policy=\"mru\"", "embedding.cache_policy"},
-           {"embedding.cache_fraction=2", "embedding.cache_fraction"}}) {
+           {"embedding.cache_fraction=2", "embedding.cache_fraction"}, {"embedding.cache_prefetch_nice=25", "embedding.cache_prefetch_nice"}}) {
     auto bad = parse_config(default_config_text(), "<default>", std::vector<std::string>{set});
     ASSERT_FALSE(bad.ok()) << set;
     EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
