@@ -288,8 +288,9 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   co.policy = o.cache_policy;
   co.store = o.store;
   co.store_path = path;
+  co.prefetch_nice = o.prefetch_nice;
   (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))}, {"store", co.store},
-                     {"store_path", file ? path : ""}, {"prefetch", o.prefetch}};
+                     {"store_path", file ? path : ""}, {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
            static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(s.dtype)).c_str(),

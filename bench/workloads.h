@@ -135,6 +135,7 @@ struct BenchOptions {
   std::string store = "host";          // host | file
   std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
   bool prefetch = true;                // fetch step t+1's rows while step t computes
+  int prefetch_nice = TableCacheOptions{}.prefetch_nice;  // the prefetch thread's nice value
   bool no_resident = false;            // skip the resident contender (host store)
   bool sweep = false;                  // hit rates over sweep_alphas x sweep_fractions instead
   std::vector<double> sweep_fractions = {0.05, 0.2, 0.5};

@@ -24,7 +24,7 @@ struct BenchArgs {
   std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
   std::string device_budget, host_budget, placement, max_split, ops;
-  std::string cache_fraction, policy, store, store_path, prefetch, sweep_fractions, sweep_alphas;
+  std::string cache_fraction, policy, store, store_path, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
   bool sweep = false, no_resident = false;
   bool quiet = false;
 };
@@ -151,6 +151,10 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (a.prefetch != "on" && a.prefetch != "off") return invalid_argument("--prefetch must be on or off, got '" + a.prefetch + "'");
     o.prefetch = a.prefetch == "on";
   }
+  if (!a.prefetch_nice.empty()) {
+    LEANEMB_ASSIGN_OR_RETURN(int64_t n, parse_int("--prefetch-nice", a.prefetch_nice, -20, 19));
+    o.prefetch_nice = static_cast<int>(n);
+  }
   auto parse_list = [&](const std::string& flag, const std::string& v, std::vector<double>* out) -> Status {
     out->clear();
     size_t i = 0;
@@ -169,9 +173,10 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
   o.sweep = a.sweep;
   o.no_resident = a.no_resident;
   const bool tiered_flags = !a.cache_fraction.empty() || !a.policy.empty() || !a.store.empty() || !a.prefetch.empty() ||
+                            !a.prefetch_nice.empty() ||
                             a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
   if (tiered_flags && o.workload != "tiered")
-    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --prefetch, --sweep* and --no-resident "
+    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --prefetch, --prefetch-nice, --sweep* and --no-resident "
                             "belong to --workload tiered");
   o.json_path = a.json;
   o.quiet = a.quiet;
@@ -226,6 +231,7 @@ void register_bench(CLI::App& app, CommandResult* result) {
   cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty);
   cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run)")->type_name("FILE")->check(non_empty);
   cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty);
+  cmd->add_option("--prefetch-nice", a->prefetch_nice, "tiered: nice value of the cache's prefetch thread, -20..19 (default 19; 0 = the process's)")->type_name("N")->check(non_empty);
   cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");
   cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
   cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty);

@@ -68,7 +68,7 @@ struct TableCacheOptions {
   // Nice value of the cache's prefetch thread (setpriority on that thread; 0 keeps the caller's).
   // Background work: positive values let the step's compute threads keep their cores when they
   // share them with the prefetch thread, which then runs in the gaps. Range [-20, 19].
-  int prefetch_nice = 10;
+  int prefetch_nice = 19;
   bool enabled() const { return fraction > 0.0 || capacity_rows > 0; }
 };
 

@@ -494,7 +494,7 @@ std::vector<int> thread_nice_values() {
   return out;
 }
 
-// The prefetch thread runs at the configured nice value (the default of TableCacheOptions is 10;
+// The prefetch thread runs at the configured nice value (the default of TableCacheOptions is 19;
 // RowCacheOptions' 0 keeps the caller's priority).
 TEST(RowCache, PrefetchThreadRunsAtItsNiceValue) {
   // Three steps below the process's own priority: lowering a priority needs no privilege.
@@ -508,7 +508,7 @@ TEST(RowCache, PrefetchThreadRunsAtItsNiceValue) {
   ASSERT_TRUE(f.cache->wait_prefetch().ok());  // the thread has run, so it has set its priority
   const std::vector<int> after = thread_nice_values();
   EXPECT_EQ(std::count(after.begin(), after.end(), target), 1);
-  EXPECT_EQ(TableCacheOptions{}.prefetch_nice, 10);
+  EXPECT_EQ(TableCacheOptions{}.prefetch_nice, 19);
 }
 
 TEST(CachedCollection, OptionsErrors) {
@@ -529,7 +529,7 @@ TEST(CachedCollection, OptionsErrors) {
   r = EmbeddingCollection::create(o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(table_testing::contains(r.status().message(), "prefetch_nice")) << r.status().message();
-  o.tables[0].cache.prefetch_nice = 10;
+  o.tables[0].cache.prefetch_nice = 19;
   // A placement that splits weights and optimizer state does not apply to a cached table: its
   // fat rows stay together in the store (host tier) and the cache (device tier).
   MemorySystemOptions mo;
