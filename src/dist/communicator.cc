@@ -375,13 +375,18 @@ Status Communicator::barrier() {
   return Status::ok_status();
 }
 
+std::string flagged_ranks(std::span<const int64_t> flags) {
+  std::string s;
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r] != 0) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
 Status agree(Communicator& comm, const Status& mine, const std::string& what) {
   std::vector<int64_t> flags(static_cast<size_t>(comm.size()), 0);
   flags[static_cast<size_t>(comm.rank())] = mine.ok() ? 0 : 1;
   LEANEMB_RETURN_IF_ERROR(comm.all_reduce(std::span<int64_t>(flags), ReduceOp::kSum));
-  std::string failed;  // "1, 3"
-  for (size_t r = 0; r < flags.size(); ++r)
-    if (flags[r] != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  const std::string failed = flagged_ranks(flags);
   if (!mine.ok())
     return Status(mine.code(), what + ": rank(s) " + failed + " failed; rank " + std::to_string(comm.rank()) + ": " + mine.message());
   if (!failed.empty()) return invalid_argument(what + ": rank(s) " + failed + " failed");

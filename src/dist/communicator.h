@@ -202,6 +202,9 @@ Result<std::unique_ptr<Communicator>> make_communicator(std::string_view kind, c
 // Whether this build has the MPI backend (LEANEMB_WITH_MPI and MPI found).
 bool mpi_available();
 
+// "1, 3": the indices of the nonzero entries of a per-rank flag vector (all-reduced failure flags).
+std::string flagged_ranks(std::span<const int64_t> flags);
+
 // Collective: every rank learns which ranks have a failed `mine` (one all-reduce of flags).
 // Returns OK when every rank succeeded; on a failed rank its own error prefixed with
 // "<what>: rank(s) R... failed; rank r: "; on the others InvalidArgument "<what>: rank(s) R...

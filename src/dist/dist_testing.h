@@ -7,8 +7,8 @@
 
 #include <filesystem>
 #include <functional>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>

@@ -214,15 +214,6 @@ std::string shard_ckpt_dir(const std::string& out_dir, const ShardRecord& s, int
 
 uint64_t xxh64(std::span<const uint8_t> b) { return XXH3_64bits(b.data(), b.size()); }
 
-std::string rank_list(const std::vector<int64_t>& flags) {
-  std::string s;
-  for (size_t r = 0; r < flags.size(); ++r) {
-    if (flags[r] == 0) continue;
-    s += (s.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return s;
-}
-
 }  // namespace
 
 // ---- digest (digest_internal.h) ----------------------------------------------------------------
@@ -457,7 +448,7 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
   LEANEMB_RETURN_IF_ERROR(comm.all_reduce(std::span<int64_t>(all), ReduceOp::kSum));
   const std::vector<int64_t> flags(all.begin(), all.begin() + p);
   if (std::any_of(flags.begin(), flags.end(), [](int64_t f) { return f != 0; })) {
-    const std::string msg = what + ": rank(s) " + rank_list(flags) + " failed to write their shard; no global checkpoint written";
+    const std::string msg = what + ": rank(s) " + flagged_ranks(flags) + " failed to write their shard; no global checkpoint written";
     if (!shard.ok()) return Status(shard.status().code(), msg + "; rank " + std::to_string(comm.rank()) + ": " + shard.status().message());
     return io_error(msg);
   }

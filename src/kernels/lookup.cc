@@ -13,7 +13,6 @@ namespace {
 
 constexpr int64_t kPrefetchDistance = 8;  // rows ahead
 
-inline void prefetch_row(const uint8_t* p, size_t bytes) { prefetch_span<0, 0>(p, bytes); }
 
 // One element of a row as fp32.
 template <DType T>
@@ -51,7 +50,7 @@ inline void pool_columns(const TableView& t, const PooledArgs& a, int64_t begin,
   for (int v = 0; v < kVecs; ++v) acc[v] = v8f{};
   for (int64_t i = begin; i < end; ++i) {
     if (prefetch && i + kPrefetchDistance < nnz)
-      prefetch_row(t.base + static_cast<size_t>(a.ids[i + kPrefetchDistance]) * stride, l.weight_bytes);
+      prefetch_span<0, 0>(t.base + static_cast<size_t>(a.ids[i + kPrefetchDistance]) * stride, l.weight_bytes);
     const uint8_t* row = t.base + static_cast<size_t>(a.ids[i]) * stride;
     if (a.weights != nullptr) {
       const float w = a.weights[i];
@@ -133,7 +132,7 @@ inline void copy_rows(const TableView& t, const int64_t* ids, int64_t i0, int64_
   const RowLayout& l = *t.layout;
   const int64_t d = l.dim;
   for (int64_t i = i0; i < i1; ++i) {
-    if (i + kPrefetchDistance < nnz) prefetch_row(t.base + static_cast<size_t>(ids[i + kPrefetchDistance]) * l.stride_bytes, l.weight_bytes);
+    if (i + kPrefetchDistance < nnz) prefetch_span<0, 0>(t.base + static_cast<size_t>(ids[i + kPrefetchDistance]) * l.stride_bytes, l.weight_bytes);
     load_row<T>(out + i * d, t.base + static_cast<size_t>(ids[i]) * l.stride_bytes, d);
   }
 }

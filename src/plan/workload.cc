@@ -124,6 +124,7 @@ std::string config_to_toml(const train::TrainConfig& c) {
   if (c.row_cache.enabled())
     o << "\ncache_fraction = " << num(c.row_cache.fraction)
       << "\ncache_policy = " << str(c.row_cache.policy == CachePolicy::kLru ? "lru" : "lfu")
+      << "\ncache_prefetch_nice = " << c.row_cache.prefetch_nice
       << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)

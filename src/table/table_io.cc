@@ -65,7 +65,7 @@ Status EmbeddingCollection::write_rows(int table, int64_t row_begin, int64_t cou
   std::vector<uint8_t> raw(l.stride_bytes);
   for (int64_t r = 0; r < count; ++r) {
     LEANEMB_RETURN_IF_ERROR(read_raw_rows(table, row_begin + r, 1, raw));
-    kernels::ref_store_weights_rne(l, raw.data(), in.data() + r * l.dim);
+    kernels::store_weights_rne(l, raw.data(), in.data() + r * l.dim);
     LEANEMB_RETURN_IF_ERROR(write_raw_rows(table, row_begin + r, 1, raw));
   }
   return Status();

@@ -3,7 +3,6 @@
 
 #include <omp.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -460,7 +459,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     const size_t num_miss = plan.miss_at.size();
     for (size_t k = 0; k < num_miss; ++k) {
       if (k + 16 < num_miss) ix.prefetch_row(rows[plan.miss_at[k + 16]]);
-      if (ix.free_slots.size() <= k + 16) {
+      if (ix.free_slots.size() <= k + 16) {  // the miss 16 ahead will need a victim
         ix.prefetch_victim(16, false);
         ix.prefetch_victim(8, true);
       }
@@ -633,7 +632,7 @@ void RowCache::prefetch_main() {
   // Best effort: a lower priority needs no privilege; a refused one (negative values without
   // CAP_SYS_NICE) leaves the thread as it was.
   if (options_.prefetch_nice != 0)
-    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.prefetch_nice);
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.prefetch_nice);
   for (;;) {
     std::span<const int64_t> rows;
     {
