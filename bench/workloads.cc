@@ -388,7 +388,7 @@ Result<Plan> plan_workload(const BenchOptions& o) {
   } else if (w == "precision") {
     // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB
     // L3: out of cache, and within the reach of the TLB's huge-page entries); one of 1e7 rows
-    // (160x L3, where every lookup also pays a page walk). --rows, --batch and --tables resize
+    // (155x L3 in fp32, where every lookup also pays a page walk). --rows, --batch and --tables resize
     // the 1e7-row table; --dim, --bag-size, --alpha, --pooling apply to all three.
     for (Shape s : {Shape{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum},
                     Shape{"mid-table", 1, 1000000, 128, 4096, 20, 1.0, PoolingMode::kSum}}) {
