@@ -60,7 +60,7 @@ Reference train_one_process(const model::CtrModelOptions& o) {
   ref.probs.resize(45);
   EXPECT_TRUE(r.model->predict(eval, ref.probs, 3).ok());
   ref.dense = dense_bytes(*r.model);
-  ref.emb_digest = std::move(dist::collection_digest(r.model->embeddings())).value();
+  ref.emb_digest = std::move(dist::sharded_collection_digest(r.model->embeddings())).value();
   return ref;
 }
 
@@ -83,7 +83,7 @@ Status train_rank(Communicator& comm, model::CtrModelOptions o, const Reference&
   LEANEMB_RETURN_IF_ERROR(m->predict(eval, probs, 3));
   if (std::memcmp(probs.data(), ref.probs.data(), probs.size() * 4) != 0) return mismatch("predictions");
   if (dense_bytes(*m) != ref.dense) return mismatch("dense parameters or optimizer state");
-  LEANEMB_ASSIGN_OR_RETURN(std::string digest, dist::sharded_collection_digest(*m->sharded()));
+  LEANEMB_ASSIGN_OR_RETURN(std::string digest, dist::sharded_collection_digest(m->embeddings()));
   if (digest != ref.emb_digest) return mismatch("embedding digest " + digest + " != " + ref.emb_digest);
   return Status();
 }
@@ -134,12 +134,12 @@ TEST(DistTrainTest, NonFiniteOnOneRankSkipsEveryRank) {
     LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create({}));
     LEANEMB_RETURN_IF_ERROR(m->train_step(random_batch(od, 32, 1), 1, scaler).status());
     const auto before = dense_bytes(*m);
-    LEANEMB_ASSIGN_OR_RETURN(std::string emb_before, dist::sharded_collection_digest(*m->sharded()));
+    LEANEMB_ASSIGN_OR_RETURN(std::string emb_before, dist::sharded_collection_digest(m->embeddings()));
     const float scale = scaler.scale();
     LEANEMB_ASSIGN_OR_RETURN(model::StepStats s, m->train_step(random_batch(od, 32, 2), 1, scaler, comm.rank() == 1));
     if (!s.skipped) return mismatch("rank " + std::to_string(comm.rank()) + " did not skip");
     if (dense_bytes(*m) != before) return mismatch("a skipped step changed dense state");
-    LEANEMB_ASSIGN_OR_RETURN(std::string emb_after, dist::sharded_collection_digest(*m->sharded()));
+    LEANEMB_ASSIGN_OR_RETURN(std::string emb_after, dist::sharded_collection_digest(m->embeddings()));
     if (emb_after != emb_before) return mismatch("a skipped step changed embedding rows");
     if (!(scaler.scale() < scale)) return mismatch("the loss scale did not back off");
     return Status();

@@ -269,7 +269,7 @@ TEST(ModelGradientTest, EmbeddingUpdateMatchesFiniteDifferences) {
   o.dense_optimizer.learning_rate = 0.0;
   Rig r = make_rig(o);
   const data::Batch b = random_batch(o, 16, 7);
-  EmbeddingCollection& e = r.model->embeddings();
+  EmbeddingTables& e = r.model->embeddings();
   const int64_t D = o.embedding_dim;
   struct Probe { int table; int64_t row, col; };
   const Probe probes[] = {{0, 1, 0}, {1, 3, 5}, {3, 7, 2}, {2, 0, 7}};
