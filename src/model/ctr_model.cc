@@ -83,6 +83,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   if (o.num_dense < 1 || o.num_sparse < 1) return invalid_argument("CtrModel: needs >= 1 dense and >= 1 sparse feature");
   if (static_cast<int>(o.table_rows.size()) != o.num_sparse)
     return invalid_argument("CtrModel: table_rows must have one value per sparse feature");
+  if (!o.table_dynamic.empty() && static_cast<int>(o.table_dynamic.size()) != o.num_sparse)
+    return invalid_argument("CtrModel: table_dynamic must be empty or have one entry per sparse feature");
   if (o.bottom_hidden.empty()) return invalid_argument("CtrModel: bottom MLP needs at least one layer");
   std::unique_ptr<CtrModel> m(new CtrModel());
   m->options_ = o;
@@ -98,6 +100,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     t.dtype = o.row_dtype;
     t.optimizer = o.row_optimizer;
     t.init = o.row_init;
+    if (!o.table_dynamic.empty()) t.dynamic = o.table_dynamic[static_cast<size_t>(f)];
     if (tiered::cache_applies(t.num_rows, o.row_cache.fraction, o.cache_min_rows)) {
       t.cache = o.row_cache;
       if (t.cache.store == "file") t.cache.store_path = o.store_dir + "/" + t.name + ".rows";

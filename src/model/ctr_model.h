@@ -54,7 +54,10 @@ struct CtrModelOptions {
   int num_dense = 13;
   int num_sparse = 26;
   int64_t embedding_dim = 16;
-  std::vector<int64_t> table_rows;        // [num_sparse]
+  std::vector<int64_t> table_rows;        // [num_sparse] (a dynamic table's row capacity)
+  // [num_sparse] or empty: per table, a dynamic vocabulary (enabled: the feature's ids are raw
+  // 64-bit values, rows are given on admission).
+  std::vector<TableDynamicOptions> table_dynamic;
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
   InitOptions row_init;

@@ -39,6 +39,14 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   o.embedding_dim = c.embedding_dim;
   o.table_rows = c.table_rows.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(c.num_sparse), c.table_rows[0])
                                           : c.table_rows;
+  if (!c.dynamic_tables.empty()) {
+    o.table_dynamic.resize(static_cast<size_t>(c.num_sparse));
+    for (const DynamicTableConfig& d : c.dynamic_tables) {
+      const auto f = static_cast<size_t>(std::stoi(d.table.substr(1)) - 1);
+      o.table_dynamic[f] = d.options;
+      if (d.capacity_rows > 0) o.table_rows[f] = d.capacity_rows;
+    }
+  }
   o.row_dtype = c.row_dtype;
   o.row_optimizer = c.row_optimizer;
   o.row_init = c.row_init;
@@ -65,6 +73,8 @@ Result<data::ReaderOptions> reader_options(const TrainConfig& c, const std::vect
   r.files = files;
   const auto rows = model_options(c).table_rows;
   LEANEMB_ASSIGN_OR_RETURN(r.schema, data::make_schema(c.num_dense, c.num_sparse, rows, c.max_len));
+  for (const DynamicTableConfig& d : c.dynamic_tables)  // raw hashed values: the IdMap gives rows
+    r.schema.sparse[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)].raw_ids = true;
   r.batch_size = c.batch_size;
   r.shuffle_buffer = train ? c.shuffle_buffer : 0;
   r.seed = c.seed;
