@@ -289,10 +289,17 @@ std::optional<int64_t> parse_step_dir_name(std::string_view name) {
   return static_cast<int64_t>(v);
 }
 
-bool is_tmp_dir_name(std::string_view name) {
-  constexpr std::string_view kSuffix = kTmpSuffix;
-  return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix &&
-         parse_step_dir_name(name.substr(0, name.size() - kSuffix.size())).has_value();
+namespace {
+bool is_step_dir_with_suffix(std::string_view name, std::string_view suffix) {
+  return name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix &&
+         parse_step_dir_name(name.substr(0, name.size() - suffix.size())).has_value();
+}
+}  // namespace
+
+bool is_tmp_dir_name(std::string_view name) { return is_step_dir_with_suffix(name, kTmpSuffix); }
+
+bool is_leftover_dir_name(std::string_view name) {
+  return is_step_dir_with_suffix(name, kTmpSuffix) || is_step_dir_with_suffix(name, kDeletingSuffix);
 }
 
 }  // namespace leanemb::ckpt

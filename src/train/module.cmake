@@ -9,13 +9,20 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/toml_section.cc
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
+  ${CMAKE_CURRENT_LIST_DIR}/divergence.cc
+  ${CMAKE_CURRENT_LIST_DIR}/input_check.cc
+  ${CMAKE_CURRENT_LIST_DIR}/config_diff.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
   # dist_train_test: the model over ranks as threads (LocalWorld), bit-identical to one process.
-  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc)
+  # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18).
+  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc
+                   ${CMAKE_CURRENT_LIST_DIR}/reliability_test.cc)
 endif()
 
 if(LEANEMB_BUILD_TESTS)

@@ -22,6 +22,11 @@
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
 #include "plan/workload.h"
+#include "train/config_diff.h"
+#include "train/divergence.h"
+#include "train/input_check.h"
+#include "train/run_dir.h"
+#include "train/stop_signal.h"
 
 namespace leanemb::train {
 
@@ -97,13 +102,15 @@ struct Counters {
 
 // The checkpoint's blobs (everything but the tables), the same for plain and sharded checkpoints.
 std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const model::CtrModel& m, const data::DataReader& reader,
-                                                                      const amp::LossScaler& scaler, const Counters& k) {
+                                                                      const amp::LossScaler& scaler, const Counters& k,
+                                                                      const ConfigRecord& config) {
   std::vector<std::pair<std::string, std::vector<uint8_t>>> b;
   json tables = json::array();  // the collection's table order (the training digest follows it)
   for (const TableOptions& t : m.embeddings().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped},
                    {"collection_step", m.embeddings().step()}, {"format", "leanemb-train-1"}, {"tables", tables}};
   b.emplace_back("train/state", to_bytes(st));
+  b.emplace_back("train/config", encode_config_record(config));
   b.emplace_back("train/reader", reader.save_state());
   b.emplace_back("amp/loss_scaler", scaler.save());
   auto floats = [](std::span<const float> v) {
@@ -116,13 +123,14 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const mode
 }
 
 Status write_checkpoint(const std::string& out, const TrainConfig& c, model::CtrModel& m, const data::DataReader& reader,
-                        const amp::LossScaler& scaler, const Counters& k, std::string* path) {
-  const auto blobs = train_blobs(m, reader, scaler, k);
+                        const amp::LossScaler& scaler, const Counters& k, ckpt::Env* env, std::string* path) {
+  const auto blobs = train_blobs(m, reader, scaler, k, c.record);
   if (dist::ShardedEmbeddingCollection* sh = m.sharded()) {
     std::vector<dist::ShardedBlob> sb;
     for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
     dist::ShardedSaveOptions so;
     so.keep_last = c.keep_checkpoints;
+    so.env = env;
     LEANEMB_ASSIGN_OR_RETURN(dist::ShardedSaveInfo info, dist::save_sharded_checkpoint(out, k.step, *sh, sb, so));
     for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
     *path = info.global_dir;
@@ -130,6 +138,7 @@ Status write_checkpoint(const std::string& out, const TrainConfig& c, model::Ctr
   }
   ckpt::WriterOptions wo;
   wo.keep_last = c.keep_checkpoints;
+  wo.env = env;
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out, k.step, wo));
   const EmbeddingCollection& emb = m.embeddings();
   for (const auto& [name, bytes] : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(name, bytes));
@@ -152,6 +161,7 @@ Status write_checkpoint(const std::string& out, const TrainConfig& c, model::Ctr
   }
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo info, w->commit());
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
+  for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
   *path = info.path;
   return Status();
 }
@@ -211,31 +221,61 @@ Status load_plain_tables(const ckpt::CheckpointReader& r, model::CtrModel& m) {
   return Status();
 }
 
+// The counters of blob "train/state", checked: integers, >= 0, skipped <= step, and the step
+// the checkpoint's manifest records. Errors: DataLoss naming the field.
+Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manifest_step, int64_t* collection_step) {
+  const json st = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (st.is_discarded() || !st.is_object()) return data_loss("train/state is not a JSON object");
+  int64_t v[4] = {};
+  const char* keys[4] = {"step", "samples", "skipped_steps", "collection_step"};
+  for (int i = 0; i < 4; ++i) {
+    if (!st.contains(keys[i]) || !st[keys[i]].is_number_integer() || st[keys[i]].get<int64_t>() < 0)
+      return data_loss(std::string("train/state: \"") + keys[i] + "\" is missing or not an integer >= 0");
+    v[i] = st[keys[i]].get<int64_t>();
+  }
+  if (v[0] != manifest_step)
+    return data_loss("train/state says step " + std::to_string(v[0]) + ", the checkpoint's manifest step " + std::to_string(manifest_step));
+  if (v[2] > v[0]) return data_loss("train/state: skipped_steps " + std::to_string(v[2]) + " exceeds step " + std::to_string(v[0]));
+  *collection_step = v[3];
+  return Counters{v[0], v[1], v[2]};
+}
+
 // Resumes from checkpoint `dir`, plain or sharded (global directory), whichever the model is: a
-// sharded checkpoint needs a sharded model (any world size); a plain one loads into either.
-Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrModel& m, data::DataReader& reader,
-                       amp::LossScaler& scaler, Counters* k) {
+// sharded checkpoint needs a sharded model (any world size); a plain one loads into either. The
+// saved configuration is compared with `c` first (train/config_diff.h).
+Status load_checkpoint(const std::string& dir, bool sharded_ckpt, const TrainConfig& c, ckpt::Env* env, bool lead,
+                       model::CtrModel& m, data::DataReader& reader, amp::LossScaler& scaler, Counters* k) {
   auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
   dist::ShardedEmbeddingCollection* sh = m.sharded();
   // With sharded tables every rank fails if any rank failed (dist::agree), so none goes on alone.
   auto agree = [&](const Status& mine) { return sh ? dist::agree(sh->communicator(), mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
-  auto opened = ckpt::CheckpointReader::open(dir);
+  auto opened = ckpt::CheckpointReader::open(dir, env);
   LEANEMB_RETURN_IF_ERROR(agree(opened.status()));
   const ckpt::CheckpointReader& r = *opened.value();
-  json st;
+  if (r.find("train/config") != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
+    LEANEMB_RETURN_IF_ERROR(check_resume_config(cfg, c.record, dir, lead));
+  } else if (lead) {
+    std::fprintf(stderr, "leanemb: note: %s holds no saved configuration (an older version wrote it): not compared\n", dir.c_str());
+  }
+  int64_t collection_step = 0;
+  Counters saved;
   {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
-    st = json::parse(stb.begin(), stb.end(), nullptr, false);
-    if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
+    auto parsed = parse_train_state(stb, r.step(), &collection_step);
+    if (!parsed.ok()) return ctx(parsed.status());
+    saved = parsed.value();
   }
   // Embedding tables.
   if (sharded_ckpt) {
     if (!sh) return ctx(invalid_argument("a sharded checkpoint needs a sharded model"));
-    auto loaded = dist::load_sharded_checkpoint(dir, *sh);
+    dist::ShardedLoadOptions lo;
+    lo.env = env;
+    auto loaded = dist::load_sharded_checkpoint(dir, *sh, lo);
     if (!loaded.ok()) return ctx(loaded.status());
   } else {
     Status s = load_plain_tables(r, m);
-    if (s.ok()) m.embeddings().set_step(st["collection_step"].get<int64_t>());
+    if (s.ok()) m.embeddings().set_step(collection_step);
     LEANEMB_RETURN_IF_ERROR(agree(s));
   }
   // Dense parameters and state: names from the model, values from the checkpoint.
@@ -260,9 +300,7 @@ Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrMode
   if (Status s = scaler.load(sc); !s.ok()) return ctx(s);
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r.read_blob("train/reader"));
   if (Status s = reader.restore_state(rd); !s.ok()) return ctx(s);
-  k->step = st["step"].get<int64_t>();
-  k->samples = st["samples"].get<int64_t>();
-  k->skipped = st["skipped_steps"].get<int64_t>();
+  *k = saved;
   return Status();
 }
 
@@ -322,6 +360,16 @@ json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
   return out;
 }
 
+RunDirOptions run_dir_options(const RunOptions& ro) {
+  RunDirOptions o;
+  o.out_dir = ro.out_dir;
+  o.resume = ro.resume;
+  o.overwrite = ro.overwrite;
+  o.start_fresh = ro.start_fresh;
+  o.env = ro.ckpt_env;
+  return o;
+}
+
 }  // namespace
 
 Result<json> run_training(const RunOptions& ro) {
@@ -339,6 +387,9 @@ Result<json> run_training(const RunOptions& ro) {
   if (c.grad_groups % world != 0)
     return invalid_argument(c.origin + ": dist.grad_groups (" + std::to_string(c.grad_groups) + ") must be a multiple of the number of ranks (" +
                             std::to_string(world) + ")");
+  // The output directory, locked for the run, and where the run starts (train/run_dir.h).
+  std::unique_ptr<RunDir> run_dir;
+  LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
 
   // Data: generate when asked and missing (with several ranks: rank 0 generates, the others
   // wait for its meta.json, written last, then meet it at a barrier).
@@ -357,6 +408,7 @@ Result<json> run_training(const RunOptions& ro) {
       while (!file_exists(c.data_dir + "/meta.json")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       have = true;
     }
+    if (have) LEANEMB_RETURN_IF_ERROR(check_generated_data(c));
     if (!have) {
       say("generating synthetic data into " + c.data_dir + " (" + std::to_string(c.gen.train_rows) + " train + " +
           std::to_string(c.gen.eval_rows) + " eval rows)");
@@ -375,6 +427,8 @@ Result<json> run_training(const RunOptions& ro) {
         teacher_auc = mj["teacher_auc"].get<double>();
     }
   }
+
+  LEANEMB_RETURN_IF_ERROR(check_data_files(c));  // every input before the first step
 
   // The memory plan of this run (src/plan): reserved up front when a device budget is set and
   // memory.reserve is not, and compared with the measured peaks at the end.
@@ -408,24 +462,8 @@ Result<json> run_training(const RunOptions& ro) {
   // The checkpoint to resume from decides, with the world size, whether the tables are sharded:
   // with several ranks always; in one process only to resume a sharded checkpoint (over a
   // world of one rank, so that its rows reshard into one process).
-  std::string resume_dir;
-  bool resume_sharded = false;
-  if (ro.resume) {
-    auto latest = ckpt::find_latest_complete(ro.out_dir);
-    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    if (latest.ok()) {
-      LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(latest.value().ref.path));
-      resume_sharded = r->find("sharded/layout") != nullptr;
-      if (resume_sharded) {
-        auto complete = dist::find_latest_complete_sharded(ro.out_dir);
-        if (!complete.ok() && complete.status().code() != StatusCode::kNotFound) return complete.status();
-        if (complete.ok()) resume_dir = complete.value().ref.path;
-        else resume_sharded = false;
-      } else {
-        resume_dir = latest.value().ref.path;
-      }
-    }
-  }
+  const std::string& resume_dir = resume_at.dir;
+  const bool resume_sharded = resume_at.sharded;
   std::shared_ptr<dist::LocalWorld> solo_world;
   std::unique_ptr<dist::Communicator> solo_comm;
   model::CtrModelOptions mo = model_options(c);
@@ -452,9 +490,9 @@ Result<json> run_training(const RunOptions& ro) {
   int64_t resumed_from = -1;
   if (ro.resume) {
     if (resume_dir.empty()) {
-      say("no complete checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
+      say("no checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
     } else {
-      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, resume_sharded, *model, *reader, scaler, &k));
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, resume_sharded, c, ro.ckpt_env, lead, *model, *reader, scaler, &k));
       resumed_from = k.step;
       say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + (resume_sharded ? ", sharded" : "") + ")");
     }
@@ -476,8 +514,8 @@ Result<json> run_training(const RunOptions& ro) {
     table_bytes += model->embeddings().layout(t).stride_bytes * static_cast<size_t>(model->embeddings().options().tables[static_cast<size_t>(t)].num_rows);
 
   data::Batch batch;
-  std::string last_ckpt;
-  int64_t last_ckpt_step = -1;
+  std::string last_ckpt = resume_dir;
+  int64_t last_ckpt_step = resumed_from;  // a resumed step is not written again
   json last_eval;
   double loss_sum = 0.0, last_loss = NAN;
   int64_t loss_n = 0, samples_run = 0;
@@ -497,7 +535,14 @@ Result<json> run_training(const RunOptions& ro) {
   };
   const std::set<int64_t> inject(c.inject_nonfinite_steps.begin(), c.inject_nonfinite_steps.end());
 
+  DivergenceMonitor divergence({c.max_consecutive_skipped, true});
+  std::string diverged;  // "diverged at step N: ..." once the run diverged
+  bool stopped = false;  // a signal (StopSignal) stopped the run after a step
   while (c.steps == 0 || k.step < c.steps) {
+    if (ro.stop) {  // every rank stops after the same step
+      LEANEMB_ASSIGN_OR_RETURN(stopped, ro.stop->agree_stop(comm));
+      if (stopped) break;
+    }
     LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
     if (!more) break;
     const int64_t step_no = k.step + 1;
@@ -508,6 +553,10 @@ Result<json> run_training(const RunOptions& ro) {
     if (s.skipped) ++k.skipped;
     loss_sum += s.loss;
     ++loss_n;
+    if (auto why = divergence.observe(k.step, s.skipped, model->dense_parameters())) {
+      diverged = *why;
+      break;
+    }
     if (k.step % c.log_every == 0) {
       last_loss = loss_sum / static_cast<double>(loss_n);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -524,7 +573,7 @@ Result<json> run_training(const RunOptions& ro) {
       metrics.flush();
     }
     if (c.checkpoint_every > 0 && k.step % c.checkpoint_every == 0) {
-      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
+      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, ro.ckpt_env, &last_ckpt));
       last_ckpt_step = k.step;
     }
     if (ro.after_step) ro.after_step(k.step);
@@ -550,9 +599,10 @@ Result<json> run_training(const RunOptions& ro) {
     train_comm_seconds = sh->communicator().stats().seconds;
   }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
-  if (k.step != last_ckpt_step && k.step > 0)
-    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
-  if (!c.eval_files.empty()) {
+  // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
+  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty())
+    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, ro.ckpt_env, &last_ckpt));
+  if (!c.eval_files.empty() && !stopped && diverged.empty()) {
     say("evaluating on " + c.eval_files[0] + (c.eval_files.size() > 1 ? " ..." : ""));
     LEANEMB_ASSIGN_OR_RETURN(last_eval, evaluate(c, *model));
     metrics << json{{"step", k.step}, {"eval", last_eval}, {"final", true}}.dump() << "\n";
@@ -560,6 +610,9 @@ Result<json> run_training(const RunOptions& ro) {
   line(true);
 
   json sum;
+  sum["outcome"] = !diverged.empty() ? "diverged" : stopped ? "stopped" : "completed";
+  if (!diverged.empty()) sum["diverged"] = {{"step", k.step}, {"message", diverged}};
+  if (stopped) sum["stopped"] = {{"step", k.step}, {"signal", ro.stop->signal_name()}};
   sum["steps"] = k.step;
   sum["samples"] = k.samples;
   sum["samples_this_run"] = samples_run;
