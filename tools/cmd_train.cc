@@ -207,8 +207,8 @@ int run_train(const TrainArgs& a) {
     std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
                 s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
                 s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
-  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(),
-              s["checkpoint"].get<std::string>().c_str());
+  const std::string ckpt = s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>();
+  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(), ckpt.c_str());
   if (!a.json_summary.empty())
     if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
   if (outcome == "stopped")
@@ -217,7 +217,7 @@ int run_train(const TrainArgs& a) {
                  s["checkpoint"].get<std::string>().c_str());
   if (outcome == "diverged")
     std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
-                 s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>().c_str());
+                 ckpt.c_str());
   return code;
 }
 

@@ -23,6 +23,10 @@ if(LEANEMB_BUILD_TESTS)
   # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18).
   leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc
                    ${CMAKE_CURRENT_LIST_DIR}/reliability_test.cc)
+  # The same promises through the CLI (lock, consent, signals, exit codes): tests/train_cli_test.cc.
+  leanemb_add_test(train_cli_test ${PROJECT_SOURCE_DIR}/tests/train_cli_test.cc)
+  target_compile_definitions(train_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
+  add_dependencies(train_cli_test leanemb_cli)
 endif()
 
 if(LEANEMB_BUILD_TESTS)
