@@ -212,9 +212,9 @@ int run_train(const TrainArgs& a) {
   if (!a.json_summary.empty())
     if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
   if (outcome == "stopped")
-    std::fprintf(stderr, "leanemb: stopped by %s after step %lld; checkpoint %s written; continue with --resume (exit code 5)\n",
+    std::fprintf(stderr, "leanemb: stopped by %s after step %lld; %s; continue with --resume (exit code 5)\n",
                  s["stopped"]["signal"].get<std::string>().c_str(), static_cast<long long>(s["steps"].get<int64_t>()),
-                 s["checkpoint"].get<std::string>().c_str());
+                 ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
   if (outcome == "diverged")
     std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
                  ckpt.c_str());
