@@ -26,7 +26,7 @@ endif()
 function(leanemb_add_test name)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE leanemb GTest::gtest GTest::gtest_main)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})  # tests/cli_testing.h
   leanemb_set_warnings(${name})
   # Passive OpenMP waiting: tests share 2 cores with each other (ctest -j) and spinning
   # workers would starve them.

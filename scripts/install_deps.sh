@@ -17,6 +17,8 @@ pkgs=(
   python3-torch
   # fastText: text_test checks our word n-gram buckets against fastText's own model files
   fasttext
+  # clang 14 and its libFuzzer / sanitizer runtimes: the fuzz preset (scripts/fuzz.sh)
+  clang-14 libclang-rt-14-dev
 )
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(linux-perf time)

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Crash tests of `leanemb train` with real processes (ctest: resume_bitexact, ckpt_kill9_random).
+# Crash tests of `leanemb train` with real processes (ctest: resume_bitexact, ckpt_kill9_random,
+# graceful_stop_random).
 #
-#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all]
+#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|sigterm|all]
 #
 # A tiny model trains STEPS steps with a checkpoint every 4 steps; its final checkpoint's digest
 # (`leanemb ckpt digest`) is the reference.
 #   resume:  train STEPS/2 steps, then `--resume` in a fresh process to STEPS: same digest.
 #   kill9:   KILLS times: start a fresh run, kill -9 it at a random moment, check that every
 #            checkpoint left behind verifies, resume it to STEPS: same digest every time.
-# Prints "kill9: N/N resumed with the reference digest, 0 lost checkpoints" and exits non-zero
-# on any difference. The acceptance run uses KILLS=50; CI uses 20.
+#            Prints "kill9: K kills, R resumed with the reference digest, L lost checkpoints, ..."
+#   sigterm: KILLS times: start a fresh run, SIGTERM it at a random moment: it must exit 5 (or 0
+#            when it had finished) with a checkpoint of the step it reached; resumed to STEPS,
+#            its training digest (`ckpt digest --training`) must be the reference's.
+# Exits non-zero on any difference. CI uses KILLS=20 (kill9) and 5 (sigterm); the acceptance
+# run of issue 18 used `tests/ckpt_kill9.sh build/release/leanemb 200 kill9`.
 set -euo pipefail
 
 LEANEMB=${1:?usage: ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all]}
@@ -57,13 +62,14 @@ if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
     sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
     kill -9 "$pid" 2> /dev/null || true
     wait "$pid" 2> /dev/null || true
-    # Every published checkpoint (a step directory with its MANIFEST) must verify, and the resume
-    # must start from the newest one. Step directories without a MANIFEST are not checkpoints: an
-    # old one whose deletion (MANIFEST first) was interrupted, cleaned up by the next commit.
+    # Every published checkpoint (a step directory) must have its MANIFEST and verify, and the
+    # resume must start from the newest one. .tmp (a write) and .deleting (a removal) are
+    # leftovers of the kill, removed by the next commit.
     newest=-1
     for d in "$out"/checkpoints/step-*; do
-      [[ -d "$d" && "$d" != *.tmp ]] || continue
-      if [[ ! -f "$d/MANIFEST" ]]; then leftovers=$((leftovers + 1)); continue; fi
+      [[ -d "$d" ]] || continue
+      if [[ "$d" == *.tmp || "$d" == *.deleting ]]; then leftovers=$((leftovers + 1)); continue; fi
+      if [[ ! -f "$d/MANIFEST" ]]; then lost=$((lost + 1)); echo "kill $i: $d has no MANIFEST"; continue; fi
       if ! "$LEANEMB" ckpt verify "$d" > /dev/null 2>&1; then lost=$((lost + 1)); echo "kill $i: $d does not verify"; continue; fi
       step=$((10#${d##*step-}))
       (( step > newest )) && newest=$step
@@ -79,6 +85,39 @@ if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
     if [[ "$GOT" == "$REF" ]]; then ok=$((ok + 1)); else echo "kill $i: digest $GOT != reference $REF"; fi
     rm -rf "$out" "$out.json"
   done
-  echo "kill9: $ok/$KILLS resumed with the reference digest, $lost lost checkpoints, $fresh killed before the first checkpoint, $leftovers half-deleted old directories left for cleanup (full run ${run_ms} ms)"
+  echo "kill9: $KILLS kills, $ok resumed with the reference digest, $lost lost checkpoints, $fresh killed before the first checkpoint, $leftovers .tmp/.deleting leftovers (full run ${run_ms} ms)"
   [[ $ok -eq $KILLS && $lost -eq 0 ]] || exit 1
+fi
+
+if [[ "$MODE" == sigterm || "$MODE" == all ]]; then
+  t0=$(date +%s%N)
+  train --steps "$STEPS" --out "$WORK/timing2"
+  run_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  REFT=$("$LEANEMB" ckpt digest --training "$(latest "$WORK/ref")")
+  ok=0 stopped=0 finished=0
+  for ((i = 1; i <= KILLS; i++)); do
+    out="$WORK/s$i"
+    "$LEANEMB" train "${SETS[@]}" --quiet --steps "$STEPS" --out "$out" --json-summary "$out.json" > /dev/null 2> "$out.err" &
+    pid=$!
+    sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
+    kill -TERM "$pid" 2> /dev/null || true
+    rc=0; wait "$pid" || rc=$?
+    step=$(grep -o '"steps": [0-9]*' "$out.json" 2>/dev/null | grep -o '[0-9]*$' || echo -1)
+    if [[ $rc -eq 5 ]]; then
+      stopped=$((stopped + 1))
+      # Stopped before its first step (during start-up): nothing to checkpoint.
+      [[ $step -eq 0 || -f "$out/checkpoints/step-$(printf '%010d' "$step")/MANIFEST" ]] || { echo "sigterm $i: exit 5 but no checkpoint of step $step"; cat "$out.err"; continue; }
+    elif [[ $rc -eq 0 ]]; then
+      finished=$((finished + 1))
+    else
+      # The signal came before the handler was installed (start-up): killed, like kill -9.
+      echo "sigterm $i: exit $rc before the stop handler was in place"; step=-1
+    fi
+    train --steps "$STEPS" --out "$out" --resume
+    GOT=$("$LEANEMB" ckpt digest --training "$(latest "$out")")
+    if [[ "$GOT" == "$REFT" ]]; then ok=$((ok + 1)); else echo "sigterm $i (stopped at step $step): training digest $GOT != reference $REFT"; fi
+    rm -rf "$out" "$out.json" "$out.err"
+  done
+  echo "sigterm: $KILLS signals, $stopped stopped with exit 5 and a checkpoint of the step reached, $finished had finished, $ok resumed to the reference training digest"
+  [[ $ok -eq $KILLS ]] || exit 1
 fi

@@ -2,51 +2,21 @@
 // must end the process normally (no crash, no signal) with a non-zero exit code and a message on
 // stderr that names the offending flag or value; --version and a tiny valid run succeed.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 
-#ifndef LEANEMB_CLI_PATH
-#error "LEANEMB_CLI_PATH must name the CLI binary"
-#endif
+#include "tests/cli_testing.h"
 
 namespace {
 
-struct RunResult {
-  bool exited = false;  // ended by exit(), not by a signal
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Runs `leanemb <args>` with stdout and stderr captured in files; OMP_NUM_THREADS=2 keeps it
-// small. The files are named after this process: CTest runs the tests as parallel processes.
-RunResult run_cli(const std::string& args) {
-  const std::string stem = testing::TempDir() + "leanemb_cli_test." + std::to_string(getpid());
-  const std::string out = stem + ".out", err = stem + ".err";
-  const std::string cmd = std::string("OMP_NUM_THREADS=2 '") + LEANEMB_CLI_PATH + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exited = status != -1 && WIFEXITED(status);
-  r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return r;
-}
+using leanemb::testing_cli::expect_clean_failure;
+using leanemb::testing_cli::run_cli;
+using leanemb::testing_cli::RunResult;
+using leanemb::testing_cli::slurp;
 
 const char* kTiny = "bench --workload optimizer --rows 2000 --dim 16 --batch 64 --iters 3 --warmup 1 --optimizer sgd";
 
@@ -63,18 +33,6 @@ std::string tiny_with(const std::string& flag, const std::string& value) {
   }
   if (!replaced) args += " " + flag + " " + value;
   return args;
-}
-
-// Expects a clean failure: a normal exit with a non-zero code (127 would mean the shell could
-// not run the binary) and stderr mentioning `needle`.
-void expect_clean_failure(const std::string& args, const std::string& needle) {
-  SCOPED_TRACE("leanemb " + args);
-  const RunResult r = run_cli(args);
-  ASSERT_TRUE(r.exited) << "killed by a signal";
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.exit_code, 127) << "the CLI binary did not run";
-  EXPECT_LT(r.exit_code, 126);
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
 }
 
 // An unknown flag or subcommand fails and names what was not understood.

@@ -16,11 +16,15 @@
 #             must fail within the collective timeout, naming rank 1, and not hang; then
 #             `mpirun -np 2 ... --resume` continues from the last complete checkpoint (step 8)
 #             to STEPS: the reference digest.
+#   stop:     at P = 2 with many steps, SIGTERM to rank 1 alone: both ranks stop after the same
+#             step (the stop flags are all-reduced before every step), exit 5 and write one
+#             complete sharded checkpoint of that step; `--resume` at P = 2 to that step + 8
+#             gives the training digest of an uninterrupted single-process run of as many steps.
 set -euo pipefail
 
-MPIRUN=${1:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash}
-LEANEMB=${2:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash}
-MODE=${3:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash}
+MPIRUN=${1:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash|stop}
+LEANEMB=${2:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash|stop}
+MODE=${3:?usage: mpi_train.sh MPIRUN LEANEMB_BINARY digest|reshard|payload|crash|stop}
 STEPS=24
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_mpi_train.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -107,6 +111,30 @@ case "$MODE" in
     got=$(digest_of "$WORK/crash")
     [[ "$got" == "$REF" ]] || fail "resumed after the crash: training digest $got != $REF"
     echo "mpi_train crash: rank 0 failed in ${elapsed} s naming rank 1; the relaunch resumed from step 8 to the reference digest"
+    ;;
+  stop)
+    set +e
+    timeout -k 5 300 "$MPIRUN" --oversubscribe -np 2 "$LEANEMB" train "${SETS[@]}" --quiet --steps 1000000 --out "$WORK/stop" \
+      --set train.log_every=1 --json-summary "$WORK/stop.json" > "$WORK/stop.out" 2>&1 &
+    job=$!
+    set -e
+    for _ in $(seq 600); do [[ $(cat "$WORK/stop/metrics.jsonl" 2>/dev/null | wc -l) -ge 3 ]] && break; sleep 0.1; done
+    # timeout -> mpirun -> the two rank processes: signal one of them only.
+    ranks=($(pgrep -P "$(pgrep -P "$job" | head -1)"))
+    [[ ${#ranks[@]} -eq 2 ]] || { cat "$WORK/stop.out"; fail "did not find the two rank processes (${ranks[*]})"; }
+    kill -TERM "${ranks[1]}"
+    rc=0; wait "$job" || rc=$?
+    [[ $rc -eq 5 ]] || { cat "$WORK/stop.out"; fail "mpirun exited $rc, expected 5 (stopped)"; }
+    step=$(grep -o '"steps": [0-9]*' "$WORK/stop.json" | grep -o '[0-9]*$')
+    dir="$WORK/stop/checkpoints/step-$(printf '%010d' "$step")"
+    "$LEANEMB" ckpt verify "$dir" > /dev/null || fail "no complete checkpoint of step $step"
+    # Rank 0 names the signal if it was the one signalled, "a stop request" (another rank's) otherwise.
+    grep -qE "stopped by (SIGTERM|a stop request) after step $step;" "$WORK/stop.out" || { cat "$WORK/stop.out"; fail "rank 0 did not stop at step $step"; }
+    total=$((step + 8))
+    trainp 2 --steps "$total" --out "$WORK/stop" --resume > /dev/null
+    train1 --steps "$total" --out "$WORK/stopref"
+    [[ "$(digest_of "$WORK/stop")" == "$(digest_of "$WORK/stopref")" ]] || fail "resumed after the stop: training digest differs"
+    echo "mpi_train stop: SIGTERM to rank 1 stopped both ranks after step $step (exit 5, one sharded checkpoint); resumed to step $total with the single-process training digest"
     ;;
   *) fail "unknown mode $MODE" ;;
 esac

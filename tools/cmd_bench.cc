@@ -245,8 +245,8 @@ void register_bench(CLI::App& app, CommandResult* result) {
       ->type_name("BYTES")->check(non_empty);
   cmd->footer(
       "With --optimizer, --dtype or --state-dtype the optimizer workload runs that one contender (defaults "
-      "rowwise_adagrad / fp32 / fp32; an 8-bit or bf16 --state-dtype alone means adam) instead of its full list.\n"
-      "Exit codes: 0 ok, 1 runtime failure or failed correctness gate, 2 bad arguments, 3 out of memory.");
+      "rowwise_adagrad / fp32 / fp32; an 8-bit or bf16 --state-dtype alone means adam) instead of its full list. "
+      "A failed correctness gate exits 1.\n" + std::string(exit_code_table()));
   cmd->callback([a, result] { result->exit_code = run_bench(*a); });
 }
 

@@ -3,6 +3,7 @@
 // training digest, equal for a plain and a sharded checkpoint of the same training state), or
 // lists the checkpoints of a run (docs/formats/checkpoint.md).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -32,8 +33,12 @@ int run_digest(const std::string& dir, bool training) {
 
 // One line per step directory: complete (manifest and file sizes check out) or why not.
 int run_list(const std::string& out_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec))
+    return report_error(not_found("ckpt list: no such directory '" + out_dir + "'"));
   auto refs = ckpt::list_checkpoints(out_dir);
   if (!refs.ok()) return report_error(refs.status());
+  if (refs->empty()) std::printf("no checkpoints under %s\n", ckpt::checkpoints_dir(out_dir).c_str());
   for (const ckpt::CheckpointRef& ref : *refs) {
     auto r = ckpt::CheckpointReader::open(ref.path);
     if (!r.ok()) {
@@ -53,7 +58,7 @@ int run_list(const std::string& out_dir) {
 void register_ckpt(CLI::App& app, CommandResult* result) {
   CLI::App* cmd = app.add_subcommand("ckpt", "Inspect checkpoints: verify checksums, print the content digest, list");
   cmd->require_subcommand(1);
-  cmd->footer("Exit codes: 0 ok, 1 corrupt checkpoint or I/O failure, 2 bad arguments or no such checkpoint.");
+  cmd->footer(exit_code_table());
   auto dir = std::make_shared<std::string>();
 
   CLI::App* verify = cmd->add_subcommand("verify", "Check the manifest and every block checksum of a checkpoint");

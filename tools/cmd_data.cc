@@ -166,7 +166,7 @@ void register_data(CLI::App& app, CommandResult* result) {
   conv->add_option("--max-malformed-rate", c->max_malformed_rate, "Fail when malformed lines exceed this fraction")
       ->capture_default_str()->type_name("X")->check(non_empty());
   conv->add_flag("--quiet", c->quiet, "No warnings for malformed lines (they are still counted)");
-  conv->footer("Exit codes: 0 ok, 1 I/O failure, 2 bad arguments or bad input (too many malformed lines).");
+  conv->footer(exit_code_table());
   conv->callback([c, result] { result->exit_code = run_convert(*c); });
 
   auto g = std::make_shared<GenArgs>();
@@ -193,7 +193,7 @@ void register_data(CLI::App& app, CommandResult* result) {
   gen->add_option("--threads", g->threads, "OpenMP threads (0 = default); output does not depend on it")
       ->capture_default_str()->type_name("N")->check(non_empty());
   gen->add_flag("--quiet", g->quiet, "No progress lines on stderr");
-  gen->footer("Exit codes: 0 ok, 1 I/O failure, 2 bad arguments.");
+  gen->footer(exit_code_table());
   gen->callback([g, result] { result->exit_code = run_gen_data(*g); });
 }
 

@@ -121,7 +121,7 @@ int run_plan(const PlanArgs& a) {
   const plan::PlanResult& res = r.value();
   if (a.json) std::printf("%s\n", plan::plan_report_json(w, po, res, ctx).dump(2).c_str());
   else std::fputs(plan::plan_report_text(w, po, res, ctx).c_str(), stdout);
-  if (!res.fits) return 3;
+  if (!res.fits) return kExitMemory;
   if (!a.write_config.empty()) {
     if (!from_config)
       return report_error(invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes"));
@@ -161,10 +161,10 @@ void register_plan(CLI::App& app, CommandResult* result) {
   CLI::App* cmd = app.add_subcommand("plan", "Predict every byte of a run and choose settings that fit a device (docs/plan.md)");
   cmd->add_option("--config", a->config, "A `leanemb train` config to plan")->type_name("FILE")->check(non_empty);
   cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
-  cmd->add_option("--vocab", a->vocab, "Rows of the table (without --config)")->type_name("N");
-  cmd->add_option("--dim", a->dim, "Embedding dim")->type_name("N");
-  cmd->add_option("--batch", a->batch, "Samples per device per step")->type_name("N");
-  cmd->add_option("--seq-len", a->seq_len, "Ids per sample (a sequence, or a bag with --pooling sum|mean)")->type_name("N");
+  cmd->add_option("--vocab", a->vocab, "Rows of the table (without --config)")->type_name("N")->check(int_flag(1, int64_t{1} << 48));
+  cmd->add_option("--dim", a->dim, "Embedding dim")->type_name("N")->check(int_flag(1, 1 << 16));
+  cmd->add_option("--batch", a->batch, "Samples per device per step")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
+  cmd->add_option("--seq-len", a->seq_len, "Ids per sample (a sequence, or a bag with --pooling sum|mean)")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
   cmd->add_option("--pooling", a->pooling, "none (sequence output), sum or mean; default none with --seq-len > 1")->type_name("MODE")->check(non_empty);
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam")->capture_default_str()->check(non_empty);
   cmd->add_option("--row-dtype", a->row_dtype, "The user's row dtype (the planner may propose another)")->capture_default_str()->check(non_empty);
@@ -176,13 +176,13 @@ void register_plan(CLI::App& app, CommandResult* result) {
   cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state");
   cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state");
   cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (docs/tiered.md)");
-  cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str();
+  cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str()->check(int_flag(1, 1 << 16));
   cmd->add_flag("--no-host", a->no_host, "Keep rows and optimizer state on the device");
   cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");
   cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
   cmd->add_flag("--json", a->json, "Print JSON instead of tables");
   cmd->add_option("--write-config", a->write_config, "Write the chosen plan as a `leanemb train` config (needs --config)")->type_name("FILE")->check(non_empty);
-  cmd->footer("Exit codes: 0 a plan fits, 2 bad arguments, 3 nothing fits (the smallest budget that would is printed).");
+  cmd->footer(std::string("plan exits 3 when no plan fits the device (the smallest budget that would is printed).\n") + exit_code_table());
   cmd->callback([a, result] { result->exit_code = run_plan(*a); });
 }
 

@@ -1,8 +1,11 @@
 // `leanemb train`: train the CTR model of a config file (or the embedded default).
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +17,7 @@
 #include "text/text_trainer.h"
 #include "tools/commands.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 #include "train/toml_section.h"
 #include "train/trainer.h"
 
@@ -26,8 +30,33 @@ struct TrainArgs {
   std::vector<std::string> sets;
   std::string steps, out = "runs/ctr_small", json_summary;
   std::string device_budget, host_budget, placement;
-  bool resume = false, quiet = false, print_config = false;
+  bool resume = false, overwrite = false, start_fresh = false, quiet = false, print_config = false;
 };
+
+// --steps: a decimal integer >= 0 that fits in 64 bits (no saturation, no trailing text).
+Result<int64_t> parse_steps(const std::string& s) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range) return invalid_argument("--steps " + s + " is out of range (at most " + std::to_string(INT64_MAX) + ")");
+  if (ec != std::errc() || end != s.data() + s.size() || v < 0) return invalid_argument("--steps expects an integer >= 0, got '" + s + "'");
+  return v;
+}
+
+// Before training: --json-summary must be writable (created now, filled at the end), so that a
+// long run does not fail on it at the end.
+Status check_summary_writable(const std::string& path) {
+  if (path.empty()) return Status();
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (std::filesystem::is_directory(p, ec)) return invalid_argument("--json-summary '" + path + "' is a directory");
+  const bool existed = std::filesystem::exists(p, ec);
+  std::ofstream f(path, std::ios::app);
+  if (!f) return invalid_argument("--json-summary '" + path + "' cannot be written: " + std::strerror(errno));
+  f.close();
+  if (!existed) std::filesystem::remove(p, ec);
+  return Status();
+}
 
 Status write_json_summary(const std::string& path, nlohmann::json out) {
   out.erase("memory_summary_text");
@@ -43,6 +72,7 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
 // task = "text" configs (docs/text.md): fastText-style classification.
 int run_text(const TrainArgs& a, const std::string& config_text) {
   const std::pair<bool, const char*> ctr_only[] = {{!a.steps.empty(), "--steps"}, {a.resume, "--resume"},
+                                                   {a.overwrite, "--overwrite"}, {a.start_fresh, "--start-fresh"},
                                                    {!a.device_budget.empty(), "--device-budget"},
                                                    {!a.host_budget.empty(), "--host-budget"}, {!a.placement.empty(), "--placement"}};
   for (const auto& [given, flag] : ctr_only)
@@ -116,32 +146,42 @@ int run_train(const TrainArgs& a) {
   auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), "<embedded default: examples/ctr_small.toml>", sets)
                               : train::parse_config(config_text, a.config, sets);
   if (!cfg.ok()) return report_error(cfg.status());
+  int64_t steps = -1;
+  if (!a.steps.empty()) {
+    auto s = parse_steps(a.steps);
+    if (!s.ok()) return report_error(s.status());
+    steps = s.value();
+  }
+  if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
   auto dist_setup = setup_dist(cfg.value());
   if (!dist_setup.ok()) return report_error(dist_setup.status());
   dist::Communicator* comm = dist_setup.value().comm.get();
   const bool lead = comm == nullptr || comm->rank() == 0;
+  // The first SIGTERM / SIGINT / SIGHUP stops after the step (exit 5), a second one at once
+  // (installed after MPI started, so that these handlers are the ones in place).
+  auto stop = train::StopSignal::install();
+  if (!stop.ok()) return report_error(stop.status());
   train::RunOptions ro;
   ro.config = std::move(cfg).value();
   ro.comm = comm;
   ro.out_dir = a.out;
   ro.resume = a.resume;
+  ro.overwrite = a.overwrite;
+  ro.start_fresh = a.start_fresh;
   ro.quiet = a.quiet;
   ro.progress_tty = isatty(STDERR_FILENO) != 0;
-  if (!a.steps.empty()) {
-    char* end = nullptr;
-    const long long s = std::strtoll(a.steps.c_str(), &end, 10);
-    if (end == a.steps.c_str() || *end != '\0' || s < 0)
-      return report_error(invalid_argument("--steps expects an integer >= 0, got '" + a.steps + "'"));
-    ro.steps = s;
-  }
+  ro.steps = steps;
+  ro.stop = stop.value().get();
   auto r = train::run_training(ro);
   if (!r.ok()) {
     if (comm && comm->size() > 1)
       return report_error(Status(r.status().code(), "rank " + std::to_string(comm->rank()) + ": " + r.status().message()));
     return report_error(r.status());
   }
-  if (!lead) return 0;
   const nlohmann::json& s = r.value();
+  const std::string outcome = s.value("outcome", std::string("completed"));
+  const int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  if (!lead) return code;
   if (comm && comm->size() > 1)
     std::printf("\n%d ranks (%s), tables sharded %s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n",
                 comm->size(), s["dist"]["backend"].get<std::string>().c_str(), s["dist"]["sharding"].get<std::string>().c_str(),
@@ -167,11 +207,18 @@ int run_train(const TrainArgs& a) {
     std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
                 s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
                 s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
-  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(),
-              s["checkpoint"].get<std::string>().c_str());
+  const std::string ckpt = s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>();
+  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(), ckpt.c_str());
   if (!a.json_summary.empty())
     if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
-  return 0;
+  if (outcome == "stopped")
+    std::fprintf(stderr, "leanemb: stopped by %s after step %lld; %s; continue with --resume (exit code 5)\n",
+                 s["stopped"]["signal"].get<std::string>().c_str(), static_cast<long long>(s["steps"].get<int64_t>()),
+                 ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
+  if (outcome == "diverged")
+    std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
+                 ckpt.c_str());
+  return code;
 }
 
 }  // namespace
@@ -188,14 +235,21 @@ void register_train(CLI::App& app, CommandResult* result) {
   cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
   cmd->add_option("--steps", a->steps, "Optimizer steps (overrides train.steps; 0 = train.epochs epochs)")->type_name("N")->check(non_empty);
   cmd->add_option("--out", a->out, "Output directory: checkpoints/, metrics.jsonl")->capture_default_str()->type_name("DIR")->check(non_empty);
-  cmd->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint in --out (none: start fresh)");
+  cmd->add_flag("--resume", a->resume,
+                "Continue from the newest valid checkpoint in --out (no checkpoint at all: start at step 0; checkpoints "
+                "but none valid: fail, unless --start-fresh)");
+  cmd->add_flag("--overwrite", a->overwrite,
+                "Start at step 0 on an --out that holds an earlier run: its checkpoints and metrics are moved into "
+                "--out/replaced-<time>/ (nothing is deleted)");
+  cmd->add_flag("--start-fresh", a->start_fresh,
+                "With --resume: when no checkpoint in --out is valid, move them into --out/corrupt/ and start at step 0");
   cmd->add_option("--json-summary", a->json_summary, "Write the run summary as JSON to FILE")->type_name("FILE")->check(non_empty);
   cmd->add_option("--device-budget", a->device_budget, "Device tier budget (memory.device_budget), e.g. 512MiB")->type_name("BYTES")->check(non_empty);
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (memory.host_budget)")->type_name("BYTES")->check(non_empty);
   cmd->add_option("--placement", a->placement, "memory.placement, e.g. optimizer_state=host")->type_name("CAT=TIER,...")->check(non_empty);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->add_flag("--print-default-config", a->print_config, "Print the embedded default config and exit");
-  cmd->footer("Exit codes: 0 ok, 1 runtime failure, 2 bad arguments, config or data, 3 out of memory.");
+  cmd->footer(exit_code_table());
   cmd->callback([a, result] { result->exit_code = run_train(*a); });
 }
 

@@ -14,9 +14,22 @@ struct CommandResult {
   int exit_code = 0;
 };
 
-// Exit codes: 0 ok, 1 runtime failure (I/O, internal), 2 bad arguments or input,
-// 3 resource exhausted (memory budget).
+// The exit codes of every command (README "Exit codes", `leanemb --help`):
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;   // runtime failure: diverged, a rank failed, busy --out, internal
+inline constexpr int kExitBadInput = 2;  // bad arguments, config, data or checkpoint for this config
+inline constexpr int kExitMemory = 3;    // a memory budget is exhausted
+inline constexpr int kExitIo = 4;        // I/O failure: disk full, read/write error, corrupt file
+inline constexpr int kExitStopped = 5;   // stopped by a signal after writing a checkpoint
+// The table above as `--help` prints it.
+const char* exit_code_table();
+// InvalidArgument, OutOfRange, NotFound, Unimplemented -> 2; ResourceExhausted -> 3 (4 when its
+// message is a full disk's errno text: a row store on a full disk); IoError, DataLoss -> 4;
+// everything else -> 1.
 int exit_code_for(const Status& s);
+// A CLI11 check for integer flags: a decimal integer in [lo, hi] (huge values are refused, not
+// saturated; a trailing unit or fraction is refused).
+CLI::Validator int_flag(int64_t lo, int64_t hi);
 // Prints "leanemb: error: <message>" to stderr and returns the exit code.
 int report_error(const Status& s);
 // Cores kept busy by all processes over the next `seconds` (this one sleeps meanwhile), from

@@ -1,6 +1,9 @@
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,15 +14,34 @@
 
 namespace leanemb::tools {
 
+const char* exit_code_table() {
+  return "Exit codes (every command):\n"
+         "  0  success\n"
+         "  1  runtime failure: training diverged, a rank failed, the output directory is in use, internal error\n"
+         "  2  bad input: arguments, config, data files, a checkpoint that does not fit the config, an output\n"
+         "     directory holding another run (train: --resume or --overwrite)\n"
+         "  3  a memory budget is exhausted (device or host tier)\n"
+         "  4  I/O failure: disk full, a read or write error, a corrupt file (checkpoint or data)\n"
+         "  5  stopped by SIGTERM, SIGINT or SIGHUP after writing a checkpoint (train: --resume continues)";
+}
+
 int exit_code_for(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return 0;
+    case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
     case StatusCode::kNotFound:
-    case StatusCode::kUnimplemented: return 2;
-    case StatusCode::kResourceExhausted: return 3;
-    default: return 1;
+    case StatusCode::kUnimplemented: return kExitBadInput;
+    case StatusCode::kResourceExhausted: {
+      // The row stores (src/tiered) report a full disk as ResourceExhausted (retrying after
+      // freeing space can work); for the exit code it is I/O, like every other full disk.
+      const std::string& m = s.message();
+      const bool disk = m.find(std::strerror(ENOSPC)) != std::string::npos || m.find(std::strerror(EDQUOT)) != std::string::npos;
+      return disk ? kExitIo : kExitMemory;
+    }
+    case StatusCode::kIoError:
+    case StatusCode::kDataLoss: return kExitIo;
+    default: return kExitRuntime;
   }
 }
 
@@ -65,6 +87,17 @@ double busy_cores_elsewhere(double seconds) {
   const unsigned long long busy = b1 - b0 > own ? b1 - b0 - own : 0;
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return static_cast<double>(busy) / static_cast<double>(t1 - t0) * static_cast<double>(n > 0 ? n : 1);
+}
+
+CLI::Validator int_flag(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        int64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        if (ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi) return std::string();
+        return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'";
+      },
+      "INT", "int_flag");
 }
 
 int report_error(const Status& s) {

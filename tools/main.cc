@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"leanemb: train embedding models whose tables and optimizer state exceed fast memory"};
   app.require_subcommand(1);
+  app.footer(leanemb::tools::exit_code_table());
   app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
   leanemb::tools::CommandResult result;
   leanemb::tools::register_train(app, &result);
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every other parse error is a bad argument (exit code 2).
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? leanemb::tools::kExitOk : leanemb::tools::kExitBadInput;
   }
   return result.exit_code;
 }

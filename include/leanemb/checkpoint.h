@@ -10,8 +10,11 @@
 // written last. Commit is atomic: everything is written into step-<N>.tmp/ and fsynced, then the
 // directory is renamed to step-<N> and checkpoints/ is fsynced. A directory without a valid
 // manifest, or a .tmp, is never taken as a checkpoint. A commit of step N makes N the newest
-// checkpoint: directories of steps >= N are removed before it is published, leftovers (.tmp,
-// incomplete directories) and all but the newest `keep_last` checkpoints after.
+// checkpoint: complete directories of steps >= N are removed before it is published (ones
+// without a valid manifest are moved into <out_dir>/corrupt/, never deleted), leftovers (.tmp,
+// .deleting) and all but the newest `keep_last` complete checkpoints after. A directory without
+// a valid manifest is never deleted by a commit. One process writes a given out_dir at a time
+// (`leanemb train` holds <out_dir>/LOCK, train/run_dir.h).
 //
 // Writing:   auto w = CheckpointWriter::create(out_dir, step);  w->add_blob(...);
 //            w->add_table(...); w->append_rows(...) ...;  w->commit();
@@ -19,7 +22,7 @@
 //            auto r = CheckpointReader::open(latest->ref.path);  r->read_blob / r->read_rows
 //
 // Every function takes an Env (src/ckpt/env.h): nullptr means the real file system; tests pass
-// a FaultInjectionEnv. One process writes a given out_dir at a time.
+// a FaultInjectionEnv.
 //
 // Ownership: a writer or reader owns its open files; the Env must outlive them.
 // Thread safety: a CheckpointWriter must be used by one thread at a time. CheckpointReader's
@@ -53,7 +56,10 @@ struct CommitInfo {
   int64_t step = 0;
   std::string path;                   // <out_dir>/checkpoints/step-<N>
   uint64_t entry_bytes = 0;           // logical bytes of all entries
-  std::vector<std::string> removed;   // directories removed (older, incomplete, leftovers)
+  std::vector<std::string> removed;   // directories removed (older complete ones, leftovers)
+  // "FROM -> TO": step directories >= this step without a valid manifest, moved into
+  // <out_dir>/corrupt/ (never deleted) to make room for this one.
+  std::vector<std::string> set_aside;
   // Cleanup failures after the checkpoint was published (the commit itself succeeded).
   std::vector<std::string> warnings;
 };
@@ -64,7 +70,7 @@ class CheckpointWriter {
   // are created if missing; a leftover step-<N>.tmp is removed). Nothing is visible to readers
   // before commit().
   // Errors: InvalidArgument (step < 0, block_bytes or keep_last out of range), IoError,
-  // ResourceExhausted (disk full), NotFound (parent of out_dir missing).
+  // IoError "disk full: ...", NotFound (parent of out_dir missing).
   static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& out_dir, int64_t step,
                                                           const WriterOptions& options = {});
   ~CheckpointWriter();
@@ -72,7 +78,7 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Adds blob `name` with content `bytes` (written now; the span is not kept).
-  // Errors: InvalidArgument (bad or duplicate name), IoError / ResourceExhausted (then the
+  // Errors: InvalidArgument (bad or duplicate name), IoError (also "disk full"; then the
   // writer is failed: every later call returns FailedPrecondition), FailedPrecondition.
   Status add_blob(std::string_view name, std::span<const uint8_t> bytes);
 
@@ -88,18 +94,19 @@ class CheckpointWriter {
   // The bytes are written now in blocks; the span is not kept.
   // Errors: NotFound (no such table), InvalidArgument (rows.size() not a multiple of row_bytes,
   // a blob of that name, overlap with rows already written), OutOfRange (rows beyond
-  // total_rows), IoError / ResourceExhausted (writer failed), FailedPrecondition.
+  // total_rows), IoError (writer failed), FailedPrecondition.
   Status append_rows(std::string_view name, int64_t row_begin, std::span<const uint8_t> rows);
 
   // Publishes the checkpoint (see the header comment) and cleans up. After it returns OK the
   // checkpoint survives a crash; on error the previous checkpoints are intact and this one is
   // either absent or complete. Either way the writer is finished.
   // Errors: FailedPrecondition (a table has rows never written: nothing is done and the writer
-  // stays usable; called twice; failed earlier), IoError, ResourceExhausted.
+  // stays usable; called twice; failed earlier), IoError.
   Result<CommitInfo> commit();
 
-  // Removes the .tmp directory of an uncommitted checkpoint (best effort). A writer destroyed
-  // without commit() leaves it; the next successful commit removes it.
+  // Removes the .tmp directory of an uncommitted checkpoint. A writer destroyed without a
+  // successful commit() does the same (best effort); a crash leaves it, and the next successful
+  // commit removes it.
   Status abandon();
 
  private:

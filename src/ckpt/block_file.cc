@@ -77,11 +77,15 @@ Status BlockFileReader::load_block(uint64_t index) const {
   cache_.resize(len + kChecksumBytes);
   LEANEMB_RETURN_IF_ERROR(file_->read_at(file_offset, cache_));
   const uint64_t stored = get_u64(cache_.data() + len);
+#ifndef LEANEMB_FUZZING  // the fuzz build reads on behind a bad checksum (fuzz/)
   if (block_checksum(rec_.name, index, std::span<const uint8_t>(cache_.data(), len)) != stored)
     return Status(StatusCode::kDataLoss, "file '" + rec_.name + "' block " + std::to_string(index) + " (file bytes [" +
                                              std::to_string(file_offset) + ", " +
                                              std::to_string(file_offset + len + kChecksumBytes) +
                                              ")): checksum mismatch");
+#else
+  (void)stored;
+#endif
   cached_ = index;
   return Status();
 }

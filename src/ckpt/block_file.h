@@ -31,9 +31,9 @@ class BlockFileWriter {
                                                          uint32_t block_bytes);
 
   // Appends payload bytes; every full block is written with its checksum.
-  // Errors: IoError, ResourceExhausted (from the Env).
+  // Errors: IoError (from the Env).
   Status append(std::span<const uint8_t> data);
-  // Writes the last, partial block, syncs and closes. Errors: IoError, ResourceExhausted.
+  // Writes the last, partial block, syncs and closes. Errors: IoError.
   Status finish();
 
   uint64_t payload_bytes() const { return payload_bytes_; }  // appended so far

@@ -1,48 +1,20 @@
 // `leanemb ckpt verify | digest | list`, run as a user would (LEANEMB_CLI_PATH) on a checkpoint
 // written to a temp directory: exit codes, output, and error messages that name the damage.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "ckpt/ckpt_testing.h"
 #include "ckpt/format.h"
-
-#ifndef LEANEMB_CLI_PATH
-#error "LEANEMB_CLI_PATH must name the CLI binary"
-#endif
+#include "tests/cli_testing.h"
 
 namespace leanemb::ckpt {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-RunResult run_cli(const std::string& args) {
-  const std::string stem = ::testing::TempDir() + "leanemb_ckpt_cli_test." + std::to_string(getpid());
-  const std::string cmd = std::string("'") + LEANEMB_CLI_PATH + "' " + args + " >'" + stem + ".out' 2>'" + stem + ".err' </dev/null";
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(stem + ".out");
-  r.err = slurp(stem + ".err");
-  std::remove((stem + ".out").c_str());
-  std::remove((stem + ".err").c_str());
-  return r;
-}
+using testing_cli::run_cli;
+using testing_cli::RunResult;
 
 // A committed checkpoint (step 3) on disk, removed at the end.
 class CkptCliTest : public ::testing::Test {
@@ -85,9 +57,9 @@ TEST_F(CkptCliTest, VerifyOfACorruptCheckpointNamesFileAndBlock) {
     f.put(static_cast<char>(~old));
   }
   const RunResult r = run_cli("ckpt verify '" + dir_ + "'");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 4);  // I/O: a corrupt file
   EXPECT_NE(r.err.find(std::string(kDataFileName) + "' block 0"), std::string::npos) << r.err;
-  EXPECT_EQ(run_cli("ckpt digest '" + dir_ + "'").exit_code, 1);
+  EXPECT_EQ(run_cli("ckpt digest '" + dir_ + "'").exit_code, 4);
 }
 
 // Not a checkpoint, or no argument: exit 2 with a message.
@@ -106,6 +78,10 @@ TEST_F(CkptCliTest, ListShowsCompleteAndIncompleteCheckpoints) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(step_dir_name(3) + "  step 3, 7 entries"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(step_dir_name(9) + "  incomplete"), std::string::npos) << r.out;
+  // A missing run directory is a bad argument (it printed nothing and exited 0 before).
+  const RunResult missing = run_cli("ckpt list '" + out_ + "/nope'");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("no such directory"), std::string::npos) << missing.err;
 }
 
 }  // namespace

@@ -126,14 +126,16 @@ TEST(CheckpointDirectoryTest, KeepsOnlyTheLastKCheckpoints) {
   EXPECT_EQ(steps(&env), (std::vector<int64_t>{4, 5, 6, 7, 8}));
 }
 
-// Leftovers of crashed writers (.tmp, a directory without manifest) are never found as latest
-// and are removed by the next commit; unrelated files are left alone.
+// Leftovers of crashed writers and removals (.tmp, .deleting) are never found as latest and are
+// removed by the next commit; a step directory without a manifest is never found either, but a
+// commit leaves it in place (corrupt_checkpoints_kept: only leanemb's own leftovers are
+// deleted, and those are never named step-<N>) with a warning; unrelated files are left alone.
 TEST(CheckpointDirectoryTest, ResumeIgnoresTmpAndIncompleteLeftoversAndCommitRemovesThem) {
   FaultInjectionEnv env;
   const Content c2 = make_content(2, 2);
   ASSERT_TRUE(write_content(kOut, c2, options_for(&env)).ok());
   const std::string root = kOut + "/checkpoints";
-  for (const std::string& d : {root + "/" + step_dir_name(3) + ".tmp", dir_of(4)}) {
+  for (const std::string& d : {root + "/" + step_dir_name(3) + ".tmp", root + "/" + step_dir_name(1) + ".deleting", dir_of(4)}) {
     ASSERT_TRUE(env.create_dir(d).ok());
     ASSERT_TRUE(env.new_writable_file(d + "/" + kDataFileName).ok());
   }
@@ -146,8 +148,26 @@ TEST(CheckpointDirectoryTest, ResumeIgnoresTmpAndIncompleteLeftoversAndCommitRem
   EXPECT_NE(latest->skipped[0].find("no MANIFEST"), std::string::npos) << latest->skipped[0];
   auto info = write_content(kOut, make_content(5, 5), options_for(&env));
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->removed.size(), 2u);
-  EXPECT_EQ(env.list_dir(root).value(), (std::vector<std::string>{"notes.txt", step_dir_name(2), step_dir_name(5)}));
+  EXPECT_EQ(info->removed.size(), 2u);  // the .tmp and the .deleting
+  ASSERT_EQ(info->warnings.size(), 1u);
+  EXPECT_NE(info->warnings[0].find("left '" + dir_of(4) + "' in place"), std::string::npos) << info->warnings[0];
+  EXPECT_EQ(env.list_dir(root).value(), (std::vector<std::string>{"notes.txt", step_dir_name(2), step_dir_name(4), step_dir_name(5)}));
+}
+
+// A commit of step N over a step-N directory that is not a complete checkpoint moves it into
+// <out>/corrupt/ instead of deleting it.
+TEST(CheckpointDirectoryTest, CommitOverAnIncompleteDirectorySetsItAside) {
+  FaultInjectionEnv env;
+  ASSERT_TRUE(env.create_dir(kOut).ok());
+  ASSERT_TRUE(env.create_dir(kOut + "/checkpoints").ok());
+  ASSERT_TRUE(env.create_dir(dir_of(3)).ok());
+  ASSERT_TRUE(env.new_writable_file(dir_of(3) + "/" + kDataFileName).ok());
+  auto info = write_content(kOut, make_content(3, 3), options_for(&env));
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_EQ(info->set_aside.size(), 1u);
+  EXPECT_EQ(info->set_aside[0], dir_of(3) + " -> " + kOut + "/corrupt/" + step_dir_name(3));
+  EXPECT_TRUE(env.file_exists(kOut + "/corrupt/" + step_dir_name(3) + "/" + kDataFileName));
+  EXPECT_TRUE(verify(dir_of(3), &env).ok());
 }
 
 // Committing an older step (a resume from it) removes the newer checkpoints of the abandoned run.

@@ -12,12 +12,34 @@ namespace leanemb::ckpt {
 std::string checkpoints_dir(const std::string& out_dir) { return join_path(out_dir, "checkpoints"); }
 
 Status remove_checkpoint_dir(Env* env, const std::string& dir) {
-  const std::string manifest = join_path(dir, kManifestName);
-  if (env->file_exists(manifest)) {
-    LEANEMB_RETURN_IF_ERROR(env->remove_file(manifest));
-    LEANEMB_RETURN_IF_ERROR(env->sync_dir(dir));
+  if (!env->file_exists(dir)) return Status();
+  const std::string doomed = dir + kDeletingSuffix;
+  LEANEMB_RETURN_IF_ERROR(env->remove_all(doomed));  // an earlier attempt's leftover
+  LEANEMB_RETURN_IF_ERROR(env->rename(dir, doomed));
+  LEANEMB_RETURN_IF_ERROR(env->sync_dir(parent_dir(dir)));
+  return env->remove_all(doomed);
+}
+
+std::string free_path(Env* env, const std::string& dir, const std::string& base) {
+  std::string name = base;
+  for (int k = 2; env->file_exists(join_path(dir, name)); ++k) name = base + "-" + std::to_string(k);
+  return join_path(dir, name);
+}
+
+Result<std::string> set_aside_checkpoint_dir(Env* env, const std::string& out_dir, const std::string& dir) {
+  const std::string into = join_path(out_dir, "corrupt");
+  if (!env->file_exists(into)) {
+    LEANEMB_RETURN_IF_ERROR(env->create_dir(into));
+    LEANEMB_RETURN_IF_ERROR(env->sync_dir(out_dir));
   }
-  return env->remove_all(dir);
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  name = name.substr(name.find_last_of('/') + 1);
+  const std::string to = free_path(env, into, name);
+  LEANEMB_RETURN_IF_ERROR(env->rename(dir, to));
+  LEANEMB_RETURN_IF_ERROR(env->sync_dir(into));
+  LEANEMB_RETURN_IF_ERROR(env->sync_dir(parent_dir(dir)));
+  return to;
 }
 
 Result<std::vector<CheckpointRef>> list_checkpoints(const std::string& out_dir, Env* env) {

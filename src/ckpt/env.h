@@ -9,7 +9,7 @@
 // or a removal survives a crash only after sync_dir() of the directory that holds the entry.
 //
 // Paths are plain strings joined with '/'. Errors carry the path and, for the POSIX env, the
-// errno text: NotFound (ENOENT), ResourceExhausted (ENOSPC, EDQUOT), IoError otherwise.
+// errno text: NotFound (ENOENT), IoError otherwise (ENOSPC and EDQUOT as "disk full: ...").
 //
 // Ownership: files returned by an Env are owned by the caller and must not outlive the Env.
 // Thread safety: an Env may be used from several threads at once; one WritableFile must not be
@@ -31,7 +31,7 @@ namespace leanemb::ckpt {
 class WritableFile {
  public:
   virtual ~WritableFile() = default;
-  // Appends `data` at the end of the file. Errors: IoError, ResourceExhausted (disk full).
+  // Appends `data` at the end of the file. Errors: IoError (also a full disk).
   virtual Status append(std::span<const uint8_t> data) = 0;
   // Makes every byte appended so far durable (fsync). Errors: IoError.
   virtual Status sync() = 0;

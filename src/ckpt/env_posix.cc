@@ -18,7 +18,8 @@ namespace {
 Status posix_error(const std::string& what, const std::string& path, int err) {
   std::string msg = what + " '" + path + "': " + std::generic_category().message(err);
   if (err == ENOENT) return not_found(std::move(msg));
-  if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
+  // A full disk is an I/O failure (exit code 4), not an exhausted memory budget.
+  if (err == ENOSPC || err == EDQUOT) return io_error("disk full: " + msg);
   return Status(StatusCode::kIoError, std::move(msg));
 }
 

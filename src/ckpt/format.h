@@ -22,6 +22,7 @@ inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr char kManifestName[] = "MANIFEST";
 inline constexpr char kDataFileName[] = "data-00000.dat";
 inline constexpr char kTmpSuffix[] = ".tmp";
+inline constexpr char kDeletingSuffix[] = ".deleting";  // a checkpoint being removed
 inline constexpr uint64_t kChecksumBytes = 8;            // XXH3-64 after every block
 inline constexpr uint32_t kMaxBlockBytes = 64u << 20;    // writer and decoder limit
 inline constexpr size_t kMaxNameBytes = 1024;            // entry names
@@ -90,6 +91,9 @@ std::string step_dir_name(int64_t step);
 std::optional<int64_t> parse_step_dir_name(std::string_view name);
 // True for "step-<digits>.tmp".
 bool is_tmp_dir_name(std::string_view name);
+// True for "step-<digits>.tmp" and "step-<digits>.deleting": leftovers of an interrupted write
+// or removal, never checkpoints, removed by the next commit.
+bool is_leftover_dir_name(std::string_view name);
 
 // Little-endian encoding helpers.
 void put_u32(std::vector<uint8_t>* out, uint32_t v);

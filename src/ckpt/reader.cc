@@ -65,6 +65,13 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     return bytes.status();
   }
   LEANEMB_ASSIGN_OR_RETURN(impl->manifest, decode_manifest(*bytes, path));
+  // A step-<N> directory holds checkpoint N: a renamed one is not taken for another step.
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  base = base.substr(base.find_last_of('/') + 1);
+  if (auto named = parse_step_dir_name(base); named && *named != impl->manifest.step)
+    return data_loss("checkpoint '" + dir + "': the directory is named for step " + std::to_string(*named) +
+                     " but its manifest says step " + std::to_string(impl->manifest.step) + " (renamed?)");
   for (const FileRecord& f : impl->manifest.files) {
     LEANEMB_ASSIGN_OR_RETURN(auto reader, BlockFileReader::open(impl->env, dir, f));
     impl->files.push_back(std::move(reader));
@@ -139,8 +146,13 @@ Status CheckpointReader::read_rows(std::string_view name, int64_t row_begin, int
 }
 
 std::string CheckpointReader::Impl::entries_in(uint32_t file, uint64_t lo, uint64_t hi) const {
+  // The first few entries by name, then a count (a block can hold hundreds of small blobs).
+  constexpr int kShown = 6;
   std::string s;
-  auto add = [&](const std::string& text) { s += (s.empty() ? "" : ", ") + text; };
+  int n = 0;
+  auto add = [&](const std::string& text) {
+    if (n++ < kShown) s += (s.empty() ? "" : ", ") + text;
+  };
   for (const EntryRecord& e : manifest.entries) {
     if (e.kind == EntryKind::kBlob) {
       if (e.file == file && e.offset < hi && e.offset + e.size > lo) add("blob '" + e.name + "'");
@@ -156,6 +168,7 @@ std::string CheckpointReader::Impl::entries_in(uint32_t file, uint64_t lo, uint6
           std::to_string(c.row_begin + static_cast<int64_t>(last)) + ")");
     }
   }
+  if (n > kShown) s += " and " + std::to_string(n - kShown) + " more";
   return s.empty() ? "no entry" : s;
 }
 

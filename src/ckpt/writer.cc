@@ -5,11 +5,14 @@
 //   1. the data file: last block, fsync, close;
 //   2. MANIFEST in step-<N>.tmp/: write, fsync, close;
 //   3. fsync step-<N>.tmp/ (the directory entries of the files it holds);
-//   4. remove every step-<M> with M >= N (manifest first, see directory.h), fsync checkpoints/;
+//   4. remove every complete step-<M> with M >= N (renamed to .deleting first, see
+//      directory.h); a step-<M> without a valid manifest is moved into <out>/corrupt/ instead;
+//      fsync checkpoints/;
 //   5. rename step-<N>.tmp -> step-<N>;
 //   6. fsync checkpoints/                       <- the checkpoint is committed here
-//   7. cleanup: remove .tmp leftovers, directories without a valid manifest and all but the
-//      newest keep_last complete checkpoints; fsync checkpoints/.
+//   7. cleanup: remove .tmp and .deleting leftovers and all but the newest keep_last complete
+//      checkpoints; fsync checkpoints/. Directories without a valid manifest are never removed
+//      (only leanemb's own leftovers are, and those are never named step-<N>).
 // A step-<N> directory only ever appears through the rename of step 5, after steps 1-3 made
 // everything in it durable; so whatever subset of unsynced operations a crash keeps, a
 // directory with a manifest holds exactly the synced bytes that manifest describes.
@@ -61,6 +64,8 @@ struct CheckpointWriter::Impl {
   std::map<std::string, TableState, std::less<>> tables;
   Status failed;          // first I/O error; the writer is unusable after one
   bool finished = false;  // commit() ran (successfully or not)
+  bool published = false; // the checkpoint was renamed into place
+  bool removed_tmp = false;
 
   Status usable() const {
     if (finished) return failed_precondition("checkpoint writer for '" + tmp_dir + "' already committed or failed");
@@ -80,12 +85,19 @@ struct CheckpointWriter::Impl {
   }
   Status check_complete() const;
   Manifest build_manifest() const;
-  Status publish();
+  Status publish(CommitInfo* info);
   void cleanup(CommitInfo* info);
 };
 
 CheckpointWriter::CheckpointWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CheckpointWriter::~CheckpointWriter() = default;
+// An uncommitted (failed or forgotten) checkpoint's .tmp goes with its writer, so that a failed
+// write on a full disk does not leave its bytes there; a crash leaves it to the next commit.
+CheckpointWriter::~CheckpointWriter() {
+  if (impl_ && !impl_->published && !impl_->removed_tmp) {
+    impl_->data.reset();
+    (void)impl_->env->remove_all(impl_->tmp_dir);
+  }
+}
 
 Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::string& out_dir, int64_t step,
                                                                    const WriterOptions& options) {
@@ -220,7 +232,7 @@ Manifest CheckpointWriter::Impl::build_manifest() const {
 }
 
 // Steps 1-6 of the protocol.
-Status CheckpointWriter::Impl::publish() {
+Status CheckpointWriter::Impl::publish(CommitInfo* info) {
   LEANEMB_RETURN_IF_ERROR(data->finish());
   const std::vector<uint8_t> manifest = encode_manifest(build_manifest());
   LEANEMB_RETURN_IF_ERROR(write_small_file(env, join_path(tmp_dir, kManifestName), manifest));
@@ -229,11 +241,17 @@ Status CheckpointWriter::Impl::publish() {
   bool removed = false;
   for (const CheckpointRef& ref : existing) {
     if (ref.step < step) continue;
+    if (!CheckpointReader::open(ref.path, env).ok()) {  // not a complete checkpoint: kept aside
+      LEANEMB_ASSIGN_OR_RETURN(std::string to, set_aside_checkpoint_dir(env, out_dir, ref.path));
+      info->set_aside.push_back(ref.path + " -> " + to);
+      continue;
+    }
     LEANEMB_RETURN_IF_ERROR(remove_checkpoint_dir(env, ref.path));
     removed = true;
   }
   if (removed) LEANEMB_RETURN_IF_ERROR(env->sync_dir(root));
   LEANEMB_RETURN_IF_ERROR(env->rename(tmp_dir, final_dir));
+  published = true;
   return env->sync_dir(root);
 }
 
@@ -244,7 +262,7 @@ void CheckpointWriter::Impl::cleanup(CommitInfo* info) {
   auto names = env->list_dir(root);
   if (!names.ok()) return warn(names.status());
   for (const std::string& name : *names) {
-    if (!is_tmp_dir_name(name)) continue;
+    if (!is_leftover_dir_name(name)) continue;
     const std::string path = join_path(root, name);
     if (Status s = env->remove_all(path); !s.ok()) return warn(s);
     info->removed.push_back(path);
@@ -255,11 +273,13 @@ void CheckpointWriter::Impl::cleanup(CommitInfo* info) {
   int kept = 0;
   for (auto it = refs->rbegin(); it != refs->rend(); ++it) {
     const Status opened = CheckpointReader::open(it->path, env).status();
-    // Only a missing or corrupt manifest marks a directory incomplete; an I/O error or a newer
-    // format version says nothing about it, so it is left alone.
-    const bool incomplete = opened.code() == StatusCode::kNotFound || opened.code() == StatusCode::kDataLoss;
-    if (!opened.ok() && !incomplete) continue;
-    if (opened.ok() && (options.keep_last == 0 || kept < options.keep_last)) {
+    // Not a complete checkpoint (no or a corrupt manifest, a newer format, an I/O error): not
+    // this writer's to delete.
+    if (!opened.ok()) {
+      warn(Status(opened.code(), "left '" + it->path + "' in place (not a complete checkpoint: " + opened.message() + ")"));
+      continue;
+    }
+    if (options.keep_last == 0 || kept < options.keep_last) {
       ++kept;
       continue;
     }
@@ -277,8 +297,8 @@ Result<CommitInfo> CheckpointWriter::commit() {
   LEANEMB_RETURN_IF_ERROR(w.usable());
   LEANEMB_RETURN_IF_ERROR(w.check_complete());  // caller's mistake: the writer stays usable
   w.finished = true;
-  LEANEMB_RETURN_IF_ERROR(w.fail(w.publish()));
   CommitInfo info;
+  LEANEMB_RETURN_IF_ERROR(w.fail(w.publish(&info)));
   info.step = w.step;
   info.path = w.final_dir;
   for (const auto& [name, e] : w.blobs) info.entry_bytes += e.size;
@@ -292,6 +312,7 @@ Status CheckpointWriter::abandon() {
   if (w.finished && w.failed.ok()) return failed_precondition("abandon: checkpoint '" + w.final_dir + "' was committed");
   w.finished = true;
   w.data.reset();
+  w.removed_tmp = true;
   return w.env->remove_all(w.tmp_dir);
 }
 

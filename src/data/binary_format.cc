@@ -126,7 +126,9 @@ Result<std::unique_ptr<BinaryFileReader>> BinaryFileReader::open(InputFile file)
   LEANEMB_RETURN_IF_ERROR(file.read_full(b, &full));
   const std::string& path = file.path();
   if (!full || !has_binary_magic(b)) return data_loss(path, "not a leanemb binary data file (bad magic or short header)");
+#ifndef LEANEMB_FUZZING  // the fuzz build reaches the decoder behind the checksum (fuzz/)
   if (get<uint64_t>(b + 56) != XXH3_64bits(b, 56)) return data_loss(path, "header checksum mismatch");
+#endif
   BinaryHeader h;
   h.version = get<uint32_t>(b + 8);
   if (h.version != kBinaryVersion)
@@ -159,8 +161,10 @@ Status BinaryFileReader::load_block() {
   payload_.resize(payload_bytes);
   LEANEMB_RETURN_IF_ERROR(file_.read_full(payload_, &full));
   if (!full) return data_loss(path, "truncated inside " + where);
+#ifndef LEANEMB_FUZZING
   if (XXH3_64bits(payload_.data(), payload_.size()) != get<uint64_t>(bh + 16))
     return data_loss(path, where + " checksum mismatch");
+#endif
   block_left_ = get<uint32_t>(bh + 4);
   pos_ = 0;
   ++blocks_read_;

@@ -28,7 +28,7 @@ Result<InputFile> InputFile::open(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status(StatusCode::kIoError, "data: '" + path + "' is not a regular file");
+    return invalid_argument("data: '" + path + "' is not a regular file");
   }
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return InputFile(fd, path);

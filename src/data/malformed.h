@@ -2,10 +2,14 @@
 //
 // Policy: a malformed line is skipped, counted by kind, and (the first `max_warnings` of them)
 // reported as "FILE:LINE: reason" through the warning sink. Reading fails when the malformed
-// fraction (malformed / lines, cumulative over everything this tracker has seen) exceeds
-// `max_rate`: checked at every malformed line once at least `min_lines` lines were seen, and
-// at the end of every file whatever the count (then all the evidence is in). Nothing is dropped
-// silently: DataStats holds every count.
+// fraction (malformed / lines) exceeds `max_rate`. With `total_input_bytes` (the DataReader sets
+// it: the bytes of one pass over all its files) the verdict does not depend on where the bad
+// lines sit or on file order: the rate of the whole first pass is judged when it ends, and a
+// malformed line fails earlier only when the verdict is already certain (malformed lines exceed
+// max_rate times every line the pass could still hold, at least one byte each). Without it (a
+// single stream: convert), the rate so far is checked at every malformed line once `min_lines`
+// lines were seen, and at the end of every file. Nothing is dropped silently: DataStats holds
+// every count.
 //
 // Ownership: the tracker owns its stats; sources hold a pointer to the reader's tracker.
 // Thread safety: one tracker per thread.
@@ -42,6 +46,7 @@ struct MalformedPolicy {
   double max_rate = 0.001;  // fail when malformed / lines exceeds this (1.0 = never fail)
   int64_t min_lines = 1000;  // lines seen before the rate is checked at a malformed line
   int max_warnings = 5;      // malformed lines reported through `warn`; all are counted
+  int64_t total_input_bytes = 0;  // > 0: bytes of one pass over every input (see above)
   WarningSink warn;          // null = stderr
 };
 
@@ -54,6 +59,7 @@ struct DataStats {
   int64_t truncated_values = 0;     // categorical values dropped by max_len
   int64_t converted_malformed = 0;  // lines dropped when binary inputs were converted (their headers)
   int64_t bytes_read = 0;           // bytes read from files
+  int64_t line_bytes = 0;           // bytes of the TSV lines examined, newlines included (not saved)
   std::string first_malformed;      // "FILE:LINE: reason" of the first malformed line, or empty
 };
 
@@ -65,8 +71,12 @@ class MalformedTracker {
   // Errors: InvalidArgument "data: FILE line N: malformed-line rate R (M of L lines) exceeds
   // max_malformed_rate X; first malformed: ...".
   Status on_malformed(std::string_view file, int64_t line, MalformedKind kind, const std::string& detail);
-  // Checks the rate at the end of a file (any line count). Errors: as on_malformed.
+  // Checks the rate at the end of a file (any line count; not with total_input_bytes).
+  // Errors: as on_malformed.
   Status on_file_end(std::string_view file, int64_t line);
+  // With total_input_bytes: the first pass over every file ended; checks its rate (once).
+  // Errors: as on_malformed.
+  Status on_pass_end(std::string_view last_file);
 
   DataStats& stats() { return stats_; }
   const DataStats& stats() const { return stats_; }
@@ -79,6 +89,7 @@ class MalformedTracker {
   MalformedPolicy policy_;
   DataStats stats_;
   int warned_ = 0;
+  bool pass_judged_ = false;  // total_input_bytes: the first pass's rate was checked
   bool replaying_ = false;
 };
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/rng.h"
+#include "data/io.h"
 
 namespace leanemb::data {
 
@@ -75,6 +76,13 @@ Result<std::unique_ptr<DataReader>> DataReader::open(ReaderOptions o) {
   // Fail early on missing files and on binary files of another schema.
   MalformedTracker probe(MalformedPolicy{});
   for (const std::string& f : o.files) { LEANEMB_RETURN_IF_ERROR(open_record_source(f, o.schema, &probe, 4096).status()); }
+  // One pass's bytes: the malformed-line rate is judged over the whole pass (malformed.h).
+  o.malformed.total_input_bytes = 0;
+  for (const std::string& f : o.files) {
+    LEANEMB_ASSIGN_OR_RETURN(InputFile in, InputFile::open(f));
+    LEANEMB_ASSIGN_OR_RETURN(uint64_t bytes, in.size());
+    o.malformed.total_input_bytes += static_cast<int64_t>(bytes);
+  }
   auto r = std::unique_ptr<DataReader>(new DataReader(std::move(o)));
   r->begin_epoch(0);
   return r;
@@ -99,7 +107,10 @@ uint64_t DataReader::next_random(uint64_t n) {
 Result<bool> DataReader::next_upstream(Record* r) {
   while (true) {
     if (!source_) {
-      if (file_index_ == options_.files.size()) return false;
+      if (file_index_ == options_.files.size()) {
+        LEANEMB_RETURN_IF_ERROR(tracker_.on_pass_end(options_.files.back()));
+        return false;
+      }
       LEANEMB_ASSIGN_OR_RETURN(source_, open_record_source(options_.files[file_index_], options_.schema, &tracker_,
                                                            options_.read_chunk_bytes));
     }

@@ -25,6 +25,7 @@ class TsvSource final : public RecordSource {
         return false;
       }
       ++st.lines;
+      st.line_bytes += static_cast<int64_t>(line.size()) + 1;
       if (parse_tsv_line(line, schema_, r, &st.truncated_values, &error_)) {
         ++st.records;
         return true;

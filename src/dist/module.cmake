@@ -87,8 +87,9 @@ if(LEANEMB_BUILD_TESTS)
     endforeach()
     # `leanemb train` under mpirun (tests/mpi_train.sh): P = 1, 2, 4 give the single-process
     # training digest; resume 2 -> 1, 1 -> 2, 2 -> 4; bf16 / int8 payloads within tolerance; a
-    # crashed rank is named by the survivor and the relaunch resumes to the same digest.
-    foreach(_mode digest reshard payload crash)
+    # crashed rank is named by the survivor and the relaunch resumes to the same digest; a
+    # SIGTERM to one rank stops every rank after the same step (graceful_stop, issue 18).
+    foreach(_mode digest reshard payload crash stop)
       add_test(NAME mpi_train_${_mode}
         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mpi_train.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:leanemb_cli> ${_mode})
       set_tests_properties(mpi_train_${_mode} PROPERTIES TIMEOUT 600 ENVIRONMENT "${_dist_mpi_env}")

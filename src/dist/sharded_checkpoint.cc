@@ -890,6 +890,7 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
   info.path = ci.path;
   info.warnings = ci.warnings;
+  info.set_aside = ci.set_aside;
   return info;
 }
 

@@ -139,6 +139,7 @@ struct TablesSaveOptions {
 struct TablesSaveInfo {
   std::string path;                   // <out_dir>/checkpoints/step-<N> (the global directory)
   std::vector<std::string> warnings;  // cleanup failures (the commit stands)
+  std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
 };
 
 // Collective for a sharded collection (only rank 0's blobs are written). Errors: the writers'.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "kernels/kernels.h"
 #include "model/ctr_model.h"
@@ -88,6 +89,37 @@ struct TableStep {
   bool split = false;  // weights and state in different tiers: staged update
 };
 
+// a * b * ... without overflow, or false.
+bool checked_product(std::initializer_list<int64_t> factors, uint64_t* out) {
+  uint64_t p = 1;
+  for (int64_t f : factors)
+    if (f < 0 || __builtin_mul_overflow(p, static_cast<uint64_t>(f), &p)) return false;
+  *out = p;
+  return true;
+}
+
+// Byte counts that fit comfortably in 64 bits: every size the replay adds up stays below 2^63
+// when each table's bytes and each step's activations are below kMaxBytes.
+constexpr uint64_t kMaxBytes = uint64_t{1} << 58;  // 256 PiB
+
+Status check_sizes(const Workload& w) {
+  uint64_t total = 0;
+  for (const TableSpec& t : w.tables) {
+    // An upper bound of a table's bytes: 16 bytes per value (weights and the largest state) plus
+    // 64 per row (row-wise state, alignment).
+    uint64_t values = 0, rows = 0, ids = 0;
+    const bool ok = checked_product({t.num_rows, t.dim, 16}, &values) && checked_product({t.num_rows, 64}, &rows) &&
+                    checked_product({w.batch_size, std::max<int64_t>(1, t.max_ids_per_sample), t.dim, 16}, &ids) &&
+                    !__builtin_add_overflow(values, rows, &values) && values <= kMaxBytes && ids <= kMaxBytes &&
+                    !__builtin_add_overflow(total, values, &total) && total <= kMaxBytes;
+    if (!ok)
+      return invalid_argument("memory model: table '" + t.name + "' (" + std::to_string(t.num_rows) + " rows x dim " + std::to_string(t.dim) +
+                              ", batch " + std::to_string(w.batch_size) + " x " + std::to_string(t.max_ids_per_sample) +
+                              " ids) exceeds 256 PiB: its byte counts would overflow");
+  }
+  return Status();
+}
+
 Status validate(const Workload& w) {
   if (w.tables.empty()) return invalid_argument("memory model: no tables");
   if (w.batch_size < 1) return invalid_argument("memory model: batch size must be >= 1, got " + std::to_string(w.batch_size));
@@ -103,6 +135,7 @@ Status validate(const Workload& w) {
     if (t.max_ids_per_sample < 0 || t.mean_ids_per_sample < 0)
       return invalid_argument("memory model: table '" + t.name + "' has a negative id count");
   }
+  LEANEMB_RETURN_IF_ERROR(check_sizes(w));
   if (w.kind == WorkloadKind::kCtr) {
     for (const TableSpec& t : w.tables) {
       if (t.dim != w.tables[0].dim) return invalid_argument("memory model: the CTR model needs one embedding dim for every table");

@@ -96,6 +96,13 @@ Status read_dynamic_tables(const toml::table* t, const std::string& origin, int 
   return Status();
 }
 
+// Names of enum values as the config spells them (for the record of defaults).
+std::string_view interaction_key(nn::InteractionKind k) { return k == nn::InteractionKind::kDot ? "dot" : "cat"; }
+std::string_view format_key(data::OutputFormat f) { return f == data::OutputFormat::kBinary ? "bin" : "tsv"; }
+std::string_view dense_optimizer_key(nn::DenseOptimizerKind k) {
+  return k == nn::DenseOptimizerKind::kSgd ? "sgd" : k == nn::DenseOptimizerKind::kAdagrad ? "adagrad" : "adam";
+}
+
 }  // namespace
 
 Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
@@ -116,7 +123,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   auto table = [&](const char* name) { return doc.get(name) ? doc.get(name)->as_table() : nullptr; };
 
   // [data]
-  Section d(table("data"), "data", origin);
+  Section d(table("data"), "data", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(d.read("train", &c.train_files));
   LEANEMB_RETURN_IF_ERROR(d.read("eval", &c.eval_files));
   LEANEMB_RETURN_IF_ERROR(d.read("dir", &c.data_dir));
@@ -130,7 +137,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(d.check_unknown());
   // [data.gen]
   const toml::table* gt = table("data") && table("data")->get("gen") ? table("data")->get("gen")->as_table() : nullptr;
-  Section g(gt, "data.gen", origin);
+  Section g(gt, "data.gen", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(g.read("train_rows", &c.gen.train_rows, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(g.read("eval_rows", &c.gen.eval_rows, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(g.read("seed", &c.gen.seed));
@@ -144,26 +151,26 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(g.read("pairwise_weight", &c.gen.pairwise_weight, 0.0, 100.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &c.gen.target_label_rate, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &c.gen.target_auc, 0.5, 1.0));
-  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format));
+  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format, format_key));
   LEANEMB_RETURN_IF_ERROR(g.check_unknown());
 
   // [model]
-  Section m(table("model"), "model", origin);
+  Section m(table("model"), "model", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c.embedding_dim, 1, 4096));
   LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c.table_rows, 1, (int64_t{1} << 32) - 1));
   LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c.bottom_mlp, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c.top_mlp, 1, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction));
-  LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c.pooling, parse_pooling));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction, interaction_key));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c.pooling, parse_pooling, pooling_name));
   LEANEMB_RETURN_IF_ERROR(m.check_unknown());
 
   // [embedding]
-  Section e(table("embedding"), "embedding", origin);
+  Section e(table("embedding"), "embedding", origin, &c.record);
   c.row_optimizer.kind = OptimizerKind::kAdagrad;
   c.row_optimizer.learning_rate = 0.05f;
   LEANEMB_RETURN_IF_ERROR(read_row_table_keys(e, &c.row_dtype, &c.row_optimizer, &c.row_init));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c.row_cache.fraction, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy, tiered::cache_policy_name));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch_nice", &c.row_cache.prefetch_nice, -20, 19));
   LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
@@ -178,10 +185,10 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]
-  Section dn(table("dense"), "dense", origin);
+  Section dn(table("dense"), "dense", origin, &c.record);
   c.dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
   c.dense_optimizer.learning_rate = 0.001;
-  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer));
+  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_key));
   LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c.dense_optimizer.learning_rate, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c.dense_optimizer.weight_decay, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c.dense_optimizer.beta1, 0.0, 0.999999));
@@ -190,15 +197,17 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     double eps = 0;
     LEANEMB_RETURN_IF_ERROR(dn.read("eps", &eps, 0.0, 1.0));
     c.dense_optimizer.eps = eps;
+  } else {
+    dn.note("eps", "\"the optimizer's default\"");
   }
   LEANEMB_RETURN_IF_ERROR(dn.check_unknown());
 
   // [train]
-  Section t(table("train"), "train", origin);
+  Section t(table("train"), "train", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c.batch_size, 1, int64_t{1} << 24));
   LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c.epochs, 0, 1 << 20));
-  LEANEMB_RETURN_IF_ERROR(t.read_enum("precision", &c.precision, amp::parse_precision));
+  LEANEMB_RETURN_IF_ERROR(t.read_enum("precision", &c.precision, amp::parse_precision, amp::precision_name));
   LEANEMB_RETURN_IF_ERROR(t.read("micro_batches", &c.micro_batches, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_activations", &c.checkpoint_activations));
   LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c.deterministic));
@@ -209,15 +218,16 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());
 
   // [memory]
-  Section mem(table("memory"), "memory", origin);
+  Section mem(table("memory"), "memory", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(mem.read_bytes("device_budget", &c.memory.device_budget_bytes));
   LEANEMB_RETURN_IF_ERROR(mem.read_bytes("host_budget", &c.memory.host_budget_bytes));
   LEANEMB_RETURN_IF_ERROR(mem.read_bytes("max_split", &c.memory.max_split_bytes));
   LEANEMB_RETURN_IF_ERROR(mem.read_bytes("reserve", &c.memory.reserve_bytes));
-  std::string placement;
+  std::string placement = c.memory.placement.to_string();
   LEANEMB_RETURN_IF_ERROR(mem.read("placement", &placement));
   if (!placement.empty()) {
     auto p = parse_placement(placement);
@@ -227,14 +237,14 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(mem.check_unknown());
 
   // [dist]
-  Section ds(table("dist"), "dist", origin);
+  Section ds(table("dist"), "dist", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(ds.read("backend", &c.dist_backend));
   if (c.dist_backend != "auto" && c.dist_backend != "local" && c.dist_backend != "mpi")
     return ds.error("backend", "expected auto, local or mpi, got '" + c.dist_backend + "'");
   LEANEMB_RETURN_IF_ERROR(ds.read("timeout_ms", &c.dist_timeout_ms, 1, int64_t{1} << 40));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("sharding", &c.sharding, dist::parse_sharding_kind));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("forward_payload", &c.forward_payload, dist::parse_payload_dtype));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("backward_payload", &c.backward_payload, dist::parse_payload_dtype));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("sharding", &c.sharding, dist::parse_sharding_kind, dist::sharding_kind_name));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("forward_payload", &c.forward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
+  LEANEMB_RETURN_IF_ERROR(ds.read_enum("backward_payload", &c.backward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
   LEANEMB_RETURN_IF_ERROR(ds.read("grad_groups", &c.grad_groups, 0, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_rank", &c.inject_exit_rank, -1, 1 << 20));
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_step", &c.inject_exit_step, 0, INT64_MAX));

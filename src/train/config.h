@@ -25,6 +25,7 @@
 #include "leanemb/status.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
+#include "train/toml_section.h"
 
 namespace leanemb::train {
 
@@ -89,6 +90,7 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   int64_t log_every = 100;         // steps between progress / metrics lines
   std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient
+  int64_t max_consecutive_skipped = 100;  // diverged after this many skipped steps in a row (0 = never)
 
   // [memory]
   MemorySystemOptions memory;
@@ -104,6 +106,9 @@ struct TrainConfig {
   int64_t inject_exit_step = 0;       // ...after completing this step, as a crashed rank would
 
   std::string origin;              // file name or "<embedded default>"
+  // Every key's effective value (train/toml_section.h): saved in checkpoints ("train/config")
+  // and compared on resume (train/config_diff.h).
+  ConfigRecord record;
 };
 
 // Parses TOML text. `sets` are "section.key=value" overrides applied before validation; value

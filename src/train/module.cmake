@@ -9,19 +9,32 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/toml_section.cc
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
+  ${CMAKE_CURRENT_LIST_DIR}/divergence.cc
+  ${CMAKE_CURRENT_LIST_DIR}/input_check.cc
+  ${CMAKE_CURRENT_LIST_DIR}/config_diff.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
   # dist_train_test: the model over ranks as threads (LocalWorld), bit-identical to one process.
-  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc)
+  # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18).
+  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc
+                   ${CMAKE_CURRENT_LIST_DIR}/reliability_test.cc)
+  # The same promises through the CLI (lock, consent, signals, exit codes): tests/train_cli_test.cc.
+  leanemb_add_test(train_cli_test ${PROJECT_SOURCE_DIR}/tests/train_cli_test.cc)
+  target_compile_definitions(train_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
+  add_dependencies(train_cli_test leanemb_cli)
 endif()
 
 if(LEANEMB_BUILD_TESTS)
   # Real processes: resume in a fresh process, and 20 random kill -9 (tests/ckpt_kill9.sh; the
-  # acceptance run uses 50).
+  # acceptance run of issue 18 used 200).
   add_test(NAME resume_bitexact COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume)
   add_test(NAME ckpt_kill9_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 20 kill9)
-  set_tests_properties(resume_bitexact ckpt_kill9_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
+  # SIGTERM at random moments: exit 5 with a checkpoint, resumed to the reference training digest.
+  add_test(NAME graceful_stop_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 5 sigterm)
+  set_tests_properties(resume_bitexact ckpt_kill9_random graceful_stop_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()

@@ -1,6 +1,7 @@
 // TOML config helpers shared by the train and text configs (toml++ exceptions stop here).
 #include "train/toml_section.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -46,6 +47,33 @@ Status apply_set(toml::table& doc, const std::string& set, const std::string& or
 
 }  // namespace
 
+std::string Section::shown(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_boolean()) os << (*n.value<bool>() ? "true" : "false") << " (a boolean)";
+  else if (n.is_integer()) os << *n.value<int64_t>() << " (an integer)";
+  else if (n.is_floating_point()) os << *n.value<double>() << " (a float)";
+  else if (n.is_string()) os << quoted(*n.value<std::string>()) << " (a string)";
+  else if (n.is_array()) os << "an array";
+  else if (n.is_table()) os << "a table";
+  else os << "a date or time";
+  return os.str();
+}
+
+std::string Section::quoted(const std::string& s) {
+  std::string r = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') r += '\\';
+    r += ch;
+  }
+  return r + "\"";
+}
+
+std::string Section::number_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
   if (s == "sgd") return nn::DenseOptimizerKind::kSgd;
   if (s == "adagrad") return nn::DenseOptimizerKind::kAdagrad;
@@ -61,16 +89,17 @@ Result<InitKind> parse_init_kind(std::string_view s) {
 }
 
 Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* o, InitOptions* init) {
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", dtype, parse_dtype));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &o->kind, parse_optimizer));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", dtype, parse_dtype, dtype_name));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &o->kind, parse_optimizer, optimizer_name));
   o->eps = default_eps(o->kind);
   LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &o->learning_rate, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(e.read("eps", &o->eps, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(e.read("beta1", &o->beta1, 0.0, 0.999999));
   LEANEMB_RETURN_IF_ERROR(e.read("beta2", &o->beta2, 0.0, 0.999999));
   LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &o->weight_decay, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &o->state_dtype, parse_state_dtype));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &init->kind, parse_init_kind));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &o->state_dtype, parse_state_dtype, state_dtype_name));
+  auto init_name = [](InitKind k) { return std::string_view(k == InitKind::kUniform ? "uniform" : k == InitKind::kNormal ? "normal" : "zeros"); };
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &init->kind, parse_init_kind, init_name));
   LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &init->bound, 0.0, 1e3));
   return e.read("init_std", &init->std, 0.0, 1e3);
 }

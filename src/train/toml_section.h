@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -24,11 +25,19 @@
 
 namespace leanemb::train {
 
+// Every key's effective value after parsing ("section.key" -> canonical text: 3, 0.5, true,
+// "sum", [1, 2]), defaults included: what a checkpoint stores and a resume compares
+// (train/config_diff.h).
+using ConfigRecord = std::map<std::string, std::string>;
+
 // Reads the keys of one section, remembering which were used so that unknown ones are errors.
+// Types are strict: an integer key takes only a TOML integer (not a boolean, not 2.0), a number
+// key an integer or a float, a boolean key only true or false, a string key only a string.
+// With a `record`, every read also records the key's effective value (the default when absent).
 class Section {
  public:
-  Section(const toml::table* t, std::string name, const std::string& origin)
-      : t_(t), name_(std::move(name)), origin_(origin) {}
+  Section(const toml::table* t, std::string name, const std::string& origin, ConfigRecord* record = nullptr)
+      : t_(t), name_(std::move(name)), origin_(origin), record_(record) {}
 
   Status error(const std::string& key, const std::string& what) const {
     return invalid_argument(origin_ + ": " + name_ + "." + key + ": " + what);
@@ -37,13 +46,18 @@ class Section {
     used_.insert(key);
     return t_ ? t_->get(key) : nullptr;
   }
+  // Records `value` as the effective value of `key` (when recording).
+  void note(const std::string& key, std::string value) {
+    if (record_) (*record_)[name_ + "." + key] = std::move(value);
+  }
   Status read(const std::string& key, int64_t* v, int64_t lo, int64_t hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<int64_t>();
-    if (!x || *x < lo || *x > hi)
-      return error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    *v = *x;
+    if (const toml::node* n = get(key)) {
+      auto x = n->is_integer() ? n->value<int64_t>() : std::nullopt;
+      if (!x || *x < lo || *x > hi)
+        return error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + shown(*n));
+      *v = *x;
+    }
+    note(key, std::to_string(*v));
     return Status();
   }
   Status read(const std::string& key, int* v, int64_t lo, int64_t hi) {
@@ -59,97 +73,113 @@ class Section {
     return Status();
   }
   Status read(const std::string& key, double* v, double lo, double hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<double>();  // integers convert
-    if (!x || !(*x >= lo && *x <= hi))
-      return error(key, "expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    *v = *x;
+    if (const toml::node* n = get(key)) {
+      auto x = n->is_number() ? n->value<double>() : std::nullopt;  // integers convert
+      if (!x || !(*x >= lo && *x <= hi))
+        return error(key, "expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + shown(*n));
+      *v = *x;
+    }
+    note(key, number_text(*v));
     return Status();
   }
   Status read(const std::string& key, float* v, double lo, double hi) {
     double x = *v;
     LEANEMB_RETURN_IF_ERROR(read(key, &x, lo, hi));
     *v = static_cast<float>(x);
+    note(key, number_text(*v));
     return Status();
   }
   Status read(const std::string& key, bool* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<bool>();
-    if (!x) return error(key, "expected true or false");
-    *v = *x;
+    if (const toml::node* n = get(key)) {
+      if (!n->is_boolean()) return error(key, "expected true or false, got " + shown(*n));
+      *v = *n->value<bool>();
+    }
+    note(key, *v ? "true" : "false");
     return Status();
   }
   Status read(const std::string& key, std::string* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    auto x = n->value<std::string>();
-    if (!x) return error(key, "expected a string");
-    *v = *x;
+    if (const toml::node* n = get(key)) {
+      if (!n->is_string()) return error(key, "expected a string, got " + shown(*n));
+      *v = *n->value<std::string>();
+    }
+    note(key, quoted(*v));
     return Status();
   }
   // A string or an array of strings.
   Status read(const std::string& key, std::vector<std::string>* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    v->clear();
-    if (auto s = n->value<std::string>()) {
-      v->push_back(*s);
-      return Status();
+    if (const toml::node* n = get(key)) {
+      v->clear();
+      if (n->is_string()) {
+        v->push_back(*n->value<std::string>());
+      } else if (const toml::array* a = n->as_array()) {
+        for (const auto& e : *a) {
+          if (!e.is_string()) return error(key, "expected an array of strings, got an element " + shown(e));
+          v->push_back(*e.value<std::string>());
+        }
+      } else {
+        return error(key, "expected a string or an array of strings, got " + shown(*n));
+      }
     }
-    const toml::array* a = n->as_array();
-    if (!a) return error(key, "expected a string or an array of strings");
-    for (const auto& e : *a) {
-      auto s = e.value<std::string>();
-      if (!s) return error(key, "expected an array of strings");
-      v->push_back(*s);
-    }
+    std::string r = "[";
+    for (size_t i = 0; i < v->size(); ++i) r += (i ? ", " : "") + quoted((*v)[i]);
+    note(key, r + "]");
     return Status();
   }
   // An integer or an array of integers, each in [lo, hi].
   Status read(const std::string& key, std::vector<int64_t>* v, int64_t lo, int64_t hi) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    v->clear();
-    if (auto x = n->value<int64_t>()) {
-      v->push_back(*x);
-    } else if (const toml::array* a = n->as_array()) {
-      for (const auto& e : *a) {
-        auto y = e.value<int64_t>();
-        if (!y) return error(key, "expected an array of integers");
-        v->push_back(*y);
+    if (const toml::node* n = get(key)) {
+      v->clear();
+      if (n->is_integer()) {
+        v->push_back(*n->value<int64_t>());
+      } else if (const toml::array* a = n->as_array()) {
+        for (const auto& e : *a) {
+          if (!e.is_integer()) return error(key, "expected an array of integers, got an element " + shown(e));
+          v->push_back(*e.value<int64_t>());
+        }
+      } else {
+        return error(key, "expected an integer or an array of integers, got " + shown(*n));
       }
-    } else {
-      return error(key, "expected an integer or an array of integers");
+      for (int64_t x : *v)
+        if (x < lo || x > hi) return error(key, "value " + std::to_string(x) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
-    for (int64_t x : *v)
-      if (x < lo || x > hi) return error(key, "value " + std::to_string(x) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    std::string r = "[";
+    for (size_t i = 0; i < v->size(); ++i) r += (i ? ", " : "") + std::to_string((*v)[i]);
+    note(key, r + "]");
     return Status();
   }
+  // An enum-valued string key; `name` (T -> string_view) gives the recorded name of the value
+  // when the key is absent (without it the record says "(default)").
   template <typename T, typename Parse>
   Status read_enum(const std::string& key, T* v, Parse parse) {
+    return read_enum(key, v, parse, [](T) { return std::string_view("(default)"); });
+  }
+  template <typename T, typename Parse, typename Name>
+  Status read_enum(const std::string& key, T* v, Parse parse, Name name) {
     std::string s;
     LEANEMB_RETURN_IF_ERROR(read(key, &s));
-    if (s.empty()) return Status();
-    auto r = parse(s);
-    if (!r.ok()) return error(key, r.status().message());
-    *v = r.value();
+    if (!s.empty()) {
+      auto r = parse(s);
+      if (!r.ok()) return error(key, r.status().message());
+      *v = r.value();
+    }
+    note(key, quoted(std::string(name(*v))));
     return Status();
   }
   Status read_bytes(const std::string& key, size_t* v) {
-    const toml::node* n = get(key);
-    if (!n) return Status();
-    if (auto x = n->value<int64_t>()) {
-      if (*x < 0) return error(key, "expected a byte size >= 0");
-      *v = static_cast<size_t>(*x);
-      return Status();
+    if (const toml::node* n = get(key)) {
+      if (n->is_integer()) {
+        const int64_t x = *n->value<int64_t>();
+        if (x < 0) return error(key, "expected a byte size >= 0");
+        *v = static_cast<size_t>(x);
+      } else if (n->is_string()) {
+        auto b = parse_bytes(*n->value<std::string>());
+        if (!b.ok()) return error(key, b.status().message());
+        *v = b.value();
+      } else {
+        return error(key, "expected a byte size such as \"512MiB\" or an integer, got " + shown(*n));
+      }
     }
-    auto s = n->value<std::string>();
-    if (!s) return error(key, "expected a byte size such as \"512MiB\"");
-    auto b = parse_bytes(*s);
-    if (!b.ok()) return error(key, b.status().message());
-    *v = b.value();
+    note(key, std::to_string(*v));
     return Status();
   }
   // Errors for keys that were never read.
@@ -163,10 +193,16 @@ class Section {
     return Status();
   }
 
+  // "true (a boolean)", "2.5 (a float)", "\"x\" (a string)": a value as the error messages show it.
+  static std::string shown(const toml::node& n);
+  static std::string quoted(const std::string& s);
+  static std::string number_text(double v);
+
  private:
   const toml::table* t_;
   std::string name_;
   const std::string& origin_;
+  ConfigRecord* record_;
   std::set<std::string> used_;
 };
 

@@ -22,6 +22,11 @@
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
 #include "plan/workload.h"
+#include "train/config_diff.h"
+#include "train/divergence.h"
+#include "train/input_check.h"
+#include "train/run_dir.h"
+#include "train/stop_signal.h"
 
 namespace leanemb::train {
 
@@ -107,13 +112,15 @@ struct Counters {
 
 // The checkpoint's blobs (everything but the tables), the same for plain and sharded checkpoints.
 std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const model::CtrModel& m, const data::DataReader& reader,
-                                                                      const amp::LossScaler& scaler, const Counters& k) {
+                                                                      const amp::LossScaler& scaler, const Counters& k,
+                                                                      const ConfigRecord& config) {
   std::vector<std::pair<std::string, std::vector<uint8_t>>> b;
   json tables = json::array();  // the collection's table order (the training digest follows it)
   for (const TableOptions& t : m.embeddings().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step}, {"samples", k.samples}, {"skipped_steps", k.skipped},
                    {"collection_step", m.embeddings().step()}, {"format", "leanemb-train-1"}, {"tables", tables}};
   b.emplace_back("train/state", to_bytes(st));
+  b.emplace_back("train/config", encode_config_record(config));
   b.emplace_back("train/reader", reader.save_state());
   b.emplace_back("amp/loss_scaler", scaler.save());
   auto floats = [](std::span<const float> v) {
@@ -126,15 +133,17 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const mode
 }
 
 Status write_checkpoint(const std::string& out, const TrainConfig& c, model::CtrModel& m, const data::DataReader& reader,
-                        const amp::LossScaler& scaler, const Counters& k, std::string* path) {
-  const auto blobs = train_blobs(m, reader, scaler, k);
+                        const amp::LossScaler& scaler, const Counters& k, ckpt::Env* env, std::string* path) {
+  const auto blobs = train_blobs(m, reader, scaler, k, c.record);
   std::vector<dist::ShardedBlob> sb;
   for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
   dist::TablesSaveOptions so;
   so.keep_last = c.keep_checkpoints;
   so.chunk_rows = kCkptChunkRows;
+  so.env = env;
   LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, m.embeddings(), sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
+  for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
   *path = info.path;
   return Status();
 }
@@ -147,26 +156,55 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
   return v;
 }
 
-// Resumes from checkpoint `dir`, plain or sharded (global directory), at any world size.
-Status load_checkpoint(const std::string& dir, model::CtrModel& m, data::DataReader& reader, amp::LossScaler& scaler,
-                       Counters* k) {
+// The counters of blob "train/state", checked: integers, >= 0, skipped <= step, and the step
+// the checkpoint's manifest records. Errors: DataLoss naming the field.
+Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manifest_step, int64_t* collection_step) {
+  const json st = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (st.is_discarded() || !st.is_object()) return data_loss("train/state is not a JSON object");
+  int64_t v[4] = {};
+  const char* keys[4] = {"step", "samples", "skipped_steps", "collection_step"};
+  for (int i = 0; i < 4; ++i) {
+    if (!st.contains(keys[i]) || !st[keys[i]].is_number_integer() || st[keys[i]].get<int64_t>() < 0)
+      return data_loss(std::string("train/state: \"") + keys[i] + "\" is missing or not an integer >= 0");
+    v[i] = st[keys[i]].get<int64_t>();
+  }
+  if (v[0] != manifest_step)
+    return data_loss("train/state says step " + std::to_string(v[0]) + ", the checkpoint's manifest step " + std::to_string(manifest_step));
+  if (v[2] > v[0]) return data_loss("train/state: skipped_steps " + std::to_string(v[2]) + " exceeds step " + std::to_string(v[0]));
+  *collection_step = v[3];
+  return Counters{v[0], v[1], v[2]};
+}
+
+// Resumes from checkpoint `dir`, plain or sharded (global directory), at any world size. The
+// saved configuration is compared with `c` first (train/config_diff.h).
+Status load_checkpoint(const std::string& dir, const TrainConfig& c, ckpt::Env* env, bool lead, model::CtrModel& m,
+                       data::DataReader& reader, amp::LossScaler& scaler, Counters* k) {
   auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
   dist::Communicator* comm = m.embeddings().communicator();
   // With sharded tables every rank fails if any rank failed (dist::agree), so none goes on alone.
   auto agree = [&](const Status& mine) { return comm ? dist::agree(*comm, mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
-  auto opened = ckpt::CheckpointReader::open(dir);
+  auto opened = ckpt::CheckpointReader::open(dir, env);
   LEANEMB_RETURN_IF_ERROR(agree(opened.status()));
   const ckpt::CheckpointReader& r = *opened.value();
-  json st;
+  if (r.find("train/config") != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
+    LEANEMB_RETURN_IF_ERROR(check_resume_config(cfg, c.record, dir, lead));
+  } else if (lead) {
+    std::fprintf(stderr, "leanemb: note: %s holds no saved configuration (an older version wrote it): not compared\n", dir.c_str());
+  }
+  int64_t collection_step = 0;
+  Counters saved;
   {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
-    st = json::parse(stb.begin(), stb.end(), nullptr, false);
-    if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
+    auto parsed = parse_train_state(stb, r.step(), &collection_step);
+    if (!parsed.ok()) return ctx(parsed.status());
+    saved = parsed.value();
   }
   // Embedding tables (either format, any world size; every rank fails if one does).
   dist::TablesLoadOptions lo;
   lo.chunk_rows = kCkptChunkRows;
-  lo.collection_step = st["collection_step"].get<int64_t>();
+  lo.collection_step = collection_step;
+  lo.env = env;
   if (auto loaded = dist::load_tables_checkpoint(dir, m.embeddings(), lo); !loaded.ok()) return ctx(loaded.status());
   // Dense parameters and state: names from the model, values from the checkpoint.
   std::vector<std::vector<float>> store;
@@ -190,9 +228,7 @@ Status load_checkpoint(const std::string& dir, model::CtrModel& m, data::DataRea
   if (Status s = scaler.load(sc); !s.ok()) return ctx(s);
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r.read_blob("train/reader"));
   if (Status s = reader.restore_state(rd); !s.ok()) return ctx(s);
-  k->step = st["step"].get<int64_t>();
-  k->samples = st["samples"].get<int64_t>();
-  k->skipped = st["skipped_steps"].get<int64_t>();
+  *k = saved;
   return Status();
 }
 
@@ -252,6 +288,16 @@ json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
   return out;
 }
 
+RunDirOptions run_dir_options(const RunOptions& ro) {
+  RunDirOptions o;
+  o.out_dir = ro.out_dir;
+  o.resume = ro.resume;
+  o.overwrite = ro.overwrite;
+  o.start_fresh = ro.start_fresh;
+  o.env = ro.ckpt_env;
+  return o;
+}
+
 }  // namespace
 
 Result<json> run_training(const RunOptions& ro) {
@@ -269,6 +315,9 @@ Result<json> run_training(const RunOptions& ro) {
   if (c.grad_groups % world != 0)
     return invalid_argument(c.origin + ": dist.grad_groups (" + std::to_string(c.grad_groups) + ") must be a multiple of the number of ranks (" +
                             std::to_string(world) + ")");
+  // The output directory, locked for the run, and where the run starts (train/run_dir.h).
+  std::unique_ptr<RunDir> run_dir;
+  LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
 
   // Data: generate when asked and missing (with several ranks: rank 0 generates, the others
   // wait for its meta.json, written last, then meet it at a barrier).
@@ -287,6 +336,7 @@ Result<json> run_training(const RunOptions& ro) {
       while (!file_exists(c.data_dir + "/meta.json")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       have = true;
     }
+    if (have) LEANEMB_RETURN_IF_ERROR(check_generated_data(c));
     if (!have) {
       say("generating synthetic data into " + c.data_dir + " (" + std::to_string(c.gen.train_rows) + " train + " +
           std::to_string(c.gen.eval_rows) + " eval rows)");
@@ -305,6 +355,8 @@ Result<json> run_training(const RunOptions& ro) {
         teacher_auc = mj["teacher_auc"].get<double>();
     }
   }
+
+  LEANEMB_RETURN_IF_ERROR(check_data_files(c));  // every input before the first step
 
   // The memory plan of this run (src/plan): reserved up front when a device budget is set and
   // memory.reserve is not, and compared with the measured peaks at the end.
@@ -335,13 +387,8 @@ Result<json> run_training(const RunOptions& ro) {
     std::filesystem::create_directories(c.store_dir, dir_ec);
     if (dir_ec) return io_error("cannot create embedding.store_dir '" + c.store_dir + "': " + dir_ec.message());
   }
-  // The newest complete checkpoint, plain or sharded: either loads at any world size.
-  std::string resume_dir;
-  if (ro.resume) {
-    auto latest = dist::find_latest_tables_checkpoint(ro.out_dir);
-    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    if (latest.ok()) resume_dir = latest.value().ref.path;
-  }
+  // The checkpoint RunDir chose (plain or sharded): either loads at any world size.
+  const std::string& resume_dir = resume_at.dir;
   model::CtrModelOptions mo = model_options(c);
   mo.grad_groups = c.grad_groups;
   if (world > 1) mo.comm = comm;
@@ -356,9 +403,9 @@ Result<json> run_training(const RunOptions& ro) {
   int64_t resumed_from = -1;
   if (ro.resume) {
     if (resume_dir.empty()) {
-      say("no complete checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
+      say("no checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
     } else {
-      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, *model, *reader, scaler, &k));
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, c, ro.ckpt_env, lead, *model, *reader, scaler, &k));
       resumed_from = k.step;
       say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + ")");
     }
@@ -380,8 +427,8 @@ Result<json> run_training(const RunOptions& ro) {
     table_bytes += model->embeddings().layout(t).stride_bytes * static_cast<size_t>(model->embeddings().options().tables[static_cast<size_t>(t)].num_rows);
 
   data::Batch batch;
-  std::string last_ckpt;
-  int64_t last_ckpt_step = -1;
+  std::string last_ckpt = resume_dir;
+  int64_t last_ckpt_step = resumed_from;  // a resumed step is not written again
   json last_eval;
   double loss_sum = 0.0, last_loss = NAN;
   int64_t loss_n = 0, samples_run = 0;
@@ -401,7 +448,14 @@ Result<json> run_training(const RunOptions& ro) {
   };
   const std::set<int64_t> inject(c.inject_nonfinite_steps.begin(), c.inject_nonfinite_steps.end());
 
+  DivergenceMonitor divergence({c.max_consecutive_skipped, true});
+  std::string diverged;  // "diverged at step N: ..." once the run diverged
+  bool stopped = false;  // a signal (StopSignal) stopped the run after a step
   while (c.steps == 0 || k.step < c.steps) {
+    if (ro.stop) {  // every rank stops after the same step
+      LEANEMB_ASSIGN_OR_RETURN(stopped, ro.stop->agree_stop(comm));
+      if (stopped) break;
+    }
     LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
     if (!more) break;
     const int64_t step_no = k.step + 1;
@@ -412,6 +466,10 @@ Result<json> run_training(const RunOptions& ro) {
     if (s.skipped) ++k.skipped;
     loss_sum += s.loss;
     ++loss_n;
+    if (auto why = divergence.observe(k.step, s.skipped, model->dense_parameters())) {
+      diverged = *why;
+      break;
+    }
     if (k.step % c.log_every == 0) {
       last_loss = loss_sum / static_cast<double>(loss_n);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -428,7 +486,7 @@ Result<json> run_training(const RunOptions& ro) {
       metrics.flush();
     }
     if (c.checkpoint_every > 0 && k.step % c.checkpoint_every == 0) {
-      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
+      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, ro.ckpt_env, &last_ckpt));
       last_ckpt_step = k.step;
     }
     if (ro.after_step) ro.after_step(k.step);
@@ -453,9 +511,10 @@ Result<json> run_training(const RunOptions& ro) {
     train_comm_seconds = cm->stats().seconds;
   }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
-  if (k.step != last_ckpt_step && k.step > 0)
-    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, &last_ckpt));
-  if (!c.eval_files.empty()) {
+  // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
+  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty())
+    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, c, *model, *reader, scaler, k, ro.ckpt_env, &last_ckpt));
+  if (!c.eval_files.empty() && !stopped && diverged.empty()) {
     say("evaluating on " + c.eval_files[0] + (c.eval_files.size() > 1 ? " ..." : ""));
     LEANEMB_ASSIGN_OR_RETURN(last_eval, evaluate(c, *model));
     metrics << json{{"step", k.step}, {"eval", last_eval}, {"final", true}}.dump() << "\n";
@@ -463,6 +522,9 @@ Result<json> run_training(const RunOptions& ro) {
   line(true);
 
   json sum;
+  sum["outcome"] = !diverged.empty() ? "diverged" : stopped ? "stopped" : "completed";
+  if (!diverged.empty()) sum["diverged"] = {{"step", k.step}, {"message", diverged}};
+  if (stopped) sum["stopped"] = {{"step", k.step}, {"signal", ro.stop->signal_name()}};
   sum["steps"] = k.step;
   sum["samples"] = k.samples;
   sum["samples_this_run"] = samples_run;

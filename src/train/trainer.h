@@ -25,16 +25,28 @@
 #include "leanemb/status.h"
 #include "train/config.h"
 
+namespace leanemb::ckpt {
+class Env;
+}
 namespace leanemb::dist {
 class Communicator;
 }
 
 namespace leanemb::train {
 
+class StopSignal;
+
 struct RunOptions {
   TrainConfig config;
-  std::string out_dir = "runs/ctr_small";
+  std::string out_dir = "runs/ctr_small";  // locked for the run; see train/run_dir.h
   bool resume = false;
+  bool overwrite = false;    // move an earlier run's checkpoints and metrics aside (run_dir.h)
+  bool start_fresh = false;  // with resume: no valid checkpoint -> set them aside, step 0
+  // Graceful stop (train/stop_signal.h): checked before every step; when set on any rank,
+  // every rank stops after the same step, writes a checkpoint and returns outcome "stopped".
+  // Null: signals keep their default action.
+  StopSignal* stop = nullptr;
+  ckpt::Env* ckpt_env = nullptr;  // tests: the checkpoints' file system (null: the real one)
   int64_t steps = -1;              // >= 0 overrides config.steps
   bool progress_tty = false;       // rewrite one progress line (\r) instead of printing lines
   bool quiet = false;              // no progress at all
@@ -46,7 +58,9 @@ struct RunOptions {
 };
 
 // Runs training; returns the summary document:
-//   {"steps", "samples", "samples_per_s", "train_seconds", "loss", "eval": {"auc", "logloss", "rows"},
+//   {"outcome": "completed" | "stopped" (a StopSignal) | "diverged" (train/divergence.h; no
+//    final checkpoint, no final eval), "stopped": {"step", "signal"}, "diverged": {"step",
+//    "message"}, "steps", "samples", "samples_per_s", "train_seconds", "loss", "eval": {"auc", "logloss", "rows"},
 //    "teacher_auc", "skipped_steps", "resumed_from_step", "memory": {tier: {category: peak}},
 //    "memory_detail": MemorySystem::to_json, "embedding_bytes", "checkpoint": path, ...}
 // Errors: those of the data, model, memory and checkpoint layers, with context.

@@ -1,0 +1,358 @@
+// Reliability of `leanemb train` in-process (docs reliability catalog): strict config types, the
+// saved configuration and its diff on resume (resume_config_diff), the run-directory lock and
+// consent rules (run_dir_lock, no_overwrite_without_consent, corrupt_checkpoints_kept), forged
+// checkpoint counters, graceful stop and divergence through the trainer, and a crash at every
+// file-system call of a training run's checkpoint commit (ckpt_killpoints at the trainer level).
+// The CLI side of the same promises is tests/train_cli_test.cc.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckpt/fault_injection_env.h"
+#include "ckpt/format.h"
+#include "leanemb/checkpoint.h"
+#include "train/config.h"
+#include "train/config_diff.h"
+#include "train/divergence.h"
+#include "train/run_dir.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+
+namespace leanemb::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string scratch(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "leanemb_rel_" + std::to_string(::getpid()) + "_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A tiny CTR config over synthetic data generated once per test binary.
+TrainConfig tiny_config(std::vector<std::string> extra = {}) {
+  static const std::string data = scratch("data");
+  std::vector<std::string> sets = {"data.dir=\"" + data + "\"", "data.gen.train_rows=2048", "data.gen.eval_rows=256",
+                                   "data.gen.vocab=50", "data.num_sparse=4", "model.table_rows=64", "model.embedding_dim=8",
+                                   "model.bottom_mlp=[16, 8]", "model.top_mlp=[16]", "train.batch_size=128",
+                                   "train.threads=2", "train.log_every=1000", "train.checkpoint_every=2", "train.keep_checkpoints=2"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  auto c = parse_config(default_config_text(), "test", sets);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.value();
+}
+
+Result<nlohmann::json> train(const std::string& out, int64_t steps, bool resume, ckpt::Env* env = nullptr,
+                             std::vector<std::string> extra = {}, StopSignal* stop = nullptr,
+                             std::function<void(int64_t)> after_step = nullptr) {
+  RunOptions ro;
+  ro.config = tiny_config(std::move(extra));
+  ro.out_dir = out;
+  ro.steps = steps;
+  ro.resume = resume;
+  ro.quiet = true;
+  ro.ckpt_env = env;
+  ro.stop = stop;
+  ro.after_step = std::move(after_step);
+  return run_training(ro);
+}
+
+std::string digest_of(const std::string& out, int64_t step, ckpt::Env* env = nullptr) {
+  auto d = ckpt::digest(ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(step), env);
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  return d.ok() ? d.value() : "";
+}
+
+// ---- strict types ---------------------------------------------------------------------------
+
+// A boolean is not an integer (the bug: batch_size = true trained with batch 1), a float not an
+// integer, an integer not a boolean or a string; each error names the key and what was given.
+TEST(StrictConfigTest, WrongTypesAreRejectedNamingKeyAndValue) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"train.batch_size=true", "(a boolean)"},      {"model.table_rows=true", "(a boolean)"},
+      {"train.batch_size=2.0", "(a float)"},         {"train.deterministic=1", "(an integer)"},
+      {"embedding.learning_rate=true", "(a boolean)"}, {"data.train=5", "(an integer)"},
+      {"model.table_rows=[1, true]", "an element true (a boolean)"}, {"memory.device_budget=true", "(a boolean)"}};
+  for (const auto& [set, needle] : cases) {
+    auto c = parse_config(default_config_text(), "cfg", std::vector<std::string>{set});
+    ASSERT_FALSE(c.ok()) << set;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+  }
+  // Integers still convert to floats.
+  EXPECT_TRUE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"embedding.learning_rate=1"}).ok());
+}
+
+// Every key is recorded with its effective value, defaults included, and a default written out
+// explicitly records the same value.
+TEST(ConfigRecordTest, RecordsEveryKeyWithDefaultsCanonically) {
+  auto a = parse_config(default_config_text(), "a", std::vector<std::string>{});
+  auto b = parse_config(default_config_text(), "b", std::vector<std::string>{"model.pooling=\"sum\"", "dense.optimizer=\"adam\"",
+                                                                           "train.max_consecutive_skipped=100"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const ConfigRecord& r = a.value().record;
+  EXPECT_EQ(r.at("model.pooling"), "\"sum\"");
+  EXPECT_EQ(r.at("dense.optimizer"), "\"adam\"");
+  EXPECT_EQ(r.at("train.batch_size"), "1024");
+  EXPECT_EQ(r.at("embedding.state_dtype"), "\"fp32\"");
+  EXPECT_GT(r.size(), 60u);
+  EXPECT_EQ(a.value().record, b.value().record);
+  const auto back = decode_config_record(encode_config_record(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back.value(), r);
+}
+
+// Keys that change what is trained differ as errors naming old and new values; keys of how the
+// run goes on are notes.
+TEST(resume_config_diff, NamesEveryDifferingKeyOldAndNew) {
+  const ConfigRecord saved = tiny_config().record;
+  const ConfigRecord now = tiny_config({"dense.optimizer=\"sgd\"", "model.pooling=\"mean\"", "train.steps=99", "memory.host_budget=\"1GiB\""}).record;
+  const ConfigDiff d = diff_configs(saved, now);
+  ASSERT_EQ(d.errors.size(), 2u);
+  EXPECT_EQ(d.errors[0], "dense.optimizer: \"adam\" in the checkpoint, \"sgd\" now");
+  EXPECT_EQ(d.errors[1], "model.pooling: \"sum\" in the checkpoint, \"mean\" now");
+  ASSERT_EQ(d.notes.size(), 2u);
+  EXPECT_EQ(d.notes[0], "memory.host_budget: 0 in the checkpoint, 1073741824 now");
+  EXPECT_EQ(d.notes[1], "train.steps: 0 in the checkpoint, 99 now");
+  EXPECT_TRUE(diff_configs(saved, saved).errors.empty());
+}
+
+// ---- the run directory ----------------------------------------------------------------------
+
+// A second lock on a locked directory fails naming the directory and the holder (this pid);
+// released, it can be taken again.
+TEST(run_dir_lock, SecondLockIsRefusedNamingDirectoryAndHolder) {
+  const std::string dir = scratch("lock");
+  auto first = DirLock::acquire(dir);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = DirLock::acquire(dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("'" + dir + "' is in use"), std::string::npos) << second.status().message();
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid()) + " on host "), std::string::npos)
+      << second.status().message();
+  first.value().reset();
+  EXPECT_TRUE(DirLock::acquire(dir).ok());
+}
+
+// A fresh run on an earlier run's work is refused and changes nothing; --overwrite moves the
+// work aside (nothing deleted) and metrics.jsonl then holds only the new run.
+TEST(no_overwrite_without_consent, FreshRunIsRefusedAndOverwriteMovesAside) {
+  const std::string out = scratch("consent");
+  ASSERT_TRUE(train(out, 4, false).ok());
+  const std::string d4 = digest_of(out, 4);
+  auto again = train(out, 2, false);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"holds an earlier run's 2 checkpoint directories (steps 2 to 4)", "metrics.jsonl", "--resume", "--overwrite"})
+    EXPECT_NE(again.status().message().find(part), std::string::npos) << again.status().message();
+  EXPECT_EQ(digest_of(out, 4), d4);
+  RunDirOptions o;
+  o.out_dir = out;
+  o.overwrite = true;
+  o.say = [](const std::string&) {};
+  auto rd = RunDir::open(o);
+  ASSERT_TRUE(rd.ok()) << rd.status().to_string();
+  ASSERT_EQ(rd.value()->moved().size(), 2u);  // checkpoints/ and metrics.jsonl
+  const std::string moved = rd.value()->moved()[0].substr(rd.value()->moved()[0].find(" -> ") + 4);
+  EXPECT_EQ(ckpt::digest(moved + "/" + ckpt::step_dir_name(4)).value(), d4);
+  EXPECT_TRUE(ckpt::list_checkpoints(out).value().empty());
+}
+
+// All checkpoints corrupt: --resume fails naming each and leaves them as they are; with
+// start_fresh they are moved into corrupt/ and the run starts at step 0.
+TEST(corrupt_checkpoints_kept, ResumeWithNoneValidFailsUnlessStartFresh) {
+  const std::string out = scratch("corrupt");
+  ASSERT_TRUE(train(out, 4, false).ok());
+  for (int64_t step : {2, 4}) {
+    const std::string f = ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(step) + "/" + ckpt::kDataFileName;
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(100);
+    io.put('\x5a');
+  }
+  auto r = train(out, 6, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("none of the 2 checkpoint directories"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("--start-fresh"), std::string::npos);
+  EXPECT_EQ(ckpt::list_checkpoints(out).value().size(), 2u);
+  RunDirOptions o;
+  o.out_dir = out;
+  o.resume = o.start_fresh = true;
+  o.say = [](const std::string&) {};
+  auto rd = RunDir::open(o);
+  ASSERT_TRUE(rd.ok()) << rd.status().to_string();
+  EXPECT_TRUE(rd.value()->resume_point().dir.empty());
+  EXPECT_TRUE(fs::exists(out + "/corrupt/" + ckpt::step_dir_name(2)));
+  EXPECT_TRUE(fs::exists(out + "/corrupt/" + ckpt::step_dir_name(4)));
+}
+
+// A newer corrupt checkpoint is moved aside (not deleted by the resumed run's commits) and the
+// run resumes from the older valid one.
+TEST(corrupt_checkpoints_kept, NewerCorruptCheckpointIsSetAsideAndOlderOneResumed) {
+  const std::string out = scratch("newer");
+  ASSERT_TRUE(train(out, 4, false).ok());
+  const std::string f = ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(4) + "/" + ckpt::kManifestName;
+  fs::resize_file(f, fs::file_size(f) - 3);
+  auto r = train(out, 6, true);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["resumed_from_step"], 2);
+  EXPECT_TRUE(fs::exists(out + "/corrupt/" + ckpt::step_dir_name(4) + "/" + ckpt::kManifestName));
+}
+
+// A forged "step" in train/state (here negative, re-checksummed: a valid checkpoint) or a
+// directory renamed to another step is refused with DataLoss, never resumed.
+TEST(corrupt_checkpoints_kept, ForgedStepOrRenamedDirectoryIsNotResumed) {
+  const std::string out = scratch("forged");
+  ASSERT_TRUE(train(out, 2, false).ok());
+  const std::string dir = ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(2);
+  {
+    auto r = ckpt::CheckpointReader::open(dir).value();
+    ckpt::WriterOptions wo;
+    auto w = ckpt::CheckpointWriter::create(out + "/forge", 2, wo).value();
+    for (const ckpt::EntryInfo& e : r->entries()) {
+      if (e.kind == ckpt::EntryKind::kBlob) {
+        std::vector<uint8_t> b = r->read_blob(e.name).value();
+        if (e.name == "train/state") {
+          std::string s(b.begin(), b.end());
+          s.replace(s.find("\"step\":2"), 8, "\"step\":-5");
+          b.assign(s.begin(), s.end());
+        }
+        ASSERT_TRUE(w->add_blob(e.name, b).ok());
+      } else {
+        ASSERT_TRUE(w->add_table(e.name, e.row_bytes, e.total_rows, e.meta).ok());
+        std::vector<uint8_t> rows(e.size_bytes);
+        ASSERT_TRUE(r->read_rows(e.name, 0, e.total_rows, rows).ok());
+        ASSERT_TRUE(w->append_rows(e.name, 0, rows).ok());
+      }
+    }
+    ASSERT_TRUE(w->commit().ok());
+  }
+  fs::remove_all(dir);
+  fs::rename(out + "/forge/checkpoints/" + ckpt::step_dir_name(2), dir);
+  auto forged = train(out, 4, true);
+  ASSERT_FALSE(forged.ok());
+  EXPECT_NE(forged.status().message().find("train/state: \"step\" is missing or not an integer >= 0"), std::string::npos)
+      << forged.status().message();
+  // Renamed: step-2's checkpoint under the name step-7.
+  fs::rename(dir, ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(7));
+  auto renamed = ckpt::CheckpointReader::open(ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(7));
+  ASSERT_FALSE(renamed.ok());
+  EXPECT_EQ(renamed.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(renamed.status().message().find("manifest says step 2"), std::string::npos) << renamed.status().message();
+}
+
+// ---- graceful stop and divergence ---------------------------------------------------------
+
+// A stop request after step 3 ends the run there with a checkpoint of step 3 and outcome
+// "stopped"; resumed to step 6 it reaches the digest of an uninterrupted 6-step run.
+TEST(graceful_stop, StopAfterAStepCheckpointsAndResumesToTheSameDigest) {
+  const std::string ref = scratch("stop_ref"), out = scratch("stop");
+  ASSERT_TRUE(train(ref, 6, false).ok());
+  auto stop = StopSignal::install();
+  ASSERT_TRUE(stop.ok());
+  StopSignal* s = stop.value().get();
+  auto r = train(out, 6, false, nullptr, {}, s, [s](int64_t step) {
+    if (step == 3) s->request();
+  });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["outcome"], "stopped");
+  EXPECT_EQ(r.value()["steps"], 3);
+  EXPECT_TRUE(r.value()["eval"].is_null());  // no final evaluation after a stop
+  EXPECT_NE(r.value()["checkpoint"].get<std::string>().find(ckpt::step_dir_name(3)), std::string::npos);
+  stop.value().reset();
+  auto resumed = train(out, 6, true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed.value()["resumed_from_step"], 3);
+  EXPECT_EQ(digest_of(out, 6), digest_of(ref, 6));
+}
+
+// N consecutive skipped steps stop the run: outcome "diverged" naming the step; the step that
+// diverged is not checkpointed (nor is a final checkpoint written): the last one, of step 4, stays.
+TEST(divergence_stop, ConsecutiveSkippedStepsStopTheRun) {
+  const std::string out = scratch("diverge");
+  auto r = train(out, 40, false, nullptr,
+                 {"train.inject_nonfinite_steps=[3, 4, 5, 6, 7, 8]", "train.max_consecutive_skipped=4", "train.checkpoint_every=2"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["outcome"], "diverged");
+  EXPECT_EQ(r.value()["steps"], 6);
+  EXPECT_NE(r.value()["diverged"]["message"].get<std::string>().find("diverged at step 6: 4 consecutive steps skipped"), std::string::npos);
+  const auto refs = ckpt::list_checkpoints(out).value();
+  ASSERT_FALSE(refs.empty());
+  EXPECT_EQ(refs.back().step, 4);
+  EXPECT_EQ(r.value()["checkpoint"].get<std::string>(), refs.back().path);
+}
+
+// Non-finite dense parameters are named with the step.
+TEST(divergence_stop, NonFiniteDenseParameterIsNamed) {
+  DivergenceMonitor m({0, true});
+  std::vector<float> ok = {1.0f, 2.0f}, bad = {1.0f, std::nanf("")};
+  const nn::NamedTensor good[] = {{"top.0.weight", ok}};
+  const nn::NamedTensor broken[] = {{"top.0.weight", ok}, {"top.1.bias", bad}};
+  EXPECT_FALSE(m.observe(1, false, good).has_value());
+  const auto why = m.observe(2, false, broken);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("diverged at step 2: dense parameter top.1.bias[1] is nan"), std::string::npos) << *why;
+}
+
+// ---- crash at every file-system call of a training run's checkpoint commit -------------------
+
+// Creates every directory of `path` in the env, durably.
+void make_dirs(ckpt::FaultInjectionEnv& env, const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i != path.size() && path[i] != '/') continue;
+    const std::string dir = path.substr(0, i);
+    ASSERT_TRUE(env.create_dir(dir).ok()) << dir;
+    ASSERT_TRUE(env.sync_dir(ckpt::parent_dir(dir)).ok()) << dir;
+  }
+}
+
+// A training run to step 4 (checkpoints at 2 and 4, keeping 1) is killed at every Env call of
+// its second commit (each write, fsync, rename, directory fsync, the deletion of step 2); after
+// the crash (unsynced data dropped) --resume reaches the digest of an uninterrupted run.
+TEST(ckpt_killpoints, TrainingKilledAtEveryCallOfACommitResumesToTheSameDigest) {
+  const std::string out = scratch("kill");
+  std::string reference;
+  uint64_t first_commit_end = 0, run_end = 0;
+  {
+    ckpt::FaultInjectionEnv env;
+    make_dirs(env, out);
+    auto r = train(out, 4, false, &env, {"train.keep_checkpoints=1"}, nullptr, [&](int64_t step) {
+      if (step == 2) first_commit_end = env.num_mutating_ops();
+    });
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    run_end = env.num_mutating_ops();
+    reference = digest_of(out, 4, &env);
+  }
+  ASSERT_GT(run_end, first_commit_end + 10);
+  int from_2 = 0, from_4 = 0;  // where the resumed runs started: the crash hit before / after the commit point
+  for (uint64_t at = first_commit_end; at < run_end; ++at) {
+    SCOPED_TRACE("crash at op " + std::to_string(at));
+    fs::remove_all(out);
+    fs::create_directories(out);
+    ckpt::FaultInjectionEnv env;
+    make_dirs(env, out);
+    env.set_fault(at, ckpt::FaultKind::kCrash);
+    (void)train(out, 4, false, &env, {"train.keep_checkpoints=1"});  // dies at `at` (a crash inside the commit's cleanup is a warning)
+    EXPECT_TRUE(env.crashed() || env.num_mutating_ops() <= at) << env.op_description(at);
+    env.simulate_crash();
+    auto resumed = train(out, 4, true, &env, {"train.keep_checkpoints=1"});
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    (resumed.value()["resumed_from_step"] == 2 ? from_2 : from_4) += 1;
+    EXPECT_EQ(digest_of(out, 4, &env), reference);
+  }
+  EXPECT_GT(from_2, 10);
+  EXPECT_GT(from_4, 0);
+  RecordProperty("killpoints", static_cast<int>(run_end - first_commit_end));
+}
+
+}  // namespace
+}  // namespace leanemb::train
