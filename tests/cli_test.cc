@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -136,9 +137,17 @@ TEST(CliTest, TextConfigTrainsAndReportsPrecisionAtOne) {
     cfg << "task = \"text\"\n[data]\ntrain = \"" << dir << "/train.txt\"\neval = \"" << dir
         << "/eval.txt\"\nbuckets = 1000\nword_ngrams = 2\n[model]\ndim = 8\n";
   }
-  const RunResult r = run_cli("train --config '" + dir + "/text.toml' --quiet --set train.epochs=3");
+  const RunResult r = run_cli("train --config '" + dir + "/text.toml' --quiet --set train.epochs=3 --out '" + dir + "/run'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("eval: P@1 1.0000"), std::string::npos) << r.out;
-  expect_clean_failure("train --config '" + dir + "/text.toml' --resume", "--resume does not apply to text configs");
+  // Text runs checkpoint and resume like CTR runs (the one loop): a run cut at step 20 resumes.
+  const RunResult cut = run_cli("train --config '" + dir + "/text.toml' --quiet --steps 20 --out '" + dir + "/cut'");
+  EXPECT_EQ(cut.exit_code, 0) << cut.err;
+  const RunResult resumed = run_cli("train --config '" + dir + "/text.toml' --quiet --resume --out '" + dir + "/cut' --json-summary '" +
+                                    dir + "/cut.json'");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  std::ifstream js(dir + "/cut.json");
+  const std::string summary((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  EXPECT_NE(summary.find("\"resumed_from_step\": 20"), std::string::npos) << summary;
   EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }

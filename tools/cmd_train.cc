@@ -1,4 +1,5 @@
-// `leanemb train`: train the CTR model of a config file (or the embedded default).
+// `leanemb train`: train the model of a config file (or the embedded default): a CTR model or,
+// with task = "text", a text classifier, both on the one loop (train/task.h).
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -69,23 +71,8 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   return Status();
 }
 
-// task = "text" configs (docs/text.md): fastText-style classification.
-int run_text(const TrainArgs& a, const std::string& config_text) {
-  const std::pair<bool, const char*> ctr_only[] = {{!a.steps.empty(), "--steps"}, {a.resume, "--resume"},
-                                                   {a.overwrite, "--overwrite"}, {a.start_fresh, "--start-fresh"},
-                                                   {!a.device_budget.empty(), "--device-budget"},
-                                                   {!a.host_budget.empty(), "--host-budget"}, {!a.placement.empty(), "--placement"}};
-  for (const auto& [given, flag] : ctr_only)
-    if (given) return report_error(invalid_argument(std::string(flag) + " does not apply to text configs (task = \"text\")"));
-  auto cfg = text::parse_text_config(config_text, a.config, a.sets);
-  if (!cfg.ok()) return report_error(cfg.status());
-  text::TextRunOptions ro;
-  ro.config = std::move(cfg).value();
-  ro.quiet = a.quiet;
-  auto r = text::run_text_training(ro);
-  if (!r.ok()) return report_error(r.status());
-  const nlohmann::json& s = r.value();
-  std::printf("\nmemory (peak per category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
+// What a text run (task = "text", docs/text.md) prints after the common part.
+void print_text_summary(const nlohmann::json& s) {
   std::printf("\ntrained %lld epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s; input table %s (%lld rows of %lld)\n",
               static_cast<long long>(s["epochs"].get<int64_t>()), static_cast<long long>(s["steps"].get<int64_t>()),
               s["train_seconds"].get<double>(), s["examples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
@@ -96,9 +83,18 @@ int run_text(const TrainArgs& a, const std::string& config_text) {
                 s["eval"]["recall_at_1"].get<double>(), s["eval"]["accuracy"].get<double>(),
                 static_cast<long long>(s["eval"]["examples"].get<int64_t>()));
   std::printf("peak RSS %s\n", format_bytes(s["peak_rss_bytes"].get<size_t>()).c_str());
-  if (!a.json_summary.empty())
-    if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
-  return 0;
+}
+
+// What a CTR run prints after the common part.
+void print_ctr_summary(const nlohmann::json& s) {
+  std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
+              static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
+              s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
+              static_cast<long long>(s["skipped_steps"].get<int64_t>()));
+  if (!s["eval"].is_null())
+    std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
+                s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
+                s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
 }
 
 // Multi-process runs (docs/dist.md): MPI's lifetime and this process's communicator.
@@ -109,18 +105,91 @@ struct DistSetup {
 
 // dist.backend: "local" = one process; "mpi" = MPI_COMM_WORLD; "auto" = mpi when a launcher
 // (mpirun / mpiexec: Open MPI, or a PMI / PMIx launcher) started this process.
-Result<DistSetup> setup_dist(const train::TrainConfig& c) {
+Result<DistSetup> setup_dist(const std::string& backend, int64_t timeout_ms) {
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   DistSetup d;
-  if (c.dist_backend == "local" || (c.dist_backend == "auto" && !launched)) return d;
+  if (backend == "local" || (backend == "auto" && !launched)) return d;
   if (!dist::mpi_available())
     return unimplemented(std::string(launched ? "started by an MPI launcher" : "dist.backend = \"mpi\"") +
                          ", but this build has no MPI (install libopenmpi-dev openmpi-bin and rebuild; docs/dist.md)");
   LEANEMB_ASSIGN_OR_RETURN(d.mpi, dist::MpiRuntime::init(nullptr, nullptr));
   dist::CommOptions co;
-  co.timeout_ms = c.dist_timeout_ms;
+  co.timeout_ms = timeout_ms;
   LEANEMB_ASSIGN_OR_RETURN(d.comm, dist::make_communicator("mpi", co));
   return d;
+}
+
+// Runs one parsed config of either task on the one loop: the flags, the communicator, the stop
+// signal, the summary. `run` calls the task's entry point, `print` its own lines.
+int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_timeout_ms,
+            const std::function<Result<nlohmann::json>(const train::RunOptions&)>& run,
+            const std::function<void(const nlohmann::json&)>& print) {
+  int64_t steps = -1;
+  if (!a.steps.empty()) {
+    auto st = parse_steps(a.steps);
+    if (!st.ok()) return report_error(st.status());
+    steps = st.value();
+  }
+  if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
+  auto dist_setup = setup_dist(dist_backend, dist_timeout_ms);
+  if (!dist_setup.ok()) return report_error(dist_setup.status());
+  dist::Communicator* comm = dist_setup.value().comm.get();
+  const bool lead = comm == nullptr || comm->rank() == 0;
+  // The first SIGTERM / SIGINT / SIGHUP stops after the step (exit 5), a second one at once
+  // (installed after MPI started, so that these handlers are the ones in place).
+  auto stop = train::StopSignal::install();
+  if (!stop.ok()) return report_error(stop.status());
+  train::RunOptions ro;
+  ro.comm = comm;
+  ro.out_dir = a.out;
+  ro.resume = a.resume;
+  ro.overwrite = a.overwrite;
+  ro.start_fresh = a.start_fresh;
+  ro.quiet = a.quiet;
+  ro.progress_tty = isatty(STDERR_FILENO) != 0;
+  ro.steps = steps;
+  ro.stop = stop.value().get();
+  auto r = run(ro);
+  if (!r.ok()) {
+    if (comm && comm->size() > 1)
+      return report_error(Status(r.status().code(), "rank " + std::to_string(comm->rank()) + ": " + r.status().message()));
+    return report_error(r.status());
+  }
+  const nlohmann::json& s = r.value();
+  const std::string outcome = s.value("outcome", std::string("completed"));
+  const int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  if (!lead) return code;
+  if (comm && comm->size() > 1)
+    std::printf("\n%d ranks (%s), tables sharded%s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n", comm->size(),
+                s["dist"]["backend"].get<std::string>().c_str(),
+                s["dist"].contains("sharding") ? (" " + s["dist"]["sharding"].get<std::string>()).c_str() : "",
+                format_bytes(s["dist"]["embedding_table_bytes_max_rank"].get<size_t>()).c_str(),
+                s["dist"]["bytes_sent_per_step"].get<double>());
+  std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
+  if (s.contains("plan")) {
+    std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
+    for (const auto& [tier, t] : s["plan"].items()) {
+      if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
+      std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
+                  format_bytes(t["measured_peak"].get<size_t>()).c_str());
+      for (const auto& [cat, v] : t["categories"].items())
+        std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
+                    format_bytes(v["measured"].get<size_t>()).c_str());
+    }
+  }
+  print(s);
+  const std::string ckpt = s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>();
+  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(), ckpt.c_str());
+  if (!a.json_summary.empty())
+    if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
+  if (outcome == "stopped")
+    std::fprintf(stderr, "leanemb: stopped by %s after step %lld; %s; continue with --resume (exit code 5)\n",
+                 s["stopped"]["signal"].get<std::string>().c_str(), static_cast<long long>(s["steps"].get<int64_t>()),
+                 ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
+  if (outcome == "diverged")
+    std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
+                 ckpt.c_str());
+  return code;
 }
 
 int run_train(const TrainArgs& a) {
@@ -139,86 +208,27 @@ int run_train(const TrainArgs& a) {
     config_text = std::move(text).value();
     auto task = train::config_task(config_text, a.config, sets);
     if (!task.ok()) return report_error(task.status());
-    if (task.value() == "text") return run_text(a, config_text);
+    if (task.value() == "text") {
+      auto cfg = text::parse_text_config(config_text, a.config, sets);
+      if (!cfg.ok()) return report_error(cfg.status());
+      const text::TextConfig c = std::move(cfg).value();
+      return execute(a, c.dist_backend, c.dist_timeout_ms,
+                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary);
+    }
     if (task.value() != "ctr")
       return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
   }
   auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), "<embedded default: examples/ctr_small.toml>", sets)
                               : train::parse_config(config_text, a.config, sets);
   if (!cfg.ok()) return report_error(cfg.status());
-  int64_t steps = -1;
-  if (!a.steps.empty()) {
-    auto s = parse_steps(a.steps);
-    if (!s.ok()) return report_error(s.status());
-    steps = s.value();
-  }
-  if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
-  auto dist_setup = setup_dist(cfg.value());
-  if (!dist_setup.ok()) return report_error(dist_setup.status());
-  dist::Communicator* comm = dist_setup.value().comm.get();
-  const bool lead = comm == nullptr || comm->rank() == 0;
-  // The first SIGTERM / SIGINT / SIGHUP stops after the step (exit 5), a second one at once
-  // (installed after MPI started, so that these handlers are the ones in place).
-  auto stop = train::StopSignal::install();
-  if (!stop.ok()) return report_error(stop.status());
-  train::RunOptions ro;
-  ro.config = std::move(cfg).value();
-  ro.comm = comm;
-  ro.out_dir = a.out;
-  ro.resume = a.resume;
-  ro.overwrite = a.overwrite;
-  ro.start_fresh = a.start_fresh;
-  ro.quiet = a.quiet;
-  ro.progress_tty = isatty(STDERR_FILENO) != 0;
-  ro.steps = steps;
-  ro.stop = stop.value().get();
-  auto r = train::run_training(ro);
-  if (!r.ok()) {
-    if (comm && comm->size() > 1)
-      return report_error(Status(r.status().code(), "rank " + std::to_string(comm->rank()) + ": " + r.status().message()));
-    return report_error(r.status());
-  }
-  const nlohmann::json& s = r.value();
-  const std::string outcome = s.value("outcome", std::string("completed"));
-  const int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
-  if (!lead) return code;
-  if (comm && comm->size() > 1)
-    std::printf("\n%d ranks (%s), tables sharded %s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n",
-                comm->size(), s["dist"]["backend"].get<std::string>().c_str(), s["dist"]["sharding"].get<std::string>().c_str(),
-                format_bytes(s["dist"]["embedding_table_bytes_max_rank"].get<size_t>()).c_str(),
-                s["dist"]["bytes_sent_per_step"].get<double>());
-  std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
-  if (s.contains("plan")) {
-    std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
-    for (const auto& [tier, t] : s["plan"].items()) {
-      if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
-      std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
-                  format_bytes(t["measured_peak"].get<size_t>()).c_str());
-      for (const auto& [cat, v] : t["categories"].items())
-        std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
-                    format_bytes(v["measured"].get<size_t>()).c_str());
-    }
-  }
-  std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
-              static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
-              s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
-              static_cast<long long>(s["skipped_steps"].get<int64_t>()));
-  if (!s["eval"].is_null())
-    std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
-                s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
-                s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
-  const std::string ckpt = s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>();
-  std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(), ckpt.c_str());
-  if (!a.json_summary.empty())
-    if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
-  if (outcome == "stopped")
-    std::fprintf(stderr, "leanemb: stopped by %s after step %lld; %s; continue with --resume (exit code 5)\n",
-                 s["stopped"]["signal"].get<std::string>().c_str(), static_cast<long long>(s["steps"].get<int64_t>()),
-                 ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
-  if (outcome == "diverged")
-    std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
-                 ckpt.c_str());
-  return code;
+  const train::TrainConfig c = std::move(cfg).value();
+  return execute(a, c.dist_backend, c.dist_timeout_ms,
+                 [&c](const train::RunOptions& r) {
+                   train::RunOptions ro = r;
+                   ro.config = c;
+                   return train::run_training(ro);
+                 },
+                 print_ctr_summary);
 }
 
 }  // namespace

@@ -108,6 +108,8 @@ class EmbeddingTables {
   virtual int world_size() const { return 1; }
   // The communicator of a sharded collection; null for a local one.
   virtual dist::Communicator* communicator() const { return nullptr; }
+  // Rows of table `table` this process holds (its shard; all of them for a local collection).
+  virtual int64_t local_num_rows(int table) const { return options().tables[static_cast<size_t>(table)].num_rows; }
 
   // ---- training -----------------------------------------------------------------------------
   virtual int64_t step() const = 0;  // successful updates so far (equal on every rank)

@@ -130,6 +130,7 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // The communicator given to create() (sharded checkpoints and digests run their collectives
   // on it).
   Communicator* communicator() const override;
+  int64_t local_num_rows(int table) const override { return plan().local_num_rows(table, rank()); }
   int64_t step() const override;
   void set_step(int64_t step) override;
   Status set_learning_rate(int table, float lr) override;

@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "train/config_sections.h"
 #include "train/toml_section.h"
 
 namespace leanemb::text {
@@ -12,7 +13,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_ASSIGN_OR_RETURN(toml::table doc, train::parse_toml_document(toml_text, origin, sets));
   TextConfig c;
   c.origin = origin;
-  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train"};
+  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory", "dist"};
   for (const auto& [k, node] : doc) {
     if (k.str() == "task") {
       if (node.value<std::string>() != std::optional<std::string>("text"))
@@ -21,13 +22,13 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
     }
     if (!node.is_table() || !kSections.count(std::string(k.str())))
       return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) +
-                              "' (text configs: task, data, model, embedding, dense, train)");
+                              "' (text configs: task, data, model, embedding, dense, train, memory, dist)");
   }
   auto table = [&](const char* name) { return doc.get(name) ? doc.get(name)->as_table() : nullptr; };
   using train::Section;
 
   // [data]
-  Section d(table("data"), "data", origin);
+  Section d(table("data"), "data", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(d.read("train", &c.train_files));
   LEANEMB_RETURN_IF_ERROR(d.read("eval", &c.eval_files));
   LEANEMB_RETURN_IF_ERROR(d.read("min_count", &c.data.min_count, 1, INT64_MAX));
@@ -41,7 +42,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
 
   // [model]
   TextModelOptions& m = c.model;
-  Section mo(table("model"), "model", origin);
+  Section mo(table("model"), "model", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(mo.read("dim", &m.dim, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(mo.read("hidden", &m.hidden, 0, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(mo.read_enum("loss", &m.loss, parse_text_loss));
@@ -52,7 +53,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(mo.check_unknown());
 
   // [embedding]: the input table. fastText: plain SGD, lr 0.1, U(-1/dim, 1/dim).
-  Section e(table("embedding"), "embedding", origin);
+  Section e(table("embedding"), "embedding", origin, &c.record);
   m.row_optimizer.kind = OptimizerKind::kSgd;
   m.row_optimizer.learning_rate = 0.1f;
   LEANEMB_RETURN_IF_ERROR(train::read_row_table_keys(e, &m.dtype, &m.row_optimizer, &m.init));
@@ -60,10 +61,13 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_rows", &m.dynamic_rows, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_eviction", &m.dynamic.eviction));
   if (m.dynamic.eviction != "age" && m.dynamic.eviction != "lfu") return e.error("dynamic_eviction", "expected \"age\" or \"lfu\"");
+  int64_t partitions = m.dynamic.partitions;
+  LEANEMB_RETURN_IF_ERROR(e.read("dynamic_partitions", &partitions, 1, 65536));
+  m.dynamic.partitions = static_cast<uint32_t>(partitions);
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]: the hidden and output layers (fastText: SGD at the same rate as the input rows).
-  Section dn(table("dense"), "dense", origin);
+  Section dn(table("dense"), "dense", origin, &c.record);
   m.dense_optimizer.kind = nn::DenseOptimizerKind::kSgd;
   m.dense_optimizer.learning_rate = m.row_optimizer.learning_rate;
   LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &m.dense_optimizer.kind, train::parse_dense_optimizer));
@@ -72,7 +76,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(dn.check_unknown());
 
   // [train]
-  Section t(table("train"), "train", origin);
+  Section t(table("train"), "train", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c.epochs, 1, 1 << 20));
   LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c.batch_size, 1, 1 << 20));
   std::string sched = "linear";
@@ -83,7 +87,19 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(t.read("seed", &c.seed));
   LEANEMB_RETURN_IF_ERROR(t.read("threads", &c.threads, 0, 1024));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every_s", &c.log_every_s, 0.0, 1e9));
+  LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
+  LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());
+
+  // [memory], [dist]: as a CTR config's.
+  Section mem(table("memory"), "memory", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(train::read_memory_section(mem, &c));
+  Section ds(table("dist"), "dist", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(train::read_dist_section(ds, &c));
 
   if (c.train_files.empty()) return invalid_argument(origin + ": data.train is empty (fastText-format files)");
   if (!dtype_traits(m.dtype).trainable)

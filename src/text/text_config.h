@@ -12,9 +12,12 @@
 #include <string_view>
 #include <vector>
 
+#include "leanemb/memory_system.h"
 #include "leanemb/status.h"
+#include "leanemb/tables.h"
 #include "text/text_data.h"
 #include "text/text_model.h"
+#include "train/toml_section.h"
 
 namespace leanemb::text {
 
@@ -33,7 +36,24 @@ struct TextConfig {
   uint64_t seed = 1;
   int threads = 0;            // 0 = OpenMP's default
   double log_every_s = 5.0;   // seconds between progress lines
+  int64_t log_every = 0;      // steps between metrics.jsonl lines (0: 1000)
+  int64_t steps = 0;          // optimizer steps; 0 = run `epochs` epochs
+  int64_t eval_every = 0;     // steps; 0 = only at the end
+  int64_t checkpoint_every = 0;  // steps; 0 = only at the end
+  int keep_checkpoints = 3;
+  int64_t max_consecutive_skipped = 100;  // divergence (train/divergence.h)
+  // [memory] (as a CTR config's: budgets, placement) and [dist] (several processes).
+  MemorySystemOptions memory;
+  std::string dist_backend = "auto";
+  int64_t dist_timeout_ms = 60000;
+  ShardingKind sharding = ShardingKind::kRowModulo;
+  PayloadDType forward_payload = PayloadDType::kF32;
+  PayloadDType backward_payload = PayloadDType::kF32;
+  int grad_groups = 0;        // 0 = the world size
+  int inject_exit_rank = -1;  // testing hooks, as a CTR config's [dist]
+  int64_t inject_exit_step = 0;
   std::string origin;
+  train::ConfigRecord record;  // every key's effective value (compared on resume)
 };
 
 // Errors: InvalidArgument naming the key, value and origin.

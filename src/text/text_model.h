@@ -12,8 +12,11 @@
 // fp32 per row), and may be dynamic (rows on first touch, TableDynamicOptions) so that n-gram
 // buckets no line uses never take memory.
 //
-// Memory: every byte through `alloc` (weights, optimizer state, gradients, activations,
-// workspace); memory_stats() reports them. Thread safety: none; one thread calls at a time
+// Memory: on one allocator (every byte) or a MemorySystem (categories in their tiers); the input
+// table is an EmbeddingTables (local or sharded, any residency). Several processes: each step's
+// global batch is cut into grad_groups groups (nn/grad_groups.h); each rank looks up and trains
+// its groups' examples, the head's gradient is the fixed-order sum of the groups', so P = 1, 2,
+// 4 train bit-identically for a fixed grad_groups. Thread safety: none; one thread calls at a time
 // (calls use OpenMP inside; results do not depend on the thread count).
 #pragma once
 
@@ -23,9 +26,12 @@
 #include <vector>
 
 #include "leanemb/embedding.h"
+#include "leanemb/memory_system.h"
+#include "leanemb/tables.h"
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
 #include "nn/dense_optimizer.h"
+#include "nn/grad_groups.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
 
@@ -56,6 +62,9 @@ struct TextModelOptions {
   nn::DenseOptimizerOptions dense_optimizer;
   uint64_t seed = 1;
   int num_threads = 0;          // 0 = OpenMP's default
+  // Gradient groups of the dense head (nn/grad_groups.h): a multiple of the world size; the
+  // same value trains bit-identically at every process count that divides it.
+  int grad_groups = 1;
 };
 
 // One batch of encoded examples (CSR over examples, as TextDataset): ids [nnz] input rows,
@@ -69,33 +78,55 @@ struct TextBatch {
 
 class TextModel {
  public:
+  // Every byte through `alloc` (null: the default host allocator), one process.
   // Errors: InvalidArgument for bad options; ResourceExhausted from the allocator.
   static Result<std::unique_ptr<TextModel>> create(const TextModelOptions& options, Allocator* alloc);
+  // On a MemorySystem (the table in its categories' tiers, any residency and dynamic options),
+  // local or sharded over dist.comm (collective; every rank passes the same options). The
+  // dense head lives where compute runs (the kActivations tier), its optimizer state in the
+  // kOptimizerState tier.
+  static Result<std::unique_ptr<TextModel>> create(const TextModelOptions& options, MemorySystem* memory,
+                                                   const DistributionOptions& dist = {});
 
-  // One optimizer step on `batch` with learning-rate factor lr_scale (the schedule: the rates
-  // used are the configured ones times lr_scale). Returns the batch's summed loss.
+  // One optimizer step on the global `batch` (every rank passes the same one; each computes
+  // its groups' examples) with learning-rate factor lr_scale (the rates used are the
+  // configured ones times lr_scale). Returns the global batch's summed loss.
   // Errors: InvalidArgument for a bad batch (ids out of range, bad targets); nothing changes then.
   Result<double> train_step(const TextBatch& batch, double lr_scale);
 
-  // logits [B, num_labels] of a batch (no state changes, except a dynamic table's sightings).
+  // logits [B, num_labels] of a global batch, on every rank (no state changes, except a
+  // dynamic table's sightings). Collective when sharded.
   Status predict(std::span<const int64_t> ids, std::span<const int64_t> offsets, std::span<float> logits);
 
   const TextModelOptions& options() const { return options_; }
-  EmbeddingCollection& collection() { return *collection_; }
+  EmbeddingTables& tables() { return *tables_; }
+  const EmbeddingTables& tables() const { return *tables_; }
   nn::Mlp& head() { return head_; }
+  nn::DenseOptimizer& dense_optimizer() { return *dense_opt_; }
+  // Dense parameters then dense optimizer state, as named fp32 tensors (for checkpoints).
+  std::vector<nn::NamedTensor> dense_parameters() const { return head_.parameters(); }
+  std::vector<nn::NamedTensor> dense_optimizer_state() const { return dense_opt_->state(); }
+  Status load_dense(std::span<const nn::NamedTensor> params, std::span<const nn::NamedTensor> state);
   MemoryStats memory_stats() const { return alloc_->memory_stats(); }
-  // Bytes of the input table's fat rows (weights and optimizer state).
+  // Bytes of the input table's fat rows (weights and optimizer state) in this process.
   size_t table_bytes() const;
 
  private:
   TextModel(TextModelOptions o, Allocator* a, nn::Mlp head) : options_(std::move(o)), alloc_(a), head_(std::move(head)) {}
+  static Result<std::unique_ptr<TextModel>> create_impl(const TextModelOptions& o, Allocator* dense, Allocator* state,
+                                                        std::unique_ptr<EmbeddingTables> tables);
+  static CollectionOptions collection_options(const TextModelOptions& o);
+  // This rank's examples [lo, hi) of a batch of offsets.size() - 1: ids and rebased offsets.
+  SparseBatch slice(std::span<const int64_t> ids, std::span<const int64_t> offsets, int64_t lo, int64_t hi);
   TextModelOptions options_;
   Allocator* alloc_;
-  std::unique_ptr<EmbeddingCollection> collection_;
+  std::unique_ptr<EmbeddingTables> tables_;
   nn::Mlp head_;
   std::unique_ptr<nn::DenseOptimizer> dense_opt_;
+  nn::GradientGroups groups_;
   // Per-step buffers (kActivations: pooled, logits; kWorkspace: their gradients), grown on demand.
   Allocation pooled_, logits_, dlogits_, dpooled_;
+  std::vector<int64_t> slice_offsets_, group_label_offsets_;
   Result<float*> buffer(Allocation* a, size_t floats, Category c);
 };
 

@@ -11,6 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dist/dist_testing.h"
+#include "dist/sharded_checkpoint.h"
+#include "dist/training_digest.h"
 #include "nn/loss.h"
 #include "text/text_config.h"
 #include "text/text_data.h"
@@ -220,7 +223,7 @@ TEST(TextModelTest, InputRowGradientMatchesFiniteDifferences) {
     o.zero_output_init = false;
     o.dense_optimizer.learning_rate = 0.0;  // only the rows move
     o.row_optimizer.learning_rate = 1e-3f;
-    auto m = TextModel::create(o, nullptr);
+    auto m = TextModel::create(o, static_cast<Allocator*>(nullptr));
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     const std::vector<int64_t> ids = {1, 5, 5, 2}, offsets = {0, 4}, loff = {0, 1};
     const std::vector<int32_t> labels = {2};
@@ -230,7 +233,7 @@ TEST(TextModelTest, InputRowGradientMatchesFiniteDifferences) {
       EXPECT_TRUE(mm.predict(ids, offsets, logits).ok());
       return static_cast<double>(nn::softmax_cross_entropy(logits, 3, t, 1.0f, g).value());
     };
-    EmbeddingCollection& c = m.value()->collection();
+    EmbeddingTables& c = m.value()->tables();
     std::vector<float> before(8 * 4), after(8 * 4);
     ASSERT_TRUE(c.read_rows(0, 0, 8, before).ok());
     std::vector<double> fd(before.size());
@@ -295,11 +298,78 @@ TEST(TextTrainTest, LearnsTinyDatasetToHighAccuracy) {
     }
     c.epochs = 5;
     c.threads = 1;
-    auto r = run_text_training(TextRunOptions{c, true});
+    const std::string out = (std::filesystem::path(testing::TempDir()) / ("leanemb_text_run_" + std::to_string(lean))).string();
+    std::filesystem::remove_all(out);
+    train::RunOptions ro;
+    ro.out_dir = out;
+    ro.quiet = true;
+    auto r = run_text_training(ro, c);
+    std::filesystem::remove_all(out);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_GT(r.value()["eval"]["precision_at_1"].get<double>(), 0.95) << "lean " << lean;
     EXPECT_EQ(r.value()["table_rows"].get<int64_t>(), lean ? 20000 : r.value()["input_rows"].get<int64_t>());
   }
+}
+
+// A text run on the one loop (train/task.h): checkpoints every few steps; a run cut short and
+// resumed ends at the uninterrupted run's training digest, and so do 2 and 4 ranks (threads of a
+// LocalWorld) with the same grad_groups, with bf16 rows, row-wise Adagrad and a dynamic table.
+TEST(TextTrainTest, ResumesAndShardsToTheSameTrainingDigest) {
+  std::mt19937 rng(11);
+  std::string lines;
+  for (int i = 0; i < 300; ++i) {
+    const int label = static_cast<int>(rng() % 3);
+    lines += "__label__c" + std::to_string(label) + " w" + std::to_string(label) + "_" + std::to_string(rng() % 4) + " n" +
+             std::to_string(rng() % 20) + "\n";
+  }
+  TempFile train(lines);
+  TextConfig c;
+  c.train_files = {train.path()};
+  c.data.word_ngrams = 2;
+  c.data.buckets = 4000;
+  c.model.dim = 8;
+  c.model.dtype = DType::kBF16;
+  c.model.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  c.model.row_optimizer.learning_rate = 0.3f;
+  c.model.dynamic.enabled = true;
+  c.model.dynamic.partitions = 4;
+  c.model.dynamic_rows = 96;  // fewer rows than ids: evicts
+  c.epochs = 2;
+  c.batch_size = 8;
+  c.checkpoint_every = 20;
+  c.grad_groups = 4;
+  c.threads = 1;
+  const std::string base = (std::filesystem::path(testing::TempDir()) / "leanemb_text_loop").string();
+  std::filesystem::remove_all(base);
+  auto run = [&](const std::string& out, int64_t steps, bool resume, dist::Communicator* comm) {
+    train::RunOptions ro;
+    ro.out_dir = base + "/" + out;
+    ro.quiet = true;
+    ro.steps = steps;
+    ro.resume = resume;
+    ro.comm = comm;
+    return run_text_training(ro, c);
+  };
+  auto digest = [&](const std::string& out) {
+    auto latest = dist::find_latest_tables_checkpoint(base + "/" + out);
+    EXPECT_TRUE(latest.ok()) << latest.status().to_string();
+    return latest.ok() ? dist::training_digest(latest.value().ref.path).value() : std::string();
+  };
+  auto full = run("full", -1, false, nullptr);
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  EXPECT_GT(full.value()["dynamic_rows"]["evicted"].get<int64_t>(), 0);
+  const std::string want = digest("full");
+  ASSERT_TRUE(run("cut", 27, false, nullptr).ok());
+  auto resumed = run("cut", -1, true, nullptr);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed.value()["resumed_from_step"].get<int64_t>(), 27);
+  EXPECT_EQ(digest("cut"), want);
+  for (int p : {2, 4}) {
+    const std::string out = "p" + std::to_string(p);
+    dist::test_util::expect_all_ok(dist::test_util::run_world(p, [&](dist::Communicator& comm) { return run(out, -1, false, &comm).status(); }));
+    EXPECT_EQ(digest(out), want) << "P=" << p;
+  }
+  std::filesystem::remove_all(base);
 }
 
 // fastText's own model file: the input matrix and the word list of a trained .bin (fastText

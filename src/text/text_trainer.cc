@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
+#include "amp/loss_scaler.h"
 #include "text/text_model.h"
+#include "train/task.h"
 
 namespace leanemb::text {
 
@@ -100,113 +104,209 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
   return r;
 }
 
-Result<nlohmann::json> run_text_training(const TextRunOptions& ro) {
-  const TextConfig& c = ro.config;
-  if (c.threads > 0) omp_set_num_threads(c.threads);
-  auto say = [&](const std::string& s) {
-    if (!ro.quiet) std::fprintf(stderr, "[text] %s\n", s.c_str());
-  };
-  const auto t_start = Clock::now();
-  LEANEMB_ASSIGN_OR_RETURN(Dictionary dict, Dictionary::build(c.train_files, c.data));
-  TextDataStats train_stats, eval_stats;
-  LEANEMB_ASSIGN_OR_RETURN(TextDataset train, read_dataset(c.train_files, dict, c.data, &train_stats));
-  TextDataset eval;
-  if (!c.eval_files.empty()) {
-    LEANEMB_ASSIGN_OR_RETURN(eval, read_dataset(c.eval_files, dict, c.data, &eval_stats));
+namespace {
+
+constexpr char kPositionMagic[] = "leanemb-text-position-v1";
+
+// The text model and its data as a TrainTask of the one loop (train/task.h). Every rank reads
+// and encodes the whole data set (the same dictionary and examples) and passes each step's
+// global batch to the model, which computes the rank's groups of it.
+class TextTask final : public train::TrainTask {
+ public:
+  static Result<std::unique_ptr<train::TrainTask>> create(const TextConfig& c, int grad_groups, const train::TaskContext& tc) {
+    auto t = std::unique_ptr<TextTask>(new TextTask(c));
+    const auto t_start = Clock::now();
+    LEANEMB_ASSIGN_OR_RETURN(t->dict_, Dictionary::build(c.train_files, c.data));
+    LEANEMB_ASSIGN_OR_RETURN(t->train_, read_dataset(c.train_files, t->dict_, c.data, &t->train_stats_));
+    if (!c.eval_files.empty()) {
+      LEANEMB_ASSIGN_OR_RETURN(t->eval_, read_dataset(c.eval_files, t->dict_, c.data, &t->eval_stats_));
+    }
+    t->data_seconds_ = seconds_since(t_start);
+    if (tc.say)
+      tc.say(std::to_string(t->dict_.num_words()) + " words, " + std::to_string(t->dict_.num_labels()) + " labels, " +
+             std::to_string(t->train_.num_examples()) + " training lines (" + std::to_string(t->train_stats_.tokens) +
+             " tokens), " + std::to_string(t->eval_.num_examples()) + " eval lines; read in " +
+             std::to_string(t->data_seconds_).substr(0, 5) + " s");
+    if (t->train_.num_examples() == 0) return invalid_argument(c.origin + ": the training files hold no usable line");
+    TextModelOptions mo = c.model;
+    mo.input_rows = t->dict_.input_rows(c.data);
+    mo.num_labels = t->dict_.num_labels();
+    mo.grad_groups = grad_groups;
+    DistributionOptions dist;
+    dist.comm = tc.comm;
+    dist.sharding = c.sharding;
+    dist.forward_payload = c.forward_payload;
+    dist.backward_payload = c.backward_payload;
+    LEANEMB_ASSIGN_OR_RETURN(t->model_, TextModel::create(mo, tc.memory, dist));
+    t->order_.resize(static_cast<size_t>(t->train_.num_examples()));
+    t->start_epoch(0);
+    return std::unique_ptr<train::TrainTask>(std::move(t));
   }
-  const double data_seconds = seconds_since(t_start);
-  say(std::to_string(dict.num_words()) + " words, " + std::to_string(dict.num_labels()) + " labels, " +
-      std::to_string(train.num_examples()) + " training lines (" + std::to_string(train_stats.tokens) + " tokens), " +
-      std::to_string(eval.num_examples()) + " eval lines; read in " + std::to_string(data_seconds).substr(0, 5) + " s");
 
-  TextModelOptions mo = c.model;
-  mo.input_rows = dict.input_rows(c.data);
-  mo.num_labels = dict.num_labels();
-  TrackingAllocator alloc;
-  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<TextModel> model, TextModel::create(mo, &alloc));
+  EmbeddingTables& tables() override { return model_->tables(); }
 
-  // Training: fastText's schedule counts tokens: lr_t = lr * (1 - tokens so far / (epochs * tokens)).
-  const int64_t n = train.num_examples();
-  const double total_tokens = static_cast<double>(train_stats.tokens) * static_cast<double>(c.epochs);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::mt19937_64 rng(c.seed);
-  GatheredBatch g;
-  double tokens_done = 0, loss_window = 0;
-  int64_t examples_window = 0, steps = 0;
-  const auto t_train = Clock::now();
-  auto last_log = t_train;
-  double last_loss = 0;
-  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
-    if (c.shuffle) std::shuffle(order.begin(), order.end(), rng);
-    for (int64_t b = 0; b < n; b += c.batch_size) {
-      const int64_t e = std::min(n, b + c.batch_size);
-      g.gather(train, std::span<const int64_t>(order).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
-      const double lr_scale = c.linear_decay ? std::max(0.0, 1.0 - tokens_done / total_tokens) : 1.0;
-      LEANEMB_ASSIGN_OR_RETURN(double loss, model->train_step(g.batch(), lr_scale));
-      tokens_done += static_cast<double>(g.tokens);
-      loss_window += loss;
-      examples_window += e - b;
-      ++steps;
-      const bool end = epoch + 1 == c.epochs && e == n;
-      if (end || (c.log_every_s > 0 && seconds_since(last_log) >= c.log_every_s)) {
-        last_loss = loss_window / static_cast<double>(std::max<int64_t>(1, examples_window));
-        if (!ro.quiet) {
-          const double el = seconds_since(t_train);
-          std::fprintf(stderr, "[text] epoch %lld/%lld %5.1f%%  loss %.4f  lr %.5f  %.0f lines/s  %.0f tokens/s\n",
-                       static_cast<long long>(epoch + 1), static_cast<long long>(c.epochs),
-                       100.0 * tokens_done / total_tokens, last_loss, mo.row_optimizer.learning_rate * lr_scale,
-                       static_cast<double>(epoch * n + e) / el, tokens_done / el);
-        }
-        loss_window = 0;
-        examples_window = 0;
-        last_log = Clock::now();
+  // The batches of epoch e are the examples in a seeded order (a shuffle per epoch), batch_size
+  // at a time; fastText's schedule counts tokens: lr = rate * (1 - tokens so far / total).
+  Result<bool> next_batch() override {
+    const int64_t n = train_.num_examples();
+    if (pos_ >= n) {
+      if (epoch_ + 1 >= c_.epochs) return false;
+      start_epoch(epoch_ + 1);
+    }
+    const int64_t e = std::min(n, pos_ + c_.batch_size);
+    g_.gather(train_, std::span<const int64_t>(order_).subspan(static_cast<size_t>(pos_), static_cast<size_t>(e - pos_)));
+    pos_ = e;
+    return true;
+  }
+  Result<train::TaskStep> train_step(int64_t, bool inject_nonfinite) override {
+    if (inject_nonfinite) return unimplemented("text models have no loss scaling: train.inject_nonfinite_steps does not apply");
+    const double total = static_cast<double>(train_stats_.tokens) * static_cast<double>(c_.epochs);
+    lr_scale_ = c_.linear_decay ? std::max(0.0, 1.0 - tokens_done_ / total) : 1.0;
+    LEANEMB_ASSIGN_OR_RETURN(double loss, model_->train_step(g_.batch(), lr_scale_));
+    tokens_done_ += static_cast<double>(g_.tokens);
+    const int64_t examples = g_.batch().size();
+    return train::TaskStep{loss / static_cast<double>(examples), examples, false};
+  }
+  bool has_eval() const override { return eval_.num_examples() > 0; }
+  Result<nlohmann::json> evaluate() override {
+    LEANEMB_ASSIGN_OR_RETURN(TextEvalResult ev, evaluate_text(*model_, eval_));
+    return nlohmann::json{{"examples", ev.examples}, {"precision_at_1", ev.precision_at_1}, {"recall_at_1", ev.recall_at_1},
+                          {"accuracy", ev.accuracy}, {"loss", ev.loss}, {"data", stats_json(eval_stats_)}};
+  }
+  std::string eval_headline(const nlohmann::json& e) const override {
+    return e.contains("precision_at_1") ? "p@1 " + std::to_string(e["precision_at_1"].get<double>()).substr(0, 6) : "-";
+  }
+  // "train/reader": the position (epoch, next example of its order, tokens so far as the bits of
+  // the double, the dictionary's size as a check); "amp/loss_scaler": a disabled scaler's.
+  Result<train::Blobs> checkpoint_blobs() const override {
+    train::Blobs b;
+    uint64_t bits = 0;
+    std::memcpy(&bits, &tokens_done_, 8);
+    const nlohmann::json pos = {{"format", kPositionMagic}, {"epoch", epoch_}, {"pos", pos_}, {"tokens_done_bits", bits},
+                                {"input_rows", model_->options().input_rows}, {"labels", model_->options().num_labels}};
+    const std::string ps = pos.dump();
+    b.emplace_back("train/reader", std::vector<uint8_t>(ps.begin(), ps.end()));
+    LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create({.enabled = false}));
+    b.emplace_back("amp/loss_scaler", scaler.save());
+    auto floats = [](std::span<const float> v) {
+      return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + v.size()));
+    };
+    for (const auto& t : model_->dense_parameters()) b.emplace_back("dense/param/" + t.name, floats(t.values));
+    for (const auto& t : model_->dense_optimizer_state()) b.emplace_back("dense/opt/" + t.name, floats(t.values));
+    return b;
+  }
+  Status restore(const ckpt::CheckpointReader& r) override {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pb, r.read_blob("train/reader"));
+    const nlohmann::json pos = nlohmann::json::parse(pb.begin(), pb.end(), nullptr, false);
+    if (pos.is_discarded() || pos.value("format", std::string()) != kPositionMagic)
+      return data_loss("train/reader is not a text model's position (a CTR checkpoint?)");
+    if (pos.value("input_rows", int64_t{-1}) != model_->options().input_rows || pos.value("labels", int64_t{-1}) != model_->options().num_labels)
+      return invalid_argument("the training files give another vocabulary than the checkpoint's (" +
+                              std::to_string(pos.value("input_rows", int64_t{-1})) + " input rows, " +
+                              std::to_string(pos.value("labels", int64_t{-1})) + " labels): the data changed");
+    const int64_t epoch = pos.value("epoch", int64_t{-1}), p = pos.value("pos", int64_t{-1});
+    if (epoch < 0 || epoch >= c_.epochs || p < 0 || p > train_.num_examples()) return data_loss("train/reader: position out of range");
+    std::vector<std::vector<float>> store;
+    std::vector<nn::NamedTensor> params, state;
+    const auto want_p = model_->dense_parameters(), want_s = model_->dense_optimizer_state();
+    store.reserve(want_p.size() + want_s.size());
+    for (const auto& [prefix, want, out] : {std::tuple{"dense/param/", &want_p, &params}, std::tuple{"dense/opt/", &want_s, &state}}) {
+      for (const auto& t : *want) {
+        LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> v, r.read_blob(std::string(prefix) + t.name));
+        if (v.size() % 4) return data_loss("checkpoint blob " + std::string(prefix) + t.name + " is not a float array");
+        store.emplace_back(v.size() / 4);
+        std::memcpy(store.back().data(), v.data(), v.size());
+        out->push_back({t.name, store.back()});
       }
     }
+    LEANEMB_RETURN_IF_ERROR(model_->load_dense(params, state));
+    // Replay the shuffles up to the saved epoch: the order is a function of the seed and epoch.
+    rng_.seed(c_.seed);
+    start_epoch(0);
+    for (int64_t e = 1; e <= epoch; ++e) start_epoch(e);
+    pos_ = p;
+    const uint64_t bits = pos.value("tokens_done_bits", uint64_t{0});
+    std::memcpy(&tokens_done_, &bits, 8);
+    tokens_at_start_ = tokens_done_;
+    return Status();
   }
-  const double train_seconds = seconds_since(t_train);
+  std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
+  void add_summary(nlohmann::json* s) const override {
+    const TextModelOptions& mo = model_->options();
+    (*s)["words"] = dict_.num_words();
+    (*s)["labels"] = dict_.num_labels();
+    (*s)["input_rows"] = mo.input_rows;
+    (*s)["table_rows"] = model_->tables().options().tables[0].num_rows;
+    (*s)["dim"] = mo.dim;
+    (*s)["epochs"] = c_.epochs;
+    (*s)["batch_size"] = c_.batch_size;
+    (*s)["train_examples"] = train_.num_examples();
+    (*s)["data_seconds"] = data_seconds_;
+    const double secs = (*s)["train_seconds"].get<double>();
+    (*s)["examples_per_s"] = (*s)["samples_per_s"];
+    (*s)["tokens_per_s"] = secs > 0 ? tokens_this_run() / secs : 0.0;
+    (*s)["train_data"] = stats_json(train_stats_);
+    (*s)["dataset_bytes"] = train_.memory_bytes() + eval_.memory_bytes();
+    (*s)["table_bytes"] = model_->table_bytes();
+    if (mo.dynamic.enabled) {
+      auto ds = model_->tables().dynamic_stats(0);
+      if (ds.ok())
+        (*s)["dynamic_rows"] = {{"live", ds.value().live_rows}, {"admitted", ds.value().admitted},
+                                {"evicted", ds.value().evicted}, {"idmap_bytes", ds.value().held_bytes}};
+    }
+    (*s)["config"] = {{"row_dtype", std::string(dtype_name(mo.dtype))}, {"row_optimizer", std::string(optimizer_name(mo.row_optimizer.kind))},
+                      {"dynamic", mo.dynamic.enabled}};
+    (*s)["peak_rss_bytes"] = peak_rss_bytes();
+  }
 
-  nlohmann::json s;
-  s["task"] = "text";
-  s["config"] = c.origin;
-  s["words"] = dict.num_words();
-  s["labels"] = dict.num_labels();
-  s["input_rows"] = mo.input_rows;
-  s["table_rows"] = model->collection().options().tables[0].num_rows;
-  s["dim"] = mo.dim;
-  s["row_dtype"] = std::string(dtype_name(mo.dtype));
-  s["row_optimizer"] = std::string(optimizer_name(mo.row_optimizer.kind));
-  s["dynamic"] = mo.dynamic.enabled;
-  s["epochs"] = c.epochs;
-  s["batch_size"] = c.batch_size;
-  s["steps"] = steps;
-  s["train_examples"] = n;
-  s["data_seconds"] = data_seconds;
-  s["train_seconds"] = train_seconds;
-  s["examples_per_s"] = static_cast<double>(n * c.epochs) / train_seconds;
-  s["tokens_per_s"] = total_tokens / train_seconds;
-  s["final_train_loss"] = last_loss;
-  s["train_data"] = stats_json(train_stats);
-  s["dataset_bytes"] = train.memory_bytes() + eval.memory_bytes();
-  s["table_bytes"] = model->table_bytes();
-  if (mo.dynamic.enabled) {
-    auto ds = model->collection().dynamic_stats(0);
-    if (ds.ok())
-      s["dynamic_rows"] = {{"live", ds.value().live_rows}, {"admitted", ds.value().admitted},
-                           {"evicted", ds.value().evicted}, {"idmap_bytes", ds.value().held_bytes}};
+ private:
+  explicit TextTask(const TextConfig& c) : c_(c), rng_(c.seed) {}
+  void start_epoch(int64_t e) {
+    epoch_ = e;
+    pos_ = 0;
+    std::iota(order_.begin(), order_.end(), int64_t{0});
+    if (c_.shuffle) std::shuffle(order_.begin(), order_.end(), rng_);
   }
-  s["eval"] = nullptr;
-  if (eval.num_examples() > 0) {
-    LEANEMB_ASSIGN_OR_RETURN(TextEvalResult ev, evaluate_text(*model, eval));
-    s["eval"] = {{"examples", ev.examples},          {"precision_at_1", ev.precision_at_1},
-                 {"recall_at_1", ev.recall_at_1},    {"accuracy", ev.accuracy},
-                 {"loss", ev.loss},                  {"data", stats_json(eval_stats)}};
-  }
-  const MemoryStats ms = model->memory_stats();
-  s["memory"] = nlohmann::json::parse(ms.to_json());
-  s["memory_summary_text"] = ms.summary_table();
-  s["peak_rss_bytes"] = peak_rss_bytes();
-  return s;
+  double tokens_this_run() const { return tokens_done_ - tokens_at_start_; }
+  TextConfig c_;
+  Dictionary dict_;
+  TextDataStats train_stats_, eval_stats_;
+  TextDataset train_, eval_;
+  double data_seconds_ = 0;
+  std::unique_ptr<TextModel> model_;
+  std::vector<int64_t> order_;
+  std::mt19937_64 rng_;
+  int64_t epoch_ = 0, pos_ = 0;
+  double tokens_done_ = 0, lr_scale_ = 1.0;
+  double tokens_at_start_ = 0;  // a resumed run's tokens before it
+  GatheredBatch g_;
+};
+
+}  // namespace
+
+Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const TextConfig& config) {
+  TextConfig c = config;
+  train::LoopSettings ls;
+  ls.task = "text";
+  ls.progress_unit = "examples";
+  ls.origin = c.origin;
+  ls.steps = ro.steps >= 0 ? ro.steps : c.steps;
+  ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
+  ls.checkpoint_every = c.checkpoint_every;
+  ls.keep_checkpoints = c.keep_checkpoints;
+  ls.log_every = c.log_every > 0 ? c.log_every : 1000;
+  ls.log_every_s = c.log_every_s;
+  ls.max_consecutive_skipped = c.max_consecutive_skipped;
+  ls.threads = c.threads;
+  ls.grad_groups = c.grad_groups;
+  ls.memory = c.memory;
+  ls.inject_exit_rank = c.inject_exit_rank;
+  ls.inject_exit_step = c.inject_exit_step;
+  ls.record = c.record;
+  const int world = ro.comm ? ro.comm->size() : 1;
+  const int grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
+  ls.make_task = [c, grad_groups](const train::TaskContext& tc) { return TextTask::create(c, grad_groups, tc); };
+  return train::run_loop(ro, std::move(ls));
 }
 
 }  // namespace leanemb::text

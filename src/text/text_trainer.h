@@ -11,13 +11,9 @@
 
 #include "leanemb/status.h"
 #include "text/text_config.h"
+#include "train/trainer.h"
 
 namespace leanemb::text {
-
-struct TextRunOptions {
-  TextConfig config;
-  bool quiet = false;
-};
 
 // Precision and recall at 1, as `fasttext test FILE 1` prints them: one prediction per example
 // (the top label); precision = correct / predictions, recall = correct / gold labels; accuracy =
@@ -35,7 +31,10 @@ struct TextDataset;
 // Evaluates `model` on `data` in batches of `batch_size`.
 Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = 256);
 
-// Errors: data (NotFound, IoError, InvalidArgument for malformed input), ResourceExhausted.
-Result<nlohmann::json> run_text_training(const TextRunOptions& options);
+// The text run of `leanemb train` on the one loop (train/task.h): options as for a CTR run
+// (output directory, resume, stop signal, steps, communicator).
+// Errors: data (NotFound, IoError, InvalidArgument for malformed input), ResourceExhausted,
+// the loop's.
+Result<nlohmann::json> run_text_training(const train::RunOptions& options, const TextConfig& config);
 
 }  // namespace leanemb::text

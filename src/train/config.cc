@@ -10,6 +10,7 @@
 #include "tiered/row_cache.h"
 #include "tiered/row_store.h"
 #include "train/default_config.h"  // generated: kDefaultConfigText
+#include "train/config_sections.h"
 #include "train/toml_section.h"
 
 namespace leanemb::train {
@@ -43,11 +44,11 @@ Status read_dynamic_keys(Section& s, DynamicTableConfig* d) {
 
 // [embedding.dynamic]: `tables` (names, or "all") and defaults; [embedding.dynamic.C<k>]
 // subtables make table C<k> dynamic with their own keys over the defaults.
-Status read_dynamic_tables(const toml::table* t, const std::string& origin, int num_sparse,
+Status read_dynamic_tables(const toml::table* t, const std::string& origin, int num_sparse, ConfigRecord* record,
                            std::vector<DynamicTableConfig>* out) {
   out->clear();
   if (t == nullptr) return Status();
-  Section s(t, "embedding.dynamic", origin);
+  Section s(t, "embedding.dynamic", origin, record);
   DynamicTableConfig base;
   base.options.enabled = true;
   std::vector<std::string> names;
@@ -81,7 +82,7 @@ Status read_dynamic_tables(const toml::table* t, const std::string& origin, int 
     LEANEMB_RETURN_IF_ERROR(check_name(name));
     DynamicTableConfig d = tables.count(name) ? tables[name] : base;
     d.table = name;
-    Section sub(node.as_table(), "embedding.dynamic." + name, origin);
+    Section sub(node.as_table(), "embedding.dynamic." + name, origin, record);
     LEANEMB_RETURN_IF_ERROR(read_dynamic_keys(sub, &d));
     LEANEMB_RETURN_IF_ERROR(sub.check_unknown());
     tables[name] = d;
@@ -181,7 +182,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
   const toml::node* dyn = e.get("dynamic");
   if (dyn && !dyn->is_table()) return e.error("dynamic", "expected a table ([embedding.dynamic])");
-  LEANEMB_RETURN_IF_ERROR(read_dynamic_tables(dyn ? dyn->as_table() : nullptr, origin, c.num_sparse, &c.dynamic_tables));
+  LEANEMB_RETURN_IF_ERROR(read_dynamic_tables(dyn ? dyn->as_table() : nullptr, origin, c.num_sparse, &c.record, &c.dynamic_tables));
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]
@@ -221,34 +222,11 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());
 
-  // [memory]
+  // [memory], [dist]
   Section mem(table("memory"), "memory", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("device_budget", &c.memory.device_budget_bytes));
-  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("host_budget", &c.memory.host_budget_bytes));
-  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("max_split", &c.memory.max_split_bytes));
-  LEANEMB_RETURN_IF_ERROR(mem.read_bytes("reserve", &c.memory.reserve_bytes));
-  std::string placement = c.memory.placement.to_string();
-  LEANEMB_RETURN_IF_ERROR(mem.read("placement", &placement));
-  if (!placement.empty()) {
-    auto p = parse_placement(placement);
-    if (!p.ok()) return mem.error("placement", p.status().message());
-    c.memory.placement = p.value();
-  }
-  LEANEMB_RETURN_IF_ERROR(mem.check_unknown());
-
-  // [dist]
+  LEANEMB_RETURN_IF_ERROR(read_memory_section(mem, &c));
   Section ds(table("dist"), "dist", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(ds.read("backend", &c.dist_backend));
-  if (c.dist_backend != "auto" && c.dist_backend != "local" && c.dist_backend != "mpi")
-    return ds.error("backend", "expected auto, local or mpi, got '" + c.dist_backend + "'");
-  LEANEMB_RETURN_IF_ERROR(ds.read("timeout_ms", &c.dist_timeout_ms, 1, int64_t{1} << 40));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("sharding", &c.sharding, dist::parse_sharding_kind, dist::sharding_kind_name));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("forward_payload", &c.forward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("backward_payload", &c.backward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
-  LEANEMB_RETURN_IF_ERROR(ds.read("grad_groups", &c.grad_groups, 0, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_rank", &c.inject_exit_rank, -1, 1 << 20));
-  LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_step", &c.inject_exit_step, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(ds.check_unknown());
+  LEANEMB_RETURN_IF_ERROR(read_dist_section(ds, &c));
 
   // Cross-field checks.
   if (c.train_files.empty() && !c.generate)

@@ -9,6 +9,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/toml_section.cc
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/loop.cc
   ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
   ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
   ${CMAKE_CURRENT_LIST_DIR}/divergence.cc

@@ -1,0 +1,404 @@
+// The one step loop of `leanemb train` (train/task.h): output directory, memory plan and
+// system, resume, steps, progress, metrics, checkpoints, divergence, graceful stop, summary.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "dist/communicator.h"
+#include "dist/sharded_checkpoint.h"
+#include "train/divergence.h"
+#include "train/run_dir.h"
+#include "train/stop_signal.h"
+#include "train/task.h"
+
+namespace leanemb::train {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kCkptChunkRows = 65536;
+
+std::vector<uint8_t> to_bytes(const json& j) {
+  const std::string s = j.dump();
+  return {s.begin(), s.end()};
+}
+
+struct Counters {
+  int64_t step = 0;
+  int64_t samples = 0;
+  int64_t skipped = 0;
+};
+
+// The counters of blob "train/state", checked: integers, >= 0, skipped <= step, and the step
+// the checkpoint's manifest records. Errors: DataLoss naming the field.
+Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manifest_step, int64_t* collection_step) {
+  const json st = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (st.is_discarded() || !st.is_object()) return data_loss("train/state is not a JSON object");
+  int64_t v[4] = {};
+  const char* keys[4] = {"step", "samples", "skipped_steps", "collection_step"};
+  for (int i = 0; i < 4; ++i) {
+    if (!st.contains(keys[i]) || !st[keys[i]].is_number_integer() || st[keys[i]].get<int64_t>() < 0)
+      return data_loss(std::string("train/state: \"") + keys[i] + "\" is missing or not an integer >= 0");
+    v[i] = st[keys[i]].get<int64_t>();
+  }
+  if (v[0] != manifest_step)
+    return data_loss("train/state says step " + std::to_string(v[0]) + ", the checkpoint's manifest step " + std::to_string(manifest_step));
+  if (v[2] > v[0]) return data_loss("train/state: skipped_steps " + std::to_string(v[2]) + " exceeds step " + std::to_string(v[0]));
+  *collection_step = v[3];
+  return Counters{v[0], v[1], v[2]};
+}
+
+Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTask& task, const Counters& k,
+                        ckpt::Env* env, std::string* path) {
+  json tables = json::array();  // the collection's table order (the training digest follows it)
+  for (const TableOptions& t : task.tables().options().tables) tables.push_back(t.name);
+  const json st = {{"step", k.step},         {"samples", k.samples}, {"skipped_steps", k.skipped},
+                   {"collection_step", task.tables().step()}, {"format", "leanemb-train-1"},
+                   {"tables", tables},       {"task", ls.task}};
+  Blobs blobs;
+  blobs.emplace_back("train/state", to_bytes(st));
+  blobs.emplace_back("train/config", encode_config_record(ls.record));
+  LEANEMB_ASSIGN_OR_RETURN(Blobs more, task.checkpoint_blobs());
+  for (auto& b : more) blobs.push_back(std::move(b));
+  std::vector<dist::ShardedBlob> sb;
+  for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
+  dist::TablesSaveOptions so;
+  so.keep_last = ls.keep_checkpoints;
+  so.chunk_rows = kCkptChunkRows;
+  so.env = env;
+  LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, task.tables(), sb, so));
+  for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
+  for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
+  *path = info.path;
+  return Status();
+}
+
+// Resumes from checkpoint `dir`, plain or sharded (global directory), at any world size. The
+// saved configuration is compared with the run's first (train/config_diff.h).
+Status load_checkpoint(const std::string& dir, const LoopSettings& ls, ckpt::Env* env, bool lead, TrainTask& task,
+                       Counters* k) {
+  auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
+  dist::Communicator* comm = task.tables().communicator();
+  // With sharded tables every rank fails if any rank failed (dist::agree), so none goes on alone.
+  auto agree = [&](const Status& mine) { return comm ? dist::agree(*comm, mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
+  auto opened = ckpt::CheckpointReader::open(dir, env);
+  LEANEMB_RETURN_IF_ERROR(agree(opened.status()));
+  const ckpt::CheckpointReader& r = *opened.value();
+  if (r.find("train/config") != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
+    LEANEMB_RETURN_IF_ERROR(check_resume_config(cfg, ls.record, dir, lead));
+  } else if (lead) {
+    std::fprintf(stderr, "leanemb: note: %s holds no saved configuration (an older version wrote it): not compared\n", dir.c_str());
+  }
+  int64_t collection_step = 0;
+  Counters saved;
+  {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
+    auto parsed = parse_train_state(stb, r.step(), &collection_step);
+    if (!parsed.ok()) return ctx(parsed.status());
+    saved = parsed.value();
+  }
+  // Embedding tables (either format, any world size; every rank fails if one does).
+  dist::TablesLoadOptions lo;
+  lo.chunk_rows = kCkptChunkRows;
+  lo.collection_step = collection_step;
+  lo.env = env;
+  if (auto loaded = dist::load_tables_checkpoint(dir, task.tables(), lo); !loaded.ok()) return ctx(loaded.status());
+  if (Status s = task.restore(r); !s.ok()) return ctx(s);
+  *k = saved;
+  return Status();
+}
+
+json memory_peaks(const MemorySystem& mem) {
+  json out = json::object();
+  for (const MemoryStats& s : mem.stats()) {
+    json cats = json::object();
+    for (int c = 0; c < kNumCategories; ++c)
+      if (s.by_category[static_cast<size_t>(c)].peak_bytes)
+        cats[std::string(category_name(static_cast<Category>(c)))] = s.by_category[static_cast<size_t>(c)].peak_bytes;
+    out[std::string(tier_name(s.tier))] = cats;
+  }
+  return out;
+}
+
+// {"device": {"planned_peak", "measured_peak", "categories": {cat: {"planned", "measured"}}}, "host": ...}
+json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
+  json out = json::object();
+  const auto stats = mem.stats();
+  for (size_t t = 0; t < 2; ++t) {
+    json cats = json::object();
+    for (int c = 0; c < kNumCategories; ++c) {
+      const size_t planned = p.tier[t].peak[static_cast<size_t>(c)];
+      const size_t measured = stats[t].by_category[static_cast<size_t>(c)].peak_bytes;
+      if (planned || measured)
+        cats[std::string(category_name(static_cast<Category>(c)))] = {{"planned", planned}, {"measured", measured}};
+    }
+    out[std::string(tier_name(stats[t].tier))] = {{"planned_peak", p.tier[t].peak_bytes},
+                                                  {"measured_peak", stats[t].peak_bytes},
+                                                  {"planned_peak_phase", p.tier[t].peak_phase},
+                                                  {"categories", cats}};
+  }
+  return out;
+}
+
+RunDirOptions run_dir_options(const RunOptions& ro) {
+  RunDirOptions o;
+  o.out_dir = ro.out_dir;
+  o.resume = ro.resume;
+  o.overwrite = ro.overwrite;
+  o.start_fresh = ro.start_fresh;
+  o.env = ro.ckpt_env;
+  return o;
+}
+
+// The memory plan: reserved up front when a device budget is set and memory.reserve is not.
+void reserve_planned(const plan::Prediction& planned, MemorySystemOptions* mso, const std::function<void(const std::string&)>& say) {
+  if (mso->device_budget_bytes == 0 || mso->reserve_bytes != 0) return;
+  // Requests <= 1 MiB come from the arena's small pool (2 MiB segments) outside the reserved
+  // segment: leave room for them.
+  const size_t small = (planned.device().small_request_bytes + (size_t{4} << 20)) / (size_t{2} << 20) * (size_t{2} << 20);
+  const size_t large = planned.device().peak_bytes > planned.device().small_request_bytes
+                           ? planned.device().peak_bytes - planned.device().small_request_bytes : 0;
+  if (large > 0 && large + small <= mso->device_budget_bytes) {
+    mso->reserve_bytes = large;
+    say("reserving the planned " + format_bytes(large) + " of device memory up front (plan: peak " +
+        format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ")");
+  } else if (planned.device().peak_bytes > mso->device_budget_bytes) {
+    std::fprintf(stderr, "leanemb: warning: the plan predicts a device peak of %s, over the budget of %s (leanemb plan "
+                 "--config FILE proposes settings that fit)\n", format_bytes(planned.device().peak_bytes).c_str(),
+                 format_bytes(mso->device_budget_bytes).c_str());
+  }
+}
+
+json dist_summary(const LoopSettings& ls, TrainTask& task, int64_t steps_run, size_t table_bytes, uint64_t train_comm_bytes,
+                  double train_comm_seconds, const TablesCommTotals& train_emb) {
+  const dist::Communicator* cmp = task.tables().communicator();
+  if (cmp == nullptr) return {{"world_size", 1}, {"grad_groups", ls.grad_groups}};
+  const dist::Communicator& cm = *cmp;
+  const double n = static_cast<double>(std::max<int64_t>(1, steps_run));
+  return {{"world_size", cm.size()}, {"rank", cm.rank()}, {"backend", std::string(cm.backend())},
+          {"grad_groups", ls.grad_groups}, {"embedding_table_bytes", table_bytes},
+          // rank 0's communicator over the whole run (steps, checkpoints, evaluation)
+          {"bytes_sent", cm.stats().bytes_sent}, {"collective_seconds", cm.stats().seconds},
+          // the training steps of this run: everything, then the embedding lookups and
+          // updates, then of those the encoded rows and gradients (the payload dtypes' share)
+          {"bytes_sent_per_step", static_cast<double>(train_comm_bytes) / n},
+          {"collective_seconds_training", train_comm_seconds},
+          {"embedding_bytes_sent_per_step", static_cast<double>(train_emb.bytes_sent) / n},
+          {"embedding_payload_bytes_sent_per_step", static_cast<double>(train_emb.payload_bytes_sent) / n}};
+}
+
+}  // namespace
+
+Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
+  if (ro.steps >= 0) ls.steps = ro.steps;
+  if (ls.threads > 0) omp_set_num_threads(ls.threads);
+  dist::Communicator* comm = ro.comm;
+  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool lead = rank == 0;  // prints, writes metrics (every rank computes the same values)
+  const bool quiet = ro.quiet || !lead;
+  const std::string tag = "[" + ls.task + "] ";
+  auto say = [&](const std::string& s) {
+    if (!quiet) std::fprintf(stderr, "%s%s\n", tag.c_str(), s.c_str());
+  };
+  if (ls.grad_groups == 0) ls.grad_groups = world;
+  if (ls.grad_groups % world != 0)
+    return invalid_argument(ls.origin + ": dist.grad_groups (" + std::to_string(ls.grad_groups) +
+                            ") must be a multiple of the number of ranks (" + std::to_string(world) + ")");
+  // The output directory, locked for the run, and where the run starts (train/run_dir.h).
+  std::unique_ptr<RunDir> run_dir;
+  LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
+  if (ls.prepare) LEANEMB_RETURN_IF_ERROR(ls.prepare(comm, lead));
+
+  // The memory plan of this run (src/plan): one rank's share at this world size.
+  plan::Prediction planned;
+  const bool have_plan = static_cast<bool>(ls.plan);
+  if (have_plan) {
+    LEANEMB_ASSIGN_OR_RETURN(planned, ls.plan(world));
+  }
+  MemorySystemOptions mso = ls.memory;
+  if (have_plan) reserve_planned(planned, &mso, say);
+  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(mso));
+  if (!ls.store_dir.empty()) {
+    std::error_code dir_ec;
+    std::filesystem::create_directories(ls.store_dir, dir_ec);
+    if (dir_ec) return io_error("cannot create embedding.store_dir '" + ls.store_dir + "': " + dir_ec.message());
+  }
+  TaskContext tc;
+  tc.memory = mem.get();
+  tc.comm = world > 1 ? comm : nullptr;
+  tc.say = say;
+  tc.quiet = quiet;
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<TrainTask> task, ls.make_task(tc));
+
+  Counters k;
+  int64_t resumed_from = -1;
+  const std::string& resume_dir = resume_at.dir;  // plain or sharded: either loads at any world size
+  if (ro.resume) {
+    if (resume_dir.empty()) {
+      say("no checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
+    } else {
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, ls, ro.ckpt_env, lead, *task, &k));
+      resumed_from = k.step;
+      say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + ")");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(ro.out_dir, ec);
+  if (ec) return io_error("cannot create output directory '" + ro.out_dir + "': " + ec.message());
+  std::ofstream metrics;  // rank 0's
+  if (lead) metrics.open(ro.out_dir + "/metrics.jsonl", std::ios::app);
+
+  const auto embedding_bytes = [&] {
+    size_t b = 0;
+    for (const MemoryStats& s : mem->stats()) b += s[Category::kWeights].current_bytes + s[Category::kOptimizerState].current_bytes;
+    return b;
+  }();
+  // Dense parameters are in kWeights too; report the embedding tables alone as well.
+  size_t table_bytes = 0;
+  const EmbeddingTables& tables = task->tables();
+  for (int t = 0; t < tables.num_tables(); ++t)  // this rank's rows
+    table_bytes += tables.layout(t).stride_bytes * static_cast<size_t>(tables.local_num_rows(t));
+
+  std::string last_ckpt = resume_dir;
+  int64_t last_ckpt_step = resumed_from;  // a resumed step is not written again
+  json last_eval;
+  double loss_sum = 0.0, last_loss = NAN;
+  int64_t loss_n = 0, samples_run = 0;
+  const auto t0 = Clock::now();
+  auto last_print = t0;
+  auto line = [&](bool final_line) {
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto st = mem->stats();
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "step %lld | %.1fk %s/s | loss %.4f | eval %s | device %s host %s",
+                  static_cast<long long>(k.step), secs > 0 ? samples_run / secs / 1e3 : 0.0, ls.progress_unit.c_str(),
+                  last_loss, last_eval.is_null() ? "-" : task->eval_headline(last_eval).c_str(),
+                  format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
+    if (quiet) return;
+    if (ro.progress_tty) std::fprintf(stderr, "\r%s%s\033[K%s", tag.c_str(), buf, final_line ? "\n" : "");
+    else std::fprintf(stderr, "%s%s\n", tag.c_str(), buf);
+  };
+  const std::set<int64_t> inject(ls.inject_nonfinite_steps.begin(), ls.inject_nonfinite_steps.end());
+
+  DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
+  std::string diverged;  // "diverged at step N: ..." once the run diverged
+  bool stopped = false;  // a signal (StopSignal) stopped the run after a step
+  while (ls.steps == 0 || k.step < ls.steps) {
+    if (ro.stop) {  // every rank stops after the same step
+      LEANEMB_ASSIGN_OR_RETURN(stopped, ro.stop->agree_stop(comm));
+      if (stopped) break;
+    }
+    LEANEMB_ASSIGN_OR_RETURN(bool more, task->next_batch());
+    if (!more) break;
+    const int64_t step_no = k.step + 1;
+    LEANEMB_ASSIGN_OR_RETURN(TaskStep s, task->train_step(step_no, inject.count(step_no) > 0));
+    k.step = step_no;
+    k.samples += s.samples;
+    samples_run += s.samples;
+    if (s.skipped) ++k.skipped;
+    loss_sum += s.loss;
+    ++loss_n;
+    if (auto why = divergence.observe(k.step, s.skipped, task->dense_parameters())) {
+      diverged = *why;
+      break;
+    }
+    if (k.step % ls.log_every == 0) {
+      last_loss = loss_sum / static_cast<double>(loss_n);
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      metrics << json{{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
+                      {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}}.dump()
+              << "\n";
+      metrics.flush();
+      loss_sum = 0;
+      loss_n = 0;
+    }
+    if (ls.eval_every > 0 && k.step % ls.eval_every == 0 && task->has_eval()) {
+      LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
+      metrics << json{{"step", k.step}, {"eval", last_eval}}.dump() << "\n";
+      metrics.flush();
+    }
+    if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
+      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
+      last_ckpt_step = k.step;
+    }
+    if (ro.after_step) ro.after_step(k.step);
+    if (rank == ls.inject_exit_rank && k.step == ls.inject_exit_step) {
+      std::fprintf(stderr, "leanemb: rank %d: dist.inject_exit_step: ending the process after step %lld (a simulated crash)\n",
+                   rank, static_cast<long long>(k.step));
+      std::_Exit(9);
+    }
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - last_print).count();
+    if (ro.progress_tty ? since > 0.25 : (k.step % ls.log_every == 0 || (ls.log_every_s > 0 && since >= ls.log_every_s))) {
+      last_print = now;
+      line(false);
+    }
+  }
+  const double train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Bytes of the training steps alone (before the final checkpoint and evaluation).
+  const TablesCommTotals train_emb = task->tables().comm_totals();
+  uint64_t train_comm_bytes = 0;
+  double train_comm_seconds = 0;
+  if (const dist::Communicator* cm = task->tables().communicator()) {
+    train_comm_bytes = cm->stats().bytes_sent;
+    train_comm_seconds = cm->stats().seconds;
+  }
+  if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
+  // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
+  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty())
+    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
+  if (task->has_eval() && !stopped && diverged.empty()) {
+    say("evaluating");
+    LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
+    metrics << json{{"step", k.step}, {"eval", last_eval}, {"final", true}}.dump() << "\n";
+  }
+  line(true);
+
+  json sum;
+  sum["task"] = ls.task;
+  sum["outcome"] = !diverged.empty() ? "diverged" : stopped ? "stopped" : "completed";
+  if (!diverged.empty()) sum["diverged"] = {{"step", k.step}, {"message", diverged}};
+  if (stopped) sum["stopped"] = {{"step", k.step}, {"signal", ro.stop->signal_name()}};
+  sum["steps"] = k.step;
+  sum["samples"] = k.samples;
+  sum["samples_this_run"] = samples_run;
+  sum["train_seconds"] = train_secs;
+  sum["samples_per_s"] = train_secs > 0 ? samples_run / train_secs : 0.0;
+  sum["loss"] = std::isfinite(last_loss) ? json(last_loss) : json(nullptr);
+  sum["eval"] = last_eval.is_null() ? json(nullptr) : last_eval;
+  sum["skipped_steps"] = k.skipped;
+  sum["loss_scale"] = task->loss_scale();
+  sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
+  sum["memory"] = memory_peaks(*mem);
+  sum["memory_detail"] = json::parse(mem->to_json());
+  sum["embedding_table_bytes"] = table_bytes;
+  sum["weights_and_state_bytes"] = embedding_bytes;
+  sum["checkpoint"] = last_ckpt;
+  const int64_t steps_run = k.step - std::max<int64_t>(0, resumed_from);
+  sum["dist"] = dist_summary(ls, *task, steps_run, table_bytes, train_comm_bytes, train_comm_seconds, train_emb);
+  if (task->tables().communicator()) {  // the largest rank's table bytes
+    int64_t most[1] = {static_cast<int64_t>(table_bytes)};
+    LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(most, 1), dist::ReduceOp::kMax));
+    sum["dist"]["embedding_table_bytes_max_rank"] = most[0];
+  }
+  task->add_summary(&sum);
+  sum["config"]["origin"] = ls.origin;
+  sum["config"]["placement"] = mem->placement().to_string();
+  sum["memory_summary_text"] = mem->memory_summary();
+  if (have_plan) sum["plan"] = planned_vs_measured(planned, *mem);
+  sum["reserved_bytes"] = mso.reserve_bytes;
+  task.reset();  // before the memory system it lives in
+  return sum;
+}
+
+}  // namespace leanemb::train
