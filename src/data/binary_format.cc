@@ -158,6 +158,14 @@ Status BinaryFileReader::load_block() {
   const uint64_t payload_bytes = get<uint64_t>(bh + 8);
   if (get<uint32_t>(bh) != kBlockMagic || payload_bytes > kMaxBlockPayloadBytes)
     return data_loss(path, where + " header is corrupt");
+  // A block cannot be longer than the rest of the file: checked before the buffer is sized, so
+  // that a damaged length does not allocate and clear up to kMaxBlockPayloadBytes for nothing
+  // (found by fuzz/fuzz_binary: a 640-byte file took seconds per block).
+  LEANEMB_ASSIGN_OR_RETURN(uint64_t file_bytes, file_.size());
+  const uint64_t at = static_cast<uint64_t>(bytes_read_) + kBlockHeaderBytes;
+  if (payload_bytes > (file_bytes > at ? file_bytes - at : 0))
+    return data_loss(path, "truncated inside " + where + " (it announces " + std::to_string(payload_bytes) + " bytes, the file has " +
+                               std::to_string(file_bytes > at ? file_bytes - at : 0) + " left)");
   payload_.resize(payload_bytes);
   LEANEMB_RETURN_IF_ERROR(file_.read_full(payload_, &full));
   if (!full) return data_loss(path, "truncated inside " + where);

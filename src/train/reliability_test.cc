@@ -21,6 +21,7 @@
 #include "train/divergence.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
+#include "train/toml_section.h"
 #include "train/trainer.h"
 
 namespace leanemb::train {
@@ -89,6 +90,22 @@ TEST(StrictConfigTest, WrongTypesAreRejectedNamingKeyAndValue) {
   }
   // Integers still convert to floats.
   EXPECT_TRUE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"embedding.learning_rate=1"}).ok());
+}
+
+// Found by fuzz/fuzz_toml: toml++ 3.3.0 asserts (undefined behaviour in release builds) on a
+// table header without a key ("[#"); it is refused with a message instead. Headers and arrays
+// that only look alike still parse.
+TEST(StrictConfigTest, TableHeaderWithoutAKeyIsRefusedNotAsserted) {
+  for (const char* bad : {"[#", "[[ =x]]", "a = 1\n  [\n", "[data]\n[{}]"}) {
+    auto c = config_task(bad, "cfg");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("a table header must start with a key"), std::string::npos) << c.status().message();
+  }
+  EXPECT_FALSE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"train.steps=1\n[#"}).ok());
+  const char* fine = "[model]\nbottom_mlp = [\n  64,\n  16,\n]\ntable_rows = [ # comment [#\n 10 ]\nx = [\n [{a = 1}],\n [\n 2 ] ]\n"
+                     "[ \"data\" ]\ntrain = '''\n[#'''\n";
+  auto ok = config_task(fine, "cfg");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
 // Every key is recorded with its effective value, defaults included, and a default written out

@@ -438,16 +438,15 @@ Result<json> run_training(const RunOptions& ro) {
   LEANEMB_ASSIGN_OR_RETURN(plan::Prediction planned, plan::predict_memory(workload));
   MemorySystemOptions mso = c.memory;
   if (mso.device_budget_bytes > 0 && mso.reserve_bytes == 0) {
-    // Requests <= 1 MiB come from the arena's small pool (2 MiB segments) outside the reserved
-    // segment: leave room for them.
-    const size_t small = (planned.device().small_request_bytes + (size_t{4} << 20)) / (size_t{2} << 20) * (size_t{2} << 20);
-    const size_t large = planned.device().peak_bytes > planned.device().small_request_bytes
-                             ? planned.device().peak_bytes - planned.device().small_request_bytes : 0;
-    if (large > 0 && large + small <= mso.device_budget_bytes) {
-      mso.reserve_bytes = large;
-      say("reserving the planned " + format_bytes(large) + " of device memory up front (plan: peak " +
-          format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ")");
-    } else if (planned.device().peak_bytes > mso.device_budget_bytes) {
+    // The reserved segment serves every request (include/leanemb/device_arena.h): reserve the
+    // planned peak as the arena rounds it, or the whole budget when that is less.
+    const size_t need = planned.device().peak_bytes;
+    if (need > 0) {
+      mso.reserve_bytes = std::min(need, mso.device_budget_bytes / 512 * 512);  // the arena's granule
+      say("reserving " + format_bytes(mso.reserve_bytes) + " of device memory up front (plan: peak " +
+          format_bytes(need) + " in " + planned.device().peak_phase + ")");
+    }
+    if (need > mso.device_budget_bytes) {
       std::fprintf(stderr, "leanemb: warning: the plan predicts a device peak of %s, over the budget of %s (leanemb plan "
                    "--config FILE proposes settings that fit)\n", format_bytes(planned.device().peak_bytes).c_str(),
                    format_bytes(mso.device_budget_bytes).c_str());
