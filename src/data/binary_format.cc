@@ -199,10 +199,12 @@ Result<bool> BinaryFileReader::next(const DataSchema& schema, Record* r, int64_t
   if (payload_.size() - pos_ < fixed) return corrupt();
   const uint8_t* p = payload_.data() + pos_;
   std::memcpy(&r->label, p, 4);
+  // (memcpy of 0 bytes into an empty vector's null data() is undefined: guarded; found by
+  // fuzz/fuzz_binary under UBSan, a record without values)
   r->dense.resize(nd);
-  std::memcpy(r->dense.data(), p + 4, 4 * nd);
+  if (nd) std::memcpy(r->dense.data(), p + 4, 4 * nd);
   r->counts.resize(ns);
-  std::memcpy(r->counts.data(), p + 4 + 4 * nd, 4 * ns);
+  if (ns) std::memcpy(r->counts.data(), p + 4 + 4 * nd, 4 * ns);
   uint64_t total = 0;
   bool truncate = false;
   for (size_t f = 0; f < ns; ++f) {
@@ -215,7 +217,7 @@ Result<bool> BinaryFileReader::next(const DataSchema& schema, Record* r, int64_t
   const uint8_t* h = p + fixed;
   r->hashes.resize(static_cast<size_t>(total));
   if (!truncate) {
-    std::memcpy(r->hashes.data(), h, 8 * static_cast<size_t>(total));
+    if (total) std::memcpy(r->hashes.data(), h, 8 * static_cast<size_t>(total));
   } else {
     uint64_t* out = r->hashes.data();
     for (size_t f = 0; f < ns; ++f) {

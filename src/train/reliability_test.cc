@@ -320,6 +320,30 @@ TEST(divergence_stop, NonFiniteDenseParameterIsNamed) {
   EXPECT_NE(why->find("diverged at step 2: dense parameter top.1.bias[1] is nan"), std::string::npos) << *why;
 }
 
+// ---- the planner's device peak is a budget that runs --------------------------------------
+
+// Before: a device budget equal to the planned peak ran out of memory (the arena's small-pool
+// segments and 512-byte rounding were not in the plan). Now the run fits, with small tables
+// (every request in the small pool) and with tables of more than 1 MiB.
+TEST(PlannedPeakTest, PlannedPeakIsABudgetThatRuns) {
+  for (const char* rows : {"model.table_rows=64", "model.table_rows=40000"}) {
+    SCOPED_TRACE(rows);
+    const std::string out = scratch("budget");
+    auto planned = train(out, 3, false, nullptr, {rows, "memory.device_budget=\"1GiB\""});
+    ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+    // The device budget the plan names (what `leanemb plan` prints as the device peak).
+    const size_t peak = planned.value()["plan"]["device"]["planned_budget"].get<size_t>();
+    fs::remove_all(out);
+    auto exact = train(out, 3, false, nullptr, {rows, "memory.device_budget=" + std::to_string(peak)});
+    EXPECT_TRUE(exact.ok()) << "budget = planned peak " << peak << ": " << exact.status().to_string();
+    // The headroom stays small: 1 KiB and the rounding per allocation (about 50 KiB here).
+    EXPECT_LT(peak, planned.value()["plan"]["device"]["planned_peak"].get<size_t>() * 11 / 10 + (size_t{64} << 10));
+    if (exact.ok()) {
+      EXPECT_LE(exact.value()["plan"]["device"]["measured_peak"].get<size_t>(), peak);
+    }
+  }
+}
+
 // ---- crash at every file-system call of a training run's checkpoint commit -------------------
 
 // Creates every directory of `path` in the env, durably.

@@ -353,6 +353,7 @@ json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
         cats[std::string(category_name(static_cast<Category>(c)))] = {{"planned", planned}, {"measured", measured}};
     }
     out[std::string(tier_name(stats[t].tier))] = {{"planned_peak", p.tier[t].peak_bytes},
+                                                  {"planned_budget", p.tier[t].budget_bytes},
                                                   {"measured_peak", stats[t].peak_bytes},
                                                   {"planned_peak_phase", p.tier[t].peak_phase},
                                                   {"categories", cats}};
@@ -440,15 +441,16 @@ Result<json> run_training(const RunOptions& ro) {
   if (mso.device_budget_bytes > 0 && mso.reserve_bytes == 0) {
     // The reserved segment serves every request (include/leanemb/device_arena.h): reserve the
     // planned peak as the arena rounds it, or the whole budget when that is less.
-    const size_t need = planned.device().peak_bytes;
+    const size_t need = planned.device().budget_bytes;
     if (need > 0) {
       mso.reserve_bytes = std::min(need, mso.device_budget_bytes / 512 * 512);  // the arena's granule
       say("reserving " + format_bytes(mso.reserve_bytes) + " of device memory up front (plan: peak " +
-          format_bytes(need) + " in " + planned.device().peak_phase + ")");
+          format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ", a budget of " +
+          format_bytes(need) + " with the arena's rounding)");
     }
     if (need > mso.device_budget_bytes) {
-      std::fprintf(stderr, "leanemb: warning: the plan predicts a device peak of %s, over the budget of %s (leanemb plan "
-                   "--config FILE proposes settings that fit)\n", format_bytes(planned.device().peak_bytes).c_str(),
+      std::fprintf(stderr, "leanemb: warning: the plan needs a device budget of %s, over the budget of %s (leanemb plan "
+                   "--config FILE proposes settings that fit)\n", format_bytes(need).c_str(),
                    format_bytes(mso.device_budget_bytes).c_str());
     }
   }
