@@ -170,8 +170,9 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
     std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
     for (const auto& [tier, t] : s["plan"].items()) {
       if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
-      std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
-                  format_bytes(t["measured_peak"].get<size_t>()).c_str());
+      std::printf("  %-6s %-16s planned %-12s measured %s%s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
+                  format_bytes(t["measured_peak"].get<size_t>()).c_str(),
+                  tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
       for (const auto& [cat, v] : t["categories"].items())
         std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
                     format_bytes(v["measured"].get<size_t>()).c_str());

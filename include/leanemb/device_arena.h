@@ -19,7 +19,10 @@
 //   * Sizes and offsets are multiples of 512 bytes, so every block suits SIMD loads and
 //     O_DIRECT I/O; alignments up to 4096 are honoured.
 //   * `reserve_bytes` carves one segment of that size up front (the honest form of "pre-allocate
-//     80%": reserve exactly what a plan needs, before the run).
+//     80%": reserve exactly what a plan needs, before the run). It serves requests of every size
+//     first (best fit, split to 512 bytes; small requests too, so no 2 MiB small segment is
+//     needed beside it) and is never released: a reserve of the plan's bytes, rounded as the
+//     arena rounds, holds the plan.
 //
 // Thread safety: all methods may be called concurrently (one mutex).
 #pragma once

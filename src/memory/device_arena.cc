@@ -32,7 +32,10 @@ constexpr size_t kLargeBuffer = size_t{20} << 20;   // oversize requests take bl
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-enum Pool : uint8_t { kUnmapped = 0, kSmall = 1, kLarge = 2 };
+// kReserved: the segment of reserve_bytes. It serves requests of every size (best fit, split to
+// the granule) before the small and large pools, so that a reserve of the plan's bytes holds the
+// plan's small requests too (no 2 MiB small segments beside it), and it is never released.
+enum Pool : uint8_t { kUnmapped = 0, kSmall = 1, kLarge = 2, kReserved = 3 };
 
 struct Block {
   size_t size = 0;
@@ -53,7 +56,7 @@ struct DeviceArena::Impl {
 
   mutable std::mutex mu;
   std::map<size_t, Block> blocks;
-  FreeSet free_[3];
+  FreeSet free_[4];
   std::map<size_t, size_t> segments;  // offset -> size
   std::unordered_map<size_t, size_t> aligned_to_block;  // returned offset -> block offset (align > 512)
   size_t allocated = 0;
@@ -83,7 +86,7 @@ struct DeviceArena::Impl {
   }
 
   bool should_split(Pool pool, size_t r, size_t remaining) const {
-    if (pool == kSmall) return remaining >= kGranule;
+    if (pool == kSmall || pool == kReserved) return remaining >= kGranule;
     const size_t max_split = options.max_split_bytes;
     return (max_split == 0 || r < max_split) && remaining > kSmallSize;
   }
@@ -138,7 +141,7 @@ struct DeviceArena::Impl {
     size_t released = 0;
     for (auto s = segments.begin(); s != segments.end();) {
       auto it = blocks.find(s->first);
-      if (!it->second.allocated && it->second.size == s->second) {
+      if (!it->second.allocated && it->second.size == s->second && it->second.pool != kReserved) {
         remove_free(it->first, it->second);
         it->second.pool = kUnmapped;
         it->second.segment = 0;
@@ -216,7 +219,7 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(const DeviceArenaOption
   if (options.reserve_bytes > 0) {
     const size_t r = round_up(options.reserve_bytes, kGranule);
     if (r > usable) return invalid_argument("reserve_bytes exceeds the device budget after rounding");
-    arena->impl_->carve(r > kSmallSize ? kLarge : kSmall, r);
+    arena->impl_->carve(kReserved, r);
   }
   return arena;
 }
@@ -275,7 +278,8 @@ Result<void*> DeviceArena::do_allocate(size_t bytes, size_t alignment, const std
   const size_t r = too_big ? 0 : round_up(bytes + extra, kGranule);
   const Pool pool = r <= kSmallSize ? kSmall : kLarge;
 
-  auto it = injected || too_big ? im.blocks.end() : im.find_cached(pool, r);
+  auto it = injected || too_big ? im.blocks.end() : im.find_cached(kReserved, r);
+  if (!injected && !too_big && it == im.blocks.end()) it = im.find_cached(pool, r);
   if (!injected && !too_big && it == im.blocks.end()) {
     // Preferred segment size first, then exactly the request (tight budgets).
     size_t preferred = pool == kSmall ? kSmallSegment : (r < kMinLargeAlloc ? kLargeSegment : round_up(r, kRoundLarge));

@@ -22,6 +22,8 @@ namespace leanemb::plan {
 namespace {
 
 constexpr size_t kSmallRequestBytes = size_t{1} << 20;  // DeviceArena's small pool
+constexpr size_t kArenaGranule = 512;                     // DeviceArena's block granule
+constexpr size_t kArenaItemHeadroom = 1024;               // per modelled allocation (see finish)
 
 struct Item {
   Tier tier;
@@ -52,11 +54,14 @@ class Replay {
       tp = TierPrediction{};
       for (const Phase& ph : phases_) {
         CategoryBytesArray cats{};
-        size_t small = 0;
+        size_t small = 0, rounded = 0;
         auto add = [&](const Item& i) {
           if (static_cast<int>(i.tier) != t) return;
           cats[static_cast<size_t>(i.category)] += i.bytes;
           if (i.bytes <= kSmallRequestBytes) small += i.bytes;
+          // Rounded to the granule, plus one granule of headroom: an item can stand for a few
+          // allocations (each rounded) and aligned ones take up to alignment - 512 more.
+          rounded += (i.bytes + kArenaGranule - 1) / kArenaGranule * kArenaGranule + kArenaItemHeadroom;
         };
         for (const Item& i : persistent_) add(i);
         for (const Item& i : ph.items) add(i);
@@ -65,11 +70,13 @@ class Replay {
           tp.peak[static_cast<size_t>(c)] = std::max(tp.peak[static_cast<size_t>(c)], cats[static_cast<size_t>(c)]);
           sum += cats[static_cast<size_t>(c)];
         }
+        tp.budget_bytes = std::max(tp.budget_bytes, t == 0 ? rounded : sum);  // the device tier is a DeviceArena
         if (sum > tp.peak_bytes || tp.peak_phase.empty()) {
           tp.peak_bytes = sum;
           tp.peak_phase = ph.name;
           tp.small_request_bytes = small;
         }
+
       }
     }
   }

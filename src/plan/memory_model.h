@@ -87,7 +87,11 @@ using CategoryBytesArray = std::array<size_t, kNumCategories>;
 
 struct TierPrediction {
   CategoryBytesArray peak{};  // per category, the largest bytes over the phases
-  size_t peak_bytes = 0;      // the largest sum over the phases
+  size_t peak_bytes = 0;      // the largest sum over the phases (bytes requested, as MemoryStats counts)
+  // The budget that holds the run: device tier, the largest sum over the phases of the
+  // allocations rounded as the DeviceArena rounds them (512 bytes) plus alignment headroom, so
+  // that a device budget (and reserve) of budget_bytes runs; host tier, peak_bytes.
+  size_t budget_bytes = 0;
   std::string peak_phase;     // where the tier's peak happens
   size_t small_request_bytes = 0;  // bytes of requests <= 1 MiB at the peak (arena small pool)
 };

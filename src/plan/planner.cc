@@ -144,7 +144,7 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
                       c.prediction = std::move(p).value();
                       price(o.preset, &c);
                       ++res.num_candidates;
-                      const size_t dev = c.prediction.device().peak_bytes;
+                      const size_t dev = c.prediction.device().budget_bytes;
                       const bool host_ok = o.host_budget_bytes == 0 || c.prediction.host().peak_bytes <= o.host_budget_bytes;
                       if (host_ok && (!have_small || dev < smallest_need)) {
                         smallest_need = dev;
@@ -175,7 +175,7 @@ Result<int64_t> largest_table_rows(const Workload& base, const PlannerOptions& o
     if (naive) {
       LEANEMB_ASSIGN_OR_RETURN(Prediction p, predict_naive_baseline(w));
       const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
-      return p.device().peak_bytes + o.preset.runtime_reserved_bytes <= budget;
+      return p.device().budget_bytes + o.preset.runtime_reserved_bytes <= budget;
     }
     LEANEMB_ASSIGN_OR_RETURN(PlanResult r, make_plan(w, o));
     return r.fits;

@@ -99,13 +99,13 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                   both(nv).c_str(), both(pd).c_str(), both(ph).c_str(), formula(cat, base.kind));
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "| %-16s | %-24s | %-24s | %-24s | peak of the sum over the step's phases\n", "peak (total)",
-                both(r.naive.device().peak_bytes).c_str(), both(r.chosen.prediction.device().peak_bytes).c_str(),
+  std::snprintf(buf, sizeof buf, "| %-16s | %-24s | %-24s | %-24s | peak of the sum over the step's phases (device: as the arena rounds; a budget of this runs)\n", "peak (total)",
+                both(r.naive.device().budget_bytes).c_str(), both(r.chosen.prediction.device().budget_bytes).c_str(),
                 both(r.chosen.prediction.host().peak_bytes).c_str());
   out += buf;
-  const bool naive_fits = r.naive.device().peak_bytes <= r.usable_device_bytes;
+  const bool naive_fits = r.naive.device().budget_bytes <= r.usable_device_bytes;
   std::snprintf(buf, sizeof buf, "\nnaive baseline %s (%s of %s usable); plan peak in phase '%s'; %d of %d searched plans fit.\n",
-                naive_fits ? "fits" : "DOES NOT FIT", gb(r.naive.device().peak_bytes).c_str(), gb(r.usable_device_bytes).c_str(),
+                naive_fits ? "fits" : "DOES NOT FIT", gb(r.naive.device().budget_bytes).c_str(), gb(r.usable_device_bytes).c_str(),
                 r.chosen.prediction.device().peak_phase.c_str(), r.num_fitting, r.num_candidates);
   out += buf;
   std::snprintf(buf, sizeof buf,
@@ -139,7 +139,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
       "only touched rows are updated; no full-table gradient");
   row("rows", std::string(dtype_name(w.row_dtype)) + (w.placement[Category::kWeights] == Tier::kHost ? " on host" : " on device"),
       w.row_dtype == DType::kF32 ? "" : "updates rounded stochastically");
-  const size_t reserve = r.chosen.prediction.device().peak_bytes;
+  const size_t reserve = r.chosen.prediction.device().budget_bytes;
   row("memory_pool (leanemb)", "memory.reserve = " + std::to_string(reserve) + " (" + format_bytes(reserve) + ")",
       "reserve exactly the planned bytes up front; no \"pre-allocate 80%\"");
   if (!o.preset.alloc_env.empty())
@@ -156,7 +156,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
     json cats = json::object();
     for (int c = 0; c < kNumCategories; ++c)
       if (t.peak[static_cast<size_t>(c)]) cats[std::string(category_name(static_cast<Category>(c)))] = t.peak[static_cast<size_t>(c)];
-    return json{{"peak_bytes", t.peak_bytes}, {"peak_phase", t.peak_phase}, {"categories", cats}};
+    return json{{"peak_bytes", t.peak_bytes}, {"budget_bytes", t.budget_bytes}, {"peak_phase", t.peak_phase}, {"categories", cats}};
   };
   const Workload& w = r.chosen.workload;
   json j;
@@ -197,7 +197,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                      {"amp_level", std::string(amp::precision_name(w.precision))},
                      {"gradient_checkpointing", w.checkpoint_activations},
                      {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
-                     {"memory_reserve_bytes", r.chosen.prediction.device().peak_bytes},
+                     {"memory_reserve_bytes", r.chosen.prediction.device().budget_bytes},
                      {"allocator_env", o.preset.alloc_env.empty() ? json(nullptr)
                                                                   : json(o.preset.alloc_env + "=max_split_size_mb:128,garbage_collection_threshold:0.8")},
                      {"communication_backend", o.preset.comm_backend},

@@ -2,6 +2,7 @@
 // system, resume, steps, progress, metrics, checkpoints, divergence, graceful stop, summary.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -143,6 +144,7 @@ json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
         cats[std::string(category_name(static_cast<Category>(c)))] = {{"planned", planned}, {"measured", measured}};
     }
     out[std::string(tier_name(stats[t].tier))] = {{"planned_peak", p.tier[t].peak_bytes},
+                                                  {"planned_budget", p.tier[t].budget_bytes},
                                                   {"measured_peak", stats[t].peak_bytes},
                                                   {"planned_peak_phase", p.tier[t].peak_phase},
                                                   {"categories", cats}};
@@ -163,18 +165,18 @@ RunDirOptions run_dir_options(const RunOptions& ro) {
 // The memory plan: reserved up front when a device budget is set and memory.reserve is not.
 void reserve_planned(const plan::Prediction& planned, MemorySystemOptions* mso, const std::function<void(const std::string&)>& say) {
   if (mso->device_budget_bytes == 0 || mso->reserve_bytes != 0) return;
-  // Requests <= 1 MiB come from the arena's small pool (2 MiB segments) outside the reserved
-  // segment: leave room for them.
-  const size_t small = (planned.device().small_request_bytes + (size_t{4} << 20)) / (size_t{2} << 20) * (size_t{2} << 20);
-  const size_t large = planned.device().peak_bytes > planned.device().small_request_bytes
-                           ? planned.device().peak_bytes - planned.device().small_request_bytes : 0;
-  if (large > 0 && large + small <= mso->device_budget_bytes) {
-    mso->reserve_bytes = large;
-    say("reserving the planned " + format_bytes(large) + " of device memory up front (plan: peak " +
-        format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ")");
-  } else if (planned.device().peak_bytes > mso->device_budget_bytes) {
-    std::fprintf(stderr, "leanemb: warning: the plan predicts a device peak of %s, over the budget of %s (leanemb plan "
-                 "--config FILE proposes settings that fit)\n", format_bytes(planned.device().peak_bytes).c_str(),
+  // The reserved segment serves every request (include/leanemb/device_arena.h): reserve the
+  // planned peak as the arena rounds it, or the whole budget when that is less.
+  const size_t need = planned.device().budget_bytes;
+  if (need > 0) {
+    mso->reserve_bytes = std::min(need, mso->device_budget_bytes / 512 * 512);  // the arena's granule
+    say("reserving " + format_bytes(mso->reserve_bytes) + " of device memory up front (plan: peak " +
+        format_bytes(planned.device().peak_bytes) + " in " + planned.device().peak_phase + ", a budget of " +
+        format_bytes(need) + " with the arena's rounding)");
+  }
+  if (need > mso->device_budget_bytes) {
+    std::fprintf(stderr, "leanemb: warning: the plan needs a device budget of %s, over the budget of %s (leanemb plan "
+                 "--config FILE proposes settings that fit)\n", format_bytes(need).c_str(),
                  format_bytes(mso->device_budget_bytes).c_str());
   }
 }

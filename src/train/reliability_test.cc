@@ -21,6 +21,7 @@
 #include "train/divergence.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
+#include "train/toml_section.h"
 #include "train/trainer.h"
 
 namespace leanemb::train {
@@ -89,6 +90,22 @@ TEST(StrictConfigTest, WrongTypesAreRejectedNamingKeyAndValue) {
   }
   // Integers still convert to floats.
   EXPECT_TRUE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"embedding.learning_rate=1"}).ok());
+}
+
+// Found by fuzz/fuzz_toml: toml++ 3.3.0 asserts (undefined behaviour in release builds) on a
+// table header without a key ("[#"); it is refused with a message instead. Headers and arrays
+// that only look alike still parse.
+TEST(StrictConfigTest, TableHeaderWithoutAKeyIsRefusedNotAsserted) {
+  for (const char* bad : {"[#", "[[ =x]]", "a = 1\n  [\n", "[data]\n[{}]"}) {
+    auto c = config_task(bad, "cfg");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("a table header must start with a key"), std::string::npos) << c.status().message();
+  }
+  EXPECT_FALSE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"train.steps=1\n[#"}).ok());
+  const char* fine = "[model]\nbottom_mlp = [\n  64,\n  16,\n]\ntable_rows = [ # comment [#\n 10 ]\nx = [\n [{a = 1}],\n [\n 2 ] ]\n"
+                     "[ \"data\" ]\ntrain = '''\n[#'''\n";
+  auto ok = config_task(fine, "cfg");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
 // Every key is recorded with its effective value, defaults included, and a default written out
@@ -301,6 +318,30 @@ TEST(divergence_stop, NonFiniteDenseParameterIsNamed) {
   const auto why = m.observe(2, false, broken);
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("diverged at step 2: dense parameter top.1.bias[1] is nan"), std::string::npos) << *why;
+}
+
+// ---- the planner's device peak is a budget that runs --------------------------------------
+
+// Before: a device budget equal to the planned peak ran out of memory (the arena's small-pool
+// segments and 512-byte rounding were not in the plan). Now the run fits, with small tables
+// (every request in the small pool) and with tables of more than 1 MiB.
+TEST(PlannedPeakTest, PlannedPeakIsABudgetThatRuns) {
+  for (const char* rows : {"model.table_rows=64", "model.table_rows=40000"}) {
+    SCOPED_TRACE(rows);
+    const std::string out = scratch("budget");
+    auto planned = train(out, 3, false, nullptr, {rows, "memory.device_budget=\"1GiB\""});
+    ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+    // The device budget the plan names (what `leanemb plan` prints as the device peak).
+    const size_t peak = planned.value()["plan"]["device"]["planned_budget"].get<size_t>();
+    fs::remove_all(out);
+    auto exact = train(out, 3, false, nullptr, {rows, "memory.device_budget=" + std::to_string(peak)});
+    EXPECT_TRUE(exact.ok()) << "budget = planned peak " << peak << ": " << exact.status().to_string();
+    // The headroom stays small: 1 KiB and the rounding per allocation (about 50 KiB here).
+    EXPECT_LT(peak, planned.value()["plan"]["device"]["planned_peak"].get<size_t>() * 11 / 10 + (size_t{64} << 10));
+    if (exact.ok()) {
+      EXPECT_LE(exact.value()["plan"]["device"]["measured_peak"].get<size_t>(), peak);
+    }
+  }
 }
 
 // ---- crash at every file-system call of a training run's checkpoint commit -------------------

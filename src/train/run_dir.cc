@@ -148,7 +148,8 @@ class Mover {
     if (inv.empty()) return Status();
     const std::string into = ckpt::free_path(env_, out_, "replaced-" + local_time_stamp("%Y%m%d-%H%M%S"));
     const std::string ck = ckpt::checkpoints_dir(out_);
-    if (env_->file_exists(ck)) LEANEMB_RETURN_IF_ERROR(move(ck, into, "checkpoints"));
+    // checkpoints/ holding only leftovers (.tmp of a killed run) stays: the next commit cleans it.
+    if (!inv.steps.empty()) LEANEMB_RETURN_IF_ERROR(move(ck, into, "checkpoints"));
     if (inv.shards) LEANEMB_RETURN_IF_ERROR(move(ckpt::join_path(out_, kShardsName), into, kShardsName));
     if (inv.metrics) LEANEMB_RETURN_IF_ERROR(move(ckpt::join_path(out_, kMetricsName), into, kMetricsName, ckpt::posix_env()));
     return Status();

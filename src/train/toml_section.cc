@@ -1,6 +1,7 @@
 // TOML config helpers shared by the train and text configs (toml++ exceptions stop here).
 #include "train/toml_section.h"
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,65 @@
 namespace leanemb::train {
 
 namespace {
+
+// toml++ 3.3.0 (Debian 12) asserts -- undefined behaviour in a release build -- on a table
+// header whose first character after "[" or "[[" is not a key character ("[#", "[=", "[" at the
+// end of a line; found by fuzz/fuzz_toml, kept in fuzz/regressions/toml/). Such a header is
+// refused before toml++ sees the text. A small lexer finds the headers: a "[" first on a line
+// outside strings, comments, arrays and inline tables.
+Status check_table_headers(std::string_view t, const std::string& origin) {
+  int depth = 0;  // open [ and { of values
+  int64_t line_no = 1;
+  bool line_start = true;
+  auto starts = [&](size_t i, const char* q) { return t.compare(i, 3, q) == 0; };
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '\n') {
+      ++line_no;
+      line_start = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    if (c == '#') {  // a comment, to the end of the line
+      while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {  // a string: skip it (multi-line ones count their lines)
+      const bool multi = i + 2 < t.size() && starts(i, c == '"' ? "\"\"\"" : "\'\'\'");
+      size_t j = i + (multi ? 3 : 1);
+      for (; j < t.size(); ++j) {
+        if (c == '"' && t[j] == '\\') {
+          ++j;
+          continue;
+        }
+        if (t[j] == '\n') {
+          if (!multi) break;  // an unterminated string: toml++ reports it
+          ++line_no;
+        }
+        if (t[j] == c && (!multi || (j + 2 < t.size() && starts(j, c == '"' ? "\"\"\"" : "\'\'\'")))) break;
+      }
+      i = multi ? std::min(t.size(), j + 2) : j;
+      line_start = false;
+      continue;
+    }
+    if (c == '[' && line_start && depth == 0) {  // a table header
+      size_t k = i + 1;
+      if (k < t.size() && t[k] == '[') ++k;
+      while (k < t.size() && (t[k] == ' ' || t[k] == '\t')) ++k;
+      const char h = k < t.size() ? t[k] : '\n';
+      if (!(std::isalnum(static_cast<unsigned char>(h)) || h == '_' || h == '-' || h == '"' || h == '\'' || h == ']'))
+        return invalid_argument(origin + ":" + std::to_string(line_no) + ": a table header must start with a key, got " +
+                                (h == '\n' || h == '\r' ? std::string("the end of the line") : "'" + std::string(1, h) + "'"));
+      while (i + 1 < t.size() && t[i + 1] != '\n' && t[i + 1] != '#') ++i;  // the rest of the header line
+      line_start = false;
+      continue;
+    }
+    if (c == '[' || c == '{') ++depth;
+    if ((c == ']' || c == '}') && depth > 0) --depth;
+    line_start = false;
+  }
+  return Status();
+}
 
 // Applies "section.key=value" to the parsed document.
 Status apply_set(toml::table& doc, const std::string& set, const std::string& origin) {
@@ -17,6 +77,7 @@ Status apply_set(toml::table& doc, const std::string& set, const std::string& or
     return invalid_argument("--set '" + set + "': expected section.key=value");
   const std::string path = set.substr(0, eq), value = set.substr(eq + 1);
   toml::table parsed;
+  if (Status s = check_table_headers("v = " + value, "--set '" + set + "'"); !s.ok()) return s;
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
@@ -107,6 +168,7 @@ Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* o, InitOp
 Result<toml::table> parse_toml_document(std::string_view toml_text, const std::string& origin,
                                         std::span<const std::string> sets) {
   toml::table doc;
+  LEANEMB_RETURN_IF_ERROR(check_table_headers(toml_text, origin));
   try {
     doc = toml::parse(toml_text, origin);
   } catch (const toml::parse_error& e) {
