@@ -405,7 +405,7 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
   EXPECT_EQ(st.lookups, 40u);
   EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
   const auto dev = f.mem->stats()[0];
-  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0);
+  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0, CachePolicy::kLru);
   EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());
   EXPECT_GT(f.mem->stats()[1][Category::kIoBuffers].current_bytes, 0u);
 }
