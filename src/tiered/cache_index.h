@@ -61,6 +61,9 @@ class CacheIndex {
 
   // ---- row -> slot map ----
   int32_t find(int64_t row) const;  // -1 when the row is not resident
+  // For tests: the map entry a row's probe starts at, and the number of entries.
+  size_t home_of(int64_t row) const { return home(mix(row)); }
+  size_t map_entries() const { return m_; }
   void prefetch_row(int64_t row) const { __builtin_prefetch(&map_[home(mix(row))]); }
   // Prefetches the slot the first tag match of `row`'s probe names (its map line should be in
   // cache already: a second stage after prefetch_row).
