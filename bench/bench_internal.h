@@ -183,6 +183,9 @@ Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc
 // The tiered workload: cached vs resident table, hit rates vs an offline LRU, store IOPS vs a
 // probe (JSON in *doc).
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
+// The restore workload: checkpoint save and restore of a cached table, host vs file store
+// (restore.cc).
+Status run_restore(const BenchOptions& o, const Progress& progress, json* doc);
 
 // ---- sharding (sharded.cc, built with src/dist) ---------------------------------------------
 
