@@ -94,20 +94,48 @@ int32_t CacheIndex::find(int64_t row) const {
   }
 }
 
-void CacheIndex::prefetch_slot_of(int64_t row) const {
-  const uint64_t h = mix(row);
+int32_t CacheIndex::first_candidate(uint64_t h) const {
   const uint32_t tag = tag_of(h);
   size_t i = home(h);
-  for (int k = 0; k < 8; ++k, i = next(i)) {
+  for (uint64_t d = 0;; ++d, i = next(i)) {
     const uint32_t e = map_[i];
-    if (e == 0) return;
-    if (entry_tag(e) == tag) {
-      const int32_t s = entry_slot(e);
-      __builtin_prefetch(&slot_row_[s]);
-      __builtin_prefetch(&flags_[s]);
-      return;
-    }
+    if (e == 0) return -1;
+    const uint32_t de = (e >> dist_shift_) & dist_max_;
+    if (de < d && (de < dist_max_ || entry_dist(e, i) < d)) return -1;
+    if (entry_tag(e) == tag) return entry_slot(e);
   }
+}
+
+bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found) const {
+  constexpr int64_t kAhead = 16, kRing = 64;  // kRing > 2 x kAhead
+  uint64_t hash[kRing];
+  int32_t cand[kRing];
+  auto stage1 = [&](int64_t j) {  // hash, prefetch the map line
+    const uint64_t h = mix(rows[j]);
+    hash[j & (kRing - 1)] = h;
+    __builtin_prefetch(&map_[home(h)]);
+  };
+  auto stage2 = [&](int64_t j) {  // probe, prefetch the candidate slot's row and flags
+    const int32_t c = first_candidate(hash[j & (kRing - 1)]);
+    cand[j & (kRing - 1)] = c;
+    if (c >= 0) {
+      __builtin_prefetch(&slot_row_[c]);
+      __builtin_prefetch(&flags_[c]);
+    }
+  };
+  for (int64_t j = 0; j < std::min(n, 2 * kAhead); ++j) stage1(j);
+  for (int64_t j = 0; j < std::min(n, kAhead); ++j) stage2(j);
+  bool ready = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + 2 * kAhead < n) stage1(i + 2 * kAhead);
+    if (i + kAhead < n) stage2(i + kAhead);
+    const int32_t c = cand[i & (kRing - 1)];
+    // A candidate whose row differs is a tag collision: the full probe decides (rare).
+    const int32_t s = c < 0 ? -1 : slot_row_[c] == rows[i] ? c : find(rows[i]);
+    found[i] = s;
+    ready = ready && s >= 0 && !(flags_[s] & kInFlight);
+  }
+  return ready;
 }
 
 // ---- slots ----------------------------------------------------------------------------------

@@ -54,9 +54,19 @@ class CacheIndex {
   bool evictable(int32_t s) const {
     return (flags_[s] & (kPinStep | kPinPrefetch | kInFlight | kResident)) == kResident;
   }
+  // What a pass over a step's slots touches: the flags (and the keys LFU's touch updates, or
+  // that a release stamps).
   void prefetch_meta(int32_t s) const {
     __builtin_prefetch(&flags_[s]);
     __builtin_prefetch(&key32_[s]);
+    if (last_use_) __builtin_prefetch(&last_use_[s]);
+  }
+  void prefetch_touch(int32_t s) const {
+    __builtin_prefetch(&flags_[s]);
+    if (policy_ == CachePolicy::kLfu) {
+      __builtin_prefetch(&key32_[s]);
+      __builtin_prefetch(&last_use_[s]);
+    }
   }
 
   // ---- row -> slot map ----
@@ -65,9 +75,10 @@ class CacheIndex {
   size_t home_of(int64_t row) const { return home(mix(row)); }
   size_t map_entries() const { return m_; }
   void prefetch_row(int64_t row) const { __builtin_prefetch(&map_[home(mix(row))]); }
-  // Prefetches the slot the first tag match of `row`'s probe names (its map line should be in
-  // cache already: a second stage after prefetch_row).
-  void prefetch_slot_of(int64_t row) const;
+  // found[i] = find(rows[i]) for i < n, pipelined: each row hashed once, its map line
+  // prefetched 2 x kBatchAhead rows ahead and the slot its first tag match names kBatchAhead
+  // rows ahead. Returns true if every row was found and none is in flight.
+  bool find_batch(const int64_t* rows, int64_t n, int32_t* found) const;
 
   // ---- slots ----
   // Starts one acquire / fetch: a new tick (LFU last use) and a new mark (counting each row
@@ -118,6 +129,9 @@ class CacheIndex {
   int32_t entry_slot(uint32_t e) const { return static_cast<int32_t>(e & slot_mask_) - 1; }
   uint32_t make_entry(uint32_t tag, int32_t slot, uint64_t dist) const;
   uint64_t entry_dist(uint32_t e, size_t i) const;  // exact (recomputed when saturated)
+  // The slot of the first entry of h's probe whose tag matches (unverified), or -1 when the
+  // row is certainly absent.
+  int32_t first_candidate(uint64_t h) const;
   void map_insert(int64_t row, int32_t s);
 
   uint64_t key(int32_t s) const {

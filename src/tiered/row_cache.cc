@@ -22,7 +22,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Slot flags and keys (megabytes for a large cache) are prefetched this many entries ahead by the
 // passes over a step's pins: one pass touches tens of thousands of random slots.
 constexpr size_t kMetaAhead = 32;
-constexpr int64_t kMapAhead = 32;  // the same for the row -> slot map's buckets in lookup passes
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
 }  // namespace
@@ -142,19 +141,16 @@ void RowCache::mark_dirty(std::span<const int64_t> slots) {
 }
 
 // found[i] = the slot of rows[i] or -1; true if every row is resident and not in flight. The
-// lookups only read the index: in parallel for large calls, each probe's map line prefetched
-// 2 x kMapAhead rows ahead and the slot it names kMapAhead rows ahead.
+// lookups only read the index: in parallel for large calls, each thread pipelining its share.
 bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_threads) const {
-  const CacheIndex& ix = index_;
   const int64_t n = static_cast<int64_t>(rows.size());
+  const int threads = n >= 16384 ? std::max(1, num_threads) : 1;
+  if (threads == 1) return index_.find_batch(rows.data(), n, found);
   int missing = 0;
-#pragma omp parallel for num_threads(n >= 16384 ? num_threads : 1) reduction(| : missing) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + 2 * kMapAhead < n) ix.prefetch_row(rows[i + 2 * kMapAhead]);
-    if (i + kMapAhead < n) ix.prefetch_slot_of(rows[i + kMapAhead]);
-    const int32_t s = ix.find(rows[i]);
-    found[i] = s;
-    missing |= (s < 0 || (ix.flags(s) & CacheIndex::kInFlight)) ? 1 : 0;
+#pragma omp parallel for num_threads(threads) reduction(| : missing) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+    missing |= index_.find_batch(rows.data() + b, e - b, found + b) ? 0 : 1;
   }
   return !missing;
 }
@@ -169,7 +165,7 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
       CacheIndex& ix = index_;
       const uint32_t tick = touch ? ix.begin_call() : 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        if (i + kMetaAhead < rows.size()) ix.prefetch_meta(found[i + kMetaAhead]);
+        if (i + kMetaAhead < rows.size()) ix.prefetch_touch(found[i + kMetaAhead]);
         const int32_t s = found[i];
         if (touch && ix.touch(s, tick)) ++stats_.lookups;
         pin_locked(s, set);
@@ -222,7 +218,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
   // Pass 2: the hits are counted and pinned, all of them before any victim is chosen, so that
   // no miss can evict a row this call still needs.
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (i + kMetaAhead < rows.size() && found[i + kMetaAhead] >= 0) ix.prefetch_meta(found[i + kMetaAhead]);
+    if (i + kMetaAhead < rows.size() && found[i + kMetaAhead] >= 0) ix.prefetch_touch(found[i + kMetaAhead]);
     const int32_t s = found[i];
     if (s < 0) continue;
     if (touch && ix.touch(s, tick) && !prefetching) ++stats_.lookups;
@@ -389,7 +385,7 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
   auto& from = pinned_[static_cast<int>(PinSet::kPrefetch)];
   auto& to = pinned_[static_cast<int>(PinSet::kStep)];
   for (size_t i = 0; i < from.size(); ++i) {
-    if (i + kMetaAhead < from.size()) ix.prefetch_meta(from[i + kMetaAhead]);
+    if (i + kMetaAhead < from.size()) ix.prefetch_touch(from[i + kMetaAhead]);
     uint8_t& f = ix.flags(from[i]);
     f &= static_cast<uint8_t>(~CacheIndex::kPinPrefetch);
     if (!(f & CacheIndex::kPinStep)) {
