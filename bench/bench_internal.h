@@ -133,6 +133,10 @@ struct Engine {
   }
 };
 
+// One table `t` (named "t0", one sum feature "f0") in a MemorySystem made from `memory`: the
+// tiered and restore workloads' engines.
+Result<Engine> build_one_table_engine(TableOptions t, const MemorySystemOptions& memory, uint64_t seed, int threads);
+
 // T tables of `rows` rows (one pooled feature each) with the contender's dtype and optimizer, in
 // a MemorySystem made from `memory` (budgets, placement).
 Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference,

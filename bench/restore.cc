@@ -29,12 +29,9 @@ struct RestoreShape {
   double cache_fraction;
 };
 
-Result<Engine> make_table(const RestoreShape& s, const std::string& store, const std::string& path, uint64_t seed) {
-  Engine e;
-  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(MemorySystemOptions{}));
-  CollectionOptions co;
+Result<Engine> make_table(const RestoreShape& s, const std::string& store, const std::string& path, uint64_t seed,
+                          int threads) {
   TableOptions t;
-  t.name = "t0";
   t.num_rows = s.rows;
   t.dim = s.dim;
   t.dtype = s.dtype;
@@ -42,11 +39,7 @@ Result<Engine> make_table(const RestoreShape& s, const std::string& store, const
   t.cache.fraction = s.cache_fraction;
   t.cache.store = store;
   t.cache.store_path = path;
-  co.tables.push_back(t);
-  co.features.push_back({"f0", 0, PoolingMode::kSum});
-  co.seed = seed;
-  LEANEMB_ASSIGN_OR_RETURN(e.coll, EmbeddingCollection::create(co, e.mem.get()));
-  return e;
+  return build_one_table_engine(t, MemorySystemOptions{}, seed, threads);
 }
 
 // Pseudo-random bytes of rows [r0, r0 + n) (a function of the row, so the gate can recompute them).
@@ -136,7 +129,7 @@ Status run_restore(const BenchOptions& o, const Progress& progress, json* doc) {
   std::string source_ckpt;
   size_t stride = 0;
   {
-    LEANEMB_ASSIGN_OR_RETURN(Engine src, make_table(s, "host", "", seed));
+    LEANEMB_ASSIGN_OR_RETURN(Engine src, make_table(s, "host", "", seed, o.threads));
     stride = src.coll->layout(0).stride_bytes;
     std::vector<uint8_t> buf;
     for (int64_t r0 = 0; r0 < s.rows; r0 += kChunkRows) {
@@ -157,7 +150,7 @@ Status run_restore(const BenchOptions& o, const Progress& progress, json* doc) {
     for (int k = 0; k < 2; ++k) {
       const int which = (k + round) % 2;
       const std::string store_file = (dir / "table.rows").string();
-      LEANEMB_ASSIGN_OR_RETURN(Engine e, make_table(s, kinds[which], which ? store_file : "", seed));
+      LEANEMB_ASSIGN_OR_RETURN(Engine e, make_table(s, kinds[which], which ? store_file : "", seed, o.threads));
       auto t0 = Clock::now();
       LEANEMB_RETURN_IF_ERROR(restore(*e.coll, source_ckpt));
       t[which].restore_s.push_back(ms_since(t0) / 1e3);

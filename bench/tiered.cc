@@ -85,22 +85,13 @@ struct Run {
 };
 
 Result<Engine> make_engine(const TieredShape& s, const BenchOptions& o, const TableCacheOptions* cache) {
-  Engine e;
-  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(o.memory));
-  CollectionOptions co;
   TableOptions t;
-  t.name = "t0";
   t.num_rows = s.rows;
   t.dim = s.dim;
   t.dtype = s.dtype;
   t.optimizer = s.optimizer;
   if (cache) t.cache = *cache;
-  co.tables.push_back(t);
-  co.features.push_back({"f0", 0, PoolingMode::kSum});
-  co.seed = o.seed;
-  co.num_threads = o.threads;
-  LEANEMB_ASSIGN_OR_RETURN(e.coll, EmbeddingCollection::create(co, e.mem.get()));
-  return e;
+  return build_one_table_engine(t, o.memory, o.seed, o.threads);
 }
 
 Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<float>& grad, int64_t B,

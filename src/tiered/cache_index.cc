@@ -76,8 +76,8 @@ uint64_t CacheIndex::entry_dist(uint32_t e, size_t i) const {
   return i >= h ? i - h : i + m_ - h;
 }
 
-int32_t CacheIndex::find(int64_t row) const {
-  const uint64_t h = mix(row);
+template <typename Accept>
+int32_t CacheIndex::probe(uint64_t h, Accept&& accept) const {
   const uint32_t tag = tag_of(h);
   size_t i = home(h);
   for (uint64_t d = 0;; ++d, i = next(i)) {
@@ -87,26 +87,15 @@ int32_t CacheIndex::find(int64_t row) const {
     // home than this probe is to ours means our row is not in the map.
     const uint32_t de = (e >> dist_shift_) & dist_max_;
     if (de < d && (de < dist_max_ || entry_dist(e, i) < d)) return -1;
-    if (entry_tag(e) == tag) {
-      const int32_t s = entry_slot(e);
-      if (slot_row_[s] == row) return s;
-    }
+    if (entry_tag(e) == tag && accept(entry_slot(e))) return entry_slot(e);
   }
 }
 
-int32_t CacheIndex::first_candidate(uint64_t h) const {
-  const uint32_t tag = tag_of(h);
-  size_t i = home(h);
-  for (uint64_t d = 0;; ++d, i = next(i)) {
-    const uint32_t e = map_[i];
-    if (e == 0) return -1;
-    const uint32_t de = (e >> dist_shift_) & dist_max_;
-    if (de < d && (de < dist_max_ || entry_dist(e, i) < d)) return -1;
-    if (entry_tag(e) == tag) return entry_slot(e);
-  }
+int32_t CacheIndex::find(int64_t row) const {
+  return probe(mix(row), [&](int32_t s) { return slot_row_[s] == row; });
 }
 
-bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found) const {
+bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool check_flags) const {
   constexpr int64_t kAhead = 16, kRing = 64;  // kRing > 2 x kAhead
   uint64_t hash[kRing];
   int32_t cand[kRing];
@@ -115,12 +104,12 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found) cons
     hash[j & (kRing - 1)] = h;
     __builtin_prefetch(&map_[home(h)]);
   };
-  auto stage2 = [&](int64_t j) {  // probe, prefetch the candidate slot's row and flags
-    const int32_t c = first_candidate(hash[j & (kRing - 1)]);
+  auto stage2 = [&](int64_t j) {  // probe (first tag match, unverified), prefetch its row
+    const int32_t c = probe(hash[j & (kRing - 1)], [](int32_t) { return true; });
     cand[j & (kRing - 1)] = c;
     if (c >= 0) {
       __builtin_prefetch(&slot_row_[c]);
-      __builtin_prefetch(&flags_[c]);
+      if (check_flags) __builtin_prefetch(&flags_[c]);
     }
   };
   for (int64_t j = 0; j < std::min(n, 2 * kAhead); ++j) stage1(j);
@@ -133,7 +122,7 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found) cons
     // A candidate whose row differs is a tag collision: the full probe decides (rare).
     const int32_t s = c < 0 ? -1 : slot_row_[c] == rows[i] ? c : find(rows[i]);
     found[i] = s;
-    ready = ready && s >= 0 && !(flags_[s] & kInFlight);
+    if (check_flags) ready = ready && s >= 0 && !(flags_[s] & kInFlight);
   }
   return ready;
 }

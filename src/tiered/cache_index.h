@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/rng.h"
 #include "leanemb/embedding.h"
 
 namespace leanemb::tiered {
@@ -78,7 +79,10 @@ class CacheIndex {
   // found[i] = find(rows[i]) for i < n, pipelined: each row hashed once, its map line
   // prefetched 2 x kBatchAhead rows ahead and the slot its first tag match names kBatchAhead
   // rows ahead. Returns true if every row was found and none is in flight.
-  bool find_batch(const int64_t* rows, int64_t n, int32_t* found) const;
+  // `check_flags` false: the flags are not read (nor the return value meaningful), so the
+  // lookups may run while another thread changes flags (the map and the slots' rows change only
+  // in a fetch, under the cache's fetch mutex).
+  bool find_batch(const int64_t* rows, int64_t n, int32_t* found, bool check_flags = true) const;
 
   // ---- slots ----
   // Starts one acquire / fetch: a new tick (LFU last use) and a new mark (counting each row
@@ -113,15 +117,7 @@ class CacheIndex {
   void prefetch_victim(size_t ahead, bool bucket) const;
 
  private:
-  static uint64_t mix(int64_t row) {
-    uint64_t h = static_cast<uint64_t>(row);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-  }
+  static uint64_t mix(int64_t row) { return mix64(static_cast<uint64_t>(row)); }
   size_t home(uint64_t h) const { return static_cast<size_t>(((h >> 32) * m_) >> 32); }
   uint32_t tag_of(uint64_t h) const { return static_cast<uint32_t>(h) & tag_mask_; }
   size_t next(size_t i) const { return i + 1 == m_ ? 0 : i + 1; }
@@ -129,9 +125,10 @@ class CacheIndex {
   int32_t entry_slot(uint32_t e) const { return static_cast<int32_t>(e & slot_mask_) - 1; }
   uint32_t make_entry(uint32_t tag, int32_t slot, uint64_t dist) const;
   uint64_t entry_dist(uint32_t e, size_t i) const;  // exact (recomputed when saturated)
-  // The slot of the first entry of h's probe whose tag matches (unverified), or -1 when the
-  // row is certainly absent.
-  int32_t first_candidate(uint64_t h) const;
+  // Walks h's probe run: the slot of the first entry whose tag matches and for which
+  // accept(slot) holds, or -1 once the run shows the row is absent.
+  template <typename Accept>
+  int32_t probe(uint64_t h, Accept&& accept) const;
   void map_insert(int64_t row, int32_t s);
 
   uint64_t key(int32_t s) const {

@@ -444,12 +444,18 @@ class FailingStore : public tiered::RowStore {
   std::vector<uint8_t> present_;
 };
 
-TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
+// A FailingStore of 100 rows of make_cache's layout; *raw points to it.
+std::unique_ptr<tiered::RowStore> failing_store(FailingStore** raw) {
   OptimizerOptions opt;
-  const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
-  auto owned = std::make_unique<FailingStore>(100, stride);
-  FailingStore* store = owned.get();
-  Fixture f = make_cache(100, 2, CachePolicy::kLru, std::move(owned));
+  auto owned = std::make_unique<FailingStore>(100, make_row_layout(4, DType::kF32, opt).value().stride_bytes);
+  *raw = owned.get();
+  return owned;
+}
+
+TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
+  FailingStore* store = nullptr;
+  Fixture f = make_cache(100, 2, CachePolicy::kLru, failing_store(&store));
+  const size_t stride = f.layout.stride_bytes;
   std::vector<int64_t> slots(2);
   ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{1, 2}, slots.data(), tiered::PinSet::kStep).ok());
   const float v[2] = {11.0f, 22.0f};
@@ -481,11 +487,9 @@ TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
 // A bulk write (a restore) gives the resident rows of its range the same bytes, clean; a failed
 // one leaves them as they were and dirty, so their bytes go back to the store on eviction.
 TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
-  OptimizerOptions opt;
-  const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
-  auto owned = std::make_unique<FailingStore>(100, stride);
-  FailingStore* store = owned.get();
-  Fixture f = make_cache(100, 10, CachePolicy::kLru, std::move(owned));
+  FailingStore* store = nullptr;
+  Fixture f = make_cache(100, 10, CachePolicy::kLru, failing_store(&store));
+  const size_t stride = f.layout.stride_bytes;
   auto first_float = [&](int64_t row) {
     std::vector<uint8_t> fat(stride);
     EXPECT_TRUE(f.cache->read_row(row, fat.data()).ok());

@@ -142,15 +142,15 @@ void RowCache::mark_dirty(std::span<const int64_t> slots) {
 
 // found[i] = the slot of rows[i] or -1; true if every row is resident and not in flight. The
 // lookups only read the index: in parallel for large calls, each thread pipelining its share.
-bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_threads) const {
+bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags) const {
   const int64_t n = static_cast<int64_t>(rows.size());
   const int threads = n >= 16384 ? std::max(1, num_threads) : 1;
-  if (threads == 1) return index_.find_batch(rows.data(), n, found);
+  if (threads == 1) return index_.find_batch(rows.data(), n, found, check_flags);
   int missing = 0;
 #pragma omp parallel for num_threads(threads) reduction(| : missing) schedule(static, 1)
   for (int t = 0; t < threads; ++t) {
     const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-    missing |= index_.find_batch(rows.data() + b, e - b, found + b) ? 0 : 1;
+    missing |= index_.find_batch(rows.data() + b, e - b, found + b, check_flags) ? 0 : 1;
   }
   return !missing;
 }
@@ -211,10 +211,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
   CacheIndex& ix = index_;
   Plan& plan = *plan_;
   const uint32_t tick = ix.begin_call();
-  // Pass 1: lookups only (in parallel on the owner's thread).
-  plan.found.resize(rows.size());
-  int32_t* found = plan.found.data();
-  (void)lookup(rows, found, prefetching ? 1 : options_.num_threads);
+  int32_t* found = plan.found.data();  // pass 1's lookups (fetch(), before taking mu_)
   // Pass 2: the hits are counted and pinned, all of them before any victim is chosen, so that
   // no miss can evict a row this call still needs.
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -271,6 +268,11 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   Plan& plan = *plan_;
   plan.fresh.clear();
   plan.victims.clear();
+  // Pass 1, without mu_ (the step's thread keeps pinning and releasing meanwhile): lookups
+  // read only the map and the slots' rows, which change only in a fetch, and this thread holds
+  // fetch_mu_. In parallel on the owner's thread.
+  plan.found.resize(rows.size());
+  (void)lookup(rows, plan.found.data(), prefetching ? 1 : options_.num_threads, /*check_flags=*/false);
   {
     std::lock_guard<std::mutex> l(mu_);
     LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch));

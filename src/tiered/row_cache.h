@@ -134,7 +134,7 @@ class RowCache {
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   void rollback_locked(PinSet set, bool restore_victims);
-  bool lookup(std::span<const int64_t> rows, int32_t* found, int num_threads) const;
+  bool lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags = true) const;
   void pin_locked(int32_t slot, PinSet set);
   // Calls f(row, slot) for each resident row in [begin, begin + count). Under mu_, with no
   // fetch in flight (fetch_mu_ held).
