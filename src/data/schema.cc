@@ -53,7 +53,7 @@ Status validate_schema(const DataSchema& s) {
     return invalid_argument("schema: sparse holds " + std::to_string(s.sparse.size()) + " features, num_sparse is " +
                             std::to_string(s.num_sparse));
   for (size_t f = 0; f < s.sparse.size(); ++f) {
-    if (s.id_mode == IdMode::kModulo && s.sparse[f].num_rows <= 0)
+    if (s.id_mode == IdMode::kModulo && !s.sparse[f].raw_ids && s.sparse[f].num_rows <= 0)
       return invalid_argument("schema: sparse feature " + std::to_string(f) + " needs num_rows > 0 (got " +
                               std::to_string(s.sparse[f].num_rows) + ")");
     if (s.sparse[f].max_len < 0)
@@ -71,6 +71,10 @@ IdMapper::IdMapper(const DataSchema& schema) : raw_(schema.id_mode == IdMode::kR
   if (raw_) return;
   for (const SparseFeatureSchema& f : schema.sparse) {
     Divisor d;
+    if (f.raw_ids) {
+      divisors_.push_back(Divisor{0, 0});
+      continue;
+    }
     d.rows = static_cast<uint64_t>(f.num_rows);
     d.m = ~static_cast<unsigned __int128>(0) / d.rows + 1;  // rows = 1 wraps to 0: every id is 0
     divisors_.push_back(d);

@@ -43,6 +43,9 @@ struct SparseFeatureSchema {
   // Keep the first max_len values of a multi-hot field, drop the rest (counted in
   // DataStats::truncated_values). 0 = no limit.
   int64_t max_len = 0;
+  // The feature's ids are the 64 hash bits (as IdMode::kRaw) whatever the schema's id_mode: the
+  // feature looks up a dynamic table. num_rows is then ignored.
+  bool raw_ids = false;
 };
 
 struct DataSchema {
@@ -91,6 +94,7 @@ class IdMapper {
   int64_t operator()(size_t feature, uint64_t hash) const {
     if (raw_) return static_cast<int64_t>(hash);
     const Divisor& d = divisors_[feature];
+    if (d.rows == 0) return static_cast<int64_t>(hash);  // SparseFeatureSchema::raw_ids
     const unsigned __int128 low = d.m * hash;  // fraction bits of hash / rows, mod 2^128
     const unsigned __int128 bottom = (static_cast<unsigned __int128>(static_cast<uint64_t>(low)) * d.rows) >> 64;
     const unsigned __int128 top = static_cast<unsigned __int128>(static_cast<uint64_t>(low >> 64)) * d.rows;
@@ -100,7 +104,7 @@ class IdMapper {
  private:
   struct Divisor {
     unsigned __int128 m = 0;  // ceil(2^128 / rows) mod 2^128
-    uint64_t rows = 1;
+    uint64_t rows = 1;  // 0: raw ids
   };
   bool raw_ = false;
   std::vector<Divisor> divisors_;

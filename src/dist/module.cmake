@@ -8,6 +8,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shard_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
@@ -46,6 +47,9 @@ endif()
 
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(dist_test ${CMAKE_CURRENT_LIST_DIR}/dist_test.cc ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_test.cc)
+  # The table stack: every residency x id mapping x world size x pooling x dtype combination
+  # against one resident table in one process.
+  leanemb_add_test(stack_matrix_test ${CMAKE_CURRENT_LIST_DIR}/stack_matrix_test.cc)
   # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
   leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
   # Training digest: a plain trainer checkpoint and a sharded one of the same state agree.

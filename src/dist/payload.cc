@@ -8,7 +8,7 @@
 
 #include "core/half.h"
 
-namespace leanemb::dist {
+namespace leanemb {
 
 std::string_view payload_dtype_name(PayloadDType t) {
   switch (t) {
@@ -27,6 +27,10 @@ Result<PayloadDType> parse_payload_dtype(std::string_view s) {
   if (s == "int8") return PayloadDType::kInt8;
   return invalid_argument("dist: unknown payload dtype '" + std::string(s) + "' (expected fp32, bf16, fp16 or int8)");
 }
+
+}  // namespace leanemb
+
+namespace leanemb::dist {
 
 size_t payload_bytes_per_row(PayloadDType t, int64_t dim) {
   const auto d = static_cast<size_t>(dim);

@@ -28,12 +28,14 @@
 #include <string_view>
 
 #include "leanemb/status.h"
+#include "leanemb/tables.h"
 
 namespace leanemb::dist {
 
-enum class PayloadDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
-std::string_view payload_dtype_name(PayloadDType t);           // "fp32" | "bf16" | "fp16" | "int8"
-Result<PayloadDType> parse_payload_dtype(std::string_view s);  // errors: InvalidArgument
+// The enum is part of the public table interface (leanemb/tables.h).
+using ::leanemb::parse_payload_dtype;
+using ::leanemb::payload_dtype_name;
+using ::leanemb::PayloadDType;
 
 // Encoded bytes of one row of `dim` values. REQUIRES: dim >= 0.
 size_t payload_bytes_per_row(PayloadDType t, int64_t dim);

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <string>
 
-namespace leanemb::dist {
+namespace leanemb {
 
 std::string_view sharding_kind_name(ShardingKind k) {
   switch (k) {
@@ -21,6 +21,10 @@ Result<ShardingKind> parse_sharding_kind(std::string_view s) {
   if (s == "row_range") return ShardingKind::kRowRange;
   return invalid_argument("dist: unknown sharding '" + std::string(s) + "' (expected table, row_modulo or row_range)");
 }
+
+}  // namespace leanemb
+
+namespace leanemb::dist {
 
 Result<ShardPlan> ShardPlan::create(const ShardPlanOptions& options) {
   const int p = options.world_size;

@@ -20,14 +20,15 @@
 #include <vector>
 
 #include "leanemb/status.h"
+#include "leanemb/tables.h"
 
 namespace leanemb::dist {
 
-enum class ShardingKind : uint8_t { kTableWise, kRowModulo, kRowRange };
-std::string_view sharding_kind_name(ShardingKind k);           // "table" | "row_modulo" | "row_range"
-Result<ShardingKind> parse_sharding_kind(std::string_view s);  // errors: InvalidArgument
-
-enum class TableAssign : uint8_t { kRoundRobin, kBySize };
+// The enums are part of the public table interface (leanemb/tables.h).
+using ::leanemb::parse_sharding_kind;
+using ::leanemb::sharding_kind_name;
+using ::leanemb::ShardingKind;
+using ::leanemb::TableAssign;
 
 struct TableShardSpec {
   int64_t num_rows = 0;  // rows of the table, >= 1

@@ -13,6 +13,8 @@
 
 #include <xxhash.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,8 @@
 #include "ckpt/format.h"
 #include "ckpt/xxh128_stream.h"
 #include "dist/digest_internal.h"
+#include "dist/local_comm.h"
+#include "dist/sharded_collection.h"
 
 namespace leanemb::dist {
 
@@ -261,6 +265,51 @@ using digest_internal::add_rows;
 using digest_internal::finish_digest;
 using digest_internal::table_seed;
 
+// The rows of this process as the checkpoint code sees them, for any EmbeddingTables: a sharded
+// collection's communicator, plan and local collection, or for a local collection a world of
+// one rank and the plan of one rank (every row local, global row = local row).
+class ShardView {
+ public:
+  static Result<ShardView> of(EmbeddingTables& tables) {
+    ShardView v;
+    if (auto* sh = dynamic_cast<ShardedEmbeddingCollection*>(&tables)) {
+      v.comm_ = sh->communicator();
+      v.plan_ = &sh->plan();
+      v.local_ = &sh->local();
+      return v;
+    }
+    auto* local = dynamic_cast<EmbeddingCollection*>(&tables);
+    if (local == nullptr) return invalid_argument("dist: checkpoints need a local or sharded collection");
+    LEANEMB_ASSIGN_OR_RETURN(v.world_, LocalWorld::create(1, CommOptions{}));
+    LEANEMB_ASSIGN_OR_RETURN(v.own_comm_, v.world_->communicator(0));
+    v.comm_ = v.own_comm_.get();
+    ShardPlanOptions po;
+    for (const TableOptions& t : local->options().tables)
+      po.tables.push_back({t.num_rows, std::max<int64_t>(t.dim, 1), t.dynamic.enabled ? ShardingKind::kRowRange : ShardingKind::kRowModulo, -1});
+    LEANEMB_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::create(po));
+    v.own_plan_ = std::make_shared<ShardPlan>(std::move(plan));
+    v.plan_ = v.own_plan_.get();
+    v.local_ = local;
+    return v;
+  }
+  Communicator& communicator() const { return *comm_; }
+  const ShardPlan& plan() const { return *plan_; }
+  EmbeddingCollection& local() const { return *local_; }
+  int64_t step() const { return local_->step(); }
+
+ private:
+  std::shared_ptr<LocalWorld> world_;
+  std::shared_ptr<Communicator> own_comm_;
+  std::shared_ptr<ShardPlan> own_plan_;
+  Communicator* comm_ = nullptr;
+  const ShardPlan* plan_ = nullptr;
+  EmbeddingCollection* local_ = nullptr;
+};
+
+// A dynamic table's id partition `g` (global index) in a shard: blob "dyn/<table>/<g>" (the
+// partition's IdMap state; its rows are rows of the shard's table like any other).
+std::string dynamic_blob(const std::string& table, uint32_t g) { return "dyn/" + table + "/" + std::to_string(g); }
+
 // ---- shards -------------------------------------------------------------------------------------
 
 struct WrittenShard {
@@ -269,7 +318,7 @@ struct WrittenShard {
   uint64_t manifest_hash = 0;
 };
 
-Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, ShardedEmbeddingCollection& coll,
+Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, const ShardView& coll,
                                  const ShardedSaveOptions& o) {
   Communicator& comm = coll.communicator();
   const ShardPlan& plan = coll.plan();
@@ -305,6 +354,13 @@ Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, Shard
       rows.resize(static_cast<size_t>(c) * stride);
       LEANEMB_RETURN_IF_ERROR(local.read_raw_rows(t, l0, c, rows));
       LEANEMB_RETURN_IF_ERROR(w->append_rows(name, l0, rows));
+    }
+    const TableOptions& to = local.options().tables[static_cast<size_t>(t)];
+    if (!to.dynamic.enabled) continue;
+    const uint32_t held = to.shard.held_partitions ? to.shard.held_partitions : to.dynamic.partitions;
+    for (uint32_t k = 0; k < held; ++k) {
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> state, local.save_dynamic_partition(t, k));
+      LEANEMB_RETURN_IF_ERROR(w->add_blob(dynamic_blob(to.name, to.shard.first_partition + k), state));
     }
   }
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
@@ -421,8 +477,9 @@ void prune_shards(const std::string& out_dir, int64_t step, int p, ckpt::Env* en
 
 // ---- save -------------------------------------------------------------------------------------
 
-Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int64_t step, ShardedEmbeddingCollection& coll,
+Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int64_t step, EmbeddingTables& tables,
                                                 std::span<const ShardedBlob> blobs, const ShardedSaveOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView coll, ShardView::of(tables));
   Communicator& comm = coll.communicator();
   const std::string what = "dist: sharded checkpoint step " + std::to_string(step) + " in '" + out_dir + "'";
   // Arguments are checked on every rank alike (same arguments everywhere), before any collective.
@@ -559,6 +616,30 @@ Status copy_rows(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::
   return Status();
 }
 
+// The IdMap states of the dynamic partitions this rank holds, from the shards that saved them
+// (shard s of a world of P_s held partitions [s * G / P_s, (s + 1) * G / P_s)).
+Status copy_dynamic(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& shards,
+                    EmbeddingCollection& local) {
+  for (int t = 0; t < local.num_tables(); ++t) {
+    const TableOptions& to = local.options().tables[static_cast<size_t>(t)];
+    if (!to.dynamic.enabled) continue;
+    const uint32_t G = to.dynamic.partitions, held = to.shard.held_partitions ? to.shard.held_partitions : G;
+    for (uint32_t k = 0; k < held; ++k) {
+      const uint32_t part = to.shard.first_partition + k;
+      const auto s = static_cast<size_t>(static_cast<int64_t>(part) * g.layout.world_size / G);
+      if (s >= shards.size() || !shards[s]) return internal_error("dynamic table '" + to.name + "': shard " + std::to_string(s) + " not open");
+      auto bytes = shards[s]->read_blob(dynamic_blob(to.name, part));
+      if (!bytes.ok()) {
+        return Status(bytes.status().code(), "dynamic table '" + to.name + "': partition " + std::to_string(part) + " of " +
+                                                 std::to_string(G) + " is not in shard " + std::to_string(s) +
+                                                 " (were dynamic.partitions changed?): " + bytes.status().message());
+      }
+      LEANEMB_RETURN_IF_ERROR(local.load_dynamic_partition(t, k, bytes.value()));
+    }
+  }
+  return Status();
+}
+
 // InvalidArgument naming the first difference between the saved tables and the collection's.
 Status check_tables(const Layout& saved, const EmbeddingCollection& local, const ShardPlan& plan, const std::string& where) {
   if (saved.tables.size() != static_cast<size_t>(local.num_tables()))
@@ -585,8 +666,9 @@ Status check_tables(const Layout& saved, const EmbeddingCollection& local, const
 
 }  // namespace
 
-Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, ShardedEmbeddingCollection& coll,
+Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, EmbeddingTables& tables,
                                                 const ShardedLoadOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView coll, ShardView::of(tables));
   Communicator& comm = coll.communicator();
   const std::string what = "dist: loading sharded checkpoint '" + global_dir + "'";
   const int rank = comm.rank();
@@ -599,6 +681,8 @@ Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, S
     LEANEMB_RETURN_IF_ERROR(check_tables(g.layout, coll.local(), coll.plan(), "tables do not match"));
     shards.resize(static_cast<size_t>(g.layout.world_size));
     for (int s = 0; s < g.layout.world_size; ++s) {
+      // Every shard may hold a dynamic table's partitions this rank needs; the others only if
+      // their rows overlap this rank's.
       bool needed = false;
       for (size_t t = 0; t < g.layout.tables.size() && !needed; ++t)
         needed = g.plan.local_num_rows(static_cast<int>(t), s) > 0 && coll.plan().local_num_rows(static_cast<int>(t), rank) > 0;
@@ -614,6 +698,7 @@ Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, S
   info.collection_step = g.layout.collection_step;
   info.saved_world_size = g.layout.world_size;
   Status copied = copy_rows(g, shards, coll.plan(), rank, coll.local(), options.chunk_rows, &info.rows_loaded);
+  if (copied.ok()) copied = copy_dynamic(g, shards, coll.local());
   if (copied.ok()) coll.local().set_step(g.layout.collection_step);
   LEANEMB_RETURN_IF_ERROR(agree(comm, copied, what));
   return info;
@@ -648,7 +733,8 @@ Result<std::string> collection_digest(const EmbeddingCollection& coll) {
   return finish_digest(coll.step(), tables, sums);
 }
 
-Result<std::string> sharded_collection_digest(ShardedEmbeddingCollection& coll) {
+Result<std::string> sharded_collection_digest(EmbeddingTables& collection) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView coll, ShardView::of(collection));
   Communicator& comm = coll.communicator();
   const EmbeddingCollection& local = coll.local();
   const ShardPlan& plan = coll.plan();
@@ -702,6 +788,137 @@ Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckp
     }
   }
   return finish_digest(g.layout.collection_step, g.layout.tables, sums);
+}
+
+}  // namespace leanemb::dist
+
+// ---- any collection: one entry point for both formats ------------------------------------------
+
+namespace leanemb::dist {
+
+namespace {
+
+constexpr char kPlainPrefix[] = "emb/";
+
+std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
+  const std::string s = j.dump();
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows) {
+  std::vector<uint8_t> rows;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const RowLayout& l = emb.layout(t);
+    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+    const nlohmann::json meta = {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
+                                 {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
+                                 {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
+                                 {"stride_bytes", l.stride_bytes}};
+    const std::string name = kPlainPrefix + to.name;
+    LEANEMB_RETURN_IF_ERROR(w.add_table(name, l.stride_bytes, to.num_rows, json_bytes(meta)));
+    for (int64_t r0 = 0; r0 < to.num_rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, to.num_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, r0, n, rows));
+      LEANEMB_RETURN_IF_ERROR(w.append_rows(name, r0, rows));
+    }
+    if (!to.dynamic.enabled) continue;
+    for (uint32_t g = 0; g < to.dynamic.partitions; ++g) {
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> state, emb.save_dynamic_partition(t, g));
+      LEANEMB_RETURN_IF_ERROR(w.add_blob(dynamic_blob(to.name, g), state));
+    }
+  }
+  return Status();
+}
+
+// The tables "emb/<name>" (and dynamic partitions) of a plain checkpoint into `tables`, local or
+// sharded: rows go through the global-row writer (each rank keeps the rows it owns).
+Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
+  std::vector<uint8_t> rows;
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    const RowLayout& l = tables.layout(t);
+    const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
+    const std::string name = kPlainPrefix + to.name;
+    const ckpt::EntryInfo* e = r.find(name);
+    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != to.num_rows)
+      return invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)");
+    for (int64_t r0 = 0; r0 < to.num_rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, to.num_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, rows));
+      LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, r0, n, rows));
+    }
+    if (!to.dynamic.enabled) continue;
+    const TableOptions& mine = view.local().options().tables[static_cast<size_t>(t)];
+    const uint32_t held = mine.shard.held_partitions ? mine.shard.held_partitions : mine.dynamic.partitions;
+    for (uint32_t k = 0; k < held; ++k) {
+      const uint32_t g = mine.shard.first_partition + k;
+      auto state = r.read_blob(dynamic_blob(to.name, g));
+      if (!state.ok())
+        return Status(state.status().code(), "dynamic table '" + to.name + "': partition " + std::to_string(g) +
+                                                 " missing (were dynamic.partitions changed?): " + state.status().message());
+      LEANEMB_RETURN_IF_ERROR(view.local().load_dynamic_partition(t, k, state.value()));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_t step, EmbeddingTables& tables,
+                                              std::span<const ShardedBlob> blobs, const TablesSaveOptions& options) {
+  TablesSaveInfo info;
+  if (tables.communicator() != nullptr) {
+    ShardedSaveOptions so;
+    so.env = options.env;
+    so.block_bytes = options.block_bytes;
+    so.keep_last = options.keep_last;
+    so.chunk_rows = options.chunk_rows;
+    LEANEMB_ASSIGN_OR_RETURN(ShardedSaveInfo s, save_sharded_checkpoint(out_dir, step, tables, blobs, so));
+    info.path = s.global_dir;
+    info.warnings = s.warnings;
+    return info;
+  }
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(tables));
+  ckpt::WriterOptions wo;
+  wo.env = options.env;
+  wo.block_bytes = options.block_bytes;
+  wo.keep_last = options.keep_last;
+  LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
+  for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
+  LEANEMB_RETURN_IF_ERROR(write_plain(*w, view.local(), options.chunk_rows));
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
+  info.path = ci.path;
+  info.warnings = ci.warnings;
+  return info;
+}
+
+bool is_sharded_checkpoint(const ckpt::CheckpointReader& r) { return r.find(kLayoutBlob) != nullptr; }
+
+Result<ckpt::LatestCheckpoint> find_latest_tables_checkpoint(const std::string& out_dir, const ckpt::FindOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::LatestCheckpoint latest, ckpt::find_latest_complete(out_dir, options));
+  auto r = ckpt::CheckpointReader::open(latest.ref.path, options.env);
+  if (!r.ok() || !is_sharded_checkpoint(*r.value())) return latest;
+  // A global manifest is complete only with every shard it names.
+  return find_latest_complete_sharded(out_dir, options);
+}
+
+Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables, const TablesLoadOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(tables));
+  Communicator& comm = view.communicator();
+  auto opened = ckpt::CheckpointReader::open(dir, options.env);
+  LEANEMB_RETURN_IF_ERROR(agree(comm, opened.status(), "loading tables from '" + dir + "'"));
+  if (is_sharded_checkpoint(*opened.value())) {
+    ShardedLoadOptions lo;
+    lo.env = options.env;
+    lo.chunk_rows = options.chunk_rows;
+    LEANEMB_ASSIGN_OR_RETURN(ShardedLoadInfo li, load_sharded_checkpoint(dir, tables, lo));
+    return li.collection_step;
+  }
+  Status st = read_plain(*opened.value(), tables, view, options.chunk_rows);
+  LEANEMB_RETURN_IF_ERROR(agree(comm, st, "loading tables from '" + dir + "'"));
+  if (options.collection_step >= 0) tables.set_step(options.collection_step);
+  return options.collection_step;
 }
 
 }  // namespace leanemb::dist

@@ -1,4 +1,5 @@
-// Sharded checkpoints of a ShardedEmbeddingCollection: crash-safe, loadable at any world size
+// Sharded checkpoints of any EmbeddingTables (a sharded collection; a local one is a world of one
+// rank): crash-safe, loadable at any world size
 // (resharding), with a digest that does not depend on the shard count. Layout and protocol in
 // docs/dist.md ("Sharded checkpoints") and docs/formats/checkpoint.md.
 //
@@ -74,7 +75,7 @@ struct ShardedSaveInfo {
 // like a shard write of rank 0), the checkpoint writer's errors (IoError, ResourceExhausted,
 // ...; the other ranks get IoError naming the failed ranks), Internal (a collective failed).
 Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int64_t step,
-                                                ShardedEmbeddingCollection& coll,
+                                                EmbeddingTables& coll,
                                                 std::span<const ShardedBlob> blobs = {},
                                                 const ShardedSaveOptions& options = {});
 
@@ -108,7 +109,7 @@ struct ShardedLoadInfo {
 // collection's rows are a mix of old and loaded rows: load again or recreate it.
 // Errors: InvalidArgument (tables differ, with the difference), NotFound / DataLoss (missing
 // or corrupt files), IoError, Internal (a collective failed).
-Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, ShardedEmbeddingCollection& coll,
+Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, EmbeddingTables& coll,
                                                 const ShardedLoadOptions& options = {});
 
 // Embedding digest, 32 hex digits, equal for the same rows whatever the shard count:
@@ -118,9 +119,50 @@ Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, S
 // the sharding) irrelevant while each row stays bound to its global row id.
 Result<std::string> collection_digest(const EmbeddingCollection& coll);
 // Collective: each rank sums its own rows, the sums are all-reduced; every rank gets the digest.
-Result<std::string> sharded_collection_digest(ShardedEmbeddingCollection& coll);
+Result<std::string> sharded_collection_digest(EmbeddingTables& coll);
 // From a global checkpoint on disk (reads every shard; no communicator). Equal to
 // collection_digest / sharded_collection_digest of the collection that was saved.
 Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckpt::Env* env = nullptr);
+
+// ---- any collection, either format ----------------------------------------------------------
+// A local collection writes a plain checkpoint (one directory: tables "emb/<name>" of global
+// rows, dynamic partitions as blobs "dyn/<name>/<g>", the caller's blobs); a sharded one writes
+// the sharded checkpoint above. Loading takes either format at any world size.
+
+struct TablesSaveOptions {
+  ckpt::Env* env = nullptr;
+  uint32_t block_bytes = 1u << 20;
+  int keep_last = 3;          // as WriterOptions::keep_last
+  int64_t chunk_rows = 65536;  // rows copied per call
+};
+
+struct TablesSaveInfo {
+  std::string path;                   // <out_dir>/checkpoints/step-<N> (the global directory)
+  std::vector<std::string> warnings;  // cleanup failures (the commit stands)
+};
+
+// Collective for a sharded collection (only rank 0's blobs are written). Errors: the writers'.
+Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_t step, EmbeddingTables& tables,
+                                              std::span<const ShardedBlob> blobs = {}, const TablesSaveOptions& options = {});
+
+// True if `r` is the global directory of a sharded checkpoint.
+bool is_sharded_checkpoint(const ckpt::CheckpointReader& r);
+
+// The newest complete checkpoint of either format under <out_dir>/checkpoints (a sharded one
+// counts only with every shard). Errors: NotFound, IoError.
+Result<ckpt::LatestCheckpoint> find_latest_tables_checkpoint(const std::string& out_dir, const ckpt::FindOptions& options = {});
+
+struct TablesLoadOptions {
+  ckpt::Env* env = nullptr;
+  int64_t chunk_rows = 65536;
+  // Plain checkpoints do not record the collection's step counter (the caller's blobs do): the
+  // step to set (< 0: leave it). Sharded checkpoints set their recorded one.
+  int64_t collection_step = -1;
+};
+
+// Loads rows, dynamic partitions and the step counter of checkpoint `dir` into `tables`.
+// Collective. Returns the collection step set. Errors: InvalidArgument (tables differ),
+// NotFound / DataLoss (missing or corrupt files), IoError; every rank fails if one does.
+Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables, const TablesLoadOptions& options = {});
 
 }  // namespace leanemb::dist

@@ -38,8 +38,8 @@ CollectionOptions global_options(OptimizerKind kind, int64_t dim_a = 8) {
   opt.kind = kind;
   opt.learning_rate = 0.05f;
   opt.eps = 1e-6f;
-  o.tables = {TableOptions{"a", 37, dim_a, DType::kF32, opt, {}, false, {}, {}},
-              TableOptions{"b", 11, 5, DType::kF32, opt, {}, false, {}, {}}};
+  o.tables = {TableOptions{"a", 37, dim_a, DType::kF32, opt, {}, false, {}, {}, {}},
+              TableOptions{"b", 11, 5, DType::kF32, opt, {}, false, {}, {}, {}}};
   o.features = {FeatureOptions{"a_sum", 0, PoolingMode::kSum}, FeatureOptions{"a_mean", 0, PoolingMode::kMean},
                 FeatureOptions{"b_weighted", 1, PoolingMode::kSum}};
   o.seed = 11;
@@ -105,7 +105,7 @@ std::unique_ptr<EmbeddingCollection> train_reference(const CollectionOptions& o,
 
 // Trains steps [s0, s1) of the global batches on rank comm.rank()'s even slice.
 Status train_sharded(ShardedEmbeddingCollection& sc, const CollectionOptions& o, int s0, int s1) {
-  const int p = sc.communicator().size(), r = sc.communicator().rank();
+  const int p = sc.communicator()->size(), r = sc.communicator()->rank();
   const int64_t b0 = kGlobalBags * r / p, b1 = kGlobalBags * (r + 1) / p, ldo = sc.pooled_dim();
   for (int s = s0; s < s1; ++s) {
     const OwnedBatch mine = slice(global_batch(s, o), b0, b1);
@@ -121,7 +121,7 @@ Status train_sharded(ShardedEmbeddingCollection& sc, const CollectionOptions& o,
 
 // This rank's rows (weights and state bytes) equal the reference's rows of the same global ids.
 Status check_rows(const ShardedEmbeddingCollection& sc, const EmbeddingCollection& ref) {
-  const int r = sc.communicator().rank();
+  const int r = sc.communicator()->rank();
   for (int t = 0; t < ref.num_tables(); ++t) {
     const size_t stride = ref.layout(t).stride_bytes;
     std::vector<uint8_t> got(stride), want(stride);

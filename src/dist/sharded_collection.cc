@@ -1,23 +1,29 @@
 // ShardedEmbeddingCollection: routing of ids, rows and gradients between ranks.
 //
 // Invariants that make the results equal to a single process (see the header):
-// - A requester lists its ids per owner in (feature, bag, position) order; an owner serves the
-//   requests of ranks 0..P-1 in rank order and answers each in its request order. So the
-//   requester can take the rows of each owner with one cursor per (owner, feature).
-// - The local collection has the global features first, all pooled features turned into kSum
-//   (per-id weights carry the exact scales of the single-process backward), then one kNone
-//   "rows" feature per table that the forward uses to read rows. Its pooled_dim and
-//   pooled_offset() therefore equal the global ones.
+// - A requester lists its ids per owner in (feature, bag, position) order; an owner looks the
+//   requests up per table in (feature, requester 0..P-1) order (the order of the concatenated
+//   global batch) and answers each requester in its request order. So the requester can take
+//   the rows of each owner with one cursor per (owner, feature).
+// - The local collection has the global features first, all turned into kSum (per-id weights
+//   carry the exact scales of the single-process backward; a sequence feature's positions are
+//   bags of one id), then one kNone "rows" feature per table that the forward uses to read
+//   rows. Its pooled_dim therefore counts the sequence features too: the global pooled layout
+//   (global_offset, global_pooled_dim) is kept separately.
 // - The backward's local batch lists, per feature, the bags of rank 0, then rank 1, ..., each
 //   with its owned ids in their original order; the local dedup is a stable sort by row, so
 //   every row's contributions are summed in the order of the concatenated global batch.
+// - The local collection keys initialization and stochastic rounding by the global row (raw id
+//   for dynamic tables; TableShardOptions), so its rows are the single-process rows.
 //
 // Wire formats (little-endian host bytes; all ranks run the same build):
-//   forward request  to owner o:  int64 [F] ids per feature, [n] local rows (uint32 when every
-//                                 rank's tables have < 2^32 rows, else int64: id_bytes)
+//   forward request  to owner o:  int64 [F] ids per feature, [n] ids for the owner: local rows
+//                                 of hashed tables, raw ids of dynamic ones (uint32 when every
+//                                 rank's hashed tables have < 2^32 rows and no table is
+//                                 dynamic, else int64: id_bytes)
 //   forward reply    to requester: per feature, its rows encoded in forward_payload
 //   backward         to owner o:  int64 [F] bags per feature, int64 [F] scaled flags,
-//                                 uint32 [M] ids per bag, [N] local rows (id_bytes), fp32
+//                                 uint32 [M] ids per bag, [N] ids for the owner (id_bytes), fp32
 //                                 scales of the ids of scaled features only (kMean or per-id
 //                                 weights; the others' scales are exactly 1), then per feature
 //                                 its bags' gradients encoded in backward_payload
@@ -31,7 +37,8 @@
 #include <string>
 
 #include "memory/accounted_resource.h"
-#include "table/collection_impl.h"  // init_row: the single-process initial bytes of a row
+#include "kernels/kernels.h"
+#include "table/batch_check.h"
 
 namespace leanemb::dist {
 
@@ -122,6 +129,7 @@ bool all_finite(std::span<const float> v) {
 struct ShardedEmbeddingCollection::Impl {
   ShardedCollectionOptions options;
   Communicator* comm = nullptr;
+  Allocator* alloc = nullptr;  // filtered batches (BoundsCheckMode::kSkip), row-access scratch
   ShardPlan plan = std::move(ShardPlan::create({}).value());
   std::unique_ptr<EmbeddingCollection> local;
   int num_features = 0;                // F
@@ -129,28 +137,44 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<int> feature_table;      // [F]
   std::vector<int64_t> feature_dim;    // [F]
   std::vector<PoolingMode> pooling;    // [F] global pooling
+  std::vector<int64_t> global_offset;  // [F] column in the global pooled output (-1: sequence)
+  int64_t global_pooled_dim = 0;
+  std::vector<uint32_t> partitions;    // [T] dynamic tables' id partitions (0: hashed table)
+  std::vector<table_internal::FeatureMeta> meta;  // [F] the global features, for check_batch
   ShardedStepStats stats;
   ShardedTotals totals;
-  size_t id_bytes = 8;  // local rows on the wire: 4 when every rank's tables have < 2^32 rows
+  size_t id_bytes = 8;  // ids for the owner on the wire (see the wire formats)
 
-  Status validate(const SparseBatch& batch, size_t pooled_size, const char* what) const;
+  bool is_seq(size_t f) const { return pooling[f] == PoolingMode::kNone; }
+  int owner(int t, int64_t id) const {
+    const auto ts = static_cast<size_t>(t);
+    if (partitions[ts] == 0) return plan.owner(t, id);
+    return static_cast<int>(static_cast<int64_t>(dynamic_partition(id, partitions[ts])) * comm->size() / partitions[ts]);
+  }
+  // What the owner gets for id: its local row, or the raw id of a dynamic table.
+  int64_t owner_id(int t, int64_t id) const { return partitions[static_cast<size_t>(t)] ? id : plan.local_row(t, id); }
+
+  Status check(const SparseBatch& batch, table_internal::CheckedBatch* cb) const {
+    return table_internal::check_batch(batch, meta, options.collection.bounds_check, alloc, cb);
+  }
+  Status check_outputs(const SparseBatch& b, size_t pooled_size, std::span<const size_t> seq_sizes, const char* what) const;
   // Every rank learns which ranks failed; returns this rank's own error, an error naming the
   // failed ranks, or OK. extra: flags all-reduced along (max) and returned.
   Status agree(const Status& mine, const char* what, std::vector<int64_t>* extra = nullptr);
-  Status init_rows();
   uint64_t bytes_sent() const { return comm->stats().bytes_sent; }
 
   // forward: what this rank asks each owner for.
   struct Requests {
     explicit Requests(std::pmr::memory_resource* r) : per_owner(r), owner_of(r) {}
-    PVec<PVec<int64_t>> per_owner;  // [P]: [F] counts, then local rows
+    PVec<PVec<int64_t>> per_owner;  // [P]: [F] counts, then ids for the owner
     PVec<PVec<int>> owner_of;       // [F][nnz_f] owner of each id
   };
   // forward: what this rank serves.
   struct Served {
     explicit Served(std::pmr::memory_resource* r) : table_rows(r) {}
     std::vector<std::vector<int64_t>> counts;    // [P][F] rows rank q asked for, per feature
-    PVec<PVec<float>> table_rows;                // [T][n_t * dim] rows read, requesters in rank order
+    std::vector<std::vector<size_t>> first;      // [P][F] row of (q, f)'s block in its table's rows
+    PVec<PVec<float>> table_rows;                // [T][n_t * dim] rows read, (feature, requester) order
     int64_t rows = 0;
   };
   // backward: the gradients between one requester and one owner.
@@ -159,7 +183,7 @@ struct ShardedEmbeddingCollection::Impl {
     std::vector<int64_t> bags;              // [F] bags per feature
     std::vector<int64_t> scaled;            // [F] 1: the feature's ids carry scales (kMean, weights)
     PVec<int64_t> counts;                   // [M] ids per bag
-    PVec<int64_t> rows;                     // [N] local rows
+    PVec<int64_t> rows;                     // [N] ids for the owner
     PVec<float> scales;                     // exact fp32 scales of the scaled features' ids
     PVec<PVec<float>> grads;                // [F][bags_f * dim_f] (sent)
     std::vector<std::span<const uint8_t>> raw;  // [F] the encoded gradients (received)
@@ -174,12 +198,12 @@ struct ShardedEmbeddingCollection::Impl {
     Served served;
     PVec<uint8_t> send, recv;
     std::vector<int64_t> send_counts, recv_counts;
-    PVec<PVec<int64_t>> table_ids;            // serve: [T] rows asked for
+    PVec<PVec<int64_t>> table_ids;            // serve: [T] ids asked for
     PVec<PVec<float>> owner_rows;             // pool: [P] one feature's decoded rows
     std::vector<BagGradients> out_bags, in_bags;  // backward: [P] sent, received
     PVec<PVec<int64_t>> ids, offsets;         // assemble_local: [F]
     PVec<PVec<float>> weights;                // assemble_local: [F]
-    PVec<float> grads;                        // assemble_local: [bags, pooled_dim]
+    PVec<float> grads;                        // assemble_local: [bags, local pooled_dim]
     SparseBatch local_batch;                  // assemble_local: the owner's batch
     PVec<int64_t> no_ids;                     // assemble_local: empty "rows" features
     // Starts the next outgoing all_to_all_v: no bytes yet for any of the p ranks.
@@ -192,62 +216,51 @@ struct ShardedEmbeddingCollection::Impl {
   std::unique_ptr<Scratch> scratch;
 
   void route(const SparseBatch& batch, bool valid, Requests* r) const;
-  Status serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts, Served* out);
+  // Sends the requests and parses what this rank must serve into scratch->table_ids.
+  Status exchange_requests(const SparseBatch& batch, bool valid, Served* served);
+  // The owner's batch that reads table_ids (one kNone "rows" feature per table).
+  SparseBatch rows_batch(std::vector<std::vector<int64_t>>* offsets) const;
+  Status serve(Served* out);
   Status encode_replies(const Served& served, PVec<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   std::vector<int64_t> reply_counts(const Requests& req) const;  // [P] bytes expected from each owner
   Status pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
-              const std::vector<int64_t>& counts, std::span<float> pooled_out) const;
-  void split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled, bool valid, std::vector<BagGradients>* out) const;
+              const std::vector<int64_t>& counts, std::span<float> pooled_out,
+              std::span<const std::span<float>> seq_out) const;
+  void split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled,
+                       std::span<const std::span<const float>> grad_seq, bool valid, std::vector<BagGradients>* out) const;
   Status serialize(const std::vector<BagGradients>& out, PVec<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   Status parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts, std::vector<BagGradients>* in) const;
   // Builds the owner's local batch and its gradients (decoded from the wire straight into
   // scratch->grads) from the received bags; flags non-finite decoded gradients.
   Status assemble_local(const std::vector<BagGradients>& in, bool check_finite, int64_t* nonfinite);
+
+  // Row access by global row: calls fn(local_begin, count, index of the first row in the
+  // range) for each run of consecutive local rows this rank owns among [begin, begin + count).
+  template <typename Fn>
+  Status for_owned_runs(int t, int64_t begin, int64_t count, Fn fn) const;
+  Status check_rows(int t, int64_t begin, int64_t count, size_t have, size_t per_row, const char* what) const;
+  // The raw fat rows [count, stride] of global rows [begin, begin + count), on every rank.
+  Status gather_raw(int t, int64_t begin, int64_t count, std::span<uint8_t> out) const;
 };
 
-Status ShardedEmbeddingCollection::Impl::validate(const SparseBatch& batch, size_t pooled_size, const char* what) const {
+Status ShardedEmbeddingCollection::Impl::check_outputs(const SparseBatch& b, size_t pooled_size,
+                                                       std::span<const size_t> seq_sizes, const char* what) const {
   const std::string where = std::string("dist: ") + what + ": ";
-  if (batch.batch_size < 0) return invalid_argument(where + "batch_size " + std::to_string(batch.batch_size) + " < 0");
-  if (static_cast<int>(batch.features.size()) != num_features) {
-    return invalid_argument(where + "batch has " + std::to_string(batch.features.size()) + " features, the collection has " +
-                            std::to_string(num_features));
-  }
-  const int64_t b_size = batch.batch_size;
-  if (pooled_size != static_cast<size_t>(b_size * local->pooled_dim())) {
+  if (pooled_size != static_cast<size_t>(b.batch_size * global_pooled_dim))
     return invalid_argument(where + "pooled buffer has " + std::to_string(pooled_size) +
-                            " floats, expected batch_size x pooled_dim = " + std::to_string(b_size * local->pooled_dim()));
+                            " floats, expected batch_size x pooled_dim = " + std::to_string(b.batch_size * global_pooled_dim));
+  size_t s = 0;
+  for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+    if (!is_seq(f)) continue;
+    const size_t want = b.features[f].ids.size() * static_cast<size_t>(feature_dim[f]);
+    if (s >= seq_sizes.size() || seq_sizes[s] != want)
+      return invalid_argument(where + "sequence buffer of feature '" + meta[f].name + "' must have nnz x dim = " +
+                              std::to_string(want) + " floats");
+    ++s;
   }
-  for (int f = 0; f < num_features; ++f) {
-    const FeatureInput& in = batch.features[static_cast<size_t>(f)];
-    const std::string fw = where + "feature '" + options.collection.features[static_cast<size_t>(f)].name + "' (index " +
-                           std::to_string(f) + ")";
-    const auto nnz = static_cast<int64_t>(in.ids.size());
-    if (static_cast<int64_t>(in.offsets.size()) != b_size + 1 || in.offsets[0] != 0 || in.offsets[static_cast<size_t>(b_size)] != nnz) {
-      return invalid_argument(fw + ": offsets must have batch_size + 1 entries from 0 to the number of ids " + std::to_string(nnz));
-    }
-    for (int64_t b = 0; b < b_size; ++b) {
-      if (in.offsets[static_cast<size_t>(b + 1)] < in.offsets[static_cast<size_t>(b)]) {
-        return invalid_argument(fw + ": offsets not monotone at bag " + std::to_string(b));
-      }
-    }
-    if (!in.weights.empty() && in.weights.size() != in.ids.size()) {
-      return invalid_argument(fw + ": " + std::to_string(in.weights.size()) + " per-id weights for " + std::to_string(nnz) + " ids");
-    }
-    const int t = feature_table[static_cast<size_t>(f)];
-    for (int64_t b = 0; b < b_size; ++b) {
-      for (int64_t i = in.offsets[static_cast<size_t>(b)]; i < in.offsets[static_cast<size_t>(b + 1)]; ++i) {
-        const int64_t id = in.ids[static_cast<size_t>(i)];
-        if (id < 0 || id >= plan.num_rows(t)) {
-          return out_of_range(fw + ": bag " + std::to_string(b) + ", position " + std::to_string(i) + ": id " +
-                              std::to_string(id) + " is outside [0, " + std::to_string(plan.num_rows(t)) + ")");
-        }
-        if (!in.weights.empty() && !std::isfinite(in.weights[static_cast<size_t>(i)])) {
-          return invalid_argument(fw + ": bag " + std::to_string(b) + ", position " + std::to_string(i) +
-                                  ": per-id weight is not finite");
-        }
-      }
-    }
-  }
+  if (s != seq_sizes.size())
+    return invalid_argument(where + std::to_string(seq_sizes.size()) + " sequence buffers for " + std::to_string(s) +
+                            " sequence features");
   return Status::ok_status();
 }
 
@@ -259,91 +272,116 @@ Status ShardedEmbeddingCollection::Impl::agree(const Status& mine, const char* w
   LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(flags), ReduceOp::kMax));
   if (extra) std::copy(flags.begin() + static_cast<ptrdiff_t>(p), flags.end(), extra->begin());
   if (!mine.ok()) return mine;
-  std::string failed;
-  for (size_t r = 0; r < p; ++r) {
-    if (flags[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
-  }
+  const std::string failed = flagged_ranks(std::span<const int64_t>(flags).first(p));
   if (failed.empty()) return Status::ok_status();
   return invalid_argument(std::string("dist: ") + what + ": rank(s) " + failed + " failed (see their errors); nothing changed here");
 }
 
-Status ShardedEmbeddingCollection::Impl::init_rows() {
-  const int rank = comm->rank();
-  constexpr int64_t kChunkRows = 4096;
-  for (int t = 0; t < num_tables; ++t) {
-    const TableOptions& global = options.collection.tables[static_cast<size_t>(t)];
-    const RowLayout& layout = local->layout(t);
-    const int64_t n = plan.local_num_rows(t, rank);
-    std::vector<float> tmp(static_cast<size_t>(global.dim));
-    std::vector<uint8_t> fat;
-    for (int64_t l0 = 0; l0 < n; l0 += kChunkRows) {
-      const int64_t count = std::min(kChunkRows, n - l0);
-      fat.assign(static_cast<size_t>(count) * layout.stride_bytes, 0);
-      for (int64_t i = 0; i < count; ++i) {
-        init_row(global, layout, options.collection.seed, static_cast<uint32_t>(t), plan.global_row(t, rank, l0 + i),
-                 tmp.data(), fat.data() + static_cast<size_t>(i) * layout.stride_bytes);
-      }
-      LEANEMB_RETURN_IF_ERROR(local->write_raw_rows(t, l0, count, fat));
+namespace {
+
+// The rank-local options of table t (see the header): its rows, their global keys, a cache
+// file of its own.
+Status local_table(const ShardPlan& plan, int t, int rank, int world, TableOptions* to) {
+  const int64_t global = to->num_rows, local = plan.local_num_rows(t, rank);
+  to->num_rows = std::max<int64_t>(1, local);
+  to->shard.global_rows = global;
+  to->shard.key_stride = plan.kind(t) == ShardingKind::kRowModulo ? world : 1;
+  to->shard.key_offset = local > 0 ? plan.global_row(t, rank, 0) : 0;
+  if (to->dynamic.enabled) {
+    const uint32_t g = to->dynamic.partitions;
+    if (g % static_cast<uint32_t>(world) != 0 || global % g != 0)
+      return invalid_argument("dist: dynamic table '" + to->name + "': dynamic.partitions (" + std::to_string(g) +
+                              ") must be a multiple of the world size (" + std::to_string(world) +
+                              ") and divide the row capacity (" + std::to_string(global) + ")");
+    to->shard.first_partition = static_cast<uint32_t>(rank) * (g / static_cast<uint32_t>(world));
+    to->shard.held_partitions = g / static_cast<uint32_t>(world);
+  }
+  if (to->cache.enabled()) {
+    if (local == 0) {
+      to->cache = TableCacheOptions{};  // the unused row of a rank without rows
+    } else {
+      if (to->cache.capacity_rows > 0)  // the same share of this rank's rows
+        to->cache.capacity_rows = std::clamp<int64_t>((to->cache.capacity_rows * local + global - 1) / global, 1, local);
+      if (!to->cache.store_path.empty())
+        to->cache.store_path += ".rank-" + std::to_string(rank) + "-of-" + std::to_string(world);
     }
   }
   return Status::ok_status();
 }
 
+}  // namespace
+
+Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::create(
+    const ShardedCollectionOptions& options, Communicator* comm, MemorySystem* memory) {
+  if (memory == nullptr) return invalid_argument("dist: ShardedEmbeddingCollection::create: null MemorySystem");
+  return create_impl(options, comm, memory, memory->allocator_for(Category::kWorkspace),
+                     memory->allocator_for(Category::kCommBuffers));
+}
+
 Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::create(
     const ShardedCollectionOptions& options, Communicator* comm, Allocator* allocator, Allocator* comm_allocator) {
+  Allocator* a = allocator ? allocator : default_host_allocator();
+  return create_impl(options, comm, nullptr, a, comm_allocator ? comm_allocator : a);
+}
+
+Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::create_impl(
+    const ShardedCollectionOptions& options, Communicator* comm, MemorySystem* memory, Allocator* allocator,
+    Allocator* comm_allocator) {
   if (comm == nullptr) return invalid_argument("dist: ShardedEmbeddingCollection needs a communicator");
   const CollectionOptions& co = options.collection;
-  if (co.bounds_check != BoundsCheckMode::kError) {
-    return unimplemented("dist: sharded collections support BoundsCheckMode::kError only");
-  }
-  for (const TableOptions& t : co.tables) {
-    if (t.cache.enabled() || t.dynamic.enabled) {
-      return unimplemented("dist: table '" + t.name + "': row caches and dynamic tables are not supported when sharded yet");
-    }
-  }
+  if (co.tables.empty() || co.features.empty()) return invalid_argument("dist: the collection needs tables and features");
+  const int P = comm->size(), rank = comm->rank();
   ShardPlanOptions po;
-  po.world_size = comm->size();
+  po.world_size = P;
   po.table_assign = options.table_assign;
-  for (const TableOptions& t : co.tables) po.tables.push_back({t.num_rows, std::max<int64_t>(t.dim, 1), options.sharding, -1});
+  for (const TableOptions& t : co.tables) {
+    // A dynamic table's rows are blocks of whole id partitions: kRowRange over its capacity.
+    const ShardingKind kind = t.dynamic.enabled ? ShardingKind::kRowRange : options.sharding;
+    po.tables.push_back({t.num_rows, std::max<int64_t>(t.dim, 1), kind, -1});
+  }
   LEANEMB_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::create(po));
 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->comm = comm;
+  impl->alloc = allocator;
   impl->plan = std::move(plan);
   impl->num_features = static_cast<int>(co.features.size());
   impl->num_tables = static_cast<int>(co.tables.size());
   CollectionOptions lo = co;
+  impl->id_bytes = options.wide_ids ? 8 : 4;
   for (int t = 0; t < impl->num_tables; ++t) {
-    TableOptions& to = lo.tables[static_cast<size_t>(t)];
-    to.num_rows = std::max<int64_t>(1, impl->plan.local_num_rows(t, comm->rank()));
-    to.init = InitOptions{InitKind::kZeros};  // rows are written by init_rows()
+    const TableOptions& g = co.tables[static_cast<size_t>(t)];
+    impl->partitions.push_back(g.dynamic.enabled ? g.dynamic.partitions : 0);
+    if (g.dynamic.enabled) impl->id_bytes = 8;
+    for (int r = 0; r < P; ++r)
+      if (impl->plan.local_num_rows(t, r) > int64_t{UINT32_MAX}) impl->id_bytes = 8;
+    LEANEMB_RETURN_IF_ERROR(local_table(impl->plan, t, rank, P, &lo.tables[static_cast<size_t>(t)]));
   }
   for (size_t f = 0; f < co.features.size(); ++f) {
     const FeatureOptions& fo = co.features[f];
     if (fo.table < 0 || fo.table >= impl->num_tables) {
       return invalid_argument("dist: feature '" + fo.name + "' refers to table " + std::to_string(fo.table));
     }
-    if (fo.pooling == PoolingMode::kNone) {
-      return unimplemented("dist: feature '" + fo.name + "': sequence (pooling none) features are not supported when sharded yet");
-    }
+    const TableOptions& to = co.tables[static_cast<size_t>(fo.table)];
     impl->feature_table.push_back(fo.table);
-    impl->feature_dim.push_back(co.tables[static_cast<size_t>(fo.table)].dim);
+    impl->feature_dim.push_back(to.dim);
     impl->pooling.push_back(fo.pooling);
+    impl->global_offset.push_back(fo.pooling == PoolingMode::kNone ? -1 : impl->global_pooled_dim);
+    if (fo.pooling != PoolingMode::kNone) impl->global_pooled_dim += to.dim;
+    impl->meta.push_back({fo.name, to.name, to.num_rows, fo.pooling, to.dynamic.enabled});
     lo.features[f].pooling = PoolingMode::kSum;
   }
   for (int t = 0; t < impl->num_tables; ++t) {
     lo.features.push_back(FeatureOptions{"__rows_of_" + co.tables[static_cast<size_t>(t)].name, t, PoolingMode::kNone});
   }
-  LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, allocator));
-  Allocator* comm_alloc = comm_allocator ? comm_allocator : (allocator ? allocator : default_host_allocator());
-  impl->resource = std::make_unique<AccountedResource>(comm_alloc, Category::kCommBuffers);
-  impl->id_bytes = options.wide_ids ? 8 : 4;
-  for (int t = 0; t < impl->num_tables; ++t)
-    for (int r = 0; r < comm->size(); ++r)
-      if (impl->plan.local_num_rows(t, r) > int64_t{UINT32_MAX}) impl->id_bytes = 8;
+  if (memory) {
+    LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, memory));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(impl->local, EmbeddingCollection::create(lo, allocator));
+  }
+  impl->resource = std::make_unique<AccountedResource>(comm_allocator, Category::kCommBuffers);
   impl->scratch = std::make_unique<Impl::Scratch>(impl->resource.get());
-  LEANEMB_RETURN_IF_ERROR(impl->init_rows());
   return std::unique_ptr<ShardedEmbeddingCollection>(new ShardedEmbeddingCollection(std::move(impl)));
 }
 
@@ -351,14 +389,39 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::unique_ptr<Impl> imp
 ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
 
 const ShardPlan& ShardedEmbeddingCollection::plan() const { return impl_->plan; }
-Communicator& ShardedEmbeddingCollection::communicator() const { return *impl_->comm; }
+const ShardedCollectionOptions& ShardedEmbeddingCollection::sharded_options() const { return impl_->options; }
+Communicator* ShardedEmbeddingCollection::communicator() const { return impl_->comm; }
+int ShardedEmbeddingCollection::rank() const { return impl_->comm->rank(); }
+int ShardedEmbeddingCollection::world_size() const { return impl_->comm->size(); }
 EmbeddingCollection& ShardedEmbeddingCollection::local() { return *impl_->local; }
 const EmbeddingCollection& ShardedEmbeddingCollection::local() const { return *impl_->local; }
-int64_t ShardedEmbeddingCollection::pooled_dim() const { return impl_->local->pooled_dim(); }
-int64_t ShardedEmbeddingCollection::pooled_offset(int feature) const { return impl_->local->pooled_offset(feature); }
+const CollectionOptions& ShardedEmbeddingCollection::options() const { return impl_->options.collection; }
+const RowLayout& ShardedEmbeddingCollection::layout(int table) const { return impl_->local->layout(table); }
+int64_t ShardedEmbeddingCollection::pooled_dim() const { return impl_->global_pooled_dim; }
+int64_t ShardedEmbeddingCollection::pooled_offset(int feature) const {
+  LEANEMB_CHECK(feature >= 0 && feature < impl_->num_features, "feature index out of range");
+  return impl_->global_offset[static_cast<size_t>(feature)];
+}
 int64_t ShardedEmbeddingCollection::step() const { return impl_->local->step(); }
+void ShardedEmbeddingCollection::set_step(int64_t step) { impl_->local->set_step(step); }
+Status ShardedEmbeddingCollection::set_learning_rate(int table, float lr) { return impl_->local->set_learning_rate(table, lr); }
+Status ShardedEmbeddingCollection::flush() { return impl_->local->flush(); }
+MemoryStats ShardedEmbeddingCollection::memory_stats() const { return impl_->local->memory_stats(); }
+Result<RowCacheStats> ShardedEmbeddingCollection::cache_stats(int table) const { return impl_->local->cache_stats(table); }
+Result<DynamicTableStats> ShardedEmbeddingCollection::dynamic_stats(int table) const {
+  return impl_->local->dynamic_stats(table);
+}
+void ShardedEmbeddingCollection::release_step_buffers() {
+  impl_->local->release_step_buffers();
+  impl_->scratch = std::make_unique<Impl::Scratch>(impl_->resource.get());
+}
 const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { return impl_->stats; }
 const ShardedTotals& ShardedEmbeddingCollection::totals() const { return impl_->totals; }
+
+Status ShardedEmbeddingCollection::validate(const SparseBatch& batch) const {
+  table_internal::CheckedBatch cb;
+  return impl_->check(batch, &cb);
+}
 
 // ---- forward -------------------------------------------------------------------------------
 
@@ -375,50 +438,81 @@ void ShardedEmbeddingCollection::Impl::route(const SparseBatch& batch, bool vali
     const int t = feature_table[f];
     r.owner_of[f].reserve(batch.features[f].ids.size());
     for (int64_t id : batch.features[f].ids) {
-      const int o = plan.owner(t, id);
-      r.per_owner[static_cast<size_t>(o)].push_back(plan.local_row(t, id));
+      const int o = owner(t, id);
+      r.per_owner[static_cast<size_t>(o)].push_back(owner_id(t, id));
       ++r.per_owner[static_cast<size_t>(o)][f];
       r.owner_of[f].push_back(o);
     }
   }
 }
 
-Status ShardedEmbeddingCollection::Impl::serve(std::span<const uint8_t> recv, const std::vector<int64_t>& recv_counts,
-                                               Served* out) {
+Status ShardedEmbeddingCollection::Impl::exchange_requests(const SparseBatch& batch, bool valid, Served* out) {
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
+  Scratch& sc = *scratch;
+  route(batch, valid, &sc.req);
+  sc.begin_send(p);
+  for (size_t o = 0; o < p; ++o) {
+    const size_t before = sc.send.size();
+    const std::span<const int64_t> all(sc.req.per_owner[o]);
+    append_bytes(&sc.send, all.first(nf));  // [F] counts
+    append_uint(&sc.send, all.subspan(nf), id_bytes);
+    sc.send_counts[o] = static_cast<int64_t>(sc.send.size() - before);
+  }
+  LEANEMB_RETURN_IF_ERROR(comm->all_to_all_v_alloc(sc.send, sc.send_counts, &sc.recv, &sc.recv_counts));
+  // Parse every requester's message, then lay the ids out per table in (feature, requester)
+  // order: the order of the concatenated global batch.
   out->counts.resize(p);
-  auto& table_ids = scratch->table_ids;
+  out->first.assign(p, std::vector<size_t>(nf, 0));
+  std::vector<std::vector<std::span<const uint8_t>>> raw(p, std::vector<std::span<const uint8_t>>(nf));
+  const std::vector<int64_t> disp = displacements(sc.recv_counts);
+  for (size_t q = 0; q < p; ++q) {
+    Reader rd(std::span<const uint8_t>(sc.recv).subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(sc.recv_counts[q])));
+    bool ok = rd.take(nf, &out->counts[q]);
+    for (size_t f = 0; f < nf && ok; ++f)
+      ok = out->counts[q][f] >= 0 && rd.take_raw(static_cast<size_t>(out->counts[q][f]) * id_bytes, &raw[q][f]);
+    if (!ok || !rd.done()) return internal_error("dist: malformed request from rank " + std::to_string(q));
+  }
+  auto& table_ids = sc.table_ids;
   table_ids.resize(static_cast<size_t>(num_tables));
   for (auto& v : table_ids) v.clear();
-  const std::vector<int64_t> disp = displacements(recv_counts);
-  for (size_t q = 0; q < p; ++q) {
-    Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(recv_counts[q])));
-    bool ok = rd.take(nf, &out->counts[q]);
-    for (size_t f = 0; f < nf && ok; ++f) {
-      std::span<const uint8_t> raw;
-      const auto n = static_cast<size_t>(out->counts[q][f]);
-      ok = out->counts[q][f] >= 0 && rd.take_raw(n * id_bytes, &raw);
-      if (ok) widen_uint(raw, n, id_bytes, &table_ids[static_cast<size_t>(feature_table[f])]);
+  for (size_t f = 0; f < nf; ++f) {
+    auto& ids = table_ids[static_cast<size_t>(feature_table[f])];
+    for (size_t q = 0; q < p; ++q) {
+      out->first[q][f] = ids.size();
+      widen_uint(raw[q][f], static_cast<size_t>(out->counts[q][f]), id_bytes, &ids);
     }
-    if (!ok || !rd.done()) return internal_error("dist: forward: malformed request from rank " + std::to_string(q));
   }
-  // One sequence lookup per table ("rows" features); the pooled features get empty bags.
+  return Status::ok_status();
+}
+
+SparseBatch ShardedEmbeddingCollection::Impl::rows_batch(std::vector<std::vector<int64_t>>* offsets) const {
+  static const int64_t kEmpty[2] = {0, 0};
   SparseBatch lb;
   lb.batch_size = 1;
-  const std::vector<int64_t> empty_offsets = {0, 0};
-  std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(num_tables));
+  for (int f = 0; f < num_features; ++f) lb.features.push_back({{}, std::span<const int64_t>(kEmpty, 2), {}});
+  offsets->resize(static_cast<size_t>(num_tables));
+  for (int t = 0; t < num_tables; ++t) {
+    const auto& ids = scratch->table_ids[static_cast<size_t>(t)];
+    (*offsets)[static_cast<size_t>(t)] = {0, static_cast<int64_t>(ids.size())};
+    lb.features.push_back({ids, (*offsets)[static_cast<size_t>(t)], {}});
+  }
+  return lb;
+}
+
+Status ShardedEmbeddingCollection::Impl::serve(Served* out) {
+  // One sequence lookup per table ("rows" features); the global features get empty bags.
+  std::vector<std::vector<int64_t>> offsets;
+  const SparseBatch lb = rows_batch(&offsets);
   std::vector<std::span<float>> seq_out;
-  for (size_t f = 0; f < nf; ++f) lb.features.push_back({{}, empty_offsets, {}});
   out->table_rows.resize(static_cast<size_t>(num_tables));
   out->rows = 0;
   for (int t = 0; t < num_tables; ++t) {
     const auto ts = static_cast<size_t>(t);
-    offsets[ts] = {0, static_cast<int64_t>(table_ids[ts].size())};
-    lb.features.push_back({table_ids[ts], offsets[ts], {}});
-    out->table_rows[ts].resize(table_ids[ts].size() * static_cast<size_t>(local->layout(t).dim));
+    const size_t n = scratch->table_ids[ts].size();
+    out->table_rows[ts].resize(n * static_cast<size_t>(local->layout(t).dim));
     seq_out.emplace_back(out->table_rows[ts]);
-    out->rows += static_cast<int64_t>(table_ids[ts].size());
+    out->rows += static_cast<int64_t>(n);
   }
   std::vector<float> unused(static_cast<size_t>(local->pooled_dim()));
   return local->forward(lb, unused, seq_out);
@@ -428,18 +522,16 @@ Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, PV
                                                         std::vector<int64_t>* send_counts) const {
   const PayloadDType pd = options.forward_payload;
   send->clear();
-  std::vector<size_t> cursor(static_cast<size_t>(num_tables), 0);  // rows taken, per table
   for (size_t q = 0; q < served.counts.size(); ++q) {
     const size_t before = send->size();
     for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
       const auto t = static_cast<size_t>(feature_table[f]);
-      const int64_t dim = feature_dim[f];
+      const auto dim = static_cast<size_t>(feature_dim[f]);
       const auto n = static_cast<size_t>(served.counts[q][f]);
       const size_t at = send->size();
-      send->resize(at + n * payload_bytes_per_row(pd, dim));
-      const auto rows = std::span<const float>(served.table_rows[t]).subspan(cursor[t] * static_cast<size_t>(dim), n * static_cast<size_t>(dim));
-      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, dim, rows, std::span<uint8_t>(*send).subspan(at)));
-      cursor[t] += n;
+      send->resize(at + n * payload_bytes_per_row(pd, feature_dim[f]));
+      const auto rows = std::span<const float>(served.table_rows[t]).subspan(served.first[q][f] * dim, n * dim);
+      LEANEMB_RETURN_IF_ERROR(encode_rows(pd, feature_dim[f], rows, std::span<uint8_t>(*send).subspan(at)));
     }
     (*send_counts)[q] = static_cast<int64_t>(send->size() - before);
   }
@@ -457,12 +549,14 @@ std::vector<int64_t> ShardedEmbeddingCollection::Impl::reply_counts(const Reques
 }
 
 Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
-                                              const std::vector<int64_t>& counts, std::span<float> pooled_out) const {
+                                              const std::vector<int64_t>& counts, std::span<float> pooled_out,
+                                              std::span<const std::span<float>> seq_out) const {
   const PayloadDType pd = options.forward_payload;
   const size_t p = req.per_owner.size();
   const std::vector<int64_t> disp = displacements(counts);
   std::vector<size_t> block_at(disp.begin(), disp.end() - 1);
-  const int64_t ldo = local->pooled_dim();
+  const int64_t ldo = global_pooled_dim;
+  size_t seq_index = 0;
   for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
     const int64_t dim = feature_dim[f];
     const auto d = static_cast<size_t>(dim);
@@ -477,9 +571,17 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
     }
     std::vector<size_t> next(p, 0);
     const FeatureInput& in = batch.features[f];
+    if (is_seq(f)) {  // the rows themselves, in position order
+      float* out = seq_out[seq_index++].data();
+      for (size_t i = 0; i < in.ids.size(); ++i) {
+        const auto o = static_cast<size_t>(req.owner_of[f][i]);
+        std::memcpy(out + i * d, rows[o].data() + next[o]++ * d, d * 4);
+      }
+      continue;
+    }
     const float* w = in.weights.empty() ? nullptr : in.weights.data();
     for (int64_t b = 0; b < batch.batch_size; ++b) {
-      float* out = pooled_out.data() + b * ldo + local->pooled_offset(static_cast<int>(f));
+      float* out = pooled_out.data() + b * ldo + global_offset[f];
       std::fill(out, out + dim, 0.0f);
       const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
       for (int64_t i = lo; i < hi; ++i) {
@@ -505,42 +607,40 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
 // allocator refuses (a budget): reported as ResourceExhausted. The other ranks then fail in the
 // collective this rank no longer makes (its timeout), so the run ends, as an out-of-memory
 // inside a collective must.
-Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out) try {
+Status ShardedEmbeddingCollection::forward(const SparseBatch& input, std::span<float> pooled_out,
+                                           std::span<const std::span<float>> seq_out) try {
   Impl& im = *impl_;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
   const uint64_t sent0 = im.bytes_sent();
-  const Status valid = im.validate(batch, pooled_out.size(), "forward");
+  table_internal::CheckedBatch cb;
+  Status valid = im.check(input, &cb);
+  std::vector<size_t> seq_sizes;
+  for (const auto& s : seq_out) seq_sizes.push_back(s.size());
+  if (valid.ok()) valid = im.check_outputs(*cb.batch, pooled_out.size(), seq_sizes, "forward");
+  static const SparseBatch kNoBatch;
+  const SparseBatch& batch = valid.ok() ? *cb.batch : kNoBatch;
 
-  // 1. Requests: per owner, [F] counts then the local rows, in (feature, bag, position) order.
+  // 1. Requests: per owner, [F] counts then the ids, in (feature, bag, position) order.
   Impl::Scratch& sc = *im.scratch;
-  Impl::Requests& req = sc.req;
-  im.route(batch, valid.ok(), &req);
-  auto [send, recv, send_counts, recv_counts] = std::tie(sc.send, sc.recv, sc.send_counts, sc.recv_counts);  // references
-  sc.begin_send(p);
-  for (size_t o = 0; o < p; ++o) {
-    const size_t before = send.size();
-    const std::span<const int64_t> all(req.per_owner[o]);
-    append_bytes(&send, all.first(static_cast<size_t>(im.num_features)));  // [F] counts
-    append_uint(&send, all.subspan(static_cast<size_t>(im.num_features)), im.id_bytes);
-    send_counts[o] = static_cast<int64_t>(send.size() - before);
-  }
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
-
-  // 2. Serve the requests of ranks 0..P-1; every rank learns whether every rank succeeded.
   Impl::Served& served = sc.served;
-  const Status lookup = im.serve(recv, recv_counts, &served);
+  LEANEMB_RETURN_IF_ERROR(im.exchange_requests(batch, valid.ok(), &served));
+
+  // 2. Serve the requests; every rank learns whether every rank succeeded.
+  const Status lookup = im.serve(&served);
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
 
   // 3. Replies: to each requester, per feature, its rows in request order; then pool.
+  auto& send = sc.send;
+  auto& send_counts = sc.send_counts;
   LEANEMB_RETURN_IF_ERROR(im.encode_replies(served, &send, &send_counts));
   uint64_t payload = 0;  // the replies are encoded rows only
   for (size_t q = 0; q < p; ++q)
     if (static_cast<int>(q) != comm.rank()) payload += static_cast<uint64_t>(send_counts[q]);
-  const std::vector<int64_t> counts = im.reply_counts(req);
-  recv.resize(static_cast<size_t>(displacements(counts)[p]));
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, recv, counts));
-  LEANEMB_RETURN_IF_ERROR(im.pool(batch, req, recv, counts, pooled_out));
+  const std::vector<int64_t> counts = im.reply_counts(sc.req);
+  sc.recv.resize(static_cast<size_t>(displacements(counts)[p]));
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v(send, send_counts, sc.recv, counts));
+  LEANEMB_RETURN_IF_ERROR(im.pool(batch, sc.req, sc.recv, counts, pooled_out, seq_out));
   im.stats.forward_bytes_sent = im.bytes_sent() - sent0;
   im.stats.forward_payload_bytes_sent = payload;
   im.stats.rows_served = served.rows;
@@ -552,10 +652,25 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& batch, std::span<f
   return resource_exhausted("dist: forward: the communication buffers (kCommBuffers) exceed their allocator's budget");
 }
 
+Status ShardedEmbeddingCollection::prefetch(const SparseBatch& next) try {
+  Impl& im = *impl_;
+  table_internal::CheckedBatch cb;
+  const Status valid = im.check(next, &cb);
+  static const SparseBatch kNoBatch;
+  Impl::Served served(im.resource.get());
+  LEANEMB_RETURN_IF_ERROR(im.exchange_requests(valid.ok() ? *cb.batch : kNoBatch, valid.ok(), &served));
+  std::vector<std::vector<int64_t>> offsets;
+  const Status started = im.local->prefetch(im.rows_batch(&offsets));
+  return im.agree(valid.ok() ? started : valid, "prefetch");
+} catch (const std::bad_alloc&) {
+  return resource_exhausted("dist: prefetch: the communication buffers (kCommBuffers) exceed their allocator's budget");
+}
+
 // ---- backward ------------------------------------------------------------------------------
 
 void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled,
-                                                       bool valid, std::vector<BagGradients>* outp) const {
+                                                       std::span<const std::span<const float>> grad_seq, bool valid,
+                                                       std::vector<BagGradients>* outp) const {
   const auto p = static_cast<size_t>(comm->size());
   const auto nf = static_cast<size_t>(num_features);
   std::vector<BagGradients>& out = *outp;
@@ -570,9 +685,10 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
     for (auto& g : o.grads) g.clear();
   }
   if (!valid) return;  // empty messages: this rank still takes part
-  const int64_t ldo = local->pooled_dim();
+  const int64_t ldo = global_pooled_dim;
   std::vector<int64_t> in_bag(p, 0);
   std::vector<size_t> touched;
+  size_t seq_index = 0;
   for (size_t f = 0; f < nf; ++f) {
     const FeatureInput& in = batch.features[f];
     const int t = feature_table[f];
@@ -580,6 +696,19 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
     // Scales other than 1 exist only with per-id weights or mean pooling.
     const int64_t scaled = pooling[f] == PoolingMode::kMean || !in.weights.empty() ? 1 : 0;
     for (auto& o : out) o.scaled[f] = scaled;
+    if (is_seq(f)) {  // each position is a bag of one id with its own gradient row
+      const float* g = grad_seq[seq_index++].data();
+      for (size_t i = 0; i < in.ids.size(); ++i) {
+        const int64_t id = in.ids[i];
+        BagGradients& m = out[static_cast<size_t>(owner(t, id))];
+        m.rows.push_back(owner_id(t, id));
+        if (scaled) m.scales.push_back(in.weights[i]);
+        m.counts.push_back(1);
+        m.grads[f].insert(m.grads[f].end(), g + i * d, g + (i + 1) * d);
+        ++m.bags[f];
+      }
+      continue;
+    }
     for (int64_t b = 0; b < batch.batch_size; ++b) {
       const int64_t lo = in.offsets[static_cast<size_t>(b)], hi = in.offsets[static_cast<size_t>(b + 1)];
       // The single-process backward's scale of each contribution, bit for bit.
@@ -587,13 +716,13 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
       touched.clear();
       for (int64_t i = lo; i < hi; ++i) {
         const int64_t id = in.ids[static_cast<size_t>(i)];
-        const auto o = static_cast<size_t>(plan.owner(t, id));
+        const auto o = static_cast<size_t>(owner(t, id));
         const float w = in.weights.empty() ? 1.0f : in.weights[static_cast<size_t>(i)];
-        out[o].rows.push_back(plan.local_row(t, id));
+        out[o].rows.push_back(owner_id(t, id));
         if (scaled) out[o].scales.push_back(pooling[f] == PoolingMode::kMean ? w * inv_len : w);
         if (in_bag[o]++ == 0) touched.push_back(o);
       }
-      const float* g = grad_pooled.data() + b * ldo + local->pooled_offset(static_cast<int>(f));
+      const float* g = grad_pooled.data() + b * ldo + global_offset[f];
       for (size_t o : touched) {
         out[o].counts.push_back(in_bag[o]);
         out[o].grads[f].insert(out[o].grads[f].end(), g, g + d);
@@ -603,7 +732,6 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
     }
   }
 }
-
 Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, PVec<uint8_t>* send,
                                                    std::vector<int64_t>* send_counts) const {
   const PayloadDType pd = options.backward_payload;
@@ -732,33 +860,43 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
   return Status::ok_status();
 }
 
-Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& input, std::span<const float> grad_pooled,
+                                                                 std::span<const std::span<const float>> grad_seq,
                                                                  const UpdateOptions& update) try {
   Impl& im = *impl_;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
   const uint64_t sent0 = im.bytes_sent();
-  Status valid = im.validate(batch, grad_pooled.size(), "backward_update");
+  table_internal::CheckedBatch cb;
+  Status valid = im.check(input, &cb);
+  std::vector<size_t> seq_sizes;
+  for (const auto& s : grad_seq) seq_sizes.push_back(s.size());
+  if (valid.ok()) valid = im.check_outputs(*cb.batch, grad_pooled.size(), seq_sizes, "backward_update");
   if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
-  int64_t nonfinite = valid.ok() && update.check_finite && !all_finite(grad_pooled) ? 1 : 0;
+  int64_t nonfinite = 0;
+  if (valid.ok() && update.check_finite) {
+    nonfinite = all_finite(grad_pooled) ? 0 : 1;
+    for (const auto& s : grad_seq) nonfinite |= all_finite(s) ? 0 : 1;
+  }
+  static const SparseBatch kNoBatch;
+  const SparseBatch& batch = valid.ok() ? *cb.batch : kNoBatch;
 
-  // 1. Per owner: bags per feature, ids per bag, local rows, scales, bag gradients.
+  // 1. Per owner: bags per feature, ids per bag, ids, scales, bag gradients.
   Impl::Scratch& sc = *im.scratch;
-  auto [send, recv, send_counts, recv_counts] = std::tie(sc.send, sc.recv, sc.send_counts, sc.recv_counts);  // references
   sc.begin_send(p);
-  im.split_gradients(batch, grad_pooled, valid.ok(), &sc.out_bags);
+  im.split_gradients(batch, grad_pooled, grad_seq, valid.ok(), &sc.out_bags);
   uint64_t payload = 0;  // the encoded gradients
   for (size_t o = 0; o < p; ++o) {
     if (static_cast<int>(o) == comm.rank()) continue;
     for (size_t f = 0; f < sc.out_bags[o].grads.size(); ++f)
       payload += static_cast<uint64_t>(sc.out_bags[o].bags[f]) * payload_bytes_per_row(im.options.backward_payload, im.feature_dim[f]);
   }
-  LEANEMB_RETURN_IF_ERROR(im.serialize(sc.out_bags, &send, &send_counts));
-  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(send, send_counts, &recv, &recv_counts));
+  LEANEMB_RETURN_IF_ERROR(im.serialize(sc.out_bags, &sc.send, &sc.send_counts));
+  LEANEMB_RETURN_IF_ERROR(comm.all_to_all_v_alloc(sc.send, sc.send_counts, &sc.recv, &sc.recv_counts));
 
   // 2. Parse and decode; found-inf (given and decoded gradients) and errors agreed by all ranks.
   std::vector<Impl::BagGradients>& in = sc.in_bags;
-  Status parsed = im.parse_gradients(recv, recv_counts, &in);
+  Status parsed = im.parse_gradients(sc.recv, sc.recv_counts, &in);
   if (parsed.ok() && valid.ok()) parsed = im.assemble_local(in, update.check_finite, &nonfinite);
   std::vector<int64_t> extra = {nonfinite};
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
@@ -768,7 +906,11 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   } else {
     // 3. The owner's update over the received bags, requesters in rank order.
     const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(im.num_tables));
-    LEANEMB_ASSIGN_OR_RETURN(report, im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, update));
+    // A local failure here (a budget, a cache's I/O) is this rank's alone: the others have
+    // updated. Agreement keeps the ranks in step; the run must stop (the error is returned).
+    auto local = im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, update);
+    LEANEMB_RETURN_IF_ERROR(im.agree(local.status(), "backward_update"));
+    report = local.value();
     report.lookups = 0;
     for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());
   }
@@ -780,6 +922,136 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   return report;
 } catch (const std::bad_alloc&) {
   return resource_exhausted("dist: backward_update: the communication buffers (kCommBuffers) exceed their allocator's budget");
+}
+
+// ---- rows by global row --------------------------------------------------------------------
+
+Status ShardedEmbeddingCollection::Impl::check_rows(int t, int64_t begin, int64_t count, size_t have, size_t per_row,
+                                                    const char* what) const {
+  if (t < 0 || t >= num_tables) return out_of_range(std::string(what) + ": unknown table " + std::to_string(t));
+  const int64_t rows = plan.num_rows(t);
+  if (begin < 0 || count < 0 || begin > rows || count > rows - begin)
+    return out_of_range(std::string(what) + ": rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                        ") outside table '" + options.collection.tables[static_cast<size_t>(t)].name + "' of " +
+                        std::to_string(rows) + " rows");
+  if (have != static_cast<size_t>(count) * per_row)
+    return invalid_argument(std::string(what) + ": buffer has " + std::to_string(have) + " elements, expected " +
+                            std::to_string(static_cast<size_t>(count) * per_row));
+  return Status::ok_status();
+}
+
+template <typename Fn>
+Status ShardedEmbeddingCollection::Impl::for_owned_runs(int t, int64_t begin, int64_t count, Fn fn) const {
+  const int r = comm->rank();
+  int64_t run_local = -1, run_len = 0, run_index = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t g = begin + i;
+    if (plan.owner(t, g) != r) continue;
+    const int64_t l = plan.local_row(t, g);
+    if (run_len > 0 && l == run_local + run_len && i == run_index + run_len) {
+      ++run_len;
+      continue;
+    }
+    if (run_len > 0) LEANEMB_RETURN_IF_ERROR(fn(run_local, run_len, run_index));
+    run_local = l;
+    run_len = 1;
+    run_index = i;
+  }
+  if (run_len > 0) LEANEMB_RETURN_IF_ERROR(fn(run_local, run_len, run_index));
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::Impl::gather_raw(int t, int64_t begin, int64_t count, std::span<uint8_t> out) const {
+  const size_t stride = local->layout(t).stride_bytes;
+  // Every rank contributes its own rows and zeros elsewhere; an integer sum of the bytes (as
+  // 64-bit words: exact) gives every rank every row.
+  std::vector<int64_t> words((static_cast<size_t>(count) * stride + 7) / 8, 0);
+  auto* bytes = reinterpret_cast<uint8_t*>(words.data());
+  const Status mine = for_owned_runs(t, begin, count, [&](int64_t l, int64_t n, int64_t i) {
+    return local->read_raw_rows(t, l, n, std::span<uint8_t>(bytes + static_cast<size_t>(i) * stride, static_cast<size_t>(n) * stride));
+  });
+  LEANEMB_RETURN_IF_ERROR(dist::agree(*comm, mine, "dist: read rows"));
+  LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(words), ReduceOp::kSum));
+  if (!out.empty()) std::memcpy(out.data(), bytes, out.size());
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const {
+  const Impl& im = *impl_;
+  const Status ok = im.check_rows(table, row_begin, count, out.size(), table < 0 || table >= im.num_tables ? 1 : layout(table).stride_bytes, "read_raw_rows");
+  LEANEMB_RETURN_IF_ERROR(dist::agree(*im.comm, ok, "dist: read_raw_rows"));
+  return im.gather_raw(table, row_begin, count, out);
+}
+
+Status ShardedEmbeddingCollection::read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const {
+  const Impl& im = *impl_;
+  const Status ok = im.check_rows(table, row_begin, count, out.size(), table < 0 || table >= im.num_tables ? 1 : static_cast<size_t>(layout(table).dim), "read_rows");
+  LEANEMB_RETURN_IF_ERROR(dist::agree(*im.comm, ok, "dist: read_rows"));
+  const RowLayout& l = layout(table);
+  std::vector<uint8_t> raw(static_cast<size_t>(count) * l.stride_bytes);
+  LEANEMB_RETURN_IF_ERROR(im.gather_raw(table, row_begin, count, raw));
+  for (int64_t r = 0; r < count; ++r) kernels::ref_load_weights(l, raw.data() + static_cast<size_t>(r) * l.stride_bytes, out.data() + r * l.dim);
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::read_state(int table, int64_t row_begin, int64_t count, std::span<float> out) const {
+  const Impl& im = *impl_;
+  const bool known = table >= 0 && table < im.num_tables;
+  const int64_t per_row = known ? state_floats_per_row(table) : 1;
+  const Status ok = im.check_rows(table, row_begin, count, out.size(), static_cast<size_t>(per_row), "read_state");
+  LEANEMB_RETURN_IF_ERROR(dist::agree(*im.comm, ok, "dist: read_state"));
+  const RowLayout& l = layout(table);
+  std::vector<uint8_t> raw(static_cast<size_t>(count) * l.stride_bytes);
+  LEANEMB_RETURN_IF_ERROR(im.gather_raw(table, row_begin, count, raw));
+  for (int64_t r = 0; r < count; ++r) {
+    const uint8_t* row = raw.data() + static_cast<size_t>(r) * l.stride_bytes;
+    float* o = out.data() + r * per_row;
+    for (int k = 0; k < l.num_elem_states; ++k) kernels::ref_load_elem_state(l, row, k, o + k * l.dim);
+    if (l.has_rowwise) o[l.num_elem_states * l.dim] = kernels::ref_load_rowwise_state(l, row);
+  }
+  return Status::ok_status();
+}
+
+Status ShardedEmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) {
+  Impl& im = *impl_;
+  Status st = im.check_rows(table, row_begin, count, in.size(), table < 0 || table >= im.num_tables ? 1 : layout(table).stride_bytes, "write_raw_rows");
+  if (st.ok()) {
+    const size_t stride = layout(table).stride_bytes;
+    st = im.for_owned_runs(table, row_begin, count, [&](int64_t l, int64_t n, int64_t i) {
+      return im.local->write_raw_rows(table, l, n, in.subspan(static_cast<size_t>(i) * stride, static_cast<size_t>(n) * stride));
+    });
+  }
+  return dist::agree(*im.comm, st, "dist: write_raw_rows");
+}
+
+Status ShardedEmbeddingCollection::write_rows(int table, int64_t row_begin, int64_t count, std::span<const float> in) {
+  Impl& im = *impl_;
+  Status st = im.check_rows(table, row_begin, count, in.size(), table < 0 || table >= im.num_tables ? 1 : static_cast<size_t>(layout(table).dim), "write_rows");
+  if (st.ok()) {
+    const auto dim = static_cast<size_t>(layout(table).dim);
+    st = im.for_owned_runs(table, row_begin, count, [&](int64_t l, int64_t n, int64_t i) {
+      return im.local->write_rows(table, l, n, in.subspan(static_cast<size_t>(i) * dim, static_cast<size_t>(n) * dim));
+    });
+  }
+  return dist::agree(*im.comm, st, "dist: write_rows");
+}
+
+Result<int64_t> ShardedEmbeddingCollection::dynamic_row(int table, int64_t raw_id) const {
+  const Impl& im = *impl_;
+  Status st = table < 0 || table >= im.num_tables ? out_of_range("dynamic_row: unknown table " + std::to_string(table))
+              : im.partitions[static_cast<size_t>(table)] == 0
+                  ? failed_precondition("dynamic_row: table '" + options().tables[static_cast<size_t>(table)].name + "' is not dynamic")
+                  : Status::ok_status();
+  int64_t row = -1;
+  if (st.ok() && im.owner(table, raw_id) == im.comm->rank()) {
+    auto l = im.local->dynamic_row(table, raw_id);
+    if (!l.ok()) st = l.status();
+    else if (l.value() >= 0) row = im.plan.global_row(table, im.comm->rank(), l.value());
+  }
+  LEANEMB_RETURN_IF_ERROR(dist::agree(*im.comm, st, "dist: dynamic_row"));
+  std::vector<int64_t> v = {row};
+  LEANEMB_RETURN_IF_ERROR(im.comm->all_reduce(std::span<int64_t>(v), ReduceOp::kMax));
+  return v[0];
 }
 
 }  // namespace leanemb::dist

@@ -1,25 +1,34 @@
-// ShardedEmbeddingCollection: an EmbeddingCollection whose tables are sharded over the ranks of
-// a Communicator (ShardPlan), trained with the same forward / backward_update calls.
+// ShardedEmbeddingCollection: the distribution layer of the table stack (leanemb/tables.h):
+// tables sharded over the ranks of a Communicator (ShardPlan), trained with the same forward /
+// backward_update calls as a local collection.
 //
-// Each rank holds one local EmbeddingCollection with only its own rows (local row l of table t
-// is global row plan().global_row(t, rank, l)), initialized to exactly the bytes the
-// single-process collection gives those global rows. Each rank passes its slice of the global
-// batch (any number of bags; the global batch is the ranks' slices concatenated in rank order).
+// Each rank holds one local EmbeddingCollection with only its own rows, built on the same
+// MemorySystem (so split placement, row caches over host RAM or a file, and dynamic tables
+// apply to each rank's rows) and told each row's global key (TableShardOptions): local row l of
+// a hashed table t is global row plan().global_row(t, rank, l); a dynamic table's rank holds
+// whole id partitions (TableDynamicOptions::partitions, a multiple of the world size), and its
+// rows are keyed by raw id. Initialization and stochastic rounding use the global key, so every
+// row's bytes equal the single-process collection's whatever the world size.
+// Each rank passes its slice of the global batch (any number of bags; the global batch is the
+// ranks' slices concatenated in rank order).
 //
 // forward (per call, on every rank):
-//   1. every id of the slice goes to its owner as a local row number (all_to_all_v), in
-//      (feature, bag, position) order;
+//   1. every id of the slice goes to its owner (all_to_all_v), in (feature, bag, position)
+//      order, as a local row (hashed tables) or as the raw id (dynamic tables);
 //   2. each owner reads the requested rows (one sequence lookup per table on its local
-//      collection) and returns them individually, encoded in `forward_payload`
-//      (all_to_all_v); no partial sums are formed at the owner;
+//      collection, requests ordered by feature, then requester: the order of the concatenated
+//      global batch, which is also the order a dynamic table's IdMap sees the ids in) and
+//      returns them individually, encoded in `forward_payload` (all_to_all_v); no partial sums
+//      are formed at the owner;
 //   3. the requester pools the rows of each bag in the original id order with the pooled
-//      kernel's arithmetic (out = 0; out += w * row or out += row; kMean: out /= length).
-//   With fp32 payloads the pooled output is bit-identical to a single-process
-//   EmbeddingCollection's forward over the same bags.
+//      kernel's arithmetic (out = 0; out += w * row or out += row; kMean: out /= length), or
+//      copies them in position order for sequence (kNone) features.
+//   With fp32 payloads the outputs are bit-identical to a single-process collection's.
 // backward_update:
 //   1. for every (bag, owner) pair with at least one id of the bag on that owner, the bag's
-//      pooled-output gradient (encoded in `backward_payload`), the owned ids' local rows and
-//      their exact fp32 scales (weight, times 1 / bag length for kMean) go to the owner;
+//      pooled-output gradient (encoded in `backward_payload`), the owned ids and their exact
+//      fp32 scales (weight, times 1 / bag length for kMean) go to the owner; a sequence
+//      feature sends each position as a bag of one id with its own gradient row;
 //   2. found-inf: every rank checks its own incoming gradients and the decoded gradients it
 //      received (not with fp32 payloads: those are the bits their sender checked), and the
 //      flags are all-reduced, so either every rank updates or none does;
@@ -27,18 +36,14 @@
 //      requesters in rank order, bags and ids in their original order (its features are
 //      kSum with the scales as per-id weights). The local dedup sorts contributions stably by
 //      row, so each row's gradient is summed in the order of the concatenated global batch:
-//      with fp32 payloads, fp32 rows and fp32 optimizer state the weights and state after any
-//      number of steps are bit-identical to one process trained on the concatenated batches.
+//      with fp32 payloads the weights and optimizer state after any number of steps are
+//      bit-identical to one process trained on the concatenated batches, for every dtype.
+// BoundsCheckMode::kSkip drops bad ids at the requester, as a local collection does.
 //
 // Collective agreement: every call makes the same collectives on every rank whatever happens
 // locally; a rank whose batch is invalid (or whose local lookup fails) still takes part, and
 // an all-reduced flag makes every rank return an error naming the failing ranks. A
 // communicator failure (timeout naming the dead rank) is returned as is.
-//
-// Not supported yet (create() returns Unimplemented): sequence (kNone) features, tables with a
-// row cache or a dynamic vocabulary, BoundsCheckMode::kSkip. Rows stored in fp16 / bf16 and
-// bf16 / int8 optimizer state train, but their stochastic rounding is keyed by the local row,
-// so they are not bit-identical to a single process (fp32 rows and state are).
 //
 // Thread safety: like EmbeddingCollection, one call at a time; the communicator must not be
 // used by anyone else during a call.
@@ -59,12 +64,13 @@ namespace leanemb::dist {
 struct ShardedCollectionOptions {
   // The global collection: tables with their global row counts, features, seed, threads.
   CollectionOptions collection;
-  ShardingKind sharding = ShardingKind::kRowModulo;       // of every table
+  ShardingKind sharding = ShardingKind::kRowModulo;       // of every hashed table
   TableAssign table_assign = TableAssign::kRoundRobin;    // kTableWise: owners of the tables
   PayloadDType forward_payload = PayloadDType::kF32;      // rows owner -> requester
   PayloadDType backward_payload = PayloadDType::kF32;     // gradients requester -> owner
-  // Local row numbers travel as uint32 when every rank's tables have fewer than 2^32 rows, else
-  // as int64; true forces int64 (tests of that path).
+  // Ids travel as uint32 local rows when every rank's hashed tables have fewer than 2^32 rows
+  // and no table is dynamic, else as int64 (local rows, or raw ids of dynamic tables); true
+  // forces int64 (tests of that path).
   bool wide_ids = false;
 };
 
@@ -81,56 +87,87 @@ struct ShardedStepStats {
 };
 
 // Sums over every call since creation (bytes to other ranks).
-struct ShardedTotals {
-  uint64_t bytes_sent = 0;          // everything the forward and backward calls sent
-  uint64_t payload_bytes_sent = 0;  // of which encoded rows and gradients
-  int64_t forward_calls = 0;
-  int64_t backward_calls = 0;
-};
+using ShardedTotals = TablesCommTotals;
 
-class ShardedEmbeddingCollection {
+class ShardedEmbeddingCollection final : public EmbeddingTables {
  public:
-  // Collective (every rank calls it with equal options). `comm` must outlive the collection;
-  // `allocator` as in EmbeddingCollection::create (null: the default host allocator);
-  // `comm_allocator` holds the messages and routing buffers of forward / backward_update, in
-  // Category::kCommBuffers (null: `allocator`). They are kept between calls and grow to the
-  // largest batch seen.
-  // Errors: InvalidArgument (options), Unimplemented (see above), the local collection's errors.
+  // Collective (every rank calls it with equal options). `comm` must outlive the collection.
+  // With `memory`, each category lives in the tier its placement gives (the local collection
+  // is created on it) and the messages and routing buffers in kCommBuffers memory of
+  // memory->allocator_for(kCommBuffers). A row cache's file store gets one file per rank:
+  // "<store_path>.rank-<r>-of-<P>". The buffers are kept between calls and grow to the largest
+  // batch seen.
+  // Errors: InvalidArgument (options; a dynamic table's partitions not a multiple of the world
+  // size), the local collection's errors.
+  static Result<std::unique_ptr<ShardedEmbeddingCollection>> create(const ShardedCollectionOptions& options,
+                                                                    Communicator* comm, MemorySystem* memory);
+  // As above on plain allocators: `allocator` for the rows (null: the default host allocator),
+  // `comm_allocator` for the messages (null: `allocator`).
   static Result<std::unique_ptr<ShardedEmbeddingCollection>> create(const ShardedCollectionOptions& options,
                                                                     Communicator* comm,
                                                                     Allocator* allocator = nullptr,
                                                                     Allocator* comm_allocator = nullptr);
-  ~ShardedEmbeddingCollection();
+  ~ShardedEmbeddingCollection() override;
 
   const ShardPlan& plan() const;
-  // The communicator given to create() (sharded checkpoints and digests run their collectives
-  // on it).
-  Communicator& communicator() const;
+  const ShardedCollectionOptions& sharded_options() const;
   // This rank's rows: table t has max(1, plan().local_num_rows(t, rank)) rows (a rank without
-  // rows of a table holds one unused row, as a collection needs at least one).
+  // rows of a table holds one unused row, as a collection needs at least one). A dynamic
+  // table's plan is kRowRange over its row capacity: rank r holds partitions
+  // [r * G / P, (r + 1) * G / P) of G, and so rows of whole partitions.
   EmbeddingCollection& local();
   const EmbeddingCollection& local() const;
-  int64_t pooled_dim() const;
-  int64_t pooled_offset(int feature) const;
-  int64_t step() const;
   const ShardedStepStats& last_step_stats() const;
   const ShardedTotals& totals() const;
 
-  // batch: this rank's slice (B bags per feature), ids are global rows.
-  // pooled_out: [B, pooled_dim()] fp32. Collective.
-  // Errors: InvalidArgument / OutOfRange for this rank's bad batch (naming feature, bag and
-  // position), InvalidArgument "dist: rank(s) ... failed" on the others, Internal from the
-  // communicator.
-  Status forward(const SparseBatch& batch, std::span<float> pooled_out);
-
-  // grad_pooled: [B, pooled_dim()] for the same slice. Collective. The report counts this
-  // rank's work: unique_rows updated here (as owner), lookups in its slice.
+  // EmbeddingTables (see leanemb/tables.h for the contracts).
+  const CollectionOptions& options() const override;
+  const RowLayout& layout(int table) const override;
+  int64_t pooled_dim() const override;
+  int64_t pooled_offset(int feature) const override;
+  int rank() const override;
+  int world_size() const override;
+  // The communicator given to create() (sharded checkpoints and digests run their collectives
+  // on it).
+  Communicator* communicator() const override;
+  int64_t step() const override;
+  void set_step(int64_t step) override;
+  Status set_learning_rate(int table, float lr) override;
+  Status validate(const SparseBatch& batch) const override;
+  // batch: this rank's slice (B bags per feature); ids are global rows (raw ids for dynamic
+  // tables). Collective. Errors: InvalidArgument / OutOfRange for this rank's bad batch
+  // (naming feature, bag and position), InvalidArgument "dist: rank(s) ... failed" on the
+  // others, Internal from the communicator.
+  Status forward(const SparseBatch& batch, std::span<float> pooled_out,
+                 std::span<const std::span<float>> seq_out = {}) override;
+  // Gradients for the same slice. Collective. The report counts this rank's work: unique_rows
+  // updated here (as owner), lookups in its slice.
   Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
-                                       const UpdateOptions& update = {});
+                                       std::span<const std::span<const float>> grad_seq = {},
+                                       const UpdateOptions& update = {}) override;
+  // Routes the next slice's ids to their owners, which start fetching their rows. Collective.
+  Status prefetch(const SparseBatch& next) override;
+  Status flush() override;
+  // Global rows, collective (each owner contributes its rows; every rank gets them).
+  Status read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const override;
+  Status write_rows(int table, int64_t row_begin, int64_t count, std::span<const float> in) override;
+  Status read_state(int table, int64_t row_begin, int64_t count, std::span<float> out) const override;
+  Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const override;
+  Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) override;
+  MemoryStats memory_stats() const override;
+  Result<RowCacheStats> cache_stats(int table) const override;
+  Result<DynamicTableStats> dynamic_stats(int table) const override;
+  // Collective: the owner's answer as a global row (partition-aligned), or -1.
+  Result<int64_t> dynamic_row(int table, int64_t raw_id) const override;
+  TablesCommTotals comm_totals() const override { return totals(); }
+  void release_step_buffers() override;
 
  private:
   struct Impl;
   explicit ShardedEmbeddingCollection(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<ShardedEmbeddingCollection>> create_impl(const ShardedCollectionOptions& options,
+                                                                         Communicator* comm, MemorySystem* memory,
+                                                                         Allocator* allocator, Allocator* comm_allocator);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -31,8 +31,8 @@ CollectionOptions global_options(OptimizerKind kind) {
   opt.kind = kind;
   opt.learning_rate = 0.05f;
   opt.eps = 1e-6f;
-  o.tables = {TableOptions{"a", 61, 8, DType::kF32, opt, {}, false, {}, {}},
-              TableOptions{"b", 23, 5, DType::kF32, opt, {}, false, {}, {}}};
+  o.tables = {TableOptions{"a", 61, 8, DType::kF32, opt, {}, false, {}, {}, {}},
+              TableOptions{"b", 23, 5, DType::kF32, opt, {}, false, {}, {}, {}}};
   o.features = {FeatureOptions{"a_sum", 0, PoolingMode::kSum}, FeatureOptions{"a_mean", 0, PoolingMode::kMean},
                 FeatureOptions{"b_weighted", 1, PoolingMode::kSum}};
   o.seed = 7;
@@ -412,19 +412,60 @@ TEST(ShardedCollectionTest, AnAbsentRankMakesTheOthersFailNamingIt) {
   expect_all_ok(st);
 }
 
-// What is not supported yet is refused at creation, not half-done.
-TEST(ShardedCollectionTest, UnsupportedOptionsAreUnimplemented) {
-  auto comm = std::move(make_communicator("local")).value();
-  ShardedCollectionOptions so;
-  so.collection = global_options(OptimizerKind::kSgd);
-  so.collection.features[1].pooling = PoolingMode::kNone;
-  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
-  so.collection = global_options(OptimizerKind::kSgd);
-  so.collection.tables[0].cache.fraction = 0.5;
-  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
-  so.collection = global_options(OptimizerKind::kSgd);
-  so.collection.bounds_check = BoundsCheckMode::kSkip;
-  EXPECT_EQ(ShardedEmbeddingCollection::create(so, comm.get()).status().code(), StatusCode::kUnimplemented);
+// BoundsCheckMode::kSkip drops bad ids at the requester, as one process does: the same
+// outputs and rows as a single-process collection given the same bad ids.
+TEST(ShardedCollectionTest, SkippedBadIdsTrainLikeOneProcess) {
+  CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  o.bounds_check = BoundsCheckMode::kSkip;
+  auto ref = std::move(EmbeddingCollection::create(o)).value();
+  OwnedBatch g = global_batch(0, o);
+  g.ids[0][0] = -3;  // out of range: dropped on every side
+  g.ids[2].back() = 999;
+  std::vector<float> ref_out(static_cast<size_t>(kGlobalBags * ref->pooled_dim()));
+  ASSERT_TRUE(ref->forward(g.view(), ref_out).ok());
+  const std::vector<float> grads = test_util::normal_grads(3, kGlobalBags * ref->pooled_dim());
+  ASSERT_TRUE(ref->backward_update(g.view(), grads).ok());
+  std::vector<float> got_out(ref_out.size());
+  const auto st = run_world(2, [&](Communicator& comm) -> Status {
+    ShardedCollectionOptions so;
+    so.collection = o;
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    const int64_t b0 = kGlobalBags * comm.rank() / 2, b1 = kGlobalBags * (comm.rank() + 1) / 2, ldo = sc->pooled_dim();
+    const OwnedBatch mine = slice(g, b0, b1);
+    std::vector<float> out(static_cast<size_t>((b1 - b0) * ldo));
+    LEANEMB_RETURN_IF_ERROR(sc->forward(mine.view(), out));
+    std::copy(out.begin(), out.end(), got_out.begin() + b0 * ldo);
+    const std::vector<float> mine_grads(grads.begin() + b0 * ldo, grads.begin() + b1 * ldo);
+    LEANEMB_RETURN_IF_ERROR(sc->backward_update(mine.view(), mine_grads).status());
+    for (int t = 0; t < 2; ++t) {
+      const int64_t rows = o.tables[static_cast<size_t>(t)].num_rows;
+      std::vector<uint8_t> a(static_cast<size_t>(rows) * ref->layout(t).stride_bytes), b(a.size());
+      LEANEMB_RETURN_IF_ERROR(ref->read_raw_rows(t, 0, rows, a));
+      LEANEMB_RETURN_IF_ERROR(sc->read_raw_rows(t, 0, rows, b));  // collective: every rank gets all rows
+      if (a != b) return mismatch("rows of table " + std::to_string(t));
+    }
+    return Status();
+  });
+  expect_all_ok(st);
+  EXPECT_EQ(0, std::memcmp(got_out.data(), ref_out.data(), ref_out.size() * 4));
+}
+
+// A dynamic table's partitions must split evenly over the ranks: refused at creation otherwise.
+TEST(ShardedCollectionTest, DynamicPartitionsMustBeAMultipleOfTheWorldSize) {
+  CollectionOptions o = global_options(OptimizerKind::kSgd);
+  o.tables[0].num_rows = 60;
+  o.tables[0].dynamic.enabled = true;
+  o.tables[0].dynamic.partitions = 3;
+  const auto st = run_world(2, [&](Communicator& comm) -> Status {
+    ShardedCollectionOptions so;
+    so.collection = o;
+    auto sc = ShardedEmbeddingCollection::create(so, &comm);
+    if (sc.ok() || sc.status().code() != StatusCode::kInvalidArgument ||
+        sc.status().message().find("multiple of the world size") == std::string::npos)
+      return mismatch(sc.status().to_string());
+    return Status();
+  });
+  expect_all_ok(st);
 }
 
 }  // namespace

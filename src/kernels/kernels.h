@@ -27,7 +27,16 @@ struct TableView {
   // and key_rows[slot] is the table row whose stochastic-rounding key the update uses, so staged
   // and in-place updates give identical bits. Null: the row number is the table row.
   const int64_t* key_rows = nullptr;
-  uint64_t key_row(int64_t r) const { return static_cast<uint64_t>(key_rows ? key_rows[r] : r); }
+  // Then the row's global key (docs/embedding.md, "The table stack"): row_keys[row] when set
+  // (a dynamic table: the raw id that holds the row), else row * key_stride + key_offset (a
+  // shard's local row -> global row; 1 and 0 for a whole table).
+  const int64_t* row_keys = nullptr;
+  int64_t key_stride = 1;
+  int64_t key_offset = 0;
+  uint64_t key_row(int64_t r) const {
+    const int64_t row = key_rows ? key_rows[r] : r;
+    return static_cast<uint64_t>(row_keys ? row_keys[row] : row * key_stride + key_offset);
+  }
 };
 
 struct PooledArgs {

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include "dist/sharded_collection.h"
 #include "nn/loss.h"
 #include "tiered/sizes.h"
 
@@ -26,8 +25,6 @@ struct CtrModel::Buffers {
   };
   Buf pooled, grad_pooled, z, inter, logits, dlogits, dinter, dz;
   Buf group_grads;                // kGradients: [groups here + 1, dense params] (gradient groups)
-  std::vector<int64_t> offsets;  // rebased offsets of a micro-batch, all features
-  SparseBatch micro;              // views of one micro-batch
   std::vector<int64_t> slice_offsets;  // rebased offsets of this rank's slice
   SparseBatch slice;                   // views of this rank's slice
 };
@@ -86,6 +83,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   if (o.num_dense < 1 || o.num_sparse < 1) return invalid_argument("CtrModel: needs >= 1 dense and >= 1 sparse feature");
   if (static_cast<int>(o.table_rows.size()) != o.num_sparse)
     return invalid_argument("CtrModel: table_rows must have one value per sparse feature");
+  if (!o.table_dynamic.empty() && static_cast<int>(o.table_dynamic.size()) != o.num_sparse)
+    return invalid_argument("CtrModel: table_dynamic must be empty or have one entry per sparse feature");
   if (o.bottom_hidden.empty()) return invalid_argument("CtrModel: bottom MLP needs at least one layer");
   std::unique_ptr<CtrModel> m(new CtrModel());
   m->options_ = o;
@@ -101,6 +100,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     t.dtype = o.row_dtype;
     t.optimizer = o.row_optimizer;
     t.init = o.row_init;
+    if (!o.table_dynamic.empty()) t.dynamic = o.table_dynamic[static_cast<size_t>(f)];
     if (tiered::cache_applies(t.num_rows, o.row_cache.fraction, o.cache_min_rows)) {
       t.cache = o.row_cache;
       if (t.cache.store == "file") t.cache.store_path = o.store_dir + "/" + t.name + ".rows";
@@ -114,17 +114,12 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   if (o.grad_groups < 1 || o.grad_groups % world != 0)
     return invalid_argument("CtrModel: grad_groups (" + std::to_string(o.grad_groups) + ") must be a positive multiple of the world size (" +
                             std::to_string(world) + ")");
-  if (o.comm) {
-    dist::ShardedCollectionOptions so;
-    so.collection = co;
-    so.sharding = o.sharding;
-    so.forward_payload = o.forward_payload;
-    so.backward_payload = o.backward_payload;
-    LEANEMB_ASSIGN_OR_RETURN(m->sharded_, dist::ShardedEmbeddingCollection::create(so, o.comm, memory->allocator_for(Category::kWeights),
-                                                                                    memory->allocator_for(Category::kCommBuffers)));
-  } else {
-    LEANEMB_ASSIGN_OR_RETURN(m->emb_, EmbeddingCollection::create(co, memory));
-  }
+  DistributionOptions dist;
+  dist.comm = o.comm;
+  dist.sharding = o.sharding;
+  dist.forward_payload = o.forward_payload;
+  dist.backward_payload = o.backward_payload;
+  LEANEMB_ASSIGN_OR_RETURN(m->tables_, create_tables(co, memory, dist));
 
   // The dense layers live where compute runs (see ctr_model.h).
   Allocator* dense_alloc = memory->allocator_for(Category::kActivations);
@@ -170,8 +165,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   return m;
 }
 
-EmbeddingCollection& CtrModel::embeddings() { return sharded_ ? sharded_->local() : *emb_; }
-const EmbeddingCollection& CtrModel::embeddings() const { return sharded_ ? sharded_->local() : *emb_; }
+EmbeddingTables& CtrModel::embeddings() { return *tables_; }
+const EmbeddingTables& CtrModel::embeddings() const { return *tables_; }
 
 CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
   const int64_t P = options_.comm ? options_.comm->size() : 1, r = options_.comm ? options_.comm->rank() : 0;
@@ -192,8 +187,8 @@ CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
 
 // Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin - base, end -
 // base) of the pooled buffer (sized for slice_rows records), bottom MLP, interaction, top MLP into
-// logits_out [end - begin]. train: the MLPs keep what their backward needs. With sharded tables
-// the pooled rows of the whole slice are already there (lookup_slice()).
+// logits_out [end - begin]. train: the MLPs keep what their backward needs. The pooled rows of
+// the whole slice are already there (lookup_slice()).
 Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t end, int64_t base, int64_t slice_rows,
                                bool train, float* logits_out) {
   Buffers& b = *buf_;
@@ -210,10 +205,6 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
   float* pooled_rows = pooled + (begin - base) * F * D;
   const std::span<float> pooled_span(pooled_rows, static_cast<size_t>(n * F * D));
   if (n == 0) return Status();
-  if (!sharded_) {
-    slice_sparse(batch, begin, end, &b.offsets, &b.micro);
-    LEANEMB_RETURN_IF_ERROR(emb_->forward(b.micro, pooled_span));
-  }
   const nn::ForwardMode mode = train ? nn::ForwardMode::kTrain : nn::ForwardMode::kEval;
   const std::span<const float> dense(batch.dense.data() + begin * options_.num_dense, static_cast<size_t>(n * options_.num_dense));
   LEANEMB_RETURN_IF_ERROR(bottom_->forward(n, dense, std::span<float>(z, static_cast<size_t>(n * zd)), mode));
@@ -224,16 +215,16 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
   return Status();
 }
 
-// Sharded tables: one lookup (a collective) for this rank's whole slice [lo, hi) into the
-// pooled buffer, before its micro-batches run the dense layers. Fills b.slice, which the
-// update reuses.
+// One lookup (a collective when sharded) for this rank's whole slice [lo, hi) into the pooled
+// buffer, before its micro-batches run the dense layers. Fills b.slice, which the update
+// reuses.
 Status CtrModel::lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi) {
   Buffers& b = *buf_;
   const int64_t n = hi - lo, F = options_.num_sparse, D = options_.embedding_dim;
   const CtrBufferFloats sz = ctr_buffer_floats(options_, interaction_->output_dim(), n, 1);
   LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.pooled));
   slice_sparse(batch, lo, hi, &b.slice_offsets, &b.slice);
-  return sharded_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)));
+  return tables_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)));
 }
 
 void CtrModel::save_group_grads(int64_t slot) {
@@ -304,9 +295,7 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     dense_opt_->zero_grad();
     return s;
   };
-  if (sharded_) {
-    if (Status s = lookup_slice(batch, sl.lo, sl.hi); !s.ok()) return fail(s);
-  }
+  if (Status s = lookup_slice(batch, sl.lo, sl.hi); !s.ok()) return fail(s);
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     for (int64_t i = 0; i < sl.per_group; ++i) {
       const auto [begin, end] = sl.micro(g, i);
@@ -356,11 +345,7 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     uo.grad_multiplier = inv;
     const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
     UpdateReport rep;
-    if (sharded_) {
-      LEANEMB_ASSIGN_OR_RETURN(rep, sharded_->backward_update(b.slice, gp, uo));
-    } else {
-      LEANEMB_ASSIGN_OR_RETURN(rep, emb_->backward_update(batch.sparse_batch(), gp, {}, uo));
-    }
+    LEANEMB_ASSIGN_OR_RETURN(rep, tables_->backward_update(b.slice, gp, {}, uo));
     found = rep.skipped_nonfinite;
     st.unique_rows = rep.unique_rows;
   }
@@ -378,7 +363,7 @@ Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int m
   const Slice sl = slice_of(batch.batch_size, micro_batches);
   const bool multi = options_.comm && options_.comm->size() > 1;
   if (multi) std::fill(probs.begin(), probs.end(), 0.0f);
-  if (sharded_) LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi));
+  LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi));
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     for (int64_t i = 0; i < sl.per_group; ++i) {
       const auto [begin, end] = sl.micro(g, i);

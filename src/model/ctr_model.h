@@ -42,14 +42,11 @@
 #include "dist/payload.h"
 #include "dist/shard_plan.h"
 #include "leanemb/embedding.h"
+#include "leanemb/tables.h"
 #include "leanemb/memory_system.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
 #include "nn/mlp.h"
-
-namespace leanemb::dist {
-class ShardedEmbeddingCollection;
-}
 
 namespace leanemb::model {
 
@@ -57,7 +54,10 @@ struct CtrModelOptions {
   int num_dense = 13;
   int num_sparse = 26;
   int64_t embedding_dim = 16;
-  std::vector<int64_t> table_rows;        // [num_sparse]
+  std::vector<int64_t> table_rows;        // [num_sparse] (a dynamic table's row capacity)
+  // [num_sparse] or empty: per table, a dynamic vocabulary (enabled: the feature's ids are raw
+  // 64-bit values, rows are given on admission).
+  std::vector<TableDynamicOptions> table_dynamic;
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
   InitOptions row_init;
@@ -75,9 +75,9 @@ struct CtrModelOptions {
   int num_threads = 0;                    // 0 = OpenMP's default
 
   // Multi-process training (docs/dist.md). With a communicator the tables are sharded over its
-  // ranks (dist::ShardedEmbeddingCollection, which must then support the table options: no row
-  // cache); train_step() and predict() take the same global batch on every rank and each rank
-  // computes its slice of it (see "Gradient groups" below). Must outlive the model.
+  // ranks (create_tables with DistributionOptions: every table option applies); train_step()
+  // and predict() take the same global batch on every rank and each rank computes its slice of
+  // it (see "Gradient groups" below). Must outlive the model.
   dist::Communicator* comm = nullptr;
   dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
   dist::PayloadDType forward_payload = dist::PayloadDType::kF32;
@@ -133,11 +133,9 @@ class CtrModel {
   // slices as train_step does, so that evaluation needs no more memory than training.
   Status predict(const data::Batch& batch, std::span<float> probs, int micro_batches = 1);
 
-  // The tables: with a communicator, this rank's shard (its local collection).
-  EmbeddingCollection& embeddings();
-  const EmbeddingCollection& embeddings() const;
-  // The sharded collection, or null without a communicator.
-  dist::ShardedEmbeddingCollection* sharded() { return sharded_.get(); }
+  // The tables (leanemb/tables.h): local, or sharded over the communicator.
+  EmbeddingTables& embeddings();
+  const EmbeddingTables& embeddings() const;
   nn::Mlp& bottom() { return *bottom_; }
   nn::Mlp& top() { return *top_; }
   nn::DenseOptimizer& dense_optimizer() { return *dense_opt_; }
@@ -173,8 +171,7 @@ class CtrModel {
   struct Buffers;
   CtrModelOptions options_;
   MemorySystem* memory_ = nullptr;
-  std::unique_ptr<EmbeddingCollection> emb_;                 // single process
-  std::unique_ptr<dist::ShardedEmbeddingCollection> sharded_;  // with a communicator
+  std::unique_ptr<EmbeddingTables> tables_;
   std::unique_ptr<nn::Mlp> bottom_, top_;
   std::unique_ptr<nn::Interaction> interaction_;
   std::unique_ptr<nn::DenseOptimizer> dense_opt_;

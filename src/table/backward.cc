@@ -72,6 +72,10 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   const float** src = static_cast<const float**>(src_p);
   float* scale = static_cast<float*>(scale_p);
 
+  // The kernels' row numbers (cache slots for a cached table) and this step's contributions fit
+  // the packed sort key row << 32 | contribution unless a resident table has 2^32 rows or more.
+  const int row_bits = bit_width(static_cast<uint64_t>(view(t).num_rows - 1));
+  const bool wide = row_bits > 32 || n >= (int64_t{1} << 32);
   // Contributions in feature, bag, position order: that order is the summation order.
   int64_t k = 0;
   size_t seq_index = 0;
@@ -88,7 +92,7 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
       const float inv_len = (fo.pooling == PoolingMode::kMean) ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
       const float* bag_grad = is_seq ? nullptr : grad_pooled.data() + b * pooled_dim + pooled_offset[f];
       for (int64_t i = lo; i < hi; ++i, ++k) {
-        keys[k] = (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
+        keys[k] = wide ? static_cast<uint64_t>(in.ids[i]) : (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
         src[k] = is_seq ? seq_grad + i * dim : bag_grad;
         const float w = in.weights.empty() ? 1.0f : in.weights[i];
         scale[k] = fo.pooling == PoolingMode::kMean ? w * inv_len : w;
@@ -96,11 +100,11 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
       }
     }
   }
+  if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
   if (options.use_reference_kernels) {
     std::stable_sort(keys, keys + n, [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
   } else {
-    kernels::radix_sort_row_src(keys, static_cast<uint64_t*>(runs_p), n,
-                                bit_width(static_cast<uint64_t>(tables[t].num_rows - 1)));
+    kernels::radix_sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits);
   }
   int64_t num_unique = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -138,6 +142,51 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     sorted_scale[i] = scale[src_i];
   }
   out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier};
+  out->rows = rows;
+  out->num_unique = num_unique;
+  out->num_ids = n;
+  out->max_abs_scale = max_scale;
+  out->max_run = max_run;
+  return Status();
+}
+
+// dedup's end for rows that do not fit the packed sort key: keys[k] is contribution k's row. A
+// stable sort of contribution indices by row (in the runs buffer), then the same outputs as the
+// packed path, in the same order (ties keep position order), so the arithmetic is unchanged.
+Status EmbeddingCollection::Impl::dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src,
+                                             const float* scale, float multiplier, float max_scale, TableDedup* out) {
+  DedupBufferBytes sz = dedup_buffer_bytes(n, n);
+  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), sz.runs, Category::kWorkspace, alloc));
+  int64_t* idx = static_cast<int64_t*>(runs_p);
+  for (int64_t i = 0; i < n; ++i) idx[i] = i;
+  std::stable_sort(idx, idx + n, [keys](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+  int64_t num_unique = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (i == 0 || keys[idx[i]] != keys[idx[i - 1]]) ++num_unique;
+  sz = dedup_buffer_bytes(n, num_unique);
+  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), sz.rows, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), sz.sorted_ptr, Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), sz.sorted_scale, Category::kWorkspace, alloc));
+  int64_t* rows = static_cast<int64_t*>(rows_p);
+  const float** sorted_ptr = static_cast<const float**>(sptr_p);
+  float* sorted_scale = static_cast<float*>(sscale_p);
+  int64_t* runs = idx;  // run u starts at u <= i: idx[i] is read before runs[u] overwrites it
+  int64_t u = 0, max_run = 0;
+  uint64_t prev = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = idx[i];
+    sorted_ptr[i] = src[j];
+    sorted_scale[i] = scale[j];
+    if (i == 0 || keys[j] != prev) {
+      if (u > 0) max_run = std::max(max_run, i - runs[u - 1]);
+      rows[u] = static_cast<int64_t>(keys[j]);
+      runs[u++] = i;
+    }
+    prev = keys[j];
+  }
+  runs[num_unique] = n;
+  max_run = std::max(max_run, n - runs[num_unique - 1]);
+  out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, tables[t].layout.dim, multiplier};
   out->rows = rows;
   out->num_unique = num_unique;
   out->num_ids = n;
@@ -237,6 +286,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     for (int64_t u = 0; u < dd[t].num_unique; ++u) ts.gather_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
     *rows = staged[t].slots.data();
     kernels::TableView v{fat, &ts.layout, dd[t].num_unique, static_cast<uint32_t>(t), src_rows};
+    ts.set_keys(&v);
     return v;
   };
   // Writes staged rows back and records the bytes that crossed tiers.

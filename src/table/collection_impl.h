@@ -20,6 +20,44 @@ namespace leanemb {
 using table_internal::CheckedBatch;
 using table_internal::FeatureMeta;
 
+// The id-mapping layer of one dynamic table (dynamic_tables.cc): the IdMaps of the partitions
+// this collection holds (TableDynamicOptions::partitions, TableShardOptions), and the raw id
+// that holds each row (the rows' global keys for stochastic rounding).
+//   local partition k = global partition first + k holds local rows [k * part_rows, (k+1) * part_rows)
+class DynamicIds {
+ public:
+  // REQUIRES: to.dynamic.enabled. Errors: InvalidArgument (partitions), the IdMaps' errors.
+  static Result<std::unique_ptr<DynamicIds>> create(const TableOptions& to, uint64_t seed, int table, Allocator* host);
+  // rows_out[i] := the row of raw_ids[i] or -1, admitting ids (IdMap::map per partition, each
+  // partition seeing its ids in order). assigned: rows given to ids by this call.
+  Status map(std::span<const int64_t> raw_ids, int64_t step, std::span<int64_t> rows_out,
+             std::vector<tiered::RowAssignment>* assigned);
+  int64_t find(int64_t raw_id) const;  // -1: no row (or not a partition held here)
+  Status end_step(int64_t step);
+  DynamicTableStats stats() const;
+  uint32_t num_partitions() const { return partitions_; }  // global count
+  uint32_t first_partition() const { return first_; }
+  uint32_t held_partitions() const { return static_cast<uint32_t>(maps_.size()); }
+  int64_t partition_rows() const { return part_rows_; }
+  // The IdMap state of held partition k (0-based here) / restoring it (capacity must match).
+  std::vector<uint8_t> serialize(uint32_t k) const;
+  // Replaces held partitions parts[i] by the states bytes[i]: all or nothing.
+  Status deserialize(std::span<const uint32_t> parts, std::span<const std::span<const uint8_t>> bytes, Allocator* host);
+  // [num local rows]: the raw id of each row, -1 for rows no id holds.
+  const int64_t* row_keys() const { return row_keys_.as<int64_t>(); }
+  size_t held_bytes() const;
+
+ private:
+  std::vector<tiered::IdMap> maps_;
+  Allocation row_keys_;
+  uint32_t partitions_ = 1, first_ = 0;
+  int64_t part_rows_ = 0;
+  std::vector<uint32_t> part_of_;    // map(): scratch, local partition of each id
+  std::vector<int64_t> ids_, rows_;  // map(): scratch, one partition's ids and rows
+  tiered::MapReport report_;
+  void track(const tiered::MapReport& r, int64_t base, std::vector<tiered::RowAssignment>* assigned);
+};
+
 // One table's rows. Usually fat rows (weights then optimizer state) in one buffer. When the
 // placement puts weights and optimizer state in different tiers the table is split: `rows` holds
 // the weights alone (stride weights_layout.stride_bytes) and `state` the state bytes of each fat
@@ -40,11 +78,23 @@ struct TableState {
   // key their stochastic rounding by the slot's table row.
   std::unique_ptr<tiered::RowCache> cache;
   // Dynamic table (TableOptions::dynamic): maps the features' raw ids to rows (dynamic_tables.cc).
-  std::unique_ptr<tiered::IdMap> id_map;
+  std::unique_ptr<DynamicIds> id_map;
+  // The global key of local row l (TableShardOptions): l * key_stride + key_offset, or the raw id
+  // holding it for a dynamic table.
+  int64_t key_stride = 1, key_offset = 0;
 
+  int64_t global_row(int64_t l) const { return l * key_stride + key_offset; }
+  // Gives a view over rows or staged rows the keys of this table's rows.
+  void set_keys(kernels::TableView* v) const {
+    v->row_keys = id_map ? id_map->row_keys() : nullptr;
+    v->key_stride = key_stride;
+    v->key_offset = key_offset;
+  }
   kernels::TableView view() const {
-    if (cache) return kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()};
-    return kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
+    kernels::TableView v = cache ? kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()}
+                                 : kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
+    set_keys(&v);
+    return v;
   }
   // Bytes of a fat row that live outside the device tier (cross the host link when touched).
   size_t off_device_row_bytes() const {
@@ -129,6 +179,7 @@ struct EmbeddingCollection::Impl {
   // mapping (fwd_ids[t] ids; -1 when none), 4t + 2 / 4t + 3 backward_update's scratch.
   StepBuffers dyn_buffers;
   std::vector<int64_t> fwd_ids;
+  std::vector<tiered::RowAssignment> assigned_rows;  // map_dynamic: rows a forward gave to ids
 
   void record_transfer(Tier from, Tier to, uint64_t bytes) const {
     if (memory) memory->record_transfer(from, to, bytes);
@@ -179,11 +230,14 @@ struct EmbeddingCollection::Impl {
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
+  Status dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src, const float* scale, float multiplier,
+                    float max_scale, TableDedup* out);
 };
 
-// A row's initial fat-row bytes (padding zeroed); depends only on (seed, table, row).
+// A row's initial fat-row bytes (padding zeroed); depends only on (seed, table, key): the key is
+// the global row (a resident table's row number; for a dynamic table the raw id holding it).
 // tmp: [dim] floats of scratch.
-void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
+void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
               uint8_t* row);
 
 // The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
@@ -204,11 +258,6 @@ inline size_t table_nnz(const CollectionOptions& o, const SparseBatch& b, int t)
     if (o.features[f].table == t) n += b.features[f].ids.size();
   return n;
 }
-
-// A dynamic table's initial fat row for raw id `raw_id` (padding zeroed): init_row's values
-// keyed by (seed, table, raw id) instead of (seed, table, row).
-void init_row_for_id(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t raw_id,
-                     float* tmp, uint8_t* row);
 
 // Checks the sizes of the pooled and sequence buffers of a call against a checked batch.
 Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t pooled_size,

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/rng.h"
 #include "table/collection_impl.h"
 
 namespace leanemb {
@@ -35,23 +36,150 @@ Status table_error(const std::string& name, const Status& s) {
 
 }  // namespace
 
-Status EmbeddingCollection::Impl::create_id_map(int t) {
-  const TableOptions& to = options.tables[t];
+uint32_t dynamic_partition(int64_t raw_id, uint32_t partitions) {
+  if (partitions <= 1) return 0;
+  return static_cast<uint32_t>(mix64(static_cast<uint64_t>(raw_id) ^ 0x7061727469746e73ull) % partitions);
+}
+
+Result<std::unique_ptr<DynamicIds>> DynamicIds::create(const TableOptions& to, uint64_t seed, int table, Allocator* host) {
   const TableDynamicOptions& d = to.dynamic;
+  auto ids = std::make_unique<DynamicIds>();
+  ids->partitions_ = d.partitions;
+  ids->first_ = to.shard.first_partition;
+  const uint32_t held = to.shard.held_partitions ? to.shard.held_partitions : d.partitions;
+  ids->part_rows_ = to.num_rows / held;
   tiered::IdMapOptions mo;
-  mo.capacity_rows = to.num_rows;
+  mo.capacity_rows = ids->part_rows_;
   mo.min_count = d.min_count;
-  mo.bloom_counters = d.bloom_counters;
+  // Each partition filters its own ids: the table's counters are shared out.
+  mo.bloom_counters = std::max<uint64_t>(d.bloom_counters / d.partitions, 64);
   mo.bloom_hashes = d.bloom_hashes;
   mo.bloom_counter_bits = d.min_count > 15 ? 8 : 4;
   LEANEMB_ASSIGN_OR_RETURN(mo.eviction, tiered::parse_eviction_policy(d.eviction));
   mo.max_age_steps = d.max_age_steps;
-  // Distinct tables hash ids independently (a collision pattern in one is not in another).
-  mo.seed = options.seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(t) + 1));
+  // Distinct tables (and partitions) hash ids independently (a collision pattern in one is not
+  // in another); partition 0 keeps the seed of a table without partitions.
+  const uint64_t table_seed = seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(table) + 1));
+  for (uint32_t k = 0; k < held; ++k) {
+    const uint32_t g = ids->first_ + k;
+    mo.seed = table_seed ^ (g ? mix64(g) : 0);
+    LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap m, tiered::IdMap::create(mo, host));
+    ids->maps_.push_back(std::move(m));
+  }
+  LEANEMB_ASSIGN_OR_RETURN(ids->row_keys_, host->allocate(static_cast<size_t>(to.num_rows) * 8, Category::kRowCache));
+  std::fill_n(ids->row_keys_.as<int64_t>(), to.num_rows, int64_t{-1});
+  return ids;
+}
+
+void DynamicIds::track(const tiered::MapReport& r, int64_t base, std::vector<tiered::RowAssignment>* assigned) {
+  int64_t* keys = row_keys_.as<int64_t>();
+  for (const tiered::RowAssignment& e : r.evicted) keys[base + e.row] = -1;
+  for (const tiered::RowAssignment& a : r.assigned) {
+    keys[base + a.row] = a.raw_id;
+    if (assigned) assigned->push_back({base + a.row, a.raw_id});
+  }
+}
+
+Status DynamicIds::map(std::span<const int64_t> raw_ids, int64_t step, std::span<int64_t> rows_out,
+                       std::vector<tiered::RowAssignment>* assigned) {
+  assigned->clear();
+  const size_t n = raw_ids.size();
+  if (maps_.size() == 1) {
+    if (partitions_ > 1)
+      for (int64_t id : raw_ids)
+        if (dynamic_partition(id, partitions_) != first_) return internal_error("dynamic: id routed to a partition not held here");
+    LEANEMB_RETURN_IF_ERROR(maps_[0].map(raw_ids, step, rows_out, &report_));
+    track(report_, 0, assigned);
+    return Status();
+  }
+  // Each partition maps its own ids, in their order in the batch.
+  part_of_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t g = dynamic_partition(raw_ids[i], partitions_);
+    if (g < first_ || g - first_ >= maps_.size()) return internal_error("dynamic: id routed to a partition not held here");
+    part_of_[i] = g - first_;
+  }
+  for (uint32_t k = 0; k < maps_.size(); ++k) {
+    ids_.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (part_of_[i] == k) ids_.push_back(raw_ids[i]);
+    if (ids_.empty()) continue;
+    rows_.resize(ids_.size());
+    LEANEMB_RETURN_IF_ERROR(maps_[k].map(ids_, step, rows_, &report_));
+    const int64_t base = static_cast<int64_t>(k) * part_rows_;
+    track(report_, base, assigned);
+    size_t j = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (part_of_[i] == k) rows_out[i] = rows_[j] < 0 ? -1 : base + rows_[j], ++j;
+  }
+  return Status();
+}
+
+int64_t DynamicIds::find(int64_t raw_id) const {
+  const uint32_t g = dynamic_partition(raw_id, partitions_);
+  if (g < first_ || g - first_ >= maps_.size()) return -1;
+  const int64_t r = maps_[g - first_].find(raw_id);
+  return r < 0 ? -1 : static_cast<int64_t>(g - first_) * part_rows_ + r;
+}
+
+Status DynamicIds::end_step(int64_t step) {
+  for (uint32_t k = 0; k < maps_.size(); ++k) {
+    LEANEMB_RETURN_IF_ERROR(maps_[k].end_step(step, &report_));
+    track(report_, static_cast<int64_t>(k) * part_rows_, nullptr);
+  }
+  return Status();
+}
+
+DynamicTableStats DynamicIds::stats() const {
+  DynamicTableStats s;
+  for (const tiered::IdMap& m : maps_) {
+    const tiered::IdMapCounters& c = m.counters();
+    s.admitted += c.admitted;
+    s.readmitted += c.readmitted;
+    s.rejected_min_count += c.rejected_min_count;
+    s.rejected_capacity += c.rejected_capacity;
+    s.evicted += c.evicted;
+    s.expired += c.expired;
+    s.live_rows += c.live_rows;
+  }
+  s.held_bytes = held_bytes();
+  return s;
+}
+
+size_t DynamicIds::held_bytes() const {
+  size_t b = row_keys_.size_bytes();
+  for (const tiered::IdMap& m : maps_) b += m.held_bytes();
+  return b;
+}
+
+std::vector<uint8_t> DynamicIds::serialize(uint32_t k) const { return maps_[k].serialize(); }
+
+Status DynamicIds::deserialize(std::span<const uint32_t> parts, std::span<const std::span<const uint8_t>> bytes,
+                               Allocator* host) {
+  std::vector<tiered::IdMap> loaded;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] >= maps_.size()) return out_of_range("partition " + std::to_string(parts[i]) + " is not held here");
+    LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap m, tiered::IdMap::deserialize(bytes[i], host));
+    if (m.options().capacity_rows != part_rows_)
+      return invalid_argument("the saved map has " + std::to_string(m.options().capacity_rows) + " rows, the partition " +
+                              std::to_string(part_rows_));
+    loaded.push_back(std::move(m));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {  // all parsed: nothing can fail now
+    const uint32_t k = parts[i];
+    maps_[k] = std::move(loaded[i]);
+    int64_t* keys = row_keys_.as<int64_t>() + static_cast<int64_t>(k) * part_rows_;
+    for (int64_t r = 0; r < part_rows_; ++r) keys[r] = maps_[k].raw_id_of(r);
+  }
+  return Status();
+}
+
+Status EmbeddingCollection::Impl::create_id_map(int t) {
+  const TableOptions& to = options.tables[t];
   Allocator* host = memory ? memory->host() : alloc;
-  auto m = tiered::IdMap::create(mo, host);
+  auto m = DynamicIds::create(to, options.seed, t, host);
   if (!m.ok()) return table_error(to.name, m.status());
-  tables[t].id_map = std::make_unique<tiered::IdMap>(std::move(m).value());
+  tables[t].id_map = std::move(m).value();
   has_dynamic = true;
   fwd_ids.assign(options.tables.size(), -1);
   return Status();
@@ -134,13 +262,13 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward
       int64_t* raw = static_cast<int64_t*>(raw_p);
       rows = static_cast<int64_t*>(rows_p);
       gather_table_ids(options, b, t, raw);
-      tiered::MapReport rep;
-      const Status st = ts.id_map->map(std::span<const int64_t>(raw, n), step + 1, std::span<int64_t>(rows, n), &rep);
+      std::vector<tiered::RowAssignment>& assigned = assigned_rows;
+      const Status st = ts.id_map->map(std::span<const int64_t>(raw, n), step + 1, std::span<int64_t>(rows, n), &assigned);
       if (!st.ok()) return table_error(to.name, st);
       fwd_ids[t] = static_cast<int64_t>(n);
       // New rows: the initializer's values for their raw ids (computed in parallel, then written
       // through the table's storage: slot or store for a cached table).
-      const size_t a = rep.assigned.size();
+      const size_t a = assigned.size();
       if (a > 0) {
         const size_t stride = ts.layout.stride_bytes;
         Workspace ws(alloc);
@@ -150,11 +278,11 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward
           std::vector<float> tmp(static_cast<size_t>(to.dim));
 #pragma omp for schedule(static)
           for (int64_t i = 0; i < static_cast<int64_t>(a); ++i)
-            init_row_for_id(to, ts.layout, options.seed, static_cast<uint32_t>(t), rep.assigned[i].raw_id, tmp.data(),
-                            fat.data() + static_cast<size_t>(i) * stride);
+            init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), assigned[i].raw_id, tmp.data(),
+                     fat.data() + static_cast<size_t>(i) * stride);
         }
         for (size_t i = 0; i < a; ++i) {
-          const Status w = write_fat_row(t, rep.assigned[i].row, fat.data() + i * stride);
+          const Status w = write_fat_row(t, assigned[i].row, fat.data() + i * stride);
           if (!w.ok()) return table_error(to.name, w);
         }
       }
@@ -233,7 +361,7 @@ Status EmbeddingCollection::Impl::end_dynamic_step() {
   for (size_t t = 0; t < tables.size(); ++t) {
     if (!tables[t].id_map) continue;
     fwd_ids[t] = -1;  // rows may be freed now: the next update maps again
-    const Status st = tables[t].id_map->end_step(step, nullptr);
+    const Status st = tables[t].id_map->end_step(step);
     if (!st.ok()) return table_error(options.tables[t].name, st);
   }
   return Status();
@@ -241,54 +369,91 @@ Status EmbeddingCollection::Impl::end_dynamic_step() {
 
 namespace {
 
-Result<tiered::IdMap*> dynamic_map(const EmbeddingCollection& c, const std::vector<TableState>& tables, int table,
-                                   const char* what) {
+Result<DynamicIds*> dynamic_ids(const EmbeddingCollection& c, const std::vector<TableState>& tables, int table,
+                                const char* what) {
   if (table < 0 || table >= c.num_tables()) return out_of_range(std::string(what) + ": unknown table " + std::to_string(table));
   if (!tables[table].id_map)
     return failed_precondition(std::string(what) + ": table '" + c.options().tables[table].name + "' is not dynamic");
   return tables[table].id_map.get();
 }
 
+// save_dynamic_state's bytes: "LEDP", u32 partitions held, then per partition u64 length and the
+// IdMap's own (checksummed) bytes.
+constexpr char kDynMagic[4] = {'L', 'E', 'D', 'P'};
+
 }  // namespace
 
 Result<DynamicTableStats> EmbeddingCollection::dynamic_stats(int table) const {
-  LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap * m, dynamic_map(*this, impl_->tables, table, "dynamic_stats"));
-  const tiered::IdMapCounters& c = m->counters();
-  DynamicTableStats s;
-  s.admitted = c.admitted;
-  s.readmitted = c.readmitted;
-  s.rejected_min_count = c.rejected_min_count;
-  s.rejected_capacity = c.rejected_capacity;
-  s.evicted = c.evicted;
-  s.expired = c.expired;
-  s.live_rows = c.live_rows;
-  s.held_bytes = m->held_bytes();
-  return s;
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, impl_->tables, table, "dynamic_stats"));
+  return m->stats();
 }
 
 Result<int64_t> EmbeddingCollection::dynamic_row(int table, int64_t raw_id) const {
-  LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap * m, dynamic_map(*this, impl_->tables, table, "dynamic_row"));
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, impl_->tables, table, "dynamic_row"));
   return m->find(raw_id);
 }
 
+Result<std::vector<uint8_t>> EmbeddingCollection::save_dynamic_partition(int table, uint32_t k) const {
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, impl_->tables, table, "save_dynamic_partition"));
+  if (k >= m->held_partitions()) return out_of_range("save_dynamic_partition: partition " + std::to_string(k) + " not held");
+  return m->serialize(k);
+}
+
+Status EmbeddingCollection::load_dynamic_partition(int table, uint32_t k, std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, im.tables, table, "load_dynamic_partition"));
+  if (k >= m->held_partitions()) return out_of_range("load_dynamic_partition: partition " + std::to_string(k) + " not held");
+  Allocator* host = im.memory ? im.memory->host() : im.alloc;
+  const std::span<const uint8_t> one[1] = {bytes};
+  const Status st = m->deserialize(std::span<const uint32_t>(&k, 1), one, host);
+  if (!st.ok()) return table_error(im.options.tables[table].name, st);
+  im.fwd_ids[table] = -1;
+  return Status();
+}
+
 Result<std::vector<uint8_t>> EmbeddingCollection::save_dynamic_state(int table) const {
-  LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap * m, dynamic_map(*this, impl_->tables, table, "save_dynamic_state"));
-  return m->serialize();
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, impl_->tables, table, "save_dynamic_state"));
+  std::vector<uint8_t> out(kDynMagic, kDynMagic + 4);
+  const uint32_t held = m->held_partitions();
+  out.insert(out.end(), reinterpret_cast<const uint8_t*>(&held), reinterpret_cast<const uint8_t*>(&held) + 4);
+  for (uint32_t k = 0; k < held; ++k) {
+    const std::vector<uint8_t> part = m->serialize(k);
+    const uint64_t len = part.size();
+    out.insert(out.end(), reinterpret_cast<const uint8_t*>(&len), reinterpret_cast<const uint8_t*>(&len) + 8);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 Status EmbeddingCollection::load_dynamic_state(int table, std::span<const uint8_t> bytes) {
-  Impl& im = *impl_;
-  LEANEMB_ASSIGN_OR_RETURN(tiered::IdMap * m, dynamic_map(*this, im.tables, table, "load_dynamic_state"));
-  const std::string& name = im.options.tables[table].name;
-  Allocator* host = im.memory ? im.memory->host() : im.alloc;
-  auto loaded = tiered::IdMap::deserialize(bytes, host);
-  if (!loaded.ok()) return table_error(name, loaded.status());
-  if (loaded.value().options().capacity_rows != m->options().capacity_rows)
-    return invalid_argument("load_dynamic_state: table '" + name + "' has " +
-                            std::to_string(m->options().capacity_rows) + " rows, the saved map " +
-                            std::to_string(loaded.value().options().capacity_rows));
-  *m = std::move(loaded).value();
-  im.fwd_ids[table] = -1;
+  LEANEMB_ASSIGN_OR_RETURN(DynamicIds * m, dynamic_ids(*this, impl_->tables, table, "load_dynamic_state"));
+  const std::string where = "load_dynamic_state: table '" + impl_->options.tables[table].name + "': ";
+  uint32_t held = 0;
+  if (bytes.size() < 8 || std::memcmp(bytes.data(), kDynMagic, 4) != 0)
+    return Status(StatusCode::kDataLoss, where + "not a dynamic-table state");
+  std::memcpy(&held, bytes.data() + 4, 4);
+  if (held != m->held_partitions())
+    return invalid_argument(where + "the state holds " + std::to_string(held) + " partitions, the table " +
+                            std::to_string(m->held_partitions()));
+  // Check every part's framing first, so that a truncated state changes nothing.
+  std::vector<std::span<const uint8_t>> parts;
+  size_t at = 8;
+  for (uint32_t k = 0; k < held; ++k) {
+    uint64_t len = 0;
+    if (bytes.size() - at < 8) return Status(StatusCode::kDataLoss, where + "truncated");
+    std::memcpy(&len, bytes.data() + at, 8);
+    at += 8;
+    if (bytes.size() - at < len) return Status(StatusCode::kDataLoss, where + "truncated");
+    parts.push_back(bytes.subspan(at, len));
+    at += len;
+  }
+  if (at != bytes.size()) return Status(StatusCode::kDataLoss, where + "bytes after the last partition");
+  std::vector<uint32_t> ks(held);
+  for (uint32_t k = 0; k < held; ++k) ks[k] = k;
+  Allocator* host = impl_->memory ? impl_->memory->host() : impl_->alloc;
+  const Status st = m->deserialize(ks, parts, host);
+  if (!st.ok()) return table_error(impl_->options.tables[table].name, st);
+  impl_->fwd_ids[table] = -1;
   return Status();
 }
 

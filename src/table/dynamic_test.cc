@@ -117,7 +117,7 @@ Outputs train(EmbeddingCollection& c, const OwnedBatch& b, uint64_t seed, bool u
 std::vector<uint8_t> init_bytes(const EmbeddingCollection& c, int64_t id) {
   std::vector<uint8_t> fat(c.layout(0).stride_bytes);
   std::vector<float> tmp(static_cast<size_t>(c.layout(0).dim));
-  init_row_for_id(c.options().tables[0], c.layout(0), c.options().seed, 0, id, tmp.data(), fat.data());
+  init_row(c.options().tables[0], c.layout(0), c.options().seed, 0, id, tmp.data(), fat.data());
   return fat;
 }
 std::vector<float> init_values(const EmbeddingCollection& c, int64_t id) {

@@ -42,8 +42,9 @@ Status validate_options(const CollectionOptions& o) {
     const TableOptions& to = o.tables[t];
     const std::string name = "table '" + to.name + "' (index " + std::to_string(t) + ")";
     if (to.num_rows <= 0) return invalid_argument(name + ": num_rows must be > 0");
-    if (to.num_rows >= (int64_t{1} << 32))
-      return unimplemented(name + ": tables with 2^32 or more rows are not supported yet");
+    const TableShardOptions& sh = to.shard;
+    if (sh.key_stride < 1 || sh.key_offset < 0 || sh.global_rows < 0)
+      return invalid_argument(name + ": shard key_stride must be >= 1, key_offset and global_rows >= 0");
     if (to.dim <= 0 || to.dim > 65536) return invalid_argument(name + ": dim must be in [1, 65536]");
     if (!dtype_traits(to.dtype).trainable && !to.frozen)
       return invalid_argument(name + ": " + std::string(dtype_name(to.dtype)) +
@@ -53,6 +54,13 @@ Status validate_options(const CollectionOptions& o) {
         return invalid_argument(name + ": a dynamic table creates and trains rows on admission; it cannot be frozen");
       auto ev = tiered::parse_eviction_policy(to.dynamic.eviction);
       if (!ev.ok()) return invalid_argument(name + ": dynamic: " + ev.status().message());
+      const uint32_t g = to.dynamic.partitions, held = sh.held_partitions ? sh.held_partitions : g;
+      if (g < 1 || g > 65536 || held > g || sh.first_partition > g - held)
+        return invalid_argument(name + ": dynamic: partitions must be in [1, 65536] (got " + std::to_string(g) +
+                                ") and the held partitions within them");
+      if (to.num_rows % held != 0)
+        return invalid_argument(name + ": dynamic: the row capacity (" + std::to_string(to.num_rows) +
+                                ") must be a multiple of the partitions held (" + std::to_string(held) + ")");
     }
   }
   for (size_t f = 0; f < o.features.size(); ++f) {
@@ -72,10 +80,9 @@ EmbeddingCollection::~EmbeddingCollection() = default;
 
 namespace {
 
-// The "step" argument of row_key for initial values: ~0 for rows (resident and cached tables),
-// ~1 for raw ids of dynamic tables; training steps are far below both.
+// The "step" argument of row_key for initial values (training steps are far below it). The key
+// is the row's global key: a dynamic table's raw id gets the bytes of the resident row `raw_id`.
 constexpr uint64_t kInitStepRow = ~uint64_t{0};
-constexpr uint64_t kInitStepRawId = ~uint64_t{1};
 
 // The initializer's values for one RNG key, stored into `row` (padding zeroed).
 void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, float* tmp, uint8_t* row) {
@@ -87,7 +94,8 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
       for (int64_t j = 0; j < d; ++j) tmp[j] = 0.0f;
       break;
     case InitKind::kUniform: {
-      const float bound = to.init.bound > 0.0f ? to.init.bound : 1.0f / std::sqrt(static_cast<float>(to.num_rows));
+      const int64_t rows = to.shard.global_rows > 0 ? to.shard.global_rows : to.num_rows;
+      const float bound = to.init.bound > 0.0f ? to.init.bound : 1.0f / std::sqrt(static_cast<float>(rows));
       kernels::uniform_fill(key, d, bound, tmp);
       break;
     }
@@ -105,14 +113,9 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
 }  // namespace
 
 // Deterministic per-row initialization from the counter-based RNG.
-void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t r, float* tmp,
+void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
               uint8_t* row) {
-  init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(r)), tmp, row);
-}
-
-void init_row_for_id(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t raw_id,
-                     float* tmp, uint8_t* row) {
-  init_row_keyed(to, l, row_key(seed, kInitStepRawId, table, static_cast<uint64_t>(raw_id)), tmp, row);
+  init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(key)), tmp, row);
 }
 
 
@@ -186,6 +189,8 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
       return Status(layout.status().code(), "table '" + to.name + "': " + layout.status().message());
     ts.layout = layout.value();
     ts.num_rows = to.num_rows;
+    ts.key_stride = to.shard.key_stride;
+    ts.key_offset = to.shard.key_offset;
     if (impl->memory) {
       ts.weights_tier = impl->memory->placement()[Category::kWeights];
       ts.state_tier = impl->memory->placement()[Category::kOptimizerState];
@@ -213,10 +218,10 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
           if (ts.split) ts.scatter_fat(r, fat.data());  // zeros
           else std::memset(base + static_cast<size_t>(r) * ts.layout.stride_bytes, 0, ts.layout.stride_bytes);
         } else if (ts.split) {
-          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(), fat.data());
+          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(), fat.data());
           ts.scatter_fat(r, fat.data());
         } else {
-          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), r, tmp.data(),
+          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(),
                    base + static_cast<size_t>(r) * ts.layout.stride_bytes);
         }
       }
@@ -251,8 +256,6 @@ const RowLayout& EmbeddingCollection::layout(int table) const {
   LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
   return impl_->tables[table].layout;
 }
-int EmbeddingCollection::num_tables() const { return static_cast<int>(impl_->tables.size()); }
-int EmbeddingCollection::num_features() const { return static_cast<int>(impl_->options.features.size()); }
 int64_t EmbeddingCollection::pooled_dim() const { return impl_->pooled_dim; }
 int64_t EmbeddingCollection::pooled_offset(int feature) const {
   LEANEMB_CHECK(feature >= 0 && feature < num_features(), "feature index out of range");

@@ -71,7 +71,7 @@ Status EmbeddingCollection::write_rows(int table, int64_t row_begin, int64_t cou
   return Status();
 }
 
-int64_t EmbeddingCollection::state_floats_per_row(int table) const {
+int64_t EmbeddingTables::state_floats_per_row(int table) const {
   const RowLayout& l = layout(table);
   return l.num_elem_states * l.dim + (l.has_rowwise ? 1 : 0);
 }

@@ -111,6 +111,11 @@ int64_t IdMap::find(int64_t raw_id) const {
   return s < 0 ? -1 : table_[s].row;
 }
 
+int64_t IdMap::raw_id_of(int64_t row) const {
+  if (row < 0 || row >= options_.capacity_rows || meta_[row].seq == 0) return -1;
+  return meta_[row].raw_id;
+}
+
 void IdMap::table_insert(int64_t id, int64_t row) {
   const uint64_t mask = table_slots_ - 1;
   uint64_t i = hash(id, kTableSalt) & mask;

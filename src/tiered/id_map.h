@@ -110,6 +110,8 @@ class IdMap {
 
   // The row of a raw id, or -1 (no side effects).
   int64_t find(int64_t raw_id) const;
+  // The raw id that holds `row` now, or -1 (a free row or out of range).
+  int64_t raw_id_of(int64_t row) const;
   // The admission filter's count for an id without a row (0..counter max); 0 when min_count 1.
   uint32_t sightings(int64_t raw_id) const;
   const IdMapCounters& counters() const { return counters_; }

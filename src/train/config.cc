@@ -1,8 +1,12 @@
 // TrainConfig parsing on toml++ (exceptions are caught here; none cross the API).
 #include "train/config.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
 #include <set>
 
+#include "tiered/id_map.h"
 #include "tiered/row_cache.h"
 #include "tiered/row_store.h"
 #include "train/default_config.h"  // generated: kDefaultConfigText
@@ -18,6 +22,78 @@ Result<nn::InteractionKind> parse_interaction(std::string_view s) {
   if (s == "dot") return nn::InteractionKind::kDot;
   if (s == "cat") return nn::InteractionKind::kCat;
   return invalid_argument("unknown interaction '" + std::string(s) + "' (expected dot or cat)");
+}
+
+// The keys of one dynamic table ([embedding.dynamic] gives the defaults of all).
+Status read_dynamic_keys(Section& s, DynamicTableConfig* d) {
+  LEANEMB_RETURN_IF_ERROR(s.read("capacity_rows", &d->capacity_rows, 0, int64_t{1} << 40));
+  int64_t min_count = d->options.min_count, partitions = d->options.partitions, hashes = d->options.bloom_hashes;
+  LEANEMB_RETURN_IF_ERROR(s.read("min_count", &min_count, 1, 255));
+  LEANEMB_RETURN_IF_ERROR(s.read("partitions", &partitions, 1, 65536));
+  LEANEMB_RETURN_IF_ERROR(s.read("bloom_hashes", &hashes, 1, 16));
+  d->options.min_count = static_cast<uint32_t>(min_count);
+  d->options.partitions = static_cast<uint32_t>(partitions);
+  d->options.bloom_hashes = static_cast<uint32_t>(hashes);
+  LEANEMB_RETURN_IF_ERROR(s.read("eviction", &d->options.eviction));
+  if (auto ev = tiered::parse_eviction_policy(d->options.eviction); !ev.ok()) return s.error("eviction", ev.status().message());
+  LEANEMB_RETURN_IF_ERROR(s.read("max_age_steps", &d->options.max_age_steps, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(s.read("bloom_counters", &d->options.bloom_counters));
+  return Status();
+}
+
+// [embedding.dynamic]: `tables` (names, or "all") and defaults; [embedding.dynamic.C<k>]
+// subtables make table C<k> dynamic with their own keys over the defaults.
+Status read_dynamic_tables(const toml::table* t, const std::string& origin, int num_sparse,
+                           std::vector<DynamicTableConfig>* out) {
+  out->clear();
+  if (t == nullptr) return Status();
+  Section s(t, "embedding.dynamic", origin);
+  DynamicTableConfig base;
+  base.options.enabled = true;
+  std::vector<std::string> names;
+  LEANEMB_RETURN_IF_ERROR(s.read("tables", &names));
+  LEANEMB_RETURN_IF_ERROR(read_dynamic_keys(s, &base));
+  auto check_name = [&](const std::string& n) -> Status {
+    int k = 0;
+    if (n.size() < 2 || n[0] != 'C' || std::sscanf(n.c_str() + 1, "%d", &k) != 1 || k < 1 || k > num_sparse ||
+        n.substr(1) != std::to_string(k))
+      return invalid_argument(origin + ": embedding.dynamic: '" + n + "' is not a table (C1 .. C" + std::to_string(num_sparse) + ")");
+    return Status();
+  };
+  if (names.size() == 1 && names[0] == "all") {
+    names.clear();
+    for (int k = 1; k <= num_sparse; ++k) {
+      std::string n = "C";  // (not "C" + to_string(k): GCC 12's -Wrestrict false positive)
+      n += std::to_string(k);
+      names.push_back(n);
+    }
+  }
+  std::map<std::string, DynamicTableConfig> tables;
+  for (const std::string& n : names) {
+    LEANEMB_RETURN_IF_ERROR(check_name(n));
+    tables[n] = base;
+    tables[n].table = n;
+  }
+  for (const auto& [k, node] : *t) {
+    const std::string name(k.str());
+    if (!node.is_table()) continue;
+    s.get(name);  // a per-table subtable, not an unknown key
+    LEANEMB_RETURN_IF_ERROR(check_name(name));
+    DynamicTableConfig d = tables.count(name) ? tables[name] : base;
+    d.table = name;
+    Section sub(node.as_table(), "embedding.dynamic." + name, origin);
+    LEANEMB_RETURN_IF_ERROR(read_dynamic_keys(sub, &d));
+    LEANEMB_RETURN_IF_ERROR(sub.check_unknown());
+    tables[name] = d;
+  }
+  LEANEMB_RETURN_IF_ERROR(s.check_unknown());
+  if (tables.empty())
+    return invalid_argument(origin + ": [embedding.dynamic] names no table (tables = [\"C1\", ...] or \"all\", or [embedding.dynamic.C<k>])");
+  for (auto& [name, d] : tables) out->push_back(d);
+  std::sort(out->begin(), out->end(), [](const DynamicTableConfig& a, const DynamicTableConfig& b) {
+    return std::stoi(a.table.substr(1)) < std::stoi(b.table.substr(1));
+  });
+  return Status();
 }
 
 }  // namespace
@@ -96,6 +172,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
   if (c.row_cache.store == "file" && c.row_cache.enabled() && c.store_dir.empty())
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
+  const toml::node* dyn = e.get("dynamic");
+  if (dyn && !dyn->is_table()) return e.error("dynamic", "expected a table ([embedding.dynamic])");
+  LEANEMB_RETURN_IF_ERROR(read_dynamic_tables(dyn ? dyn->as_table() : nullptr, origin, c.num_sparse, &c.dynamic_tables));
   LEANEMB_RETURN_IF_ERROR(e.check_unknown());
 
   // [dense]
@@ -180,6 +259,13 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
     return invalid_argument(origin + ": embedding.dtype " + std::string(dtype_name(c.row_dtype)) + " rows cannot be trained");
   auto layout = make_row_layout(c.embedding_dim, c.row_dtype, c.row_optimizer);
   if (!layout.ok()) return invalid_argument(origin + ": [embedding]: " + layout.status().message());
+  for (const DynamicTableConfig& d : c.dynamic_tables) {
+    const size_t f = static_cast<size_t>(std::stoi(d.table.substr(1)) - 1);
+    const int64_t rows = d.capacity_rows > 0 ? d.capacity_rows : c.table_rows[c.table_rows.size() == 1 ? 0 : f];
+    if (rows % d.options.partitions != 0)
+      return invalid_argument(origin + ": embedding.dynamic." + d.table + ": the capacity (" + std::to_string(rows) +
+                              " rows) must be a multiple of partitions (" + std::to_string(d.options.partitions) + ")");
+  }
   if (c.generate) {
     c.gen.out_dir = c.data_dir;
     c.gen.num_dense = c.num_dense;

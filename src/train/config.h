@@ -28,6 +28,14 @@
 
 namespace leanemb::train {
 
+// One dynamic table of a CTR model (docs/train.md, [embedding.dynamic]): feature `table` (C1,
+// C2, ...) gets raw 64-bit ids and an IdMap of `capacity_rows` rows.
+struct DynamicTableConfig {
+  std::string table;             // "C<k>", k in [1, num_sparse]
+  int64_t capacity_rows = 0;     // rows of the table; 0: its model.table_rows
+  TableDynamicOptions options;   // min_count, eviction, max_age_steps, partitions, bloom_*
+};
+
 struct TrainConfig {
   // [data]
   std::vector<std::string> train_files;  // Criteo TSV or leanemb binary
@@ -60,6 +68,8 @@ struct TrainConfig {
   TableCacheOptions row_cache;
   int64_t cache_min_rows = 1000000;  // tables with fewer rows stay resident
   std::string store_dir;
+  // [embedding.dynamic] (and [embedding.dynamic.C<k>] per table): dynamic vocabularies.
+  std::vector<DynamicTableConfig> dynamic_tables;
 
   // [dense]
   nn::DenseOptimizerOptions dense_optimizer;

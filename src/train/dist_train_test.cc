@@ -46,21 +46,31 @@ struct Reference {
 const int64_t kBatchSizes[] = {50, 64, 3, 37};
 constexpr int kMicroBatches = 8;
 
+// The batches' options: ids of table 0 from a range wider than a dynamic table 0's capacity.
+model::CtrModelOptions batch_options(model::CtrModelOptions o) {
+  if (!o.table_dynamic.empty() && o.table_dynamic[0].enabled) o.table_rows[0] = 200;
+  return o;
+}
+
 Reference train_one_process(const model::CtrModelOptions& o) {
   Rig r = make_rig(o);
   amp::LossScaler scaler = std::move(amp::LossScaler::create({.enabled = false})).value();
   Reference ref;
   for (size_t i = 0; i < std::size(kBatchSizes); ++i) {
-    const data::Batch b = random_batch(o, kBatchSizes[i], 500 + i);
+    const data::Batch b = random_batch(batch_options(o), kBatchSizes[i], 500 + i);
     auto s = r.model->train_step(b, kMicroBatches, scaler);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     if (s.ok()) ref.losses.push_back(s.value().loss);
   }
-  const data::Batch eval = random_batch(o, 45, 900);
+  const data::Batch eval = random_batch(batch_options(o), 45, 900);
   ref.probs.resize(45);
   EXPECT_TRUE(r.model->predict(eval, ref.probs, 3).ok());
   ref.dense = dense_bytes(*r.model);
-  ref.emb_digest = std::move(dist::collection_digest(r.model->embeddings())).value();
+  if (!o.table_dynamic.empty() && o.table_dynamic[0].enabled) {  // the layers really worked
+    EXPECT_GT(r.model->embeddings().dynamic_stats(0).value().evicted, 0);
+    EXPECT_GT(r.model->embeddings().cache_stats(1).value().evictions, 0u);
+  }
+  ref.emb_digest = std::move(dist::sharded_collection_digest(r.model->embeddings())).value();
   return ref;
 }
 
@@ -72,18 +82,18 @@ Status train_rank(Communicator& comm, model::CtrModelOptions o, const Reference&
   LEANEMB_ASSIGN_OR_RETURN(auto m, model::CtrModel::create(o, mem.value().get()));
   LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create({.enabled = false}));
   for (size_t i = 0; i < std::size(kBatchSizes); ++i) {
-    const data::Batch b = random_batch(o, kBatchSizes[i], 500 + i);
+    const data::Batch b = random_batch(batch_options(o), kBatchSizes[i], 500 + i);
     LEANEMB_ASSIGN_OR_RETURN(model::StepStats s, m->train_step(b, kMicroBatches, scaler));
     // The reported loss is summed in another order (rank partials), so it is close, not equal.
     if (std::fabs(s.loss - ref.losses[i]) > 1e-12 * (1 + std::fabs(ref.losses[i]))) return mismatch("loss of step " + std::to_string(i));
     if (s.samples != kBatchSizes[i]) return mismatch("samples of step " + std::to_string(i));
   }
-  const data::Batch eval = random_batch(o, 45, 900);
+  const data::Batch eval = random_batch(batch_options(o), 45, 900);
   std::vector<float> probs(45);
   LEANEMB_RETURN_IF_ERROR(m->predict(eval, probs, 3));
   if (std::memcmp(probs.data(), ref.probs.data(), probs.size() * 4) != 0) return mismatch("predictions");
   if (dense_bytes(*m) != ref.dense) return mismatch("dense parameters or optimizer state");
-  LEANEMB_ASSIGN_OR_RETURN(std::string digest, dist::sharded_collection_digest(*m->sharded()));
+  LEANEMB_ASSIGN_OR_RETURN(std::string digest, dist::sharded_collection_digest(m->embeddings()));
   if (digest != ref.emb_digest) return mismatch("embedding digest " + digest + " != " + ref.emb_digest);
   return Status();
 }
@@ -102,6 +112,30 @@ TEST(DistTrainTest, RanksTrainBitIdenticallyToOneProcess) {
       od.sharding = kind;
       expect_all_ok(run_world(p, [&](Communicator& c) { return train_rank(c, od, ref); }));
     }
+  }
+}
+
+// The layers stack under sharding: a dynamic table that evicts (capacity 16 for 200 ids, id
+// partitions), a cached table, bf16 rows with row-wise Adagrad (stochastic rounding keyed by the
+// global row or raw id) and optimizer state on the host train bit-identically at P = 1, 2, 4.
+TEST(DistTrainTest, DynamicCachedBf16TablesTrainBitIdenticallyAtEveryWorldSize) {
+  model::CtrModelOptions o = small_model(400);
+  o.num_threads = 1;
+  o.grad_groups = 4;
+  o.row_dtype = DType::kBF16;
+  o.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  o.table_rows[0] = 16;
+  o.table_dynamic.resize(4);
+  o.table_dynamic[0].enabled = true;
+  o.table_dynamic[0].partitions = 4;
+  o.table_dynamic[0].eviction = "lfu";
+  o.row_cache.fraction = 0.3;  // 120 slots: a step's rows, not every row of the run
+  o.row_cache.store = "host";
+  o.cache_min_rows = 100;  // tables 1..3 (400 rows) are cached, the dynamic table (16) is not
+  const Reference ref = train_one_process(o);
+  for (int p : {2, 4}) {
+    SCOPED_TRACE("P=" + std::to_string(p));
+    expect_all_ok(run_world(p, [&](Communicator& c) { return train_rank(c, o, ref); }));
   }
 }
 
@@ -134,12 +168,12 @@ TEST(DistTrainTest, NonFiniteOnOneRankSkipsEveryRank) {
     LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create({}));
     LEANEMB_RETURN_IF_ERROR(m->train_step(random_batch(od, 32, 1), 1, scaler).status());
     const auto before = dense_bytes(*m);
-    LEANEMB_ASSIGN_OR_RETURN(std::string emb_before, dist::sharded_collection_digest(*m->sharded()));
+    LEANEMB_ASSIGN_OR_RETURN(std::string emb_before, dist::sharded_collection_digest(m->embeddings()));
     const float scale = scaler.scale();
     LEANEMB_ASSIGN_OR_RETURN(model::StepStats s, m->train_step(random_batch(od, 32, 2), 1, scaler, comm.rank() == 1));
     if (!s.skipped) return mismatch("rank " + std::to_string(comm.rank()) + " did not skip");
     if (dense_bytes(*m) != before) return mismatch("a skipped step changed dense state");
-    LEANEMB_ASSIGN_OR_RETURN(std::string emb_after, dist::sharded_collection_digest(*m->sharded()));
+    LEANEMB_ASSIGN_OR_RETURN(std::string emb_after, dist::sharded_collection_digest(m->embeddings()));
     if (emb_after != emb_before) return mismatch("a skipped step changed embedding rows");
     if (!(scaler.scale() < scale)) return mismatch("the loss scale did not back off");
     return Status();

@@ -43,6 +43,38 @@ TEST(TrainConfigTest, SetOverridesKeys) {
   EXPECT_EQ(c.value().table_rows, (std::vector<int64_t>{5, 6}));
 }
 
+// [embedding.dynamic] gives defaults and a table list, [embedding.dynamic.C<k>] per-table keys.
+TEST(TrainConfigTest, DynamicTablesFromTheConfig) {
+  const std::vector<std::string> sets = {"embedding.dynamic.tables=[\"C2\"]", "embedding.dynamic.min_count=3",
+                                         "embedding.dynamic.partitions=2", "embedding.dynamic.C5.capacity_rows=64",
+                                         "embedding.dynamic.C5.eviction=\"lfu\"", "embedding.dynamic.C5.max_age_steps=9"};
+  auto c = parse_config(default_config_text(), "<default>", sets);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const auto& d = c.value().dynamic_tables;
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].table, "C2");
+  EXPECT_EQ(d[0].capacity_rows, 0);  // the table's table_rows
+  EXPECT_EQ(d[0].options.min_count, 3u);
+  EXPECT_EQ(d[1].table, "C5");
+  EXPECT_EQ(d[1].capacity_rows, 64);
+  EXPECT_EQ(d[1].options.eviction, "lfu");
+  EXPECT_EQ(d[1].options.max_age_steps, 9);
+  EXPECT_EQ(d[1].options.partitions, 2u);  // the defaults apply under the per-table keys
+  EXPECT_TRUE(d[1].options.enabled);
+  const std::pair<std::vector<std::string>, const char*> bad[] = {
+      {{"embedding.dynamic.tables=[\"C99\"]"}, "not a table"},
+      {{"embedding.dynamic.C2.capacity_rows=10", "embedding.dynamic.C2.partitions=4"}, "multiple of partitions"},
+      {{"embedding.dynamic.C2.evict=\"age\""}, "embedding.dynamic.C2.evict"},
+      {{"embedding.dynamic.min_count=0", "embedding.dynamic.tables=\"all\""}, "embedding.dynamic.min_count"},
+      {{"embedding.dynamic.eviction=\"lfu\""}, "names no table"},
+  };
+  for (const auto& [s2, needle] : bad) {
+    auto e = parse_config(default_config_text(), "<default>", s2);
+    ASSERT_FALSE(e.ok()) << s2[0];
+    EXPECT_NE(e.status().message().find(needle), std::string::npos) << s2[0] << ": " << e.status().message();
+  }
+}
+
 // Unknown keys and sections, wrong types, out-of-range values and inconsistent combinations are
 // rejected with the key named.
 TEST(TrainConfigTest, BadConfigsNameTheKey) {
@@ -269,7 +301,7 @@ TEST(ModelGradientTest, EmbeddingUpdateMatchesFiniteDifferences) {
   o.dense_optimizer.learning_rate = 0.0;
   Rig r = make_rig(o);
   const data::Batch b = random_batch(o, 16, 7);
-  EmbeddingCollection& e = r.model->embeddings();
+  EmbeddingTables& e = r.model->embeddings();
   const int64_t D = o.embedding_dim;
   struct Probe { int table; int64_t row, col; };
   const Probe probes[] = {{0, 1, 0}, {1, 3, 5}, {3, 7, 2}, {2, 0, 7}};

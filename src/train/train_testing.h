@@ -71,7 +71,7 @@ inline Rig make_rig(const model::CtrModelOptions& o) {
 // Every trainable byte: embedding fat rows and dense parameters and optimizer state.
 inline std::vector<uint8_t> state_bytes(model::CtrModel& m) {
   std::vector<uint8_t> out;
-  const EmbeddingCollection& e = m.embeddings();
+  const EmbeddingTables& e = m.embeddings();
   for (int t = 0; t < e.num_tables(); ++t) {
     const int64_t rows = e.options().tables[static_cast<size_t>(t)].num_rows;
     std::vector<uint8_t> raw(static_cast<size_t>(rows) * e.layout(t).stride_bytes);
@@ -94,7 +94,7 @@ inline std::vector<float> dense_values(model::CtrModel& m) {
 
 inline std::vector<float> table_values(model::CtrModel& m) {
   std::vector<float> out;
-  const EmbeddingCollection& e = m.embeddings();
+  const EmbeddingTables& e = m.embeddings();
   for (int t = 0; t < e.num_tables(); ++t) {
     const int64_t rows = e.options().tables[static_cast<size_t>(t)].num_rows;
     std::vector<float> w(static_cast<size_t>(rows * e.layout(t).dim));

@@ -39,6 +39,14 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   o.embedding_dim = c.embedding_dim;
   o.table_rows = c.table_rows.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(c.num_sparse), c.table_rows[0])
                                           : c.table_rows;
+  if (!c.dynamic_tables.empty()) {
+    o.table_dynamic.resize(static_cast<size_t>(c.num_sparse));
+    for (const DynamicTableConfig& d : c.dynamic_tables) {
+      const auto f = static_cast<size_t>(std::stoi(d.table.substr(1)) - 1);
+      o.table_dynamic[f] = d.options;
+      if (d.capacity_rows > 0) o.table_rows[f] = d.capacity_rows;
+    }
+  }
   o.row_dtype = c.row_dtype;
   o.row_optimizer = c.row_optimizer;
   o.row_init = c.row_init;
@@ -65,6 +73,8 @@ Result<data::ReaderOptions> reader_options(const TrainConfig& c, const std::vect
   r.files = files;
   const auto rows = model_options(c).table_rows;
   LEANEMB_ASSIGN_OR_RETURN(r.schema, data::make_schema(c.num_dense, c.num_sparse, rows, c.max_len));
+  for (const DynamicTableConfig& d : c.dynamic_tables)  // raw hashed values: the IdMap gives rows
+    r.schema.sparse[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)].raw_ids = true;
   r.batch_size = c.batch_size;
   r.shuffle_buffer = train ? c.shuffle_buffer : 0;
   r.seed = c.seed;
@@ -118,39 +128,12 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> train_blobs(const mode
 Status write_checkpoint(const std::string& out, const TrainConfig& c, model::CtrModel& m, const data::DataReader& reader,
                         const amp::LossScaler& scaler, const Counters& k, std::string* path) {
   const auto blobs = train_blobs(m, reader, scaler, k);
-  if (dist::ShardedEmbeddingCollection* sh = m.sharded()) {
-    std::vector<dist::ShardedBlob> sb;
-    for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
-    dist::ShardedSaveOptions so;
-    so.keep_last = c.keep_checkpoints;
-    LEANEMB_ASSIGN_OR_RETURN(dist::ShardedSaveInfo info, dist::save_sharded_checkpoint(out, k.step, *sh, sb, so));
-    for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
-    *path = info.global_dir;
-    return Status();
-  }
-  ckpt::WriterOptions wo;
-  wo.keep_last = c.keep_checkpoints;
-  LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out, k.step, wo));
-  const EmbeddingCollection& emb = m.embeddings();
-  for (const auto& [name, bytes] : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(name, bytes));
-  std::vector<uint8_t> rows;
-  for (int t = 0; t < emb.num_tables(); ++t) {
-    const RowLayout& l = emb.layout(t);
-    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const json meta = {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
-                       {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
-                       {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
-                       {"stride_bytes", l.stride_bytes}};
-    const std::string name = "emb/" + to.name;
-    LEANEMB_RETURN_IF_ERROR(w->add_table(name, l.stride_bytes, to.num_rows, to_bytes(meta)));
-    for (int64_t r0 = 0; r0 < to.num_rows; r0 += kCkptChunkRows) {
-      const int64_t n = std::min(kCkptChunkRows, to.num_rows - r0);
-      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
-      LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, r0, n, rows));
-      LEANEMB_RETURN_IF_ERROR(w->append_rows(name, r0, rows));
-    }
-  }
-  LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo info, w->commit());
+  std::vector<dist::ShardedBlob> sb;
+  for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
+  dist::TablesSaveOptions so;
+  so.keep_last = c.keep_checkpoints;
+  so.chunk_rows = kCkptChunkRows;
+  LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, m.embeddings(), sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
   *path = info.path;
   return Status();
@@ -164,61 +147,13 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
   return v;
 }
 
-// The rows of a plain checkpoint's tables "emb/<name>" into the model. A sharded model (P ranks
-// resuming a run of one process) copies the global rows this rank owns, in runs of consecutive
-// local rows.
-Status load_plain_tables(const ckpt::CheckpointReader& r, model::CtrModel& m) {
-  EmbeddingCollection& emb = m.embeddings();
-  const dist::ShardedEmbeddingCollection* sh = m.sharded();
-  const int rank = sh ? sh->communicator().rank() : 0;
-  std::vector<uint8_t> rows, run;
-  for (int t = 0; t < emb.num_tables(); ++t) {
-    const RowLayout& l = emb.layout(t);
-    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const int64_t global_rows = sh ? sh->plan().num_rows(t) : to.num_rows;
-    const std::string name = "emb/" + to.name;
-    const ckpt::EntryInfo* e = r.find(name);
-    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != global_rows)
-      return invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)");
-    for (int64_t r0 = 0; r0 < global_rows; r0 += kCkptChunkRows) {
-      const int64_t n = std::min(kCkptChunkRows, global_rows - r0);
-      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
-      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, rows));
-      if (!sh) {
-        LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, r0, n, rows));
-        continue;
-      }
-      int64_t run_start = -1, run_len = 0;
-      auto flush = [&]() -> Status {
-        if (run_len > 0) LEANEMB_RETURN_IF_ERROR(emb.write_raw_rows(t, run_start, run_len, run));
-        run.clear();
-        run_len = 0;
-        return Status();
-      };
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t g = r0 + i;
-        if (sh->plan().owner(t, g) != rank) continue;
-        const int64_t local = sh->plan().local_row(t, g);
-        if (run_len > 0 && local != run_start + run_len) LEANEMB_RETURN_IF_ERROR(flush());
-        if (run_len == 0) run_start = local;
-        const auto* row = rows.data() + static_cast<size_t>(i) * l.stride_bytes;
-        run.insert(run.end(), row, row + l.stride_bytes);
-        ++run_len;
-      }
-      LEANEMB_RETURN_IF_ERROR(flush());
-    }
-  }
-  return Status();
-}
-
-// Resumes from checkpoint `dir`, plain or sharded (global directory), whichever the model is: a
-// sharded checkpoint needs a sharded model (any world size); a plain one loads into either.
-Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrModel& m, data::DataReader& reader,
-                       amp::LossScaler& scaler, Counters* k) {
+// Resumes from checkpoint `dir`, plain or sharded (global directory), at any world size.
+Status load_checkpoint(const std::string& dir, model::CtrModel& m, data::DataReader& reader, amp::LossScaler& scaler,
+                       Counters* k) {
   auto ctx = [&](const Status& s) { return Status(s.code(), "resuming from " + dir + ": " + s.message()); };
-  dist::ShardedEmbeddingCollection* sh = m.sharded();
+  dist::Communicator* comm = m.embeddings().communicator();
   // With sharded tables every rank fails if any rank failed (dist::agree), so none goes on alone.
-  auto agree = [&](const Status& mine) { return sh ? dist::agree(sh->communicator(), mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
+  auto agree = [&](const Status& mine) { return comm ? dist::agree(*comm, mine, "resuming from " + dir) : (mine.ok() ? mine : ctx(mine)); };
   auto opened = ckpt::CheckpointReader::open(dir);
   LEANEMB_RETURN_IF_ERROR(agree(opened.status()));
   const ckpt::CheckpointReader& r = *opened.value();
@@ -228,16 +163,11 @@ Status load_checkpoint(const std::string& dir, bool sharded_ckpt, model::CtrMode
     st = json::parse(stb.begin(), stb.end(), nullptr, false);
     if (st.is_discarded() || !st.contains("step")) return data_loss("resuming from " + dir + ": bad train/state");
   }
-  // Embedding tables.
-  if (sharded_ckpt) {
-    if (!sh) return ctx(invalid_argument("a sharded checkpoint needs a sharded model"));
-    auto loaded = dist::load_sharded_checkpoint(dir, *sh);
-    if (!loaded.ok()) return ctx(loaded.status());
-  } else {
-    Status s = load_plain_tables(r, m);
-    if (s.ok()) m.embeddings().set_step(st["collection_step"].get<int64_t>());
-    LEANEMB_RETURN_IF_ERROR(agree(s));
-  }
+  // Embedding tables (either format, any world size; every rank fails if one does).
+  dist::TablesLoadOptions lo;
+  lo.chunk_rows = kCkptChunkRows;
+  lo.collection_step = st["collection_step"].get<int64_t>();
+  if (auto loaded = dist::load_tables_checkpoint(dir, m.embeddings(), lo); !loaded.ok()) return ctx(loaded.status());
   // Dense parameters and state: names from the model, values from the checkpoint.
   std::vector<std::vector<float>> store;
   std::vector<nn::NamedTensor> params, state;
@@ -405,42 +335,16 @@ Result<json> run_training(const RunOptions& ro) {
     std::filesystem::create_directories(c.store_dir, dir_ec);
     if (dir_ec) return io_error("cannot create embedding.store_dir '" + c.store_dir + "': " + dir_ec.message());
   }
-  // The checkpoint to resume from decides, with the world size, whether the tables are sharded:
-  // with several ranks always; in one process only to resume a sharded checkpoint (over a
-  // world of one rank, so that its rows reshard into one process).
+  // The newest complete checkpoint, plain or sharded: either loads at any world size.
   std::string resume_dir;
-  bool resume_sharded = false;
   if (ro.resume) {
-    auto latest = ckpt::find_latest_complete(ro.out_dir);
+    auto latest = dist::find_latest_tables_checkpoint(ro.out_dir);
     if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    if (latest.ok()) {
-      LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(latest.value().ref.path));
-      resume_sharded = r->find("sharded/layout") != nullptr;
-      if (resume_sharded) {
-        auto complete = dist::find_latest_complete_sharded(ro.out_dir);
-        if (!complete.ok() && complete.status().code() != StatusCode::kNotFound) return complete.status();
-        if (complete.ok()) resume_dir = complete.value().ref.path;
-        else resume_sharded = false;
-      } else {
-        resume_dir = latest.value().ref.path;
-      }
-    }
+    if (latest.ok()) resume_dir = latest.value().ref.path;
   }
-  std::shared_ptr<dist::LocalWorld> solo_world;
-  std::unique_ptr<dist::Communicator> solo_comm;
   model::CtrModelOptions mo = model_options(c);
   mo.grad_groups = c.grad_groups;
-  if (world > 1) {
-    mo.comm = comm;
-  } else if (resume_sharded) {
-    if (comm) {
-      mo.comm = comm;
-    } else {
-      LEANEMB_ASSIGN_OR_RETURN(solo_world, dist::LocalWorld::create(1));
-      LEANEMB_ASSIGN_OR_RETURN(solo_comm, solo_world->communicator(0));
-      mo.comm = solo_comm.get();
-    }
-  }
+  if (world > 1) mo.comm = comm;
   LEANEMB_ASSIGN_OR_RETURN(auto model, model::CtrModel::create(mo, mem.get()));
   LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(tro));
@@ -454,9 +358,9 @@ Result<json> run_training(const RunOptions& ro) {
     if (resume_dir.empty()) {
       say("no complete checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
     } else {
-      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, resume_sharded, *model, *reader, scaler, &k));
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, *model, *reader, scaler, &k));
       resumed_from = k.step;
-      say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + (resume_sharded ? ", sharded" : "") + ")");
+      say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + ")");
     }
   }
   std::error_code ec;
@@ -541,13 +445,12 @@ Result<json> run_training(const RunOptions& ro) {
   }
   const double train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   // Bytes of the training steps alone (before the final checkpoint and evaluation).
-  dist::ShardedTotals train_emb;
+  const TablesCommTotals train_emb = model->embeddings().comm_totals();
   uint64_t train_comm_bytes = 0;
   double train_comm_seconds = 0;
-  if (dist::ShardedEmbeddingCollection* sh = model->sharded()) {
-    train_emb = sh->totals();
-    train_comm_bytes = sh->communicator().stats().bytes_sent;
-    train_comm_seconds = sh->communicator().stats().seconds;
+  if (const dist::Communicator* cm = model->embeddings().communicator()) {
+    train_comm_bytes = cm->stats().bytes_sent;
+    train_comm_seconds = cm->stats().seconds;
   }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
   if (k.step != last_ckpt_step && k.step > 0)
@@ -576,8 +479,8 @@ Result<json> run_training(const RunOptions& ro) {
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
-  if (dist::ShardedEmbeddingCollection* sh = model->sharded()) {
-    const dist::Communicator& cm = sh->communicator();
+  if (const dist::Communicator* cmp = model->embeddings().communicator()) {
+    const dist::Communicator& cm = *cmp;
     // Per-rank table bytes: this rank's and the largest of any rank.
     int64_t most[1] = {static_cast<int64_t>(table_bytes)};
     LEANEMB_RETURN_IF_ERROR(mo.comm->all_reduce(std::span<int64_t>(most, 1), dist::ReduceOp::kMax));

@@ -1,0 +1,170 @@
+// EmbeddingTables: the one table interface. Models, trainers and the Python binding hold an
+// EmbeddingTables and never ask how its rows are stored or where they live.
+//
+// A collection of tables is a stack of layers (docs/embedding.md, "The table stack"):
+//
+//   distribution   local (this process holds every row)  |  sharded over a Communicator
+//                  (row-wise or table-wise; ids, rows and gradients routed between ranks)
+//   id mapping     hashed ids are rows  |  dynamic IdMap (raw 64-bit ids -> rows on admission)
+//   residency      resident  |  split placement (optimizer state in another tier)  |  row cache
+//                  over a RowStore (host RAM or an O_DIRECT file)
+//   kernels        the backend's lookup / update kernels and copies (docs/backend.md)
+//
+// Every combination is legal. Each row has one global key: its global row number (the raw id
+// for dynamic tables). Initialization, stochastic rounding and checkpoints use that key and
+// nothing else (not a shard's local row, a cache slot or an IdMap row), so in deterministic
+// mode (fp32 payloads) every combination gives bit-identical rows, optimizer state and outputs
+// to one resident table in one process, at any process count, fp16 / bf16 rows included.
+//
+// Calls that a sharded collection makes collective (every rank calls them, in the same order,
+// with the same arguments unless stated): create, forward, backward_update, prefetch, the
+// row accessors, memory and cache statistics summed over ranks (*_total), checkpoint save and
+// load. With world_size() == 1 nothing is collective.
+//
+// Batches: forward / backward_update take THIS PROCESS's bags (any number per rank; the global
+// batch is the ranks' batches concatenated in rank order). Ids are global rows (raw ids for
+// dynamic tables). Outputs are this process's bags.
+//
+// Thread safety: one call at a time per object; calls use up to options().num_threads OpenMP
+// threads internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "leanemb/optimizer.h"
+#include "leanemb/table_options.h"
+#include "leanemb/memory.h"
+#include "leanemb/memory_system.h"
+#include "leanemb/status.h"
+
+namespace leanemb {
+
+namespace dist {
+class Communicator;
+}
+
+// How a sharded collection splits each table over the ranks (docs/dist.md):
+//   kTableWise  the whole table on one rank (round-robin or by size over the table-wise tables)
+//   kRowModulo  global row r on rank r % P (local row r / P)
+//   kRowRange   contiguous blocks of rows, the first N % P ranks one row more
+// Dynamic tables are always split by id partition (TableDynamicOptions::partitions).
+enum class ShardingKind : uint8_t { kTableWise, kRowModulo, kRowRange };
+std::string_view sharding_kind_name(ShardingKind k);           // "table" | "row_modulo" | "row_range"
+Result<ShardingKind> parse_sharding_kind(std::string_view s);  // errors: InvalidArgument
+
+enum class TableAssign : uint8_t { kRoundRobin, kBySize };
+
+// Encoding of rows (forward) and gradients (backward) between ranks. kF32 is exact; the others
+// are compressed (bf16 / fp16: round to nearest; int8: per-row scale and bias).
+enum class PayloadDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
+std::string_view payload_dtype_name(PayloadDType t);           // "fp32" | "bf16" | "fp16" | "int8"
+Result<PayloadDType> parse_payload_dtype(std::string_view s);  // errors: InvalidArgument
+
+struct DistributionOptions {
+  // Null: a local collection (this process holds every row). Otherwise the tables are sharded
+  // over its ranks; it must outlive the collection and be used by no one else during its calls.
+  dist::Communicator* comm = nullptr;
+  ShardingKind sharding = ShardingKind::kRowModulo;     // of every hashed table
+  TableAssign table_assign = TableAssign::kRoundRobin;  // owners of kTableWise tables
+  PayloadDType forward_payload = PayloadDType::kF32;    // rows owner -> requester
+  PayloadDType backward_payload = PayloadDType::kF32;   // gradients requester -> owner
+  // Local row numbers travel as uint32 when every rank's tables have fewer than 2^32 rows, else
+  // as int64; true forces int64 (tests of that path).
+  bool wide_ids = false;
+};
+
+// Bytes a sharded collection sent to other ranks since creation (zero for a local one).
+struct TablesCommTotals {
+  uint64_t bytes_sent = 0;          // everything the forward and backward calls sent
+  uint64_t payload_bytes_sent = 0;  // of which encoded rows and gradients
+  int64_t forward_calls = 0;
+  int64_t backward_calls = 0;
+};
+
+class EmbeddingTables {
+ public:
+  virtual ~EmbeddingTables() = default;
+
+  // ---- shape --------------------------------------------------------------------------------
+  // The collection's options as given to create_tables (global row counts).
+  virtual const CollectionOptions& options() const = 0;
+  int num_tables() const { return static_cast<int>(options().tables.size()); }
+  int num_features() const { return static_cast<int>(options().features.size()); }
+  virtual const RowLayout& layout(int table) const = 0;
+  // Width of the pooled output (sum of the dims of pooled features), and where feature f's
+  // pooled vector starts in it (-1 for sequence features).
+  virtual int64_t pooled_dim() const = 0;
+  virtual int64_t pooled_offset(int feature) const = 0;
+  // Floats of optimizer state per row in read_state (per-element states, then the row scalar).
+  int64_t state_floats_per_row(int table) const;
+
+  // ---- distribution -------------------------------------------------------------------------
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  // The communicator of a sharded collection; null for a local one.
+  virtual dist::Communicator* communicator() const { return nullptr; }
+
+  // ---- training -----------------------------------------------------------------------------
+  virtual int64_t step() const = 0;  // successful updates so far (equal on every rank)
+  // REQUIRES: step >= 0. Used when rows are restored.
+  virtual void set_step(int64_t step) = 0;
+  // Table `table`'s learning rate for later updates (optimizer state kept). Errors: OutOfRange,
+  // InvalidArgument (not finite or < 0); nothing changes on error.
+  virtual Status set_learning_rate(int table, float lr) = 0;
+  // Checks a batch under the bounds-check policy without computing anything.
+  virtual Status validate(const SparseBatch& batch) const = 0;
+  // pooled_out: [B, pooled_dim()] fp32; seq_out: one span per sequence (kNone) feature, in
+  // feature order, [nnz_f, dim]. Errors: InvalidArgument / OutOfRange naming feature, bag and
+  // position (nothing written); the layers' errors (cache I/O, budgets).
+  virtual Status forward(const SparseBatch& batch, std::span<float> pooled_out,
+                         std::span<const std::span<float>> seq_out = {}) = 0;
+  // Gradients of the loss w.r.t. forward's outputs for the same batch; applies each table's
+  // fused optimizer to the unique rows (all ranks' contributions, summed in the order of the
+  // global batch). On error no row changes (on any rank).
+  virtual Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
+                                               std::span<const std::span<const float>> grad_seq = {},
+                                               const UpdateOptions& update = {}) = 0;
+  // Starts fetching the rows `next` will touch (tables with a row cache); a no-op otherwise.
+  virtual Status prefetch(const SparseBatch& next) = 0;
+  // Writes every changed cached row back to its store and makes the store durable.
+  virtual Status flush() = 0;
+
+  // ---- rows by global row number ------------------------------------------------------------
+  // As EmbeddingCollection's accessors (fp32 rows [count, dim], state [count, state floats],
+  // raw fat rows [count, stride_bytes]) over global rows [row_begin, row_begin + count). For a
+  // dynamic table "row" is a row of its capacity (see dynamic_row()). Sharded: collective; the
+  // readers give every rank the rows, the writers take the same input on every rank.
+  // Errors: OutOfRange (table, rows), InvalidArgument (buffer size).
+  virtual Status read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const = 0;
+  virtual Status write_rows(int table, int64_t row_begin, int64_t count, std::span<const float> in) = 0;
+  virtual Status read_state(int table, int64_t row_begin, int64_t count, std::span<float> out) const = 0;
+  virtual Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const = 0;
+  virtual Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) = 0;
+
+  // ---- statistics ---------------------------------------------------------------------------
+  // This process's bytes (the allocators the collection uses).
+  virtual MemoryStats memory_stats() const = 0;
+  // Errors: OutOfRange (table), FailedPrecondition (no cache / not dynamic). This process's part.
+  virtual Result<RowCacheStats> cache_stats(int table) const = 0;
+  virtual Result<DynamicTableStats> dynamic_stats(int table) const = 0;
+  // Dynamic tables: the global row raw_id is mapped to now, or -1 (no side effects). Sharded:
+  // collective (the owner answers).
+  virtual Result<int64_t> dynamic_row(int table, int64_t raw_id) const = 0;
+  virtual TablesCommTotals comm_totals() const { return {}; }
+  // Frees the per-step buffers kept between steps.
+  virtual void release_step_buffers() = 0;
+};
+
+// Creates the stack the options describe: a local EmbeddingCollection, or with
+// dist.comm a sharded collection (collective). `memory` gives every category its tier
+// (placement); it must outlive the collection. Errors: InvalidArgument (options), the layers'
+// errors (ResourceExhausted for budgets, IoError for stores).
+Result<std::unique_ptr<EmbeddingTables>> create_tables(const CollectionOptions& options, MemorySystem* memory,
+                                                       const DistributionOptions& dist = {});
+
+}  // namespace leanemb

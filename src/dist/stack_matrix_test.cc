@@ -1,0 +1,282 @@
+// The table stack's promise (leanemb/tables.h): every combination of residency (resident,
+// optimizer state on the host, a row cache over host RAM or over a file), id mapping (hashed or
+// dynamic) and distribution (one process; sharded over 2 and 4 ranks of a local-thread world)
+// trains to bit-identical outputs, rows and optimizer state as one resident table in one
+// process: for sum, mean and sequence features, fp32 and bf16 rows (stochastic rounding keyed
+// by the global row).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "dist/dist_testing.h"
+#include "leanemb/tables.h"
+#include "table/owned_batch_testing.h"
+
+namespace leanemb::dist {
+namespace {
+
+using test_util::run_world;
+using test_util::TempDir;
+using testing_util::OwnedBatch;
+
+enum class Mode { kResident, kStateOnHost, kCacheHost, kCacheFile, kDynamic };
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kResident: return "resident";
+    case Mode::kStateOnHost: return "state_on_host";
+    case Mode::kCacheHost: return "cache_host";
+    case Mode::kCacheFile: return "cache_file";
+    case Mode::kDynamic: return "dynamic";
+  }
+  return "?";
+}
+
+constexpr int kSteps = 8;
+constexpr int64_t kBags = 24;
+constexpr int64_t kRows[2] = {160, 80};  // multiples of the dynamic partitions (4)
+constexpr int64_t kDims[2] = {8, 5};    // 5: a dim that is not a multiple of 8
+
+struct Case {
+  Mode mode;
+  int world;
+  PoolingMode pooling;
+  DType dtype;
+};
+
+// Two tables, one feature each with the case's pooling (the first with per-id weights unless
+// it is a sequence feature), Adam on fp32 rows and row-wise Adagrad on bf16 rows.
+CollectionOptions options_for(const Case& c, const std::string& dir) {
+  CollectionOptions o;
+  for (int t = 0; t < 2; ++t) {
+    TableOptions to;
+    to.name = t == 0 ? "a" : "b";
+    // A dynamic table's capacity is shared by its partitions unevenly (ids hash to them):
+    // 4x the ids keeps every partition from evicting.
+    to.num_rows = c.mode == Mode::kDynamic ? 4 * kRows[t] : kRows[t];
+    to.init.bound = 0.1f;  // not 1 / sqrt(rows): the same for every capacity
+    to.dim = kDims[t];
+    to.dtype = c.dtype;
+    to.optimizer.kind = c.dtype == DType::kF32 ? OptimizerKind::kAdam : OptimizerKind::kRowwiseAdagrad;
+    to.optimizer.learning_rate = 0.05f;
+    to.optimizer.eps = 1e-6f;
+    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {
+      to.cache.fraction = 0.8;  // holds a step's rows, but evicts between steps
+      to.cache.store = c.mode == Mode::kCacheFile ? "file" : "host";
+      if (c.mode == Mode::kCacheFile) to.cache.store_path = dir + "/" + to.name + ".rows";
+    }
+    if (c.mode == Mode::kDynamic) {
+      to.dynamic.enabled = true;
+      to.dynamic.partitions = 4;
+    }
+    o.tables.push_back(to);
+    o.features.push_back(FeatureOptions{to.name + "_f", t, c.pooling});
+  }
+  o.seed = 11;
+  o.num_threads = 1;
+  return o;
+}
+
+MemorySystemOptions memory_for(const Case& c) {
+  MemorySystemOptions m;
+  m.device_budget_bytes = size_t{64} << 20;
+  if (c.mode == Mode::kStateOnHost) m.placement[Category::kOptimizerState] = Tier::kHost;
+  return m;
+}
+
+// Step s's global batch: bags of 0-3 uniform ids (rows repeat within and across the ranks'
+// slices; over the steps more rows than the caches hold), per-id weights on the first feature
+// of pooled cases.
+OwnedBatch global_batch(int step, const Case& c) {
+  std::mt19937_64 rng(500 + static_cast<uint64_t>(step));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  OwnedBatch b;
+  b.B = kBags;
+  for (int f = 0; f < 2; ++f) {
+    std::vector<int64_t> ids, offsets = {0};
+    std::vector<float> w;
+    for (int64_t bag = 0; bag < b.B; ++bag) {
+      const int len = static_cast<int>(rng() % 4);
+      for (int i = 0; i < len; ++i) {
+        ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(kRows[f])));
+        if (f == 0 && c.pooling != PoolingMode::kNone) w.push_back(static_cast<float>(u(rng) * 2.0 - 0.5));
+      }
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    b.ids.push_back(ids);
+    b.offsets.push_back(offsets);
+    b.weights.push_back(w);
+  }
+  return b;
+}
+
+OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
+  OwnedBatch s;
+  s.B = b1 - b0;
+  for (size_t f = 0; f < g.ids.size(); ++f) {
+    const int64_t lo = g.offsets[f][static_cast<size_t>(b0)], hi = g.offsets[f][static_cast<size_t>(b1)];
+    s.ids.emplace_back(g.ids[f].begin() + lo, g.ids[f].begin() + hi);
+    std::vector<int64_t> off;
+    for (int64_t b = b0; b <= b1; ++b) off.push_back(g.offsets[f][static_cast<size_t>(b)] - lo);
+    s.offsets.push_back(off);
+    s.weights.emplace_back(g.weights[f].empty() ? std::vector<float>()
+                                                : std::vector<float>(g.weights[f].begin() + lo, g.weights[f].begin() + hi));
+  }
+  return s;
+}
+
+// What a run produces: every forward's outputs of the global batch (each rank writes its
+// slice: pooled [bags, pooled_dim], then each sequence feature's [nnz, dim]), then each table's
+// fat rows by id (the row an id maps to for dynamic tables).
+struct Trace {
+  std::vector<std::vector<float>> outputs;  // [step]
+  std::vector<std::vector<uint8_t>> rows;   // [table] [ids, stride]
+  int64_t evictions = 0;                    // row caches: summed over steps and ranks
+};
+
+// Whether id appears in any step's global batch of table t.
+std::vector<std::vector<bool>> seen_ids(const Case& c) {
+  std::vector<std::vector<bool>> seen = {std::vector<bool>(kRows[0]), std::vector<bool>(kRows[1])};
+  for (int s = 0; s < kSteps; ++s) {
+    const OwnedBatch g = global_batch(s, c);
+    for (int f = 0; f < 2; ++f)
+      for (int64_t id : g.ids[f]) seen[f][id] = true;
+  }
+  return seen;
+}
+
+// One rank's part of a run: forward, gradients, update for kSteps global batches.
+Status train_rank(const Case& c, const std::string& dir, Communicator* comm, Trace* trace, std::mutex* mu) {
+  const int p = comm ? comm->size() : 1, r = comm ? comm->rank() : 0;
+  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(memory_for(c)));
+  DistributionOptions d;
+  d.comm = comm;
+  LEANEMB_ASSIGN_OR_RETURN(auto tables, create_tables(options_for(c, dir), mem.get(), d));
+  const int64_t b0 = kBags * r / p, b1 = kBags * (r + 1) / p;
+  for (int s = 0; s < kSteps; ++s) {
+    const OwnedBatch g = global_batch(s, c), mine = slice(g, b0, b1);
+    const SparseBatch batch = mine.view();
+    const int64_t ldo = tables->pooled_dim();
+    std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
+    std::vector<std::vector<float>> seq;
+    std::vector<std::span<float>> seq_out;
+    for (int f = 0; f < 2 && c.pooling == PoolingMode::kNone; ++f) seq.emplace_back(mine.ids[f].size() * kDims[f]);
+    for (auto& v : seq) seq_out.emplace_back(v);
+    LEANEMB_RETURN_IF_ERROR(tables->forward(batch, pooled, seq_out));
+    // Gradients keyed by global position, so every world size draws the same ones.
+    std::vector<float> gp = test_util::normal_grads(900 + static_cast<uint64_t>(s), kBags * ldo);
+    gp = std::vector<float>(gp.begin() + b0 * ldo, gp.begin() + b1 * ldo);
+    std::vector<std::vector<float>> gs;
+    std::vector<std::span<const float>> gs_in;
+    for (int f = 0; f < static_cast<int>(seq.size()); ++f) {
+      const std::vector<float> all = test_util::normal_grads(950 + 10 * static_cast<uint64_t>(s) + f,
+                                                             static_cast<int64_t>(g.ids[f].size()) * kDims[f]);
+      const int64_t lo = g.offsets[f][static_cast<size_t>(b0)] * kDims[f];
+      gs.emplace_back(all.begin() + lo, all.begin() + lo + static_cast<int64_t>(seq[f].size()));
+    }
+    for (auto& v : gs) gs_in.emplace_back(v);
+    LEANEMB_RETURN_IF_ERROR(tables->backward_update(batch, gp, gs_in).status());
+    std::lock_guard<std::mutex> lock(*mu);
+    std::vector<float>& out = trace->outputs[static_cast<size_t>(s)];
+    size_t total = static_cast<size_t>(kBags * ldo);
+    for (int f = 0; f < static_cast<int>(seq.size()); ++f) total += g.ids[f].size() * static_cast<size_t>(kDims[f]);
+    out.resize(total);
+    std::copy(pooled.begin(), pooled.end(), out.begin() + b0 * ldo);
+    size_t at = static_cast<size_t>(kBags * ldo);  // feature f's [nnz, dim] block of the global batch
+    for (int f = 0; f < static_cast<int>(seq.size()); ++f) {
+      std::copy(seq[f].begin(), seq[f].end(), out.begin() + static_cast<int64_t>(at) + g.offsets[f][static_cast<size_t>(b0)] * kDims[f]);
+      at += g.ids[f].size() * static_cast<size_t>(kDims[f]);
+    }
+    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {
+      for (int t = 0; t < 2; ++t) {
+        auto cs = tables->cache_stats(t);
+        if (cs.ok()) trace->evictions += static_cast<int64_t>(cs.value().evictions);
+      }
+    }
+  }
+  const auto seen = seen_ids(c);
+  // Rows by id (collective calls: every rank makes them).
+  std::vector<std::vector<uint8_t>> rows(2);
+  for (int t = 0; t < 2; ++t) {
+    const size_t stride = tables->layout(t).stride_bytes;
+    rows[static_cast<size_t>(t)].resize(static_cast<size_t>(kRows[t]) * stride);
+    for (int64_t id = 0; id < kRows[t]; ++id) {
+      int64_t row = id;
+      if (c.mode == Mode::kDynamic) {
+        LEANEMB_ASSIGN_OR_RETURN(row, tables->dynamic_row(t, id));
+        if (row < 0 && seen[static_cast<size_t>(t)][static_cast<size_t>(id)])
+          return test_util::mismatch("id " + std::to_string(id) + " of table " + std::to_string(t) + " has no row");
+        if (row < 0) continue;  // never seen: no row
+      }
+      LEANEMB_RETURN_IF_ERROR(tables->read_raw_rows(
+          t, row, 1, std::span<uint8_t>(rows[static_cast<size_t>(t)]).subspan(static_cast<size_t>(id) * stride, stride)));
+    }
+  }
+  if (r == 0) trace->rows = std::move(rows);
+  return Status();
+}
+
+Trace run(const Case& c) {
+  TempDir dir;
+  Trace trace;
+  trace.outputs.resize(kSteps);
+  std::mutex mu;
+  if (c.world == 1) {
+    const Status st = train_rank(c, dir.path, nullptr, &trace, &mu);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  } else {
+    test_util::expect_all_ok(run_world(c.world, [&](Communicator& comm) { return train_rank(c, dir.path, &comm, &trace, &mu); }));
+  }
+  return trace;
+}
+
+class StackMatrixTest : public ::testing::TestWithParam<std::tuple<Mode, int, PoolingMode, DType>> {};
+
+// Rows, optimizer state and outputs equal the resident single-process reference bit for bit.
+TEST_P(StackMatrixTest, TrainsBitIdenticallyToOneResidentTable) {
+  const auto [mode, world, pooling, dtype] = GetParam();
+  const Trace ref = run(Case{Mode::kResident, 1, pooling, dtype});
+  const Trace got = run(Case{mode, world, pooling, dtype});
+  for (int s = 0; s < kSteps; ++s) {
+    ASSERT_EQ(got.outputs[s].size(), ref.outputs[s].size());
+    EXPECT_EQ(0, std::memcmp(got.outputs[s].data(), ref.outputs[s].data(), ref.outputs[s].size() * 4)) << "step " << s;
+  }
+  ASSERT_EQ(got.rows.size(), 2u);
+  const auto seen = seen_ids(Case{mode, world, pooling, dtype});
+  int64_t compared = 0;
+  for (size_t t = 0; t < 2; ++t) {
+    const size_t stride = ref.rows[t].size() / static_cast<size_t>(kRows[t]);
+    for (int64_t id = 0; id < kRows[t]; ++id) {
+      if (mode == Mode::kDynamic && !seen[t][static_cast<size_t>(id)]) continue;  // never admitted: no row
+      ASSERT_EQ(0, std::memcmp(ref.rows[t].data() + static_cast<size_t>(id) * stride,
+                               got.rows[t].data() + static_cast<size_t>(id) * stride, stride))
+          << "table " << t << " id " << id;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 40);
+  if (mode == Mode::kCacheHost || mode == Mode::kCacheFile) {
+    EXPECT_GT(got.evictions, 0) << "the caches never evicted";
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<StackMatrixTest::ParamType>& info) {
+  const auto [mode, world, pooling, dtype] = info.param;
+  return std::string(mode_name(mode)) + "_P" + std::to_string(world) + "_" + std::string(pooling_name(pooling)) + "_" +
+         std::string(dtype_name(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCombinations, StackMatrixTest,
+                         ::testing::Combine(::testing::Values(Mode::kResident, Mode::kStateOnHost, Mode::kCacheHost,
+                                                              Mode::kCacheFile, Mode::kDynamic),
+                                            ::testing::Values(1, 2, 4),
+                                            ::testing::Values(PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone),
+                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                         case_name);
+
+}  // namespace
+}  // namespace leanemb::dist
