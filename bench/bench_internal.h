@@ -133,6 +133,10 @@ struct Engine {
   }
 };
 
+// One table `t` (named "t0", one sum feature "f0") in a MemorySystem made from `memory`: the
+// tiered and restore workloads' engines.
+Result<Engine> build_one_table_engine(TableOptions t, const MemorySystemOptions& memory, uint64_t seed, int threads);
+
 // T tables of `rows` rows (one pooled feature each) with the contender's dtype and optimizer, in
 // a MemorySystem made from `memory` (budgets, placement).
 Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, uint64_t seed, int threads, bool reference,
@@ -183,6 +187,9 @@ Status run_arena_soak(const BenchOptions& o, const Progress& progress, json* doc
 // The tiered workload: cached vs resident table, hit rates vs an offline LRU, store IOPS vs a
 // probe (JSON in *doc).
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
+// The restore workload: checkpoint save and restore of a cached table, host vs file store
+// (restore.cc).
+Status run_restore(const BenchOptions& o, const Progress& progress, json* doc);
 
 // ---- sharding (sharded.cc, built with src/dist) ---------------------------------------------
 

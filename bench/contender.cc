@@ -137,6 +137,19 @@ Result<Engine> build_engine(const Shape& s, const Contender& c, int64_t rows, ui
   return e;
 }
 
+Result<Engine> build_one_table_engine(TableOptions t, const MemorySystemOptions& memory, uint64_t seed, int threads) {
+  Engine e;
+  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(memory));
+  CollectionOptions co;
+  t.name = "t0";
+  co.tables.push_back(std::move(t));
+  co.features.push_back({"f0", 0, PoolingMode::kSum});
+  co.seed = seed;
+  co.num_threads = threads;
+  LEANEMB_ASSIGN_OR_RETURN(e.coll, EmbeddingCollection::create(co, e.mem.get()));
+  return e;
+}
+
 // ---- correctness gate --------------------------------------------------------------------------
 
 

@@ -85,22 +85,13 @@ struct Run {
 };
 
 Result<Engine> make_engine(const TieredShape& s, const BenchOptions& o, const TableCacheOptions* cache) {
-  Engine e;
-  LEANEMB_ASSIGN_OR_RETURN(e.mem, MemorySystem::create(o.memory));
-  CollectionOptions co;
   TableOptions t;
-  t.name = "t0";
   t.num_rows = s.rows;
   t.dim = s.dim;
   t.dtype = s.dtype;
   t.optimizer = s.optimizer;
   if (cache) t.cache = *cache;
-  co.tables.push_back(t);
-  co.features.push_back({"f0", 0, PoolingMode::kSum});
-  co.seed = o.seed;
-  co.num_threads = o.threads;
-  LEANEMB_ASSIGN_OR_RETURN(e.coll, EmbeddingCollection::create(co, e.mem.get()));
-  return e;
+  return build_one_table_engine(t, o.memory, o.seed, o.threads);
 }
 
 Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<float>& grad, int64_t B,
@@ -165,6 +156,8 @@ json cache_json(const RowCacheStats& s, const RowCacheStats& base, int64_t steps
   json j;
   j["capacity_rows"] = s.capacity_rows;
   j["resident_rows"] = s.resident_rows;  // < capacity: the cache has not filled yet
+  j["index_bytes"] = s.index_bytes;      // row_cache besides the slots (docs/tiered.md)
+  j["index_bytes_per_cached_row"] = s.capacity_rows ? static_cast<double>(s.index_bytes) / static_cast<double>(s.capacity_rows) : 0.0;
   j["lookups_per_step"] = static_cast<double>(lookups) / n;
   j["misses_per_step"] = static_cast<double>(misses) / n;
   j["hit_rate"] = lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0;
@@ -371,6 +364,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   Run& cached = runs.back();
   LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, cached.e.coll->cache_stats(0));
   summary["hit_rate"] = cache_json(st, cached.after_warmup, iters, 0)["hit_rate"];
+  summary["index_bytes_per_cached_row"] = cache_json(st, cached.after_warmup, iters, 0)["index_bytes_per_cached_row"];
   summary["lru_simulation_hit_rate"] = simulate_lru(measured_trace, static_cast<size_t>(warmup), st.capacity_rows);
   if (runs.size() == 2) {
     LEANEMB_ASSIGN_OR_RETURN(bool same, same_rows(*runs[0].e.coll, *cached.e.coll, trace[warmup + iters - 1], s.rows, o.seed));

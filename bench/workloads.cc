@@ -571,7 +571,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
 
 const std::vector<std::string>& workload_names() {
   static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew",
-                                                     "arena-soak", "tiered", "sharded"};
+                                                     "arena-soak", "tiered", "sharded", "restore"};
   return kNames;
 }
 
@@ -627,6 +627,10 @@ Status run_workload(const BenchOptions& o, json* out) {
 #endif
   } else if (o.workload == "tiered") {
     LEANEMB_RETURN_IF_ERROR(run_tiered(o, progress, &doc));
+    doc["machine_load"] = load_monitor.finish();
+    print_load(doc);
+  } else if (o.workload == "restore") {
+    LEANEMB_RETURN_IF_ERROR(run_restore(o, progress, &doc));
     doc["machine_load"] = load_monitor.finish();
     print_load(doc);
   } else if (o.workload == "roofline") {

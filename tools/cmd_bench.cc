@@ -146,7 +146,8 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     o.store = a.store;
   }
   o.store_path = a.store_path;
-  if (!o.store_path.empty() && o.store != "file") return invalid_argument("--store-path needs --store file");
+  if (!o.store_path.empty() && o.store != "file" && o.workload != "restore")
+    return invalid_argument("--store-path needs --store file");
   if (!a.prefetch.empty()) {
     if (a.prefetch != "on" && a.prefetch != "off") return invalid_argument("--prefetch must be on or off, got '" + a.prefetch + "'");
     o.prefetch = a.prefetch == "on";
@@ -172,12 +173,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
   o.sweep = a.sweep;
   o.no_resident = a.no_resident;
-  const bool tiered_flags = !a.cache_fraction.empty() || !a.policy.empty() || !a.store.empty() || !a.prefetch.empty() ||
-                            !a.prefetch_nice.empty() ||
-                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
-  if (tiered_flags && o.workload != "tiered")
+  const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
+                           a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
+  const bool restore_ok = o.workload == "restore" && !tiered_only;  // restore takes --cache-fraction, --store-path
+  if ((tiered_only || !a.cache_fraction.empty() || !a.store_path.empty()) && o.workload != "tiered" && !restore_ok)
     return invalid_argument("--cache-fraction, --policy, --store, --store-path, --prefetch, --prefetch-nice, --sweep* and --no-resident "
-                            "belong to --workload tiered");
+                            "belong to --workload tiered (--workload restore takes --cache-fraction and --store-path)");
   o.json_path = a.json;
   o.quiet = a.quiet;
   return o;
@@ -226,10 +227,10 @@ void register_bench(CLI::App& app, CommandResult* result) {
   cmd->add_option("--device-budget", a->device_budget,
                   "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
       ->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--cache-fraction", a->cache_fraction, "tiered: cache slots as a fraction of the rows (default 0.2)")->type_name("X")->check(non_empty);
+  cmd->add_option("--cache-fraction", a->cache_fraction, "tiered, restore: cache slots as a fraction of the rows (default 0.2)")->type_name("X")->check(non_empty);
   cmd->add_option("--policy", a->policy, "tiered: cache eviction policy, lru or lfu (default lru)")->type_name("NAME")->check(non_empty);
   cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty);
-  cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run)")->type_name("FILE")->check(non_empty);
+  cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run); restore: the directory of its store file and checkpoints (default ./leanemb-restore-<pid>, removed after)")->type_name("FILE")->check(non_empty);
   cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty);
   cmd->add_option("--prefetch-nice", a->prefetch_nice, "tiered: nice value of the cache's prefetch thread, -20..19 (default 19; 0 = the process's)")->type_name("N")->check(non_empty);
   cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");

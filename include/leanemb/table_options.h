@@ -74,6 +74,9 @@ struct RowCacheStats {
   // The store's own counters: I/O requests (file) or row copies (host) and time inside them.
   uint64_t store_read_ops = 0, store_write_ops = 0;
   double store_read_seconds = 0, store_write_seconds = 0;
+  // Bytes of the cache's index in row_cache (slot rows, flags, policy keys, the row -> slot map
+  // and eviction candidates; docs/tiered.md), besides the capacity_rows fat-row slots.
+  uint64_t index_bytes = 0;
   double hit_rate() const { return lookups ? 1.0 - static_cast<double>(misses) / static_cast<double>(lookups) : 0.0; }
 };
 

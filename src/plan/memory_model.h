@@ -74,6 +74,7 @@ struct Workload {
   double cache_fraction = 1.0;  // < 1: rows live in a row store behind a device cache
   bool file_store = false;      // cached: the store is a file (rows on disk) instead of host RAM
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
+  CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   int num_shards = 1;           // row-wise shards; per-device figures
   int num_threads = 0;          // CPU threads of the fused update (0 = OpenMP's default)
 };

@@ -26,6 +26,7 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
     w.cache_fraction = c.row_cache.fraction;
     w.file_store = c.row_cache.store == "file";
     w.cache_min_rows = c.cache_min_rows;
+    w.cache_policy = c.row_cache.policy;
   }
   w.num_threads = c.threads;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is

@@ -394,8 +394,7 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (in.size() != bytes) return invalid_argument("write_raw_rows: buffer of " + std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes));
   if (ts.cache) {
-    for (int64_t i = 0; i < count; ++i)
-      LEANEMB_RETURN_IF_ERROR(ts.cache->write_row(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes));
+    LEANEMB_RETURN_IF_ERROR(ts.cache->write_rows(row_begin, count, in.data()));  // bulk: the store in large blocks
   } else if (ts.split) {
     for (int64_t i = 0; i < count; ++i) ts.scatter_fat(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes);
   } else if (bytes) {

@@ -405,7 +405,7 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
   EXPECT_EQ(st.lookups, 40u);
   EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
   const auto dev = f.mem->stats()[0];
-  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0);
+  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0, CachePolicy::kLru);
   EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());
   EXPECT_GT(f.mem->stats()[1][Category::kIoBuffers].current_bytes, 0u);
 }
@@ -444,12 +444,18 @@ class FailingStore : public tiered::RowStore {
   std::vector<uint8_t> present_;
 };
 
-TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
+// A FailingStore of 100 rows of make_cache's layout; *raw points to it.
+std::unique_ptr<tiered::RowStore> failing_store(FailingStore** raw) {
   OptimizerOptions opt;
-  const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
-  auto owned = std::make_unique<FailingStore>(100, stride);
-  FailingStore* store = owned.get();
-  Fixture f = make_cache(100, 2, CachePolicy::kLru, std::move(owned));
+  auto owned = std::make_unique<FailingStore>(100, make_row_layout(4, DType::kF32, opt).value().stride_bytes);
+  *raw = owned.get();
+  return owned;
+}
+
+TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
+  FailingStore* store = nullptr;
+  Fixture f = make_cache(100, 2, CachePolicy::kLru, failing_store(&store));
+  const size_t stride = f.layout.stride_bytes;
   std::vector<int64_t> slots(2);
   ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{1, 2}, slots.data(), tiered::PinSet::kStep).ok());
   const float v[2] = {11.0f, 22.0f};
@@ -476,6 +482,119 @@ TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
   }
   touch(*f.cache, {3, 4});  // the cache is usable again
   EXPECT_TRUE(resident(*f.cache, 3));
+}
+
+// A bulk write (a restore) gives the resident rows of its range the same bytes, clean; a failed
+// one leaves them as they were and dirty, so their bytes go back to the store on eviction.
+TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
+  FailingStore* store = nullptr;
+  Fixture f = make_cache(100, 10, CachePolicy::kLru, failing_store(&store));
+  const size_t stride = f.layout.stride_bytes;
+  auto first_float = [&](int64_t row) {
+    std::vector<uint8_t> fat(stride);
+    EXPECT_TRUE(f.cache->read_row(row, fat.data()).ok());
+    float v;
+    std::memcpy(&v, fat.data(), 4);
+    return v;
+  };
+  auto rows_with = [&](float base) {
+    std::vector<uint8_t> src(50 * stride, 0);
+    for (int i = 0; i < 50; ++i) {
+      const float v = base + static_cast<float>(i);
+      std::memcpy(src.data() + static_cast<size_t>(i) * stride, &v, 4);
+    }
+    return src;
+  };
+  std::vector<int64_t> slots(5);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{5, 6, 7, 8, 9}, slots.data(), tiered::PinSet::kStep).ok());
+  f.cache->mark_dirty(slots);
+  f.cache->release(tiered::PinSet::kStep);
+  ASSERT_TRUE(f.cache->write_rows(0, 50, rows_with(1000.0f).data()).ok());
+  std::vector<uint8_t> all(100 * stride);
+  ASSERT_TRUE(f.cache->read_rows(0, 100, all.data()).ok());
+  for (int64_t r = 0; r < 100; ++r) {
+    float v;
+    std::memcpy(&v, all.data() + static_cast<size_t>(r) * stride, 4);
+    EXPECT_EQ(v, r < 50 ? 1000.0f + static_cast<float>(r) : static_cast<float>(r)) << "row " << r;
+  }
+  touch(*f.cache, {60, 61, 62, 63, 64, 65, 66, 67, 68, 69});  // evicts 5..9: clean, no write-back
+  EXPECT_EQ(f.cache->stats().writebacks, 0u);
+  EXPECT_EQ(first_float(5), 1005.0f);
+  touch(*f.cache, {5, 6});
+  store->fail_writes = true;
+  EXPECT_EQ(f.cache->write_rows(0, 50, rows_with(2000.0f).data()).code(), StatusCode::kResourceExhausted);
+  store->fail_writes = false;
+  touch(*f.cache, {70, 71, 72, 73, 74, 75, 76, 77, 78, 79});  // evicts 5 and 6: dirty now
+  EXPECT_EQ(f.cache->stats().writebacks, 2u);
+  EXPECT_EQ(first_float(5), 1005.0f);
+  EXPECT_EQ(first_float(6), 1006.0f);
+}
+
+// A table of 2^33 rows over a sparse file store: rows at and above 2^32 (some equal in their
+// low 32 bits to rows below) are distinct rows; what is written reads back after eviction, from
+// the store, and through the bulk forms at the end of the table.
+TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
+  TempDir dir;
+  const int64_t n = int64_t{1} << 33, two32 = int64_t{1} << 32;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kSgd;
+  const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
+  tiered::RowStoreOptions so;
+  so.kind = tiered::StoreKind::kFile;
+  so.num_rows = n;
+  so.row_bytes = stride;
+  so.path = dir.file("wide.rows");
+  auto store = tiered::make_row_store(so, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  Fixture f = make_cache(n, 4, CachePolicy::kLru, std::move(store).value());
+  auto pattern = [&](int64_t row, uint8_t* fat) {  // the row number twice, then its complement
+    std::memset(fat, 0, stride);
+    const int64_t w[2] = {row, ~row};
+    std::memcpy(fat, w, 16);
+  };
+  const std::vector<int64_t> rows = {7, two32 + 7, n - 1, two32 - 1, two32, 3 * (two32 / 2) + 5};
+  std::vector<int64_t> pair(2);
+  ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{7, two32 + 7}, pair.data(), tiered::PinSet::kStep).ok());
+  EXPECT_NE(pair[0], pair[1]);
+  f.cache->release(tiered::PinSet::kStep);
+  for (int64_t r : rows) {  // 6 rows through 4 slots: evictions write back
+    std::vector<int64_t> slot(1);
+    ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{r}, slot.data(), tiered::PinSet::kStep).ok());
+    pattern(r, f.cache->slots() + static_cast<size_t>(slot[0]) * stride);
+    f.cache->mark_dirty(slot);
+    f.cache->release(tiered::PinSet::kStep);
+  }
+  ASSERT_TRUE(f.cache->flush().ok());
+  std::vector<uint8_t> want(stride), got(stride);
+  for (int64_t r : rows) {
+    pattern(r, want.data());
+    ASSERT_TRUE(f.cache->read_row(r, got.data()).ok());
+    EXPECT_EQ(got, want) << "row " << r;
+  }
+  std::vector<uint8_t> from_store(rows.size() * stride), present(rows.size());
+  ASSERT_TRUE(f.cache->store()->read_rows(rows, from_store.data(), present.data()).ok());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    pattern(rows[i], want.data());
+    EXPECT_TRUE(present[i]) << "row " << rows[i];
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), from_store.begin() + static_cast<std::ptrdiff_t>(i * stride)));
+  }
+  const int64_t k = 1000, b = n - k;
+  std::vector<uint8_t> src(k * stride), back(k * stride);
+  for (int64_t i = 0; i < k; ++i) pattern(b + i, src.data() + static_cast<size_t>(i) * stride);
+  ASSERT_TRUE(f.cache->write_rows(b, k, src.data()).ok());
+  ASSERT_TRUE(f.cache->read_rows(b, k, back.data()).ok());
+  EXPECT_EQ(back, src);
+}
+
+// The index's bytes are in the stats and in row_cache, the size function's, lean per slot.
+TEST(RowCache, IndexBytesAreReportedAndAccounted) {
+  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu}) {
+    Fixture f = make_cache(1000000, 100000, p);
+    const auto st = f.cache->stats();
+    EXPECT_EQ(st.index_bytes, tiered::row_cache_index_bytes(100000, p));
+    EXPECT_LE(st.index_bytes, 24u * 100000);
+    EXPECT_EQ(f.mem->stats()[0][Category::kRowCache].current_bytes, st.index_bytes + 100000 * f.layout.stride_bytes);
+  }
 }
 
 // Nice values of this process's threads (field 19 of /proc/self/task/TID/stat).

@@ -164,6 +164,7 @@ class FileRowStore final : public RowStore {
         uniq.push_back(r);
       }
     }
+    for (const RowRef& r : uniq) LEANEMB_RETURN_IF_ERROR(presence_.prepare(r.row));
     const std::vector<Piece> pieces = make_pieces(uniq);
     uint8_t* slots = write_staging_.as<uint8_t>();
     uint64_t ops = 0, bytes = 0;
@@ -174,7 +175,7 @@ class FileRowStore final : public RowStore {
       reads.clear();
       read_piece.clear();
       for (size_t k = g; k < end; ++k) add_rmw_reads(pieces[k], uniq, slots + (k - g) * slot_bytes_, &reads, &read_piece);
-      LEANEMB_RETURN_IF_ERROR(run_ops(reads, read_piece, uniq));
+      LEANEMB_RETURN_IF_ERROR(run_piece_ops(reads, read_piece, uniq));
       writes.clear();
       write_piece.clear();
       for (size_t k = g; k < end; ++k) {
@@ -186,12 +187,88 @@ class FileRowStore final : public RowStore {
         writes.push_back({true, p.offset, slot, p.len, 0});
         write_piece.push_back(&p);
       }
-      LEANEMB_RETURN_IF_ERROR(run_ops(writes, write_piece, uniq));
+      LEANEMB_RETURN_IF_ERROR(run_piece_ops(writes, write_piece, uniq));
       ops += reads.size() + writes.size();
       for (const IoOp& op : writes) bytes += op.len;  // write_ops also counts the RMW reads
     }
     for (const RowRef& r : uniq) presence_.set(r.row);
     counters_.add_write(rows.size(), bytes, ops, watch.ns());
+    return Status();
+  }
+
+  Status write_range(int64_t begin, int64_t count, const uint8_t* src) override {
+    LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows_, "write_range"));
+    if (count == 0) return Status();
+    std::lock_guard<std::mutex> lock(write_mu_);
+    const StopWatch watch;
+    LEANEMB_RETURN_IF_ERROR(presence_.prepare_range(begin, count));
+    const uint64_t s = static_cast<uint64_t>(begin) * row_bytes_, e = static_cast<uint64_t>(begin + count) * row_bytes_;
+    const uint64_t a = align_down(s, block_), b = align_up(e, block_);
+    LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(b - a));
+    uint8_t* stage = buf.as<uint8_t>();
+    uint64_t ops = 0;
+    std::vector<IoOp> io;
+    auto row_at = [&](uint64_t offset) { return std::min<int64_t>(begin + count - 1, std::max<int64_t>(begin, static_cast<int64_t>(offset / row_bytes_))); };
+    for (uint64_t g0 = a; g0 < b; g0 += buf.size_bytes()) {
+      const uint64_t g1 = std::min<uint64_t>(b, g0 + buf.size_bytes());
+      // Read-modify-write of the first and last block only where the range starts or ends
+      // inside them (the bytes of neighbouring rows there are kept).
+      io.clear();
+      if (g0 == a && s > a) io.push_back({false, a, stage, block_, 0});
+      if (g1 == b && e < b && !(b - block_ == a && s > a)) io.push_back({false, b - block_, stage + (b - block_ - g0), block_, 0});
+      LEANEMB_RETURN_IF_ERROR(run_ops(io, [&](size_t i) { return row_at(io[i].offset); }));
+      ops += io.size();
+      const uint64_t lo = std::max(s, g0), hi = std::min(e, g1);
+      std::memcpy(stage + (lo - g0), src + (lo - s), hi - lo);
+      io.clear();
+      for (uint64_t o = g0; o < g1; o += kBulkTransferBytes)
+        io.push_back({true, o, stage + (o - g0), static_cast<uint32_t>(std::min<uint64_t>(kBulkTransferBytes, g1 - o)), 0});
+      LEANEMB_RETURN_IF_ERROR(run_ops(io, [&](size_t i) { return row_at(io[i].offset); }));
+      ops += io.size();
+    }
+    presence_.set_range(begin, count);
+    counters_.add_write(static_cast<uint64_t>(count), b - a, ops, watch.ns());
+    return Status();
+  }
+
+  Status read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present) override {
+    LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows_, "read_range"));
+    const StopWatch watch;
+    int64_t first = -1, last = -1;  // the first and last present row
+    for (int64_t i = 0; i < count; ++i) {
+      present[i] = presence_.test(begin + i) ? 1 : 0;
+      if (present[i]) {
+        if (first < 0) first = i;
+        last = i;
+      }
+    }
+    uint64_t ops = 0, bytes = 0;
+    if (first >= 0) {
+      const uint64_t s = static_cast<uint64_t>(begin + first) * row_bytes_;
+      const uint64_t e = static_cast<uint64_t>(begin + last + 1) * row_bytes_;
+      const uint64_t a = align_down(s, block_), b = align_up(e, block_);
+      LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(b - a));
+      uint8_t* stage = buf.as<uint8_t>();
+      const uint64_t base = static_cast<uint64_t>(begin) * row_bytes_;
+      std::vector<IoOp> io;
+      for (uint64_t g0 = a; g0 < b; g0 += buf.size_bytes()) {
+        const uint64_t g1 = std::min<uint64_t>(b, g0 + buf.size_bytes());
+        const uint64_t lo = std::max(s, g0), hi = std::min(e, g1);
+        // Skip a stretch holding no present row (a sparse table read for a save).
+        bool any = false;
+        for (int64_t r = static_cast<int64_t>(lo / row_bytes_); r <= static_cast<int64_t>((hi - 1) / row_bytes_) && !any; ++r)
+          any = present[r - begin] != 0;
+        if (!any) continue;
+        io.clear();
+        for (uint64_t o = g0; o < g1; o += kBulkTransferBytes)
+          io.push_back({false, o, stage + (o - g0), static_cast<uint32_t>(std::min<uint64_t>(kBulkTransferBytes, g1 - o)), 0});
+        LEANEMB_RETURN_IF_ERROR(run_ops(io, [&](size_t i) { return static_cast<int64_t>(io[i].offset / row_bytes_); }));
+        ops += io.size();
+        bytes += g1 - g0;
+        std::memcpy(dst + (lo - base), stage + (lo - g0), hi - lo);  // absent rows: unspecified bytes
+      }
+    }
+    counters_.add_read(static_cast<uint64_t>(count), bytes, ops, watch.ns());
     return Status();
   }
 
@@ -228,6 +305,12 @@ class FileRowStore final : public RowStore {
     std::lock_guard<std::mutex> lock(read_mu_);
     io_buffer_bytes_ += a.size_bytes();
     return a;
+  }
+  // The staging buffer of one bulk call: the aligned span, at most kBulkStagingBytes (a block
+  // multiple), from the allocator (io_buffers) for the call only.
+  Result<Allocation> bulk_buffer(uint64_t span) const {
+    const uint64_t cap = align_down(std::max<uint64_t>(kBulkStagingBytes, block_), block_);
+    return alloc_->allocate(static_cast<size_t>(std::min(span, cap)), Category::kIoBuffers, kBufferAlign);
   }
   // A read staging buffer from the pool (a new one when two reads run at once); empty when the
   // allocator refuses.
@@ -336,7 +419,7 @@ class FileRowStore final : public RowStore {
         *bytes += pieces[k].len;
       }
       *ops += reads.size();
-      LEANEMB_RETURN_IF_ERROR(run_ops(reads, read_piece, uniq));
+      LEANEMB_RETURN_IF_ERROR(run_piece_ops(reads, read_piece, uniq));
       for (size_t k = g; k < end; ++k) {
         const Piece& p = pieces[k];
         const uint8_t* slot = slots + (k - g) * slot_bytes_;
@@ -348,10 +431,16 @@ class FileRowStore final : public RowStore {
     return Status();
   }
 
+  Status run_piece_ops(std::vector<IoOp>& ops, const std::vector<const Piece*>& piece, const std::vector<RowRef>& uniq) {
+    return run_ops(ops, [&](size_t i) { return uniq[piece[i]->first].row; });
+  }
+
   // Runs ops until each has moved all its bytes: a short transfer is retried from the last
   // whole block it completed (direct I/O needs aligned offsets; the staging buffer still holds
   // the bytes). Errors name the file, the first row of the piece and the offset.
-  Status run_ops(std::vector<IoOp>& ops, const std::vector<const Piece*>& piece, const std::vector<RowRef>& uniq) {
+  // `row_of(i)`: a row of op i, for messages.
+  template <typename RowOf>
+  Status run_ops(std::vector<IoOp>& ops, RowOf row_of) {
     std::vector<size_t> todo(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
     std::vector<int> no_progress(ops.size(), 0);
@@ -365,7 +454,7 @@ class FileRowStore final : public RowStore {
         const size_t i = todo[t];
         IoOp& op = ops[i];
         const int64_t res = batch[t].result;
-        const int64_t row = uniq[piece[i]->first].row;
+        const int64_t row = row_of(i);
         if (res == static_cast<int64_t>(op.len)) continue;
         if (res < 0 && res != -EINTR && res != -EAGAIN) return op_error(op, row, static_cast<int>(-res));
         if (res == 0 && !op.write) {

@@ -1,4 +1,4 @@
-// RowCache: slots, index (row -> slot map, eviction heap), fetch with write-back, prefetch thread.
+// RowCache: slots, fetch with write-back, prefetch thread (the index is tiered/cache_index.h).
 #include "tiered/row_cache.h"
 
 #include <omp.h>
@@ -19,12 +19,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-constexpr uint8_t kPinStep = 1, kPinPrefetch = 2, kInFlight = 4;
-// Slot metadata (24 B per slot, megabytes for a large cache) is prefetched this many entries
-// ahead by the passes over a step's pins: one pass touches tens of thousands of random slots.
+// Slot flags and keys (megabytes for a large cache) are prefetched this many entries ahead by the
+// passes over a step's pins: one pass touches tens of thousands of random slots.
 constexpr size_t kMetaAhead = 32;
-constexpr int64_t kMapAhead = 32;  // the same for the row -> slot map's buckets in lookup passes
-uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? kPinStep : kPinPrefetch; }
+uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
 }  // namespace
 
@@ -35,188 +33,6 @@ Result<CachePolicy> parse_cache_policy(std::string_view s) {
   if (s == "lfu") return CachePolicy::kLfu;
   return invalid_argument("unknown cache policy '" + std::string(s) + "' (expected lru or lfu)");
 }
-
-// Per-slot metadata, the row -> slot map (open addressing, linear probing, backward-shift
-// deletion) and the set of evictable slots (resident, unpinned, not in flight):
-//   LRU: a ring of (slot, version) entries in release order; releasing a slot bumps its version
-//        and appends it, so older entries of the slot go stale; the victim is the first entry
-//        still current and evictable (stale ones are skipped, the ring compacted when full).
-//        O(1) amortized per operation, sequential memory access.
-//   LFU: a binary min-heap by (frequency, last use, slot).
-// All arrays live in one allocation sized by row_cache_sizes().
-struct RowCache::Index {
-  struct MapEntry {
-    uint32_t row;  // kEmpty when free (tables have < 2^32 rows, so no row is kEmpty)
-    int32_t slot;
-  };
-  struct QueueEntry {
-    int32_t slot;
-    uint32_t version;
-  };
-  static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
-
-  CachePolicy policy = CachePolicy::kLru;
-  int64_t cap = 0;
-  int64_t* slot_row = nullptr;   // [cap] table row, -1 free
-  // A slot's metadata in one cache line's share: a hit reads and writes one line, not four.
-  struct SlotMeta {
-    uint64_t last_use;  // tick of the last acquire
-    uint32_t freq;      // acquires since fetched (LFU)
-    int32_t heap_pos;   // LFU: position in heap, -1 when not in it; LRU: version
-    uint8_t flags;      // pins, in flight
-    uint8_t dirty;
-    uint8_t pad[6];
-  };
-  static_assert(sizeof(SlotMeta) == 24);
-  SlotMeta* meta = nullptr;      // [cap]
-  int32_t* heap = nullptr;       // [cap] LFU heap of slots
-  MapEntry* map = nullptr;       // [m]
-  size_t map_mask = 0;
-  QueueEntry* queue = nullptr;   // [queue_cap] LRU ring
-  uint64_t queue_cap = 0, head = 0, tail = 0;
-  int32_t heap_size = 0;
-  std::vector<int32_t> free_slots;  // popped from the back: slot 0 first
-
-  static size_t hash(int64_t row) { return static_cast<size_t>((static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> 17); }
-  void prefetch_row(int64_t row) const { __builtin_prefetch(&map[hash(row) & map_mask]); }
-  int32_t find(int64_t row) const {
-    const uint32_t key = static_cast<uint32_t>(row);
-    for (size_t i = hash(row) & map_mask;; i = (i + 1) & map_mask) {
-      if (map[i].row == key) return map[i].slot;
-      if (map[i].row == kEmpty) return -1;
-    }
-  }
-  void insert(int64_t row, int32_t slot) {
-    size_t i = hash(row) & map_mask;
-    while (map[i].row != kEmpty) i = (i + 1) & map_mask;
-    map[i] = MapEntry{static_cast<uint32_t>(row), slot};
-  }
-  void erase(int64_t row) {
-    const uint32_t key = static_cast<uint32_t>(row);
-    size_t i = hash(row) & map_mask;
-    while (map[i].row != key) i = (i + 1) & map_mask;
-    // Backward-shift deletion: move later entries of the probe chain into the hole.
-    for (size_t j = i;;) {
-      map[i].row = kEmpty;
-      for (;;) {
-        j = (j + 1) & map_mask;
-        if (map[j].row == kEmpty) return;
-        const size_t home = hash(map[j].row) & map_mask;
-        // Entry j may move to i if its home is not cyclically in (i, j].
-        const bool stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) break;
-      }
-      map[i] = map[j];
-      i = j;
-    }
-  }
-
-  bool evictable(int32_t s) const { return meta[s].flags == 0 && slot_row[s] >= 0; }
-
-  // Prefetches for the LRU victim `ahead` entries past the ring's head (stale entries make this
-  // a guess): its metadata and row (`bucket` false), or, once that row has arrived, its map
-  // bucket, which erase() probes (`bucket` true). Victim choice is a chain of dependent cache
-  // misses per row; a fetch with thousands of misses runs them ahead of use this way.
-  void prefetch_victim(uint64_t ahead, bool bucket) const {
-    if (policy != CachePolicy::kLru || head + ahead >= tail) return;
-    const int32_t s = queue[(head + ahead) % queue_cap].slot;
-    if (!bucket) {
-      __builtin_prefetch(&meta[s]);
-      __builtin_prefetch(&slot_row[s]);
-    } else if (slot_row[s] >= 0) {
-      prefetch_row(slot_row[s]);
-    }
-  }
-
-  // ---- the evictable set ----
-  void make_evictable(int32_t s) {
-    if (policy == CachePolicy::kLfu) {
-      if (meta[s].heap_pos < 0) heap_push(s);
-      return;
-    }
-    if (tail - head == queue_cap) compact();
-    const uint32_t v = static_cast<uint32_t>(meta[s].heap_pos) + 1;
-    meta[s].heap_pos = static_cast<int32_t>(v);
-    queue[tail++ % queue_cap] = QueueEntry{s, v};
-  }
-  void unmake_evictable(int32_t s) {
-    if (policy == CachePolicy::kLfu && meta[s].heap_pos >= 0) heap_remove(s);
-    // LRU: the slot's entry stays; pinned, it is skipped, and its release appends a new one.
-  }
-  int32_t pop_victim() {
-    if (policy == CachePolicy::kLfu) return heap_pop();
-    while (head < tail) {
-      const QueueEntry e = queue[head++ % queue_cap];
-      if (static_cast<uint32_t>(meta[e.slot].heap_pos) == e.version && evictable(e.slot)) return e.slot;
-    }
-    return -1;
-  }
-  // Drops stale entries (at most cap stay, so the ring is at most half full afterwards).
-  void compact() {
-    uint64_t out = head;
-    for (uint64_t i = head; i < tail; ++i) {
-      if (i + kMetaAhead < tail) {  // millions of entries, each naming a random slot
-        const int32_t ahead = queue[(i + kMetaAhead) % queue_cap].slot;
-        __builtin_prefetch(&meta[ahead]);
-        __builtin_prefetch(&slot_row[ahead]);
-      }
-      const QueueEntry e = queue[i % queue_cap];
-      if (static_cast<uint32_t>(meta[e.slot].heap_pos) == e.version && evictable(e.slot)) queue[out++ % queue_cap] = e;
-    }
-    tail = out;
-  }
-
-  bool less(int32_t a, int32_t b) const {
-    if (meta[a].freq != meta[b].freq) return meta[a].freq < meta[b].freq;
-    if (meta[a].last_use != meta[b].last_use) return meta[a].last_use < meta[b].last_use;
-    return a < b;
-  }
-  void heap_set(int32_t i, int32_t s) {
-    heap[i] = s;
-    meta[s].heap_pos = i;
-  }
-  void sift_up(int32_t i) {
-    const int32_t s = heap[i];
-    while (i > 0) {
-      const int32_t p = (i - 1) / 2;
-      if (!less(s, heap[p])) break;
-      heap_set(i, heap[p]);
-      i = p;
-    }
-    heap_set(i, s);
-  }
-  void sift_down(int32_t i) {
-    const int32_t s = heap[i];
-    for (;;) {
-      int32_t c = 2 * i + 1;
-      if (c >= heap_size) break;
-      if (c + 1 < heap_size && less(heap[c + 1], heap[c])) ++c;
-      if (!less(heap[c], s)) break;
-      heap_set(i, heap[c]);
-      i = c;
-    }
-    heap_set(i, s);
-  }
-  void heap_push(int32_t s) {
-    heap_set(heap_size++, s);
-    sift_up(heap_size - 1);
-  }
-  void heap_remove(int32_t s) {
-    const int32_t i = meta[s].heap_pos;
-    meta[s].heap_pos = -1;
-    const int32_t last = heap[--heap_size];
-    if (i == heap_size) return;
-    heap_set(i, last);
-    sift_up(i);
-    sift_down(meta[last].heap_pos);
-  }
-  int32_t heap_pop() {
-    if (heap_size == 0) return -1;
-    const int32_t s = heap[0];
-    heap_remove(s);
-    return s;
-  }
-};
 
 // What phase A of a fetch decided: rows to read into new slots and victims to write back.
 struct RowCache::Plan {
@@ -248,7 +64,11 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   if (options.capacity_rows < 1 || options.capacity_rows > n)
     return invalid_argument("row cache capacity " + std::to_string(options.capacity_rows) + " outside [1, " +
                             std::to_string(n) + "] rows");
-  if (options.capacity_rows >= (int64_t{1} << 31)) return invalid_argument("row cache capacity must be < 2^31 rows");
+  // Slots are int32 in the index (and its map entries): checked here, so no slot number can
+  // overflow later. Rows are int64 throughout.
+  if (options.capacity_rows >= (int64_t{1} << 31) - 1)
+    return invalid_argument("row cache capacity " + std::to_string(options.capacity_rows) + " must be < 2^31 - 1 rows");
+  if (options.renormalize_at < 16) return invalid_argument("row cache: renormalize_at must be >= 16");
   std::unique_ptr<RowCache> c(new RowCache());
   c->options_ = options;
   c->layout_ = layout;
@@ -259,7 +79,7 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   c->store_tier_ = c->store_->kind() == StoreKind::kFile ? Tier::kDisk : Tier::kHost;
   c->capacity_ = options.capacity_rows;
   const int64_t cap = c->capacity_;
-  const RowCacheSizes sz = row_cache_sizes(cap, layout.stride_bytes, options.max_rows_per_step);
+  const RowCacheSizes sz = row_cache_sizes(cap, layout.stride_bytes, options.max_rows_per_step, options.policy);
   auto fail = [&](const Status& s, const char* what) {
     return Status(s.code(), std::string("row cache ") + what + " (" + std::to_string(cap) + " rows): " + s.message());
   };
@@ -270,35 +90,8 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   if (!index.ok()) return fail(index.status(), "index");
   c->index_mem_ = std::move(index).value();
 
-  auto ix = std::make_unique<Index>();
-  ix->policy = options.policy;
-  ix->cap = cap;
-  const size_t m = row_cache_map_entries(cap);
-  uint8_t* p = c->index_mem_.as<uint8_t>();
-  const size_t ucap = static_cast<size_t>(cap);
-  auto carve = [&](auto*& dst, size_t count) {
-    using T = std::remove_reference_t<decltype(*dst)>;
-    dst = reinterpret_cast<T*>(p);
-    p += count * sizeof(T);
-  };
-  // Largest alignment first so every array is aligned.
-  const size_t qcap = row_cache_queue_entries(cap);
-  carve(ix->slot_row, ucap);
-  carve(ix->meta, ucap);
-  carve(ix->map, m);
-  carve(ix->queue, qcap);
-  carve(ix->heap, ucap);
-  ix->map_mask = m - 1;
-  ix->queue_cap = qcap;
-  std::fill(ix->slot_row, ix->slot_row + cap, int64_t{-1});
-  std::fill(ix->meta, ix->meta + cap,
-            Index::SlotMeta{0, 0, options.policy == CachePolicy::kLfu ? -1 : 0, 0, 0, {}});
-  std::fill(ix->map, ix->map + m, Index::MapEntry{Index::kEmpty, -1});
-  ix->free_slots.resize(ucap);
-  for (int64_t s = 0; s < cap; ++s) ix->free_slots[ucap - 1 - static_cast<size_t>(s)] = static_cast<int32_t>(s);
+  c->index_.init(c->index_mem_.data(), cap, options.policy, options.renormalize_at);
   c->plan_ = std::make_unique<Plan>();
-  c->slot_row_ = ix->slot_row;
-  c->index_ = std::move(ix);
   c->stats_.capacity_rows = cap;
   c->worker_ = std::thread([raw = c.get()] { raw->prefetch_main(); });
   return c;
@@ -317,28 +110,23 @@ void RowCache::stop_worker() {
   if (worker_.joinable()) worker_.join();
 }
 
-void RowCache::pin_locked(int64_t slot, PinSet set) {
-  Index& ix = *index_;
-  const int32_t s = static_cast<int32_t>(slot);
+void RowCache::pin_locked(int32_t s, PinSet set) {
   const uint8_t bit = pin_bit(set);
-  if (ix.meta[s].flags & bit) return;
-  ix.unmake_evictable(s);
-  ix.meta[s].flags |= bit;
-  pinned_[static_cast<int>(set)].push_back(slot);
+  uint8_t& f = index_.flags(s);
+  if (f & bit) return;
+  f |= bit;
+  pinned_[static_cast<int>(set)].push_back(s);
 }
 
 void RowCache::release(PinSet set) {
   std::lock_guard<std::mutex> l(mu_);
-  Index& ix = *index_;
+  CacheIndex& ix = index_;
   const uint8_t bit = pin_bit(set);
   const auto& pins = pinned_[static_cast<int>(set)];
   for (size_t i = 0; i < pins.size(); ++i) {
-    if (i + kMetaAhead < pins.size()) {
-      __builtin_prefetch(&ix.meta[pins[i + kMetaAhead]]);
-      __builtin_prefetch(&ix.slot_row[pins[i + kMetaAhead]]);  // evictable() reads it
-    }
-    const int32_t s = static_cast<int32_t>(pins[i]);
-    ix.meta[s].flags &= static_cast<uint8_t>(~bit);
+    if (i + kMetaAhead < pins.size()) ix.prefetch_meta(pins[i + kMetaAhead]);
+    const int32_t s = pins[i];
+    ix.flags(s) &= static_cast<uint8_t>(~bit);
     if (ix.evictable(s)) ix.make_evictable(s);
   }
   pinned_[static_cast<int>(set)].clear();
@@ -347,38 +135,39 @@ void RowCache::release(PinSet set) {
 void RowCache::mark_dirty(std::span<const int64_t> slots) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (i + kMetaAhead < slots.size()) __builtin_prefetch(&index_->meta[slots[i + kMetaAhead]]);
-    index_->meta[slots[i]].dirty = 1;
+    if (i + kMetaAhead < slots.size()) __builtin_prefetch(&index_.flags(static_cast<int32_t>(slots[i + kMetaAhead])));
+    index_.flags(static_cast<int32_t>(slots[i])) |= CacheIndex::kDirty;
   }
+}
+
+// found[i] = the slot of rows[i] or -1; true if every row is resident and not in flight. The
+// lookups only read the index: in parallel for large calls, each thread pipelining its share.
+bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags) const {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int threads = n >= 16384 ? std::max(1, num_threads) : 1;
+  if (threads == 1) return index_.find_batch(rows.data(), n, found, check_flags);
+  int missing = 0;
+#pragma omp parallel for num_threads(threads) reduction(| : missing) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+    missing |= index_.find_batch(rows.data() + b, e - b, found + b, check_flags) ? 0 : 1;
+  }
+  return !missing;
 }
 
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
-    const Index& ix = *index_;
     found_.resize(rows.size());
-    const int64_t n = static_cast<int64_t>(rows.size());
     int32_t* found = found_.data();
-    int missing = 0;
-    // Lookups only (the index is not modified): in parallel, with the probes prefetched.
-#pragma omp parallel for num_threads(n >= 16384 ? options_.num_threads : 1) reduction(| : missing) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kMapAhead < n) ix.prefetch_row(rows[i + kMapAhead]);
-      const int32_t s = ix.find(rows[i]);
-      found[i] = s;
-      missing |= (s < 0 || (ix.meta[s].flags & kInFlight)) ? 1 : 0;
-    }
-    if (!missing) {
-      const uint64_t tick = touch ? ++tick_ : 0;
+    if (lookup(rows, found, options_.num_threads)) {
+      CacheIndex& ix = index_;
+      const uint32_t tick = touch ? ix.begin_call() : 0;
       for (size_t i = 0; i < rows.size(); ++i) {
-        if (i + kMetaAhead < rows.size()) __builtin_prefetch(&index_->meta[found[i + kMetaAhead]]);
+        if (i + kMetaAhead < rows.size()) ix.prefetch_touch(found[i + kMetaAhead]);
         const int32_t s = found[i];
-        if (touch && index_->meta[s].last_use != tick) {
-          ++stats_.lookups;
-          ++index_->meta[s].freq;
-          index_->meta[s].last_use = tick;
-        }
+        if (touch && ix.touch(s, tick)) ++stats_.lookups;
         pin_locked(s, set);
         if (slots_out) slots_out[i] = s;
       }
@@ -396,105 +185,97 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
   return st;
 }
 
+// Undoes phase A of a fetch: new rows leave the map, victims come back (with their dirty
+// flags). Victims not restored (already written back) leave their slots free.
+void RowCache::rollback_locked(PinSet set, bool restore_victims) {
+  CacheIndex& ix = index_;
+  Plan& plan = *plan_;
+  for (auto it = plan.fresh.rbegin(); it != plan.fresh.rend(); ++it) {
+    ix.unassign(it->slot);
+    ix.clear(it->slot);
+    if (it->from_free || !restore_victims) ix.give_free(it->slot);
+  }
+  if (restore_victims)
+    for (const Plan::Victim& v : plan.victims) {
+      ix.restore(v.slot, v.row, v.dirty);
+      ix.make_evictable(v.slot);
+    }
+  const uint8_t bit = pin_bit(set);
+  std::erase_if(pinned_[static_cast<int>(set)], [&](int32_t s) { return !(ix.flags(s) & bit); });
+}
+
+// Phase A of a fetch (under mu_): hits are pinned; each miss gets a free slot or a victim's.
+// Errors: ResourceExhausted when no slot is left (everything rolled back).
+Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching,
+                                   bool touch) {
+  CacheIndex& ix = index_;
+  Plan& plan = *plan_;
+  const uint32_t tick = ix.begin_call();
+  int32_t* found = plan.found.data();  // pass 1's lookups (fetch(), before taking mu_)
+  // Pass 2: the hits are counted and pinned, all of them before any victim is chosen, so that
+  // no miss can evict a row this call still needs.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kMetaAhead < rows.size() && found[i + kMetaAhead] >= 0) ix.prefetch_touch(found[i + kMetaAhead]);
+    const int32_t s = found[i];
+    if (s < 0) continue;
+    if (touch && ix.touch(s, tick) && !prefetching) ++stats_.lookups;
+    pin_locked(s, set);
+    if (slots_out) slots_out[i] = s;
+  }
+  // Pass 3, in order: each miss takes a free slot or a victim's. A row that repeats after its
+  // first miss is found in the map by then. The map lines of later misses and the coming
+  // victims' flags, rows and map lines are prefetched.
+  plan.miss_at.clear();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (found[i] < 0) plan.miss_at.push_back(i);
+  const size_t num_miss = plan.miss_at.size();
+  for (size_t k = 0; k < num_miss; ++k) {
+    if (k + 16 < num_miss) ix.prefetch_row(rows[plan.miss_at[k + 16]]);
+    if (ix.num_free() <= static_cast<int64_t>(k + 16)) {  // the miss 16 ahead will need a victim
+      ix.prefetch_victim(16, false);
+      ix.prefetch_victim(8, true);
+    }
+    const size_t i = plan.miss_at[k];
+    const int64_t r = rows[i];
+    int32_t s = ix.find(r);
+    if (s < 0) {
+      const bool from_free = ix.has_free();
+      s = from_free ? ix.take_free() : ix.pop_victim();
+      if (s < 0) {
+        rollback_locked(set, true);
+        return resource_exhausted("row cache of " + std::to_string(capacity_) +
+                                  " rows cannot hold this step's rows: every slot is pinned by the step in flight "
+                                  "or its prefetch (raise the cache capacity above the distinct rows of two "
+                                  "steps, or turn prefetch off)");
+      }
+      if (!from_free) {
+        plan.victims.push_back({s, ix.slot_row(s), (ix.flags(s) & CacheIndex::kDirty) != 0});
+        ix.unassign(s);
+      }
+      plan.fresh.push_back({r, s, from_free});
+      ix.assign(s, r, tick);
+      if (!prefetching) ++stats_.lookups;
+    }
+    pin_locked(s, set);
+    if (slots_out) slots_out[i] = s;
+  }
+  return Status();
+}
+
 Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch) {
-  Index& ix = *index_;
   // Reused between fetches (under fetch_mu_): a step's fetch would otherwise allocate and free
   // megabytes of vectors, and the heap's trim / regrowth faults in fresh zeroed pages each time.
   Plan& plan = *plan_;
   plan.fresh.clear();
   plan.victims.clear();
-  // Undoes phase A: new rows leave the map, victims come back (with their dirty flags).
-  // Victims not restored (already written back) leave their slots free.
-  auto rollback_locked = [&](bool restore_victims) {
-    for (auto it = plan.fresh.rbegin(); it != plan.fresh.rend(); ++it) {
-      ix.erase(it->row);
-      ix.slot_row[it->slot] = -1;
-      ix.meta[it->slot].flags = 0;
-      ix.meta[it->slot].dirty = 0;
-      if (it->from_free || !restore_victims) ix.free_slots.push_back(it->slot);
-    }
-    if (restore_victims)
-      for (const Plan::Victim& v : plan.victims) {
-        ix.slot_row[v.slot] = v.row;
-        ix.meta[v.slot].dirty = v.dirty ? 1 : 0;
-        ix.insert(v.row, v.slot);
-        ix.make_evictable(v.slot);
-      }
-    auto& pins = pinned_[static_cast<int>(set)];
-    std::erase_if(pins, [&](int64_t s) { return ix.slot_row[s] < 0 || ix.meta[s].flags == 0; });
-  };
-  // Phase A (locked): hits are pinned; each miss gets a free slot or a victim's.
+  // Pass 1, without mu_ (the step's thread keeps pinning and releasing meanwhile): lookups
+  // read only the map and the slots' rows, which change only in a fetch, and this thread holds
+  // fetch_mu_. In parallel on the owner's thread.
+  plan.found.resize(rows.size());
+  (void)lookup(rows, plan.found.data(), prefetching ? 1 : options_.num_threads, /*check_flags=*/false);
   {
     std::lock_guard<std::mutex> l(mu_);
-    const uint64_t tick = ++tick_;
-    // Pass 1: lookups only (probes prefetched; in parallel on the owner's thread).
-    const int64_t n = static_cast<int64_t>(rows.size());
-    plan.found.resize(rows.size());
-    int32_t* found = plan.found.data();
-#pragma omp parallel for num_threads(!prefetching && n >= 16384 ? options_.num_threads : 1) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kMapAhead < n) ix.prefetch_row(rows[i + kMapAhead]);
-      found[i] = ix.find(rows[i]);
-    }
-    // Pass 2: the hits update their metadata (prefetched ahead) and are pinned, all of them
-    // before any victim is chosen, so that no miss can evict a row this call still needs.
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + kMetaAhead < rows.size() && found[i + kMetaAhead] >= 0) __builtin_prefetch(&ix.meta[found[i + kMetaAhead]]);
-      const int32_t s = found[i];
-      if (s < 0) continue;
-      if (touch && ix.meta[s].last_use != tick) {
-        if (!prefetching) ++stats_.lookups;
-        ++ix.meta[s].freq;
-        ix.meta[s].last_use = tick;
-      }
-      pin_locked(s, set);
-      if (slots_out) slots_out[i] = s;
-    }
-    // Pass 3, in order: each miss takes a free slot or a victim's. A row that repeats after its
-    // first miss is found in the map by then. The map buckets of later misses and the coming
-    // victims' metadata, rows and buckets are prefetched.
-    plan.miss_at.clear();
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (found[i] < 0) plan.miss_at.push_back(i);
-    const size_t num_miss = plan.miss_at.size();
-    for (size_t k = 0; k < num_miss; ++k) {
-      if (k + 16 < num_miss) ix.prefetch_row(rows[plan.miss_at[k + 16]]);
-      if (ix.free_slots.size() <= k + 16) {  // the miss 16 ahead will need a victim
-        ix.prefetch_victim(16, false);
-        ix.prefetch_victim(8, true);
-      }
-      const size_t i = plan.miss_at[k];
-      const int64_t r = rows[i];
-      int32_t s = ix.find(r);
-      if (s < 0) {
-        bool from_free = !ix.free_slots.empty();
-        if (from_free) {
-          s = ix.free_slots.back();
-          ix.free_slots.pop_back();
-        } else {
-          s = ix.pop_victim();
-          if (s < 0) {
-            rollback_locked(true);
-            return resource_exhausted("row cache of " + std::to_string(capacity_) +
-                                      " rows cannot hold this step's rows: every slot is pinned by the step in flight "
-                                      "or its prefetch (raise the cache capacity above the distinct rows of two "
-                                      "steps, or turn prefetch off)");
-          }
-          plan.victims.push_back({s, ix.slot_row[s], ix.meta[s].dirty != 0});
-          ix.erase(ix.slot_row[s]);
-        }
-        plan.fresh.push_back({r, s, from_free});
-        ix.slot_row[s] = r;
-        ix.insert(r, s);
-        ix.meta[s].freq = 1;
-        ix.meta[s].last_use = tick;
-        ix.meta[s].dirty = 0;
-        ix.meta[s].flags = kInFlight;
-        if (!prefetching) ++stats_.lookups;
-      }
-      pin_locked(s, set);
-      if (slots_out) slots_out[i] = s;
-    }
+    LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch));
   }
   if (plan.fresh.empty()) return Status();
   const auto t0 = Clock::now();
@@ -525,7 +306,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     }
     if (!st.ok()) {
       std::lock_guard<std::mutex> l(mu_);
-      rollback_locked(true);
+      rollback_locked(set, true);
       return st;
     }
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, wb_rows.size() * stride);
@@ -539,7 +320,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   if (st.ok()) st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present_.data());
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
-    rollback_locked(false);  // the victims are clean in the store now
+    rollback_locked(set, false);  // the victims are clean in the store now
     return st;
   }
   uint64_t created = 0, loaded = 0;
@@ -558,7 +339,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   if (memory_ && loaded) memory_->record_transfer(store_tier_, Tier::kDevice, loaded * stride);
   // Phase D (locked): the new rows are in.
   std::lock_guard<std::mutex> l(mu_);
-  for (const Plan::Fresh& f : plan.fresh) ix.meta[f.slot].flags &= static_cast<uint8_t>(~kInFlight);
+  for (const Plan::Fresh& f : plan.fresh) index_.flags(f.slot) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
   stats_.misses += plan.fresh.size();
   if (prefetching) stats_.prefetched_rows += plan.fresh.size();
   stats_.evictions += plan.victims.size();
@@ -602,15 +383,15 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
   job_complete_ = false;
   // The prefetch's pins become the step's: every distinct row of the batch, each counted once
   // as a lookup (the prefetch counted none).
-  Index& ix = *index_;
+  CacheIndex& ix = index_;
   auto& from = pinned_[static_cast<int>(PinSet::kPrefetch)];
   auto& to = pinned_[static_cast<int>(PinSet::kStep)];
   for (size_t i = 0; i < from.size(); ++i) {
-    if (i + kMetaAhead < from.size()) __builtin_prefetch(&ix.meta[from[i + kMetaAhead]]);
-    uint8_t& f = ix.meta[from[i]].flags;
-    f &= static_cast<uint8_t>(~kPinPrefetch);
-    if (!(f & kPinStep)) {
-      f |= kPinStep;
+    if (i + kMetaAhead < from.size()) ix.prefetch_touch(from[i + kMetaAhead]);
+    uint8_t& f = ix.flags(from[i]);
+    f &= static_cast<uint8_t>(~CacheIndex::kPinPrefetch);
+    if (!(f & CacheIndex::kPinStep)) {
+      f |= CacheIndex::kPinStep;
       to.push_back(from[i]);
     }
   }
@@ -669,8 +450,8 @@ Status RowCache::flush() {
   std::vector<int32_t> dirty_slots;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (int64_t s = 0; s < capacity_; ++s)
-      if (index_->meta[s].dirty && index_->slot_row[s] >= 0) dirty_slots.push_back(static_cast<int32_t>(s));
+    for (int32_t s = 0; s < capacity_; ++s)
+      if ((index_.flags(s) & CacheIndex::kDirty) && index_.slot_row(s) >= 0) dirty_slots.push_back(s);
   }
   constexpr size_t kChunk = 4096;
   for (size_t b = 0; b < dirty_slots.size(); b += kChunk) {
@@ -681,12 +462,12 @@ Status RowCache::flush() {
     }
     std::vector<int64_t> rows(n);
     for (size_t i = 0; i < n; ++i) {
-      rows[i] = slot_row_[dirty_slots[b + i]];
+      rows[i] = index_.slot_row(dirty_slots[b + i]);
       std::memcpy(stage_out_.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty_slots[b + i]) * stride, stride);
     }
     LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, stage_out_.as<uint8_t>()));
     std::lock_guard<std::mutex> l(mu_);
-    for (size_t i = 0; i < n; ++i) index_->meta[dirty_slots[b + i]].dirty = 0;
+    for (size_t i = 0; i < n; ++i) index_.flags(dirty_slots[b + i]) &= static_cast<uint8_t>(~CacheIndex::kDirty);
     stats_.writebacks += n;
     stats_.bytes_written += n * stride;
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, n * stride);
@@ -696,39 +477,35 @@ Status RowCache::flush() {
 
 Status RowCache::read_row(int64_t row, uint8_t* fat) { return read_rows(row, 1, fat); }
 
+template <typename F>
+void RowCache::for_each_resident_locked(int64_t begin, int64_t count, F&& f) const {
+  const int64_t resident = capacity_ - index_.num_free();
+  if (resident == 0 || count <= 0) return;
+  if (count > capacity_ / 8) {  // a long range: one pass over the slots beats a probe per row
+    for (int32_t s = 0; s < capacity_; ++s) {
+      const int64_t r = index_.slot_row(s);
+      if (r >= begin && r - begin < count) f(r, s);
+    }
+    return;
+  }
+  for (int64_t r = begin; r < begin + count; ++r) {
+    const int32_t s = index_.find(r);
+    if (s >= 0) f(r, s);
+  }
+}
+
 Status RowCache::read_rows(int64_t begin, int64_t count, uint8_t* out) {
   LEANEMB_RETURN_IF_ERROR(wait_prefetch());
   std::lock_guard<std::mutex> f(fetch_mu_);
   const size_t stride = layout_.stride_bytes;
-  constexpr int64_t kChunk = 4096;
-  std::vector<int64_t> missing, pos;
-  std::vector<uint8_t> buf, present;
-  for (int64_t c0 = 0; c0 < count; c0 += kChunk) {
-    const int64_t n = std::min(kChunk, count - c0);
-    missing.clear();
-    pos.clear();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (int64_t i = c0; i < c0 + n; ++i) {
-        const int32_t s = index_->find(begin + i);
-        if (s >= 0) {
-          std::memcpy(out + static_cast<size_t>(i) * stride, slots() + static_cast<size_t>(s) * stride, stride);
-        } else {
-          missing.push_back(begin + i);
-          pos.push_back(i);
-        }
-      }
-    }
-    if (missing.empty()) continue;
-    buf.resize(missing.size() * stride);
-    present.resize(missing.size());
-    LEANEMB_RETURN_IF_ERROR(store_->read_rows(missing, buf.data(), present.data()));
-    for (size_t k = 0; k < missing.size(); ++k) {
-      uint8_t* dst = out + static_cast<size_t>(pos[k]) * stride;
-      if (present[k]) std::memcpy(dst, buf.data() + k * stride, stride);
-      else init_(missing[k], dst);
-    }
-  }
+  std::vector<uint8_t> present(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  LEANEMB_RETURN_IF_ERROR(store_->read_range(begin, count, out, present.data()));
+  for (int64_t i = 0; i < count; ++i)
+    if (!present[static_cast<size_t>(i)]) init_(begin + i, out + static_cast<size_t>(i) * stride);
+  std::lock_guard<std::mutex> l(mu_);
+  for_each_resident_locked(begin, count, [&](int64_t r, int32_t s) {
+    std::memcpy(out + static_cast<size_t>(r - begin) * stride, slots() + static_cast<size_t>(s) * stride, stride);
+  });
   return Status();
 }
 
@@ -737,10 +514,10 @@ Status RowCache::write_row(int64_t row, const uint8_t* fat) {
   std::lock_guard<std::mutex> f(fetch_mu_);
   {
     std::lock_guard<std::mutex> l(mu_);
-    const int32_t s = index_->find(row);
+    const int32_t s = index_.find(row);
     if (s >= 0) {
       std::memcpy(slots() + static_cast<size_t>(s) * layout_.stride_bytes, fat, layout_.stride_bytes);
-      index_->meta[s].dirty = 1;
+      index_.flags(s) |= CacheIndex::kDirty;
       return Status();
     }
   }
@@ -748,10 +525,29 @@ Status RowCache::write_row(int64_t row, const uint8_t* fat) {
   return store_->write_rows(r, fat);
 }
 
+Status RowCache::write_rows(int64_t begin, int64_t count, const uint8_t* src) {
+  LEANEMB_RETURN_IF_ERROR(wait_prefetch());
+  std::lock_guard<std::mutex> f(fetch_mu_);
+  const Status st = store_->write_range(begin, count, src);
+  const size_t stride = layout_.stride_bytes;
+  std::lock_guard<std::mutex> l(mu_);
+  for_each_resident_locked(begin, count, [&](int64_t r, int32_t s) {
+    uint8_t& fl = index_.flags(s);
+    if (st.ok()) {
+      std::memcpy(slots() + static_cast<size_t>(s) * stride, src + static_cast<size_t>(r - begin) * stride, stride);
+      fl &= static_cast<uint8_t>(~CacheIndex::kDirty);
+    } else {
+      fl |= CacheIndex::kDirty;
+    }
+  });
+  return st;
+}
+
 CacheStats RowCache::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   CacheStats s = stats_;
-  s.resident_rows = capacity_ - static_cast<int64_t>(index_->free_slots.size());
+  s.resident_rows = capacity_ - index_.num_free();
+  s.index_bytes = index_mem_.size_bytes();
   s.hits = s.lookups >= s.misses ? s.lookups - s.misses : 0;
   const RowStoreStats ss = store_->stats();
   s.store_read_ops = ss.read_ops;

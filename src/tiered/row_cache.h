@@ -42,6 +42,7 @@
 #include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
 #include "leanemb/status.h"
+#include "tiered/cache_index.h"
 #include "tiered/row_store.h"
 
 namespace leanemb::tiered {
@@ -60,6 +61,9 @@ struct RowCacheOptions {
   int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
   int num_threads = 1;            // OpenMP threads for the lookups of large acquires
   int prefetch_nice = 0;          // the prefetch thread's nice value (TableCacheOptions::prefetch_nice)
+  // Test hook: the index's 32-bit stamps / ticks are renormalized when they reach this value
+  // (>= 16; see cache_index.h). Tests lower it to exercise the renormalization.
+  uint32_t renormalize_at = 0xFFFFFFF0u;
 };
 
 // Fills one fat row (stride_bytes) of table row `row` with its initial bytes.
@@ -80,7 +84,7 @@ class RowCache {
   const RowLayout& layout() const { return layout_; }
   uint8_t* slots() const { return slots_.as<uint8_t>(); }
   // slot_rows()[s]: the table row in slot s (-1 when free): the stochastic-rounding key rows.
-  const int64_t* slot_rows() const { return slot_row_; }
+  const int64_t* slot_rows() const { return index_.slot_rows(); }
   RowStore* store() const { return store_.get(); }
 
   // slots_out[i] = the slot of rows[i] (rows may repeat; they are valid table rows), fetching
@@ -107,20 +111,35 @@ class RowCache {
   // One row's current bytes: from its slot if resident, else from the store (or the
   // initializer). Not for use while a prefetch is in flight (waits for it).
   Status read_row(int64_t row, uint8_t* fat);
-  // Rows [begin, begin + count) into out [count, stride]: resident ones from their slots, the
-  // others read from the store in batches (or initialized).
+  // Rows [begin, begin + count) into out [count, stride]: the range read from the store in
+  // large transfers (RowStore::read_range), rows never written initialized, and resident rows
+  // taken from their slots (their bytes are the current ones). Not while a prefetch is in flight
+  // (waits for it). Errors: the store's.
   Status read_rows(int64_t begin, int64_t count, uint8_t* out);
   // Replaces one row's bytes: in its slot (marked dirty) if resident, else in the store.
   Status write_row(int64_t row, const uint8_t* fat);
+  // Replaces rows [begin, begin + count) from src [count, stride] (a restore): the store gets
+  // them in large aligned transfers (RowStore::write_range), and each resident row of the range
+  // gets the same bytes in its slot, clean (the store holds them). Waits for a prefetch in
+  // flight. Errors: the store's; then the resident rows of the range keep their old bytes and
+  // are marked dirty (so that their possibly torn store copies are rewritten on eviction), and
+  // the other rows of the range may hold old, new or torn bytes (as RowStore::write_rows).
+  Status write_rows(int64_t begin, int64_t count, const uint8_t* src);
 
   CacheStats stats() const;
 
  private:
   RowCache() = default;
-  struct Index;
   struct Plan;
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
-  void pin_locked(int64_t slot, PinSet set);
+  Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
+  void rollback_locked(PinSet set, bool restore_victims);
+  bool lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags = true) const;
+  void pin_locked(int32_t slot, PinSet set);
+  // Calls f(row, slot) for each resident row in [begin, begin + count). Under mu_, with no
+  // fetch in flight (fetch_mu_ held).
+  template <typename F>
+  void for_each_resident_locked(int64_t begin, int64_t count, F&& f) const;
   void prefetch_main();
   void stop_worker();
 
@@ -134,14 +153,13 @@ class RowCache {
   int64_t capacity_ = 0;
 
   Allocation slots_;
-  Allocation index_mem_;   // slot_row_, last_use_, freq_, heap_pos_, pins_, dirty_, map
-  int64_t* slot_row_ = nullptr;
-  std::unique_ptr<Index> index_;
+  Allocation index_mem_;  // the index's arrays (row_cache_index_bytes)
+  CacheIndex index_;
   std::unique_ptr<Plan> plan_;  // fetch's reused scratch (under fetch_mu_)
 
   mutable std::mutex mu_;        // guards the index, pins, dirty flags and stats
   std::mutex fetch_mu_;          // one fetch at a time
-  std::vector<int64_t> pinned_[2];
+  std::vector<int32_t> pinned_[2];  // slots pinned per set (step scratch, not per slot)
   CacheStats stats_;
   uint64_t tick_ = 0;
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/row_access.h"
 #include "tiered/file_store.h"
@@ -57,6 +58,47 @@ Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, cons
   return Status();
 }
 
+Status check_range_in_table(int64_t begin, int64_t count, int64_t num_rows, const char* what) {
+  if (begin < 0 || count < 0 || begin > num_rows || count > num_rows - begin)
+    return out_of_range(std::string(what) + ": rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                        ") outside [0, " + std::to_string(num_rows) + ")");
+  return Status();
+}
+
+namespace {
+
+// Rows per call of the default (batched) bulk forms.
+constexpr int64_t kDefaultRangeBatch = 4096;
+
+// rows = begin, begin + 1, ... (rows.size() of them)
+void fill_rows(std::vector<int64_t>& rows, int64_t begin) {
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = begin + static_cast<int64_t>(i);
+}
+
+}  // namespace
+
+Status RowStore::write_range(int64_t begin, int64_t count, const uint8_t* src) {
+  LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows(), "write_range"));
+  std::vector<int64_t> rows;
+  for (int64_t c0 = 0; c0 < count; c0 += kDefaultRangeBatch) {
+    rows.resize(static_cast<size_t>(std::min(kDefaultRangeBatch, count - c0)));
+    fill_rows(rows, begin + c0);
+    LEANEMB_RETURN_IF_ERROR(write_rows(rows, src + static_cast<size_t>(c0) * row_bytes()));
+  }
+  return Status();
+}
+
+Status RowStore::read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present) {
+  LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows(), "read_range"));
+  std::vector<int64_t> rows;
+  for (int64_t c0 = 0; c0 < count; c0 += kDefaultRangeBatch) {
+    rows.resize(static_cast<size_t>(std::min(kDefaultRangeBatch, count - c0)));
+    fill_rows(rows, begin + c0);
+    LEANEMB_RETURN_IF_ERROR(read_rows(rows, dst + static_cast<size_t>(c0) * row_bytes(), present + c0));
+  }
+  return Status();
+}
+
 namespace {
 
 constexpr size_t kRowsAhead = 8;  // rows prefetched ahead by the host store's copy loops
@@ -94,6 +136,7 @@ class HostRowStore final : public RowStore {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "write_rows"));
     std::lock_guard<std::mutex> lock(write_mu_);  // write_rows calls are serialized
     const StopWatch watch;
+    for (int64_t r : rows) LEANEMB_RETURN_IF_ERROR(presence_.prepare(r));
     uint8_t* base = rows_.as<uint8_t>();
     for (size_t i = 0; i < rows.size(); ++i) {
       if (i + kRowsAhead < rows.size())
@@ -102,6 +145,41 @@ class HostRowStore final : public RowStore {
       presence_.set(rows[i]);
     }
     counters_.add_write(rows.size(), rows.size() * row_bytes_, rows.size(), watch.ns());
+    return Status();
+  }
+
+  Status write_range(int64_t begin, int64_t count, const uint8_t* src) override {
+    LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows_, "write_range"));
+    std::lock_guard<std::mutex> lock(write_mu_);
+    const StopWatch watch;
+    LEANEMB_RETURN_IF_ERROR(presence_.prepare_range(begin, count));
+    const size_t bytes = static_cast<size_t>(count) * row_bytes_;
+    if (bytes) std::memcpy(rows_.as<uint8_t>() + static_cast<size_t>(begin) * row_bytes_, src, bytes);
+    presence_.set_range(begin, count);
+    counters_.add_write(static_cast<uint64_t>(count), bytes, static_cast<uint64_t>(count), watch.ns());
+    return Status();
+  }
+
+  Status read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present) override {
+    LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows_, "read_range"));
+    const StopWatch watch;
+    const uint8_t* base = rows_.as<uint8_t>() + static_cast<size_t>(begin) * row_bytes_;
+    uint64_t copied = 0;
+    // Runs of present rows, one copy each (absent rows' bytes stay unspecified).
+    for (int64_t i = 0; i < count;) {
+      present[i] = presence_.test(begin + i) ? 1 : 0;
+      if (!present[i]) {
+        ++i;
+        continue;
+      }
+      int64_t j = i + 1;
+      while (j < count && presence_.test(begin + j)) present[j++] = 1;
+      std::memcpy(dst + static_cast<size_t>(i) * row_bytes_, base + static_cast<size_t>(i) * row_bytes_,
+                  static_cast<size_t>(j - i) * row_bytes_);
+      copied += static_cast<uint64_t>(j - i);
+      i = j;
+    }
+    counters_.add_read(static_cast<uint64_t>(count), copied * row_bytes_, copied, watch.ns());
     return Status();
   }
 

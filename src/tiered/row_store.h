@@ -43,6 +43,11 @@ enum class IoEngineKind : uint8_t { kAuto, kUring, kThreads };
 std::string_view io_engine_kind_name(IoEngineKind k);          // "auto" | "io_uring" | "threads"
 Result<IoEngineKind> parse_io_engine_kind(std::string_view s);  // errors: InvalidArgument
 
+// The largest single transfer of the file store's bulk reads and writes (write_range /
+// read_range), and the staging buffer one bulk call holds (io_buffers, for the call only).
+inline constexpr size_t kBulkTransferBytes = size_t{1} << 20;
+inline constexpr size_t kBulkStagingBytes = size_t{8} << 20;
+
 struct RowStoreOptions {
   StoreKind kind = StoreKind::kHost;
   int64_t num_rows = 0;
@@ -87,6 +92,17 @@ class RowStore {
   // bytes, so the caller keeps its copies (the row cache keeps them dirty and reports the
   // error) and a later successful write_rows of those rows repairs them.
   virtual Status write_rows(std::span<const int64_t> rows, const uint8_t* src) = 0;
+  // Bulk forms for contiguous rows (restoring and saving whole tables). write_range stores rows
+  // [begin, begin + count) from src [count, row_bytes()] exactly as write_rows of those rows would
+  // (same errors, same guarantees after an error); read_range reads them into dst [count,
+  // row_bytes()] with present[count] exactly as read_rows would. The file store moves them in
+  // large aligned transfers (up to kBulkTransferBytes each, several in flight; a write reads
+  // only the first and last block first, when the range starts or ends inside them; a read
+  // skips stretches with no present row). The default implementation calls read_rows /
+  // write_rows in batches. Errors: OutOfRange when [begin, begin + count) is outside the table
+  // (nothing done); the store's errors otherwise.
+  virtual Status write_range(int64_t begin, int64_t count, const uint8_t* src);
+  virtual Status read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present);
   // Makes every written row durable (fsync for file; no-op for host).
   virtual Status flush() = 0;
   virtual RowStoreStats stats() const = 0;

@@ -2,14 +2,28 @@
 // The row cache allocates with exactly these, and the planner (src/plan) predicts with them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "leanemb/embedding.h"
+
 namespace leanemb::tiered {
 
-// The row stores' presence bitmap (host tier, category weights): one bit per row, in 64-bit words.
+// The row stores' presence bitmap (host tier, category weights; src/tiered/presence.h): one bit
+// per row in pages of 2^18 rows (32 KiB; a smaller table has one page of its size, in 64-bit
+// words), made on a first write into them, plus a directory of one pointer per page.
+inline constexpr int kPresencePageShift = 18;
+inline size_t presence_num_pages(int64_t num_rows) {
+  return num_rows > 0 ? static_cast<size_t>((num_rows + (int64_t{1} << kPresencePageShift) - 1) >> kPresencePageShift) : 0;
+}
+inline size_t presence_page_words(int64_t num_rows) {
+  const int64_t rows = std::min<int64_t>(num_rows > 0 ? num_rows : 0, int64_t{1} << kPresencePageShift);
+  return static_cast<size_t>((rows + 63) / 64);
+}
+// The most the bitmap holds (every page made): what the planner predicts.
 inline size_t presence_bitmap_bytes(int64_t num_rows) {
-  return static_cast<size_t>(num_rows > 0 ? (num_rows + 63) / 64 : 0) * 8;
+  return presence_num_pages(num_rows) * (presence_page_words(num_rows) * 8 + sizeof(void*));
 }
 
 // Whether a table of `num_rows` gets a row cache under a collection-wide setting: tables smaller
@@ -30,39 +44,51 @@ inline int64_t cache_capacity_rows(int64_t num_rows, double fraction) {
 
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
-  size_t index_bytes = 0;    // row_cache: per-slot metadata and the row -> slot hash map
+  size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;
+                             // eviction candidates (row_cache_index_bytes)
   size_t staging_bytes = 0;  // io_buffers: one fetch's rows read plus victims written back
   size_t device_bytes() const { return slot_bytes + index_bytes; }
 };
 
-// Entries of the open-addressing row -> slot map: the power of two >= 2 x capacity.
+// Entries of the row -> slot map (32-bit each): 1.25 x capacity rounded up (load <= 0.8), >= 16.
 inline size_t row_cache_map_entries(int64_t capacity_rows) {
-  size_t m = 16;
-  while (m < 2 * static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0)) m *= 2;
-  return m;
+  const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
+  return std::max<size_t>(16, cap + (cap + 3) / 4);
 }
 
-// Entries of the LRU release ring: 2 x capacity + 16 (compacted when full).
-inline size_t row_cache_queue_entries(int64_t capacity_rows) {
-  return 2 * static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0) + 16;
+// Eviction candidates one scan selects (capacity / 16, at least 64), and the LFU overflow heap
+// (half that; none for LRU). 12 bytes each (key, slot).
+inline size_t row_cache_candidate_entries(int64_t capacity_rows) {
+  return std::max<size_t>(64, static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0) / 16);
+}
+inline size_t row_cache_heap_entries(int64_t capacity_rows, CachePolicy policy) {
+  return policy == CachePolicy::kLfu ? row_cache_candidate_entries(capacity_rows) / 2 : 0;
 }
 
-// Per slot: row (int64), a 24-byte metadata record (last use, frequency, heap position or LRU
-// version, pin / in-flight flags, dirty, padding) and a heap entry (int32); per map entry: row
-// (uint32) and slot (int32); per ring entry: slot (int32) and version (uint32).
-inline constexpr size_t kRowCacheSlotIndexBytes = 8 + 24 + 4;
-inline constexpr size_t kRowCacheMapEntryBytes = 4 + 4;
-inline constexpr size_t kRowCacheQueueEntryBytes = 4 + 4;
+// Per slot: row (int64), flags (1 B) and the policy's key: LRU a release stamp (4 B), LFU a
+// frequency and a last use (8 B). src/tiered/cache_index.h lays these arrays out in this order:
+// 8-byte arrays, then 4-byte arrays, then the flags.
+inline constexpr size_t kRowCacheCandidateBytes = 8 + 4;
+inline size_t row_cache_slot_index_bytes(CachePolicy policy) { return 8 + 1 + (policy == CachePolicy::kLfu ? 8 : 4); }
+
+// The index's bytes: about 18.8 B per slot for LRU, 23.1 B for LFU on large caches.
+inline size_t row_cache_index_bytes(int64_t capacity_rows, CachePolicy policy) {
+  const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
+  const size_t flags = (cap + 7) / 8 * 8;
+  return cap * (row_cache_slot_index_bytes(policy) - 1) + flags + row_cache_map_entries(capacity_rows) * 4 +
+         (row_cache_candidate_entries(capacity_rows) + row_cache_heap_entries(capacity_rows, policy)) *
+             kRowCacheCandidateBytes;
+}
 
 // `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
 // batch's ids of the table); the staging buffers hold that many rows in and out, and grow on
 // demand if a step needs more.
-inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, int64_t max_rows_per_step) {
+inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, int64_t max_rows_per_step,
+                                     CachePolicy policy) {
   RowCacheSizes s;
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
-  s.index_bytes = cap * kRowCacheSlotIndexBytes + row_cache_map_entries(capacity_rows) * kRowCacheMapEntryBytes +
-                  row_cache_queue_entries(capacity_rows) * kRowCacheQueueEntryBytes;
+  s.index_bytes = row_cache_index_bytes(capacity_rows, policy);
   const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0) * row_bytes;
   s.staging_bytes = 2 * per_step;
   return s;

@@ -117,6 +117,39 @@ TEST_P(FaultFixture, WriteErrorSweepLeavesOtherRowsAndRetryRepairs) {
   }
 }
 
+// The same sweep for a bulk write of a range that starts and ends inside blocks: EIO at every
+// request of the call gives IoError, rows outside the range keep their bytes (the first and last
+// blocks' neighbours too), and a retry restores the range.
+TEST_P(FaultFixture, BulkWriteErrorSweepLeavesNeighboursAndRetryRepairs) {
+  std::vector<int64_t> range;
+  for (int64_t r = 13; r < 150; ++r) range.push_back(r);
+  for (uint64_t k = 0;; ++k) {
+    SCOPED_TRACE("fault at write " + std::to_string(k));
+    const auto v = new_bytes(range, static_cast<uint8_t>(k + 40));
+    const uint64_t injected = faults_->num_injected();
+    faults_->arm(IoFault::kWriteError, k, EIO);
+    Status st = store_->write_range(13, 137, v.data());
+    faults_->disarm();
+    if (faults_->num_injected() == injected) {
+      ASSERT_TRUE(st.ok());
+      commit(range, v);
+      expect_rows_intact();
+      break;
+    }
+    ASSERT_EQ(st.code(), StatusCode::kIoError) << st.to_string();
+    EXPECT_NE(st.message().find("rows.bin"), std::string::npos) << st.message();
+    expect_rows_intact(range);
+    ASSERT_TRUE(store_->write_range(13, 137, v.data()).ok());
+    commit(range, v);
+    expect_rows_intact();
+  }
+  // The read of a range fails cleanly too.
+  std::vector<uint8_t> out(range.size() * kRowBytes), present(range.size());
+  faults_->arm(IoFault::kReadError, 0, EIO);
+  EXPECT_EQ(store_->read_range(13, 137, out.data(), present.data()).code(), StatusCode::kIoError);
+  faults_->disarm();
+}
+
 // ENOSPC is ResourceExhausted (freeing space and retrying can work).
 TEST_P(FaultFixture, NoSpaceIsResourceExhausted) {
   const auto v = new_bytes(kBatch, 9);

@@ -17,6 +17,9 @@ namespace leanemb::tiered {
 
 // OutOfRange naming the first bad row and its position ("read_rows: row 12 at position 3 ...").
 Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, const char* what);
+// OutOfRange unless 0 <= begin, 0 <= count and begin + count <= num_rows ("write_range: rows
+// [b, e) outside [0, n)").
+Status check_range_in_table(int64_t begin, int64_t count, int64_t num_rows, const char* what);
 // InvalidArgument for bad RowStoreOptions (sizes, path, queue depth).
 Status check_row_store_options(const RowStoreOptions& options);
 
