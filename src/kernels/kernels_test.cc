@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "leanemb/optimizer.h"
 
@@ -111,6 +112,19 @@ Bags make_bags(CornerCase c, std::mt19937_64& rng) {
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
+// Runs fn() once per kernel build this CPU supports (isa.h), with the dispatch capped to it.
+template <typename Fn>
+void for_each_isa(Fn&& fn) {
+  for (Isa isa : {Isa::kBaseline, Isa::kV3, Isa::kV4}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu_isa())) break;
+    SCOPED_TRACE(std::string("isa ") + std::string(isa_name(isa)));
+    set_isa_limit(isa);
+    fn();
+    set_isa_limit(Isa::kV4);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // ---- pooled and sequence lookup ------------------------------------------------------------------
 
 struct LookupParam {
@@ -138,21 +152,24 @@ void expect_fast_equals_reference(HostTable& t, const Bags& bags, const LookupPa
   ref_pooled_lookup(t.view(), a);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = dim; j < ldo; ++j) ASSERT_EQ(want[b * ldo + j], kSentinel) << "reference wrote past dim";
-  for (int threads : {1, 2, 3}) {
-    std::vector<float> got(want.size(), kSentinel);
-    a.out = got.data();
-    pooled_lookup(t.view(), a, threads);
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-        << "fast pooled lookup differs from the reference with " << threads << " threads";
-  }
+  for_each_isa([&] {
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> got(want.size(), kSentinel);
+      a.out = got.data();
+      pooled_lookup(t.view(), a, threads);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << "fast pooled lookup differs from the reference with " << threads << " threads";
+    }
+  });
 }
 
-// The fast pooled lookup equals the scalar reference bit for bit for every corner case and
-// dims 1, 3, 8, 13, 130 (not multiples of 8 included).
+// The fast pooled lookup (every build the CPU runs) equals the scalar reference bit for bit for
+// every corner case and dims 1 .. 257 (not multiples of 8 or 16, one and several 128-column
+// blocks).
 TEST_P(PooledLookupTest, FastKernelMatchesReferenceBitwiseOnEveryCornerCase) {
   const LookupParam p = GetParam();
   std::mt19937_64 rng(1234);
-  for (int64_t dim : {1, 3, 8, 13, 130}) {
+  for (int64_t dim : {1, 3, 8, 13, 16, 17, 64, 127, 128, 130, 257}) {
     for (CornerCase c : {CornerCase::kRandom, CornerCase::kEmptyBag, CornerCase::kDuplicateIds,
                          CornerCase::kOneRowTable, CornerCase::kSingleBag}) {
       SCOPED_TRACE(std::string(corner_name(c)) + " dim " + std::to_string(dim));
