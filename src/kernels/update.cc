@@ -89,10 +89,22 @@ struct Scratch {
   float* v;
 };
 
-// Look-ahead distances of the streaming loops (tuned on a Zen 4 VM at E=2e6, D=128, B=4096,
-// L=20, Zipf 1.05: see docs/benchmarks.md).
-constexpr int64_t kRowsAhead = 6;    // fat rows, prefetched for writing
-constexpr int64_t kGradsAhead = 16;  // gradient vectors (contributions), T2
+// Look-ahead of the streaming loops, measured on a Zen 4 VM (E=2e6 x 128 fp32, B=4096, L=20,
+// Zipf 1.05, one thread; docs/benchmarks.md):
+//   * Every fat row costs a TLB miss (a nested page walk in a VM). A loop that does a row's
+//     whole update between two rows keeps only one or two rows in the reorder buffer, so the
+//     walks ran one after the other; touching one line of each of the next kTranslateBurst
+//     rows in one burst (every kTranslateBurst rows, kTranslateAhead rows ahead) lets the walks
+//     overlap: the fused backward took 0.6-0.75x the time.
+//   * The rows' lines are prefetched kRowsAhead rows ahead with the T2 hint (into L2): T0 fills
+//     held L1 miss buffers and cost ~10%; distances 3-16 measured alike.
+//   * Gradient vectors are prefetched kGradsAhead contributions ahead (T2): 20% less time than
+//     without.
+constexpr int64_t kRowsAhead = 6;
+constexpr int64_t kTranslateAhead = 16;
+constexpr int64_t kTranslateBurst = 8;
+constexpr int64_t kGradsAhead = 16;
+constexpr int kRowLocality = 1;
 constexpr int kGradLocality = 1;
 
 // Hyper-parameters of one update call, in the forms the rules use.
@@ -171,17 +183,28 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
   store_row_sr<W>(row, w, d, key, 0);
 }
 
-// Prefetches fat row rows[u] (weights and state, for writing) when it exists.
+// The fat-row prefetches of a loop over rows[u0, end): call start() once, then step(u) before
+// row u is processed.
 struct RowPrefetch {
   const TableView& t;
   const int64_t* rows;
-  int64_t end;  // rows[u] exists for u < end
+  int64_t u0, end;
   int lines;
-  RowPrefetch(const TableView& tv, const int64_t* r, int64_t e)
-      : t(tv), rows(r), end(e),
+  RowPrefetch(const TableView& tv, const int64_t* r, int64_t begin, int64_t e)
+      : t(tv), rows(r), u0(begin), end(e),
         lines(row_lines(tv.base, tv.layout->stride_bytes, tv.layout->weight_bytes + tv.layout->state_bytes)) {}
-  void operator()(int64_t u) const {
-    if (u < end) prefetch_lines<1, 3, 32>(t.base + static_cast<size_t>(rows[u]) * t.layout->stride_bytes, lines);
+  const uint8_t* row(int64_t u) const { return t.base + static_cast<size_t>(rows[u]) * t.layout->stride_bytes; }
+  // One line of rows [a, b): starts their address translations.
+  void translate(int64_t a, int64_t b) const {
+    for (int64_t u = a; u < std::min(b, end); ++u) prefetch_line<0, kRowLocality>(row(u));
+  }
+  void start() const {
+    translate(u0, u0 + kTranslateAhead);
+    for (int64_t u = u0; u < std::min(end, u0 + kRowsAhead); ++u) prefetch_lines<0, kRowLocality, 32>(row(u), lines);
+  }
+  void step(int64_t u) const {
+    if ((u - u0) % kTranslateBurst == 0) translate(u + kTranslateAhead, u + kTranslateAhead + kTranslateBurst);
+    if (u + kRowsAhead < end) prefetch_lines<0, kRowLocality, 32>(row(u + kRowsAhead), lines);
   }
 };
 
@@ -190,10 +213,10 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
                          const UpdateStep& s, Scratch sc) {
   const RowLayout& l = *t.layout;
   const UpdateConsts c(l.optimizer, s.step);
-  const RowPrefetch prefetch(t, rows, u1);
-  for (int64_t u = u0; u < std::min(u1, u0 + kRowsAhead); ++u) prefetch(u);
+  const RowPrefetch prefetch(t, rows, u0, u1);
+  prefetch.start();
   for (int64_t u = u0; u < u1; ++u) {
-    prefetch(u + kRowsAhead);
+    prefetch.step(u);
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, t.key_row(rows[u]));
     update_one<W, S>(l, c, row, grads + u * l.dim, key, sc);
@@ -201,9 +224,17 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
 }
 
 // ---- segment reduce ----------------------------------------------------------------------------
-// Prefetches the gradient vector of contribution k (dim floats) when k < pf_end.
+// Prefetches the gradient vector of contribution k (dim floats) when k < pf_end: the first
+// kBytes at compile-time offsets (straight-line code, see prefetch_lines), its last byte (the
+// extra line of a vector that does not start on a line), then any rest.
+template <size_t kBytes = 512>
 inline void prefetch_grad(const SegmentSource& s, int64_t k, int64_t pf_end) {
-  if (k < pf_end) prefetch_span<0, kGradLocality>(s.ptr[k], static_cast<size_t>(s.dim) * 4);
+  if (k >= pf_end) return;
+  const uint8_t* q = reinterpret_cast<const uint8_t*>(s.ptr[k]);
+  const size_t bytes = static_cast<size_t>(s.dim) * 4;
+  for (size_t o = 0; o < kBytes; o += 64) prefetch_line<0, kGradLocality>(q + o);
+  prefetch_line<0, kGradLocality>(q + bytes - 1);
+  if (bytes > kBytes) prefetch_span<0, kGradLocality>(q + kBytes, bytes - kBytes);
 }
 
 // Register-blocked segment reduce with 8-lane vectors: columns [col, col + 8 * kVecs) of one
@@ -253,7 +284,7 @@ LEANEMB_TARGET_V4 inline void reduce_block_v4(const SegmentSource& s, int64_t u,
   __m512 acc[kVecs];
   for (int v = 0; v < kVecs; ++v) acc[v] = _mm512_setzero_ps();
   for (int64_t k = s.seg[u]; k < s.seg[u + 1]; ++k) {
-    if (col == 0) prefetch_grad(s, k + kGradsAhead, pf_end);
+    if (col == 0) prefetch_grad<64 * kVecs>(s, k + kGradsAhead, pf_end);
     const float* x = ptr[k] + col;
     const __m512 sc = _mm512_set1_ps(scale[k]);
     for (int v = 0; v < kVecs; ++v) {
@@ -325,12 +356,12 @@ inline void fused_range(const TableView& t, const SegmentSource& s, const int64_
                         const UpdateStep& st, Scratch sc, float* __restrict reduced) {
   const RowLayout& l = *t.layout;
   const UpdateConsts c(l.optimizer, st.step);
-  const RowPrefetch prefetch(t, rows, u1);
+  const RowPrefetch prefetch(t, rows, u0, u1);
   const int64_t pf_end = s.seg[u1];
-  for (int64_t u = u0; u < std::min(u1, u0 + kRowsAhead); ++u) prefetch(u);
+  prefetch.start();
   for (int64_t k = s.seg[u0]; k < std::min(pf_end, s.seg[u0] + kGradsAhead); ++k) prefetch_grad(s, k, pf_end);
   for (int64_t u = u0; u < u1; ++u) {
-    prefetch(u + kRowsAhead);
+    prefetch.step(u);
     reduce_row<kV4>(s, u, pf_end, reduced);
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const uint32_t key = row_key(st.seed, static_cast<uint64_t>(st.step), t.table_index, t.key_row(rows[u]));
