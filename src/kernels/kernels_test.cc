@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "leanemb/optimizer.h"
 
@@ -111,6 +112,19 @@ Bags make_bags(CornerCase c, std::mt19937_64& rng) {
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
+// Runs fn() once per kernel build this CPU supports (isa.h), with the dispatch capped to it.
+template <typename Fn>
+void for_each_isa(Fn&& fn) {
+  for (Isa isa : {Isa::kBaseline, Isa::kV3, Isa::kV4}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu_isa())) break;
+    SCOPED_TRACE(std::string("isa ") + std::string(isa_name(isa)));
+    set_isa_limit(isa);
+    fn();
+    set_isa_limit(Isa::kV4);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // ---- pooled and sequence lookup ------------------------------------------------------------------
 
 struct LookupParam {
@@ -138,21 +152,24 @@ void expect_fast_equals_reference(HostTable& t, const Bags& bags, const LookupPa
   ref_pooled_lookup(t.view(), a);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = dim; j < ldo; ++j) ASSERT_EQ(want[b * ldo + j], kSentinel) << "reference wrote past dim";
-  for (int threads : {1, 2, 3}) {
-    std::vector<float> got(want.size(), kSentinel);
-    a.out = got.data();
-    pooled_lookup(t.view(), a, threads);
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-        << "fast pooled lookup differs from the reference with " << threads << " threads";
-  }
+  for_each_isa([&] {
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> got(want.size(), kSentinel);
+      a.out = got.data();
+      pooled_lookup(t.view(), a, threads);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << "fast pooled lookup differs from the reference with " << threads << " threads";
+    }
+  });
 }
 
-// The fast pooled lookup equals the scalar reference bit for bit for every corner case and
-// dims 1, 3, 8, 13, 130 (not multiples of 8 included).
+// The fast pooled lookup (every build the CPU runs) equals the scalar reference bit for bit for
+// every corner case and dims 1 .. 257 (not multiples of 8 or 16, one and several 128-column
+// blocks).
 TEST_P(PooledLookupTest, FastKernelMatchesReferenceBitwiseOnEveryCornerCase) {
   const LookupParam p = GetParam();
   std::mt19937_64 rng(1234);
-  for (int64_t dim : {1, 3, 8, 13, 130}) {
+  for (int64_t dim : {1, 3, 8, 13, 16, 17, 64, 127, 128, 130, 257}) {
     for (CornerCase c : {CornerCase::kRandom, CornerCase::kEmptyBag, CornerCase::kDuplicateIds,
                          CornerCase::kOneRowTable, CornerCase::kSingleBag}) {
       SCOPED_TRACE(std::string(corner_name(c)) + " dim " + std::to_string(dim));
@@ -336,7 +353,10 @@ void expect_update_matches_reference(const OptimizerOptions& opt, DType dtype, i
     std::vector<float> grads(rows.size() * dim);
     for (auto& x : grads) x = g(rng);
     const UpdateStep us{2024, s};
+    // Each step runs on another kernel build (isa.h) the CPU supports.
+    set_isa_limit(static_cast<Isa>(std::min(s % 3, static_cast<int>(cpu_isa()))));
     update_rows(fast.view(3), rows.data(), grads.data(), static_cast<int64_t>(rows.size()), us, 1 + s % 3);
+    set_isa_limit(Isa::kV4);
     for (size_t u = 0; u < rows.size(); ++u) ref_update_row(ref.view(3), rows[u], grads.data() + u * dim, us);
     const std::vector<uint8_t> got = fast.raw(), want = ref.raw();
     ASSERT_EQ(got, want) << "step " << s << ": fast update differs from the reference";
@@ -371,6 +391,119 @@ INSTANTIATE_TEST_SUITE_P(AllOptimizers, UpdateRowsTest, ::testing::ValuesIn(all_
                          [](const ::testing::TestParamInfo<UpdateParam>& i) {
                            return std::string(optimizer_name(i.param.kind)) + "_" + dtype_label(i.param.dtype);
                          });
+
+// ---- segment reduce and the fused backward --------------------------------------------------------
+
+// A backward's contributions: `runs` unique rows (distinct, unsorted) whose runs hold 1, 2, ...
+// contributions (one long run of 40), each a [dim] vector of a [bags, dim] gradient buffer
+// with a scale in [-2, 2].
+struct Segments {
+  int64_t dim = 0;
+  std::vector<int64_t> rows, seg{0};
+  std::vector<float> grad, scale;
+  std::vector<const float*> ptr;
+  SegmentSource source(float multiplier) const {
+    return SegmentSource{seg.data(), ptr.data(), scale.data(), dim, multiplier};
+  }
+  int64_t num_unique() const { return static_cast<int64_t>(rows.size()); }
+};
+
+Segments make_segments(int64_t num_rows, int64_t runs, int64_t dim, std::mt19937_64& rng) {
+  Segments sg;
+  sg.dim = dim;
+  const int64_t bags = 23;
+  sg.grad.resize(static_cast<size_t>(bags * dim));
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& x : sg.grad) x = g(rng);
+  std::vector<int64_t> all(num_rows);
+  for (int64_t r = 0; r < num_rows; ++r) all[r] = r;
+  std::shuffle(all.begin(), all.end(), rng);
+  std::uniform_real_distribution<float> sc(-2.0f, 2.0f);
+  for (int64_t u = 0; u < runs; ++u) {
+    sg.rows.push_back(all[u]);
+    const int64_t len = u == 2 ? 40 : 1 + u % 3;
+    for (int64_t k = 0; k < len; ++k) {
+      sg.ptr.push_back(sg.grad.data() + static_cast<int64_t>(rng() % bags) * dim);
+      sg.scale.push_back(sc(rng));
+    }
+    sg.seg.push_back(static_cast<int64_t>(sg.ptr.size()));
+  }
+  return sg;
+}
+
+// reduce_segments (every build) equals ref_reduce_segments bit for bit on any row range, for
+// dims that are and are not multiples of 8 and 16 and span several 128-column blocks.
+TEST(ReduceSegmentsTest, FastReduceMatchesReferenceBitwise) {
+  std::mt19937_64 rng(21);
+  for (int64_t dim : {1, 7, 13, 16, 64, 70, 128, 130, 257}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    const Segments sg = make_segments(100, 37, dim, rng);
+    const SegmentSource src = sg.source(0.75f);
+    for (auto [u0, u1] : {std::pair<int64_t, int64_t>{0, 37}, {3, 20}, {36, 37}, {5, 5}}) {
+      std::vector<float> want(static_cast<size_t>((u1 - u0) * dim) + 1, -1.0f);
+      ASSERT_TRUE(ref_reduce_segments(src, u0, u1, want.data()));
+      for_each_isa([&] {
+        std::vector<float> got(want.size(), -1.0f);
+        ASSERT_TRUE(reduce_segments(src, u0, u1, got.data()));
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "rows [" << u0 << ", " << u1 << ")";
+      });
+    }
+  }
+}
+
+// reduce_segments reports a sum that overflows to Inf and a NaN contribution, like the reference.
+TEST(ReduceSegmentsTest, ReportsNonFiniteSums) {
+  std::mt19937_64 rng(4);
+  for (int64_t dim : {5, 16, 130}) {
+    Segments sg = make_segments(50, 6, dim, rng);
+    std::vector<float> out(static_cast<size_t>(6 * dim));
+    for (float bad : {3e38f, std::numeric_limits<float>::quiet_NaN()}) {
+      Segments s2 = sg;
+      s2.grad.assign(sg.grad.size(), 1.0f);
+      s2.grad[static_cast<size_t>(dim - 1)] = bad;  // last column of bag 0
+      for (size_t k = 0; k < s2.ptr.size(); ++k) s2.ptr[k] = s2.grad.data();
+      for (auto& x : s2.scale) x = 2.0f;
+      const SegmentSource src = s2.source(1.0f);
+      EXPECT_FALSE(ref_reduce_segments(src, 0, 6, out.data()));
+      for_each_isa([&] { EXPECT_FALSE(reduce_segments(src, 0, 6, out.data())) << "bad value " << bad << " dim " << dim; });
+    }
+  }
+}
+
+// reduce_and_update (every build, 1-3 threads) leaves the bytes ref_reduce_segments followed
+// by ref_update_row leaves, for every optimizer, weight dtype and state dtype, over several
+// steps and dims (vector tails, several 128-column blocks).
+TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
+  std::mt19937_64 rng(77);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
+                             OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
+        for (int64_t dim : {13, 128, 130}) {
+          SCOPED_TRACE(std::string(optimizer_name(kind)) + " " + dtype_label(dt) + " state " +
+                       std::string(state_dtype_name(st)) + " dim " + std::to_string(dim));
+          const OptimizerOptions opt = make_optimizer(kind, st, dim == 13 ? 0.01f : 0.0f);
+          HostTable fast = make_table(60, dim, dt, opt, 5), ref = make_table(60, dim, dt, opt, 5);
+          int step = 0;
+          for_each_isa([&] {
+            for (int threads : {1, 3}) {
+              ++step;
+              const Segments sg = make_segments(60, 29, dim, rng);
+              const SegmentSource src = sg.source(0.5f);
+              const UpdateStep us{99, step};
+              std::vector<float> scratch(reduce_and_update_scratch_floats(dim, threads));
+              reduce_and_update(fast.view(2), src, sg.rows.data(), sg.num_unique(), us, threads, scratch.data());
+              std::vector<float> g(static_cast<size_t>(sg.num_unique() * dim));
+              ASSERT_TRUE(ref_reduce_segments(src, 0, sg.num_unique(), g.data()));
+              for (int64_t u = 0; u < sg.num_unique(); ++u) ref_update_row(ref.view(2), sg.rows[u], g.data() + u * dim, us);
+              ASSERT_EQ(fast.raw(), ref.raw()) << "step " << step << ", " << threads << " threads";
+            }
+          });
+        }
+      }
+    }
+  }
+}
 
 // Rows not passed to update_rows keep their bytes exactly (lazy, sparse semantics).
 TEST(UpdateRowsSparsityTest, UntouchedRowsKeepTheirBytes) {

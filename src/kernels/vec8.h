@@ -7,7 +7,12 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through, which -Wmaybe-uninitialized
+// reports at every use; the state applies to the headers' own lines only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 #include "leanemb/dtype.h"
