@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages leanemb needs. Idempotent: packages already present are skipped,
 # and apt is not touched at all when nothing is missing.
 #   scripts/install_deps.sh            build + test dependencies
-#   scripts/install_deps.sh --peers    also perf and GNU time for bench/
+#   scripts/install_deps.sh --peers    also perf, GNU time and stress-ng for bench/
 set -euo pipefail
 
 pkgs=(
@@ -21,7 +21,7 @@ pkgs=(
   clang-14 libclang-rt-14-dev
 )
 if [[ "${1:-}" == "--peers" ]]; then
-  pkgs+=(linux-perf time)
+  pkgs+=(linux-perf time stress-ng)
 fi
 
 missing=()

@@ -25,7 +25,7 @@ for p in "${presets[@]}"; do
   fi
   cmake --preset "$p" "${extra[@]}" >/dev/null
   if [[ "$p" == tsan ]]; then
-    cmake --build --preset tsan -j "$jobs" --target device_arena_test memory_test cache_test store_test dist_test
+    cmake --build --preset tsan -j "$jobs" --target device_arena_test memory_test cache_test store_test dist_test core_test
   else
     cmake --build --preset "$p" -j "$jobs"
   fi

@@ -10,23 +10,27 @@
 
 #include "tools/commands.h"
 
+namespace {
+// Sets `name` to `value` unless the user set it; true when it was set here.
+bool set_if_unset(const char* name, const char* value) {
+  if (std::getenv(name) != nullptr) return false;
+  setenv(name, value, 1);
+  return true;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  // `train` runs many short OpenMP regions per step, and how idle OpenMP workers wait decides
-  // its speed. Measured on 2 cores (ctr_small, 2 threads, samples/s): idle machine: active
-  // (spin) 96-103k, libgomp's default (spin a while, then sleep) 57k, passive 60k; one core busy
-  // with another process: active 35k, passive 67k. So train picks `active` on an idle machine and
-  // `passive` when other processes keep half a core or more busy (sampled over 100 ms).
-  // libgomp reads OMP_WAIT_POLICY when it loads, before main(), so the process re-executes itself
-  // once with the variable set; a user's own setting is always kept.
-  if (argc > 1 && std::strcmp(argv[1], "train") == 0 && std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    const double busy_cores = leanemb::tools::busy_cores_elsewhere(0.1);
-    const bool busy = busy_cores >= 0.5;
-    setenv("OMP_WAIT_POLICY", busy ? "passive" : "active", 1);
-    // nn::gemm runs single-threaded OpenBLAS calls inside OpenMP (docs/nn.md); without this,
-    // OpenBLAS starts its own thread pool at load time, whose idle threads spin on the cores.
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-  }
+  // One thread and wait policy for every command and model (docs/train.md, "Threads and waiting"):
+  // the hot loops run on parallel_for's pool (core/parallel.h: chunks claimed by whoever is free,
+  // waiting threads yield their core and then sleep, never spin), whatever the machine's load.
+  // OpenMP, left for one-off loops (initialization, data generation, row-cache copies), must not
+  // spin beside it: OMP_WAIT_POLICY=passive. OpenBLAS runs single-threaded calls inside the pool
+  // (nn/gemm.h): OPENBLAS_NUM_THREADS=1 keeps it from starting its own threads, which spin.
+  // Both libraries read these variables when they load, before main(), so the process
+  // re-executes itself once with them set; a user's own settings are kept.
+  const bool set_omp = set_if_unset("OMP_WAIT_POLICY", "passive");
+  const bool set_blas = set_if_unset("OPENBLAS_NUM_THREADS", "1");
+  if (set_omp || set_blas) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   CLI::App app{"leanemb: train embedding models whose tables and optimizer state exceed fast memory"};
   app.require_subcommand(1);
   app.footer(leanemb::tools::exit_code_table());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/half.h"
+#include "kernels/multiversion.h"
 
 namespace leanemb::amp {
 
@@ -27,20 +28,40 @@ Result<Precision> parse_precision(std::string_view s) {
 
 size_t precision_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
-void round_to_precision(std::span<float> x, Precision p) {
-  float* v = x.data();
-  const size_t n = x.size();
+namespace {
+
+// f32 -> bf16 -> f32 (round to nearest even) in the 32-bit domain, so that loops vectorize without
+// 16-bit packing: the same bits as bf16_to_f32(f32_to_bf16_rne(x)), NaN kept quiet.
+inline float round_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
+  return bits_f32(select_bits(mask_if((u & 0x7fffffffu) > 0x7f800000u), nan, rounded));
+}
+
+// out[i] = x[i] rounded to p's grid (out may equal x).
+LEANEMB_MULTIVERSION
+void round_into(const float* x, size_t n, Precision p, float* out) {
   switch (p) {
-    case Precision::kFp32: return;
+    case Precision::kFp32:
+      if (out != x && n != 0) std::memmove(out, x, n * sizeof(float));
+      return;
     case Precision::kBf16:
-      for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(f32_to_bf16_rne(v[i]));
+      for (size_t i = 0; i < n; ++i) out[i] = round_bf16(x[i]);
       return;
     case Precision::kFp16:
-      for (size_t i = 0; i < n; ++i) v[i] = f16_to_f32(f32_to_f16_rne(v[i]));
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(f32_to_f16_rne(x[i]));
       return;
   }
 }
 
+}  // namespace
+
+void round_to_precision(std::span<float> x, Precision p) { round_into(x.data(), x.size(), p, x.data()); }
+
+void copy_rounded(std::span<const float> x, Precision p, float* out) { round_into(x.data(), x.size(), p, out); }
+
+LEANEMB_MULTIVERSION
 void pack(std::span<const float> x, Precision p, void* out) {
   const float* v = x.data();
   const size_t n = x.size();
@@ -61,6 +82,7 @@ void pack(std::span<const float> x, Precision p, void* out) {
   }
 }
 
+LEANEMB_MULTIVERSION
 void unpack(const void* in, Precision p, std::span<float> out) {
   float* o = out.data();
   const size_t n = out.size();

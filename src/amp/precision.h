@@ -12,8 +12,12 @@
 //
 // fp16 overflows to +-Inf beyond 65504 (round to nearest), which is what a loss scaler detects.
 //
+// Native bf16 compute: where the CPU has AVX512_BF16, bf16 GEMMs run on bf16 operands with fp32
+// accumulation (nn/bf16_gemm.h); the values rounded and stored are the same, the summation
+// inside the GEMM differs (docs/nn.md, "bf16 compute").
+//
 // Ownership: functions only read and write caller buffers. Thread safety: all functions are
-// pure; loops run on the calling thread.
+// pure; loops run on the calling thread (compiled for AVX2 and the baseline ISA, picked at run time).
 #pragma once
 
 #include <cstddef>
@@ -37,6 +41,9 @@ size_t precision_bytes(Precision p);
 // x[i] := the nearest value of p's grid (round to nearest even), kept in fp32. kFp32: no-op.
 // NaN stays NaN; fp16: |x| >= 65520 becomes +-Inf.
 void round_to_precision(std::span<float> x, Precision p);
+// out[i] := x[i] rounded to p (a copy for kFp32). REQUIRES: out holds x.size() floats; it may be
+// x itself but must not overlap it otherwise.
+void copy_rounded(std::span<const float> x, Precision p, float* out);
 
 // Stores x in p's storage format: out holds x.size() * precision_bytes(p) bytes (fp32 values,
 // or uint16 bf16/fp16 bit patterns, rounded to nearest even).

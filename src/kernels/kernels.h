@@ -52,8 +52,8 @@ struct PooledArgs {
 // For each bag b: out[b] = sum_i w_i * row(ids[i]) (kMean: divided by the bag length, an
 // empty bag gives zeros).
 void pooled_lookup(const TableView& t, const PooledArgs& a, int num_threads);
-// Several features' pooled lookups in one parallel region (each thread takes the same share of
-// bags of every feature), as one TBE call: no barrier between features.
+// Several features' pooled lookups in one parallel_for over all their bags (core/parallel.h), as
+// one TBE call: no barrier between features.
 struct PooledJob {
   TableView table;
   PooledArgs args;

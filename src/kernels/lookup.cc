@@ -1,5 +1,6 @@
-// Fast pooled and sequence lookups. Work is split over bags in contiguous static chunks, one
-// per OpenMP thread; each bag is summed by one thread in id order, exactly as the reference.
+// Fast pooled and sequence lookups. Work is split over bags in chunks that the threads of
+// parallel_for (core/parallel.h) claim; each bag is summed by one thread in id order, exactly as
+// the reference.
 //
 // Three builds of the pooled lookup (isa.h): x86-64-v4 pools up to 128 columns of a bag in
 // eight 16-lane registers (a 128-dim fp32 row is one pass over its 8 cache lines; the last
@@ -13,8 +14,10 @@
 // L3, so the hot rows of a skewed stream were refetched from DRAM; a T0 fill occupies an L1
 // miss buffer per line until it lands, which stalls the demand loads behind it), and 16 rows
 // ahead beat 8 (fewer rows in flight than the memory can serve); 24 and 32 were no better.
-#include <omp.h>
+#include <algorithm>
+#include <vector>
 
+#include "core/parallel.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
@@ -289,26 +292,32 @@ void pooled_lookup(const TableView& t, const PooledArgs& a, int num_threads) {
 }
 
 void pooled_lookup_multi(const PooledJob* jobs, int num_jobs, int num_threads) {
-  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
   const Isa isa = active_isa();
-#pragma omp parallel num_threads(nt)
-  {
-    for (int j = 0; j < num_jobs; ++j) {
-      int64_t b0, b1;
-      static_chunk(jobs[j].args.batch_size, omp_get_thread_num(), omp_get_num_threads(), &b0, &b1);
-      pool_bags_any(isa, jobs[j].table, jobs[j].args, b0, b1);
-    }
+  // One parallel_for over every job's bags, job after job (a chunk may span two jobs), with
+  // chunks of about kChunkWork row elements.
+  std::vector<int64_t> start(static_cast<size_t>(num_jobs) + 1, 0);
+  int64_t work = 0;
+  for (int j = 0; j < num_jobs; ++j) {
+    const PooledArgs& a = jobs[j].args;
+    start[static_cast<size_t>(j) + 1] = start[static_cast<size_t>(j)] + a.batch_size;
+    if (a.batch_size > 0) work += (a.offsets[a.batch_size] - a.offsets[0] + a.batch_size) * jobs[j].table.layout->dim;
   }
+  const int64_t total = start.back();
+  const int64_t grain = grain_for(total > 0 ? work / total : 1);
+  parallel_for(total, grain, [&](int64_t b, int64_t e, int) {
+    size_t j = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
+    while (b < e) {
+      const int64_t end = std::min(e, start[j + 1]);
+      if (end > b) pool_bags_any(isa, jobs[j].table, jobs[j].args, b - start[j], end - start[j]);
+      b = end;
+      ++j;
+    }
+  }, num_threads);
 }
 
 void sequence_lookup(const TableView& t, const int64_t* ids, int64_t nnz, float* out, int num_threads) {
-  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nt)
-  {
-    int64_t i0, i1;
-    static_chunk(nnz, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
-    copy_rows_any(t, ids, i0, i1, nnz, out);
-  }
+  parallel_for(nnz, grain_for(t.layout->dim), [&](int64_t i0, int64_t i1, int) { copy_rows_any(t, ids, i0, i1, nnz, out); },
+               num_threads);
 }
 
 }  // namespace leanemb::kernels

@@ -1,20 +1,20 @@
 // Fast fused optimizer updates: one unique row at a time, converted to fp32 scratch arrays,
 // updated with vectorizable loops in the same arithmetic order as ref_update_row, and stored
-// back (weights with stochastic rounding). Rows are split over threads in static chunks; rows
-// are independent, so the result does not depend on the thread count.
+// back (weights with stochastic rounding). Rows are split into parallel_for chunks that threads
+// claim (core/parallel.h); rows are independent, so the result does not depend on the thread
+// count.
 //
-// The fused backward (reduce_and_update) streams over a thread's unique rows: for row u it
+// The fused backward (reduce_and_update) streams over a chunk's unique rows: for row u it
 // reduces u's gradient contributions into an L1-resident scratch row and updates u at once,
 // while the fat row kRowsAhead rows on and the gradient vectors kGradsAhead contributions on
 // are prefetched. Each loop is built for every ISA of isa.h (the x86-64-v4 reduce keeps a
 // 128-column block of the gradient in eight 16-lane registers); the per-element arithmetic is
 // the reference's in every build.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
@@ -463,15 +463,20 @@ size_t reduce_and_update_scratch_floats(int64_t dim, int num_threads) {
   return static_cast<size_t>(num_threads) * static_cast<size_t>(kScratchRows) * static_cast<size_t>(dim);
 }
 
+namespace {
+// Unique rows per parallel_for chunk: about kChunkWork element updates, in whole fused chunks.
+int64_t update_grain(int64_t dim) {
+  constexpr int64_t kRowsPerGrain = 16;  // whole groups of rows, so the prefetch has a run ahead
+  return (grain_for(4 * dim) + kRowsPerGrain - 1) / kRowsPerGrain * kRowsPerGrain;
+}
+}  // namespace
+
 void reduce_and_update(const TableView& t, const SegmentSource& s, const int64_t* rows, int64_t num_unique,
                        const UpdateStep& step, int num_threads, float* scratch) {
-  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
   const int64_t d = t.layout->dim;
   const Isa isa = active_isa();
-#pragma omp parallel num_threads(nt)
-  {
-    const int tid = omp_get_thread_num();
-    float* mine = scratch + static_cast<size_t>(tid) * static_cast<size_t>(kScratchRows) * static_cast<size_t>(d);
+  parallel_for(num_unique, update_grain(d), [&](int64_t u0, int64_t u1, int worker) {
+    float* mine = scratch + static_cast<size_t>(worker) * static_cast<size_t>(kScratchRows) * static_cast<size_t>(d);
     RangeJob j{};
     j.t = &t;
     j.s = &s;
@@ -479,19 +484,18 @@ void reduce_and_update(const TableView& t, const SegmentSource& s, const int64_t
     j.step = &step;
     j.sc = Scratch{mine, mine + d, mine + 2 * d, mine + 3 * d};
     j.out = mine + 4 * d;
-    static_chunk(num_unique, tid, omp_get_num_threads(), &j.u0, &j.u1);
+    j.u0 = u0;
+    j.u1 = u1;
     run_loop(isa, Loop::kFused, j);
-  }
+  }, num_threads);
 }
 
 void update_rows(const TableView& t, const int64_t* rows, const float* grads, int64_t num_unique,
                  const UpdateStep& s, int num_threads) {
-  const int nt = num_threads > 0 ? num_threads : omp_get_max_threads();
   const int64_t d = t.layout->dim;
   const Isa isa = active_isa();
-#pragma omp parallel num_threads(nt)
-  {
-    // Per-thread fp32 scratch of 4 rows: small (16 * dim bytes) and reused for every row.
+  parallel_for(num_unique, update_grain(d), [&](int64_t u0, int64_t u1, int) {
+    // fp32 scratch of 4 rows (16 * dim bytes), reused for every row of the chunk.
     std::vector<float> buf(static_cast<size_t>(4 * d));
     RangeJob j{};
     j.t = &t;
@@ -499,9 +503,10 @@ void update_rows(const TableView& t, const int64_t* rows, const float* grads, in
     j.grads = grads;
     j.step = &s;
     j.sc = Scratch{buf.data(), buf.data() + d, buf.data() + 2 * d, buf.data() + 3 * d};
-    static_chunk(num_unique, omp_get_thread_num(), omp_get_num_threads(), &j.u0, &j.u1);
+    j.u0 = u0;
+    j.u1 = u1;
     run_loop(isa, Loop::kUpdate, j);
-  }
+  }, num_threads);
 }
 
 }  // namespace leanemb::kernels

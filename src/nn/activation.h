@@ -3,6 +3,7 @@
 // GCC vectorizes.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 namespace leanemb::nn {
@@ -22,6 +23,15 @@ inline void relu_backward_inplace(std::span<const float> y, std::span<float> dy)
   float* g = dy.data();
   const size_t n = dy.size();
   for (size_t i = 0; i < n; ++i) g[i] = m[i] > 0.0f ? g[i] : 0.0f;
+}
+
+// relu_backward_inplace with the ReLU's output stored as bf16 bit patterns y [n]: y > 0 exactly
+// when the sign bit is clear and the value is neither zero nor NaN.
+inline void relu_backward_inplace_bf16(std::span<const uint16_t> y, std::span<float> dy) {
+  const uint16_t* m = y.data();
+  float* g = dy.data();
+  const size_t n = dy.size();
+  for (size_t i = 0; i < n; ++i) g[i] = (m[i] != 0 && m[i] <= 0x7f80u) ? g[i] : 0.0f;
 }
 
 }  // namespace leanemb::nn

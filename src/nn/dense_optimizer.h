@@ -31,7 +31,7 @@
 // Ownership: the optimizer holds views of the parameters (DenseParam); the modules that own them
 // must outlive it. Its state (Adagrad: sum; Adam: exp_avg, exp_avg_sq; fp32, one array per
 // parameter) is allocated at create() in Category::kOptimizerState. Thread safety: none; one
-// thread at a time. step() is element-wise (OpenMP over elements), so results do not depend on
+// thread at a time. step() is element-wise (parallel_for over elements), so results do not depend on
 // the thread count.
 #pragma once
 

@@ -23,27 +23,32 @@ double op_at(const std::vector<float>& m, Trans t, int64_t ld, int64_t i, int64_
 }
 
 // C = alpha op(A) op(B) + beta C agrees with a double loop for all four transpose pairs,
-// row counts that are not multiples of the panel, and k = 0.
+// row and column counts that are not multiples of the panel, and k = 0.
+// Shapes: 3 row panels (64, 64 and 5 rows), and a short C cut into column panels (64 and 3).
 TEST(NnGemmTest, MatchesDoubleReferenceForEveryTransposeCombination) {
-  const int64_t m = 133, n = 7;  // 3 panels of 64, 64 and 5 rows
-  ASSERT_EQ(gemm_panel_rows(m), 64);
-  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{33}}) {
-    for (Trans ta : {Trans::kNo, Trans::kYes}) {
-      for (Trans tb : {Trans::kNo, Trans::kYes}) {
-        const int64_t lda = ta == Trans::kNo ? k : m, ldb = tb == Trans::kNo ? n : k;
-        const auto a = random_floats(static_cast<size_t>(m * k), 1), b = random_floats(static_cast<size_t>(k * n), 2);
-        auto c = random_floats(static_cast<size_t>(m * n), 3);
-        const auto c0 = c;
-        gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), n);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            double s = 0;
-            for (int64_t p = 0; p < k; ++p) s += op_at(a, ta, lda, i, p) * op_at(b, tb, ldb, p, j);
-            ASSERT_NEAR(c[i * n + j], 0.5 * s + 2.0 * c0[i * n + j], 1e-5) << i << "," << j << " k=" << k;
-          }
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{133, 7}, {9, 131}}) {
+    for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{33}}) {
+      for (Trans ta : {Trans::kNo, Trans::kYes}) {
+        for (Trans tb : {Trans::kNo, Trans::kYes}) {
+          const int64_t lda = ta == Trans::kNo ? k : m, ldb = tb == Trans::kNo ? n : k;
+          const auto a = random_floats(static_cast<size_t>(m * k), 1), b = random_floats(static_cast<size_t>(k * n), 2);
+          auto c = random_floats(static_cast<size_t>(m * n), 3);
+          const auto c0 = c;
+          gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), n);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = 0;
+              for (int64_t p = 0; p < k; ++p) s += op_at(a, ta, lda, i, p) * op_at(b, tb, ldb, p, j);
+              ASSERT_NEAR(c[i * n + j], 0.5 * s + 2.0 * c0[i * n + j], 1e-5) << i << "," << j << " k=" << k;
+            }
+        }
       }
     }
   }
+  EXPECT_EQ(gemm_panel_rows(133), 64);
+  EXPECT_EQ(gemm_panel_cols(133, 7), 7);
+  EXPECT_EQ(gemm_panel_cols(9, 131), 64);
+  EXPECT_EQ(gemm_panel_cols(64, 367), 64);
 }
 
 struct Shape {
@@ -51,7 +56,8 @@ struct Shape {
 };
 // Layers of a DLRM (bottom 13-256-64, top 415-256-1) at batch 512, as forward (x W^T), weight
 // gradient (dy^T x) and input gradient (dy W) GEMMs.
-const Shape kDlrmShapes[] = {{512, 13, 256}, {512, 256, 64}, {512, 415, 256}, {512, 256, 1}};
+// The main job's widest layer (367 -> 64) adds a weight gradient cut into column panels.
+const Shape kDlrmShapes[] = {{512, 13, 256}, {512, 256, 64}, {512, 415, 256}, {512, 256, 1}, {1024, 367, 64}};
 
 std::vector<std::vector<float>> run_layer_gemms(const Shape& s, int threads) {
   omp_set_num_threads(threads);

@@ -8,15 +8,17 @@
 //     T_i . T_j for the strictly lower triangle in row-major order (i = 1..F, j = 0..i-1), as
 //     torch.tril_indices(F+1, F+1, offset=-1):  out [B, d + (F+1)F/2].
 //   kCat: out = [z, e_1, ..., e_F]:  out [B, dense_dim + F * embedding_dim].
-// Dot products are summed in fp32 over 8 interleaved partial sums combined in a fixed order
-// (vectorizable and deterministic); samples are independent and split over OpenMP threads.
+// Dot products follow the contract of nn/dot_interaction.h (fp32, one accumulator per output,
+// a fixed order; a register-blocked kernel with the scalar reference's bits); samples are
+// independent and split over parallel_for threads, so results do not depend on the thread count.
 //
 // Precision: with bf16 / fp16, z and emb are rounded to the 16-bit grid before the products,
 // the outputs and input gradients are rounded after (sums in fp32), and dout is rounded first.
 //
 // The layer keeps no activations: backward() takes the same z and emb again (the bottom MLP's
 // output and the pooled embeddings live until the backward anyway), so it costs no activation
-// memory. Scratch (rounded copies, bf16/fp16 only) is allocated per call in kWorkspace.
+// memory, and no workspace either: with bf16 / fp16 each sample's inputs are rounded into the
+// kernel's stack scratch as they are read (nn/dot_interaction.h).
 //
 // Thread safety: forward() and backward() are const and may run concurrently on one object.
 #pragma once
@@ -43,8 +45,7 @@ struct InteractionOptions {
 // Size functions (the layer computes with them; the memory model in src/plan predicts with them).
 // Columns of the output: kDot: dense_dim + (F+1)F/2; kCat: dense_dim + F * embedding_dim.
 int64_t interaction_output_dim(const InteractionOptions& options);
-// kWorkspace floats one call on `batch` samples holds: with bf16 / fp16 the rounded copies of z
-// and emb (forward) and of z, emb and dout (backward); 0 in fp32.
+// kWorkspace floats one call on `batch` samples holds: 0 (kept for the memory model's phases).
 size_t interaction_scratch_floats(const InteractionOptions& options, int64_t batch, bool backward);
 
 class Interaction {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "nn/activation.h"
 #include "nn/interaction.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -243,6 +244,19 @@ TEST(NnInteractionTest, BadShapesAreInvalidArgument) {
   std::vector<float> z(6), e(16), out(22);
   EXPECT_TRUE(cat->forward(2, z, e, out).ok());
   EXPECT_EQ(cat->forward(2, z, {e.data(), 15}, out).code(), StatusCode::kInvalidArgument);
+}
+
+// The bf16 ReLU mask equals the fp32 one on every bf16 value (zeros, negatives, Inf, NaN).
+TEST(NnActivationTest, Bf16ReluMaskEqualsFp32Mask) {
+  std::vector<uint16_t> y16(65536);
+  std::vector<float> y32(y16.size()), g(y16.size(), 1.0f), g16 = g;
+  for (size_t i = 0; i < y16.size(); ++i) {
+    y16[i] = static_cast<uint16_t>(i);
+    y32[i] = bf16_to_f32(y16[i]);
+  }
+  relu_backward_inplace(y32, g);
+  relu_backward_inplace_bf16(y16, g16);
+  EXPECT_TRUE(bit_equal(g, g16));
 }
 
 // ---- loss --------------------------------------------------------------------------------------

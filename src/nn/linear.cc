@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/half.h"
+#include "core/parallel.h"
 #include "core/rng.h"
+#include "nn/bf16_gemm.h"
 #include "nn/gemm.h"
 
 namespace leanemb::nn {
@@ -29,18 +32,19 @@ constexpr int64_t kColBlock = 256;
 // db[o] += sum_b dy[b, o], each column summed over b in order (deterministic), dy [B, out].
 void add_column_sums(int64_t batch, int64_t out, const float* dy, float* db) {
   const int64_t num_blocks = (out + kColBlock - 1) / kColBlock;
-#pragma omp parallel for schedule(static) if (num_blocks > 1 && batch * out > (int64_t{1} << 16))
-  for (int64_t blk = 0; blk < num_blocks; ++blk) {
-    const int64_t o0 = blk * kColBlock;
-    const int64_t w = std::min(kColBlock, out - o0);
-    float acc[kColBlock];
-    for (int64_t j = 0; j < w; ++j) acc[j] = 0.0f;
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* row = dy + b * out + o0;
-      for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
+  parallel_for(num_blocks, grain_for(batch * kColBlock), [&](int64_t blk0, int64_t blk1, int) {
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const int64_t o0 = blk * kColBlock;
+      const int64_t w = std::min(kColBlock, out - o0);
+      float acc[kColBlock];
+      for (int64_t j = 0; j < w; ++j) acc[j] = 0.0f;
+      for (int64_t b = 0; b < batch; ++b) {
+        const float* row = dy + b * out + o0;
+        for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
+      }
+      for (int64_t j = 0; j < w; ++j) db[o0 + j] += acc[j];
     }
-    for (int64_t j = 0; j < w; ++j) db[o0 + j] += acc[j];
-  }
+  });
 }
 
 }  // namespace
@@ -72,19 +76,81 @@ void Linear::zero_grad() {
   std::fill_n(bias_grad_.as<float>(), bias_numel(), 0.0f);
 }
 
-size_t Linear::scratch_floats() const {
-  return linear_scratch_floats(options_);
+namespace {
+// Floats holding `bytes`, rounded up to 16 floats (64 bytes) so that the next part stays aligned.
+size_t part_floats(size_t bytes) { return (bytes + 63) / 64 * 16; }
+// Packed A and B of one bf16 GEMM (m, n, k), in floats.
+size_t packed_floats(int64_t m, int64_t n, int64_t k) {
+  return part_floats(bf16_packed_a_bytes(m, k)) + part_floats(bf16_packed_b_bytes(k, n));
 }
+}  // namespace
+
+bool linear_uses_native_bf16(const LinearOptions& o) { return o.precision == Precision::kBf16 && bf16_native_enabled(); }
+
+size_t linear_scratch_floats(const LinearOptions& o, int64_t batch) {
+  if (o.precision == Precision::kFp32) return 0;
+  const int64_t in = o.in_features, out = o.out_features;
+  if (!linear_uses_native_bf16(o)) return linear_weight_floats(o) + linear_bias_floats(o);
+  // Forward: packed x and W, then the rounded bias; weight gradient; input gradient.
+  return std::max({packed_floats(batch, out, in) + part_floats(static_cast<size_t>(out) * 4), packed_floats(out, in, batch),
+                   packed_floats(batch, in, out)});
+}
+
+size_t Linear::scratch_floats(int64_t batch) const { return linear_scratch_floats(options_, batch); }
 
 const float* Linear::gemm_weight(float* w_scratch) const {
   if (options_.precision == Precision::kFp32) return weight_.as<const float>();
-  std::copy_n(weight_.as<const float>(), weight_numel(), w_scratch);
-  std::copy_n(bias_.as<const float>(), bias_numel(), w_scratch + weight_numel());
-  amp::round_to_precision({w_scratch, weight_numel() + bias_numel()}, options_.precision);
+  amp::copy_rounded(weight(), options_.precision, w_scratch);
+  amp::copy_rounded(bias(), options_.precision, w_scratch + weight_numel());
   return w_scratch;
 }
 
+// y = round(x W'^T + b'): C = A B with A = x [B, in], B[k][j] = W[j][k]; then the bias b'
+// (rounded into the scratch after the packed operands).
+void Linear::forward_native_bf16(int64_t batch, const float* x, float* y, float* w_scratch) const {
+  const int64_t in = options_.in_features, out = options_.out_features;
+  const size_t a_floats = part_floats(bf16_packed_a_bytes(batch, in));
+  auto* a = reinterpret_cast<uint16_t*>(w_scratch);
+  auto* b = reinterpret_cast<uint32_t*>(w_scratch + a_floats);
+  float* rb = w_scratch + a_floats + part_floats(bf16_packed_b_bytes(in, out));
+  bf16_pack_a(x, batch, in, in, 1, a);
+  bf16_pack_b(weight_.as<const float>(), in, out, 1, in, b);
+  amp::copy_rounded(bias(), Precision::kBf16, rb);
+  bf16_gemm(batch, out, in, a, b, y, out, false);
+  for (int64_t r = 0; r < batch; ++r)
+    for (int64_t o = 0; o < out; ++o) y[r * out + o] = y[r * out + o] + rb[o];
+  amp::round_to_precision({y, static_cast<size_t>(batch * out)}, Precision::kBf16);
+}
+
+// dW += dy^T x (A = dy^T [out, B], B = x [B, in]); dx = round(dy W') (A = dy, B = W [out, in]).
+void Linear::backward_native_bf16(int64_t batch, const float* x, const uint16_t* x16, const float* dy, float* dx,
+                                  float* w_scratch) {
+  const int64_t in = options_.in_features, out = options_.out_features;
+  auto* a = reinterpret_cast<uint16_t*>(w_scratch);
+  auto* b = reinterpret_cast<uint32_t*>(w_scratch + part_floats(bf16_packed_a_bytes(out, batch)));
+  bf16_pack_a(dy, out, batch, 1, out, a);
+  if (x != nullptr) {
+    bf16_pack_b(x, batch, in, in, 1, b);
+  } else {
+    bf16_pack_b_bf16(x16, batch, in, in, b);
+  }
+  bf16_gemm(out, in, batch, a, b, weight_grad_.as<float>(), in, true);
+  add_column_sums(batch, out, dy, bias_grad_.as<float>());
+  if (dx == nullptr) return;
+  b = reinterpret_cast<uint32_t*>(w_scratch + part_floats(bf16_packed_a_bytes(batch, out)));
+  bf16_pack_a(dy, batch, out, out, 1, a);
+  bf16_pack_b(weight_.as<const float>(), out, in, in, 1, b);
+  bf16_gemm(batch, in, out, a, b, dx, in, false);
+  amp::round_to_precision({dx, static_cast<size_t>(batch * in)}, options_.precision);
+}
+
+void Linear::backward_compute_bf16(int64_t batch, const uint16_t* x, const float* dy, float* dx, float* w_scratch) {
+  LEANEMB_DCHECK(linear_uses_native_bf16(options_), "backward_compute_bf16 off the native bf16 path");
+  backward_native_bf16(batch, nullptr, x, dy, dx, w_scratch);
+}
+
 void Linear::forward_compute(int64_t batch, const float* x, float* y, float* w_scratch) const {
+  if (linear_uses_native_bf16(options_)) return forward_native_bf16(batch, x, y, w_scratch);
   const int64_t in = options_.in_features, out = options_.out_features;
   const float* w = gemm_weight(w_scratch);
   const float* b = options_.precision == Precision::kFp32 ? bias_.as<const float>() : w + weight_numel();
@@ -95,6 +161,7 @@ void Linear::forward_compute(int64_t batch, const float* x, float* y, float* w_s
 }
 
 void Linear::backward_compute(int64_t batch, const float* x, const float* dy, float* dx, float* w_scratch) {
+  if (linear_uses_native_bf16(options_)) return backward_native_bf16(batch, x, nullptr, dy, dx, w_scratch);
   const int64_t in = options_.in_features, out = options_.out_features;
   // dW [out, in] += dy^T [out, B] x [B, in]
   gemm(Trans::kYes, Trans::kNo, out, in, batch, 1.0f, dy, out, x, in, 1.0f, weight_grad_.as<float>(), in);
@@ -119,9 +186,8 @@ Status Linear::forward(int64_t batch, std::span<const float> x, std::span<float>
   Allocation rounded_x, scratch;
   if (options_.precision != Precision::kFp32) {
     LEANEMB_ASSIGN_OR_RETURN(rounded_x, allocate_floats(alloc_, x.size(), Category::kWorkspace));
-    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, scratch_floats(), Category::kWorkspace));
-    std::copy(x.begin(), x.end(), rounded_x.as<float>());
-    amp::round_to_precision({rounded_x.as<float>(), x.size()}, options_.precision);
+    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, scratch_floats(batch), Category::kWorkspace));
+    amp::copy_rounded(x, options_.precision, rounded_x.as<float>());
     xin = rounded_x.as<const float>();
   }
   forward_compute(batch, xin, y.data(), scratch.as<float>());
@@ -147,9 +213,8 @@ Status Linear::backward(std::span<const float> dy, std::span<float> dx) {
     // Every allocation happens before the first gradient changes, so a failure changes nothing.
     LEANEMB_ASSIGN_OR_RETURN(rounded_dy, allocate_floats(alloc_, dy.size(), Category::kWorkspace));
     LEANEMB_ASSIGN_OR_RETURN(unpacked_x, allocate_floats(alloc_, static_cast<size_t>(batch * in), Category::kWorkspace));
-    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, scratch_floats(), Category::kWorkspace));
-    std::copy(dy.begin(), dy.end(), rounded_dy.as<float>());
-    amp::round_to_precision({rounded_dy.as<float>(), dy.size()}, options_.precision);
+    LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, scratch_floats(batch), Category::kWorkspace));
+    amp::copy_rounded(dy, options_.precision, rounded_dy.as<float>());
     saved_input_.load({unpacked_x.as<float>(), static_cast<size_t>(batch * in)});
     g = rounded_dy.as<const float>();
     x = unpacked_x.as<const float>();

@@ -9,7 +9,9 @@
 // Precision (amp/precision.h): with bf16 / fp16, x, W and b are rounded to the 16-bit grid before
 // the GEMM (fp32 accumulation), y is rounded after the bias add, dy is rounded before the
 // backward GEMMs and dx after; dW and db are accumulated in fp32 from the rounded operands.
-// The saved input takes 2 bytes per element instead of 4.
+// The saved input takes 2 bytes per element instead of 4. bf16 GEMMs run natively where the CPU
+// has AVX512_BF16 (nn/bf16_gemm.h: bf16 products, fp32 accumulation in VDPBF16PS's order), on
+// fp32 sgemm of the rounded operands elsewhere (docs/nn.md, "bf16 compute").
 //
 // Memory: W, b in Category::kWeights and dW, db in kGradients for the layer's lifetime; the
 // input saved by forward() in kActivations until backward() (or release_saved()); per-call
@@ -19,7 +21,7 @@
 // Errors leave the layer usable: a failed forward() holds no saved input; a failed backward()
 // changes no gradient and keeps the saved input, so it can be retried.
 //
-// Thread safety: none; one thread calls a layer at a time (the GEMMs use OpenMP inside, with
+// Thread safety: none; one thread calls a layer at a time (the GEMMs use parallel_for inside, with
 // results independent of the thread count, see nn/gemm.h).
 #pragma once
 
@@ -43,13 +45,16 @@ struct LinearOptions {
 };
 
 // Size functions (Linear allocates with them; the memory model in src/plan predicts with them):
-// floats of W [out, in] and b [out]; dW and db have the same sizes. scratch: the rounded copies
-// of W and b that a non-fp32 precision needs per call (0 in fp32).
+// floats of W [out, in] and b [out]; dW and db have the same sizes.
 inline size_t linear_weight_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features * o.in_features); }
 inline size_t linear_bias_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features); }
-inline size_t linear_scratch_floats(const LinearOptions& o) {
-  return o.precision == Precision::kFp32 ? 0 : linear_weight_floats(o) + linear_bias_floats(o);
-}
+// Whether calls take the native bf16 path (nn/bf16_gemm.h): kBf16 on a CPU with AVX512_BF16,
+// unless switched off. Otherwise non-fp32 precisions run the emulation (round, fp32 sgemm).
+bool linear_uses_native_bf16(const LinearOptions& o);
+// kWorkspace floats of one forward or backward call on `batch` rows: 0 in fp32; with the
+// emulation the rounded copies of W and b; on the native path the packed bf16 operands of the
+// largest of the three GEMMs (forward, weight gradient, input gradient).
+size_t linear_scratch_floats(const LinearOptions& o, int64_t batch);
 
 class Linear {
  public:
@@ -99,15 +104,18 @@ class Linear {
   Status load_parameters(std::span<const NamedTensor> tensors);
 
   // ---- stateless compute, for containers that manage activations themselves (Mlp) ------------
-  // Floats of w_scratch that the two functions below need: (out * in + out) when the precision
-  // is not fp32 (rounded copies of W and b), else 0 (w_scratch may be null).
-  size_t scratch_floats() const;
+  // Floats of w_scratch that the two functions below need for `batch` rows
+  // (linear_scratch_floats; 0 in fp32, when w_scratch may be null).
+  size_t scratch_floats(int64_t batch) const;
   // y [B, out] = x [B, in] W'^T + b', rounded to the precision; W', b' = W, b rounded.
   // REQUIRES: x on the precision's grid; buffers of the stated sizes; y does not alias x.
   void forward_compute(int64_t batch, const float* x, float* y, float* w_scratch) const;
   // dW += dy^T x; db += column sums of dy; if dx != null: dx [B, in] = dy W', rounded.
   // REQUIRES: x [B, in] and dy [B, out] on the precision's grid; dx aliases neither.
   void backward_compute(int64_t batch, const float* x, const float* dy, float* dx, float* w_scratch);
+  // backward_compute on the native bf16 path with x given as the bf16 bit patterns [B, in] it was
+  // stored in (no unpacking). REQUIRES: linear_uses_native_bf16(options()).
+  void backward_compute_bf16(int64_t batch, const uint16_t* x, const float* dy, float* dx, float* w_scratch);
 
  private:
   Linear() = default;
@@ -115,6 +123,11 @@ class Linear {
   size_t bias_numel() const { return linear_bias_floats(options_); }
   // W' for the GEMMs: W itself in fp32, else W rounded into w_scratch (b' after it).
   const float* gemm_weight(float* w_scratch) const;
+  // The native bf16 versions of forward_compute / backward_compute (w_scratch: packed operands).
+  void forward_native_bf16(int64_t batch, const float* x, float* y, float* w_scratch) const;
+  // x: fp32 [B, in], or null with x16 the bf16 bit patterns [B, in].
+  void backward_native_bf16(int64_t batch, const float* x, const uint16_t* x16, const float* dy, float* dx,
+                            float* w_scratch);
 
   LinearOptions options_;
   Allocator* alloc_ = nullptr;

@@ -57,7 +57,7 @@ MlpCallSizes mlp_call_sizes(const MlpOptions& o, int64_t batch) {
     lo.in_features = o.widths[static_cast<size_t>(i)];
     lo.out_features = o.widths[static_cast<size_t>(i) + 1];
     lo.precision = o.precision;
-    s.scratch_floats = std::max(s.scratch_floats, linear_scratch_floats(lo));
+    s.scratch_floats = std::max(s.scratch_floats, linear_scratch_floats(lo, batch));
   }
   return s;
 }
@@ -147,9 +147,10 @@ Status Mlp::forward(int64_t batch, std::span<const float> x, std::span<float> y,
   }
 
   const float* x0 = x.data();
-  if (!fp32) {  // the GEMM input is x on the precision's grid
-    std::copy(x.begin(), x.end(), buf_a.as<float>());
-    amp::round_to_precision({buf_a.as<float>(), x.size()}, options_.precision);
+  // The GEMM input is x on the precision's grid; the native bf16 path rounds as it packs (and the
+  // stored copy is rounded as it is stored), so it needs no rounded copy.
+  if (!fp32 && !linear_uses_native_bf16(layers_.front().options())) {
+    amp::copy_rounded(x, options_.precision, buf_a.as<float>());
     x0 = buf_a.as<const float>();
   }
   if (train) saved_in.store({x0, x.size()});
@@ -206,20 +207,31 @@ Status Mlp::backward(std::span<const float> dy, std::span<float> dx) {
   }
   const std::vector<StoredTensor>& hidden = options_.checkpoint_activations ? recomputed : saved_hidden_;
 
+  // The native bf16 path reads stored activations as bf16 directly (no unpacking).
+  const bool native16 = linear_uses_native_bf16(layers_.front().options());
   float* g = g_a.as<float>();
-  std::copy(dy.begin(), dy.end(), g);
-  amp::round_to_precision({g, dy.size()}, options_.precision);
-  if (options_.relu_after_last) relu_backward_inplace({as_f32(saved_output_), dy.size()}, {g, dy.size()});
+  amp::copy_rounded(dy, options_.precision, g);
+  if (options_.relu_after_last) {
+    if (native16) {
+      relu_backward_inplace_bf16({saved_output_.bf16_data(), dy.size()}, {g, dy.size()});
+    } else {
+      relu_backward_inplace({as_f32(saved_output_), dy.size()}, {g, dy.size()});
+    }
+  }
   for (int i = num - 1; i >= 0; --i) {
     const StoredTensor& xs = i == 0 ? saved_input_ : hidden[static_cast<size_t>(i - 1)];
-    const float* xi = as_f32(xs);
+    const size_t n = static_cast<size_t>(xs.numel());
     float* dxi = i > 0 ? (g == g_a.as<float>() ? g_b.as<float>() : g_a.as<float>()) : (dx.empty() ? nullptr : dx.data());
-    layers_[i].backward_compute(batch, xi, g, dxi, scratch.as<float>());
-    if (i > 0) {
-      // a_i = relu(pre-activation of layer i-1): its positive entries are the ReLU mask.
-      relu_backward_inplace({xi, static_cast<size_t>(xs.numel())}, {dxi, static_cast<size_t>(xs.numel())});
-      g = dxi;
+    // a_i = relu(pre-activation of layer i-1): its positive entries are the ReLU mask.
+    if (native16) {
+      layers_[i].backward_compute_bf16(batch, xs.bf16_data(), g, dxi, scratch.as<float>());
+      if (i > 0) relu_backward_inplace_bf16({xs.bf16_data(), n}, {dxi, n});
+    } else {
+      const float* xi = as_f32(xs);
+      layers_[i].backward_compute(batch, xi, g, dxi, scratch.as<float>());
+      if (i > 0) relu_backward_inplace({xi, n}, {dxi, n});
     }
+    if (i > 0) g = dxi;
   }
   release_saved();
   return Status();

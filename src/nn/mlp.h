@@ -57,7 +57,7 @@ struct MlpCallSizes {
   size_t pingpong_floats = 0;             // kWorkspace: one [batch, max width] fp32 buffer
   int forward_buffers = 0;                // ping-pong buffers held during forward (0..2)
   int backward_buffers = 0;               // during backward: 2, 3 when unpacking 16-bit activations
-  size_t scratch_floats = 0;              // kWorkspace: rounded weights (0 in fp32), fwd and bwd
+  size_t scratch_floats = 0;              // kWorkspace: the largest linear_scratch_floats, fwd and bwd
 };
 MlpCallSizes mlp_call_sizes(const MlpOptions& options, int64_t batch);
 // Floats of every layer's W and b (kWeights); dW and db (kGradients) are as many.

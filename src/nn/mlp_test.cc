@@ -84,7 +84,8 @@ TEST(NnMlpTest, GradientsMatchFiniteDifferences) {
 TEST(NnMlpTest, CheckpointingGivesBitIdenticalGradients) {
   TrackingAllocator alloc;
   const int64_t B = 150;  // several GEMM panels
-  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+  for (auto [p, native] : {std::pair{Precision::kFp32, true}, {Precision::kBf16, true}, {Precision::kBf16, false}}) {
+    NativeBf16Scope scope(native);
     for (bool relu_last : {false, true}) {
       Mlp plain = make_mlp(&alloc, {13, 64, 48, 16}, false, p, relu_last);
       Mlp ckpt = make_mlp(&alloc, {13, 64, 48, 16}, true, p, relu_last);
@@ -143,11 +144,13 @@ TEST(NnMlpTest, CheckpointingLowersActivationPeakOfADlrmStep) {
   EXPECT_LT(ckpt, plain * 3 / 4);
 }
 
-// bf16 and fp16 store activations in half the bytes and stay close to fp32 (outputs, gradients).
+// bf16 (native and emulated) and fp16 store activations in half the bytes and stay close to fp32
+// (outputs, gradients).
 TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
   TrackingAllocator alloc;
   const int64_t B = 16;
-  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+  for (auto [p, native] : {std::pair{Precision::kBf16, true}, {Precision::kBf16, false}, {Precision::kFp16, false}}) {
+    NativeBf16Scope scope(native);
     Mlp f32 = make_mlp(&alloc, {13, 64, 32, 8}), half = make_mlp(&alloc, {13, 64, 32, 8}, false, p);
     const auto x = random_floats(B * 13, 8);
     std::vector<float> y(B * 8);
@@ -167,7 +170,7 @@ TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
         max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[t][i])));
         max_err = std::max(max_err, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
       }
-      EXPECT_LE(max_err, tol * max_abs) << amp::precision_name(p) << " tensor " << t;
+      EXPECT_LE(max_err, tol * max_abs) << amp::precision_name(p) << " native " << native << " tensor " << t;
     }
   }
 }
@@ -205,17 +208,21 @@ TEST(NnMlpTest, Fp16OverflowIsCaughtAndLossScalerBacksOff) {
   EXPECT_FALSE(bit_equal(m.layer(0).weight(), w0));
 }
 
-// Outputs and gradients are bit-identical with 1 and 2 OpenMP threads.
+// Outputs and gradients are bit-identical with 1 and 2 OpenMP threads (fp32, bf16 native and
+// emulated).
 TEST(NnMlpTest, ResultsDoNotDependOnThreadCount) {
   TrackingAllocator alloc;
   const int64_t B = 300;
-  Mlp m = make_mlp(&alloc, {13, 256, 128, 1});
-  const auto x = random_floats(B * 13, 10), g = random_floats(B, 11);
-  omp_set_num_threads(1);
-  const auto one = run_grads(m, B, x, g);
-  omp_set_num_threads(2);
-  const auto two = run_grads(m, B, x, g);
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_equal(one[i], two[i])) << "tensor " << i;
+  for (auto [p, native] : {std::pair{Precision::kFp32, true}, {Precision::kBf16, true}, {Precision::kBf16, false}}) {
+    NativeBf16Scope scope(native);
+    Mlp m = make_mlp(&alloc, {13, 256, 128, 1}, false, p);
+    const auto x = random_floats(B * 13, 10), g = random_floats(B, 11);
+    omp_set_num_threads(1);
+    const auto one = run_grads(m, B, x, g);
+    omp_set_num_threads(2);
+    const auto two = run_grads(m, B, x, g);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_equal(one[i], two[i])) << "tensor " << i << " native " << native;
+  }
 }
 
 // Every allocation of a checkpointed bf16 forward + backward can fail: ResourceExhausted, no

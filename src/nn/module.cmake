@@ -4,10 +4,12 @@ set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bf16_gemm.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor.cc
   ${CMAKE_CURRENT_LIST_DIR}/linear.cc
   ${CMAKE_CURRENT_LIST_DIR}/mlp.cc
   ${CMAKE_CURRENT_LIST_DIR}/interaction.cc
+  ${CMAKE_CURRENT_LIST_DIR}/dot_interaction.cc
   ${CMAKE_CURRENT_LIST_DIR}/loss.cc
   ${CMAKE_CURRENT_LIST_DIR}/dense_optimizer.cc
 )
@@ -16,7 +18,9 @@ target_link_libraries(leanemb PUBLIC ${BLAS_LIBRARIES})
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(nn_test
     ${CMAKE_CURRENT_LIST_DIR}/gemm_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/bf16_gemm_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/layers_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/dot_interaction_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/mlp_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/dense_optimizer_test.cc
   )

@@ -11,7 +11,18 @@
 #include <span>
 #include <vector>
 
+#include "nn/bf16_gemm.h"
+
 namespace leanemb::nn::testing {
+
+// Selects the native bf16 path (where the CPU has it) or the emulation for a scope, then
+// restores the native default.
+struct NativeBf16Scope {
+  explicit NativeBf16Scope(bool native) { set_bf16_native_enabled(native); }
+  ~NativeBf16Scope() { set_bf16_native_enabled(true); }
+  NativeBf16Scope(const NativeBf16Scope&) = delete;
+  NativeBf16Scope& operator=(const NativeBf16Scope&) = delete;
+};
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 gen(seed);

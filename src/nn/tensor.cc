@@ -61,4 +61,8 @@ const float* StoredTensor::f32_data() const {
   return precision_ == Precision::kFp32 ? buffer_.as<const float>() : nullptr;
 }
 
+const uint16_t* StoredTensor::bf16_data() const {
+  return precision_ == Precision::kBf16 ? buffer_.as<const uint16_t>() : nullptr;
+}
+
 }  // namespace leanemb::nn

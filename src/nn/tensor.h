@@ -70,6 +70,8 @@ class StoredTensor {
   void load(std::span<float> out) const;
   // The values themselves when the precision is fp32 (no copy needed); null otherwise.
   const float* f32_data() const;
+  // The stored bf16 bit patterns [numel] when the precision is bf16; null otherwise.
+  const uint16_t* bf16_data() const;
 
   int64_t numel() const { return numel_; }
   size_t size_bytes() const { return buffer_.size_bytes(); }

@@ -8,12 +8,12 @@
 //      update. Either way the arithmetic is the same, so the result is too.
 // Any failure before the first row update (bad input, allocation failure, non-finite gradient)
 // leaves every row, optimizer state and the step counter unchanged.
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
 #include "table/collection_impl.h"
@@ -29,16 +29,29 @@ enum Slot : size_t { kKeys, kRuns, kSrcPtr, kScale, kSortedPtr, kSortedScale, kR
 
 size_t slot(int table, Slot s) { return static_cast<size_t>(table) * kSlotsPerTable + s; }
 
+constexpr int kMaxWorkers = 256;  // per-worker partials of max_abs
+
 // Largest |x| over finite inputs; +Inf if any element is Inf or NaN.
 float max_abs(std::span<const float> x, int nt) {
-  float m = 0.0f;
-  int bad = 0;
-#pragma omp parallel for num_threads(nt) reduction(max : m) reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
-    bad |= std::isfinite(x[i]) ? 0 : 1;
-    m = std::max(m, std::fabs(x[i]));
+  // Per-worker partials (max and | are exact and order-free); chunks of kChunkWork elements.
+  float m[kMaxWorkers] = {};
+  int bad[kMaxWorkers] = {};
+  nt = std::min(parallel_threads(nt), kMaxWorkers);
+  parallel_for(static_cast<int64_t>(x.size()), kChunkWork, [&](int64_t b, int64_t e, int w) {
+    float mw = m[w];
+    int bw = bad[w];
+    for (int64_t i = b; i < e; ++i) {
+      bw |= std::isfinite(x[i]) ? 0 : 1;
+      mw = std::max(mw, std::fabs(x[i]));
+    }
+    m[w] = mw;
+    bad[w] = bw;
+  }, nt);
+  for (int w = 1; w < nt; ++w) {
+    m[0] = std::max(m[0], m[w]);
+    bad[0] |= bad[w];
   }
-  return bad ? INFINITY : m;
+  return bad[0] ? INFINITY : m[0];
 }
 
 int bit_width(uint64_t x) {
@@ -130,17 +143,18 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), sz.sorted_scale, Category::kWorkspace, alloc));
   const float** sorted_ptr = static_cast<const float**>(sptr_p);
   float* sorted_scale = static_cast<float*>(sscale_p);
-#pragma omp parallel for num_threads(num_threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + 16 < n) {
-      const uint32_t ahead = static_cast<uint32_t>(keys[i + 16]);
-      __builtin_prefetch(&src[ahead]);
-      __builtin_prefetch(&scale[ahead]);
+  parallel_for(n, kChunkWork / 4, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      if (i + 16 < n) {
+        const uint32_t ahead = static_cast<uint32_t>(keys[i + 16]);
+        __builtin_prefetch(&src[ahead]);
+        __builtin_prefetch(&scale[ahead]);
+      }
+      const uint32_t src_i = static_cast<uint32_t>(keys[i]);
+      sorted_ptr[i] = src[src_i];
+      sorted_scale[i] = scale[src_i];
     }
-    const uint32_t src_i = static_cast<uint32_t>(keys[i]);
-    sorted_ptr[i] = src[src_i];
-    sorted_scale[i] = scale[src_i];
-  }
+  }, num_threads);
   out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier};
   out->rows = rows;
   out->num_unique = num_unique;
@@ -282,8 +296,9 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     }
     uint8_t* fat = staged[t].fat.data();
     const int64_t* src_rows = dd[t].rows;
-#pragma omp parallel for num_threads(im.num_threads) schedule(static)
-    for (int64_t u = 0; u < dd[t].num_unique; ++u) ts.gather_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+    parallel_for(dd[t].num_unique, grain_for(static_cast<int64_t>(ts.layout.stride_bytes)), [&](int64_t b, int64_t e, int) {
+      for (int64_t u = b; u < e; ++u) ts.gather_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+    }, im.num_threads);
     *rows = staged[t].slots.data();
     kernels::TableView v{fat, &ts.layout, dd[t].num_unique, static_cast<uint32_t>(t), src_rows};
     ts.set_keys(&v);
@@ -296,8 +311,9 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     if (ts.split) {
       const uint8_t* fat = staged[t].fat.data();
       const int64_t* src_rows = dd[t].rows;
-#pragma omp parallel for num_threads(im.num_threads) schedule(static)
-      for (int64_t u = 0; u < dd[t].num_unique; ++u) ts.scatter_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+      parallel_for(dd[t].num_unique, grain_for(static_cast<int64_t>(ts.layout.stride_bytes)), [&](int64_t b, int64_t e, int) {
+        for (int64_t u = b; u < e; ++u) ts.scatter_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
+      }, im.num_threads);
     }
     const uint64_t moved = static_cast<uint64_t>(dd[t].num_unique) * ts.off_device_row_bytes();
     if (moved) {
@@ -335,14 +351,11 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       if (im.options.use_reference_kernels) {
         finite = kernels::ref_reduce_segments(dd[t].source, 0, dd[t].num_unique, grads[t]) && finite;
       } else {
-        int bad = 0;
-#pragma omp parallel num_threads(im.num_threads) reduction(| : bad)
-        {
-          int64_t u0, u1;
-          kernels::static_chunk(dd[t].num_unique, omp_get_thread_num(), omp_get_num_threads(), &u0, &u1);
-          bad |= kernels::reduce_segments(dd[t].source, u0, u1, grads[t] + u0 * dd[t].source.dim) ? 0 : 1;
-        }
-        finite = finite && bad == 0;
+        std::atomic<bool> bad{false};
+        parallel_for(dd[t].num_unique, grain_for(4 * dd[t].source.dim), [&](int64_t u0, int64_t u1, int) {
+          if (!kernels::reduce_segments(dd[t].source, u0, u1, grads[t] + u0 * dd[t].source.dim)) bad = true;
+        }, im.num_threads);
+        finite = finite && !bad;
       }
     }
     if (update.check_finite && !finite) {

@@ -14,11 +14,11 @@
 //   (an expired row may be reassigned by the next forward).
 // - Rows are never written by eviction: a freed row keeps its old bytes until it is assigned
 //   again, and assignment overwrites the whole fat row (weights and optimizer state).
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "table/collection_impl.h"
 
@@ -273,14 +273,12 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward
         const size_t stride = ts.layout.stride_bytes;
         Workspace ws(alloc);
         LEANEMB_ASSIGN_OR_RETURN(std::span<uint8_t> fat, ws.take<uint8_t>(a * stride));
-#pragma omp parallel num_threads(num_threads)
-        {
+        parallel_for(static_cast<int64_t>(a), grain_for(16 * to.dim), [&](int64_t b, int64_t e, int) {
           std::vector<float> tmp(static_cast<size_t>(to.dim));
-#pragma omp for schedule(static)
-          for (int64_t i = 0; i < static_cast<int64_t>(a); ++i)
-            init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), assigned[i].raw_id, tmp.data(),
-                     fat.data() + static_cast<size_t>(i) * stride);
-        }
+          for (int64_t i = b; i < e; ++i)
+            init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), assigned[static_cast<size_t>(i)].raw_id,
+                     tmp.data(), fat.data() + static_cast<size_t>(i) * stride);
+        }, num_threads);
         for (size_t i = 0; i < a; ++i) {
           const Status w = write_fat_row(t, assigned[i].row, fat.data() + i * stride);
           if (!w.ok()) return table_error(to.name, w);

@@ -17,7 +17,7 @@
 // global batch is cut into grad_groups groups (nn/grad_groups.h); each rank looks up and trains
 // its groups' examples, the head's gradient is the fixed-order sum of the groups', so P = 1, 2,
 // 4 train bit-identically for a fixed grad_groups. Thread safety: none; one thread calls at a time
-// (calls use OpenMP inside; results do not depend on the thread count).
+// (calls use the worker pool of core/parallel.h inside; results do not depend on the thread count).
 #pragma once
 
 #include <cstdint>

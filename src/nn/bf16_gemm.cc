@@ -1,0 +1,219 @@
+// Native bf16 GEMM on AVX-512 BF16: register-blocked VDPBF16PS micro-kernels, packing, the
+// scalar reference and the run-time switch (contract in the header).
+//
+// Invariant: every output's k-pairs are folded in order by one accumulator lane, whatever the
+// tile, so tiling and threads never change a bit. Padding (the zero k column of an odd k, zero
+// columns up to 16) adds fma(0, x, acc) steps identically in kernel and reference and is never
+// stored.
+#include "nn/bf16_gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LEANEMB_HAVE_BF16_KERNELS 1
+#define LEANEMB_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+#include "core/half.h"
+#include "core/parallel.h"
+#include "kernels/multiversion.h"
+
+namespace leanemb::nn {
+namespace {
+
+std::atomic<bool> g_native_enabled{true};
+
+constexpr int64_t kRowBlock = 48;   // rows of C per task (a multiple of both micro-kernel heights)
+constexpr int64_t kColBlock = 64;   // columns of C per task: up to 4 vectors of 16
+
+float daz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+float bf16_in(uint16_t h) { return daz(bf16_to_f32(h)); }
+
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+// C rows [0, MR) x vectors [0, NV) of 16 columns (ncols valid) from `pairs` k-pairs.
+template <int MR, int NV>
+LEANEMB_TARGET_BF16 void micro_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
+                                      float* c, int64_t ldc, int64_t ncols, bool accumulate) {
+  __m512 acc[MR][NV];
+  const int32_t* arow[MR];
+  for (int r = 0; r < MR; ++r) {
+    arow[r] = reinterpret_cast<const int32_t*>(a + r * lda);
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * v);
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(arow[r][p]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    const int64_t left = ncols - 16 * v;
+    const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    for (int r = 0; r < MR; ++r) {
+      float* dst = c + r * ldc + 16 * v;
+      __m512 out = acc[r][v];
+      if (accumulate) out = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), out);
+      _mm512_mask_storeu_ps(dst, m, out);
+    }
+  }
+}
+
+using MicroKernel = void (*)(int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int64_t, bool);
+
+// Heights per width: 6 rows of 4 vectors or 8 rows of 1..3 (24 accumulators at most, of 32 registers).
+constexpr int max_rows(int nv) { return nv == 4 ? 6 : 8; }
+
+template <int NV, int... R>
+constexpr auto kernels_of(std::integer_sequence<int, R...>) {
+  return std::array<MicroKernel, sizeof...(R)>{&micro_kernel<R + 1, NV>...};
+}
+template <int NV>
+MicroKernel kernel_for(int rows) {
+  static constexpr auto table = kernels_of<NV>(std::make_integer_sequence<int, max_rows(NV)>{});
+  return table[static_cast<size_t>(rows - 1)];
+}
+MicroKernel kernel_for(int nv, int rows) {
+  switch (nv) {
+    case 1: return kernel_for<1>(rows);
+    case 2: return kernel_for<2>(rows);
+    case 3: return kernel_for<3>(rows);
+    default: return kernel_for<4>(rows);
+  }
+}
+
+// Rows [r0, r1) x columns [c0, c0 + 64) of C.
+void gemm_tile(int64_t r0, int64_t r1, int64_t c0, int64_t n, int64_t pairs, const uint16_t* a, const uint32_t* b,
+               float* c, int64_t ldc, bool accumulate) {
+  const int64_t lda = 2 * pairs, ldb = bf16_pad_n(n);
+  const int64_t ncols = std::min(kColBlock, n - c0);
+  const int nv = static_cast<int>((ncols + 15) / 16);
+  const int64_t mr = max_rows(nv);
+  for (int64_t r = r0; r < r1; r += mr) {
+    const int rows = static_cast<int>(std::min(mr, r1 - r));
+    kernel_for(nv, rows)(pairs, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, ncols, accumulate);
+  }
+}
+#endif
+
+}  // namespace
+
+bool bf16_native_supported() {
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool bf16_native_enabled() { return bf16_native_supported() && g_native_enabled.load(std::memory_order_relaxed); }
+void set_bf16_native_enabled(bool enabled) { g_native_enabled.store(enabled, std::memory_order_relaxed); }
+
+LEANEMB_MULTIVERSION
+void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride, uint16_t* dst) {
+  const int64_t kp = bf16_pad_k(k);
+  if (col_stride == 1 || row_stride != 1) {
+    for (int64_t i = 0; i < m; ++i) {
+      uint16_t* d = dst + i * kp;
+      const float* s = src + i * row_stride;
+      for (int64_t j = 0; j < k; ++j) d[j] = f32_to_bf16_rne(s[j * col_stride]);
+      if (kp != k) d[k] = 0;
+    }
+    return;
+  }
+  // A transpose (src rows are A's columns). 16 rows of A at a time, each filled left to right:
+  // writing a whole column of A per source row would touch m lines whose addresses differ by
+  // multiples of 2 kp bytes, which map to few L1 sets (for kp = 1024, two) and thrash.
+  constexpr int64_t kRows = 16;
+  for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+    const int64_t rows = std::min(kRows, m - i0);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* s = src + j * col_stride + i0;
+      for (int64_t r = 0; r < rows; ++r) dst[(i0 + r) * kp + j] = f32_to_bf16_rne(s[r]);
+    }
+  }
+  if (kp != k)
+    for (int64_t i = 0; i < m; ++i) dst[i * kp + k] = 0;
+}
+
+LEANEMB_MULTIVERSION
+void bf16_pack_b(const float* src, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, uint32_t* dst) {
+  const int64_t pairs = bf16_pad_k(k) / 2, np = bf16_pad_n(n);
+  for (int64_t p = 0; p < pairs; ++p) {
+    uint32_t* d = dst + p * np;
+    const float* lo = src + 2 * p * row_stride;
+    const bool has_hi = 2 * p + 1 < k;
+    const float* hi = lo + row_stride;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t h = has_hi ? f32_to_bf16_rne(hi[j * col_stride]) : 0u;
+      d[j] = static_cast<uint32_t>(f32_to_bf16_rne(lo[j * col_stride])) | h << 16;
+    }
+    for (int64_t j = n; j < np; ++j) d[j] = 0;
+  }
+}
+
+LEANEMB_MULTIVERSION
+void bf16_pack_b_bf16(const uint16_t* src, int64_t k, int64_t n, int64_t row_stride, uint32_t* dst) {
+  const int64_t pairs = bf16_pad_k(k) / 2, np = bf16_pad_n(n);
+  for (int64_t p = 0; p < pairs; ++p) {
+    uint32_t* d = dst + p * np;
+    const uint16_t* lo = src + 2 * p * row_stride;
+    if (2 * p + 1 < k) {
+      const uint16_t* hi = lo + row_stride;
+      for (int64_t j = 0; j < n; ++j) d[j] = static_cast<uint32_t>(lo[j]) | static_cast<uint32_t>(hi[j]) << 16;
+    } else {
+      for (int64_t j = 0; j < n; ++j) d[j] = lo[j];
+    }
+    for (int64_t j = n; j < np; ++j) d[j] = 0;
+  }
+}
+
+void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c,
+                         int64_t ldc, bool accumulate) {
+  const int64_t kp = bf16_pad_k(k), pairs = kp / 2, np = bf16_pad_n(n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const uint32_t w = b[p * np + j];
+        const float a0 = bf16_in(a[i * kp + 2 * p]), a1 = bf16_in(a[i * kp + 2 * p + 1]);
+        const float b0 = bf16_in(static_cast<uint16_t>(w)), b1 = bf16_in(static_cast<uint16_t>(w >> 16));
+        acc = daz(std::fma(a0, b0, daz(std::fma(a1, b1, acc))));
+      }
+      float& out = c[i * ldc + j];
+      out = accumulate ? out + acc : acc;
+    }
+  }
+}
+
+void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc,
+               bool accumulate) {
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+  if (bf16_native_supported()) {
+    const int64_t pairs = bf16_pad_k(k) / 2;
+    const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock, col_blocks = (n + kColBlock - 1) / kColBlock;
+    const int64_t tiles = row_blocks * col_blocks;
+    // Tiles of at least about 64k multiply-adds per hand-off (a tile does 48 x 64 per k-pair).
+    const int64_t tile_work = std::min(m, kRowBlock) * std::min(n, kColBlock) * 2 * pairs;
+    parallel_for(tiles, grain_for(tile_work, int64_t{1} << 16), [&](int64_t t0, int64_t t1, int) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t rb = t / col_blocks, cb = t % col_blocks;
+        gemm_tile(rb * kRowBlock, std::min(m, (rb + 1) * kRowBlock), cb * kColBlock, n, pairs, a, b, c, ldc, accumulate);
+      }
+    });
+    return;
+  }
+#endif
+  bf16_gemm_reference(m, n, k, a, b, c, ldc, accumulate);
+}
+
+}  // namespace leanemb::nn

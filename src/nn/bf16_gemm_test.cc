@@ -1,0 +1,228 @@
+// Tests of the native bf16 path: the VDPBF16PS kernels against the scalar reference of the
+// same contract (bit for bit, over tile and tail shapes, special values, 1 and 2 threads), the
+// reference against double precision, packing, the Linear layer on the native path (bit for
+// bit against the reference composition, gradients against central differences) and the
+// run-time switch to the emulation. Kernel tests skip on CPUs without AVX512_BF16.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/half.h"
+#include "leanemb/memory.h"
+#include "nn/bf16_gemm.h"
+#include "nn/linear.h"
+#include "nn/nn_testing.h"
+
+namespace leanemb::nn {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+struct Packed {
+  std::vector<uint16_t> a;
+  std::vector<uint32_t> b;
+};
+
+// A [m, k] and B [k, n] row-major fp32, packed.
+Packed pack(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t n, int64_t k) {
+  Packed p;
+  p.a.resize(bf16_packed_a_bytes(m, k) / 2);
+  p.b.resize(bf16_packed_b_bytes(k, n) / 4);
+  bf16_pack_a(a.data(), m, k, k, 1, p.a.data());
+  bf16_pack_b(b.data(), k, n, n, 1, p.b.data());
+  return p;
+}
+
+// Bitwise equality, NaN equal to any NaN.
+bool same_values(const std::vector<float>& x, const std::vector<float>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (f32_bits(x[i]) != f32_bits(y[i])) return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_NATIVE_BF16() \
+  if (!bf16_native_supported()) GTEST_SKIP() << "CPU without AVX512_BF16"
+
+// The kernel equals the reference bit for bit, storing and accumulating, over shapes that hit
+// every micro-kernel height and width and the padding of odd k and of n % 16.
+TEST(NnBf16GemmTest, KernelMatchesScalarReferenceBitForBit) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  const int64_t ms[] = {1, 5, 6, 7, 9, 48, 50, 97}, ns[] = {1, 15, 16, 17, 47, 64, 65, 130}, ks[] = {1, 2, 3, 13, 64, 367};
+  uint64_t seed = 1;
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int64_t k : ks) {
+        const auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
+        const Packed p = pack(a, b, m, n, k);
+        const auto c0 = random_floats(static_cast<size_t>(m * n), seed++);
+        for (bool acc : {false, true}) {
+          std::vector<float> fast = c0, ref = c0;
+          bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
+          bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, acc);
+          ASSERT_TRUE(bit_equal(fast, ref)) << m << "x" << n << "x" << k << " accumulate " << acc;
+        }
+      }
+}
+
+// Subnormal inputs and results, overflow to infinity, infinities and NaN: as the reference says.
+TEST(NnBf16GemmTest, SpecialValuesFollowTheContract) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  const int64_t m = 13, n = 33, k = 40;
+  auto a = random_floats(static_cast<size_t>(m * k), 50), b = random_floats(static_cast<size_t>(k * n), 51);
+  const float specials[] = {1e-39f, -3e-39f, 1e-20f, -1e-20f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, 1e20f};
+  for (size_t i = 0; i < a.size(); i += 3) a[i] = specials[(i / 3) % std::size(specials)];
+  for (size_t i = 1; i < b.size(); i += 4) b[i] = specials[(i / 4 + 5) % std::size(specials)];
+  const Packed p = pack(a, b, m, n, k);
+  std::vector<float> fast(static_cast<size_t>(m * n)), ref(fast.size());
+  bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, false);
+  bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, false);
+  EXPECT_TRUE(same_values(fast, ref));
+}
+
+// The reference is the bf16-rounded product summed in fp32: close to a double sum.
+TEST(NnBf16GemmTest, ReferenceMatchesDoublePrecisionOfRoundedOperands) {
+  const int64_t m = 7, n = 19, k = 367;
+  const auto a = random_floats(static_cast<size_t>(m * k), 60), b = random_floats(static_cast<size_t>(k * n), 61);
+  const Packed p = pack(a, b, m, n, k);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), c.data(), n, false);
+  auto r = [](float x) { return static_cast<double>(bf16_to_f32(f32_to_bf16_rne(x))); };
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t q = 0; q < k; ++q) s += r(a[i * k + q]) * r(b[q * n + j]);
+      EXPECT_NEAR(c[i * n + j], s, 2e-5) << i << "," << j;
+    }
+}
+
+// Packing rounds to nearest even, honours both strides and zero-pads odd k and n % 16.
+TEST(NnBf16GemmTest, PackingRoundsToNearestEvenAndZeroPads) {
+  const int64_t m = 3, k = 5, n = 18;
+  const auto src = random_floats(static_cast<size_t>(k * n), 70);
+  std::vector<uint16_t> a(bf16_packed_a_bytes(m, k) / 2, 0xffff);
+  bf16_pack_a(src.data(), m, k, 1, n, a.data());  // A[i][j] = src[j * n + i] (a transpose)
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(a[static_cast<size_t>(i * 6 + j)], f32_to_bf16_rne(src[static_cast<size_t>(j * n + i)]));
+    EXPECT_EQ(a[static_cast<size_t>(i * 6 + 5)], 0);
+  }
+  std::vector<uint32_t> b(bf16_packed_b_bytes(k, n) / 4, 0xffffffffu);
+  bf16_pack_b(src.data(), k, n, n, 1, b.data());
+  ASSERT_EQ(b.size(), 3u * 32u);
+  for (int64_t p = 0; p < 3; ++p)
+    for (int64_t j = 0; j < 32; ++j) {
+      const uint32_t w = b[static_cast<size_t>(p * 32 + j)];
+      const bool col = j < n;
+      EXPECT_EQ(w & 0xffffu, col ? f32_to_bf16_rne(src[static_cast<size_t>(2 * p * n + j)]) : 0u);
+      EXPECT_EQ(w >> 16, col && 2 * p + 1 < k ? f32_to_bf16_rne(src[static_cast<size_t>((2 * p + 1) * n + j)]) : 0u);
+    }
+}
+
+// 1 and 2 threads give the same bits on a shape with many tiles.
+TEST(NnBf16GemmTest, ResultsDoNotDependOnThreadCount) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  const int64_t m = 300, n = 130, k = 201;
+  const auto a = random_floats(static_cast<size_t>(m * k), 80), b = random_floats(static_cast<size_t>(k * n), 81);
+  const Packed p = pack(a, b, m, n, k);
+  std::vector<float> one(static_cast<size_t>(m * n)), two(one.size());
+  omp_set_num_threads(1);
+  bf16_gemm(m, n, k, p.a.data(), p.b.data(), one.data(), n, false);
+  omp_set_num_threads(2);
+  bf16_gemm(m, n, k, p.a.data(), p.b.data(), two.data(), n, false);
+  EXPECT_TRUE(bit_equal(one, two));
+}
+
+Linear make_bf16_linear(Allocator* alloc, int64_t in, int64_t out) {
+  auto l = Linear::create({.in_features = in, .out_features = out, .precision = Precision::kBf16, .seed = 3}, alloc);
+  EXPECT_TRUE(l.ok());
+  return std::move(l).value();
+}
+
+// On the native path, y = round(A B + round(b)) and dx = round(dy W'), dW = dy^T x exactly as the
+// reference composes them from the packed operands.
+TEST(NnBf16GemmTest, LinearNativePathEqualsReferenceComposition) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  TrackingAllocator alloc;
+  const int64_t B = 37, in = 13, out = 21;
+  Linear l = make_bf16_linear(&alloc, in, out);
+  ASSERT_TRUE(linear_uses_native_bf16(l.options()));
+  const auto x = random_floats(static_cast<size_t>(B * in), 90), g = random_floats(static_cast<size_t>(B * out), 91);
+  std::vector<float> y(g.size()), dx(x.size());
+  ASSERT_TRUE(l.forward(B, x, y).ok());
+  ASSERT_TRUE(l.backward(g, dx).ok());
+  std::vector<float> wt(static_cast<size_t>(in * out));  // W^T [in, out]
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) wt[static_cast<size_t>(i * out + o)] = l.weight()[static_cast<size_t>(o * in + i)];
+  auto round = [](float v) { return bf16_to_f32(f32_to_bf16_rne(v)); };
+  const Packed f = pack(x, wt, B, out, in);
+  std::vector<float> want_y(y.size());
+  bf16_gemm_reference(B, out, in, f.a.data(), f.b.data(), want_y.data(), out, false);
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t o = 0; o < out; ++o) want_y[static_cast<size_t>(r * out + o)] = round(want_y[static_cast<size_t>(r * out + o)] + round(l.bias()[static_cast<size_t>(o)]));
+  EXPECT_TRUE(bit_equal(y, want_y));
+  std::vector<float> w(l.weight().begin(), l.weight().end()), gr(g.size());
+  for (size_t i = 0; i < g.size(); ++i) gr[i] = round(g[i]);
+  const Packed d = pack(gr, w, B, in, out);
+  std::vector<float> want_dx(dx.size());
+  bf16_gemm_reference(B, in, out, d.a.data(), d.b.data(), want_dx.data(), in, false);
+  for (float& v : want_dx) v = round(v);
+  EXPECT_TRUE(bit_equal(dx, want_dx));
+  std::vector<float> gt(g.size());  // dy^T [out, B]
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t o = 0; o < out; ++o) gt[static_cast<size_t>(o * B + r)] = gr[static_cast<size_t>(r * out + o)];
+  std::vector<float> xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = round(x[i]);
+  const Packed wg = pack(gt, xr, out, in, B);
+  std::vector<float> want_dw(w.size(), 0.0f);
+  bf16_gemm_reference(out, in, B, wg.a.data(), wg.b.data(), want_dw.data(), in, true);
+  EXPECT_TRUE(bit_equal({l.weight_grad().begin(), l.weight_grad().end()}, want_dw));
+}
+
+// Native-path gradients of L = sum(y * G) match central differences of the double-precision
+// layer, within bf16 rounding.
+TEST(NnBf16GemmTest, LinearNativeGradientsMatchFiniteDifferences) {
+  TrackingAllocator alloc;
+  const int64_t B = 6, in = 9, out = 5;
+  Linear l = make_bf16_linear(&alloc, in, out);
+  const auto x = random_floats(static_cast<size_t>(B * in), 92), g = random_floats(static_cast<size_t>(B * out), 93);
+  std::vector<float> y(g.size()), dx(x.size());
+  ASSERT_TRUE(l.forward(B, x, y).ok());
+  ASSERT_TRUE(l.backward(g, dx).ok());
+  auto xd = to_double(x), wd = to_double(l.weight()), bd = to_double(l.bias());
+  auto loss = [&] { return weighted_sum(ref_linear(xd, wd, bd, B, in, out), g); };
+  for (size_t i = 0; i < wd.size(); ++i)
+    EXPECT_TRUE(close(l.weight_grad()[i], central_difference(wd[i], 1e-3, loss), 3e-2, 3e-2)) << "dW " << i;
+  for (size_t i = 0; i < bd.size(); ++i)
+    EXPECT_TRUE(close(l.bias_grad()[i], central_difference(bd[i], 1e-3, loss), 3e-2, 3e-2)) << "db " << i;
+  for (size_t i = 0; i < xd.size(); ++i) EXPECT_TRUE(close(dx[i], central_difference(xd[i], 1e-3, loss), 3e-2, 3e-2)) << "dx " << i;
+}
+
+// Switched off, bf16 layers run the emulation (scratch of the rounded weights); both paths agree
+// to bf16 rounding (their outputs are rounded to bf16, so most are even bit-equal).
+TEST(NnBf16GemmTest, SwitchSelectsTheEmulationFallback) {
+  TrackingAllocator alloc;
+  const int64_t B = 64, in = 367, out = 64;
+  Linear l = make_bf16_linear(&alloc, in, out);
+  const auto x = random_floats(static_cast<size_t>(B * in), 94);
+  std::vector<float> native(static_cast<size_t>(B * out)), emulated(native.size());
+  ASSERT_TRUE(l.forward(B, x, native).ok());
+  set_bf16_native_enabled(false);
+  EXPECT_FALSE(bf16_native_enabled());
+  EXPECT_FALSE(linear_uses_native_bf16(l.options()));
+  EXPECT_EQ(linear_scratch_floats(l.options(), B), static_cast<size_t>(out * in + out));
+  ASSERT_TRUE(l.forward(B, x, emulated).ok());
+  set_bf16_native_enabled(true);
+  EXPECT_EQ(bf16_native_enabled(), bf16_native_supported());
+  for (size_t i = 0; i < native.size(); ++i) EXPECT_TRUE(close(native[i], emulated[i], 1.6e-2, 1e-2)) << i;
+}
+
+}  // namespace
+}  // namespace leanemb::nn

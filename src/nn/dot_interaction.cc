@@ -1,0 +1,207 @@
+// Dot interaction kernels: register-blocked fast path and scalar reference (contract in the header).
+//
+// Invariant: for every output, the fast kernel performs the reference's multiplications and
+// additions in the reference's order; vector lanes only run several outputs side by side. Padded
+// lanes (columns j >= R of Tt) compute values that are never stored.
+#include "nn/dot_interaction.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/multiversion.h"
+#include "kernels/vec8.h"
+
+namespace leanemb::nn {
+namespace {
+
+using kernels::load8f;
+using kernels::store8f;
+using kernels::v8f;
+
+constexpr int64_t kStackFloats = 16384;  // 64 KiB of scratch on the stack per call
+// Rows per register block: independent accumulators that hide the add latency.
+constexpr int kForwardRows = 8, kBackwardRows = 4;
+
+// Row r of T for one sample: r = 0 is z, r = f + 1 is embedding f.
+inline const float* t_row(const float* z, const float* e, int64_t d, int64_t r) { return r == 0 ? z : e + (r - 1) * d; }
+inline float* t_row(float* z, float* e, int64_t d, int64_t r) { return r == 0 ? z : e + (r - 1) * d; }
+
+inline int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
+inline int64_t pair_index(int64_t i, int64_t j) { return i * (i - 1) / 2 + j; }  // j < i
+
+// Forward, rows i0..i0+NR-1 against the 8 columns j0.. of tt (T^T, row stride rp).
+template <int NR>
+inline void forward_block(const float* z, const float* e, int64_t d, const float* tt, int64_t rp, int64_t i0,
+                          int64_t j0, float* pairs) {
+  v8f acc[NR];
+  const float* rows[NR];
+  for (int q = 0; q < NR; ++q) {
+    acc[q] = v8f{};
+    rows[q] = t_row(z, e, d, i0 + q);
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    const v8f t = load8f(tt + c * rp + j0);
+    for (int q = 0; q < NR; ++q) acc[q] = acc[q] + rows[q][c] * t;
+  }
+  for (int q = 0; q < NR; ++q) {
+    const int64_t i = i0 + q;
+    const int64_t valid = std::min<int64_t>(8, i - j0);  // lanes j < i; >= 1 since i > j0
+    float* dst = pairs + pair_index(i, j0);
+    if (valid == 8) {
+      store8f(dst, acc[q]);
+    } else {
+      alignas(32) float tmp[8];
+      store8f(tmp, acc[q]);
+      std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
+    }
+  }
+}
+
+// Backward, rows r0..r0+NR-1 of dT at the 8 columns c0.. (s: S, row stride R).
+template <int NR>
+inline void backward_block(const float* z, const float* e, int64_t d, int64_t R, const float* s, const float* gz,
+                           int64_t r0, int64_t c0, float* dz, float* de) {
+  v8f acc[NR];
+  for (int q = 0; q < NR; ++q) acc[q] = r0 + q == 0 ? load8f(gz + c0) : v8f{};
+  for (int64_t j = 0; j < R; ++j) {
+    const v8f t = load8f(t_row(z, e, d, j) + c0);
+    for (int q = 0; q < NR; ++q) acc[q] = acc[q] + s[(r0 + q) * R + j] * t;
+  }
+  for (int q = 0; q < NR; ++q) store8f(t_row(dz, de, d, r0 + q) + c0, acc[q]);
+}
+
+// The last `left` (< NB) rows starting at r, as one block of that many rows.
+template <int NB, typename Block>
+inline void tail_block(int64_t r, int64_t left, Block& block) {
+  if constexpr (NB > 0) {
+    if (left == NB) return block(r, std::integral_constant<int, NB>{});
+    tail_block<NB - 1>(r, left, block);
+  }
+}
+
+// Rows [first, R) in blocks of NB rows, then one block of the rows left.
+template <int NB, typename Block>
+inline void for_row_blocks(int64_t first, int64_t R, Block&& block) {
+  int64_t r = first;
+  for (; r + NB <= R; r += NB) block(r, std::integral_constant<int, NB>{});
+  tail_block<NB - 1>(r, R - r, block);
+}
+
+// Stack floats of the rounded copies: T [R, d], then (backward) gz [d] and g [pairs].
+int64_t rounded_floats(const DotShape& s, bool backward) {
+  if (s.precision == amp::Precision::kFp32) return 0;
+  const int64_t R = s.num_features + 1;
+  return R * s.dim + (backward ? s.dim + dot_pair_count(s) : 0);
+}
+
+// Rounded copies of the inputs in buf when the precision asks for them; the pointers then point
+// there. T's rows stay in the z / e layout (z first, then e contiguous).
+void round_inputs(const DotShape& s, const float** z, const float** e, const float** gz, const float** g, float* buf) {
+  if (s.precision == amp::Precision::kFp32) return;
+  const size_t d = static_cast<size_t>(s.dim), ed = static_cast<size_t>(s.num_features) * d;
+  amp::copy_rounded({*z, d}, s.precision, buf);
+  amp::copy_rounded({*e, ed}, s.precision, buf + d);
+  *z = buf;
+  *e = buf + d;
+  if (gz == nullptr) return;
+  amp::copy_rounded({*gz, d}, s.precision, buf + d + ed);
+  amp::copy_rounded({*g, static_cast<size_t>(dot_pair_count(s))}, s.precision, buf + 2 * d + ed);
+  *gz = buf + d + ed;
+  *g = buf + 2 * d + ed;
+}
+
+// The reference reads through this: x rounded to the shape's precision.
+float in_value(const DotShape& s, float x) {
+  float out = x;
+  if (s.precision != amp::Precision::kFp32) amp::copy_rounded({&x, 1}, s.precision, &out);
+  return out;
+}
+
+}  // namespace
+
+bool dot_fast_path_fits(const DotShape& s) {
+  const int64_t R = s.num_features + 1, rp = round_up8(R);
+  return s.dim * rp + rounded_floats(s, false) <= kStackFloats && R * R + rounded_floats(s, true) <= kStackFloats;
+}
+
+void dot_forward_sample_reference(const DotShape& s, const float* z, const float* e, float* pairs) {
+  const int64_t F = s.num_features, d = s.dim;
+  for (int64_t i = 1; i <= F; ++i) {
+    const float* ti = t_row(z, e, d, i);
+    for (int64_t j = 0; j < i; ++j) {
+      const float* tj = t_row(z, e, d, j);
+      float acc = 0.0f;
+      for (int64_t c = 0; c < d; ++c) acc = acc + in_value(s, ti[c]) * in_value(s, tj[c]);
+      pairs[pair_index(i, j)] = acc;
+    }
+  }
+}
+
+void dot_backward_sample_reference(const DotShape& s, const float* z, const float* e, const float* gz,
+                                   const float* g, float* dz, float* de) {
+  const int64_t R = s.num_features + 1, d = s.dim;
+  for (int64_t r = 0; r < R; ++r) {
+    float* dst = t_row(dz, de, d, r);
+    for (int64_t c = 0; c < d; ++c) {
+      float acc = r == 0 ? in_value(s, gz[c]) : 0.0f;
+      for (int64_t j = 0; j < R; ++j) {
+        const float srj = j == r ? 0.0f : in_value(s, j < r ? g[pair_index(r, j)] : g[pair_index(j, r)]);
+        acc = acc + srj * in_value(s, t_row(z, e, d, j)[c]);
+      }
+      dst[c] = acc;
+    }
+  }
+}
+
+LEANEMB_MULTIVERSION
+void dot_forward_sample(const DotShape& s, const float* z, const float* e, float* pairs) {
+  if (!dot_fast_path_fits(s)) return dot_forward_sample_reference(s, z, e, pairs);
+  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up8(R);
+  alignas(32) float stack[kStackFloats];
+  float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
+  round_inputs(s, &z, &e, nullptr, nullptr, stack + d * rp);
+  for (int64_t c = 0; c < d; ++c) {
+    float* col = tt + c * rp;
+    for (int64_t j = R; j < rp; ++j) col[j] = 0.0f;
+  }
+  for (int64_t j = 0; j < R; ++j) {
+    const float* tj = t_row(z, e, d, j);
+    for (int64_t c = 0; c < d; ++c) tt[c * rp + j] = tj[c];
+  }
+  for (int64_t j0 = 0; j0 < rp; j0 += 8) {
+    // Rows i > j0 have outputs in this chunk; row 0 has none.
+    for_row_blocks<kForwardRows>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
+      forward_block<decltype(nr)::value>(z, e, d, tt, rp, i0, j0, pairs);
+    });
+  }
+}
+
+LEANEMB_MULTIVERSION
+void dot_backward_sample(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
+                         float* dz, float* de) {
+  if (!dot_fast_path_fits(s)) return dot_backward_sample_reference(s, z, e, gz, g, dz, de);
+  const int64_t R = s.num_features + 1, d = s.dim;
+  alignas(32) float stack[kStackFloats];
+  float* sm = stack;  // S [R, R]; then the rounded inputs
+  round_inputs(s, &z, &e, &gz, &g, stack + R * R);
+  for (int64_t r = 0; r < R; ++r) {
+    sm[r * R + r] = 0.0f;
+    for (int64_t j = 0; j < r; ++j) sm[r * R + j] = sm[j * R + r] = g[pair_index(r, j)];
+  }
+  const int64_t d8 = d / 8 * 8;
+  for (int64_t c0 = 0; c0 < d8; c0 += 8) {
+    for_row_blocks<kBackwardRows>(0, R, [&](int64_t r0, auto nr) {
+      backward_block<decltype(nr)::value>(z, e, d, R, sm, gz, r0, c0, dz, de);
+    });
+  }
+  for (int64_t r = 0; r < R && d8 < d; ++r) {  // the last d % 8 columns, one at a time
+    float* dst = t_row(dz, de, d, r);
+    for (int64_t c = d8; c < d; ++c) {
+      float acc = r == 0 ? gz[c] : 0.0f;
+      for (int64_t j = 0; j < R; ++j) acc = acc + sm[r * R + j] * t_row(z, e, d, j)[c];
+      dst[c] = acc;
+    }
+  }
+}
+
+}  // namespace leanemb::nn
