@@ -196,8 +196,9 @@ TEST_P(RowStoreTest, BulkRangesMatchReference) {
       for (int64_t i = 0; i < c; ++i) {
         const size_t r = static_cast<size_t>(b + i);
         ASSERT_EQ(present[static_cast<size_t>(i)], ref.present[r]) << "row " << r;
-        if (ref.present[r])
+        if (ref.present[r]) {
           ASSERT_EQ(0, std::memcmp(&out[static_cast<size_t>(i) * row_bytes], &ref.rows[r * row_bytes], row_bytes)) << "row " << r;
+        }
       }
     }
   }
