@@ -168,10 +168,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
 EmbeddingTables& CtrModel::embeddings() { return *tables_; }
 const EmbeddingTables& CtrModel::embeddings() const { return *tables_; }
 
-CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
-  const int64_t P = options_.comm ? options_.comm->size() : 1, r = options_.comm ? options_.comm->rank() : 0;
-  const int64_t G = options_.grad_groups;
-  Slice s;
+CtrSlice ctr_slice(int64_t B, int micro_batches, int64_t G, int64_t r, int64_t P) {
+  CtrSlice s;
   s.B = B;
   s.G = G;
   s.g0 = r * G / P;
@@ -183,6 +181,11 @@ CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
   s.per_group = std::clamp<int64_t>((micro_batches + G - 1) / G, 1, std::max<int64_t>(1, B / G));
   s.max_micro = ((B + G - 1) / G + s.per_group - 1) / s.per_group;
   return s;
+}
+
+CtrModel::Slice CtrModel::slice_of(int64_t B, int micro_batches) const {
+  const int64_t P = options_.comm ? options_.comm->size() : 1, r = options_.comm ? options_.comm->rank() : 0;
+  return ctr_slice(B, micro_batches, options_.grad_groups, r, P);
 }
 
 // Forward of records [begin, end) of `batch`: pooled embeddings into rows [begin - base, end -

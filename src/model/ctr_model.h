@@ -108,6 +108,21 @@ struct CtrBufferFloats {
   size_t dinter = 0;       // kWorkspace: [n, interaction_dim]
   size_t dz = 0;           // kWorkspace: [n, bottom out]
 };
+// One rank's share of a step (CtrModel::train_step): a batch of B records in G gradient groups
+// (nn/grad_groups.h), rank `rank` of `world` computing groups [g0, g1) = records [lo, hi), each
+// group in per_group micro-batches of at most max_micro records. The planner sizes the step
+// with it. REQUIRES: B >= 1, G a positive multiple of world.
+struct CtrSlice {
+  int64_t B = 0, G = 1;  // batch size, gradient groups
+  int64_t g0 = 0, g1 = 1, lo = 0, hi = 0, per_group = 1, max_micro = 0;
+  // Records [first, second) of micro-batch i of group g (sizes differing by at most one).
+  std::pair<int64_t, int64_t> micro(int64_t g, int64_t i) const {
+    const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
+    return {gb + gn * i / per_group, gb + gn * (i + 1) / per_group};
+  }
+};
+CtrSlice ctr_slice(int64_t B, int micro_batches, int64_t G, int64_t rank, int64_t world);
+
 CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& options, int64_t interaction_dim, int64_t batch_size,
                                   int64_t micro_rows);
 
@@ -153,15 +168,7 @@ class CtrModel {
   Status forward_micro(const data::Batch& batch, int64_t begin, int64_t end, int64_t base, int64_t slice_rows, bool train,
                        float* logits_out);
   // This rank's records [lo, hi) and groups [g0, g1) of a batch of B; micro-batches per group.
-  struct Slice {
-    int64_t B = 0, G = 1;  // batch size, gradient groups
-    int64_t g0 = 0, g1 = 1, lo = 0, hi = 0, per_group = 1, max_micro = 0;
-    // Records [first, second) of micro-batch i of group g (sizes differing by at most one).
-    std::pair<int64_t, int64_t> micro(int64_t g, int64_t i) const {
-      const int64_t gb = B * g / G, gn = B * (g + 1) / G - gb;
-      return {gb + gn * i / per_group, gb + gn * (i + 1) / per_group};
-    }
-  };
+  using Slice = CtrSlice;
   Slice slice_of(int64_t B, int micro_batches) const;
   // Sums the group gradients (and with a communicator all ranks' partials) into the params' grads.
   Status reduce_dense_grads(int64_t groups_here);

@@ -133,6 +133,9 @@ Status validate(const Workload& w) {
   if (w.micro_batches < 1 || w.micro_batches > w.batch_size)
     return invalid_argument("memory model: micro-batches must be in [1, batch size], got " + std::to_string(w.micro_batches));
   if (w.num_shards < 1) return invalid_argument("memory model: shard count must be >= 1");
+  if (w.kind == WorkloadKind::kCtr && (w.grad_groups < 1 || w.grad_groups % w.num_shards != 0))
+    return invalid_argument("memory model: gradient groups (" + std::to_string(w.grad_groups) +
+                            ") must be a positive multiple of the shard count (" + std::to_string(w.num_shards) + ")");
   if (!(w.cache_fraction > 0.0 && w.cache_fraction <= 1.0))
     return invalid_argument("memory model: cache fraction must be in (0, 1], got " + std::to_string(w.cache_fraction));
   LEANEMB_RETURN_IF_ERROR(validate_placement(w.placement));
@@ -167,7 +170,19 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   const int shards = w.num_shards;
   const int64_t B = w.batch_size;
   const int64_t k = w.micro_batches;
-  const int64_t n = (B + k - 1) / k;  // records of the largest micro-batch
+  int64_t n = (B + k - 1) / k;  // records of the largest micro-batch
+  // kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
+  // slice), the largest share over the shards, in micro-batches of at most n records.
+  int64_t slice = B, groups_here = 1;
+  if (w.kind == WorkloadKind::kCtr) {
+    slice = 0;
+    for (int r = 0; r < shards; ++r) {
+      const model::CtrSlice sl = model::ctr_slice(B, static_cast<int>(k), w.grad_groups, r, shards);
+      slice = std::max(slice, sl.hi - sl.lo);
+      groups_here = std::max(groups_here, sl.g1 - sl.g0);
+      n = sl.max_micro;
+    }
+  }
 
   // ---- tables: rows, step buffers, staging ------------------------------------------------------
   std::vector<TableStep> ts;
@@ -178,7 +193,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     if (!layout.ok()) return Status(layout.status().code(), "table '" + t.name + "': " + layout.status().message());
     s.layout = layout.value();
     s.rows = (t.num_rows + shards - 1) / shards;
-    s.ids = ids_per_step(t, B, est);
+    s.ids = ids_per_step(t, slice, est);
     const int64_t bound = std::min(s.ids, s.rows);
     s.unique = est == Estimate::kExpected && t.expected_unique_rows >= 0
                    ? std::min<int64_t>(bound, static_cast<int64_t>(std::llround(t.expected_unique_rows / shards)))
@@ -208,6 +223,12 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
       const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.layout.stride_bytes, s.unique, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
       r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
+      if (w.file_store)
+        r.persist(Item{Tier::kHost, Category::kIoBuffers,
+                       tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
+      if (s.ids > 0)
+        for (int b = 0; b < kCacheRemapBuffers; ++b)
+          r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
       const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
       out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
       out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
@@ -217,6 +238,14 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
         out.host_link_bytes_per_step += static_cast<double>(s.ids + 2 * s.unique) * static_cast<double>(s.layout.weight_bytes);
       if (pl[Category::kOptimizerState] != Tier::kDevice && s.layout.state_bytes)
         out.host_link_bytes_per_step += 2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.state_bytes);
+    }
+    if (t.dynamic.enabled) {
+      // The IdMaps of the partitions held here and the row keys (host, row_cache), the id
+      // buffers of forward and backward (kWorkspace).
+      const uint32_t held = static_cast<uint32_t>(std::max<int64_t>(1, t.dynamic.partitions / shards));
+      r.persist(Item{Tier::kHost, Category::kRowCache, dynamic_table_host_bytes(t.dynamic, s.rows, held)});
+      for (int b = 0; b < kDynamicIdBuffers; ++b)
+        r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(dynamic_id_buffer_bytes(s.ids))));
     }
     if (s.ids > 0) {
       // The collection's dedup buffers (kWorkspace, kept between steps, with headroom).
@@ -288,7 +317,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   mo.num_sparse = static_cast<int>(F);
   mo.embedding_dim = D;
   mo.bottom_hidden = w.bottom_mlp;
-  const model::CtrBufferFloats cb = model::ctr_buffer_floats(mo, idim, B, n);
+  const model::CtrBufferFloats cb = model::ctr_buffer_floats(mo, idim, slice, n);
   nn::MlpOptions bottom, top;
   bottom.widths = {w.num_dense};
   bottom.widths.insert(bottom.widths.end(), w.bottom_mlp.begin(), w.bottom_mlp.end());
@@ -305,6 +334,9 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   const size_t params = nn::mlp_parameter_floats(bottom) + nn::mlp_parameter_floats(top);
   r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
   r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
+  // Gradient groups (or shards): a slot per group here plus their sum (nn/grad_groups.h).
+  if (w.grad_groups > 1 || shards > 1)
+    r.persist(r.item(Category::kGradients, static_cast<size_t>(groups_here + 1) * params * 4, Category::kActivations));
   r.persist(r.item(Category::kOptimizerState,
                    (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
   // CtrModel's buffers, kept between steps.

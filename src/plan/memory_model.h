@@ -34,6 +34,7 @@
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
+#include "leanemb/table_options.h"
 #include "leanemb/status.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
@@ -52,6 +53,7 @@ struct TableSpec {
   double mean_ids_per_sample = 1.0;    // mean ids per sample (what sizes a typical step)
   double expected_unique_rows = -1.0;  // distinct rows per step; < 0: unknown (worst case used)
   double zipf = 0.0;                   // id skew (0 = uniform), for the cache hit rate
+  TableDynamicOptions dynamic;         // enabled: a dynamic vocabulary of num_rows rows (docs/tiered.md)
 };
 
 struct Workload {
@@ -73,9 +75,14 @@ struct Workload {
   Placement placement;
   double cache_fraction = 1.0;  // < 1: rows live in a row store behind a device cache
   bool file_store = false;      // cached: the store is a file (rows on disk) instead of host RAM
+  size_t file_block_bytes = 4096;  // file store: the direct-I/O block (tiered::file_store_block_bytes)
+  int file_queue_depth = 64;       // file store: requests in flight (RowStoreOptions::queue_depth)
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   int num_shards = 1;           // row-wise shards; per-device figures
+  // kCtr: gradient groups (dist.grad_groups, a multiple of num_shards); the batch is then the
+  // batch of all shards (each computes its groups' records), as `leanemb train` runs it.
+  int grad_groups = 1;
   int num_threads = 0;          // CPU threads of the fused update (0 = OpenMP's default)
 };
 

@@ -53,6 +53,18 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
     }
     w.tables.push_back(t);
   }
+  // Dynamic tables: rows of their capacity, ids mapped by an IdMap (model_options in trainer.cc).
+  for (const train::DynamicTableConfig& d : c.dynamic_tables) {
+    TableSpec& t = w.tables[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)];
+    t.dynamic = d.options;
+    if (d.capacity_rows > 0) t.num_rows = d.capacity_rows;
+    if (c.generate) {
+      const int64_t ids = static_cast<int64_t>(mean * static_cast<double>(c.batch_size) + 0.5);
+      const int64_t vocab = c.gen.vocab.size() == 1 ? c.gen.vocab[0] : c.gen.vocab[std::stoul(d.table.substr(1)) - 1];
+      t.expected_unique_rows = expected_unique_rows(ids, vocab, c.gen.zipf, t.num_rows);
+    }
+  }
+  w.grad_groups = c.grad_groups > 0 ? c.grad_groups : 1;
   return w;
 }
 

@@ -26,7 +26,7 @@ namespace leanemb {
 
 namespace {
 
-constexpr size_t kDynSlots = 4;
+constexpr size_t kDynSlots = kDynamicIdBuffers;  // the planner counts them (table/step_sizes.h)
 enum DynSlot : size_t { kFwdRaw, kFwdRows, kBwdRaw, kBwdRows };
 size_t dyn_slot(int t, DynSlot s) { return static_cast<size_t>(t) * kDynSlots + s; }
 
@@ -41,15 +41,11 @@ uint32_t dynamic_partition(int64_t raw_id, uint32_t partitions) {
   return static_cast<uint32_t>(mix64(static_cast<uint64_t>(raw_id) ^ 0x7061727469746e73ull) % partitions);
 }
 
-Result<std::unique_ptr<DynamicIds>> DynamicIds::create(const TableOptions& to, uint64_t seed, int table, Allocator* host) {
-  const TableDynamicOptions& d = to.dynamic;
-  auto ids = std::make_unique<DynamicIds>();
-  ids->partitions_ = d.partitions;
-  ids->first_ = to.shard.first_partition;
-  const uint32_t held = to.shard.held_partitions ? to.shard.held_partitions : d.partitions;
-  ids->part_rows_ = to.num_rows / held;
+namespace {
+// The IdMap options of each partition of a dynamic table of `num_rows` rows, `held` partitions here.
+Result<tiered::IdMapOptions> partition_map_options(const TableDynamicOptions& d, int64_t num_rows, uint32_t held) {
   tiered::IdMapOptions mo;
-  mo.capacity_rows = ids->part_rows_;
+  mo.capacity_rows = num_rows / held;
   mo.min_count = d.min_count;
   // Each partition filters its own ids: the table's counters are shared out.
   mo.bloom_counters = std::max<uint64_t>(d.bloom_counters / d.partitions, 64);
@@ -57,6 +53,25 @@ Result<std::unique_ptr<DynamicIds>> DynamicIds::create(const TableOptions& to, u
   mo.bloom_counter_bits = d.min_count > 15 ? 8 : 4;
   LEANEMB_ASSIGN_OR_RETURN(mo.eviction, tiered::parse_eviction_policy(d.eviction));
   mo.max_age_steps = d.max_age_steps;
+  return mo;
+}
+}  // namespace
+
+size_t dynamic_table_host_bytes(const TableDynamicOptions& d, int64_t num_rows, uint32_t held_partitions) {
+  const uint32_t held = held_partitions ? held_partitions : std::max<uint32_t>(d.partitions, 1);
+  auto mo = partition_map_options(d, num_rows, held);
+  const size_t maps = mo.ok() ? held * tiered::IdMap::allocated_bytes(mo.value()) : 0;
+  return maps + static_cast<size_t>(num_rows) * 8;
+}
+
+Result<std::unique_ptr<DynamicIds>> DynamicIds::create(const TableOptions& to, uint64_t seed, int table, Allocator* host) {
+  const TableDynamicOptions& d = to.dynamic;
+  auto ids = std::make_unique<DynamicIds>();
+  ids->partitions_ = d.partitions;
+  ids->first_ = to.shard.first_partition;
+  const uint32_t held = to.shard.held_partitions ? to.shard.held_partitions : d.partitions;
+  ids->part_rows_ = to.num_rows / held;
+  LEANEMB_ASSIGN_OR_RETURN(tiered::IdMapOptions mo, partition_map_options(d, to.num_rows, held));
   // Distinct tables (and partitions) hash ids independently (a collision pattern in one is not
   // in another); partition 0 keeps the seed of a table without partitions.
   const uint64_t table_seed = seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(table) + 1));

@@ -31,6 +31,23 @@ inline DedupBufferBytes dedup_buffer_bytes(int64_t num_ids, int64_t num_unique) 
   return DedupBufferBytes{n * 8, (n + 1) * 8, n * sizeof(float*), n * 4, n * sizeof(float*), n * 4, u * 8};
 }
 
+// A dynamic table's id buffers (kWorkspace, kept): raw ids and rows of the forward and of the
+// backward, [n] int64 each (dynamic_tables.cc, map_dynamic).
+inline constexpr int kDynamicIdBuffers = 4;
+inline size_t dynamic_id_buffer_bytes(int64_t num_ids) { return static_cast<size_t>(num_ids) * 8; }
+
+// A cached table's remap buffers (kWorkspace, kept): the step's rows and their cache slots, [n]
+// int64 each (cached_tables.cc, remap); prefetch() adds one more of [n] for the next batch's rows.
+inline constexpr int kCacheRemapBuffers = 2;
+inline size_t cache_remap_buffer_bytes(int64_t num_ids) { return static_cast<size_t>(num_ids) * 8; }
+
+// A dynamic table's host bytes (category row_cache): the IdMap of each partition this process
+// holds (tiered::IdMap::allocated_bytes) and the row -> raw id keys ([num_rows] int64).
+// `num_rows` and `held_partitions` as in TableOptions (0: every partition). Defined in
+// dynamic_tables.cc, beside the code that allocates them.
+struct TableDynamicOptions;
+size_t dynamic_table_host_bytes(const TableDynamicOptions& d, int64_t num_rows, uint32_t held_partitions);
+
 // The two-pass (checked) path's reduced gradients [U, dim] fp32 (kGradients, kept).
 inline size_t reduced_grad_bytes(int64_t num_unique, int64_t dim) { return static_cast<size_t>(num_unique * dim) * 4; }
 

@@ -31,6 +31,7 @@
 
 #include "tiered/file_store.h"
 #include "tiered/presence.h"
+#include "tiered/sizes.h"
 #include "tiered/store_util.h"
 
 namespace leanemb::tiered {
@@ -39,7 +40,6 @@ namespace {
 
 constexpr uint32_t kDefaultBlockBytes = 4096;
 constexpr size_t kBufferAlign = 4096;
-constexpr size_t kMaxStagingBytes = size_t{16} << 20;  // per staging buffer
 constexpr int kMaxThreads = 16;                         // thread-pool engine
 constexpr int kMaxNoProgressTries = 8;                  // zero-byte transfers before giving up
 
@@ -78,9 +78,8 @@ class FileRowStore final : public RowStore {
   FileRowStore(const RowStoreOptions& o, Allocator* alloc, int fd, bool direct, uint32_t block)
       : path_(o.path), num_rows_(o.num_rows), row_bytes_(o.row_bytes), alloc_(alloc), fd_(fd), direct_(direct),
         block_(block) {
-    slot_bytes_ = align_up(row_bytes_, block_) + block_;  // the most blocks one row can touch
-    const size_t by_budget = std::max<size_t>(1, kMaxStagingBytes / slot_bytes_);
-    num_slots_ = std::min<size_t>(static_cast<size_t>(o.queue_depth), by_budget);
+    slot_bytes_ = file_store_slot_bytes(row_bytes_, block_);  // the most blocks one row can touch
+    num_slots_ = file_store_num_slots(row_bytes_, block_, o.queue_depth);  // the planner's formula (tiered/sizes.h)
     file_bytes_ = align_up(static_cast<uint64_t>(num_rows_) * row_bytes_, block_);
   }
   ~FileRowStore() override {
@@ -506,6 +505,19 @@ class FileRowStore final : public RowStore {
 };
 
 }  // namespace
+
+uint32_t file_store_block_bytes(const std::string& dir) {
+  std::string path = dir.empty() ? std::string(".") : dir;
+  path += "/.leanemb-block-probe-XXXXXX";
+  const int tmp = ::mkstemp(path.data());
+  if (tmp < 0) return kDefaultBlockBytes;
+  ::close(tmp);
+  const int fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+  const uint32_t block = fd >= 0 ? query_block_bytes(fd) : kDefaultBlockBytes;
+  if (fd >= 0) ::close(fd);
+  ::unlink(path.c_str());
+  return block;
+}
 
 Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& options, Allocator* host_alloc,
                                                       const FileStoreHooks& hooks) {

@@ -61,19 +61,40 @@ Result<IdMap> IdMap::create(const IdMapOptions& options, Allocator* alloc) {
   return m;
 }
 
+namespace {
+// The sizes of IdMap::allocate's arrays, one definition for allocate and allocated_bytes.
+struct IdMapSizes {
+  uint64_t table_slots, readmit_bits, bloom_bytes;
+};
+IdMapSizes id_map_sizes(const IdMapOptions& o) {
+  const auto cap = static_cast<uint64_t>(o.capacity_rows);
+  IdMapSizes z;
+  z.table_slots = std::bit_ceil(2 * cap);
+  z.readmit_bits = ((o.readmit_filter_bits ? o.readmit_filter_bits : 16 * cap) + 63) / 64 * 64;
+  z.bloom_bytes = o.min_count > 1 ? (o.bloom_counter_bits == 8 ? o.bloom_counters : (o.bloom_counters + 1) / 2) : 0;
+  return z;
+}
+}  // namespace
+
+size_t IdMap::allocated_bytes(const IdMapOptions& o) {
+  const auto cap = static_cast<uint64_t>(o.capacity_rows);
+  const IdMapSizes z = id_map_sizes(o);
+  return cap * sizeof(RowMeta) + z.table_slots * sizeof(Slot) + cap * sizeof(int64_t) + z.readmit_bits / 8 + z.bloom_bytes;
+}
+
 Status IdMap::allocate(Allocator* alloc) {
   if (alloc == nullptr) alloc = default_host_allocator();
   const auto cap = static_cast<uint64_t>(options_.capacity_rows);
-  table_slots_ = std::bit_ceil(2 * cap);
-  readmit_bits_ = options_.readmit_filter_bits ? options_.readmit_filter_bits : 16 * cap;
-  readmit_bits_ = (readmit_bits_ + 63) / 64 * 64;
+  const IdMapSizes z = id_map_sizes(options_);
+  table_slots_ = z.table_slots;
+  readmit_bits_ = z.readmit_bits;
   constexpr Category kCat = Category::kRowCache;
   LEANEMB_ASSIGN_OR_RETURN(meta_mem_, alloc->allocate(cap * sizeof(RowMeta), kCat));
   LEANEMB_ASSIGN_OR_RETURN(table_mem_, alloc->allocate(table_slots_ * sizeof(Slot), kCat));
   LEANEMB_ASSIGN_OR_RETURN(free_mem_, alloc->allocate(cap * sizeof(int64_t), kCat));
   LEANEMB_ASSIGN_OR_RETURN(readmit_mem_, alloc->allocate(readmit_bits_ / 8, kCat));
-  if (options_.min_count > 1) {
-    const uint64_t bytes = options_.bloom_counter_bits == 8 ? options_.bloom_counters : (options_.bloom_counters + 1) / 2;
+  if (z.bloom_bytes > 0) {
+    const uint64_t bytes = z.bloom_bytes;
     LEANEMB_ASSIGN_OR_RETURN(bloom_mem_, alloc->allocate(bytes, kCat));
     bloom_ = bloom_mem_.as<uint8_t>();
     std::memset(bloom_, 0, bytes);

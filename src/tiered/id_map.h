@@ -94,6 +94,11 @@ class IdMap {
   // Errors: InvalidArgument (options), ResourceExhausted (allocator). Null alloc: the default
   // host allocator.
   static Result<IdMap> create(const IdMapOptions& options, Allocator* alloc);
+  // The bytes create() allocates for `options` (category row_cache): per row its metadata (48 B),
+  // a free-list entry (8 B) and the re-admission filter (16 bits unless set), the hash table
+  // (bit_ceil(2 x rows) slots of 16 B), the admission filter when min_count > 1. The planner
+  // (src/plan) predicts with this. REQUIRES: options valid.
+  static size_t allocated_bytes(const IdMapOptions& options);
 
   IdMap(IdMap&&) noexcept = default;
   IdMap& operator=(IdMap&&) noexcept = default;

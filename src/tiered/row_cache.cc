@@ -283,7 +283,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   auto grow = [&](Allocation& a, size_t n) -> Status {
     if (a.size_bytes() >= n * stride) return Status();
     a.reset();
-    LEANEMB_ASSIGN_OR_RETURN(a, staging_alloc_->allocate(std::max<size_t>(n + n / 4, 16) * stride, Category::kIoBuffers, 4096));
+    LEANEMB_ASSIGN_OR_RETURN(a, staging_alloc_->allocate(row_cache_stage_rows(n) * stride, Category::kIoBuffers, 4096));
     return Status();
   };
   // Phase B: write back dirty victims.
@@ -453,7 +453,7 @@ Status RowCache::flush() {
     for (int32_t s = 0; s < capacity_; ++s)
       if ((index_.flags(s) & CacheIndex::kDirty) && index_.slot_row(s) >= 0) dirty_slots.push_back(s);
   }
-  constexpr size_t kChunk = 4096;
+  constexpr size_t kChunk = kRowCacheFlushChunkRows;  // the planner counts the staging (tiered/sizes.h)
   for (size_t b = 0; b < dirty_slots.size(); b += kChunk) {
     const size_t n = std::min(kChunk, dirty_slots.size() - b);
     if (stage_out_.size_bytes() < n * stride) {

@@ -112,4 +112,9 @@ class RowStore {
 // buffers (category io_buffers); it must outlive the store. Null: default_host_allocator().
 Result<std::unique_ptr<RowStore>> make_row_store(const RowStoreOptions& options, Allocator* host_alloc);
 
+// The block size a file store in directory `dir` would use: the direct-I/O alignment of a probe
+// file created there (and removed), 4096 when direct I/O is refused or the probe fails. The
+// planner sizes a file store's staging with it (tiered/sizes.h).
+uint32_t file_store_block_bytes(const std::string& dir);
+
 }  // namespace leanemb::tiered

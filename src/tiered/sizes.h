@@ -42,11 +42,35 @@ inline int64_t cache_capacity_rows(int64_t num_rows, double fraction) {
   return static_cast<int64_t>(c);
 }
 
+// A file row store's staging buffers (host tier, io_buffers; src/tiered/file_store.cc): one for
+// writes and one for reads, made when the store opens, of num_slots slots (the requests in
+// flight: queue_depth, at most 16 MiB of slots) of slot bytes (the blocks one row can touch);
+// a second read buffer only while two reads overlap (prefetch), and transient bulk buffers of
+// at most 8 MiB while a checkpoint is written or restored. `block_bytes` is the file system's
+// direct-I/O alignment (file_store_block_bytes), 4096 without direct I/O.
+inline constexpr size_t kFileStoreMaxStagingBytes = size_t{16} << 20;
+inline size_t file_store_slot_bytes(size_t row_bytes, size_t block_bytes) {
+  return (row_bytes + block_bytes - 1) / block_bytes * block_bytes + block_bytes;
+}
+inline size_t file_store_num_slots(size_t row_bytes, size_t block_bytes, int queue_depth) {
+  const size_t by_budget = std::max<size_t>(1, kFileStoreMaxStagingBytes / file_store_slot_bytes(row_bytes, block_bytes));
+  return std::min<size_t>(static_cast<size_t>(std::max(queue_depth, 1)), by_budget);
+}
+inline size_t file_store_staging_bytes(size_t row_bytes, size_t block_bytes, int queue_depth) {
+  return 2 * file_store_num_slots(row_bytes, block_bytes, queue_depth) * file_store_slot_bytes(row_bytes, block_bytes);
+}
+
+// The fetch's staging buffers (io_buffers) grow on demand to hold n rows with headroom:
+// max(n + n/4, 16) rows. flush() (checkpoints) writes dirty rows back in chunks of at most
+// kRowCacheFlushChunkRows through the write-back buffer, exactly sized.
+inline constexpr size_t kRowCacheFlushChunkRows = 4096;
+inline size_t row_cache_stage_rows(size_t n) { return std::max<size_t>(n + n / 4, 16); }
+
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
   size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;
                              // eviction candidates (row_cache_index_bytes)
-  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read plus victims written back
+  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read, plus victims written back (or a flush's chunk)
   size_t device_bytes() const { return slot_bytes + index_bytes; }
 };
 
@@ -89,8 +113,9 @@ inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, in
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
   s.index_bytes = row_cache_index_bytes(capacity_rows, policy);
-  const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0) * row_bytes;
-  s.staging_bytes = 2 * per_step;
+  const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0);
+  const size_t in = row_cache_stage_rows(per_step), out = std::max(in, std::min(kRowCacheFlushChunkRows, cap));
+  s.staging_bytes = (in + out) * row_bytes;
   return s;
 }
 

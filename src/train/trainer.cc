@@ -17,6 +17,7 @@
 #include "plan/memory_model.h"
 #include "plan/workload.h"
 #include "train/input_check.h"
+#include "tiered/row_store.h"
 #include "train/task.h"
 
 namespace leanemb::train {
@@ -277,6 +278,12 @@ Result<json> run_training(const RunOptions& ro) {
   ls.plan = [c](int world) -> Result<plan::Prediction> {
     LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, plan::workload_from_config(c));
     workload.num_shards = world;  // the plan of one rank (its share of the rows; docs/dist.md)
+    workload.grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
+    if (workload.file_store) {  // the block size the row files will get (the store directory exists by now)
+      std::error_code ec;
+      std::filesystem::create_directories(c.store_dir, ec);
+      workload.file_block_bytes = tiered::file_store_block_bytes(c.store_dir);
+    }
     return plan::predict_memory(workload);
   };
   const int world = ro.comm ? ro.comm->size() : 1;
