@@ -10,7 +10,10 @@
 #include "plan/report.h"
 #include "plan/workload.h"
 #include "tools/commands.h"
+#include "text/text_config.h"
+#include "text/text_plan.h"
 #include "train/config.h"
+#include "train/toml_section.h"
 
 namespace leanemb::tools {
 
@@ -80,6 +83,25 @@ int run_plan(const PlanArgs& a) {
   if (from_config) {
     if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
       return report_error(invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)"));
+    // A text config (task = "text"): the data is read (dictionary rows, ids per line) to size it.
+    auto text = train::read_text_file(a.config, "config");
+    if (!text.ok()) return report_error(text.status());
+    auto task = train::config_task(text.value(), a.config, a.sets);
+    if (!task.ok()) return report_error(task.status());
+    if (task.value() == "text") {
+      if (!a.write_config.empty()) return report_error(invalid_argument("--write-config is for CTR configs"));
+      auto tc = text::load_text_config(a.config, a.sets);
+      if (!tc.ok()) return report_error(tc.status());
+      auto data = text::read_text_data(tc.value());
+      if (!data.ok()) return report_error(data.status());
+      auto wl = text::text_workload(tc.value(), *data.value());
+      if (!wl.ok()) return report_error(wl.status());
+      w = std::move(wl).value();
+      ctx.workload_text = "text model of " + a.config + ": " + std::to_string(w.tables[0].num_rows) + " rows x dim " +
+                          std::to_string(w.tables[0].dim) + ", " + std::to_string(w.num_labels) + " labels, batch " +
+                          std::to_string(w.batch_size);
+      if (tc.value().checkpoint_every > 0) ctx.checkpoint_every = tc.value().checkpoint_every;
+    } else {
     auto c = train::load_config(a.config, a.sets);
     if (!c.ok()) return report_error(c.status());
     cfg = std::move(c).value();
@@ -89,6 +111,7 @@ int run_plan(const PlanArgs& a) {
     ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
                         std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
     if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
+    }
   } else {
     if (!a.sets.empty()) return report_error(invalid_argument("--set needs --config"));
     auto wl = flag_workload(a, &ctx.workload_text);

@@ -577,40 +577,48 @@ Result<ckpt::LatestCheckpoint> find_latest_complete_sharded(const std::string& o
 
 namespace {
 
-// Copies the rows this rank owns under `mine` from every shard that holds some.
+// Copies the rows this rank owns under `mine` from the shards that hold them, in chunks of this
+// rank's local rows: each chunk is assembled in memory (from one read per shard and run of
+// consecutive saved rows) and written with one call, so a store behind the table (the file
+// store: large aligned writes) sees whole ranges whatever the old and new process counts.
 Status copy_rows(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& shards,
                  const ShardPlan& mine, int rank, EmbeddingCollection& local, int64_t chunk_rows, int64_t* loaded) {
-  std::vector<uint8_t> rows;
-  std::vector<std::pair<int64_t, int64_t>> picks;  // (row in chunk, new local row)
+  std::vector<uint8_t> out, in;
+  struct Need {
+    int64_t saved_row;  // local row in the saved shard
+    int64_t pos;        // row in the chunk
+  };
+  std::vector<std::vector<Need>> need(static_cast<size_t>(g.layout.world_size));
   for (size_t t = 0; t < g.layout.tables.size(); ++t) {
     const int ti = static_cast<int>(t);
     const size_t stride = g.layout.tables[t].stride_bytes;
     const std::string name = kRowsPrefix + g.layout.tables[t].name;
-    if (mine.local_num_rows(ti, rank) == 0) continue;
-    for (int s = 0; s < g.layout.world_size; ++s) {
-      const int64_t n = g.plan.local_num_rows(ti, s);
-      for (int64_t l0 = 0; l0 < n; l0 += chunk_rows) {
-        const int64_t c = std::min(chunk_rows, n - l0);
-        picks.clear();
-        for (int64_t i = 0; i < c; ++i) {
-          const int64_t gr = g.plan.global_row(ti, s, l0 + i);
-          if (mine.owner(ti, gr) == rank) picks.emplace_back(i, mine.local_row(ti, gr));
-        }
-        if (picks.empty()) continue;
-        rows.resize(static_cast<size_t>(c) * stride);
-        LEANEMB_RETURN_IF_ERROR(shards[static_cast<size_t>(s)]->read_rows(name, l0, c, rows));
-        // Runs of consecutive rows on both sides are written with one call.
-        for (size_t a = 0; a < picks.size();) {
+    const int64_t n = mine.local_num_rows(ti, rank);
+    for (int64_t l0 = 0; l0 < n; l0 += chunk_rows) {
+      const int64_t c = std::min(chunk_rows, n - l0);
+      for (auto& v : need) v.clear();
+      for (int64_t i = 0; i < c; ++i) {
+        const int64_t gr = mine.global_row(ti, rank, l0 + i);
+        need[static_cast<size_t>(g.plan.owner(ti, gr))].push_back({g.plan.local_row(ti, gr), i});
+      }
+      out.resize(static_cast<size_t>(c) * stride);
+      for (size_t sh = 0; sh < need.size(); ++sh) {
+        std::vector<Need>& v = need[sh];
+        std::sort(v.begin(), v.end(), [](const Need& a, const Need& b) { return a.saved_row < b.saved_row; });
+        for (size_t a = 0; a < v.size();) {  // runs of consecutive saved rows: one read each
           size_t b = a + 1;
-          while (b < picks.size() && picks[b].first == picks[b - 1].first + 1 && picks[b].second == picks[b - 1].second + 1) ++b;
+          while (b < v.size() && v[b].saved_row == v[b - 1].saved_row + 1) ++b;
           const auto len = static_cast<int64_t>(b - a);
-          LEANEMB_RETURN_IF_ERROR(local.write_raw_rows(
-              ti, picks[a].second, len,
-              std::span<const uint8_t>(rows).subspan(static_cast<size_t>(picks[a].first) * stride, static_cast<size_t>(len) * stride)));
-          *loaded += len;
+          in.resize(static_cast<size_t>(len) * stride);
+          if (!shards[sh]) return internal_error("sharded checkpoint: shard " + std::to_string(sh) + " not open");
+          LEANEMB_RETURN_IF_ERROR(shards[sh]->read_rows(name, v[a].saved_row, len, in));
+          for (size_t k = a; k < b; ++k)
+            std::memcpy(out.data() + static_cast<size_t>(v[k].pos) * stride, in.data() + (k - a) * stride, stride);
           a = b;
         }
       }
+      LEANEMB_RETURN_IF_ERROR(local.write_raw_rows(ti, l0, c, out));
+      *loaded += c;
     }
   }
   return Status();

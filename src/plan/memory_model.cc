@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "model/ctr_model.h"
+#include "nn/grad_groups.h"
 #include "nn/mlp.h"
 #include "table/step_sizes.h"
 #include "tiered/sizes.h"
@@ -133,7 +134,7 @@ Status validate(const Workload& w) {
   if (w.micro_batches < 1 || w.micro_batches > w.batch_size)
     return invalid_argument("memory model: micro-batches must be in [1, batch size], got " + std::to_string(w.micro_batches));
   if (w.num_shards < 1) return invalid_argument("memory model: shard count must be >= 1");
-  if (w.kind == WorkloadKind::kCtr && (w.grad_groups < 1 || w.grad_groups % w.num_shards != 0))
+  if (w.kind != WorkloadKind::kEmbeddingOnly && (w.grad_groups < 1 || w.grad_groups % w.num_shards != 0))
     return invalid_argument("memory model: gradient groups (" + std::to_string(w.grad_groups) +
                             ") must be a positive multiple of the shard count (" + std::to_string(w.num_shards) + ")");
   if (!(w.cache_fraction > 0.0 && w.cache_fraction <= 1.0))
@@ -154,6 +155,8 @@ Status validate(const Workload& w) {
     if (w.bottom_mlp.empty()) return invalid_argument("memory model: the bottom MLP needs at least one layer");
     if (w.num_dense < 1) return invalid_argument("memory model: the CTR model needs >= 1 dense feature");
   }
+  if (w.kind == WorkloadKind::kText && (w.tables.size() != 1 || w.num_labels < 1 || w.text_hidden < 0))
+    return invalid_argument("memory model: the text model has one table, >= 1 label and a hidden width >= 0");
   return Status();
 }
 
@@ -174,6 +177,15 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   // kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
   // slice), the largest share over the shards, in micro-batches of at most n records.
   int64_t slice = B, groups_here = 1;
+  if (w.kind == WorkloadKind::kText) {  // TextModel::train_step: nn::group_slice, groups of at most n
+    slice = 0;
+    for (int r = 0; r < shards; ++r) {
+      const nn::GroupSlice sl = nn::group_slice(B, w.grad_groups, r, shards);
+      slice = std::max(slice, sl.hi - sl.lo);
+      groups_here = std::max(groups_here, sl.g1 - sl.g0);
+    }
+    n = (B + w.grad_groups - 1) / w.grad_groups;
+  }
   if (w.kind == WorkloadKind::kCtr) {
     slice = 0;
     for (int r = 0; r < shards; ++r) {
@@ -288,6 +300,72 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     out.comm_bytes_per_step = share * (static_cast<double>(out.ids_per_step) * 8 + 2.0 * static_cast<double>(out_floats_batch) * 4);
   }
 
+  const size_t pb = amp::precision_bytes(w.precision);
+  auto mlp_items = [&](const nn::MlpOptions& o, int64_t rows, std::vector<Item>* saved, std::vector<Item>* fwd, std::vector<Item>* bwd) {
+    const nn::MlpCallSizes s = nn::mlp_call_sizes(o, rows);
+    saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_input_numel) * pb));
+    if (s.saved_output_numel) saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_output_numel) * pb));
+    for (int64_t h : s.hidden_numel) {
+      const Item it = r.item(Category::kActivations, static_cast<size_t>(h) * pb);
+      (o.checkpoint_activations ? bwd : saved)->push_back(it);
+    }
+    for (int i = 0; i < s.forward_buffers; ++i) fwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+    for (int i = 0; i < s.backward_buffers; ++i) bwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+    if (s.scratch_floats) {
+      fwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+      bwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+    }
+  };
+  auto cat = [](std::initializer_list<const std::vector<Item>*> parts) {
+    std::vector<Item> v;
+    for (const auto* p : parts) v.insert(v.end(), p->begin(), p->end());
+    return v;
+  };
+
+  if (w.kind == WorkloadKind::kText) {
+    // ---- the text model (TextModel::train_step, predict) ----------------------------------------
+    const int64_t D = w.tables[0].dim, C = w.num_labels;
+    nn::MlpOptions head;
+    head.widths = {D};
+    if (w.text_hidden > 0) head.widths.push_back(w.text_hidden);
+    head.widths.push_back(C);
+    head.precision = w.precision;
+    const size_t params = nn::mlp_parameter_floats(head);
+    r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
+    r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
+    r.persist(r.item(Category::kOptimizerState,
+                     (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
+    // Gradient groups: a slot per group here plus their sum (nn/grad_groups.h), always made.
+    r.persist(r.item(Category::kGradients, static_cast<size_t>(groups_here + 1) * params * 4, Category::kActivations));
+    // The pooled buffer, kept: the larger of a step's slice and an evaluation batch's.
+    int64_t eval_slice = 0, eval_group = 0;
+    if (w.eval_batch_size > 0) {
+      for (int rk = 0; rk < shards; ++rk) {
+        const nn::GroupSlice es = nn::group_slice(w.eval_batch_size, w.grad_groups, rk, shards);
+        eval_slice = std::max(eval_slice, es.hi - es.lo);
+      }
+      eval_group = (w.eval_batch_size + w.grad_groups - 1) / w.grad_groups;
+    }
+    r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * 4));
+    r.persist(r.item(Category::kActivations, static_cast<size_t>(n * C) * 4));  // logits of a group
+    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * C) * 4));    // their gradient
+    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * 4));  // the pooled gradient
+    std::vector<Item> saved, fwd, bwd, esaved, efwd, ebwd;
+    mlp_items(head, n, &saved, &fwd, &bwd);
+    r.phase("embedding forward", {});
+    r.phase("head forward", cat({&saved, &fwd}));
+    r.phase("head backward", cat({&saved, &bwd}));
+    r.phase("embedding update", staging);
+    if (eval_group > 0) {
+      nn::MlpOptions eh = head;
+      mlp_items(eh, eval_group, &esaved, &efwd, &ebwd);
+      r.phase("evaluation", efwd);  // eval mode keeps nothing for a backward
+    }
+    out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * 4 + static_cast<double>(params) * 4 * 4;
+    r.finish(&out);
+    return out;
+  }
+
   if (w.kind == WorkloadKind::kEmbeddingOnly) {
     // Output of a micro-batch (kActivations, fp32 as the collection writes it) and the
     // gradient of the whole batch's output (kGradients): one update per step.
@@ -346,32 +424,11 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
                       {Category::kWorkspace, cb.dinter}, {Category::kWorkspace, cb.dz}})
     r.persist(r.item(c, f * 4));
 
-  const size_t pb = amp::precision_bytes(w.precision);
-  auto mlp_items = [&](const nn::MlpOptions& o, std::vector<Item>* saved, std::vector<Item>* fwd, std::vector<Item>* bwd) {
-    const nn::MlpCallSizes s = nn::mlp_call_sizes(o, n);
-    saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_input_numel) * pb));
-    if (s.saved_output_numel) saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_output_numel) * pb));
-    for (int64_t h : s.hidden_numel) {
-      const Item it = r.item(Category::kActivations, static_cast<size_t>(h) * pb);
-      (o.checkpoint_activations ? bwd : saved)->push_back(it);
-    }
-    for (int i = 0; i < s.forward_buffers; ++i) fwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
-    for (int i = 0; i < s.backward_buffers; ++i) bwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
-    if (s.scratch_floats) {
-      fwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
-      bwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
-    }
-  };
   std::vector<Item> b_saved, b_fwd, b_bwd, t_saved, t_fwd, t_bwd;
-  mlp_items(bottom, &b_saved, &b_fwd, &b_bwd);
-  mlp_items(top, &t_saved, &t_fwd, &t_bwd);
+  mlp_items(bottom, n, &b_saved, &b_fwd, &b_bwd);
+  mlp_items(top, n, &t_saved, &t_fwd, &t_bwd);
   const Item i_fwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, false) * 4);
   const Item i_bwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, true) * 4);
-  auto cat = [](std::initializer_list<const std::vector<Item>*> parts) {
-    std::vector<Item> v;
-    for (const auto* p : parts) v.insert(v.end(), p->begin(), p->end());
-    return v;
-  };
   const std::vector<Item> i_fwd_v{i_fwd}, i_bwd_v{i_bwd};
   r.phase("embedding forward", {});
   r.phase("bottom MLP forward", cat({&b_saved, &b_fwd}));

@@ -15,8 +15,9 @@
 // category peaks), as MemoryStats measures them. The steady state is modeled (step >= 2: the
 // collection's step buffers, allocated in step 1's update, are alive during the next forward).
 //
-// Two workloads: kCtr (the DLRM model `leanemb train` runs; predictions are checked against
-// measurement in memory_model_test.cc) and kEmbeddingOnly (tables and features alone, e.g. the
+// Three workloads: kCtr (the DLRM model `leanemb train` runs; predictions are checked against
+// measurement in memory_model_test.cc), kText (the text model of task = "text" configs: the
+// workload comes from src/text's text_workload, checked in text_test.cc) and kEmbeddingOnly (tables and features alone, e.g. the
 // seed's vocab x dim table with a sequence output; the model downstream of the embedding is not
 // counted: its output and the output's gradient are). Shards (issue 7, not built yet) divide the
 // rows and add communication buffers by the formula in docs/plan.md; not checked against
@@ -41,7 +42,7 @@
 
 namespace leanemb::plan {
 
-enum class WorkloadKind : uint8_t { kCtr, kEmbeddingOnly };
+enum class WorkloadKind : uint8_t { kCtr, kEmbeddingOnly, kText };
 
 // One table and the feature that looks it up (one feature per table).
 struct TableSpec {
@@ -67,6 +68,11 @@ struct Workload {
   std::vector<int64_t> top_mlp = {64, 32};
   nn::InteractionKind interaction = nn::InteractionKind::kDot;
   nn::DenseOptimizerKind dense_optimizer = nn::DenseOptimizerKind::kAdam;
+  // kText: the fastText-style model (src/text/text_model.h): one table, mean-pooled, then a head
+  // dim -> [hidden] -> num_labels; evaluation in batches of eval_batch_size examples.
+  int64_t num_labels = 0;
+  int64_t text_hidden = 0;
+  int64_t eval_batch_size = 0;
   // Embedding rows and their optimizer.
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;

@@ -103,7 +103,7 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
   for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) shard_counts.push_back(s);
   std::vector<int> micros;
   for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
-    if (base.batch_size % k == 0) micros.push_back(k);
+    if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) micros.push_back(k);  // text: no micro-batches
   std::vector<amp::Precision> precisions = {base.precision};
   if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == amp::Precision::kFp32)
     precisions.push_back(amp::Precision::kBf16);

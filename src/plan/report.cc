@@ -108,6 +108,13 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 naive_fits ? "fits" : "DOES NOT FIT", gb(r.naive.device().budget_bytes).c_str(), gb(r.usable_device_bytes).c_str(),
                 r.chosen.prediction.device().peak_phase.c_str(), r.num_fitting, r.num_candidates);
   out += buf;
+  // The config's own settings, as `leanemb train` would run them (its planned-vs-measured table).
+  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
+    std::snprintf(buf, sizeof buf, "as configured (no changes): device peak %s (a budget of %s runs it), host peak %s\n",
+                  both(as_is.value().device().peak_bytes).c_str(), both(as_is.value().device().budget_bytes).c_str(),
+                  both(as_is.value().host().peak_bytes).c_str());
+    out += buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "cost per step (nominal bandwidths): device memory %.2f GB -> %.2f ms, host link %.3f GB -> %.2f ms, "
                 "all-to-all %.3f GB -> %.2f ms; estimate %.2f ms\n",
@@ -173,6 +180,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   j["candidates"] = r.num_candidates;
   j["fitting"] = r.num_fitting;
   j["naive"] = {{"device", tier_json(r.naive.device())}};
+  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok())
+    j["as_configured"] = {{"device", tier_json(as_is.value().device())}, {"host", tier_json(as_is.value().host())}};
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},
                {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},

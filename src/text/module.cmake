@@ -6,6 +6,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/text_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/text_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/text_trainer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/text_plan.cc
 )
 
 if(LEANEMB_BUILD_TESTS)

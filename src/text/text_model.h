@@ -110,12 +110,14 @@ class TextModel {
   MemoryStats memory_stats() const { return alloc_->memory_stats(); }
   // Bytes of the input table's fat rows (weights and optimizer state) in this process.
   size_t table_bytes() const;
+  // The collection (one table, one mean-pooled feature) a model of `o` builds; the planner
+  // describes the table with it.
+  static CollectionOptions collection_options(const TextModelOptions& o);
 
  private:
   TextModel(TextModelOptions o, Allocator* a, nn::Mlp head) : options_(std::move(o)), alloc_(a), head_(std::move(head)) {}
   static Result<std::unique_ptr<TextModel>> create_impl(const TextModelOptions& o, Allocator* dense, Allocator* state,
                                                         std::unique_ptr<EmbeddingTables> tables);
-  static CollectionOptions collection_options(const TextModelOptions& o);
   // This rank's examples [lo, hi) of a batch of offsets.size() - 1: ids and rebased offsets.
   SparseBatch slice(std::span<const int64_t> ids, std::span<const int64_t> offsets, int64_t lo, int64_t hi);
   TextModelOptions options_;

@@ -14,14 +14,13 @@
 
 #include "amp/loss_scaler.h"
 #include "text/text_model.h"
+#include "text/text_plan.h"
 #include "train/task.h"
 
 namespace leanemb::text {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 size_t peak_rss_bytes() {
   rusage ru{};
@@ -113,15 +112,19 @@ constexpr char kPositionMagic[] = "leanemb-text-position-v1";
 // global batch to the model, which computes the rank's groups of it.
 class TextTask final : public train::TrainTask {
  public:
-  static Result<std::unique_ptr<train::TrainTask>> create(const TextConfig& c, int grad_groups, const train::TaskContext& tc) {
+  // `data`: what the plan read (read_text_data), taken over; null: read here.
+  static Result<std::unique_ptr<train::TrainTask>> create(const TextConfig& c, int grad_groups, const train::TaskContext& tc,
+                                                          std::shared_ptr<TextData> data) {
     auto t = std::unique_ptr<TextTask>(new TextTask(c));
-    const auto t_start = Clock::now();
-    LEANEMB_ASSIGN_OR_RETURN(t->dict_, Dictionary::build(c.train_files, c.data));
-    LEANEMB_ASSIGN_OR_RETURN(t->train_, read_dataset(c.train_files, t->dict_, c.data, &t->train_stats_));
-    if (!c.eval_files.empty()) {
-      LEANEMB_ASSIGN_OR_RETURN(t->eval_, read_dataset(c.eval_files, t->dict_, c.data, &t->eval_stats_));
+    if (data == nullptr) {
+      LEANEMB_ASSIGN_OR_RETURN(data, read_text_data(c));
     }
-    t->data_seconds_ = seconds_since(t_start);
+    t->dict_ = std::move(data->dict);
+    t->train_ = std::move(data->train);
+    t->eval_ = std::move(data->eval);
+    t->train_stats_ = data->train_stats;
+    t->eval_stats_ = data->eval_stats;
+    t->data_seconds_ = data->seconds;
     if (tc.say)
       tc.say(std::to_string(t->dict_.num_words()) + " words, " + std::to_string(t->dict_.num_labels()) + " labels, " +
              std::to_string(t->train_.num_examples()) + " training lines (" + std::to_string(t->train_stats_.tokens) +
@@ -305,7 +308,19 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.record = c.record;
   const int world = ro.comm ? ro.comm->size() : 1;
   const int grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
-  ls.make_task = [c, grad_groups](const train::TaskContext& tc) { return TextTask::create(c, grad_groups, tc); };
+  // The data is read once: by the plan (it needs the dictionary's rows and the examples' ids), then
+  // handed to the task.
+  auto data = std::make_shared<std::shared_ptr<TextData>>();
+  ls.plan = [c, data](int world) -> Result<plan::Prediction> {
+    LEANEMB_ASSIGN_OR_RETURN(*data, read_text_data(c));
+    LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, text_workload(c, **data));
+    w.num_shards = world;  // the plan of one rank (its share of the rows)
+    w.grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
+    return plan::predict_memory(w);
+  };
+  ls.make_task = [c, grad_groups, data](const train::TaskContext& tc) {
+    return TextTask::create(c, grad_groups, tc, std::move(*data));
+  };
   return train::run_loop(ro, std::move(ls));
 }
 

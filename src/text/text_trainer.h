@@ -29,7 +29,8 @@ struct TextEvalResult {
 class TextModel;
 struct TextDataset;
 // Evaluates `model` on `data` in batches of `batch_size`.
-Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = 256);
+inline constexpr int64_t kTextEvalBatchSize = 256;  // examples per evaluation batch (the planner counts them)
+Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = kTextEvalBatchSize);
 
 // The text run of `leanemb train` on the one loop (train/task.h): options as for a CTR run
 // (output directory, resume, stop signal, steps, communicator).
