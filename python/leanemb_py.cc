@@ -48,6 +48,7 @@
 #include "leanemb/memory.h"
 #include "leanemb/optimizer.h"
 #include "data/reader.h"
+#include "tables_py.h"
 #include "zipf.h"
 
 namespace py = pybind11;
@@ -370,7 +371,9 @@ py::list read_ctr(const py::object& files_obj, int num_dense, int num_sparse, co
 }  // namespace
 
 PYBIND11_MODULE(_leanemb, m) {
-  m.doc() = "leanemb: one embedding table with fused sparse optimizers (see python/leanemb_py.cc)";
+  m.doc() = "leanemb's native module: Tables (the table interface, python/tables_py.cc; used by the leanemb package), "
+            "and Collection, zipf_batches, read_ctr (benchmarks, python/leanemb_py.cc)";
+  leanemb::python::bind_tables(m);
   py::class_<PyCollection>(m, "Collection")
       .def(py::init<int64_t, int64_t, const std::string&, const std::string&, float, float, float, float, float,
                     const std::string&, const std::string&, int, uint64_t, bool>(),
