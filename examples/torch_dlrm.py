@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""A DLRM-style CTR model in PyTorch whose embedding tables are leanemb's (leanemb.torch).
+
+The model of `leanemb train` (examples/ctr_small.toml): 13 dense features -> bottom MLP 64, 16;
+26 categorical features, each with its own table of `--rows` rows x 16 (pooled sum); the dot
+interaction of the 27 vectors; top MLP 64, 32 -> 1; Adam on the dense part, the tables' fused
+optimizer (Adagrad, lr 0.05 by default) applied inside backward.
+
+Data: `--data DIR` reads DIR/train.tsv and DIR/eval.tsv (Criteo TSV, e.g. data/ctr_small written
+by `leanemb train`) with leanemb's own reader; without it a small synthetic set with a planted
+logistic teacher is generated in memory (what CI runs: `--steps 60 --check`).
+
+    PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --steps 200
+    PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --data data/ctr_small \
+        --dtype bf16 --optimizer rowwise_adagrad
+
+Prints the training loss every --log-every steps, then eval loss and AUC. --check exits 1 unless
+the loss of the last tenth of the steps is below the first tenth's and the eval AUC beats 0.55.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import leanemb.torch as lt
+
+NUM_DENSE, NUM_SPARSE, DIM = 13, 26, 16
+
+
+def synthetic(rng, n, rows, teacher):
+    """Rows of a planted teacher: logit = dense . a + sum_f b_f[id_f] (+ noise); ids Zipf-like."""
+    dense = rng.standard_normal((n, NUM_DENSE)).astype(np.float32)
+    ids = np.minimum(rng.zipf(1.3, size=(n, NUM_SPARSE)) - 1, rows - 1).astype(np.int64)
+    logit = dense @ teacher["a"] + teacher["b"][np.arange(NUM_SPARSE), ids].sum(1) - 1.0
+    labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    return labels, dense, ids
+
+
+def synthetic_batches(rng, n, rows, batch, teacher):
+    labels, dense, ids = synthetic(rng, n, rows, teacher)
+    out = []
+    for s in range(0, n - batch + 1, batch):
+        sl = slice(s, s + batch)
+        # KJT layout: feature-major, one id per bag
+        values = torch.from_numpy(np.ascontiguousarray(ids[sl].T).reshape(-1))
+        out.append((torch.from_numpy(labels[sl]), torch.from_numpy(dense[sl]), values,
+                    torch.ones(NUM_SPARSE * batch, dtype=torch.int64)))
+    return out
+
+
+def file_batches(path, rows, batch, max_batches):
+    import leanemb  # noqa: PLC0415
+    out = []
+    for labels, dense, sparse in leanemb._C.read_ctr(path, NUM_DENSE, NUM_SPARSE, rows, batch, max_batches=max_batches):
+        values = torch.from_numpy(np.concatenate([ids for ids, _ in sparse]))
+        lengths = torch.from_numpy(np.concatenate([np.diff(off) for _, off in sparse]))
+        out.append((torch.from_numpy(labels), torch.from_numpy(dense), values, lengths))
+    return out
+
+
+def mlp(sizes, last_act=True):
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2 or last_act:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+class DLRM(torch.nn.Module):
+    def __init__(self, rows, dtype, optimizer, lr, threads):
+        super().__init__()
+        self.keys = [f"c{i}" for i in range(NUM_SPARSE)]
+        self.ebc = lt.EmbeddingBagCollection(
+            [lt.EmbeddingBagConfig(name=f"t{i}", num_embeddings=rows, embedding_dim=DIM, feature_names=[k],
+                                   dtype=dtype, optimizer=optimizer, learning_rate=lr)
+             for i, k in enumerate(self.keys)], num_threads=threads)
+        self.bottom = mlp([NUM_DENSE, 64, DIM])
+        n = NUM_SPARSE + 1
+        self.top = mlp([n * (n - 1) // 2 + DIM, 64, 32, 1], last_act=False)
+        iu = torch.triu_indices(n, n, offset=1)
+        self.register_buffer("iu0", iu[0], persistent=False)
+        self.register_buffer("iu1", iu[1], persistent=False)
+
+    def forward(self, dense, values, lengths):
+        kjt = lt.KeyedJaggedTensor(self.keys, values, lengths=lengths)
+        x = self.bottom(dense)                                   # [B, D]
+        e = self.ebc(kjt).values().view(-1, NUM_SPARSE, DIM)     # [B, 26, D]
+        z = torch.cat([x.unsqueeze(1), e], 1)                    # [B, 27, D]
+        dots = torch.bmm(z, z.transpose(1, 2))[:, self.iu0, self.iu1]
+        return self.top(torch.cat([x, dots], 1)).squeeze(1)
+
+
+def auc(labels, scores):
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(1, len(scores) + 1)
+    pos = labels > 0.5
+    npos, nneg = pos.sum(), (~pos).sum()
+    if npos == 0 or nneg == 0:
+        return float("nan")
+    return float((ranks[pos].sum() - npos * (npos + 1) / 2) / (npos * nneg))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", help="directory with train.tsv and eval.tsv (Criteo TSV); default: synthetic")
+    p.add_argument("--rows", type=int, default=1000, help="rows per table (ids are hashed into them)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=200, help="training steps (0 = the whole train file)")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--optimizer", default="adagrad")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--dense-lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--check", action="store_true", help="exit 1 unless the loss decreased and the AUC > 0.55")
+    a = p.parse_args()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    rng = np.random.default_rng(a.seed)
+    if a.data:
+        train = file_batches(os.path.join(a.data, "train.tsv"), a.rows, a.batch_size, a.steps)
+        evals = file_batches(os.path.join(a.data, "eval.tsv"), a.rows, a.batch_size, 50)
+    else:
+        teacher = {"a": rng.standard_normal(NUM_DENSE).astype(np.float32) * 0.3,
+                   "b": rng.standard_normal((NUM_SPARSE, a.rows)).astype(np.float32) * 0.4}
+        train = synthetic_batches(rng, a.steps * a.batch_size, a.rows, a.batch_size, teacher)
+        evals = synthetic_batches(rng, 20 * a.batch_size, a.rows, a.batch_size, teacher)
+    model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads)
+    opt = torch.optim.Adam([p for n, p in model.named_parameters()], lr=a.dense_lr)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    losses = []
+    t0 = time.perf_counter()
+    for step, (labels, dense, values, lengths) in enumerate(train, 1):
+        opt.zero_grad()
+        loss = loss_fn(model(dense, values, lengths), labels)
+        loss.backward()          # the embedding tables are updated here
+        opt.step()
+        losses.append(float(loss))
+        if step % a.log_every == 0:
+            print(f"step {step} loss {np.mean(losses[-a.log_every:]):.4f}", flush=True)
+    secs = time.perf_counter() - t0
+    model.eval()
+    ys, ss = [], []
+    with torch.no_grad():
+        for labels, dense, values, lengths in evals:
+            ys.append(labels.numpy())
+            ss.append(model(dense, values, lengths).numpy())
+    y, s = np.concatenate(ys), np.concatenate(ss)
+    eval_loss = float(loss_fn(torch.from_numpy(s), torch.from_numpy(y)))
+    eval_auc = auc(y, s)
+    n = max(1, len(losses) // 10)
+    first, last = float(np.mean(losses[:n])), float(np.mean(losses[-n:]))
+    print(f"trained {len(losses)} steps in {secs:.2f} s ({len(losses) * a.batch_size / secs:.0f} samples/s); "
+          f"loss first {first:.4f} last {last:.4f}; eval loss {eval_loss:.4f} auc {eval_auc:.4f}")
+    print(model.ebc.memory_summary())
+    if a.check and not (last < first and eval_auc > 0.55):
+        print("check failed: the loss did not decrease or the AUC is too low", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
