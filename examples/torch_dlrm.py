@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+import leanemb  # noqa: F401  (before torch: OpenMP waits passively, docs/python.md)
 import numpy as np
 import torch
 

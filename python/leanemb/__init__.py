@@ -10,6 +10,13 @@ After ``cmake --build --preset release`` the package lies in ``build/release/pyt
 import os as _os
 import sys as _sys
 
+# OpenMP threads that spin after each torch op steal the cores of leanemb's worker pool (on 2
+# cores a step ran 7x slower, bench/torch_overhead.py). The CLI runs with passive waiting; here it
+# is the default only when the OpenMP runtime is not loaded yet (leanemb imported before torch).
+_OMP_WAIT_POLICY_GIVEN = "OMP_WAIT_POLICY" in _os.environ
+_TORCH_LOADED_FIRST = "torch" in _sys.modules
+_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 try:
     # The build puts the module next to this file. One process must load it once: a plain
     # `import _leanemb` (the benchmarks) and this package share the same module object.

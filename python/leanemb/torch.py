@@ -30,6 +30,14 @@ __all__ = [
     "EmbeddingBagCollection", "EmbeddingCollection", "LearningRateAdapter",
 ]
 
+if _le._TORCH_LOADED_FIRST and not _le._OMP_WAIT_POLICY_GIVEN and torch.get_num_threads() > 1:
+    import warnings  # noqa: E402
+
+    warnings.warn("leanemb.torch: torch was imported before leanemb with OpenMP threads that spin while waiting; "
+                  "they slow leanemb's update down when cores are few. Set OMP_WAIT_POLICY=passive in the "
+                  "environment, import leanemb before torch, or torch.set_num_threads(1) (docs/python.md).",
+                  RuntimeWarning, stacklevel=2)
+
 _OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam", "none")
 
 
