@@ -453,3 +453,24 @@ def test_dlrm_example_trains():
     r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "torch_dlrm.py"), "--steps", "60", "--check"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_sequence_weights_and_their_gradient():
+    rng = np.random.default_rng(17)
+    ec = lt.EmbeddingCollection([lt.EmbeddingConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t", feature_names=["x"],
+                                                    optimizer="sgd", learning_rate=0.5)])
+    kjt0 = batch(rng, ["x"], weights=True)
+    ids, off, w = kjt0.feature("x")
+    wt = w.clone().requires_grad_(True)
+    weight = ec.weight("t")
+    G = torch.tensor(rng.standard_normal((ids.numel(), DIM)), dtype=torch.float32)
+    out = ec(lt.KeyedJaggedTensor(["x"], ids, offsets=off, weights=wt))["x"].values()
+    assert close(out.detach(), weight[ids] * w.unsqueeze(1))
+    (out * G).sum().backward()
+    assert close(wt.grad, (weight[ids] * G).sum(1))
+    # the rows were updated with the weighted gradient
+    want = weight.clone().index_add_(0, ids, -0.5 * G * w.unsqueeze(1))
+    assert close(ec.weight("t"), want)
+    assert list(ec.parameters()) == []
+    with pytest.raises(TypeError, match="floats"):
+        lt.KeyedJaggedTensor(["x"], ids, offsets=off, weights=torch.ones(ids.numel(), dtype=torch.int64))

@@ -313,17 +313,20 @@ class EmbeddingConfig(EmbeddingBagConfig):
 class _Batch:
     """One call's inputs, per native feature (the user's features, then their per-id-row twins)."""
 
-    def __init__(self, B, ids, offsets, weights, twin_on):
+    def __init__(self, B, ids, offsets, weights, twin_on, twins=True):
         self.B = B
         self.ids = ids          # [F] int64 tensors (contiguous; views of the KJT where possible)
         self.offsets = offsets  # [F] int64 tensors [B + 1]
         self.weights = weights  # [F] float32 tensors or None (detached)
         self.twin_on = twin_on  # rows of every id wanted (per-sample-weight gradients)
+        self.twins = twins      # the native collection has the twin features
 
     def native(self, with_twins):
         ids = [t.numpy() for t in self.ids]
         offs = [t.numpy() for t in self.offsets]
         ws = [None if w is None else w.numpy() for w in self.weights]
+        if not self.twins:
+            return ids, offs, ws
         empty_ids = np.zeros(0, np.int64)
         zero_offs = np.zeros(self.B + 1, np.int64)
         if with_twins:
@@ -424,7 +427,9 @@ class _TablesModule(torch.nn.Module):
         feats = [{"name": f, "table": t, "pooling": p} for (f, t), p in zip(self._features, self._pooling)]
         # Twins: one sequence feature per feature over the same table, giving each id's row for
         # the gradients of per-id weights (empty unless a weights tensor requires grad).
-        feats += [{"name": "__rows__" + f, "table": t, "pooling": "none"} for f, t in self._features]
+        # (Sequence modules apply per-id weights with torch after the lookup: no twins.)
+        if not self._sequence:
+            feats += [{"name": "__rows__" + f, "table": t, "pooling": "none"} for f, t in self._features]
         coll = {"placement": placement, "device_budget_bytes": int(device_budget_bytes),
                 "host_budget_bytes": int(host_budget_bytes), "seed": int(seed), "num_threads": int(num_threads),
                 "bounds_check": bounds_check, "use_reference_kernels": bool(use_reference_kernels)}
@@ -507,13 +512,16 @@ class _TablesModule(torch.nn.Module):
         if missing:
             raise ValueError(f"KeyedJaggedTensor lacks features {missing} (has {kjt.keys()})")
         B = kjt.stride()
-        ids, offs, ws = [], [], []
+        ids, offs, ws, seq_w = [], [], [], []
         for f, _ in self._features:
             i, o, w = kjt.feature(f)
             if not o.is_contiguous():
                 o = o.contiguous()
             ids.append(i)
             offs.append(o)
+            if self._sequence:
+                seq_w.append(w)  # applied with torch after the lookup (autograd does the rest)
+                w = None
             if w is not None:
                 wd = w.detach()
                 if wd.dtype != torch.float32 or not wd.is_contiguous():
@@ -522,8 +530,8 @@ class _TablesModule(torch.nn.Module):
                 w = wd
             ws.append(w)
         w_all = kjt.weights_or_none()
-        twin_on = w_all is not None and w_all.requires_grad and torch.is_grad_enabled()
-        return _Batch(B, ids, offs, ws, twin_on), (w_all if twin_on else None)
+        twin_on = (not self._sequence and w_all is not None and w_all.requires_grad and torch.is_grad_enabled())
+        return _Batch(B, ids, offs, ws, twin_on, twins=not self._sequence), (w_all if twin_on else None), seq_w
 
     def _native_forward(self, batch):
         B = batch.B
@@ -539,23 +547,26 @@ class _TablesModule(torch.nn.Module):
                 outs.append(t)
                 seq.append(t)
         twin_rows = []
-        for k, d in enumerate(self._dims):
-            n = batch.ids[k].numel() if batch.twin_on else 0
-            twin_rows.append(torch.empty((n, d), dtype=torch.float32))
+        if batch.twins:
+            for k, d in enumerate(self._dims):
+                n = batch.ids[k].numel() if batch.twin_on else 0
+                twin_rows.append(torch.empty((n, d), dtype=torch.float32))
         ids, offs, ws = batch.native(batch.twin_on)
         self._tables.forward(B, ids, offs, ws, None if pooled is None else pooled.numpy(),
                              [t.numpy() for t in seq] + [t.numpy() for t in twin_rows])
         return outs, (twin_rows if batch.twin_on else None)
 
     def _lookup(self, kjt):
-        batch, w_req = self._batch(kjt)
+        batch, w_req, seq_w = self._batch(kjt)
         use_grad = torch.is_grad_enabled() and (self._needs_backward or w_req is not None)
         if not use_grad:
             with torch.no_grad():
                 outs, _ = self._native_forward(batch)
-            return outs, batch
-        outs = _LookupFunction.apply(self, batch, self._anchor, w_req)
-        return list(outs), batch
+        else:
+            outs = list(_LookupFunction.apply(self, batch, self._anchor, w_req))
+        if self._sequence:
+            outs = [o if w is None else o * w.to(o.dtype).unsqueeze(1) for o, w in zip(outs, seq_w)]
+        return outs, batch
 
     # ---- backward ----
     def _grad_arrays(self, batch, grads):
@@ -628,9 +639,10 @@ class _TablesModule(torch.nn.Module):
         g_pooled = None if self._sequence else grads[0].numpy()
         g_seq = [g.numpy() for g in grads] if self._sequence else []
         zeros = []
-        for k, d in enumerate(self._dims):
-            n = batch.ids[k].numel() if batch.twin_on else 0
-            zeros.append(np.zeros((n, d), np.float32))
+        if batch.twins:
+            for k, d in enumerate(self._dims):
+                n = batch.ids[k].numel() if batch.twin_on else 0
+                zeros.append(np.zeros((n, d), np.float32))
         rep = self._tables.backward_update(batch.B, ids, offs, ws, g_pooled, g_seq + zeros,
                                            1.0 / self.loss_scale, self.check_finite)
         self.last_update = rep
@@ -666,7 +678,7 @@ class _TablesModule(torch.nn.Module):
                 ws.append(torch.cat([b.weights[k] if b.weights[k] is not None
                                      else torch.ones(b.ids[k].numel(), dtype=torch.float32) for b, _ in pend]))
         B = sum(b.B for b, _ in pend)
-        batch = _Batch(B, ids, offs, ws, False)
+        batch = _Batch(B, ids, offs, ws, False, twins=not self._sequence)
         if self._sequence:
             grads = [torch.cat([g[k] for _, g in pend]) for k in range(nf)]
         else:
