@@ -1,6 +1,8 @@
-// _leanemb: a small pybind11 binding of one EmbeddingCollection (one table, one feature) and of
-// the CTR data reader, used by bench/peer_torch.py, bench/dlrm_torch.py and
-// tests/torch_parity_test.py, and the seed of the future Python API.
+// _leanemb: the native module. This file: a small binding of one EmbeddingCollection (one
+// table, one feature) and of the CTR data reader, used by bench/peer_torch.py,
+// bench/dlrm_torch.py and tests/torch_parity_test.py. The table interface behind the `leanemb`
+// Python package (leanemb.torch, docs/python.md) is python/tables_py.cc (Tables, checkpoints,
+// predict_memory), added to the same module.
 //
 //   Collection(num_rows, dim, dtype="fp32", optimizer="sgd", lr=0.01, eps=1e-8, beta1=0.9,
 //              beta2=0.999, weight_decay=0.0, state_dtype="fp32", pooling="sum", threads=2,

@@ -366,6 +366,14 @@ def test_state_dict_round_trip():
     keys = outer.state_dict().keys()
     assert "ebc.embedding_bags.t.weight" in keys and "lin.weight" in keys
     outer.load_state_dict(outer.state_dict())
+    bad = dict(sd)
+    bad["embedding_bags.other.weight"] = torch.zeros(1)
+    with pytest.raises(RuntimeError, match="Unexpected"):
+        b.load_state_dict(bad)
+    del bad["embedding_bags.other.weight"], bad["embedding_bags.t.fat_rows"], bad["embedding_bags.t.weight"]
+    with pytest.raises(RuntimeError, match="Missing"):
+        b.load_state_dict(bad)
+    assert b.load_state_dict(bad, strict=False).missing_keys == ["embedding_bags.t.weight"]
 
 
 def cli():
@@ -474,3 +482,10 @@ def test_sequence_weights_and_their_gradient():
     assert list(ec.parameters()) == []
     with pytest.raises(TypeError, match="floats"):
         lt.KeyedJaggedTensor(["x"], ids, offsets=off, weights=torch.ones(ids.numel(), dtype=torch.int64))
+
+
+def test_seq_example_trains():
+    r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "torch_seq.py"), "--rows", "100000", "--steps", "30",
+                        "--check"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "+0.00%" in r.stdout  # the planner's embedding bytes equal the measured ones

@@ -752,10 +752,8 @@ class _TablesModule(torch.nn.Module):
         elif strict:
             missing_keys.append(sk)
         mine = {f"{prefix}{self._prefix}.{c.name}.{s}" for c in self._configs for s in ("weight", "fat_rows")} | {sk}
-        if strict:
-            for k in state_dict:
-                if k.startswith(prefix) and k not in mine and "." not in k[len(prefix):].replace(self._prefix + ".", "", 1):
-                    unexpected_keys.append(k)
+        if strict:  # the module has no children: every other key under its prefix is unexpected
+            unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k not in mine)
 
     def save(self, out_dir, keep_last=3):
         """Writes a crash-safe checkpoint <out_dir>/checkpoints/step-<N> (N = step_count) in leanemb's
