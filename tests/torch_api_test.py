@@ -139,6 +139,57 @@ def test_rowwise_adagrad_matches_reference_rule():
     assert close(ebc.optimizer_state("t")[:, 0], s)
 
 
+def test_partial_rowwise_adam_matches_reference_rule():
+    # m += (1-b1)(g - m); v += (1-b2)(mean_j(g_j^2) - v) per row; w -= lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps)
+    rng = np.random.default_rng(18)
+    lr, eps, b1, b2 = 0.01, 1e-8, 0.9, 0.999
+    ebc = ebc_one("partial_rowwise_adam", "mean", lr, eps=eps)
+    w = ebc.weight("t").double()
+    m = torch.zeros(ROWS, DIM, dtype=torch.float64)
+    v = torch.zeros(ROWS, dtype=torch.float64)
+    for t in range(1, STEPS + 1):
+        kjt = batch(rng, ["f"])
+        G = torch.tensor(rng.standard_normal((B, DIM)), dtype=torch.float32)
+        (ebc(kjt).values() * G).sum().backward()
+        ids, off, _ = kjt.feature("f")
+        lens = (off[1:] - off[:-1]).clamp(min=1).double()
+        bag = torch.repeat_interleave(torch.arange(B), off[1:] - off[:-1])
+        g = torch.zeros(ROWS, DIM, dtype=torch.float64).index_add_(0, ids, (G.double() / lens.unsqueeze(1))[bag])
+        u = torch.unique(ids)
+        m[u] += (1 - b1) * (g[u] - m[u])
+        v[u] += (1 - b2) * ((g[u] ** 2).mean(1) - v[u])
+        w[u] -= lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m[u] / (v[u].sqrt() + eps).unsqueeze(1)
+    assert close(ebc.weight("t"), w)
+    st = ebc.optimizer_state("t")
+    assert close(st[:, :DIM], m) and close(st[:, DIM], v)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_sequence_matches_torch_optimizer(optimizer):
+    rng = np.random.default_rng(19)
+    ec = lt.EmbeddingCollection([lt.EmbeddingConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t", feature_names=["x", "y"],
+                                                    optimizer=optimizer, learning_rate=0.05)])
+    ref = torch.nn.Embedding(ROWS, DIM, sparse=True)
+    with torch.no_grad():
+        ref.weight.copy_(ec.weight("t"))
+    opt = torch_opt(optimizer, ref.parameters(), 0.05)
+    for _ in range(STEPS):
+        kjt = batch(rng, ["x", "y"])
+        out = ec(kjt)
+        loss, rloss = 0, 0
+        opt.zero_grad()
+        for k in ("x", "y"):
+            ids, _, _ = kjt.feature(k)
+            G = torch.tensor(rng.standard_normal((ids.numel(), DIM)), dtype=torch.float32)
+            loss = loss + (out[k].values() * G).sum()
+            rloss = rloss + (ref(ids) * G).sum()
+        loss.backward()
+        rloss.backward()
+        opt.step()
+    assert ec.step_count == STEPS
+    assert close(ec.weight("t"), ref.weight.detach())
+
+
 def test_sequence_adam_matches_sparse_adam():
     rng = np.random.default_rng(5)
     lr = 0.01
@@ -226,10 +277,13 @@ def test_per_backward_updates_each_backward():
     with torch.no_grad():
         ref.weight.copy_(ebc.weight("t"))
     opt = torch_opt("adagrad", ref.parameters(), 0.1)
-    kjt = batch(rng, ["f"])
-    ids, off, _ = kjt.feature("f")
-    out = ebc(kjt).values()
-    ro = ref(ids, off[:-1])
+    kjt0 = batch(rng, ["f"], weights=True)
+    ids, off, w = kjt0.feature("f")
+    wt, wr = w.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    w0 = ebc.weight("t").requires_grad_(True)
+    (torch.nn.functional.embedding_bag(ids, w0, off[:-1], mode="sum", per_sample_weights=wr).sum() * 2).backward()
+    out = ebc(lt.KeyedJaggedTensor(["f"], ids, offsets=off, weights=wt)).values()
+    ro = ref(ids, off[:-1], per_sample_weights=w)
     for _ in range(2):  # two losses over one forward: two updates (FBGEMM's behaviour)
         out.sum().backward(retain_graph=True)
         opt.zero_grad()
@@ -237,6 +291,7 @@ def test_per_backward_updates_each_backward():
         opt.step()
     assert ebc.step_count == 2
     assert close(ebc.weight("t"), ref.weight.detach())
+    assert close(wt.grad, wr.grad)  # both backwards gave the weights their gradient (rows as forward read them)
 
 
 def test_accumulate_applies_one_update_on_step():

@@ -353,7 +353,6 @@ class _LookupFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         module = ctx.module
         psw_grad = module._native_backward(ctx.batch, list(grads), ctx.twin_rows)
-        ctx.twin_rows = None
         if ctx.weights_shape is None or psw_grad is None:
             return None, None, None, None
         return None, None, None, psw_grad.reshape(ctx.weights_shape)
