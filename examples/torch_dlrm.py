@@ -14,7 +14,10 @@ logistic teacher is generated in memory (what CI runs: `--steps 60 --check`).
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --data data/ctr_small \
         --dtype bf16 --optimizer rowwise_adagrad
 
-Prints the training loss every --log-every steps, then eval loss and AUC. --check exits 1 unless
+Prints the training loss every --log-every steps, then eval loss and AUC, samples/s and the
+peak RSS. `--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and
+the matching torch optimizer instead (fp32 rows), for comparison: run each in its own process
+(the peak RSS is the process's). --check exits 1 unless
 the loss of the last tenth of the steps is below the first tenth's and the eval AUC beats 0.55.
 """
 import argparse
@@ -71,14 +74,35 @@ def mlp(sizes, last_act=True):
     return torch.nn.Sequential(*layers)
 
 
+class TorchBags(torch.nn.Module):
+    """The same tables as torch.nn.EmbeddingBag(sparse=True) (--embedding torch), initialized as
+    leanemb initializes its rows (U(-1/sqrt(rows), 1/sqrt(rows)))."""
+
+    def __init__(self, rows):
+        super().__init__()
+        self.bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(rows, DIM, mode="sum", sparse=True) for _ in range(NUM_SPARSE))
+        for b in self.bags:
+            torch.nn.init.uniform_(b.weight, -rows ** -0.5, rows ** -0.5)
+
+    def forward(self, kjt):
+        outs = []
+        for i, b in enumerate(self.bags):
+            ids, off, _ = kjt.feature(f"c{i}")
+            outs.append(b(ids, off[:-1]))
+        return lt.KeyedTensor([f"c{i}" for i in range(NUM_SPARSE)], [DIM] * NUM_SPARSE, torch.cat(outs, 1))
+
+
 class DLRM(torch.nn.Module):
-    def __init__(self, rows, dtype, optimizer, lr, threads):
+    def __init__(self, rows, dtype, optimizer, lr, threads, embedding="leanemb"):
         super().__init__()
         self.keys = [f"c{i}" for i in range(NUM_SPARSE)]
-        self.ebc = lt.EmbeddingBagCollection(
-            [lt.EmbeddingBagConfig(name=f"t{i}", num_embeddings=rows, embedding_dim=DIM, feature_names=[k],
-                                   dtype=dtype, optimizer=optimizer, learning_rate=lr)
-             for i, k in enumerate(self.keys)], num_threads=threads)
+        if embedding == "torch":
+            self.ebc = TorchBags(rows)
+        else:
+            self.ebc = lt.EmbeddingBagCollection(
+                [lt.EmbeddingBagConfig(name=f"t{i}", num_embeddings=rows, embedding_dim=DIM, feature_names=[k],
+                                       dtype=dtype, optimizer=optimizer, learning_rate=lr)
+                 for i, k in enumerate(self.keys)], num_threads=threads)
         self.bottom = mlp([NUM_DENSE, 64, DIM])
         n = NUM_SPARSE + 1
         self.top = mlp([n * (n - 1) // 2 + DIM, 64, 32, 1], last_act=False)
@@ -119,6 +143,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--embedding", choices=("leanemb", "torch"), default="leanemb",
+                   help="torch: the same tables as nn.EmbeddingBag(sparse=True) + the matching torch optimizer "
+                        "(sgd: SGD, adagrad: Adagrad, adam: SparseAdam; fp32 rows)")
     p.add_argument("--check", action="store_true", help="exit 1 unless the loss decreased and the AUC > 0.55")
     a = p.parse_args()
     torch.manual_seed(a.seed)
@@ -132,16 +159,26 @@ def main():
                    "b": rng.standard_normal((NUM_SPARSE, a.rows)).astype(np.float32) * 0.4}
         train = synthetic_batches(rng, a.steps * a.batch_size, a.rows, a.batch_size, teacher)
         evals = synthetic_batches(rng, 20 * a.batch_size, a.rows, a.batch_size, teacher)
-    model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads)
-    opt = torch.optim.Adam([p for n, p in model.named_parameters()], lr=a.dense_lr)
+    model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads, a.embedding)
+    opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("ebc.")], lr=a.dense_lr)
+    sparse_opt = None
+    if a.embedding == "torch":
+        params = list(model.ebc.parameters())
+        sparse_opt = {"sgd": lambda: torch.optim.SGD(params, lr=a.lr),
+                      "adagrad": lambda: torch.optim.Adagrad(params, lr=a.lr, eps=1e-10),
+                      "adam": lambda: torch.optim.SparseAdam(params, lr=a.lr)}[a.optimizer]()
     loss_fn = torch.nn.BCEWithLogitsLoss()
     losses = []
     t0 = time.perf_counter()
     for step, (labels, dense, values, lengths) in enumerate(train, 1):
         opt.zero_grad()
+        if sparse_opt is not None:
+            sparse_opt.zero_grad()
         loss = loss_fn(model(dense, values, lengths), labels)
-        loss.backward()          # the embedding tables are updated here
+        loss.backward()          # leanemb: the embedding tables are updated here
         opt.step()
+        if sparse_opt is not None:
+            sparse_opt.step()
         losses.append(float(loss))
         if step % a.log_every == 0:
             print(f"step {step} loss {np.mean(losses[-a.log_every:]):.4f}", flush=True)
@@ -159,7 +196,12 @@ def main():
     first, last = float(np.mean(losses[:n])), float(np.mean(losses[-n:]))
     print(f"trained {len(losses)} steps in {secs:.2f} s ({len(losses) * a.batch_size / secs:.0f} samples/s); "
           f"loss first {first:.4f} last {last:.4f}; eval loss {eval_loss:.4f} auc {eval_auc:.4f}")
-    print(model.ebc.memory_summary())
+    import resource  # noqa: PLC0415
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"embedding {a.embedding}: samples/s {len(losses) * a.batch_size / secs:.0f}, peak RSS {peak_rss} bytes, "
+          f"eval auc {eval_auc:.4f}, eval loss {eval_loss:.4f}")
+    if a.embedding == "leanemb":
+        print(model.ebc.memory_summary())
     if a.check and not (last < first and eval_auc > 0.55):
         print("check failed: the loss did not decrease or the AUC is too low", file=sys.stderr)
         return 1
