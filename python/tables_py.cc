@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
+#include "dist/mpi_comm.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
 #include "leanemb/memory_system.h"
@@ -217,11 +219,40 @@ py::dict stats_dict(const MemoryStats& m) {
   return d;
 }
 
+// ---- MPI ----------------------------------------------------------------------------------------
+
+// MPI's lifetime in a Python process: mpi_init() initializes it once (dist::MpiRuntime); at
+// interpreter exit (atexit) every sharded Tables still alive is closed (its collection and
+// communicator destroyed) and then MPI is finalized, so that mpirun sees a clean exit whether
+// or not Python ran the objects' destructors.
+class PyTables;
+std::unique_ptr<dist::MpiRuntime>& mpi_runtime() {
+  static std::unique_ptr<dist::MpiRuntime> rt;
+  return rt;
+}
+std::set<PyTables*>& live_sharded() {
+  static std::set<PyTables*> s;
+  return s;
+}
+
+py::dict mpi_init() {
+  auto& rt = mpi_runtime();
+  if (!rt) rt = value_or_raise(dist::MpiRuntime::init(nullptr, nullptr));
+  py::dict d;
+  d["rank"] = rt->world_rank();
+  d["world_size"] = rt->world_size();
+  d["owns_mpi"] = rt->owns_mpi();
+  return d;
+}
+
+void mpi_finalize();  // below: closes the live sharded tables first
+
 // ---- Tables -------------------------------------------------------------------------------------
 
 class PyTables {
  public:
-  PyTables(const py::list& tables, const py::list& features, const py::dict& collection) {
+  PyTables(const py::list& tables, const py::list& features, const py::dict& collection,
+           const py::dict& distribution) {
     CollectionOptions o;
     for (size_t i = 0; i < tables.size(); ++i) o.tables.push_back(parse_table(tables[i].cast<py::dict>(), i));
     for (size_t i = 0; i < features.size(); ++i) o.features.push_back(parse_feature(features[i].cast<py::dict>(), i));
@@ -239,37 +270,72 @@ class PyTables {
     mo.host_budget_bytes = c.get<size_t>("host_budget_bytes", 0);
     mo.placement = value_or_raise(parse_placement(c.get<std::string>("placement", "")));
     c.finish();
+    DistributionOptions dist;
+    Opts d(distribution, "distribution");
+    const std::string comm = d.get<std::string>("comm", "");
+    dist.sharding = value_or_raise(parse_sharding_kind(d.get<std::string>("sharding", "row_modulo")));
+    const std::string assign = d.get<std::string>("table_assign", "round_robin");
+    if (assign == "round_robin") dist.table_assign = TableAssign::kRoundRobin;
+    else if (assign == "by_size") dist.table_assign = TableAssign::kBySize;
+    else throw py::value_error("table_assign must be 'round_robin' or 'by_size', got '" + assign + "'");
+    dist.forward_payload = value_or_raise(parse_payload_dtype(d.get<std::string>("forward_payload", "fp32")));
+    dist.backward_payload = value_or_raise(parse_payload_dtype(d.get<std::string>("backward_payload", "fp32")));
+    dist.wide_ids = d.get<bool>("wide_ids", false);
+    dist::CommOptions co;
+    co.timeout_ms = d.get<int64_t>("timeout_ms", 60000);
+    d.finish();
+    if (!comm.empty() && comm != "mpi") throw py::value_error("distribution comm must be 'mpi' (or absent), got '" + comm + "'");
     mem_ = value_or_raise(MemorySystem::create(mo));
+    if (comm == "mpi") {
+      mpi_init();
+      std::optional<Result<std::unique_ptr<dist::Communicator>>> c;
+      {
+        py::gil_scoped_release nogil;
+        c.emplace(dist::make_communicator("mpi", co));
+      }
+      comm_ = value_or_raise(std::move(*c));
+      dist.comm = comm_.get();
+    }
     std::optional<Result<std::unique_ptr<EmbeddingTables>>> r;
     {
       py::gil_scoped_release nogil;
-      r.emplace(create_tables(o, mem_.get()));
+      r.emplace(create_tables(o, mem_.get(), dist));
     }
     t_ = value_or_raise(std::move(*r));
+    if (comm_) live_sharded().insert(this);
   }
 
-  ~PyTables() {
-    t_.reset();  // before the memory system it allocated from
+  ~PyTables() { close(); }
+
+  // Destroys the collection, then its communicator and memory system (idempotent); later calls
+  // raise RuntimeError.
+  void close() {
+    live_sharded().erase(this);
+    t_.reset();  // before the communicator and the memory system it uses
+    comm_.reset();
     mem_.reset();
   }
 
-  int num_tables() const { return t_->num_tables(); }
-  int num_features() const { return t_->num_features(); }
-  int64_t pooled_dim() const { return t_->pooled_dim(); }
+  int rank() const { return T().rank(); }
+  int world_size() const { return T().world_size(); }
+
+  int num_tables() const { return T().num_tables(); }
+  int num_features() const { return T().num_features(); }
+  int64_t pooled_dim() const { return T().pooled_dim(); }
   int64_t pooled_offset(int f) const {
     check_feature(f);
-    return t_->pooled_offset(f);
+    return T().pooled_offset(f);
   }
-  int64_t step() const { return t_->step(); }
+  int64_t step() const { return T().step(); }
   void set_step(int64_t s) {
     if (s < 0) throw py::value_error("step must be >= 0");
     std::lock_guard<std::mutex> lock(mu_);
-    t_->set_step(s);
+    T().set_step(s);
   }
 
   py::dict layout(int table) const {
     check_table(table);
-    const RowLayout& l = t_->layout(table);
+    const RowLayout& l = T().layout(table);
     py::dict d;
     d["dim"] = l.dim;
     d["dtype"] = std::string(dtype_name(l.weight_dtype));
@@ -279,33 +345,33 @@ class PyTables {
     d["weight_bytes"] = l.weight_bytes;
     d["state_bytes"] = l.state_bytes;
     d["stride_bytes"] = l.stride_bytes;
-    d["state_floats_per_row"] = t_->state_floats_per_row(table);
-    d["num_rows"] = t_->options().tables[static_cast<size_t>(table)].num_rows;
-    d["frozen"] = t_->options().tables[static_cast<size_t>(table)].frozen;
-    d["dynamic"] = t_->options().tables[static_cast<size_t>(table)].dynamic.enabled;
-    d["cached"] = t_->options().tables[static_cast<size_t>(table)].cache.enabled();
+    d["state_floats_per_row"] = T().state_floats_per_row(table);
+    d["num_rows"] = T().options().tables[static_cast<size_t>(table)].num_rows;
+    d["frozen"] = T().options().tables[static_cast<size_t>(table)].frozen;
+    d["dynamic"] = T().options().tables[static_cast<size_t>(table)].dynamic.enabled;
+    d["cached"] = T().options().tables[static_cast<size_t>(table)].cache.enabled();
     return d;
   }
 
   void set_learning_rate(int table, float lr) {
     std::lock_guard<std::mutex> lock(mu_);
-    check(t_->set_learning_rate(table, lr));
+    check(T().set_learning_rate(table, lr));
   }
 
   void validate(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights) const {
-    const SparseBatch b = make_batch(*t_, batch_size, ids, offsets, weights);
+    const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     Status s;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->validate(b);
+      s = T().validate(b);
     }
     check(s);
   }
 
   void forward(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
                const py::object& pooled_out, const py::list& seq_out) {
-    const SparseBatch b = make_batch(*t_, batch_size, ids, offsets, weights);
+    const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     std::span<float> pooled;
     if (!pooled_out.is_none()) pooled = out_span<float>(pooled_out, "pooled output");
     std::vector<std::span<float>> seq;
@@ -314,7 +380,7 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->forward(b, pooled, seq);
+      s = T().forward(b, pooled, seq);
     }
     check(s);
   }
@@ -322,7 +388,7 @@ class PyTables {
   py::dict backward_update(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
                            const py::object& grad_pooled, const py::list& grad_seq, float grad_multiplier,
                            bool check_finite) {
-    const SparseBatch b = make_batch(*t_, batch_size, ids, offsets, weights);
+    const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     std::span<const float> pooled;
     if (!grad_pooled.is_none()) pooled = in_span<float>(grad_pooled, "pooled gradient");
     std::vector<std::span<const float>> seq;
@@ -334,7 +400,7 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(t_->backward_update(b, pooled, seq, u));
+      r.emplace(T().backward_update(b, pooled, seq, u));
     }
     const UpdateReport rep = value_or_raise(std::move(*r));
     py::dict d;
@@ -345,12 +411,12 @@ class PyTables {
   }
 
   void prefetch(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights) {
-    const SparseBatch b = make_batch(*t_, batch_size, ids, offsets, weights);
+    const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     Status s;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->prefetch(b);
+      s = T().prefetch(b);
     }
     check(s);
   }
@@ -360,7 +426,7 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->flush();
+      s = T().flush();
     }
     check(s);
   }
@@ -368,14 +434,14 @@ class PyTables {
   // Rows [begin, begin + count) as float32 [count, dim] (dequantized).
   py::array_t<float> read_rows(int table, int64_t begin, int64_t count) const {
     check_table(table);
-    const int64_t dim = t_->layout(table).dim;
+    const int64_t dim = T().layout(table).dim;
     py::array_t<float> out({count, dim});
     std::span<float> o(out.mutable_data(), static_cast<size_t>(count * dim));
     Status s;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->read_rows(table, begin, count, o);
+      s = T().read_rows(table, begin, count, o);
     }
     check(s);
     return out;
@@ -384,21 +450,21 @@ class PyTables {
   void write_rows(int table, int64_t begin, const py::object& rows) {
     check_table(table);
     std::span<const float> in = in_span<float>(rows, "rows");
-    const int64_t dim = t_->layout(table).dim;
+    const int64_t dim = T().layout(table).dim;
     if (in.size() % static_cast<size_t>(dim) != 0)
       throw py::value_error("rows: size " + std::to_string(in.size()) + " is not a multiple of dim " + std::to_string(dim));
     Status s;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->write_rows(table, begin, static_cast<int64_t>(in.size()) / dim, in);
+      s = T().write_rows(table, begin, static_cast<int64_t>(in.size()) / dim, in);
     }
     check(s);
   }
 
   py::array_t<float> read_state(int table, int64_t begin, int64_t count) const {
     check_table(table);
-    const int64_t k = t_->state_floats_per_row(table);
+    const int64_t k = T().state_floats_per_row(table);
     py::array_t<float> out({count, k});
     if (k == 0 || count == 0) return out;
     std::span<float> o(out.mutable_data(), static_cast<size_t>(count * k));
@@ -406,7 +472,7 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->read_state(table, begin, count, o);
+      s = T().read_state(table, begin, count, o);
     }
     check(s);
     return out;
@@ -414,14 +480,14 @@ class PyTables {
 
   py::array_t<uint8_t> read_raw_rows(int table, int64_t begin, int64_t count) const {
     check_table(table);
-    const int64_t stride = static_cast<int64_t>(t_->layout(table).stride_bytes);
+    const int64_t stride = static_cast<int64_t>(T().layout(table).stride_bytes);
     py::array_t<uint8_t> out({count, stride});
     std::span<uint8_t> o(out.mutable_data(), static_cast<size_t>(count * stride));
     Status s;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->read_raw_rows(table, begin, count, o);
+      s = T().read_raw_rows(table, begin, count, o);
     }
     check(s);
     return out;
@@ -430,7 +496,7 @@ class PyTables {
   void write_raw_rows(int table, int64_t begin, const py::object& rows) {
     check_table(table);
     std::span<const uint8_t> in = in_span<uint8_t>(rows, "raw rows");
-    const size_t stride = t_->layout(table).stride_bytes;
+    const size_t stride = T().layout(table).stride_bytes;
     if (in.size() % stride != 0)
       throw py::value_error("raw rows: size " + std::to_string(in.size()) + " is not a multiple of the row stride " +
                             std::to_string(stride));
@@ -438,24 +504,24 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = t_->write_raw_rows(table, begin, static_cast<int64_t>(in.size() / stride), in);
+      s = T().write_raw_rows(table, begin, static_cast<int64_t>(in.size() / stride), in);
     }
     check(s);
   }
 
   // {"device": stats, "host": stats} of this collection's memory system.
   py::dict memory_stats() const {
-    const auto st = mem_->stats();
+    const auto st = M().stats();
     py::dict d;
     d["device"] = stats_dict(st[0]);
     d["host"] = stats_dict(st[1]);
     return d;
   }
-  std::string memory_summary() const { return mem_->memory_summary(); }
-  std::string placement() const { return mem_->placement().to_string(); }
+  std::string memory_summary() const { return M().memory_summary(); }
+  std::string placement() const { return M().placement().to_string(); }
 
   py::dict cache_stats(int table) const {
-    const RowCacheStats c = value_or_raise(t_->cache_stats(table));
+    const RowCacheStats c = value_or_raise(T().cache_stats(table));
     py::dict d;
     d["capacity_rows"] = c.capacity_rows;
     d["resident_rows"] = c.resident_rows;
@@ -473,7 +539,7 @@ class PyTables {
   }
 
   py::dict dynamic_stats(int table) const {
-    const DynamicTableStats s = value_or_raise(t_->dynamic_stats(table));
+    const DynamicTableStats s = value_or_raise(T().dynamic_stats(table));
     py::dict d;
     d["admitted"] = s.admitted;
     d["readmitted"] = s.readmitted;
@@ -486,7 +552,7 @@ class PyTables {
     return d;
   }
 
-  int64_t dynamic_row(int table, int64_t raw_id) const { return value_or_raise(t_->dynamic_row(table, raw_id)); }
+  int64_t dynamic_row(int table, int64_t raw_id) const { return value_or_raise(T().dynamic_row(table, raw_id)); }
 
   // Crash-safe checkpoint <out_dir>/checkpoints/step-<step> (dist::save_tables_checkpoint).
   std::string save(const std::string& out_dir, int64_t step, int keep_last) {
@@ -496,7 +562,7 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(dist::save_tables_checkpoint(out_dir, step, *t_, {}, so));
+      r.emplace(dist::save_tables_checkpoint(out_dir, step, T(), {}, so));
     }
     return value_or_raise(std::move(*r)).path;
   }
@@ -510,30 +576,47 @@ class PyTables {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(dist::load_tables_checkpoint(dir, *t_, lo));
+      r.emplace(dist::load_tables_checkpoint(dir, T(), lo));
     }
     return value_or_raise(std::move(*r));
   }
 
   void release_step_buffers() {
     std::lock_guard<std::mutex> lock(mu_);
-    t_->release_step_buffers();
+    T().release_step_buffers();
   }
 
  private:
   void check_table(int t) const {
-    if (t < 0 || t >= t_->num_tables())
-      throw py::index_error("table " + std::to_string(t) + " out of range [0, " + std::to_string(t_->num_tables()) + ")");
+    if (t < 0 || t >= T().num_tables())
+      throw py::index_error("table " + std::to_string(t) + " out of range [0, " + std::to_string(T().num_tables()) + ")");
   }
   void check_feature(int f) const {
-    if (f < 0 || f >= t_->num_features())
-      throw py::index_error("feature " + std::to_string(f) + " out of range [0, " + std::to_string(t_->num_features()) + ")");
+    if (f < 0 || f >= T().num_features())
+      throw py::index_error("feature " + std::to_string(f) + " out of range [0, " + std::to_string(T().num_features()) + ")");
+  }
+
+  MemorySystem& M() const {
+    T();
+    return *mem_;
+  }
+  // The collection; RuntimeError once closed.
+  EmbeddingTables& T() const {
+    if (!t_) throw std::runtime_error("leanemb Tables: closed (MPI was finalized at exit, or close() was called)");
+    return *t_;
   }
 
   std::unique_ptr<MemorySystem> mem_;
+  std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<EmbeddingTables> t_;
   mutable std::mutex mu_;
 };
+
+void mpi_finalize() {
+  const std::set<PyTables*> live = live_sharded();
+  for (PyTables* t : live) t->close();
+  mpi_runtime().reset();
+}
 
 // ---- checkpoints on disk ------------------------------------------------------------------------
 
@@ -621,8 +704,11 @@ py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::di
 
 void bind_tables(py::module_& m) {
   py::class_<PyTables>(m, "Tables", "The table interface (leanemb/tables.h) over plain option dicts.")
-      .def(py::init<const py::list&, const py::list&, const py::dict&>(), py::arg("tables"), py::arg("features"),
-           py::arg("collection") = py::dict())
+      .def(py::init<const py::list&, const py::list&, const py::dict&, const py::dict&>(), py::arg("tables"),
+           py::arg("features"), py::arg("collection") = py::dict(), py::arg("distribution") = py::dict())
+      .def_property_readonly("rank", &PyTables::rank)
+      .def_property_readonly("world_size", &PyTables::world_size)
+      .def("close", &PyTables::close)
       .def_property_readonly("num_tables", &PyTables::num_tables)
       .def_property_readonly("num_features", &PyTables::num_features)
       .def_property_readonly("pooled_dim", &PyTables::pooled_dim)
@@ -657,6 +743,10 @@ void bind_tables(py::module_& m) {
   m.def("checkpoint_digest", &checkpoint_digest, py::arg("dir"));
   m.def("checkpoint_step", &checkpoint_step, py::arg("dir"));
   m.def("latest_checkpoint", &latest_checkpoint, py::arg("out_dir"));
+  m.def("mpi_available", &dist::mpi_available);
+  m.def("mpi_init", &mpi_init, "Initializes MPI once (MPI_Init_thread unless already initialized): {rank, world_size, owns_mpi}.");
+  m.def("mpi_finalize", &mpi_finalize, "Closes the live sharded Tables, then finalizes MPI (registered with atexit).");
+  py::module_::import("atexit").attr("register")(py::cpp_function(&mpi_finalize));
   m.def("predict_memory", &predict_memory, py::arg("tables"), py::arg("batch_size"), py::arg("options") = py::dict());
 }
 

@@ -27,8 +27,22 @@ _C = _le._C
 
 __all__ = [
     "KeyedJaggedTensor", "JaggedTensor", "KeyedTensor", "EmbeddingBagConfig", "EmbeddingConfig",
-    "EmbeddingBagCollection", "EmbeddingCollection", "LearningRateAdapter",
+    "EmbeddingBagCollection", "EmbeddingCollection", "LearningRateAdapter", "init_distributed",
 ]
+
+
+def init_distributed(backend="gloo", master_addr=None, master_port=None):
+    """Under ``mpirun -np P``: initializes MPI (for sharded tables) and torch.distributed (for the
+    dense part, e.g. DistributedDataParallel) with the MPI rank and size. MASTER_ADDR /
+    MASTER_PORT default to the environment, else 127.0.0.1:29500 (one node). Returns (rank, P)."""
+    info = _C.mpi_init()
+    rank, size = int(info["rank"]), int(info["world_size"])
+    os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(master_port or os.environ.get("MASTER_PORT", "29500"))
+    import torch.distributed as dist  # noqa: PLC0415
+    if not dist.is_initialized():
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
+    return rank, size
 
 if _le._TORCH_LOADED_FIRST and not _le._OMP_WAIT_POLICY_GIVEN and torch.get_num_threads() > 1:
     import warnings  # noqa: E402
@@ -396,7 +410,8 @@ class _TablesModule(torch.nn.Module):
 
     def __init__(self, tables, update_mode="per_backward", loss_scale=1.0, check_finite=True,
                  placement="", device_budget_bytes=0, host_budget_bytes=0, seed=0, num_threads=0,
-                 bounds_check="error", use_reference_kernels=False):
+                 bounds_check="error", use_reference_kernels=False, sharding=None, forward_payload="fp32",
+                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000):
         super().__init__()
         if update_mode not in ("per_backward", "accumulate"):
             raise ValueError(f"update_mode must be 'per_backward' or 'accumulate', got '{update_mode}'")
@@ -432,7 +447,12 @@ class _TablesModule(torch.nn.Module):
         coll = {"placement": placement, "device_budget_bytes": int(device_budget_bytes),
                 "host_budget_bytes": int(host_budget_bytes), "seed": int(seed), "num_threads": int(num_threads),
                 "bounds_check": bounds_check, "use_reference_kernels": bool(use_reference_kernels)}
-        self._tables = _C.Tables(native_tables, feats, coll)
+        dist = {}
+        if sharding is not None:  # tables sharded over MPI_COMM_WORLD (collective calls)
+            dist = {"comm": "mpi", "sharding": sharding, "forward_payload": forward_payload,
+                    "backward_payload": backward_payload, "table_assign": table_assign,
+                    "timeout_ms": int(comm_timeout_ms)}
+        self._tables = _C.Tables(native_tables, feats, coll, dist)
         self._layouts = [self._tables.layout(i) for i in range(len(self._configs))]
         self._none_opt = [str(c.optimizer).lower() == "none" for c in self._configs]
         self._trainable = any(not l["frozen"] for l in self._layouts)
@@ -456,6 +476,14 @@ class _TablesModule(torch.nn.Module):
     def tables(self):
         """The native Tables object (_leanemb.Tables; the table interface)."""
         return self._tables
+
+    @property
+    def rank(self):
+        return self._tables.rank
+
+    @property
+    def world_size(self):
+        return self._tables.world_size
 
     def embedding_bag_configs(self):
         return list(self._configs)
