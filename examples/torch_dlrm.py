@@ -13,6 +13,7 @@ logistic teacher is generated in memory (what CI runs: `--steps 60 --check`).
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --steps 200
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --data data/ctr_small \
         --dtype bf16 --optimizer rowwise_adagrad
+    PYTHONPATH=build/release/python mpirun -np 2 /usr/bin/python3 examples/torch_dlrm.py --dist
 
 Prints the training loss every --log-every steps, then eval loss and AUC, samples/s and the
 peak RSS. `--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and
@@ -65,6 +66,17 @@ def file_batches(path, rows, batch, max_batches):
     return out
 
 
+def shard_batch(batch, rank, P):
+    """This rank's bags [rank * B / P, (rank + 1) * B / P) of a global batch."""
+    labels, dense, values, lengths = batch
+    B = labels.numel()
+    lo, hi = rank * B // P, (rank + 1) * B // P
+    off = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=off[1:])
+    vals = [values[off[k * B + lo]:off[k * B + hi]] for k in range(NUM_SPARSE)]
+    return labels[lo:hi], dense[lo:hi], torch.cat(vals), lengths.view(NUM_SPARSE, B)[:, lo:hi].reshape(-1)
+
+
 def mlp(sizes, last_act=True):
     layers = []
     for i in range(len(sizes) - 1):
@@ -93,7 +105,7 @@ class TorchBags(torch.nn.Module):
 
 
 class DLRM(torch.nn.Module):
-    def __init__(self, rows, dtype, optimizer, lr, threads, embedding="leanemb"):
+    def __init__(self, rows, dtype, optimizer, lr, threads, embedding="leanemb", sharding=None, world_size=1):
         super().__init__()
         self.keys = [f"c{i}" for i in range(NUM_SPARSE)]
         if embedding == "torch":
@@ -102,7 +114,10 @@ class DLRM(torch.nn.Module):
             self.ebc = lt.EmbeddingBagCollection(
                 [lt.EmbeddingBagConfig(name=f"t{i}", num_embeddings=rows, embedding_dim=DIM, feature_names=[k],
                                        dtype=dtype, optimizer=optimizer, learning_rate=lr)
-                 for i, k in enumerate(self.keys)], num_threads=threads)
+                 for i, k in enumerate(self.keys)], num_threads=threads, sharding=sharding,
+                # Data parallel: each rank's loss is the mean over its own bags and the sharded
+                # update sums every rank's gradient, so 1 / P makes it the global mean's gradient.
+                loss_scale=float(world_size))
         self.bottom = mlp([NUM_DENSE, 64, DIM])
         n = NUM_SPARSE + 1
         self.top = mlp([n * (n - 1) // 2 + DIM, 64, 32, 1], last_act=False)
@@ -146,8 +161,13 @@ def main():
     p.add_argument("--embedding", choices=("leanemb", "torch"), default="leanemb",
                    help="torch: the same tables as nn.EmbeddingBag(sparse=True) + the matching torch optimizer "
                         "(sgd: SGD, adagrad: Adagrad, adam: SparseAdam; fp32 rows)")
+    p.add_argument("--dist", action="store_true",
+                   help="under mpirun -np P: tables sharded row-wise over MPI, the dense part in DistributedDataParallel "
+                        "(gloo); each rank trains on its 1/P of every batch")
     p.add_argument("--check", action="store_true", help="exit 1 unless the loss decreased and the AUC > 0.55")
     a = p.parse_args()
+    rank, P = lt.init_distributed("gloo") if a.dist else (0, 1)
+    log = print if rank == 0 else (lambda *x, **k: None)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     rng = np.random.default_rng(a.seed)
@@ -159,7 +179,14 @@ def main():
                    "b": rng.standard_normal((NUM_SPARSE, a.rows)).astype(np.float32) * 0.4}
         train = synthetic_batches(rng, a.steps * a.batch_size, a.rows, a.batch_size, teacher)
         evals = synthetic_batches(rng, 20 * a.batch_size, a.rows, a.batch_size, teacher)
-    model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads, a.embedding)
+    if a.dist and a.embedding != "leanemb":
+        p.error("--dist needs --embedding leanemb")
+    model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads, a.embedding,
+                 sharding="row_modulo" if a.dist else None, world_size=P)
+    net = model
+    if a.dist:
+        train = [shard_batch(b, rank, P) for b in train]
+        net = torch.nn.parallel.DistributedDataParallel(model)  # same initial dense weights on every rank
     opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("ebc.")], lr=a.dense_lr)
     sparse_opt = None
     if a.embedding == "torch":
@@ -174,14 +201,14 @@ def main():
         opt.zero_grad()
         if sparse_opt is not None:
             sparse_opt.zero_grad()
-        loss = loss_fn(model(dense, values, lengths), labels)
+        loss = loss_fn(net(dense, values, lengths), labels)
         loss.backward()          # leanemb: the embedding tables are updated here
         opt.step()
         if sparse_opt is not None:
             sparse_opt.step()
         losses.append(float(loss))
         if step % a.log_every == 0:
-            print(f"step {step} loss {np.mean(losses[-a.log_every:]):.4f}", flush=True)
+            log(f"step {step} loss {np.mean(losses[-a.log_every:]):.4f}", flush=True)
     secs = time.perf_counter() - t0
     model.eval()
     ys, ss = [], []
@@ -194,14 +221,18 @@ def main():
     eval_auc = auc(y, s)
     n = max(1, len(losses) // 10)
     first, last = float(np.mean(losses[:n])), float(np.mean(losses[-n:]))
-    print(f"trained {len(losses)} steps in {secs:.2f} s ({len(losses) * a.batch_size / secs:.0f} samples/s); "
+    log(f"trained {len(losses)} steps in {secs:.2f} s ({len(losses) * a.batch_size / secs:.0f} samples/s); "
           f"loss first {first:.4f} last {last:.4f}; eval loss {eval_loss:.4f} auc {eval_auc:.4f}")
     import resource  # noqa: PLC0415
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(f"embedding {a.embedding}: samples/s {len(losses) * a.batch_size / secs:.0f}, peak RSS {peak_rss} bytes, "
+    log(f"embedding {a.embedding}: samples/s {len(losses) * a.batch_size / secs:.0f}, peak RSS {peak_rss} bytes, "
           f"eval auc {eval_auc:.4f}, eval loss {eval_loss:.4f}")
     if a.embedding == "leanemb":
-        print(model.ebc.memory_summary())
+        log(model.ebc.memory_summary())
+    if a.dist:
+        log(f"{P} ranks: tables sharded row-wise over MPI, dense part in DDP (gloo); {a.batch_size // P} bags per "
+            f"rank per step; samples/s count the global batch")
+        torch.distributed.destroy_process_group()
     if a.check and not (last < first and eval_auc > 0.55):
         print("check failed: the loss did not decrease or the AUC is too low", file=sys.stderr)
         return 1

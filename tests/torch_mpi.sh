@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # leanemb.torch with sharded tables under mpirun (ctest: torch_mpi; docs/python.md):
 # P = 1 and 2 train the same global batches to bit-identical rows and optimizer state, and a
-# single process without sharding loads the P = 2 (sharded) checkpoint to the same rows.
+# single process without sharding loads the P = 2 (sharded) checkpoint to the same rows; and
+# examples/torch_dlrm.py --dist (sharded tables, DDP over gloo for the dense part) trains at P = 2.
 # Usage: tests/torch_mpi.sh MPIEXEC
 set -euo pipefail
 MPIEXEC=$1
@@ -13,6 +14,9 @@ for np in 1 2; do
   MASTER_PORT=$((29500 + RANDOM % 2000)) "$MPIEXEC" --oversubscribe -np "$np" /usr/bin/python3 "$HERE/torch_mpi_check.py" train --out "$OUT"
 done
 /usr/bin/python3 "$HERE/torch_mpi_check.py" load --out "$OUT" --ckpt "$OUT/ckpt_P2"
+# The DLRM example with sharded tables and DDP (gloo) for the dense part trains.
+MASTER_PORT=$((31500 + RANDOM % 2000)) "$MPIEXEC" --oversubscribe -np 2 /usr/bin/python3 "$HERE/../examples/torch_dlrm.py" \
+  --dist --steps 40 --threads 1 --check > "$OUT/dlrm.log" 2>&1 || { cat "$OUT/dlrm.log"; exit 1; }
 /usr/bin/python3 - "$OUT" <<'PY'
 import sys
 import numpy as np
