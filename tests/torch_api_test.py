@@ -249,6 +249,30 @@ def test_per_sample_weight_grad_matches_torch_and_finite_differences():
         assert close(wt.grad, ref, rtol=1e-4)
 
 
+def test_per_sample_weight_grad_with_other_key_order_and_extra_keys():
+    rng = np.random.default_rng(20)
+    cfgs = [lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t0", feature_names=["a", "b"]),
+            lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=3, name="t1", feature_names=["c"], pooling="mean")]
+    ebc = lt.EmbeddingBagCollection(cfgs)
+    kjt = batch(rng, ["c", "zz", "b", "a"], weights=True)  # "zz" is not the module's
+    w = kjt.weights_or_none().clone().requires_grad_(True)
+    kjt = lt.KeyedJaggedTensor(kjt.keys(), kjt.values(), lengths=kjt.lengths(), weights=w)
+    G = torch.tensor(rng.standard_normal((B, 2 * DIM + 3)), dtype=torch.float32)
+    W0, W1 = ebc.weight("t0").requires_grad_(True), ebc.weight("t1")
+    (ebc(kjt).values() * G).sum().backward()
+    wr = kjt.weights_or_none().detach().clone().requires_grad_(True)
+    ref = lt.KeyedJaggedTensor(kjt.keys(), kjt.values(), lengths=kjt.lengths(), weights=wr)
+    f = {k: ref.feature(k) for k in ref.keys()}
+    out = [torch.nn.functional.embedding_bag(f[k][0], W0, f[k][1][:-1], mode="sum", per_sample_weights=f[k][2]) for k in ("a", "b")]
+    ids, off, wc = f["c"]
+    bag = torch.repeat_interleave(torch.arange(B), off[1:] - off[:-1])
+    c = torch.zeros(B, 3).index_add(0, bag, W1[ids] * wc.unsqueeze(1)) / (off[1:] - off[:-1]).clamp(min=1).unsqueeze(1)
+    (torch.cat(out + [c], 1) * G).sum().backward()
+    lo, hi, _ = kjt._span("zz")
+    assert float(w.grad[lo:hi].abs().sum()) == 0.0
+    assert close(w.grad, wr.grad)
+
+
 def test_optimizer_none_gradient_equals_torch():
     rng = np.random.default_rng(7)
     ebc = ebc_one("none", "mean")

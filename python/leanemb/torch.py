@@ -558,7 +558,11 @@ class _TablesModule(torch.nn.Module):
             ws.append(w)
         w_all = kjt.weights_or_none()
         twin_on = (not self._sequence and w_all is not None and w_all.requires_grad and torch.is_grad_enabled())
-        return _Batch(B, ids, offs, ws, twin_on, twins=not self._sequence), (w_all if twin_on else None), seq_w
+        batch = _Batch(B, ids, offs, ws, twin_on, twins=not self._sequence)
+        if twin_on:  # where each feature's ids sit in the KJT (its key order, other keys included)
+            batch.spans = [kjt._span(f)[:2] for f, _ in self._features]
+            batch.nnz = kjt.values().numel()
+        return batch, (w_all if twin_on else None), seq_w
 
     def _native_forward(self, batch):
         B = batch.B
@@ -628,11 +632,11 @@ class _TablesModule(torch.nn.Module):
         grads = self._grad_arrays(batch, grads)
         psw = None
         if twin_rows is not None:
-            parts = []
+            psw = torch.zeros(batch.nnz, dtype=torch.float32)  # keys the module does not use: 0
             for k in range(len(self._features)):
                 per = self._feature_grad(batch, grads, k)
-                parts.append((per * twin_rows[k]).sum(1))
-            psw = torch.cat(parts) if parts else None
+                lo, hi = batch.spans[k]
+                psw[lo:hi] = (per * twin_rows[k]).sum(1)
         if any(self._none_opt):
             self._accumulate_row_grads(batch, grads)
         if self._trainable:
