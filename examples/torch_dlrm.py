@@ -158,6 +158,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--eval-batches", type=int, default=0, help="--data: eval batches read (0 = the whole eval file)")
     p.add_argument("--embedding", choices=("leanemb", "torch"), default="leanemb",
                    help="torch: the same tables as nn.EmbeddingBag(sparse=True) + the matching torch optimizer "
                         "(sgd: SGD, adagrad: Adagrad, adam: SparseAdam; fp32 rows)")
@@ -173,7 +174,7 @@ def main():
     rng = np.random.default_rng(a.seed)
     if a.data:
         train = file_batches(os.path.join(a.data, "train.tsv"), a.rows, a.batch_size, a.steps)
-        evals = file_batches(os.path.join(a.data, "eval.tsv"), a.rows, a.batch_size, 50)
+        evals = file_batches(os.path.join(a.data, "eval.tsv"), a.rows, a.batch_size, a.eval_batches)
     else:
         teacher = {"a": rng.standard_normal(NUM_DENSE).astype(np.float32) * 0.3,
                    "b": rng.standard_normal((NUM_SPARSE, a.rows)).astype(np.float32) * 0.4}
