@@ -568,3 +568,28 @@ def test_seq_example_trains():
                         "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "+0.00%" in r.stdout  # the planner's embedding bytes equal the measured ones
+
+
+def test_native_tables_refuse_conversions_and_unknown_options():
+    C = leanemb._C
+    with pytest.raises(ValueError, match="unknown option 'dimm'"):
+        C.Tables([{"name": "t", "num_rows": 4, "dimm": 2}], [{"name": "f"}])
+    t = C.Tables([{"name": "t", "num_rows": 10, "dim": 2}], [{"name": "f", "table": 0}], {"num_threads": 1})
+    out = np.zeros((2, 2), np.float32)
+    off = np.array([0, 1, 2], np.int64)
+    with pytest.raises(TypeError, match="int64"):
+        t.forward(2, [np.array([1, 2], np.int32)], [off], [None], out, [])
+    with pytest.raises(TypeError, match="C-contiguous"):
+        t.forward(2, [np.arange(4, dtype=np.int64)[::2]], [off], [None], out, [])
+    with pytest.raises(TypeError, match="writeable"):
+        ro = np.zeros((2, 2), np.float32)
+        ro.setflags(write=False)
+        t.forward(2, [np.array([1, 2], np.int64)], [off], [None], ro, [])
+    t.forward(2, [np.array([1, 2], np.int64)], [off], [None], out, [])  # in place
+    assert np.array_equal(out, t.read_rows(0, 1, 2))
+    t.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        t.memory_summary()
+    skip = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=10, embedding_dim=2, name="t")], bounds_check="skip")
+    v = skip(lt.KeyedJaggedTensor(["t"], torch.tensor([1, 99]), lengths=torch.tensor([2]))).values()
+    assert close(v.detach(), skip.weight("t")[1:2])
