@@ -57,13 +57,13 @@ def synthetic_batches(rng, n, rows, batch, teacher):
 
 
 def file_batches(path, rows, batch, max_batches):
+    """Streams batches of a Criteo TSV / leanemb binary file (leanemb's reader, one batch held)."""
     import leanemb  # noqa: PLC0415
-    out = []
-    for labels, dense, sparse in leanemb._C.read_ctr(path, NUM_DENSE, NUM_SPARSE, rows, batch, max_batches=max_batches):
-        values = torch.from_numpy(np.concatenate([ids for ids, _ in sparse]))
-        lengths = torch.from_numpy(np.concatenate([np.diff(off) for _, off in sparse]))
-        out.append((torch.from_numpy(labels), torch.from_numpy(dense), values, lengths))
-    return out
+    reader = leanemb._C.CtrReader(path, NUM_DENSE, NUM_SPARSE, rows, batch)
+    for n, (labels, dense, values, lengths) in enumerate(reader):
+        if max_batches and n >= max_batches:
+            break
+        yield torch.from_numpy(labels), torch.from_numpy(dense), torch.from_numpy(values), torch.from_numpy(lengths)
 
 
 def shard_batch(batch, rank, P):
@@ -186,7 +186,7 @@ def main():
                  sharding="row_modulo" if a.dist else None, world_size=P)
     net = model
     if a.dist:
-        train = [shard_batch(b, rank, P) for b in train]
+        train = (shard_batch(b, rank, P) for b in train)
         net = torch.nn.parallel.DistributedDataParallel(model)  # same initial dense weights on every rank
     opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("ebc.")], lr=a.dense_lr)
     sparse_opt = None
