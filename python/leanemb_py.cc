@@ -1,6 +1,8 @@
-// _leanemb: a small pybind11 binding of one EmbeddingCollection (one table, one feature) and of
-// the CTR data reader, used by bench/peer_torch.py, bench/dlrm_torch.py and
-// tests/torch_parity_test.py, and the seed of the future Python API.
+// _leanemb: the native module. This file: a small binding of one EmbeddingCollection (one
+// table, one feature) and of the CTR data reader, used by bench/peer_torch.py,
+// bench/dlrm_torch.py and tests/torch_parity_test.py. The table interface behind the `leanemb`
+// Python package (leanemb.torch, docs/python.md) is python/tables_py.cc (Tables, checkpoints,
+// predict_memory), added to the same module.
 //
 //   Collection(num_rows, dim, dtype="fp32", optimizer="sgd", lr=0.01, eps=1e-8, beta1=0.9,
 //              beta2=0.999, weight_decay=0.0, state_dtype="fp32", pooling="sum", threads=2,
@@ -24,6 +26,10 @@
 //     table_rows) (an int for every feature, or one per feature; ids = hash % rows); one tuple per
 //     batch, one (ids, offsets) pair per sparse feature (EmbeddingBag's include_last_offset
 //     layout). max_batches > 0 stops after that many batches. Used by bench/dlrm_torch.py.
+//   CtrReader(files, num_dense, num_sparse, table_rows, batch_size, shuffle_buffer=0, seed=0,
+//             num_epochs=1, max_len=0): the same batches one at a time (an iterator of
+//     (labels, dense, values int64 [nnz], lengths int64 [num_sparse * B]) in KeyedJaggedTensor
+//     layout). Used by examples/torch_dlrm.py.
 //
 // Arrays: ids and offsets must hold integers (any integer dtype; converted to int64); weights,
 // gradients and per-sample weights must hold floats (converted to float32). Errors from the
@@ -48,6 +54,7 @@
 #include "leanemb/memory.h"
 #include "leanemb/optimizer.h"
 #include "data/reader.h"
+#include "tables_py.h"
 #include "zipf.h"
 
 namespace py = pybind11;
@@ -367,10 +374,61 @@ py::list read_ctr(const py::object& files_obj, int num_dense, int num_sparse, co
   return out;
 }
 
+// read_ctr one batch at a time: iterating yields (labels, dense, values, lengths) in the
+// KeyedJaggedTensor layout (values: feature 0's ids of every sample, then feature 1's, ...;
+// lengths [num_sparse * B]), so a training loop holds one batch, not the data set.
+class CtrReader {
+ public:
+  CtrReader(const py::object& files_obj, int num_dense, int num_sparse, const py::object& table_rows_obj,
+            int64_t batch_size, int64_t shuffle_buffer, uint64_t seed, int64_t num_epochs, int64_t max_len) {
+    data::ReaderOptions ro;
+    if (py::isinstance<py::str>(files_obj)) ro.files = {files_obj.cast<std::string>()};
+    else ro.files = files_obj.cast<std::vector<std::string>>();
+    ro.schema = unwrap(data::make_schema(num_dense, num_sparse, as_int_list(table_rows_obj, "table_rows"), max_len));
+    ro.batch_size = batch_size;
+    ro.shuffle_buffer = shuffle_buffer;
+    ro.seed = seed;
+    ro.num_epochs = num_epochs;
+    if (num_epochs < 1) throw py::value_error("num_epochs must be >= 1");
+    reader_ = unwrap(data::DataReader::open(ro));
+  }
+
+  py::tuple next() {
+    std::optional<Result<bool>> more;
+    {
+      py::gil_scoped_release nogil;
+      more.emplace(reader_->next(&b_));
+    }
+    if (!unwrap(std::move(*more))) throw py::stop_iteration();
+    const py::ssize_t B = b_.batch_size;
+    py::array_t<float> labels(B);
+    py::array_t<float> dense({B, static_cast<py::ssize_t>(b_.num_dense)});
+    std::copy(b_.labels.begin(), b_.labels.end(), labels.mutable_data());
+    std::copy(b_.dense.begin(), b_.dense.end(), dense.mutable_data());
+    size_t nnz = 0;
+    for (const data::SparseColumn& c : b_.sparse) nnz += c.ids.size();
+    py::array_t<int64_t> values(static_cast<py::ssize_t>(nnz));
+    py::array_t<int64_t> lengths(static_cast<py::ssize_t>(b_.sparse.size()) * B);
+    int64_t* v = values.mutable_data();
+    int64_t* l = lengths.mutable_data();
+    for (const data::SparseColumn& c : b_.sparse) {
+      v = std::copy(c.ids.begin(), c.ids.end(), v);
+      for (py::ssize_t i = 0; i < B; ++i) *l++ = c.offsets[static_cast<size_t>(i) + 1] - c.offsets[static_cast<size_t>(i)];
+    }
+    return py::make_tuple(labels, dense, values, lengths);
+  }
+
+ private:
+  std::unique_ptr<data::DataReader> reader_;
+  data::Batch b_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_leanemb, m) {
-  m.doc() = "leanemb: one embedding table with fused sparse optimizers (see python/leanemb_py.cc)";
+  m.doc() = "leanemb's native module: Tables (the table interface, python/tables_py.cc; used by the leanemb package), "
+            "and Collection, zipf_batches, read_ctr (benchmarks, python/leanemb_py.cc)";
+  leanemb::python::bind_tables(m);
   py::class_<PyCollection>(m, "Collection")
       .def(py::init<int64_t, int64_t, const std::string&, const std::string&, float, float, float, float, float,
                     const std::string&, const std::string&, int, uint64_t, bool>(),
@@ -399,6 +457,14 @@ PYBIND11_MODULE(_leanemb, m) {
   m.def("zipf_batches", &zipf_batches, py::arg("num_rows"), py::arg("batch_size"), py::arg("bag_size"), py::arg("alpha"),
         py::arg("seed"), py::arg("num_batches"),
         "The id stream of `leanemb bench` (bench/zipf.h): a list of (ids int64 [B*L], offsets int64 [B+1]).");
+  py::class_<CtrReader>(m, "CtrReader",
+                        "Iterates over the batches of CTR files as (labels f32 [B], dense f32 [B, num_dense], "
+                        "values int64 [nnz], lengths int64 [num_sparse * B]) (KeyedJaggedTensor layout).")
+      .def(py::init<const py::object&, int, int, const py::object&, int64_t, int64_t, uint64_t, int64_t, int64_t>(),
+           py::arg("files"), py::arg("num_dense"), py::arg("num_sparse"), py::arg("table_rows"), py::arg("batch_size"),
+           py::arg("shuffle_buffer") = 0, py::arg("seed") = 0, py::arg("num_epochs") = 1, py::arg("max_len") = 0)
+      .def("__iter__", [](CtrReader& r) -> CtrReader& { return r; }, py::return_value_policy::reference_internal)
+      .def("__next__", &CtrReader::next);
   m.def("read_ctr", &read_ctr, py::arg("files"), py::arg("num_dense"), py::arg("num_sparse"), py::arg("table_rows"),
         py::arg("batch_size"), py::arg("max_batches") = 0, py::arg("shuffle_buffer") = 0, py::arg("seed") = 0,
         py::arg("num_epochs") = 1, py::arg("max_len") = 0,

@@ -14,7 +14,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   python3 python3-dev pybind11-dev python3-numpy
   # PyTorch: the parity test (tests/torch_parity_test.py) and bench/peer_torch.py
-  python3-torch
+  python3-torch python3-pytest
   # fastText: text_test checks our word n-gram buckets against fastText's own model files
   fasttext
   # clang 14 and its libFuzzer / sanitizer runtimes: the fuzz preset (scripts/fuzz.sh)

@@ -1,0 +1,853 @@
+"""leanemb.torch: leanemb's embedding tables as torch.nn.Modules, the optimizer fused into backward.
+
+    import leanemb.torch as lt
+    ebc = lt.EmbeddingBagCollection([
+        lt.EmbeddingBagConfig(name="t_user", num_embeddings=10**6, embedding_dim=64,
+                              feature_names=["user"], optimizer="rowwise_adagrad",
+                              learning_rate=0.05, dtype="bf16"),
+    ])
+    kjt = lt.KeyedJaggedTensor(keys=["user"], values=ids, lengths=lengths)
+    pooled = ebc(kjt).values()          # [B, sum of dims]
+    loss(pooled, ...).backward()        # the tables are updated here, in place
+
+The full contract (autograd, several backward calls per step, optimizer="none", checkpoints,
+zero-copy, limits) is docs/python.md.
+"""
+import dataclasses
+import os
+import weakref
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+import leanemb as _le
+
+_C = _le._C
+
+__all__ = [
+    "KeyedJaggedTensor", "JaggedTensor", "KeyedTensor", "EmbeddingBagConfig", "EmbeddingConfig",
+    "EmbeddingBagCollection", "EmbeddingCollection", "LearningRateAdapter", "init_distributed",
+]
+
+
+def init_distributed(backend="gloo", master_addr=None, master_port=None):
+    """Under ``mpirun -np P``: initializes MPI (for sharded tables) and torch.distributed (for the
+    dense part, e.g. DistributedDataParallel) with the MPI rank and size. MASTER_ADDR /
+    MASTER_PORT default to the environment, else 127.0.0.1:29500 (one node). Returns (rank, P)."""
+    info = _C.mpi_init()
+    rank, size = int(info["rank"]), int(info["world_size"])
+    os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(master_port or os.environ.get("MASTER_PORT", "29500"))
+    import torch.distributed as dist  # noqa: PLC0415
+    if not dist.is_initialized():
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
+    return rank, size
+
+if _le._TORCH_LOADED_FIRST and not _le._OMP_WAIT_POLICY_GIVEN and torch.get_num_threads() > 1:
+    import warnings  # noqa: E402
+
+    warnings.warn("leanemb.torch: torch was imported before leanemb with OpenMP threads that spin while waiting; "
+                  "they slow leanemb's update down when cores are few. Set OMP_WAIT_POLICY=passive in the "
+                  "environment, import leanemb before torch, or torch.set_num_threads(1) (docs/python.md).",
+                  RuntimeWarning, stacklevel=2)
+
+_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam", "none")
+
+
+# ---- jagged inputs and outputs -------------------------------------------------------------------
+
+def _as_index_tensor(x, name):
+    """A 1-D int64 CPU tensor; int32 is converted (a copy), floats and bools raise TypeError."""
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(np.asarray(x))
+    if x.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"{name} must hold integers (torch.int64), got {x.dtype}")
+    if x.device.type != "cpu":
+        raise TypeError(f"{name} must be a CPU tensor, got device {x.device}")
+    if x.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
+    return x.to(torch.int64).contiguous()
+
+
+class JaggedTensor:
+    """One feature's jagged values: ``values`` [nnz, ...] with ``lengths`` [B] / ``offsets`` [B + 1]."""
+
+    def __init__(self, values, lengths=None, offsets=None, weights=None):
+        self._values = values
+        if offsets is None and lengths is None:
+            raise ValueError("JaggedTensor needs lengths or offsets")
+        if offsets is None:
+            lengths = _as_index_tensor(lengths, "lengths")
+            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+        else:
+            offsets = _as_index_tensor(offsets, "offsets")
+        self._offsets = offsets
+        self._lengths = lengths if lengths is not None else offsets[1:] - offsets[:-1]
+        self._weights = weights
+
+    def values(self):
+        return self._values
+
+    def lengths(self):
+        return self._lengths
+
+    def offsets(self):
+        return self._offsets
+
+    def weights_or_none(self):
+        return self._weights
+
+    def to_padded_dense(self, desired_length=None, padding_value=0.0):
+        """[B, L, ...] with bag b's values in its first lengths[b] positions (differentiable).
+
+        L is ``desired_length`` (longer bags are cut) or the longest bag."""
+        lengths = self._lengths
+        B = lengths.numel()
+        L = int(lengths.max()) if desired_length is None and B > 0 and self._values.shape[0] > 0 else int(desired_length or 0)
+        v = self._values
+        out = v.new_full((B, L) + tuple(v.shape[1:]), padding_value)
+        if B == 0 or L == 0 or v.shape[0] == 0:
+            return out
+        bag = torch.repeat_interleave(torch.arange(B), lengths)
+        pos = torch.arange(v.shape[0]) - self._offsets[:-1][bag]
+        keep = pos < L
+        return out.index_put((bag[keep], pos[keep]), v[keep])
+
+
+class KeyedJaggedTensor:
+    """Several features' ids in TorchRec's KeyedJaggedTensor layout (no TorchRec dependency).
+
+    ``values`` [nnz] holds the ids of feature keys[0]'s B bags, then keys[1]'s, ...;
+    ``lengths`` [len(keys) * B] (or ``offsets`` [len(keys) * B + 1]) the bags' lengths;
+    ``weights`` [nnz] optional per-id weights (floats; may require grad). B is ``stride``, or
+    len(lengths) // len(keys).
+    """
+
+    def __init__(self, keys, values, lengths=None, offsets=None, weights=None, stride=None):
+        self._keys = list(keys)
+        if len(set(self._keys)) != len(self._keys):
+            raise ValueError(f"KeyedJaggedTensor: duplicate keys in {self._keys}")
+        self._values = _as_index_tensor(values, "values")
+        if lengths is None and offsets is None:
+            raise ValueError("KeyedJaggedTensor needs lengths or offsets")
+        if offsets is None:
+            lengths = _as_index_tensor(lengths, "lengths")
+            if lengths.numel() and int(lengths.min()) < 0:
+                raise ValueError("KeyedJaggedTensor: lengths must be >= 0")
+            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+        else:
+            offsets = _as_index_tensor(offsets, "offsets")
+            if offsets.numel() < 1:
+                raise ValueError("KeyedJaggedTensor: offsets must have len(keys) * B + 1 >= 1 entries")
+            lengths = offsets[1:] - offsets[:-1]
+            if lengths.numel() and int(lengths.min()) < 0:
+                raise ValueError("KeyedJaggedTensor: offsets must be non-decreasing")
+            if int(offsets[0]) != 0:
+                raise ValueError(f"KeyedJaggedTensor: offsets[0] must be 0, got {int(offsets[0])}")
+        self._lengths = lengths
+        self._offsets = offsets
+        nk = len(self._keys)
+        if nk == 0:
+            raise ValueError("KeyedJaggedTensor needs at least one key")
+        if stride is None:
+            if lengths.numel() % nk:
+                raise ValueError(f"KeyedJaggedTensor: {lengths.numel()} lengths do not split over {nk} keys")
+            stride = lengths.numel() // nk
+        if lengths.numel() != nk * stride:
+            raise ValueError(f"KeyedJaggedTensor: expected len(keys) * stride = {nk * stride} lengths, got {lengths.numel()}")
+        self._stride = int(stride)
+        if int(offsets[-1]) != self._values.numel():
+            raise ValueError(f"KeyedJaggedTensor: lengths sum to {int(offsets[-1])} but values has {self._values.numel()} ids")
+        if weights is not None:
+            if not isinstance(weights, torch.Tensor):
+                weights = torch.as_tensor(np.asarray(weights))
+            if not weights.is_floating_point():
+                raise TypeError(f"KeyedJaggedTensor: weights must hold floats, got {weights.dtype}")
+            if weights.shape != self._values.shape:
+                raise ValueError(f"KeyedJaggedTensor: weights must have shape {tuple(self._values.shape)}, got {tuple(weights.shape)}")
+        self._weights = weights
+
+    @classmethod
+    def from_lengths_sync(cls, keys, values, lengths, weights=None, stride=None):
+        return cls(keys, values, lengths=lengths, weights=weights, stride=stride)
+
+    @classmethod
+    def from_offsets_sync(cls, keys, values, offsets, weights=None, stride=None):
+        return cls(keys, values, offsets=offsets, weights=weights, stride=stride)
+
+    def keys(self):
+        return list(self._keys)
+
+    def values(self):
+        return self._values
+
+    def lengths(self):
+        return self._lengths
+
+    def offsets(self):
+        return self._offsets
+
+    def weights_or_none(self):
+        return self._weights
+
+    def stride(self):
+        return self._stride
+
+    def _span(self, key):
+        k = self._keys.index(key)
+        B = self._stride
+        return int(self._offsets[k * B]), int(self._offsets[(k + 1) * B]), k
+
+    def feature(self, key):
+        """(ids [n] int64 view, offsets [B + 1] int64, weights [n] or None) of one key."""
+        if key not in self._keys:
+            raise KeyError(f"KeyedJaggedTensor has no key '{key}' (keys: {self._keys})")
+        lo, hi, k = self._span(key)
+        B = self._stride
+        off = self._offsets[k * B:(k + 1) * B + 1]
+        if lo:
+            off = off - lo
+        w = self._weights[lo:hi] if self._weights is not None else None
+        return self._values[lo:hi], off, w
+
+    def __getitem__(self, key):
+        ids, off, w = self.feature(key)
+        return JaggedTensor(ids, offsets=off, weights=w)
+
+    def to_dict(self):
+        return {k: self[k] for k in self._keys}
+
+
+class KeyedTensor:
+    """Pooled outputs of several features: ``values()`` [B, sum of dims], keys in order."""
+
+    def __init__(self, keys, length_per_key, values):
+        self._keys = list(keys)
+        self._lengths = list(length_per_key)
+        self._values = values
+        self._offsets = [0]
+        for n in self._lengths:
+            self._offsets.append(self._offsets[-1] + n)
+
+    def keys(self):
+        return list(self._keys)
+
+    def values(self):
+        return self._values
+
+    def length_per_key(self):
+        return list(self._lengths)
+
+    def offset_per_key(self):
+        return list(self._offsets)
+
+    def __getitem__(self, key):
+        i = self._keys.index(key)
+        return self._values[:, self._offsets[i]:self._offsets[i + 1]]
+
+    def to_dict(self):
+        return {k: self[k] for k in self._keys}
+
+
+# ---- table configs -------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class EmbeddingBagConfig:
+    """One table and the features that look it up (TorchRec's EmbeddingBagConfig + leanemb options).
+
+    Every option of leanemb's TableOptions (include/leanemb/table_options.h) is a field; the
+    defaults are leanemb's. ``optimizer="none"``: no fused update; backward stores the rows'
+    gradient in ``module.embedding_grad(name)`` (a torch sparse tensor).
+    """
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: List[str] = dataclasses.field(default_factory=list)
+    pooling: str = "sum"                 # "sum" | "mean" ("none" for EmbeddingConfig)
+    dtype: object = "fp32"              # "fp32" | "fp16" | "bf16" | "int8" (lookup only) or torch dtype
+    optimizer: str = "sgd"              # sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | none
+    learning_rate: float = 0.01
+    eps: Optional[float] = None         # None: torch's default for the optimizer (1e-10 Adagrad, 1e-8 Adam)
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    state_dtype: str = "fp32"           # "fp32" | "bf16" | "int8" (blockwise)
+    init: str = "uniform"               # "uniform" | "normal" | "zeros"
+    init_bound: float = 0.0             # uniform: U(-b, b); <= 0: 1 / sqrt(num_embeddings)
+    init_mean: float = 0.0
+    init_std: float = 1.0
+    frozen: bool = False                # lookup only
+    cache_fraction: float = 0.0         # > 0: rows in a row store behind a cache of this fraction
+    cache_rows: int = 0                 # > 0: cache slots (overrides cache_fraction)
+    cache_policy: str = "lru"           # "lru" | "lfu"
+    cache_store: str = "host"           # "host" | "file"
+    cache_store_path: str = ""
+    cache_direct_io: bool = True
+    dynamic: bool = False               # raw 64-bit ids mapped to rows on admission
+    dynamic_min_count: int = 1
+    dynamic_eviction: str = "age"       # "age" | "lfu"
+    dynamic_max_age_steps: int = 0
+    dynamic_partitions: int = 1
+    dynamic_bloom_counters: int = 1 << 20
+
+    def _native(self):
+        opt = str(self.optimizer).lower()
+        if opt not in _OPTIMIZERS:
+            raise ValueError(f"table '{self.name}': optimizer must be one of {_OPTIMIZERS}, got '{self.optimizer}'")
+        d = {
+            "name": self.name, "num_rows": int(self.num_embeddings), "dim": int(self.embedding_dim),
+            "dtype": _le._dtype_word(self.dtype), "optimizer": "sgd" if opt == "none" else opt,
+            "learning_rate": float(self.learning_rate), "beta1": float(self.beta1), "beta2": float(self.beta2),
+            "weight_decay": float(self.weight_decay), "state_dtype": str(self.state_dtype), "init": self.init,
+            "init_bound": float(self.init_bound), "init_mean": float(self.init_mean), "init_std": float(self.init_std),
+            "frozen": bool(self.frozen or opt == "none"), "cache_fraction": float(self.cache_fraction),
+            "cache_rows": int(self.cache_rows), "cache_policy": self.cache_policy, "cache_store": self.cache_store,
+            "cache_store_path": self.cache_store_path, "cache_direct_io": bool(self.cache_direct_io),
+            "dynamic": bool(self.dynamic), "dynamic_min_count": int(self.dynamic_min_count),
+            "dynamic_eviction": self.dynamic_eviction, "dynamic_max_age_steps": int(self.dynamic_max_age_steps),
+            "dynamic_partitions": int(self.dynamic_partitions),
+            "dynamic_bloom_counters": int(self.dynamic_bloom_counters),
+        }
+        if self.eps is not None:
+            d["eps"] = float(self.eps)
+        return d
+
+
+@dataclasses.dataclass
+class EmbeddingConfig(EmbeddingBagConfig):
+    """A table for sequence lookups (pooling none): TorchRec's EmbeddingConfig + leanemb options."""
+    pooling: str = "none"
+
+
+# ---- the autograd function -----------------------------------------------------------------------
+
+class _Batch:
+    """One call's inputs, per native feature (the user's features, then their per-id-row twins)."""
+
+    def __init__(self, B, ids, offsets, weights, twin_on, twins=True):
+        self.B = B
+        self.ids = ids          # [F] int64 tensors (contiguous; views of the KJT where possible)
+        self.offsets = offsets  # [F] int64 tensors [B + 1]
+        self.weights = weights  # [F] float32 tensors or None (detached)
+        self.twin_on = twin_on  # rows of every id wanted (per-sample-weight gradients)
+        self.twins = twins      # the native collection has the twin features
+
+    def native(self, with_twins):
+        ids = [t.numpy() for t in self.ids]
+        offs = [t.numpy() for t in self.offsets]
+        ws = [None if w is None else w.numpy() for w in self.weights]
+        if not self.twins:
+            return ids, offs, ws
+        empty_ids = np.zeros(0, np.int64)
+        zero_offs = np.zeros(self.B + 1, np.int64)
+        if with_twins:
+            ids += [t.numpy() for t in self.ids]
+            offs += [t.numpy() for t in self.offsets]
+        else:
+            ids += [empty_ids] * len(self.ids)
+            offs += [zero_offs] * len(self.ids)
+        ws += [None] * len(self.ids)
+        return ids, offs, ws
+
+
+class _LookupFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, batch, anchor, weights_in, *unused):
+        outs, twin_rows = module._native_forward(batch)
+        ctx.module = module
+        ctx.batch = batch
+        ctx.twin_rows = twin_rows
+        ctx.weights_shape = None if weights_in is None else weights_in.shape
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        module = ctx.module
+        psw_grad = module._native_backward(ctx.batch, list(grads), ctx.twin_rows)
+        if ctx.weights_shape is None or psw_grad is None:
+            return None, None, None, None
+        return None, None, None, psw_grad.reshape(ctx.weights_shape)
+
+
+# ---- the modules ---------------------------------------------------------------------------------
+
+class LearningRateAdapter(torch.optim.Optimizer):
+    """A torch.optim.Optimizer over the tables' learning rates, for torch LR schedulers.
+
+    One param group per table (``group["name"]``, ``group["lr"]``); the module reads the groups
+    before every update, so a scheduler that changes ``lr`` takes effect at the next backward.
+    ``step()`` only pushes the rates (call it where you call your dense optimizer's step, which
+    also keeps the scheduler's ordering check quiet)."""
+
+    def __init__(self, module):
+        groups = [{"params": [torch.zeros(0)], "lr": module._lr[i], "name": c.name}
+                  for i, c in enumerate(module._configs)]
+        super().__init__(groups, {"lr": 0.01})
+        self._module = weakref.ref(module)
+
+    def _push(self):
+        m = self._module()
+        if m is None:
+            return
+        for i, g in enumerate(self.param_groups):
+            if float(g["lr"]) != m._lr[i]:
+                m.set_learning_rate(float(g["lr"]), table=i)
+
+    def step(self, closure=None):  # noqa: D102
+        self._push()
+        return None if closure is None else closure()
+
+    def zero_grad(self, set_to_none=True):  # noqa: D102
+        pass
+
+
+class _TablesModule(torch.nn.Module):
+    _prefix = "embedding_bags"
+    _sequence = False
+
+    def __init__(self, tables, update_mode="per_backward", loss_scale=1.0, check_finite=True,
+                 placement="", device_budget_bytes=0, host_budget_bytes=0, seed=0, num_threads=0,
+                 bounds_check="error", use_reference_kernels=False, sharding=None, forward_payload="fp32",
+                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000):
+        super().__init__()
+        if update_mode not in ("per_backward", "accumulate"):
+            raise ValueError(f"update_mode must be 'per_backward' or 'accumulate', got '{update_mode}'")
+        self.update_mode = update_mode
+        self._configs = list(tables)
+        if not self._configs:
+            raise ValueError(f"{type(self).__name__} needs at least one table")
+        names = [c.name for c in self._configs]
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"table names must be non-empty and unique, got {names}")
+        self._features = []      # (feature name, table index)
+        for ti, c in enumerate(self._configs):
+            pool = _le._pooling_word(c.pooling)
+            if self._sequence and pool != "none":
+                raise ValueError(f"EmbeddingCollection: table '{c.name}' has pooling '{pool}'; use EmbeddingConfig (pooling none)")
+            if not self._sequence and pool not in ("sum", "mean"):
+                raise ValueError(f"EmbeddingBagCollection: table '{c.name}': pooling must be 'sum' or 'mean', got '{pool}'")
+            if str(c.optimizer).lower() == "none" and c.dynamic:
+                raise ValueError(f"table '{c.name}': optimizer='none' is not supported on dynamic tables")
+            fn = c.feature_names or [c.name]
+            for f in fn:
+                if f in [x for x, _ in self._features]:
+                    raise ValueError(f"feature '{f}' is looked up by two tables")
+                self._features.append((f, ti))
+        self._pooling = [_le._pooling_word(self._configs[t].pooling) for _, t in self._features]
+        native_tables = [c._native() for c in self._configs]
+        feats = [{"name": f, "table": t, "pooling": p} for (f, t), p in zip(self._features, self._pooling)]
+        # Twins: one sequence feature per feature over the same table, giving each id's row for
+        # the gradients of per-id weights (empty unless a weights tensor requires grad).
+        # (Sequence modules apply per-id weights with torch after the lookup: no twins.)
+        if not self._sequence:
+            feats += [{"name": "__rows__" + f, "table": t, "pooling": "none"} for f, t in self._features]
+        coll = {"placement": placement, "device_budget_bytes": int(device_budget_bytes),
+                "host_budget_bytes": int(host_budget_bytes), "seed": int(seed), "num_threads": int(num_threads),
+                "bounds_check": bounds_check, "use_reference_kernels": bool(use_reference_kernels)}
+        dist = {}
+        if sharding is not None:  # tables sharded over MPI_COMM_WORLD (collective calls)
+            dist = {"comm": "mpi", "sharding": sharding, "forward_payload": forward_payload,
+                    "backward_payload": backward_payload, "table_assign": table_assign,
+                    "timeout_ms": int(comm_timeout_ms)}
+        self._tables = _C.Tables(native_tables, feats, coll, dist)
+        self._layouts = [self._tables.layout(i) for i in range(len(self._configs))]
+        self._none_opt = [str(c.optimizer).lower() == "none" for c in self._configs]
+        self._trainable = any(not l["frozen"] for l in self._layouts)
+        self._needs_backward = self._trainable or any(self._none_opt)
+        self._lr = [float(c.learning_rate) for c in self._configs]
+        self._dims = [int(self._configs[t].embedding_dim) for _, t in self._features]
+        self.loss_scale = float(loss_scale)
+        self.check_finite = bool(check_finite)
+        self._anchor = torch.zeros(0, requires_grad=True)  # makes backward run (weights get no .grad)
+        self._pending = []         # accumulate mode: (batch, grads) until step()
+        self._grads = {}           # optimizer="none": table name -> sparse gradient
+        self._adapter = None
+        self.last_update = None    # the last native update's report
+        self.num_updates = 0
+        self.num_skipped_nonfinite = 0
+        self.found_nonfinite = False  # the last update was skipped (Inf/NaN gradient)
+        self.copies = {"inputs": 0, "grads": 0}  # conversions that were not zero-copy
+
+    # ---- configuration ----
+    @property
+    def tables(self):
+        """The native Tables object (_leanemb.Tables; the table interface)."""
+        return self._tables
+
+    @property
+    def rank(self):
+        return self._tables.rank
+
+    @property
+    def world_size(self):
+        return self._tables.world_size
+
+    def embedding_bag_configs(self):
+        return list(self._configs)
+
+    def feature_names(self):
+        return [f for f, _ in self._features]
+
+    def _table_index(self, table):
+        if table is None:
+            return list(range(len(self._configs)))
+        if isinstance(table, str):
+            for i, c in enumerate(self._configs):
+                if c.name == table:
+                    return [i]
+            raise KeyError(f"no table '{table}'")
+        return [int(table)]
+
+    def set_learning_rate(self, lr, table=None):
+        """Sets the learning rate of ``table`` (name or index; None: every table) for later updates."""
+        for i in self._table_index(table):
+            self._tables.set_learning_rate(i, float(lr))
+            self._lr[i] = float(lr)
+            if self._adapter is not None and self._adapter() is not None:
+                self._adapter().param_groups[i]["lr"] = float(lr)
+
+    def get_learning_rate(self, table=0):
+        return self._lr[self._table_index(table)[0]]
+
+    def lr_scheduler_adapter(self):
+        """A LearningRateAdapter (torch.optim.Optimizer) for torch.optim.lr_scheduler classes."""
+        a = self._adapter() if self._adapter is not None else None
+        if a is None:
+            a = LearningRateAdapter(self)
+            self._adapter = weakref.ref(a)
+        return a
+
+    def set_loss_scale(self, scale):
+        """Gradients reaching backward are divided by ``scale`` before the optimizer."""
+        if not (scale > 0 and np.isfinite(scale)):
+            raise ValueError(f"loss scale must be finite and > 0, got {scale}")
+        self.loss_scale = float(scale)
+
+    @property
+    def step_count(self):
+        """Successful fused updates so far (the native step counter)."""
+        return self._tables.step
+
+    # ---- forward ----
+    def _batch(self, kjt):
+        if not isinstance(kjt, KeyedJaggedTensor):
+            raise TypeError(f"{type(self).__name__} takes a leanemb.torch.KeyedJaggedTensor, got {type(kjt).__name__}")
+        missing = [f for f, _ in self._features if f not in kjt.keys()]
+        if missing:
+            raise ValueError(f"KeyedJaggedTensor lacks features {missing} (has {kjt.keys()})")
+        B = kjt.stride()
+        ids, offs, ws, seq_w = [], [], [], []
+        for f, _ in self._features:
+            i, o, w = kjt.feature(f)
+            if not o.is_contiguous():
+                o = o.contiguous()
+            ids.append(i)
+            offs.append(o)
+            if self._sequence:
+                seq_w.append(w)  # applied with torch after the lookup (autograd does the rest)
+                w = None
+            if w is not None:
+                wd = w.detach()
+                if wd.dtype != torch.float32 or not wd.is_contiguous():
+                    wd = wd.to(torch.float32).contiguous()
+                    self.copies["inputs"] += 1
+                w = wd
+            ws.append(w)
+        w_all = kjt.weights_or_none()
+        twin_on = (not self._sequence and w_all is not None and w_all.requires_grad and torch.is_grad_enabled())
+        batch = _Batch(B, ids, offs, ws, twin_on, twins=not self._sequence)
+        if twin_on:  # where each feature's ids sit in the KJT (its key order, other keys included)
+            batch.spans = [kjt._span(f)[:2] for f, _ in self._features]
+            batch.nnz = kjt.values().numel()
+        return batch, (w_all if twin_on else None), seq_w
+
+    def _native_forward(self, batch):
+        B = batch.B
+        outs = []
+        pooled = None
+        if not self._sequence:
+            pooled = torch.empty((B, self._tables.pooled_dim), dtype=torch.float32)
+            outs.append(pooled)
+        seq = []
+        if self._sequence:
+            for k, d in enumerate(self._dims):
+                t = torch.empty((batch.ids[k].numel(), d), dtype=torch.float32)
+                outs.append(t)
+                seq.append(t)
+        twin_rows = []
+        if batch.twins:
+            for k, d in enumerate(self._dims):
+                n = batch.ids[k].numel() if batch.twin_on else 0
+                twin_rows.append(torch.empty((n, d), dtype=torch.float32))
+        ids, offs, ws = batch.native(batch.twin_on)
+        self._tables.forward(B, ids, offs, ws, None if pooled is None else pooled.numpy(),
+                             [t.numpy() for t in seq] + [t.numpy() for t in twin_rows])
+        return outs, (twin_rows if batch.twin_on else None)
+
+    def _lookup(self, kjt):
+        batch, w_req, seq_w = self._batch(kjt)
+        use_grad = torch.is_grad_enabled() and (self._needs_backward or w_req is not None)
+        if not use_grad:
+            with torch.no_grad():
+                outs, _ = self._native_forward(batch)
+        else:
+            outs = list(_LookupFunction.apply(self, batch, self._anchor, w_req))
+        if self._sequence:
+            outs = [o if w is None else o * w.to(o.dtype).unsqueeze(1) for o, w in zip(outs, seq_w)]
+        return outs, batch
+
+    # ---- backward ----
+    def _grad_arrays(self, batch, grads):
+        """Contiguous float32 gradients per output (zeros where autograd gave none)."""
+        out = []
+        for k, g in enumerate(grads):
+            if g is None:
+                if not self._sequence:
+                    g = torch.zeros((batch.B, self._tables.pooled_dim), dtype=torch.float32)
+                else:
+                    g = torch.zeros((batch.ids[k].numel(), self._dims[k]), dtype=torch.float32)
+            elif g.dtype != torch.float32 or not g.is_contiguous():
+                g = g.to(torch.float32).contiguous()
+                self.copies["grads"] += 1
+            out.append(g)
+        return out
+
+    def _feature_grad(self, batch, grads, k):
+        """Gradient of feature k's output per id occurrence, [nnz_k, dim] (unweighted, mean-scaled)."""
+        if self._sequence:
+            return grads[k]
+        off = int(self._tables.pooled_offset(k))
+        g = grads[0][:, off:off + self._dims[k]]
+        lengths = batch.offsets[k][1:] - batch.offsets[k][:-1]
+        bag = torch.repeat_interleave(torch.arange(batch.B), lengths)
+        per = g[bag]
+        if self._pooling[k] == "mean":
+            per = per / lengths[bag].clamp(min=1).to(per.dtype).unsqueeze(1)
+        return per
+
+    def _native_backward(self, batch, grads, twin_rows):
+        grads = self._grad_arrays(batch, grads)
+        psw = None
+        if twin_rows is not None:
+            psw = torch.zeros(batch.nnz, dtype=torch.float32)  # keys the module does not use: 0
+            for k in range(len(self._features)):
+                per = self._feature_grad(batch, grads, k)
+                lo, hi = batch.spans[k]
+                psw[lo:hi] = (per * twin_rows[k]).sum(1)
+        if any(self._none_opt):
+            self._accumulate_row_grads(batch, grads)
+        if self._trainable:
+            if self.update_mode == "per_backward":
+                self._apply(batch, grads)
+            else:
+                self._pending.append((batch, grads))
+        return psw
+
+    def _accumulate_row_grads(self, batch, grads):
+        scale = 1.0 / self.loss_scale
+        for k, (f, t) in enumerate(self._features):
+            if not self._none_opt[t]:
+                continue
+            per = self._feature_grad(batch, grads, k)
+            if batch.weights[k] is not None:
+                per = per * batch.weights[k].unsqueeze(1)
+            per = per * scale
+            c = self._configs[t]
+            sp = torch.sparse_coo_tensor(batch.ids[k].unsqueeze(0), per, (c.num_embeddings, c.embedding_dim))
+            prev = self._grads.get(c.name)
+            self._grads[c.name] = (sp if prev is None else prev + sp).coalesce()
+
+    def _sync_lr(self):
+        if self._adapter is not None and self._adapter() is not None:
+            self._adapter()._push()
+
+    def _apply(self, batch, grads):
+        self._sync_lr()
+        ids, offs, ws = batch.native(batch.twin_on)
+        g_pooled = None if self._sequence else grads[0].numpy()
+        g_seq = [g.numpy() for g in grads] if self._sequence else []
+        zeros = []
+        if batch.twins:
+            for k, d in enumerate(self._dims):
+                n = batch.ids[k].numel() if batch.twin_on else 0
+                zeros.append(np.zeros((n, d), np.float32))
+        rep = self._tables.backward_update(batch.B, ids, offs, ws, g_pooled, g_seq + zeros,
+                                           1.0 / self.loss_scale, self.check_finite)
+        self.last_update = rep
+        self.found_nonfinite = bool(rep["skipped_nonfinite"])
+        if self.found_nonfinite:
+            self.num_skipped_nonfinite += 1
+        else:
+            self.num_updates += 1
+        return rep
+
+    def step(self):
+        """accumulate mode: applies one update with the gradients of every backward since the last
+        step() (their batches concatenated: the same as summing the gradients). Returns the
+        update's report, or None when nothing was pending. A no-op in per_backward mode."""
+        if not self._pending:
+            return None
+        pend, self._pending = self._pending, []
+        if len(pend) == 1:
+            return self._apply(*pend[0])
+        nf = len(self._features)
+        ids, offs, ws = [], [], []
+        for k in range(nf):
+            ids.append(torch.cat([b.ids[k] for b, _ in pend]))
+            shifted, base = [], 0
+            for j, (b, _) in enumerate(pend):
+                o = b.offsets[k]
+                shifted.append((o if j == 0 else o[1:]) + base)
+                base += int(o[-1])
+            offs.append(torch.cat(shifted))
+            if all(b.weights[k] is None for b, _ in pend):
+                ws.append(None)
+            else:
+                ws.append(torch.cat([b.weights[k] if b.weights[k] is not None
+                                     else torch.ones(b.ids[k].numel(), dtype=torch.float32) for b, _ in pend]))
+        B = sum(b.B for b, _ in pend)
+        batch = _Batch(B, ids, offs, ws, False, twins=not self._sequence)
+        if self._sequence:
+            grads = [torch.cat([g[k] for _, g in pend]) for k in range(nf)]
+        else:
+            grads = [torch.cat([g[0] for _, g in pend])]
+        return self._apply(batch, grads)
+
+    def zero_grad(self, set_to_none=True):
+        """Drops pending accumulated gradients and the optimizer="none" row gradients."""
+        self._pending = []
+        self._grads = {}
+        super().zero_grad(set_to_none=set_to_none)
+
+    def embedding_grad(self, table):
+        """optimizer="none" tables: the rows' gradient summed since zero_grad(), a coalesced torch
+        sparse COO tensor [num_embeddings, dim] (None before any backward), already divided by
+        the loss scale."""
+        return self._grads.get(self._configs[self._table_index(table)[0]].name)
+
+    # ---- rows, state, checkpoints ----
+    def weight(self, table):
+        """Table ``table``'s rows as a float32 tensor [num_embeddings, dim] (a copy, dequantized)."""
+        i = self._table_index(table)[0]
+        return torch.from_numpy(self._tables.read_rows(i, 0, self._configs[i].num_embeddings))
+
+    def set_weight(self, table, w):
+        """Writes every row of ``table`` from float [num_embeddings, dim] (rounded to the row dtype)."""
+        i = self._table_index(table)[0]
+        c = self._configs[i]
+        w = torch.as_tensor(w).detach().to(torch.float32).contiguous()
+        if tuple(w.shape) != (c.num_embeddings, c.embedding_dim):
+            raise ValueError(f"weight of table '{c.name}' must have shape {(c.num_embeddings, c.embedding_dim)}, got {tuple(w.shape)}")
+        self._tables.write_rows(i, 0, w.numpy())
+
+    def optimizer_state(self, table):
+        """Optimizer state as float32 [num_embeddings, state floats per row] (per-element states, then
+        the per-row scalar; docs/python.md)."""
+        i = self._table_index(table)[0]
+        return torch.from_numpy(self._tables.read_state(i, 0, self._configs[i].num_embeddings))
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for i, c in enumerate(self._configs):
+            n = c.num_embeddings
+            destination[f"{prefix}{self._prefix}.{c.name}.weight"] = torch.from_numpy(self._tables.read_rows(i, 0, n))
+            destination[f"{prefix}{self._prefix}.{c.name}.fat_rows"] = torch.from_numpy(self._tables.read_raw_rows(i, 0, n))
+        destination[f"{prefix}step"] = torch.tensor(self._tables.step, dtype=torch.int64)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for i, c in enumerate(self._configs):
+            wk = f"{prefix}{self._prefix}.{c.name}.weight"
+            rk = f"{prefix}{self._prefix}.{c.name}.fat_rows"
+            try:
+                if rk in state_dict:
+                    raw = state_dict[rk].detach().to(torch.uint8).contiguous()
+                    stride = self._layouts[i]["stride_bytes"]
+                    if tuple(raw.shape) != (c.num_embeddings, stride):
+                        error_msgs.append(f"{rk}: shape {tuple(raw.shape)} != {(c.num_embeddings, stride)} "
+                                          "(a table of another dtype, optimizer or state dtype)")
+                        continue
+                    self._tables.write_raw_rows(i, 0, raw.numpy())
+                elif wk in state_dict:
+                    self.set_weight(i, state_dict[wk])
+                else:
+                    missing_keys.append(wk)
+            except (ValueError, IndexError, TypeError) as e:
+                error_msgs.append(f"{wk}: {e}")
+        sk = f"{prefix}step"
+        if sk in state_dict:
+            self._tables.set_step(int(state_dict[sk]))
+        elif strict:
+            missing_keys.append(sk)
+        mine = {f"{prefix}{self._prefix}.{c.name}.{s}" for c in self._configs for s in ("weight", "fat_rows")} | {sk}
+        if strict:  # the module has no children: every other key under its prefix is unexpected
+            unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k not in mine)
+
+    def save(self, out_dir, keep_last=3):
+        """Writes a crash-safe checkpoint <out_dir>/checkpoints/step-<N> (N = step_count) in leanemb's
+        format (leanemb ckpt verify / digest read it). Returns its directory."""
+        return self._tables.save(os.fspath(out_dir), int(self._tables.step), int(keep_last))
+
+    def load(self, path):
+        """Loads a checkpoint: a step-<N> directory, or the newest under <path>/checkpoints. The
+        tables must match (names, rows, dim, dtype, optimizer, state dtype). Sets step_count to N.
+        Returns the directory loaded."""
+        path = os.fspath(path)
+        if not os.path.exists(os.path.join(path, "MANIFEST")):
+            path = _C.latest_checkpoint(path)
+        self._tables.load(path, int(_C.checkpoint_step(path)))
+        return path
+
+    def flush(self):
+        """Writes cached rows back to their stores (tables with a row cache)."""
+        self._tables.flush()
+
+    # ---- statistics ----
+    def memory_stats(self):
+        """{"device": {...}, "host": {...}}: per tier current / peak bytes by category."""
+        return self._tables.memory_stats()
+
+    def memory_summary(self):
+        """The tier x category table of current and peak bytes (as `leanemb train` prints it)."""
+        return self._tables.memory_summary()
+
+    def cache_stats(self, table):
+        return self._tables.cache_stats(self._table_index(table)[0])
+
+    def dynamic_stats(self, table):
+        return self._tables.dynamic_stats(self._table_index(table)[0])
+
+    def extra_repr(self):
+        return ", ".join(f"{c.name}: {c.num_embeddings}x{c.embedding_dim} {_le._dtype_word(c.dtype)} {c.optimizer}"
+                         for c in self._configs) + f", update_mode={self.update_mode}"
+
+
+class EmbeddingBagCollection(_TablesModule):
+    """Pooled lookups (sum / mean, per-id weights) of several tables and features.
+
+    forward(kjt) -> KeyedTensor: ``values()`` [B, sum of dims] float32, features in config
+    order (each table's feature_names), ``to_dict()`` per feature views. Backward applies each
+    table's fused optimizer in place (see docs/python.md for update_mode and the rest)."""
+    _prefix = "embedding_bags"
+    _sequence = False
+
+    def forward(self, features):
+        outs, _ = self._lookup(features)
+        return KeyedTensor(self.feature_names(), self._dims, outs[0])
+
+
+class EmbeddingCollection(_TablesModule):
+    """Sequence lookups (pooling none) of several tables and features.
+
+    forward(kjt) -> {feature: JaggedTensor}: ``values()`` [nnz, dim] float32 rows in id order
+    (times the per-id weights, if given), ``lengths()`` / ``offsets()`` from the input, and
+    ``to_padded_dense()`` -> [B, L, dim]."""
+    _prefix = "embeddings"
+    _sequence = True
+
+    def forward(self, features):
+        outs, batch = self._lookup(features)
+        return {f: JaggedTensor(outs[k], offsets=batch.offsets[k]) for k, (f, _) in enumerate(self._features)}
