@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "dist/dist_testing.h"
+#include "dist/sharded_checkpoint.h"
 #include "leanemb/tables.h"
 #include "table/owned_batch_testing.h"
 
@@ -277,6 +278,97 @@ INSTANTIATE_TEST_SUITE_P(AllCombinations, StackMatrixTest,
                                             ::testing::Values(PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone),
                                             ::testing::Values(DType::kF32, DType::kBF16)),
                          case_name);
+
+
+// A table of 2^33 ids (a dynamic vocabulary: raw ids anywhere in [0, 2^33), some equal in their
+// low 32 bits, rows on first touch) with bf16 rows + row-wise Adagrad behind a row cache over
+// the file store trains, checkpoints, and a fresh table restored from the checkpoint trains on
+// bit-identically to the one that kept going.
+TEST(HugeTableTest, ATableOf2To33IdsTrainsCheckpointsAndResumesBitIdentically) {
+  TempDir dir;
+  constexpr int64_t kIds = int64_t{1} << 33;
+  std::vector<int64_t> pool;  // 300 ids over the whole range, pairs 2^32 apart
+  for (uint64_t k = 0; k < 150; ++k) {
+    const auto id = static_cast<int64_t>((k * 0x9E3779B97F4A7C15ull) % static_cast<uint64_t>(kIds / 2));
+    pool.push_back(id);
+    pool.push_back(id + (int64_t{1} << 32));
+  }
+  pool.push_back(kIds - 1);
+  auto options = [&](const std::string& tag) {
+    CollectionOptions o;
+    TableOptions to;
+    to.name = "huge";
+    to.num_rows = 1024;  // the rows the ids share
+    to.dim = 8;
+    to.dtype = DType::kBF16;
+    to.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+    to.optimizer.learning_rate = 0.05f;
+    to.dynamic.enabled = true;
+    to.dynamic.partitions = 4;
+    to.cache.fraction = 0.25;
+    to.cache.store = "file";
+    to.cache.store_path = dir.path + "/" + tag + ".rows";
+    o.tables.push_back(to);
+    o.features.push_back(FeatureOptions{"f", 0, PoolingMode::kSum});
+    o.seed = 5;
+    o.num_threads = 1;
+    return o;
+  };
+  auto batch = [&](int step) {
+    std::mt19937_64 rng(70 + static_cast<uint64_t>(step));
+    OwnedBatch b;
+    b.B = 32;
+    std::vector<int64_t> ids, offsets = {0};
+    for (int64_t bag = 0; bag < b.B; ++bag) {
+      for (int i = 0; i < 3; ++i) ids.push_back(pool[rng() % pool.size()]);
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    b.ids.push_back(ids);
+    b.offsets.push_back(offsets);
+    b.weights.emplace_back();
+    return b;
+  };
+  auto step = [&](EmbeddingTables& t, int s, std::vector<float>* out) -> Status {
+    const OwnedBatch b = batch(s);
+    out->assign(static_cast<size_t>(b.B * t.pooled_dim()), 0.0f);
+    LEANEMB_RETURN_IF_ERROR(t.forward(b.view(), *out));
+    const std::vector<float> g = test_util::normal_grads(300 + static_cast<uint64_t>(s), b.B * t.pooled_dim());
+    return t.backward_update(b.view(), g).status();
+  };
+  MemorySystemOptions mo;
+  mo.device_budget_bytes = size_t{16} << 20;
+  auto mem_a = MemorySystem::create(mo), mem_b = MemorySystem::create(mo);
+  ASSERT_TRUE(mem_a.ok() && mem_b.ok());
+  auto a = create_tables(options("a"), mem_a.value().get(), {});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  std::vector<float> out_a, out_b;
+  for (int s = 0; s < 4; ++s) ASSERT_TRUE(step(*a.value(), s, &out_a).ok()) << "step " << s;
+  auto saved = save_tables_checkpoint(dir.path + "/run", 4, *a.value());
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  auto b = create_tables(options("b"), mem_b.value().get(), {});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto loaded = load_tables_checkpoint(saved.value().path, *b.value());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  for (int s = 4; s < 8; ++s) {
+    ASSERT_TRUE(step(*a.value(), s, &out_a).ok());
+    ASSERT_TRUE(step(*b.value(), s, &out_b).ok());
+    ASSERT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * 4)) << "step " << s;
+  }
+  int64_t wide = 0;
+  const size_t stride = a.value()->layout(0).stride_bytes;
+  std::vector<uint8_t> ra(stride), rb(stride);
+  for (int64_t id : pool) {
+    auto row_a = a.value()->dynamic_row(0, id), row_b = b.value()->dynamic_row(0, id);
+    ASSERT_TRUE(row_a.ok() && row_b.ok());
+    ASSERT_EQ(row_a.value(), row_b.value()) << "id " << id;
+    if (row_a.value() < 0) continue;
+    if (id >= (int64_t{1} << 32)) ++wide;
+    ASSERT_TRUE(a.value()->read_raw_rows(0, row_a.value(), 1, ra).ok());
+    ASSERT_TRUE(b.value()->read_raw_rows(0, row_b.value(), 1, rb).ok());
+    ASSERT_EQ(ra, rb) << "id " << id;
+  }
+  EXPECT_GT(wide, 50) << "ids at and above 2^32 got rows";
+}
 
 }  // namespace
 }  // namespace leanemb::dist
