@@ -374,7 +374,9 @@ TEST(HugeTableTest, ATableOf2To33IdsTrainsCheckpointsAndResumesBitIdentically) {
   for (size_t i = 0; i + 1 < pool.size(); i += 2) {  // ids 2^32 apart are different ids
     auto lo = a.value()->dynamic_row(0, pool[i]), hi = a.value()->dynamic_row(0, pool[i + 1]);
     ASSERT_TRUE(lo.ok() && hi.ok());
-    if (lo.value() >= 0 && hi.value() >= 0) EXPECT_NE(lo.value(), hi.value()) << "ids " << pool[i] << " and " << pool[i + 1];
+    if (lo.value() >= 0 && hi.value() >= 0) {
+      EXPECT_NE(lo.value(), hi.value()) << "ids " << pool[i] << " and " << pool[i + 1];
+    }
   }
 }
 
