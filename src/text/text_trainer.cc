@@ -67,8 +67,23 @@ nlohmann::json stats_json(const TextDataStats& s) {
 
 }  // namespace
 
-Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size) {
+void top_k_labels(std::span<const float> logits, int k, std::vector<int32_t>* out) {
+  const auto C = static_cast<int32_t>(logits.size());
+  const int kk = std::min<int>(k, C);
+  out->resize(static_cast<size_t>(C));
+  std::iota(out->begin(), out->end(), 0);
+  std::partial_sort(out->begin(), out->begin() + kk, out->end(), [&](int32_t a, int32_t b) {
+    const float x = logits[static_cast<size_t>(a)], y = logits[static_cast<size_t>(b)];
+    return x > y || (x == y && a < b);
+  });
+  out->resize(static_cast<size_t>(kk));
+}
+
+Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size, int k) {
+  if (k < 1) return invalid_argument("text evaluation: k must be >= 1, got " + std::to_string(k));
   TextEvalResult r;
+  r.k = k;
+  std::vector<int32_t> topk;
   const int64_t n = data.num_examples(), C = model.options().num_labels;
   std::vector<int64_t> idx;
   GatheredBatch g;
@@ -92,6 +107,11 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
       const auto le = g.labels.begin() + g.label_offsets[static_cast<size_t>(i) + 1];
       r.gold_labels += le - lb;
       if (std::find(lb, le, top) != le) ++r.correct;
+      if (k > 1) {
+        top_k_labels(std::span<const float>(x, static_cast<size_t>(C)), k, &topk);
+        r.predictions += static_cast<int64_t>(topk.size());
+        for (int32_t t : topk) r.correct_at_k += std::find(lb, le, t) != le;
+      }
     }
   }
   r.examples = n;
@@ -101,6 +121,12 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
     r.loss = loss / static_cast<double>(n);
   }
   if (r.gold_labels > 0) r.recall_at_1 = static_cast<double>(r.correct) / static_cast<double>(r.gold_labels);
+  if (k == 1) {  // the top label alone
+    r.predictions = n;
+    r.correct_at_k = r.correct;
+  }
+  if (r.predictions > 0) r.precision_at_k = static_cast<double>(r.correct_at_k) / static_cast<double>(r.predictions);
+  if (r.gold_labels > 0) r.recall_at_k = static_cast<double>(r.correct_at_k) / static_cast<double>(r.gold_labels);
   return r;
 }
 

@@ -1,0 +1,43 @@
+// `leanemb export` (docs/serve.md): a trained model's arrays as NumPy files, and a compact
+// serving checkpoint.
+//
+// export_model() writes into out_dir:
+//   manifest.json            what follows, with shapes and dtypes, the task, the checkpoint and
+//                            step, and how ids reach rows ("id_hashing")
+//   tables/<table>.npy       float32 [rows, dim]: every row's weights as the model reads them
+//                            (fp16 / bf16 / int8 rows decoded)
+//   tables/<table>.state.npy float32 [rows, state floats per row] (--with-state): the row
+//                            optimizer's state, as EmbeddingTables::read_state gives it
+//   dense/<name>.npy         float32 [n]: each dense parameter, flat in the layer's order
+//   dense/<name>.opt.npy     (--with-state) its dense optimizer state, flat
+//   words.vec                text models: fastText's .vec text format ("<words> <dim>", then
+//                            "<word> <v1> ... <vdim>" per vocabulary word, most frequent first)
+// .npy files are NumPy format 1.0, little-endian, C order.
+//
+// Thread safety: one call at a time per output directory.
+#pragma once
+
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "leanemb/status.h"
+#include "serve/saved_model.h"
+
+namespace leanemb::serve {
+
+struct ExportOptions {
+  std::string out_dir;
+  bool with_state = false;
+  std::vector<std::string> sets;  // applied to the saved config (memory budgets, ...)
+};
+
+// Returns a few lines saying what was written. Errors: open/load errors, IoError.
+Result<std::string> export_model(const SavedRun& run, const ExportOptions& options);
+
+// One .npy file (format 1.0, '<f4', C order) of `shape` whose data the callback writes in order.
+// Exposed for tests.
+Status write_npy_header(std::FILE* f, std::span<const int64_t> shape);
+
+}  // namespace leanemb::serve
