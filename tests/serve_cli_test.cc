@@ -133,6 +133,21 @@ TEST(serve_test, CtrAucAndLoglossEqualTheTrainersFinalEvaluation) {
   EXPECT_EQ(c.out, r.out);
 }
 
+// A model trained with bf16 rows is served from its bf16 rows: test gives the trainer's AUC.
+TEST(serve_test, Bf16RowsAreReadAsStored) {
+  const CtrRun& run = ctr_run();
+  const std::string out = scratch("bf16"), summary = out + "/summary.json", js = out + "/test.json";
+  const RunResult t = run_cli(
+      "train --quiet --set 'data.dir=\"" + run.data + "\"' --set data.gen.train_rows=2048 --set data.gen.eval_rows=256 "
+      "--set data.gen.vocab=50 --set data.num_sparse=4 --set model.table_rows=64 --set model.embedding_dim=8 "
+      "--set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' --set train.batch_size=128 --set train.threads=2 "
+      "--set embedding.dtype=bf16 --out '" + out + "/run' --json-summary '" + summary + "'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const RunResult r = run_cli("test --run '" + out + "/run' --data '" + run.data + "/eval.tsv' --json '" + js + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(read_json(js)["auc"].get<double>(), read_json(summary)["eval"]["auc"].get<double>(), 1e-6);
+}
+
 TEST(serve_predict, CtrProbabilitiesGiveTheTrainersAuc) {
   const CtrRun& run = ctr_run();
   const json sum = read_json(run.summary);
@@ -312,6 +327,35 @@ TEST(serve_export, TextWordVectorsInFastTextVecFormat) {
   }
   EXPECT_EQ(n, 9);  // the word and 8 values
   EXPECT_EQ(read_json(ex + "/manifest.json")["labels"].size(), 4u);
+}
+
+// The compact serving export: int8 rows without optimizer state, read by predict / test; the
+// AUC and P@1 move by the int8 rounding only.
+TEST(serve_export, ServingCheckpointHasInt8RowsAndPredictsAlmostAsTheModel) {
+  const CtrRun& run = ctr_run();
+  const json sum = read_json(run.summary);
+  const std::string srv = scratch("serving");
+  const RunResult e = run_cli("export --run '" + run.out + "' --out '" + srv + "' --serving");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("tables 16.00 KiB -> 4.00 KiB"), std::string::npos) << e.out;  // 4 x 64 rows: fp32 + Adagrad -> int8
+  const std::string js = srv + "/test.json";
+  const RunResult t = run_cli("test --run '" + srv + "' --data '" + run.data + "/eval.tsv' --json '" + js + "'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NEAR(read_json(js)["auc"].get<double>(), sum["eval"]["auc"].get<double>(), 0.01);
+  auto reader = ckpt::CheckpointReader::open(srv + "/checkpoints/step-0000000016");
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  ASSERT_NE(reader.value()->find("emb/C1"), nullptr);
+  EXPECT_EQ(reader.value()->find("emb/C1")->row_bytes, 8u + 8u);  // 8 codes, scale, bias
+  EXPECT_EQ(reader.value()->find("dense/opt/top.0.weight.exp_avg"), nullptr);
+  // Optimizer state was left out: asking for it is an error, not zeros.
+  expect_clean_failure("export --run '" + srv + "' --out '" + srv + "/npy' --with-state", "no optimizer state");
+  // Text: P@1 of the int8 copy within a few lines of the trained model's.
+  const TextRun& text = text_run();
+  const std::string tsrv = scratch("serving_text");
+  ASSERT_EQ(run_cli("export --run '" + text.out + "' --out '" + tsrv + "' --serving").exit_code, 0);
+  const RunResult tt = run_cli("test --run '" + tsrv + "' --data '" + text.test + "' --json '" + js + "'");
+  ASSERT_EQ(tt.exit_code, 0) << tt.err;
+  EXPECT_NEAR(read_json(js)["precision_at_1"].get<double>(), read_json(text.summary)["eval"]["precision_at_1"].get<double>(), 0.03);
 }
 
 }  // namespace

@@ -106,6 +106,13 @@ int run_predict(const ServeArgs& a) {
 int run_export(const ServeArgs& a) {
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
+  if (a.serving) {
+    if (a.with_state) return report_error(invalid_argument("--serving writes no optimizer state: drop --with-state"));
+    auto r = serve::export_serving(run.value(), a.out_dir, a.sets);
+    if (!r.ok()) return report_error(r.status());
+    if (!a.quiet) std::printf("%s", r.value().c_str());
+    return kExitOk;
+  }
   serve::ExportOptions o;
   o.out_dir = a.out_dir;
   o.with_state = a.with_state;
@@ -166,6 +173,8 @@ void register_serve(CLI::App& app, CommandResult* result) {
     add_model_options(cmd, a.get());
     cmd->add_option("--out", a->out_dir, "Output directory (created; files in it are replaced)")->required()->type_name("DIR")->check(non_empty);
     cmd->add_flag("--with-state", a->with_state, "Also the optimizer state (row and dense)");
+    cmd->add_flag("--serving", a->serving,
+                  "Instead: a compact serving checkpoint in --out (int8 rows, no optimizer state) that predict and test read");
     cmd->callback([a, result] { result->exit_code = run_export(*a); });
   }
 }

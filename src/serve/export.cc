@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/sharded_checkpoint.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::serve {
@@ -127,7 +128,93 @@ Status make_dirs(const std::string& dir) {
   return Status();
 }
 
+// Copies every row of `from` into `to` (same tables and shapes; `to` rounds them to its dtype).
+Status copy_rows(const EmbeddingTables& from, EmbeddingTables& to) {
+  std::vector<float> buf;
+  for (int t = 0; t < from.num_tables(); ++t) {
+    const int64_t rows = from.options().tables[static_cast<size_t>(t)].num_rows, dim = from.layout(t).dim;
+    for (int64_t r = 0; r < rows; r += kChunkRows) {
+      const int64_t n = std::min(kChunkRows, rows - r);
+      buf.resize(static_cast<size_t>(n * dim));
+      LEANEMB_RETURN_IF_ERROR(from.read_rows(t, r, n, buf));
+      LEANEMB_RETURN_IF_ERROR(to.write_rows(t, r, n, buf));
+    }
+  }
+  return Status();
+}
+
+size_t table_bytes(const EmbeddingTables& t) {
+  size_t b = 0;
+  for (int i = 0; i < t.num_tables(); ++i) b += t.layout(i).stride_bytes * static_cast<size_t>(t.options().tables[static_cast<size_t>(i)].num_rows);
+  return b;
+}
+
+Status refuse_dynamic(const EmbeddingTables& t) {
+  for (const TableOptions& to : t.options().tables)
+    if (to.dynamic.enabled)
+      return invalid_argument("export --serving: table " + to.name + " is dynamic (rows given on admission); a serving export "
+                              "needs fixed tables");
+  return Status();
+}
+
 }  // namespace
+
+Result<std::string> export_serving(const SavedRun& run, const std::string& out_dir, std::span<const std::string> sets) {
+  if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
+  for (const char* name : {"train/state", "train/config"}) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(name));
+    blobs.emplace_back(name, std::move(b));
+  }
+  const std::string fmt = nlohmann::json{{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}}.dump();
+  blobs.emplace_back("serve/format", std::vector<uint8_t>(fmt.begin(), fmt.end()));
+  auto add_dense = [&](const std::vector<nn::NamedTensor>& params) {
+    for (const auto& t : params) {
+      const auto* p = reinterpret_cast<const uint8_t*>(t.values.data());
+      blobs.emplace_back("dense/param/" + t.name, std::vector<uint8_t>(p, p + t.values.size() * sizeof(float)));
+    }
+  };
+  size_t before = 0, after = 0;
+  auto save = [&](EmbeddingTables& tables) -> Result<std::string> {
+    std::vector<dist::ShardedBlob> sb;
+    for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
+    dist::TablesSaveOptions so;
+    so.keep_last = 1;
+    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out_dir, run.step, tables, sb, so));
+    return info.path;
+  };
+  std::string path;
+  if (run.task == "ctr") {
+    LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, sets));
+    LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->embeddings()));
+    model::CtrModelOptions mo = m->model->options();
+    make_serving(&mo.row_dtype, &mo.row_optimizer);
+    mo.frozen_tables = true;
+    mo.row_cache = TableCacheOptions{};  // resident: the serving copy is small
+    LEANEMB_ASSIGN_OR_RETURN(auto serving, model::CtrModel::create(mo, m->memory.get()));
+    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->embeddings(), serving->embeddings()));
+    add_dense(m->model->dense_parameters());
+    before = table_bytes(m->model->embeddings());
+    after = table_bytes(serving->embeddings());
+    LEANEMB_ASSIGN_OR_RETURN(path, save(serving->embeddings()));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, sets));
+    LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->tables()));
+    text::TextModelOptions mo = m->model->options();
+    make_serving(&mo.dtype, &mo.row_optimizer);
+    mo.frozen = true;
+    LEANEMB_ASSIGN_OR_RETURN(auto serving, text::TextModel::create(mo, m->memory.get()));
+    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->tables(), serving->tables()));
+    add_dense(m->model->dense_parameters());
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pos, run.reader->read_blob("train/reader"));  // the model's shape
+    blobs.emplace_back("train/reader", std::move(pos));
+    before = table_bytes(m->model->tables());
+    after = table_bytes(serving->tables());
+    LEANEMB_ASSIGN_OR_RETURN(path, save(serving->tables()));
+  }
+  return "serving export of " + run.checkpoint + " (step " + std::to_string(run.step) + "): int8 rows, no optimizer state; tables " +
+         format_bytes(before) + " -> " + format_bytes(after) + "; written to " + path + " (leanemb predict --run " + out_dir + ")\n";
+}
 
 Status write_npy_header(std::FILE* f, std::span<const int64_t> shape) {
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";

@@ -14,6 +14,14 @@
 //                            "<word> <v1> ... <vdim>" per vocabulary word, most frequent first)
 // .npy files are NumPy format 1.0, little-endian, C order.
 //
+// export_serving() writes a compact serving checkpoint into <out_dir>/checkpoints/step-<N> (so
+// out_dir reads as a run directory): the same model with int8 rows (DType::kInt8Rowwise: dim
+// codes, an fp32 scale and an fp32 bias per row), no row or dense optimizer state, the tables
+// lookup-only; blobs train/state, train/config (the run's), dense/param/*, serve/format.
+// `leanemb predict` and `test` read it like any checkpoint. Each row is the int8 rounding of the
+// trained row, so predictions differ from the trained model's by that rounding only. Dynamic
+// tables are refused (their rows cannot be frozen).
+//
 // Thread safety: one call at a time per output directory.
 #pragma once
 
@@ -35,6 +43,9 @@ struct ExportOptions {
 
 // Returns a few lines saying what was written. Errors: open/load errors, IoError.
 Result<std::string> export_model(const SavedRun& run, const ExportOptions& options);
+
+// Returns a line saying what was written (bytes of the tables before and after).
+Result<std::string> export_serving(const SavedRun& run, const std::string& out_dir, std::span<const std::string> sets);
 
 // One .npy file (format 1.0, '<f4', C order) of `shape` whose data the callback writes in order.
 // Exposed for tests.

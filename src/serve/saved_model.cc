@@ -34,6 +34,11 @@ Status load_tables(const SavedRun& run, EmbeddingTables& tables) {
 
 }  // namespace
 
+void make_serving(DType* dtype, OptimizerOptions* optimizer) {
+  *dtype = DType::kInt8Rowwise;
+  *optimizer = OptimizerOptions{};  // SGD: no state
+}
+
 std::string config_record_toml(const std::string& task, const train::ConfigRecord& record) {
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> sections;
   for (const auto& [key, value] : record) {
@@ -90,17 +95,23 @@ Result<SavedRun> open_saved_run(const std::string& path) {
   if (!record.ok()) return with_context(record.status(), run.checkpoint);
   run.config_toml = config_record_toml(run.task, record.value());
   run.origin = "the configuration saved in " + run.checkpoint;
+  run.serving = r.find("serve/format") != nullptr;
   return run;
 }
 
 Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const std::string> sets, bool state) {
   if (run.task != "ctr") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a CTR model");
+  if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
   auto out = std::make_unique<LoadedCtr>();
   LEANEMB_ASSIGN_OR_RETURN(out->config, train::parse_config(run.config_toml, run.origin, sets));
   // Serving creates no data and keeps the model's file stores apart from the trainer's.
   out->config.generate = false;
   LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(out->config.memory));
   model::CtrModelOptions mo = train::ctr_model_options(out->config);
+  if (run.serving) {
+    make_serving(&mo.row_dtype, &mo.row_optimizer);
+    mo.frozen_tables = true;
+  }
   LEANEMB_ASSIGN_OR_RETURN(out->model, model::CtrModel::create(mo, out->memory.get()));
   LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->embeddings()));
   LEANEMB_RETURN_IF_ERROR(with_context(train::load_ctr_dense(*out->model, *run.reader, state), run.checkpoint));
@@ -109,6 +120,7 @@ Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const
 
 Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<const std::string> sets, bool state) {
   if (run.task != "text") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a text model");
+  if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
   auto out = std::make_unique<LoadedText>();
   LEANEMB_ASSIGN_OR_RETURN(out->config, text::parse_text_config(run.config_toml, run.origin, sets));
   const text::TextConfig& c = out->config;
@@ -130,6 +142,10 @@ Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<con
                                                 : std::to_string(pos.value("input_rows", int64_t{-1})) + " and " +
                                                       std::to_string(pos.value("labels", int64_t{-1}))) +
                             ": the files changed since training");
+  if (run.serving) {
+    make_serving(&mo.dtype, &mo.row_optimizer);
+    mo.frozen = true;
+  }
   LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(c.memory));
   LEANEMB_ASSIGN_OR_RETURN(out->model, text::TextModel::create(mo, out->memory.get()));
   LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->tables()));

@@ -40,6 +40,9 @@ struct SavedRun {
   std::string task;         // "ctr" | "text"
   std::string config_toml;  // the saved configuration as TOML (task first, then every key)
   std::string origin;       // "the configuration saved in <checkpoint>"
+  // A serving checkpoint (`leanemb export --serving`, serve/export.h): blob "serve/format"; its
+  // tables hold int8 rows without optimizer state and are loaded lookup-only.
+  bool serving = false;
   std::unique_ptr<ckpt::CheckpointReader> reader;
 };
 
@@ -48,6 +51,10 @@ struct SavedRun {
 // DataLoss (a corrupt checkpoint or saved configuration), InvalidArgument (a checkpoint without
 // a saved configuration: written by an older version).
 Result<SavedRun> open_saved_run(const std::string& path);
+
+// The row layout of a serving checkpoint's tables: int8 rows, SGD (no state), lookup-only.
+inline constexpr char kServingFormat[] = "leanemb-serving-1";
+void make_serving(DType* dtype, OptimizerOptions* optimizer);
 
 // The record of blob "train/config" as TOML text (keys grouped into their [section] tables).
 std::string config_record_toml(const std::string& task, const train::ConfigRecord& record);
