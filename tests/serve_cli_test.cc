@@ -358,5 +358,42 @@ TEST(serve_export, ServingCheckpointHasInt8RowsAndPredictsAlmostAsTheModel) {
   EXPECT_NEAR(read_json(js)["precision_at_1"].get<double>(), read_json(text.summary)["eval"]["precision_at_1"].get<double>(), 0.03);
 }
 
+// Own data without preparation: categorical values that are any strings (data.categorical =
+// "string"), hashed by the reader; the default ("hex") names the setting in its error.
+TEST(own_data, StringCategoricalValuesAreHashedByTheReader) {
+  const std::string d = scratch("strings");
+  uint64_t s = 11;
+  auto rnd = [&](int n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
+  };
+  const char* animals[4] = {"dog", "cat", "bird fly", "\xc3\xbcnicode"};
+  for (const auto& [name, n] : {std::pair{"train.tsv", 2000}, std::pair{"eval.tsv", 500}}) {
+    std::ofstream f(d + "/" + name);
+    for (int i = 0; i < n; ++i) {
+      const int a = rnd(4);
+      const int y = (a == 0 || a == 2) != (rnd(10) < 2);
+      f << y << '\t' << rnd(10) << '\t' << animals[a] << '\t' << "user_" << rnd(30) << ",x\n";
+    }
+  }
+  const std::string cfg = "--quiet --set data.generate=false --set 'data.train=\"" + d + "/train.tsv\"' --set 'data.eval=\"" + d +
+                          "/eval.tsv\"' --set data.num_dense=1 --set data.num_sparse=2 --set model.table_rows=1000 "
+                          "--set model.embedding_dim=8 --set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' "
+                          "--set train.batch_size=100 --set train.threads=2 ";
+  expect_clean_failure("train " + cfg + "--out '" + d + "/hex'", "data.categorical = \"string\"");
+  const RunResult t = run_cli("train " + cfg + "--set 'data.categorical=\"string\"' --out '" + d + "/run' --json-summary '" + d + "/s.json'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const json sum = read_json(d + "/s.json");
+  EXPECT_EQ(sum["data"]["malformed"].get<int64_t>(), 0);
+  EXPECT_GT(sum["eval"]["auc"].get<double>(), 0.7) << "the label follows the animal: the strings must reach distinct rows";
+  // predict reads the strings with the saved config's rule.
+  const RunResult r = run_cli("test --run '" + d + "/run' --data '" + d + "/eval.tsv' --json '" + d + "/t.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(read_json(d + "/t.json")["auc"].get<double>(), sum["eval"]["auc"].get<double>(), 1e-6);
+  // An empty item in a list is still malformed.
+  std::ofstream(d + "/bad.tsv") << "1\t3\tdog\tuser_1,,x\n";
+  expect_clean_failure("predict --run '" + d + "/run' --data '" + d + "/bad.tsv'", "is empty");
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli

@@ -134,6 +134,14 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(d.read("max_len", &c.max_len, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(d.read("shuffle_buffer", &c.shuffle_buffer, 0, int64_t{1} << 32));
   LEANEMB_RETURN_IF_ERROR(d.read("max_malformed_rate", &c.max_malformed_rate, 0.0, 1.0));
+  {
+    std::string categorical = "hex";
+    LEANEMB_RETURN_IF_ERROR(d.read("categorical", &categorical));
+    if (categorical != "hex" && categorical != "string")
+      return d.error("categorical", "expected \"hex\" (1-16 hex digits per value) or \"string\" (any strings, hashed), got \"" +
+                                        categorical + "\"");
+    c.string_values = categorical == "string";
+  }
   LEANEMB_RETURN_IF_ERROR(d.read("eval_rows", &c.eval_rows, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(d.check_unknown());
   // [data.gen]

@@ -49,6 +49,7 @@ struct TrainConfig {
   int64_t max_len = 0;             // multi-hot truncation per feature (0 = none)
   int64_t shuffle_buffer = 0;      // records; 0 = file order
   double max_malformed_rate = 0.001;
+  bool string_values = false;      // data.categorical = "string": any strings, hashed (docs/data.md)
   int64_t eval_rows = 0;           // evaluate on the first N eval records (0 = all)
 
   // [model]

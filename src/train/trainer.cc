@@ -73,6 +73,7 @@ Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::
   LEANEMB_ASSIGN_OR_RETURN(r.schema, data::make_schema(c.num_dense, c.num_sparse, rows, c.max_len));
   for (const DynamicTableConfig& d : c.dynamic_tables)  // raw hashed values: the IdMap gives rows
     r.schema.sparse[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)].raw_ids = true;
+  r.schema.string_values = c.string_values;
   r.batch_size = c.batch_size;
   r.shuffle_buffer = train ? c.shuffle_buffer : 0;
   r.seed = c.seed;
