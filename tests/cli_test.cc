@@ -116,7 +116,7 @@ TEST(CliTest, DeviceBudgetTooSmallExitsThreeNamingBudgetAndRequest) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " in: " << r.err;
   const RunResult ok = run_cli(tiny_with("--optimizer", "adam") + " --device-budget 64MiB --placement optimizer_state=host");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  for (const char* part : {"tier: device, budget 64.00 MiB", "tier: host", "placement        optimizer_state=host"})
+  for (const char* part : {"tier: device (cpu), budget 64.00 MiB", "tier: host", "placement        optimizer_state=host"})
     EXPECT_NE(ok.out.find(part), std::string::npos) << part << " in: " << ok.out;
 }
 

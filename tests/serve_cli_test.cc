@@ -5,6 +5,8 @@
 // an unknown command is named as unknown.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -393,6 +395,158 @@ TEST(own_data, StringCategoricalValuesAreHashedByTheReader) {
   // An empty item in a list is still malformed.
   std::ofstream(d + "/bad.tsv") << "1\t3\tdog\tuser_1,,x\n";
   expect_clean_failure("predict --run '" + d + "/run' --data '" + d + "/bad.tsv'", "is empty");
+}
+
+// ---- rough edges of training on one's own data (issue 20) ----------------------------------------
+
+std::string tiny_ctr(const std::string& extra) {
+  return "train --set 'data.dir=\"" + ctr_run().data + "\"' --set data.gen.train_rows=2048 --set data.gen.eval_rows=256 "
+         "--set data.gen.vocab=50 --set data.num_sparse=4 --set model.table_rows=64 --set model.embedding_dim=8 "
+         "--set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' --set train.batch_size=128 --set train.threads=2 " + extra;
+}
+
+TEST(rough_edges, CheckpointsCanBeTurnedOff) {
+  const std::string out = scratch("no_ckpt");
+  const RunResult r = run_cli(tiny_ctr("--quiet --set train.checkpoint_every=-1 --out '" + out + "/run'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("checkpoint: (none: checkpoints are off, train.checkpoint_every = -1)"), std::string::npos) << r.out;
+  EXPECT_TRUE(!fs::exists(out + "/run/checkpoints") || fs::is_empty(out + "/run/checkpoints"));
+  EXPECT_TRUE(fs::exists(out + "/run/metrics.jsonl"));
+  expect_clean_failure(tiny_ctr("--set train.checkpoint_every=-2 --out '" + out + "/run2'"), "train.checkpoint_every");
+}
+
+TEST(rough_edges, DefaultOutIsDerivedFromTheConfigName) {
+  const std::string d = scratch("default_out");
+  std::ofstream(d + "/my_model.toml") << "[data]\ndir = \"" << d << "/data\"\ngenerate = true\nnum_sparse = 4\n"
+                                      << "[data.gen]\ntrain_rows = 2048\neval_rows = 256\nvocab = 50\n"
+                                      << "[model]\ntable_rows = 64\nembedding_dim = 8\nbottom_mlp = [16, 8]\ntop_mlp = [16]\n"
+                                      << "[train]\nbatch_size = 128\nthreads = 2\n";
+  const RunResult r = run_cli("train --quiet --config my_model.toml", "cd '" + d + "' && ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d + "/runs/my_model/checkpoints")) << r.out;
+  EXPECT_NE(r.out.find("runs/my_model/checkpoints/step-"), std::string::npos) << r.out;
+}
+
+TEST(rough_edges, StepsPerEpochArePrintedAndEvalEveryEpochs) {
+  const std::string out = scratch("epochs");
+  const RunResult r = run_cli(tiny_ctr("--set train.epochs=2 --set train.eval_every_epochs=1 --set train.log_every=1000 "
+                                       "--out '" + out + "/run' --json-summary '" + out + "/s.json'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("16 steps per epoch"), std::string::npos) << r.err;  // 2048 rows / batch 128
+  EXPECT_NE(r.err.find("epoch 1 (step 16): eval auc "), std::string::npos) << r.err;
+  const std::vector<std::string> metrics = lines_of(slurp(out + "/run/metrics.jsonl"));
+  ASSERT_EQ(metrics.size(), 2u);  // after epoch 1, and the final evaluation (after epoch 2)
+  const json e1 = json::parse(metrics[0]), fin = json::parse(metrics[1]);
+  EXPECT_EQ(e1["epoch"].get<int64_t>(), 1);
+  EXPECT_EQ(e1["step"].get<int64_t>(), 16);
+  EXPECT_TRUE(e1["eval"].contains("auc"));
+  EXPECT_EQ(fin["step"].get<int64_t>(), 32);
+  EXPECT_EQ(read_json(out + "/s.json")["steps_per_epoch"].get<int64_t>(), 16);
+  // Text: the steps per epoch come from the data (800 lines / batch 8).
+  EXPECT_EQ(read_json(text_run().summary)["steps_per_epoch"].get<int64_t>(), 100);
+}
+
+TEST(rough_edges, SummaryAfterResumeCountsThisRun) {
+  const std::string out = scratch("resume_summary");
+  ASSERT_EQ(run_cli(tiny_ctr("--quiet --steps 6 --out '" + out + "/run'")).exit_code, 0);
+  const RunResult r = run_cli(tiny_ctr("--quiet --steps 10 --resume --out '" + out + "/run' --json-summary '" + out + "/s.json'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("resumed at step 6: steps 7-10 in this run (512 samples; 10 steps, 1280 samples in all)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("samples/s (this run's samples over this run's time)"), std::string::npos) << r.out;
+  const json s = read_json(out + "/s.json");
+  EXPECT_EQ(s["samples_this_run"].get<int64_t>(), 512);
+  EXPECT_NEAR(s["samples_per_s"].get<double>(), 512.0 / s["train_seconds"].get<double>(), 1e-6 * s["samples_per_s"].get<double>());
+}
+
+TEST(rough_edges, SetErrorsAreAttributedToSet) {
+  const RunResult r = run_cli("train --set train.batch_size=abc");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("leanemb: error: InvalidArgument: --set train.batch_size=abc: expected an integer"), std::string::npos) << r.err;
+  const RunResult u = run_cli("train --set train.bogus=1");
+  EXPECT_NE(u.err.find("--set train.bogus=1: unknown key train.bogus"), std::string::npos) << u.err;
+  const RunResult b = run_cli("train --device-budget lots");
+  EXPECT_NE(b.err.find("--device-budget lots: "), std::string::npos) << b.err;
+}
+
+TEST(rough_edges, DeviceTierIsNamedForThisMachine) {
+  const std::string out = scratch("device_name");
+  const RunResult r = run_cli(tiny_ctr("--set train.log_every=8 --out '" + out + "/run'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(tier: device (cpu), budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  device (cpu) total"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("| device (cpu) "), std::string::npos) << r.err;
+}
+
+// ---- leanemb report -------------------------------------------------------------------------------
+
+// The value of attribute `name` of the element that carries `marker` (a plain-text HTML reading,
+// enough for the page report writes).
+std::string attribute_near(const std::string& html, const std::string& marker, const std::string& name) {
+  const size_t at = html.find(marker);
+  if (at == std::string::npos) return "<no " + marker + ">";
+  const size_t begin = html.rfind('<', at), end = html.find('>', at);
+  const std::string tag = html.substr(begin, end - begin);
+  const size_t a = tag.find(" " + name + "=\"");
+  if (a == std::string::npos) return "<no " + name + ">";
+  const size_t v = a + name.size() + 3;
+  return tag.substr(v, tag.find('"', v) - v);
+}
+
+std::vector<double> numbers(const std::string& s) {
+  std::vector<double> v;
+  std::istringstream in(s);
+  for (double x; in >> x;) v.push_back(x);
+  return v;
+}
+
+TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
+  const std::string out = scratch("report");
+  const RunResult t = run_cli(tiny_ctr("--quiet --set train.log_every=2 --set train.eval_every=4 --out '" + out +
+                                       "/run' --json-summary '" + out + "/s.json'"));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const RunResult r = run_cli("report '" + out + "/run' --summary '" + out + "/s.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = slurp(out + "/run/report.html");
+  ASSERT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained: nothing to run or fetch
+  EXPECT_EQ(html.find("http://", html.find("<body")), html.find("http://www.w3.org/2000/svg", html.find("<body")));
+  std::vector<double> steps, loss, speed, eval_steps, auc;
+  for (const std::string& l : lines_of(slurp(out + "/run/metrics.jsonl"))) {
+    const json j = json::parse(l);
+    if (j.contains("loss")) {
+      steps.push_back(j["step"].get<double>());
+      loss.push_back(j["loss"].get<double>());
+      speed.push_back(j["samples_per_s"].get<double>());
+    }
+    if (j.contains("eval")) {
+      eval_steps.push_back(j["step"].get<double>());
+      auc.push_back(j["eval"]["auc"].get<double>());
+    }
+  }
+  ASSERT_EQ(steps.size(), 8u);  // 16 steps, every 2
+  ASSERT_EQ(auc.size(), 5u);    // steps 4, 8, 12, 16 and the final one
+  auto expect_series = [&](const std::string& id, const std::vector<double>& xs, const std::vector<double>& ys) {
+    SCOPED_TRACE(id);
+    const std::vector<double> gx = numbers(attribute_near(html, "data-series=\"" + id + "\"", "data-steps"));
+    const std::vector<double> gy = numbers(attribute_near(html, "data-series=\"" + id + "\"", "data-values"));
+    ASSERT_EQ(gx.size(), xs.size());
+    ASSERT_EQ(gy.size(), ys.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      EXPECT_EQ(gx[i], xs[i]);
+      EXPECT_NEAR(gy[i], ys[i], 1e-8 * std::abs(ys[i]));
+    }
+    const std::string points = attribute_near(html, "data-series=\"" + id + "\"", "points");
+    EXPECT_EQ(static_cast<size_t>(std::count(points.begin(), points.end(), ',')), xs.size());  // one x,y per point
+  };
+  expect_series("loss", steps, loss);
+  expect_series("samples_per_s", steps, speed);
+  expect_series("eval", eval_steps, auc);
+  // Memory: a planned and a measured bar per tier, the measured bytes those of the summary.
+  const json sum = read_json(out + "/s.json");
+  const double weights = sum["plan"]["device"]["categories"]["weights"]["measured"].get<double>();
+  EXPECT_EQ(numbers(attribute_near(html, "data-bar=\"device measured\" data-category=\"weights\"", "data-bytes")),
+            std::vector<double>{weights});
+  expect_clean_failure("report '" + out + "/nope'", "no metrics.jsonl");
 }
 
 }  // namespace

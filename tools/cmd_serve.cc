@@ -1,6 +1,7 @@
 // `leanemb test`, `leanemb predict`, `leanemb export`: use a trained model (docs/serve.md).
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 
 #include "serve/export.h"
 #include "serve/predict.h"
+#include "serve/report.h"
 #include "serve/saved_model.h"
 #include "tools/commands.h"
 
@@ -17,7 +19,7 @@ namespace leanemb::tools {
 namespace {
 
 struct ServeArgs {
-  std::string run, data, json_out, output, out_dir;
+  std::string run, data, json_out, output, out_dir, summary;
   std::vector<std::string> sets;
   int64_t k = 1, rows = 0, prune_min_count = 0;
   double threshold = 0.0;
@@ -123,6 +125,29 @@ int run_export(const ServeArgs& a) {
   return kExitOk;
 }
 
+int run_report(const ServeArgs& a) {
+  std::ifstream m(a.run + "/metrics.jsonl");
+  if (!m) return report_error(not_found("no metrics.jsonl in '" + a.run + "' (a run directory of leanemb train)"));
+  std::stringstream ms;
+  ms << m.rdbuf();
+  std::string summary;
+  if (!a.summary.empty()) {
+    std::ifstream s(a.summary);
+    if (!s) return report_error(not_found("cannot open --summary '" + a.summary + "'"));
+    std::stringstream ss;
+    ss << s.rdbuf();
+    summary = ss.str();
+  }
+  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary);
+  if (!html.ok()) return report_error(html.status());
+  const std::string out = a.output.empty() ? a.run + "/report.html" : a.output;
+  std::ofstream f(out);
+  f << html.value();
+  if (!f) return report_error(io_error("cannot write '" + out + "'"));
+  if (!a.quiet) std::printf("wrote %s\n", out.c_str());
+  return kExitOk;
+}
+
 // --run DIR (or --checkpoint DIR), --set, --quiet: every command here.
 void add_model_options(CLI::App* cmd, ServeArgs* a) {
   const CLI::Validator non_empty(
@@ -176,6 +201,17 @@ void register_serve(CLI::App& app, CommandResult* result) {
     cmd->add_flag("--serving", a->serving,
                   "Instead: a compact serving checkpoint in --out (int8 rows, no optimizer state) that predict and test read");
     cmd->callback([a, result] { result->exit_code = run_export(*a); });
+  }
+  {
+    auto a = std::make_shared<ServeArgs>();
+    CLI::App* cmd = app.add_subcommand("report", "Draw a run as one self-contained HTML page (inline SVG): loss, eval metric and "
+                                                 "samples/s over steps; memory by tier and category with --summary");
+    cmd->add_option("RUN_DIR", a->run, "The run directory (train --out)")->required()->check(non_empty);
+    cmd->add_option("--summary", a->summary, "The run's --json-summary file (memory charts)")->type_name("FILE")->check(non_empty);
+    cmd->add_option("--output", a->output, "The HTML file (default RUN_DIR/report.html)")->type_name("FILE")->check(non_empty);
+    cmd->add_flag("--quiet", a->quiet, "Print nothing");
+    cmd->footer(exit_code_table());
+    cmd->callback([a, result] { result->exit_code = run_report(*a); });
   }
 }
 

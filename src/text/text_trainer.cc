@@ -257,6 +257,8 @@ class TextTask final : public train::TrainTask {
     return Status();
   }
   std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
+  int64_t batch_epoch() const override { return epoch_; }
+  int64_t steps_per_epoch() const override { return (train_.num_examples() + c_.batch_size - 1) / c_.batch_size; }
   void add_summary(nlohmann::json* s) const override {
     const TextModelOptions& mo = model_->options();
     (*s)["words"] = dict_.num_words();
@@ -318,6 +320,7 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.origin = c.origin;
   ls.steps = ro.steps >= 0 ? ro.steps : c.steps;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
+  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.log_every = c.log_every > 0 ? c.log_every : 1000;

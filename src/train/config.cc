@@ -223,7 +223,8 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("seed", &c.seed));
   LEANEMB_RETURN_IF_ERROR(t.read("threads", &c.threads, 0, 1024));
   LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every_epochs", &c.eval_every_epochs, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, -1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));

@@ -87,7 +87,8 @@ struct TrainConfig {
   uint64_t seed = 1;
   int threads = 0;                 // 0 = OpenMP's default
   int64_t eval_every = 0;          // steps; 0 = only at the end
-  int64_t checkpoint_every = 0;    // steps; 0 = only at the end
+  int64_t eval_every_epochs = 0;   // also after every N-th epoch (0 = no)
+  int64_t checkpoint_every = 0;    // steps; 0 = only at the end; -1 = never (checkpoints off)
   int keep_checkpoints = 3;
   int64_t log_every = 100;         // steps between progress / metrics lines
   std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient

@@ -260,6 +260,10 @@ class CtrTask final : public TrainTask {
   }
   std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
   double loss_scale() const override { return scaler_->scale(); }
+  int64_t batch_epoch() const override { return batch_.epoch; }
+  int64_t steps_per_epoch() const override {  // known for generated data (its row count)
+    return c_.generate ? (c_.gen.train_rows + c_.batch_size - 1) / c_.batch_size : -1;
+  }
   void add_summary(json* sum) const override {
     (*sum)["teacher_auc"] = std::isfinite(teacher_auc_) ? json(teacher_auc_) : json(nullptr);
     (*sum)["data"] = {{"records", reader_->stats().records}, {"malformed", reader_->stats().malformed},
@@ -296,6 +300,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.origin = c.origin;
   ls.steps = c.steps;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
+  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.log_every = c.log_every;
