@@ -40,7 +40,7 @@ std::string tiny_with(const std::string& flag, const std::string& value) {
 TEST(CliBadArgsTest, UnknownFlagOrSubcommandFailsWithMessage) {
   expect_clean_failure(tiny_with("--no-such-flag", "3"), "--no-such-flag");
   // CLI11 reports an unknown subcommand as a missing one; any message will do here.
-  expect_clean_failure("frobnicate", "subcommand");
+  expect_clean_failure("frobnicate", "unknown command 'frobnicate'; the commands are: ");
 }
 
 // A missing subcommand fails with a message on stderr.
