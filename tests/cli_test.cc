@@ -40,7 +40,7 @@ std::string tiny_with(const std::string& flag, const std::string& value) {
 TEST(CliBadArgsTest, UnknownFlagOrSubcommandFailsWithMessage) {
   expect_clean_failure(tiny_with("--no-such-flag", "3"), "--no-such-flag");
   // CLI11 reports an unknown subcommand as a missing one; any message will do here.
-  expect_clean_failure("frobnicate", "subcommand");
+  expect_clean_failure("frobnicate", "unknown command 'frobnicate'; the commands are: ");
 }
 
 // A missing subcommand fails with a message on stderr.
@@ -116,7 +116,7 @@ TEST(CliTest, DeviceBudgetTooSmallExitsThreeNamingBudgetAndRequest) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " in: " << r.err;
   const RunResult ok = run_cli(tiny_with("--optimizer", "adam") + " --device-budget 64MiB --placement optimizer_state=host");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  for (const char* part : {"tier: device, budget 64.00 MiB", "tier: host", "placement        optimizer_state=host"})
+  for (const char* part : {"tier: device (cpu), budget 64.00 MiB", "tier: host", "placement        optimizer_state=host"})
     EXPECT_NE(ok.out.find(part), std::string::npos) << part << " in: " << ok.out;
 }
 

@@ -209,7 +209,7 @@ TEST(exit_code_table, HelpListsTheCodesAndEveryInputIsCheckedFirst) {
       {"--set 'data.eval=\"" + dir + "/missing.tsv\"'", "data.eval: no such file"},
       {"--json-summary /proc/no/such.json", "--json-summary '/proc/no/such.json' cannot be written"},
       {"--steps 99999999999999999999999", "--steps 99999999999999999999999 is out of range"},
-      {"--set train.batch_size=true", "train.batch_size: expected an integer in [1, 16777216], got true (a boolean)"},
+      {"--set train.batch_size=true", "--set train.batch_size=true: expected an integer in [1, 16777216], got true (a boolean)"},
       {"--set data.gen.train_rows=4096", "data.gen.train_rows = 2048 in the data, 4096 in the config"}};
   for (const auto& [args, needle] : bad) {
     SCOPED_TRACE(args);

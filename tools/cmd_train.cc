@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -30,7 +31,7 @@ namespace {
 struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
-  std::string steps, out = "runs/ctr_small", json_summary;
+  std::string steps, out, json_summary;  // out empty: runs/<config stem> (default_out)
   std::string device_budget, host_budget, placement;
   bool resume = false, overwrite = false, start_fresh = false, quiet = false, print_config = false;
 };
@@ -71,11 +72,24 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   return Status();
 }
 
+// After a resume, what this run did: "steps 101-200 of this run (12800 samples; 200 steps, 25600
+// samples in all)"; empty for a run from step 0. Rates are always this run's samples over this
+// run's time.
+std::string resumed_part(const nlohmann::json& s, const char* unit) {
+  if (s["resumed_from_step"].is_null()) return "";
+  const int64_t from = s["resumed_from_step"].get<int64_t>(), to = s["steps"].get<int64_t>();
+  return "resumed at step " + std::to_string(from) + ": steps " + std::to_string(from + 1) + "-" + std::to_string(to) + " in this run (" +
+         std::to_string(s["samples_this_run"].get<int64_t>()) + " " + unit + "; " + std::to_string(to) + " steps, " +
+         std::to_string(s["samples"].get<int64_t>()) + " " + unit + " in all); ";
+}
+
 // What a text run (task = "text", docs/text.md) prints after the common part.
 void print_text_summary(const nlohmann::json& s) {
-  std::printf("\ntrained %lld epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s; input table %s (%lld rows of %lld)\n",
+  std::printf("\n%strained %lld epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s%s; input table %s (%lld rows of %lld)\n",
+              resumed_part(s, "lines").c_str(),
               static_cast<long long>(s["epochs"].get<int64_t>()), static_cast<long long>(s["steps"].get<int64_t>()),
               s["train_seconds"].get<double>(), s["examples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
+              s["resumed_from_step"].is_null() ? "" : " (this run's lines and tokens over this run's time)",
               format_bytes(s["table_bytes"].get<size_t>()).c_str(), static_cast<long long>(s["table_rows"].get<int64_t>()),
               static_cast<long long>(s["input_rows"].get<int64_t>()));
   if (!s["eval"].is_null())
@@ -87,10 +101,15 @@ void print_text_summary(const nlohmann::json& s) {
 
 // What a CTR run prints after the common part.
 void print_ctr_summary(const nlohmann::json& s) {
-  std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
-              static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
-              s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
-              static_cast<long long>(s["skipped_steps"].get<int64_t>()));
+  if (s["resumed_from_step"].is_null())
+    std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
+                static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
+                s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
+                static_cast<long long>(s["skipped_steps"].get<int64_t>()));
+  else
+    std::printf("\n%strained in %.1f s: %.0f samples/s (this run's samples over this run's time); %lld skipped steps in all\n",
+                resumed_part(s, "samples").c_str(), s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
+                static_cast<long long>(s["skipped_steps"].get<int64_t>()));
   if (!s["eval"].is_null())
     std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
                 s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
@@ -170,34 +189,69 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
     std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
     for (const auto& [tier, t] : s["plan"].items()) {
       if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
-      std::printf("  %-6s %-16s planned %-12s measured %s%s\n", tier.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
+      const std::string label = tier == "device" ? "device (cpu)" : tier;  // tier_label(): this build's device is the CPU
+      std::printf("  %-12s %-16s planned %-12s measured %s%s\n", label.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
                   format_bytes(t["measured_peak"].get<size_t>()).c_str(),
                   tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
       for (const auto& [cat, v] : t["categories"].items())
-        std::printf("  %-6s %-16s planned %-12s measured %s\n", tier.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
+        std::printf("  %-12s %-16s planned %-12s measured %s\n", label.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
                     format_bytes(v["measured"].get<size_t>()).c_str());
     }
   }
   print(s);
-  const std::string ckpt = s["checkpoint"].get<std::string>().empty() ? "(none)" : s["checkpoint"].get<std::string>();
+  const bool ckpt_on = s.value("checkpoints_enabled", true);
+  const std::string ckpt = !s["checkpoint"].get<std::string>().empty() ? s["checkpoint"].get<std::string>()
+                           : ckpt_on ? "(none)" : "(none: checkpoints are off, train.checkpoint_every = -1)";
   std::printf("embedding tables: %s; checkpoint: %s\n", format_bytes(s["embedding_table_bytes"].get<size_t>()).c_str(), ckpt.c_str());
   if (!a.json_summary.empty())
     if (Status st = write_json_summary(a.json_summary, s); !st.ok()) return report_error(st);
   if (outcome == "stopped")
     std::fprintf(stderr, "leanemb: stopped by %s after step %lld; %s; continue with --resume (exit code 5)\n",
                  s["stopped"]["signal"].get<std::string>().c_str(), static_cast<long long>(s["steps"].get<int64_t>()),
-                 ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
+                 !ckpt_on ? "checkpoints are off (train.checkpoint_every = -1): nothing to resume from"
+                 : ckpt == "(none)" ? "no step was trained, nothing to checkpoint" : ("checkpoint " + ckpt + " written").c_str());
   if (outcome == "diverged")
     std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
                  ckpt.c_str());
   return code;
 }
 
-int run_train(const TrainArgs& a) {
+// --out's default: runs/<the config file's stem> (runs/ctr_small for the embedded default).
+std::string default_out(const std::string& config) {
+  if (config.empty()) return "runs/ctr_small";
+  const std::string stem = std::filesystem::path(config).stem().string();
+  return "runs/" + (stem.empty() ? std::string("run") : stem);
+}
+
+// A config error caused by a --set value (or by --device-budget / --host-budget / --placement)
+// is attributed to it, not to the config file: "ORIGIN: KEY: what" becomes
+// "--set KEY=VALUE: what (config ORIGIN)".
+Status attribute_to_flag(const Status& s, const std::string& origin, const std::vector<std::pair<std::string, std::string>>& sets) {
+  if (s.ok()) return s;
+  const std::string& m = s.message();
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it) {  // the last setting of a key is the one used
+    const std::string key = it->first.substr(0, it->first.find('='));
+    const std::string prefix = origin + ": " + key + ": ", unknown = origin + ": unknown key " + key;
+    if (m.rfind(prefix, 0) == 0) return Status(s.code(), it->second + ": " + m.substr(prefix.size()) + " (config " + origin + ")");
+    if (m == unknown) return Status(s.code(), it->second + ": unknown key " + key + " (config " + origin + ")");
+  }
+  return s;
+}
+
+int run_train(const TrainArgs& args) {
+  TrainArgs a = args;
+  if (a.out.empty()) a.out = default_out(a.config);
   std::vector<std::string> sets = a.sets;
-  if (!a.device_budget.empty()) sets.push_back("memory.device_budget=\"" + a.device_budget + "\"");
-  if (!a.host_budget.empty()) sets.push_back("memory.host_budget=\"" + a.host_budget + "\"");
-  if (!a.placement.empty()) sets.push_back("memory.placement=\"" + a.placement + "\"");
+  std::vector<std::pair<std::string, std::string>> shown;  // each set and the flag that gave it
+  for (const auto& s : a.sets) shown.emplace_back(s, "--set " + s);
+  auto flag_set = [&](const std::string& flag, const std::string& key, const std::string& v) {
+    if (v.empty()) return;
+    sets.push_back(key + "=\"" + v + "\"");
+    shown.emplace_back(sets.back(), flag + " " + v);
+  };
+  flag_set("--device-budget", "memory.device_budget", a.device_budget);
+  flag_set("--host-budget", "memory.host_budget", a.host_budget);
+  flag_set("--placement", "memory.placement", a.placement);
   if (a.print_config) {
     std::fputs(std::string(train::default_config_text()).c_str(), stdout);
     return 0;
@@ -208,10 +262,10 @@ int run_train(const TrainArgs& a) {
     if (!text.ok()) return report_error(text.status());
     config_text = std::move(text).value();
     auto task = train::config_task(config_text, a.config, sets);
-    if (!task.ok()) return report_error(task.status());
+    if (!task.ok()) return report_error(attribute_to_flag(task.status(), a.config, shown));
     if (task.value() == "text") {
       auto cfg = text::parse_text_config(config_text, a.config, sets);
-      if (!cfg.ok()) return report_error(cfg.status());
+      if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), a.config, shown));
       const text::TextConfig c = std::move(cfg).value();
       return execute(a, c.dist_backend, c.dist_timeout_ms,
                      [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary);
@@ -219,9 +273,10 @@ int run_train(const TrainArgs& a) {
     if (task.value() != "ctr")
       return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
   }
-  auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), "<embedded default: examples/ctr_small.toml>", sets)
+  const std::string origin = a.config.empty() ? "<embedded default: examples/ctr_small.toml>" : a.config;
+  auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), origin, sets)
                               : train::parse_config(config_text, a.config, sets);
-  if (!cfg.ok()) return report_error(cfg.status());
+  if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), origin, shown));
   const train::TrainConfig c = std::move(cfg).value();
   return execute(a, c.dist_backend, c.dist_timeout_ms,
                  [&c](const train::RunOptions& r) {
@@ -245,7 +300,8 @@ void register_train(CLI::App& app, CommandResult* result) {
   cmd->add_option("--config", a->config, "TOML config file")->type_name("FILE")->check(non_empty);
   cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
   cmd->add_option("--steps", a->steps, "Optimizer steps (overrides train.steps; 0 = train.epochs epochs)")->type_name("N")->check(non_empty);
-  cmd->add_option("--out", a->out, "Output directory: checkpoints/, metrics.jsonl")->capture_default_str()->type_name("DIR")->check(non_empty);
+  cmd->add_option("--out", a->out, "Output directory: checkpoints/, metrics.jsonl (default: runs/<the config file's name without "
+                                   ".toml>; runs/ctr_small without --config)")->type_name("DIR")->check(non_empty);
   cmd->add_flag("--resume", a->resume,
                 "Continue from the newest valid checkpoint in --out (no checkpoint at all: start at step 0; checkpoints "
                 "but none valid: fail, unless --start-fresh)");

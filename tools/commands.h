@@ -36,10 +36,16 @@ int report_error(const Status& s);
 // /proc/stat; 0 when unknown.
 double busy_cores_elsewhere(double seconds);
 
+// "bench, ckpt, ..., train": the names of `app`'s subcommands, comma-separated.
+std::string command_list(const CLI::App& app);
+// True when `name` is one of `app`'s subcommands.
+bool has_command(const CLI::App& app, const std::string& name);
+
 void register_bench(CLI::App& app, CommandResult* result);
 void register_ckpt(CLI::App& app, CommandResult* result);
 void register_data(CLI::App& app, CommandResult* result);  // convert, gen-data
 void register_train(CLI::App& app, CommandResult* result);
 void register_plan(CLI::App& app, CommandResult* result);
+void register_serve(CLI::App& app, CommandResult* result);  // test, predict, export (docs/serve.md)
 
 }  // namespace leanemb::tools

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tools/commands.h"
 
@@ -98,6 +100,19 @@ CLI::Validator int_flag(int64_t lo, int64_t hi) {
         return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'";
       },
       "INT", "int_flag");
+}
+
+std::string command_list(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(c->get_name());
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+bool has_command(const CLI::App& app, const std::string& name) {
+  return !app.get_subcommands([&](const CLI::App* c) { return c->check_name(name); }).empty();
 }
 
 int report_error(const Status& s) {

@@ -41,6 +41,14 @@ int main(int argc, char** argv) {
   leanemb::tools::register_bench(app, &result);
   leanemb::tools::register_ckpt(app, &result);
   leanemb::tools::register_data(app, &result);
+  leanemb::tools::register_serve(app, &result);
+  // A first argument that is neither an option nor a command is an unknown command (CLI11 would
+  // say "A subcommand is required", which misleads).
+  if (argc > 1 && argv[1][0] != '-' && !leanemb::tools::has_command(app, argv[1])) {
+    std::fprintf(stderr, "leanemb: error: unknown command '%s'; the commands are: %s (leanemb --help)\n", argv[1],
+                 leanemb::tools::command_list(app).c_str());
+    return leanemb::tools::kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -36,6 +36,10 @@ enum class Category : uint8_t {
 inline constexpr int kNumCategories = 8;
 
 std::string_view tier_name(Tier t);          // "device", "host", "disk"
+// The tier as human-readable outputs name it on this machine: "device (cpu)" (this build has
+// no accelerator backend: the device tier is the DeviceArena in host RAM, where compute runs),
+// "host", "disk". JSON keys and config values keep tier_name().
+std::string_view tier_label(Tier t);
 std::string_view category_name(Category c);  // "weights", "optimizer_state", ...
 
 // Bytes of one allocation attributed to one category. A fat row buffer holds weights and

@@ -204,6 +204,7 @@ uint64_t DataReader::fingerprint() const {
   w.put<int64_t>(options_.shuffle_buffer);
   w.put<uint64_t>(options_.seed);
   w.put<uint8_t>(options_.drop_last ? 1 : 0);
+  if (s.string_values) w.put<uint8_t>(1);  // (absent for hex values: earlier positions stay valid)
   return XXH3_64bits(w.b.data(), w.b.size());
 }
 

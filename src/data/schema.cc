@@ -100,6 +100,10 @@ uint64_t hash_categorical(uint64_t value, int feature) {
   return XXH3_64bits_withSeed(bytes, 8, static_cast<XXH64_hash_t>(feature));
 }
 
+uint64_t hash_categorical_string(std::string_view value, int feature) {
+  return hash_categorical(XXH3_64bits(value.data(), value.size()), feature);
+}
+
 Result<std::vector<int64_t>> parse_int_list(std::string_view s, std::string_view what, int64_t lo, int64_t hi) {
   std::vector<int64_t> out;
   const std::string range = " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";

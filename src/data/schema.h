@@ -54,6 +54,10 @@ struct DataSchema {
   // [num_sparse] per-feature settings.
   std::vector<SparseFeatureSchema> sparse;
   IdMode id_mode = IdMode::kModulo;
+  // Categorical values: false = 1..16 hex digits each (Criteo's hashed form; anything else is
+  // malformed); true = any non-empty strings without ',' or tab, each hashed with
+  // hash_categorical_string (data.categorical = "string", docs/data.md).
+  bool string_values = false;
 
   int num_fields() const { return 1 + num_dense + num_sparse; }  // TSV columns per line
 };
@@ -76,6 +80,9 @@ float transform_dense(double x);
 
 // Hash of categorical value `value` (the number the hex string spells) of feature `feature`.
 uint64_t hash_categorical(uint64_t value, int feature);
+// Hash of a categorical value given as any string (DataSchema::string_values): the string's
+// bytes hashed to a uint64 v = XXH3_64bits(bytes), then hash_categorical(v, feature).
+uint64_t hash_categorical_string(std::string_view value, int feature);
 
 // Row id of a hash under `mode` for a feature with `num_rows` rows (the definition; IdMapper
 // computes the same faster).

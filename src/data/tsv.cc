@@ -107,8 +107,24 @@ class FieldCursor {
 // hashed for `feature`; keeps the first max_len (0 = all). Returns the end of the field, or
 // null with *bad set to the offending item.
 const char* parse_bag(const char* p, const char* end, int feature, int64_t max_len, Record* out, uint32_t* kept,
-                      int64_t* dropped, std::string_view* bad) {
+                      int64_t* dropped, std::string_view* bad, bool strings) {
   if (p == end || *p == '\t') return p;  // an empty field is an empty bag
+  while (strings) {  // any non-empty value between separators
+    const char* item = p;
+    while (p < end && *p != ',' && *p != '\t') ++p;
+    if (p == item) {
+      *bad = std::string_view();
+      return nullptr;
+    }
+    if (max_len == 0 || *kept < max_len) {
+      out->hashes.push_back(hash_categorical_string(std::string_view(item, static_cast<size_t>(p - item)), feature));
+      ++*kept;
+    } else {
+      ++*dropped;
+    }
+    if (p == end || *p != ',') return p;
+    ++p;
+  }
   while (true) {
     const char* item = p;
     uint64_t value = 0;
@@ -170,10 +186,12 @@ bool parse_tsv_line(std::string_view line, const DataSchema& schema, Record* out
     uint32_t kept = 0;
     std::string_view bad;
     const char* stop = parse_bag(fields.pos(), fields.end(), c, schema.sparse[static_cast<size_t>(c)].max_len, out, &kept,
-                                 &dropped, &bad);
+                                 &dropped, &bad, schema.string_values);
     if (stop == nullptr)
       return value_error(line, num_fields, MalformedKind::kBadHex,
-                         "categorical field C" + std::to_string(c + 1) + " value " + quoted(bad) + " is not 1-16 hex digits",
+                         "categorical field C" + std::to_string(c + 1) + " value " + quoted(bad) +
+                             (schema.string_values ? " is empty (data.categorical = \"string\": an empty item in a list)"
+                                                   : " is not 1-16 hex digits (any strings: data.categorical = \"string\")"),
                          error);
     out->counts[static_cast<size_t>(c)] = kept;
     fields.skip_to(stop);

@@ -21,6 +21,8 @@ std::string_view tier_name(Tier t) {
   return "?";
 }
 
+std::string_view tier_label(Tier t) { return t == Tier::kDevice ? "device (cpu)" : tier_name(t); }
+
 std::string_view category_name(Category c) {
   switch (c) {
     case Category::kWeights: return "weights";
@@ -83,7 +85,7 @@ std::string MemoryStats::summary_table() const {
   std::string out;
   char line[160];
   std::snprintf(line, sizeof line, "%-16s %14s %14s %7s   (tier: %s%s%s)\n", "category", "current",
-                "peak", "share", std::string(tier_name(tier)).c_str(),
+                "peak", "share", std::string(tier_label(tier)).c_str(),
                 budget_bytes ? ", budget " : "", budget_bytes ? format_bytes(budget_bytes).c_str() : "");
   out += line;
   for (int c = 0; c < kNumCategories; ++c) {

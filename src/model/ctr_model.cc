@@ -100,6 +100,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     t.dtype = o.row_dtype;
     t.optimizer = o.row_optimizer;
     t.init = o.row_init;
+    t.frozen = o.frozen_tables;
     if (!o.table_dynamic.empty()) t.dynamic = o.table_dynamic[static_cast<size_t>(f)];
     if (tiered::cache_applies(t.num_rows, o.row_cache.fraction, o.cache_min_rows)) {
       t.cache = o.row_cache;

@@ -73,6 +73,9 @@ struct CtrModelOptions {
   nn::DenseOptimizerOptions dense_optimizer;
   uint64_t seed = 1;
   int num_threads = 0;                    // 0 = OpenMP's default
+  // Serving (src/serve): every table lookup-only (TableOptions::frozen), so that int8 rows
+  // (DType::kInt8Rowwise) may be used; train_step leaves the rows unchanged.
+  bool frozen_tables = false;
 
   // Multi-process training (docs/dist.md). With a communicator the tables are sharded over its
   // ranks (create_tables with DistributionOptions: every table option applies); train_step()

@@ -90,7 +90,8 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every_epochs", &c.eval_every_epochs, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, -1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());

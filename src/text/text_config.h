@@ -39,7 +39,8 @@ struct TextConfig {
   int64_t log_every = 0;      // steps between metrics.jsonl lines (0: 1000)
   int64_t steps = 0;          // optimizer steps; 0 = run `epochs` epochs
   int64_t eval_every = 0;     // steps; 0 = only at the end
-  int64_t checkpoint_every = 0;  // steps; 0 = only at the end
+  int64_t eval_every_epochs = 0;  // also after every N-th epoch (0 = no)
+  int64_t checkpoint_every = 0;  // steps; 0 = only at the end; -1 = never (checkpoints off)
   int keep_checkpoints = 3;
   int64_t max_consecutive_skipped = 100;  // divergence (train/divergence.h)
   // [memory] (as a CTR config's: budgets, placement) and [dist] (several processes).

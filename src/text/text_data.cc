@@ -173,11 +173,44 @@ size_t TextDataset::memory_bytes() const {
          label_offsets.capacity() * sizeof(int64_t) + tokens.capacity() * sizeof(int32_t);
 }
 
+namespace {
+
+// The input rows of `words` (already truncated to max_len) and "</s>", then their n-gram buckets.
+void append_word_rows(std::span<const std::string_view> words, const Dictionary& dict, const TextDataOptions& options,
+                      std::vector<int64_t>* ids) {
+  thread_local std::vector<uint32_t> hashes;
+  hashes.clear();
+  auto add_word = [&](std::string_view w) {
+    const uint32_t h = fasttext_hash(w);
+    const int64_t id = dict.word_id(w);
+    if (id >= 0) ids->push_back(id);
+    hashes.push_back(h);  // out-of-vocabulary words still take part in n-grams (as in fastText)
+  };
+  for (std::string_view w : words) add_word(w);
+  add_word(kEos);
+  if (options.word_ngrams > 1) {
+    const size_t b = ids->size();
+    add_word_ngrams(hashes, options.word_ngrams, static_cast<uint64_t>(options.buckets), ids);
+    for (size_t i = b; i < ids->size(); ++i) (*ids)[i] += dict.num_words();
+  }
+}
+
+}  // namespace
+
+int64_t encode_words(std::string_view line, const Dictionary& dict, const TextDataOptions& options, std::vector<int64_t>* ids) {
+  thread_local ParsedLine p;
+  parse_line(line, &p);
+  if (p.words.empty()) return 0;
+  size_t keep = p.words.size();
+  if (options.max_len > 0 && keep > static_cast<size_t>(options.max_len)) keep = static_cast<size_t>(options.max_len);
+  append_word_rows(std::span<const std::string_view>(p.words).first(keep), dict, options, ids);
+  return static_cast<int64_t>(keep);
+}
+
 Result<bool> encode_line(std::string_view line, const Dictionary& dict, const TextDataOptions& options,
                          std::string_view file, int64_t line_no, data::MalformedTracker* tracker,
                          TextDataStats* stats, TextDataset* out) {
   thread_local ParsedLine p;
-  thread_local std::vector<uint32_t> hashes;
   parse_line(line, &p);
   if (p.tokens.empty()) {
     ++stats->blank_lines;
@@ -216,20 +249,7 @@ Result<bool> encode_line(std::string_view line, const Dictionary& dict, const Te
     stats->truncated_words += static_cast<int64_t>(keep) - options.max_len;
     keep = static_cast<size_t>(options.max_len);
   }
-  hashes.clear();
-  auto add_word = [&](std::string_view w) {
-    const uint32_t h = fasttext_hash(w);
-    const int64_t id = dict.word_id(w);
-    if (id >= 0) out->ids.push_back(id);
-    hashes.push_back(h);  // out-of-vocabulary words still take part in n-grams (as in fastText)
-  };
-  for (size_t i = 0; i < keep; ++i) add_word(p.words[i]);
-  add_word(kEos);
-  if (options.word_ngrams > 1) {
-    const size_t b = out->ids.size();
-    add_word_ngrams(hashes, options.word_ngrams, static_cast<uint64_t>(options.buckets), &out->ids);
-    for (size_t i = b; i < out->ids.size(); ++i) out->ids[i] += dict.num_words();
-  }
+  append_word_rows(std::span<const std::string_view>(p.words).first(keep), dict, options, &out->ids);
   out->offsets.push_back(static_cast<int64_t>(out->ids.size()));
   const int64_t ntok = static_cast<int64_t>(keep + p.labels.size() + 1);
   out->tokens.push_back(static_cast<int32_t>(std::min<int64_t>(ntok, INT32_MAX)));

@@ -115,6 +115,12 @@ Result<bool> encode_line(std::string_view line, const Dictionary& dict, const Te
                          std::string_view file, int64_t line_no, data::MalformedTracker* tracker,
                          TextDataStats* stats, TextDataset* out);
 
+// The input rows of one line's words as encode_line encodes them (labels ignored, max_len
+// applied, "</s>" and the n-gram buckets added), appended to `ids`: what `leanemb predict`
+// feeds the model. Returns the number of words kept; 0 (nothing appended) for a line without
+// a word.
+int64_t encode_words(std::string_view line, const Dictionary& dict, const TextDataOptions& options, std::vector<int64_t>* ids);
+
 // Reads and encodes files. Errors: NotFound / IoError; InvalidArgument above the malformed rate.
 Result<TextDataset> read_dataset(std::span<const std::string> files, const Dictionary& dict,
                                  const TextDataOptions& options, TextDataStats* stats = nullptr);

@@ -31,6 +31,7 @@ CollectionOptions TextModel::collection_options(const TextModelOptions& o) {
   t.init = o.init;
   if (t.init.kind == InitKind::kUniform && t.init.bound <= 0.0f) t.init.bound = 1.0f / static_cast<float>(o.dim);
   t.dynamic = o.dynamic;
+  t.frozen = o.frozen;
   t.num_rows = o.dynamic.enabled && o.dynamic_rows > 0 ? std::min(o.dynamic_rows, o.input_rows) : o.input_rows;
   if (o.dynamic.enabled) t.num_rows = t.num_rows / o.dynamic.partitions * o.dynamic.partitions;  // whole partitions
   co.tables.push_back(t);

@@ -62,6 +62,7 @@ struct TextModelOptions {
   nn::DenseOptimizerOptions dense_optimizer;
   uint64_t seed = 1;
   int num_threads = 0;          // 0 = OpenMP's default
+  bool frozen = false;          // serving (src/serve): the table lookup-only, int8 rows allowed
   // Gradient groups of the dense head (nn/grad_groups.h): a multiple of the world size; the
   // same value trains bit-identically at every process count that divides it.
   int grad_groups = 1;

@@ -66,8 +66,23 @@ nlohmann::json stats_json(const TextDataStats& s) {
 
 }  // namespace
 
-Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size) {
+void top_k_labels(std::span<const float> logits, int k, std::vector<int32_t>* out) {
+  const auto C = static_cast<int32_t>(logits.size());
+  const int kk = std::min<int>(k, C);
+  out->resize(static_cast<size_t>(C));
+  std::iota(out->begin(), out->end(), 0);
+  std::partial_sort(out->begin(), out->begin() + kk, out->end(), [&](int32_t a, int32_t b) {
+    const float x = logits[static_cast<size_t>(a)], y = logits[static_cast<size_t>(b)];
+    return x > y || (x == y && a < b);
+  });
+  out->resize(static_cast<size_t>(kk));
+}
+
+Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size, int k) {
+  if (k < 1) return invalid_argument("text evaluation: k must be >= 1, got " + std::to_string(k));
   TextEvalResult r;
+  r.k = k;
+  std::vector<int32_t> topk;
   const int64_t n = data.num_examples(), C = model.options().num_labels;
   std::vector<int64_t> idx;
   GatheredBatch g;
@@ -91,6 +106,11 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
       const auto le = g.labels.begin() + g.label_offsets[static_cast<size_t>(i) + 1];
       r.gold_labels += le - lb;
       if (std::find(lb, le, top) != le) ++r.correct;
+      if (k > 1) {
+        top_k_labels(std::span<const float>(x, static_cast<size_t>(C)), k, &topk);
+        r.predictions += static_cast<int64_t>(topk.size());
+        for (int32_t t : topk) r.correct_at_k += std::find(lb, le, t) != le;
+      }
     }
   }
   r.examples = n;
@@ -100,6 +120,12 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
     r.loss = loss / static_cast<double>(n);
   }
   if (r.gold_labels > 0) r.recall_at_1 = static_cast<double>(r.correct) / static_cast<double>(r.gold_labels);
+  if (k == 1) {  // the top label alone
+    r.predictions = n;
+    r.correct_at_k = r.correct;
+  }
+  if (r.predictions > 0) r.precision_at_k = static_cast<double>(r.correct_at_k) / static_cast<double>(r.predictions);
+  if (r.gold_labels > 0) r.recall_at_k = static_cast<double>(r.correct_at_k) / static_cast<double>(r.gold_labels);
   return r;
 }
 
@@ -234,6 +260,8 @@ class TextTask final : public train::TrainTask {
     return Status();
   }
   std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
+  int64_t batch_epoch() const override { return epoch_; }
+  int64_t steps_per_epoch() const override { return (train_.num_examples() + c_.batch_size - 1) / c_.batch_size; }
   void add_summary(nlohmann::json* s) const override {
     const TextModelOptions& mo = model_->options();
     (*s)["words"] = dict_.num_words();
@@ -295,6 +323,7 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.origin = c.origin;
   ls.steps = ro.steps >= 0 ? ro.steps : c.steps;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
+  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.log_every = c.log_every > 0 ? c.log_every : 1000;

@@ -7,6 +7,9 @@
 // summary holds every figure (docs/text.md lists them).
 #pragma once
 
+#include <span>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "leanemb/status.h"
@@ -15,22 +18,29 @@
 
 namespace leanemb::text {
 
-// Precision and recall at 1, as `fasttext test FILE 1` prints them: one prediction per example
-// (the top label); precision = correct / predictions, recall = correct / gold labels; accuracy =
-// correct / examples (equal to precision@1 here, reported for readers who expect it).
+// Precision and recall at k, as `fasttext test FILE k` prints them: up to k predictions per
+// example (its k highest-scoring labels; ties: the lower label id first); precision = correct /
+// predictions, recall = correct / gold labels. The _at_1 fields are those of the top label alone
+// (accuracy = correct / examples, equal to precision@1, reported for readers who expect it).
 struct TextEvalResult {
   int64_t examples = 0;
   int64_t gold_labels = 0;
-  int64_t correct = 0;
+  int64_t correct = 0;  // examples whose top label is one of theirs
   double precision_at_1 = 0, recall_at_1 = 0, accuracy = 0;
+  int k = 1;
+  int64_t predictions = 0;     // min(k, labels) per example
+  int64_t correct_at_k = 0;    // predicted labels that are gold
+  double precision_at_k = 0, recall_at_k = 0;
   double loss = 0;  // mean loss per example
 };
 
 class TextModel;
 struct TextDataset;
-// Evaluates `model` on `data` in batches of `batch_size`.
+// The k highest logits of one example's [num_labels] logits, best first (ties: lower id first).
+void top_k_labels(std::span<const float> logits, int k, std::vector<int32_t>* out);
+// Evaluates `model` on `data` in batches of `batch_size`, at k (>= 1).
 inline constexpr int64_t kTextEvalBatchSize = 256;  // examples per evaluation batch (the planner counts them)
-Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = kTextEvalBatchSize);
+Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, int64_t batch_size = kTextEvalBatchSize, int k = 1);
 
 // The text run of `leanemb train` on the one loop (train/task.h): options as for a CTR run
 // (output directory, resume, stop signal, steps, communicator).

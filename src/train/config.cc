@@ -134,6 +134,14 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(d.read("max_len", &c.max_len, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(d.read("shuffle_buffer", &c.shuffle_buffer, 0, int64_t{1} << 32));
   LEANEMB_RETURN_IF_ERROR(d.read("max_malformed_rate", &c.max_malformed_rate, 0.0, 1.0));
+  {
+    std::string categorical = "hex";
+    LEANEMB_RETURN_IF_ERROR(d.read("categorical", &categorical));
+    if (categorical != "hex" && categorical != "string")
+      return d.error("categorical", "expected \"hex\" (1-16 hex digits per value) or \"string\" (any strings, hashed), got \"" +
+                                        categorical + "\"");
+    c.string_values = categorical == "string";
+  }
   LEANEMB_RETURN_IF_ERROR(d.read("eval_rows", &c.eval_rows, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(d.check_unknown());
   // [data.gen]
@@ -215,7 +223,8 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("seed", &c.seed));
   LEANEMB_RETURN_IF_ERROR(t.read("threads", &c.threads, 0, 1024));
   LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every_epochs", &c.eval_every_epochs, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, -1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));

@@ -49,6 +49,7 @@ struct TrainConfig {
   int64_t max_len = 0;             // multi-hot truncation per feature (0 = none)
   int64_t shuffle_buffer = 0;      // records; 0 = file order
   double max_malformed_rate = 0.001;
+  bool string_values = false;      // data.categorical = "string": any strings, hashed (docs/data.md)
   int64_t eval_rows = 0;           // evaluate on the first N eval records (0 = all)
 
   // [model]
@@ -86,7 +87,8 @@ struct TrainConfig {
   uint64_t seed = 1;
   int threads = 0;                 // 0 = OpenMP's default
   int64_t eval_every = 0;          // steps; 0 = only at the end
-  int64_t checkpoint_every = 0;    // steps; 0 = only at the end
+  int64_t eval_every_epochs = 0;   // also after every N-th epoch (0 = no)
+  int64_t checkpoint_every = 0;    // steps; 0 = only at the end; -1 = never (checkpoints off)
   int keep_checkpoints = 3;
   int64_t log_every = 100;         // steps between progress / metrics lines
   std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient

@@ -282,7 +282,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto st = mem->stats();
     char buf[320];
-    std::snprintf(buf, sizeof buf, "step %lld | %.1fk %s/s | loss %.4f | eval %s | device %s host %s",
+    std::snprintf(buf, sizeof buf, "step %lld | %.1fk %s/s | loss %.4f | eval %s | device (cpu) %s host %s",
                   static_cast<long long>(k.step), secs > 0 ? samples_run / secs / 1e3 : 0.0, ls.progress_unit.c_str(),
                   last_loss, last_eval.is_null() ? "-" : task->eval_headline(last_eval).c_str(),
                   format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
@@ -292,6 +292,22 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   };
   const std::set<int64_t> inject(ls.inject_nonfinite_steps.begin(), ls.inject_nonfinite_steps.end());
 
+  // Epochs (train.eval_every_epochs): an epoch ended when a batch of the next one arrives.
+  int64_t steps_per_epoch = task->steps_per_epoch(), cur_epoch = -1, epoch_start_step = k.step;
+  if (steps_per_epoch > 0) say(std::to_string(steps_per_epoch) + " steps per epoch");
+  auto end_of_epoch = [&](int64_t epoch) -> Status {  // epoch (0-based) ended after step k.step
+    if (steps_per_epoch <= 0 && epoch_start_step == 0 && epoch == 0) {
+      steps_per_epoch = k.step;
+      say("epoch 1 ended after " + std::to_string(k.step) + " steps: " + std::to_string(k.step) + " steps per epoch");
+    }
+    if (ls.eval_every_epochs > 0 && (epoch + 1) % ls.eval_every_epochs == 0 && task->has_eval()) {
+      LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
+      metrics << json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}}.dump() << "\n";
+      metrics.flush();
+      say("epoch " + std::to_string(epoch + 1) + " (step " + std::to_string(k.step) + "): eval " + task->eval_headline(last_eval));
+    }
+    return Status();
+  };
   DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
   std::string diverged;  // "diverged at step N: ..." once the run diverged
   bool stopped = false;  // a signal (StopSignal) stopped the run after a step
@@ -302,6 +318,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     }
     LEANEMB_ASSIGN_OR_RETURN(bool more, task->next_batch());
     if (!more) break;
+    if (const int64_t e = task->batch_epoch(); e >= 0) {
+      if (cur_epoch >= 0 && e > cur_epoch) LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
+      cur_epoch = e;
+    }
     const int64_t step_no = k.step + 1;
     LEANEMB_ASSIGN_OR_RETURN(TaskStep s, task->train_step(step_no, inject.count(step_no) > 0));
     k.step = step_no;
@@ -357,7 +377,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
   // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
-  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty())
+  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty() && ls.checkpoint_every >= 0)
     LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
   if (task->has_eval() && !stopped && diverged.empty()) {
     say("evaluating");
@@ -379,6 +399,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["loss"] = std::isfinite(last_loss) ? json(last_loss) : json(nullptr);
   sum["eval"] = last_eval.is_null() ? json(nullptr) : last_eval;
   sum["skipped_steps"] = k.skipped;
+  sum["steps_per_epoch"] = steps_per_epoch > 0 ? json(steps_per_epoch) : json(nullptr);
   sum["loss_scale"] = task->loss_scale();
   sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
   sum["memory"] = memory_peaks(*mem);
@@ -386,6 +407,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
+  sum["checkpoints_enabled"] = ls.checkpoint_every >= 0;
   const int64_t steps_run = k.step - std::max<int64_t>(0, resumed_from);
   sum["dist"] = dist_summary(ls, *task, steps_run, table_bytes, train_comm_bytes, train_comm_seconds, train_emb);
   if (task->tables().communicator()) {  // the largest rank's table bytes

@@ -69,6 +69,10 @@ class TrainTask {
   // Dense parameters (divergence checks).
   virtual std::vector<nn::NamedTensor> dense_parameters() const = 0;
   virtual double loss_scale() const { return 1.0; }
+  // Epochs: the epoch (0-based) of the batch next_batch() gave last, and the steps of one epoch
+  // when known before training (-1: unknown; the loop then counts the first epoch's steps).
+  virtual int64_t batch_epoch() const { return -1; }
+  virtual int64_t steps_per_epoch() const { return -1; }
   // Task-specific fields of the summary document.
   virtual void add_summary(nlohmann::json* summary) const = 0;
 };
@@ -87,7 +91,8 @@ struct LoopSettings {
   std::string origin;              // the config's file name
   int64_t steps = 0;               // 0: until the data ends
   int64_t eval_every = 0;          // steps; 0: only at the end
-  int64_t checkpoint_every = 0;    // steps; 0: only at the end
+  int64_t eval_every_epochs = 0;   // also at the end of every N-th epoch (0: no)
+  int64_t checkpoint_every = 0;    // steps; 0: only at the end; < 0: never (no final one either)
   int keep_checkpoints = 3;
   int64_t log_every = 100;         // steps between progress / metrics lines
   double log_every_s = 0;          // > 0: also a progress line when this many seconds passed

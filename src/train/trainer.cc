@@ -16,6 +16,7 @@
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
 #include "plan/workload.h"
+#include "train/ctr_serving.h"
 #include "train/input_check.h"
 #include "tiered/row_store.h"
 #include "train/task.h"
@@ -26,7 +27,11 @@ using nlohmann::json;
 
 namespace {
 
-model::CtrModelOptions model_options(const TrainConfig& c) {
+Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const std::string& name);
+
+}  // namespace
+
+model::CtrModelOptions ctr_model_options(const TrainConfig& c) {
   model::CtrModelOptions o;
   o.num_dense = c.num_dense;
   o.num_sparse = c.num_sparse;
@@ -62,13 +67,14 @@ model::CtrModelOptions model_options(const TrainConfig& c) {
   return o;
 }
 
-Result<data::ReaderOptions> reader_options(const TrainConfig& c, const std::vector<std::string>& files, bool train) {
+Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::vector<std::string>& files, bool train) {
   data::ReaderOptions r;
   r.files = files;
-  const auto rows = model_options(c).table_rows;
+  const auto rows = ctr_model_options(c).table_rows;
   LEANEMB_ASSIGN_OR_RETURN(r.schema, data::make_schema(c.num_dense, c.num_sparse, rows, c.max_len));
   for (const DynamicTableConfig& d : c.dynamic_tables)  // raw hashed values: the IdMap gives rows
     r.schema.sparse[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)].raw_ids = true;
+  r.schema.string_values = c.string_values;
   r.batch_size = c.batch_size;
   r.shuffle_buffer = train ? c.shuffle_buffer : 0;
   r.seed = c.seed;
@@ -76,6 +82,73 @@ Result<data::ReaderOptions> reader_options(const TrainConfig& c, const std::vect
   r.malformed.max_rate = c.max_malformed_rate;
   return r;
 }
+
+Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files,
+                                    int64_t max_rows,
+                                    const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch) {
+  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, ctr_reader_options(c, files, false));
+  LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(ro));
+  data::Batch batch;
+  std::vector<float> p;
+  int64_t rows = 0;
+  while (max_rows == 0 || rows < max_rows) {
+    LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
+    if (!more) break;
+    p.resize(static_cast<size_t>(batch.batch_size));
+    LEANEMB_RETURN_IF_ERROR(model.predict(batch, p, c.micro_batches));
+    const int64_t take = max_rows == 0 ? batch.batch_size : std::min(batch.batch_size, max_rows - rows);
+    if (take < batch.batch_size) {  // the first records only
+      batch.batch_size = take;
+      batch.labels.resize(static_cast<size_t>(take));
+      p.resize(static_cast<size_t>(take));
+    }
+    rows += take;
+    LEANEMB_RETURN_IF_ERROR(on_batch(batch, p));
+  }
+  return reader->stats();
+}
+
+Result<json> evaluate_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files, int64_t max_rows,
+                          data::DataStats* stats) {
+  std::vector<float> labels, probs;
+  LEANEMB_ASSIGN_OR_RETURN(data::DataStats st, predict_ctr(model, c, files, max_rows, [&](const data::Batch& b, std::span<const float> p) {
+                             labels.insert(labels.end(), b.labels.begin(), b.labels.begin() + b.batch_size);
+                             probs.insert(probs.end(), p.begin(), p.end());
+                             return Status();
+                           }));
+  if (stats) *stats = st;
+  LEANEMB_ASSIGN_OR_RETURN(double auc, data::roc_auc(labels, probs));
+  LEANEMB_ASSIGN_OR_RETURN(double ll, data::mean_logloss(labels, probs));
+  return json{{"auc", auc}, {"logloss", ll}, {"rows", labels.size()}};
+}
+
+Status load_ctr_dense(model::CtrModel& model, const ckpt::CheckpointReader& r, bool with_state) {
+  // Names from the model, values from the checkpoint.
+  std::vector<std::vector<float>> store;
+  std::vector<nn::NamedTensor> params, state;
+  const auto want_p = model.dense_parameters(), want_s = model.dense_optimizer_state();
+  store.reserve(want_p.size() + want_s.size());
+  for (const auto& t : want_p) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<float> v, read_floats(r, "dense/param/" + t.name));
+    store.push_back(std::move(v));
+    params.push_back({t.name, store.back()});
+  }
+  if (with_state) {
+    for (const auto& t : want_s) {
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<float> v, read_floats(r, "dense/opt/" + t.name));
+      store.push_back(std::move(v));
+      state.push_back({t.name, store.back()});
+    }
+  } else {
+    for (const auto& t : want_s) {  // the model's own (fresh) state, copied: no aliasing
+      store.emplace_back(t.values.begin(), t.values.end());
+      state.push_back({t.name, store.back()});
+    }
+  }
+  return model.load_dense(params, state);
+}
+
+namespace {
 
 bool file_exists(const std::string& p) {
   std::error_code ec;
@@ -143,11 +216,11 @@ class CtrTask final : public TrainTask {
   static Result<std::unique_ptr<TrainTask>> create(const TrainConfig& c, int grad_groups, double teacher_auc,
                                                    const TaskContext& tc) {
     auto t = std::unique_ptr<CtrTask>(new CtrTask(c, teacher_auc));
-    model::CtrModelOptions mo = model_options(c);
+    model::CtrModelOptions mo = ctr_model_options(c);
     mo.grad_groups = grad_groups;
     mo.comm = tc.comm;
     LEANEMB_ASSIGN_OR_RETURN(t->model_, model::CtrModel::create(mo, tc.memory));
-    LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, reader_options(c, c.train_files, true));
+    LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, ctr_reader_options(c, c.train_files, true));
     LEANEMB_ASSIGN_OR_RETURN(t->reader_, data::DataReader::open(tro));
     amp::LossScalerOptions lso;
     lso.enabled = c.precision == amp::Precision::kFp16;
@@ -163,27 +236,7 @@ class CtrTask final : public TrainTask {
     return TaskStep{s.loss, s.samples, s.skipped};
   }
   bool has_eval() const override { return !c_.eval_files.empty(); }
-  Result<json> evaluate() override {
-    LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, reader_options(c_, c_.eval_files, false));
-    LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(ro));
-    data::Batch batch;
-    std::vector<float> labels, probs, p;
-    while (c_.eval_rows == 0 || static_cast<int64_t>(labels.size()) < c_.eval_rows) {
-      LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
-      if (!more) break;
-      p.resize(static_cast<size_t>(batch.batch_size));
-      LEANEMB_RETURN_IF_ERROR(model_->predict(batch, p, c_.micro_batches));
-      labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
-      probs.insert(probs.end(), p.begin(), p.end());
-    }
-    if (c_.eval_rows > 0 && static_cast<int64_t>(labels.size()) > c_.eval_rows) {
-      labels.resize(static_cast<size_t>(c_.eval_rows));
-      probs.resize(static_cast<size_t>(c_.eval_rows));
-    }
-    LEANEMB_ASSIGN_OR_RETURN(double auc, data::roc_auc(labels, probs));
-    LEANEMB_ASSIGN_OR_RETURN(double ll, data::mean_logloss(labels, probs));
-    return json{{"auc", auc}, {"logloss", ll}, {"rows", labels.size()}};
-  }
+  Result<json> evaluate() override { return evaluate_ctr(*model_, c_, c_.eval_files, c_.eval_rows); }
   std::string eval_headline(const json& e) const override {
     return e.contains("auc") ? "auc " + std::to_string(e["auc"].get<double>()).substr(0, 6) : "-";
   }
@@ -200,22 +253,7 @@ class CtrTask final : public TrainTask {
     return b;
   }
   Status restore(const ckpt::CheckpointReader& r) override {
-    // Dense parameters and state: names from the model, values from the checkpoint.
-    std::vector<std::vector<float>> store;
-    std::vector<nn::NamedTensor> params, state;
-    const auto want_p = model_->dense_parameters(), want_s = model_->dense_optimizer_state();
-    store.reserve(want_p.size() + want_s.size());
-    for (const auto& t : want_p) {
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<float> v, read_floats(r, "dense/param/" + t.name));
-      store.push_back(std::move(v));
-      params.push_back({t.name, store.back()});
-    }
-    for (const auto& t : want_s) {
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<float> v, read_floats(r, "dense/opt/" + t.name));
-      store.push_back(std::move(v));
-      state.push_back({t.name, store.back()});
-    }
-    LEANEMB_RETURN_IF_ERROR(model_->load_dense(params, state));
+    LEANEMB_RETURN_IF_ERROR(load_ctr_dense(*model_, r, true));
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> sc, r.read_blob("amp/loss_scaler"));
     LEANEMB_RETURN_IF_ERROR(scaler_->load(sc));
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r.read_blob("train/reader"));
@@ -223,6 +261,10 @@ class CtrTask final : public TrainTask {
   }
   std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
   double loss_scale() const override { return scaler_->scale(); }
+  int64_t batch_epoch() const override { return batch_.epoch; }
+  int64_t steps_per_epoch() const override {  // known for generated data (its row count)
+    return c_.generate ? (c_.gen.train_rows + c_.batch_size - 1) / c_.batch_size : -1;
+  }
   void add_summary(json* sum) const override {
     (*sum)["teacher_auc"] = std::isfinite(teacher_auc_) ? json(teacher_auc_) : json(nullptr);
     (*sum)["data"] = {{"records", reader_->stats().records}, {"malformed", reader_->stats().malformed},
@@ -259,6 +301,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.origin = c.origin;
   ls.steps = c.steps;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
+  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.log_every = c.log_every;

@@ -1,0 +1,17 @@
+# src/serve: use a trained model (issue 20): `leanemb test`, `predict`, `export` read a
+# checkpoint's saved config, build the model with the trainer's code and load its rows
+# (docs/serve.md).
+target_sources(leanemb PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/saved_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/predict.cc
+  ${CMAKE_CURRENT_LIST_DIR}/export.cc
+  ${CMAKE_CURRENT_LIST_DIR}/report.cc
+)
+target_sources(leanemb_cli PRIVATE tools/cmd_serve.cc)
+
+if(LEANEMB_BUILD_TESTS)
+  # The commands as a user runs them, against the trainer's own figures (tests/serve_cli_test.cc).
+  leanemb_add_test(serve_cli_test ${PROJECT_SOURCE_DIR}/tests/serve_cli_test.cc)
+  target_compile_definitions(serve_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
+  add_dependencies(serve_cli_test leanemb_cli)
+endif()

@@ -1,0 +1,56 @@
+// `leanemb predict` and `leanemb test` on a loaded model (serve/saved_model.h; docs/serve.md).
+//
+// CTR: the data file is read by the trainer's reader under the config's rules (schema, hashing,
+// max_len, malformed lines skipped and counted, the malformed-rate limit) in file order, and the
+// model's predict() runs in the config's batches and micro-batches on its memory system: one
+// probability per record, in order. `test` is the trainer's evaluation loop on the file
+// (train/ctr_serving.h: evaluate_ctr): the same AUC and logloss as the trainer's own final
+// evaluation of that file.
+//
+// Text: every input line gives one output line, in fastText's `predict` format: the k best
+// labels ("__label__x __label__y"), with `probs` each followed by its probability
+// ("__label__x 0.93 __label__y 0.05": softmax over the labels, or each label's sigmoid for a
+// one-vs-all model), labels below `threshold` left out; a line without a word gives an empty
+// line (fastText does the same). Words are encoded as in training (text::encode_words); labels
+// in the input are ignored. `test` is the trainer's evaluation (text::evaluate_text) at k.
+//
+// Thread safety: one thread at a time (the model's rule).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "leanemb/status.h"
+#include "serve/saved_model.h"
+
+namespace leanemb::serve {
+
+struct PredictStats {
+  int64_t lines = 0;        // output lines written
+  int64_t malformed = 0;    // CTR: malformed lines skipped (no output line)
+  int64_t empty = 0;        // text: lines without a word (an empty output line)
+  double seconds = 0;
+};
+
+// Writes "%.9g\n" per record (the float's exact value). Errors: the reader's (NotFound,
+// InvalidArgument above the malformed rate naming file and line), IoError writing `out`.
+Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std::FILE* out);
+
+struct TextPredictOptions {
+  int k = 1;               // >= 1; more than the labels: all of them
+  bool probs = false;      // print each label's probability after it
+  double threshold = 0.0;  // leave out labels with a lower probability
+};
+Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, const TextPredictOptions& options,
+                                       std::FILE* out);
+
+// CTR: {"task": "ctr", "rows", "auc", "logloss", "malformed"}; text: {"task": "text", "k",
+// "examples", "precision_at_k", "recall_at_k", "precision_at_1", "recall_at_1", "predictions",
+// "gold_labels", "skipped_unknown_label_lines", "malformed"}.
+Result<nlohmann::json> test_ctr_file(LoadedCtr& m, const std::string& file, int64_t max_rows);
+Result<nlohmann::json> test_text_file(LoadedText& m, const std::string& file, int k);
+
+}  // namespace leanemb::serve

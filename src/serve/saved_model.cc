@@ -1,0 +1,179 @@
+// Reading a trained model back from its checkpoint (see saved_model.h).
+#include "serve/saved_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dist/sharded_checkpoint.h"
+#include "train/config_diff.h"
+#include "train/ctr_serving.h"
+
+namespace leanemb::serve {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kChunkRows = 65536;
+
+Status with_context(const Status& s, const std::string& what) {
+  return s.ok() ? s : Status(s.code(), what + ": " + s.message());
+}
+
+Status load_tables(const SavedRun& run, EmbeddingTables& tables) {
+  dist::TablesLoadOptions lo;
+  lo.chunk_rows = kChunkRows;
+  lo.collection_step = run.collection_step;
+  auto loaded = dist::load_tables_checkpoint(run.checkpoint, tables, lo);
+  return with_context(loaded.status(), "loading the tables of " + run.checkpoint);
+}
+
+}  // namespace
+
+void make_serving(DType* dtype, OptimizerOptions* optimizer) {
+  *dtype = DType::kInt8Rowwise;
+  *optimizer = OptimizerOptions{};  // SGD: no state
+}
+
+std::string config_record_toml(const std::string& task, const train::ConfigRecord& record) {
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> sections;
+  for (const auto& [key, value] : record) {
+    const size_t dot = key.rfind('.');
+    if (dot == std::string::npos) continue;  // every key is section.key
+    // A default the record describes instead of giving ("(default)" for an absent enum key
+    // without a name function, train/toml_section.h; dense.eps when unset, train/config.cc) is
+    // left out: the parser applies the same default again.
+    if (value == "\"(default)\"" || value == "\"the optimizer's default\"") continue;
+    sections[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
+  }
+  std::string out = "task = \"" + task + "\"\n";
+  for (const auto& [name, keys] : sections) {
+    out += "\n[" + name + "]\n";
+    for (const auto& [k, v] : keys) out += k + " = " + v + "\n";
+  }
+  return out;
+}
+
+Result<SavedRun> open_saved_run(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return not_found("no checkpoint or run directory '" + path + "'");
+  SavedRun run;
+  if (std::filesystem::exists(path + "/MANIFEST", ec)) {
+    run.checkpoint = path;
+  } else {
+    ckpt::FindOptions fo;
+    fo.verify_blocks = false;  // the reads below check every block they use
+    auto latest = dist::find_latest_tables_checkpoint(path, fo);
+    if (!latest.ok())
+      return Status(latest.status().code(), "'" + path + "' is neither a checkpoint directory (no MANIFEST) nor a run "
+                                            "directory with a complete checkpoint: " + latest.status().message());
+    run.checkpoint = latest.value().ref.path;
+  }
+  auto reader = ckpt::CheckpointReader::open(run.checkpoint);
+  if (!reader.ok()) return with_context(reader.status(), "reading checkpoint " + run.checkpoint);
+  run.reader = std::move(reader).value();
+  const ckpt::CheckpointReader& r = *run.reader;
+  if (r.find("train/state") == nullptr)
+    return invalid_argument(run.checkpoint + " is not a checkpoint of `leanemb train` (no train/state blob)");
+  if (r.find("train/config") == nullptr)
+    return invalid_argument(run.checkpoint + " holds no saved configuration (an older version wrote it): it cannot be served");
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
+  const json st = json::parse(stb.begin(), stb.end(), nullptr, false);
+  if (st.is_discarded() || !st.is_object() || !st.contains("step") || !st["step"].is_number_integer())
+    return data_loss(run.checkpoint + ": train/state is not the trainer's JSON object");
+  run.step = st["step"].get<int64_t>();
+  run.collection_step = st.value("collection_step", int64_t{0});
+  run.task = st.value("task", std::string("ctr"));
+  if (run.task != "ctr" && run.task != "text")
+    return invalid_argument(run.checkpoint + ": unknown task '" + run.task + "' in train/state");
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
+  auto record = train::decode_config_record(cfg);
+  if (!record.ok()) return with_context(record.status(), run.checkpoint);
+  run.config_toml = config_record_toml(run.task, record.value());
+  run.origin = "the configuration saved in " + run.checkpoint;
+  run.serving = r.find("serve/format") != nullptr;
+  return run;
+}
+
+Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const std::string> sets, bool state) {
+  if (run.task != "ctr") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a CTR model");
+  if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
+  auto out = std::make_unique<LoadedCtr>();
+  LEANEMB_ASSIGN_OR_RETURN(out->config, train::parse_config(run.config_toml, run.origin, sets));
+  // Serving creates no data and keeps the model's file stores apart from the trainer's.
+  out->config.generate = false;
+  LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(out->config.memory));
+  model::CtrModelOptions mo = train::ctr_model_options(out->config);
+  if (run.serving) {
+    make_serving(&mo.row_dtype, &mo.row_optimizer);
+    mo.frozen_tables = true;
+  }
+  LEANEMB_ASSIGN_OR_RETURN(out->model, model::CtrModel::create(mo, out->memory.get()));
+  LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->embeddings()));
+  LEANEMB_RETURN_IF_ERROR(with_context(train::load_ctr_dense(*out->model, *run.reader, state), run.checkpoint));
+  return out;
+}
+
+Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<const std::string> sets, bool state) {
+  if (run.task != "text") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a text model");
+  if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
+  auto out = std::make_unique<LoadedText>();
+  LEANEMB_ASSIGN_OR_RETURN(out->config, text::parse_text_config(run.config_toml, run.origin, sets));
+  const text::TextConfig& c = out->config;
+  auto dict = text::Dictionary::build(c.train_files, c.data);
+  if (!dict.ok())
+    return with_context(dict.status(), "rebuilding the vocabulary of " + run.checkpoint + " from its training files");
+  out->dict = std::move(dict).value();
+  // The checkpoint's position blob records the model's shape: the files must give the same one.
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pb, run.reader->read_blob("train/reader"));
+  const json pos = json::parse(pb.begin(), pb.end(), nullptr, false);
+  text::TextModelOptions mo = c.model;
+  mo.input_rows = out->dict.input_rows(c.data);
+  mo.num_labels = out->dict.num_labels();
+  if (pos.is_discarded() || pos.value("input_rows", int64_t{-1}) != mo.input_rows ||
+      pos.value("labels", int64_t{-1}) != mo.num_labels)
+    return invalid_argument("the training files named by " + run.origin + " give " + std::to_string(mo.input_rows) +
+                            " input rows and " + std::to_string(mo.num_labels) + " labels, the checkpoint's model " +
+                            (pos.is_discarded() ? std::string("(unreadable)")
+                                                : std::to_string(pos.value("input_rows", int64_t{-1})) + " and " +
+                                                      std::to_string(pos.value("labels", int64_t{-1}))) +
+                            ": the files changed since training");
+  if (run.serving) {
+    make_serving(&mo.dtype, &mo.row_optimizer);
+    mo.frozen = true;
+  }
+  LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(c.memory));
+  LEANEMB_ASSIGN_OR_RETURN(out->model, text::TextModel::create(mo, out->memory.get()));
+  LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->tables()));
+  std::vector<std::vector<float>> store;
+  std::vector<nn::NamedTensor> params, st;
+  const auto want_p = out->model->dense_parameters(), want_s = out->model->dense_optimizer_state();
+  store.reserve(want_p.size() + want_s.size());
+  auto read = [&](const std::string& name) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> v, run.reader->read_blob(name));
+    if (v.size() % 4) return data_loss(run.checkpoint + ": blob " + name + " is not a float array");
+    store.emplace_back(v.size() / 4);
+    std::memcpy(store.back().data(), v.data(), v.size());
+    return Status();
+  };
+  for (const auto& t : want_p) {
+    LEANEMB_RETURN_IF_ERROR(read("dense/param/" + t.name));
+    params.push_back({t.name, store.back()});
+  }
+  for (const auto& t : want_s) {
+    if (state) {
+      LEANEMB_RETURN_IF_ERROR(read("dense/opt/" + t.name));
+    } else {
+      store.emplace_back(t.values.begin(), t.values.end());
+    }
+    st.push_back({t.name, store.back()});
+  }
+  LEANEMB_RETURN_IF_ERROR(with_context(out->model->load_dense(params, st), run.checkpoint));
+  return out;
+}
+
+}  // namespace leanemb::serve
