@@ -85,9 +85,9 @@ std::string resumed_part(const nlohmann::json& s, const char* unit) {
 
 // What a text run (task = "text", docs/text.md) prints after the common part.
 void print_text_summary(const nlohmann::json& s) {
-  std::printf("\n%strained %lld epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s%s; input table %s (%lld rows of %lld)\n",
+  std::printf("\n%strained %.3g epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s%s; input table %s (%lld rows of %lld)\n",
               resumed_part(s, "lines").c_str(),
-              static_cast<long long>(s["epochs"].get<int64_t>()), static_cast<long long>(s["steps"].get<int64_t>()),
+              s["epochs_trained"].get<double>(), static_cast<long long>(s["steps"].get<int64_t>()),
               s["train_seconds"].get<double>(), s["examples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
               s["resumed_from_step"].is_null() ? "" : " (this run's lines and tokens over this run's time)",
               format_bytes(s["table_bytes"].get<size_t>()).c_str(), static_cast<long long>(s["table_rows"].get<int64_t>()),

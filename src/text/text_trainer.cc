@@ -270,6 +270,9 @@ class TextTask final : public train::TrainTask {
     (*s)["table_rows"] = model_->tables().options().tables[0].num_rows;
     (*s)["dim"] = mo.dim;
     (*s)["epochs"] = c_.epochs;
+    // Epochs the model has seen (with --steps, a fraction of the configured ones).
+    const int64_t n = train_.num_examples();
+    (*s)["epochs_trained"] = static_cast<double>(epoch_) + (n > 0 ? static_cast<double>(pos_) / static_cast<double>(n) : 0.0);
     (*s)["batch_size"] = c_.batch_size;
     (*s)["train_examples"] = train_.num_examples();
     (*s)["data_seconds"] = data_seconds_;
