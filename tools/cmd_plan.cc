@@ -1,5 +1,6 @@
 // `leanemb plan`: predict every byte of a run and choose settings that fit a device (docs/plan.md).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "plan/workload.h"
 #include "tools/commands.h"
 #include "text/text_config.h"
+#include "tiered/row_store.h"
 #include "text/text_plan.h"
 #include "train/config.h"
 #include "train/toml_section.h"
@@ -108,6 +110,12 @@ int run_plan(const PlanArgs& a) {
     auto wl = plan::workload_from_config(cfg);
     if (!wl.ok()) return report_error(wl.status());
     w = std::move(wl).value();
+    if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
+      std::filesystem::path d = cfg.store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg.store_dir);
+      std::error_code ec;
+      while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
+      w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
+    }
     ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
                         std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
     if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
