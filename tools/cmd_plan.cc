@@ -10,10 +10,10 @@
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/workload.h"
-#include "tools/commands.h"
 #include "text/text_config.h"
-#include "tiered/row_store.h"
 #include "text/text_plan.h"
+#include "tiered/row_store.h"
+#include "tools/commands.h"
 #include "train/config.h"
 #include "train/toml_section.h"
 
@@ -104,21 +104,21 @@ int run_plan(const PlanArgs& a) {
                           std::to_string(w.batch_size);
       if (tc.value().checkpoint_every > 0) ctx.checkpoint_every = tc.value().checkpoint_every;
     } else {
-    auto c = train::load_config(a.config, a.sets);
-    if (!c.ok()) return report_error(c.status());
-    cfg = std::move(c).value();
-    auto wl = plan::workload_from_config(cfg);
-    if (!wl.ok()) return report_error(wl.status());
-    w = std::move(wl).value();
-    if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
-      std::filesystem::path d = cfg.store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg.store_dir);
-      std::error_code ec;
-      while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
-      w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
-    }
-    ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
-                        std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
-    if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
+      auto c = train::load_config(a.config, a.sets);
+      if (!c.ok()) return report_error(c.status());
+      cfg = std::move(c).value();
+      auto wl = plan::workload_from_config(cfg);
+      if (!wl.ok()) return report_error(wl.status());
+      w = std::move(wl).value();
+      if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
+        std::filesystem::path d = cfg.store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg.store_dir);
+        std::error_code ec;
+        while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
+        w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
+      }
+      ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
+                          std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
+      if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
     }
   } else {
     if (!a.sets.empty()) return report_error(invalid_argument("--set needs --config"));
