@@ -72,21 +72,6 @@ OwnedBatch global_batch(int step, const CollectionOptions& o) {
   return b;
 }
 
-// Bags [b0, b1) of a batch.
-OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
-  OwnedBatch s;
-  s.B = b1 - b0;
-  for (size_t f = 0; f < g.ids.size(); ++f) {
-    const int64_t lo = g.offsets[f][static_cast<size_t>(b0)], hi = g.offsets[f][static_cast<size_t>(b1)];
-    s.ids.emplace_back(g.ids[f].begin() + lo, g.ids[f].begin() + hi);
-    std::vector<int64_t> off;
-    for (int64_t b = b0; b <= b1; ++b) off.push_back(g.offsets[f][static_cast<size_t>(b)] - lo);
-    s.offsets.push_back(off);
-    s.weights.emplace_back(g.weights[f].empty() ? std::vector<float>()
-                                                : std::vector<float>(g.weights[f].begin() + lo, g.weights[f].begin() + hi));
-  }
-  return s;
-}
 
 // Step s's pooled-output gradients.
 std::vector<float> step_grads(int step, int64_t n) { return test_util::normal_grads(900 + static_cast<uint64_t>(step), n); }
@@ -108,7 +93,7 @@ Status train_sharded(ShardedEmbeddingCollection& sc, const CollectionOptions& o,
   const int p = sc.communicator()->size(), r = sc.communicator()->rank();
   const int64_t b0 = kGlobalBags * r / p, b1 = kGlobalBags * (r + 1) / p, ldo = sc.pooled_dim();
   for (int s = s0; s < s1; ++s) {
-    const OwnedBatch mine = slice(global_batch(s, o), b0, b1);
+    const OwnedBatch mine = global_batch(s, o).slice(b0, b1);
     std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
     LEANEMB_RETURN_IF_ERROR(sc.forward(mine.view(), pooled));
     const std::vector<float> grads = step_grads(s, kGlobalBags * ldo);

@@ -66,20 +66,6 @@ OwnedBatch global_batch(int step, const CollectionOptions& o) {
   return b;
 }
 
-// Bags [b0, b1) of a batch.
-OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
-  OwnedBatch s;
-  s.B = b1 - b0;
-  for (size_t f = 0; f < g.ids.size(); ++f) {
-    const int64_t lo = g.offsets[f][static_cast<size_t>(b0)], hi = g.offsets[f][static_cast<size_t>(b1)];
-    s.ids.emplace_back(g.ids[f].begin() + lo, g.ids[f].begin() + hi);
-    std::vector<int64_t> off;
-    for (int64_t b = b0; b <= b1; ++b) off.push_back(g.offsets[f][static_cast<size_t>(b)] - lo);
-    s.offsets.push_back(off);
-    s.weights.emplace_back(g.weights[f].empty() ? std::vector<float>() : std::vector<float>(g.weights[f].begin() + lo, g.weights[f].begin() + hi));
-  }
-  return s;
-}
 
 // Where rank r's slice starts: uneven slices, an empty one at P = 4.
 int64_t slice_begin(int p, int r) {
@@ -190,7 +176,7 @@ std::vector<RankResult> train_sharded(int p, const ShardedCollectionOptions& so,
     Status first_mismatch;  // kept until the end, so that every rank makes every call
     for (int s = 0; s < kSteps; ++s) {
       const OwnedBatch g = global_batch(s, so.collection);
-      const OwnedBatch mine = slice(g, b0, b1);
+      const OwnedBatch mine = g.slice(b0, b1);
       std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
       LEANEMB_RETURN_IF_ERROR(sc->forward(mine.view(), pooled));
       if (check_forward && first_mismatch.ok()) {
@@ -330,7 +316,7 @@ TEST(ShardedCollectionTest, ABadBatchOnOneRankFailsEveryRankAndChangesNothing) {
   so.collection = global_options(OptimizerKind::kAdagrad);
   auto st = run_world(2, [&](Communicator& comm) -> Status {
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
-    const OwnedBatch good = slice(global_batch(0, so.collection), 0, 4);
+    const OwnedBatch good = global_batch(0, so.collection).slice(0, 4);
     OwnedBatch bad = good;
     bad.ids[0].push_back(61);  // one past the end of table a
     bad.offsets[0].back() += 1;
@@ -356,7 +342,7 @@ TEST(ShardedCollectionTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
   so.collection = global_options(OptimizerKind::kSgd);
   auto st = run_world(4, [&](Communicator& comm) -> Status {
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
-    const OwnedBatch mine = slice(global_batch(0, so.collection), comm.rank() * 4, comm.rank() * 4 + 4);
+    const OwnedBatch mine = global_batch(0, so.collection).slice(comm.rank() * 4, comm.rank() * 4 + 4);
     std::vector<float> grads(static_cast<size_t>(4 * sc->pooled_dim()), 0.5f);
     if (comm.rank() == 2) grads[3] = std::nanf("");
     LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, sc->backward_update(mine.view(), grads));
@@ -374,7 +360,7 @@ TEST(ShardedCollectionTest, GradientOverflowingItsPayloadSkipsTheStepEverywhere)
   so.backward_payload = PayloadDType::kF16;
   auto st = run_world(2, [&](Communicator& comm) -> Status {
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
-    const OwnedBatch mine = slice(global_batch(0, so.collection), comm.rank() * 4, comm.rank() * 4 + 4);
+    const OwnedBatch mine = global_batch(0, so.collection).slice(comm.rank() * 4, comm.rank() * 4 + 4);
     std::vector<float> grads(static_cast<size_t>(4 * sc->pooled_dim()), 0.5f);
     if (comm.rank() == 1) {
       const auto& ids = mine.ids[0];
@@ -404,7 +390,7 @@ TEST(ShardedCollectionTest, AnAbsentRankMakesTheOthersFailNamingIt) {
   auto st = run_world(2, [&](Communicator& comm) -> Status {
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
     if (comm.rank() == 1) return Status::ok_status();
-    const OwnedBatch mine = slice(global_batch(0, so.collection), 0, 4);
+    const OwnedBatch mine = global_batch(0, so.collection).slice(0, 4);
     std::vector<float> pooled(static_cast<size_t>(4 * sc->pooled_dim()));
     const Status f = sc->forward(mine.view(), pooled);
     return f.message().find("waiting for rank 1") != std::string::npos ? Status::ok_status() : mismatch(f.to_string());
@@ -431,7 +417,7 @@ TEST(ShardedCollectionTest, SkippedBadIdsTrainLikeOneProcess) {
     so.collection = o;
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
     const int64_t b0 = kGlobalBags * comm.rank() / 2, b1 = kGlobalBags * (comm.rank() + 1) / 2, ldo = sc->pooled_dim();
-    const OwnedBatch mine = slice(g, b0, b1);
+    const OwnedBatch mine = g.slice(b0, b1);
     std::vector<float> out(static_cast<size_t>((b1 - b0) * ldo));
     LEANEMB_RETURN_IF_ERROR(sc->forward(mine.view(), out));
     std::copy(out.begin(), out.end(), got_out.begin() + b0 * ldo);

@@ -115,20 +115,6 @@ OwnedBatch global_batch(int step, const Case& c) {
   return b;
 }
 
-OwnedBatch slice(const OwnedBatch& g, int64_t b0, int64_t b1) {
-  OwnedBatch s;
-  s.B = b1 - b0;
-  for (size_t f = 0; f < g.ids.size(); ++f) {
-    const int64_t lo = g.offsets[f][static_cast<size_t>(b0)], hi = g.offsets[f][static_cast<size_t>(b1)];
-    s.ids.emplace_back(g.ids[f].begin() + lo, g.ids[f].begin() + hi);
-    std::vector<int64_t> off;
-    for (int64_t b = b0; b <= b1; ++b) off.push_back(g.offsets[f][static_cast<size_t>(b)] - lo);
-    s.offsets.push_back(off);
-    s.weights.emplace_back(g.weights[f].empty() ? std::vector<float>()
-                                                : std::vector<float>(g.weights[f].begin() + lo, g.weights[f].begin() + hi));
-  }
-  return s;
-}
 
 // What a run produces: every forward's outputs of the global batch (each rank writes its
 // slice: pooled [bags, pooled_dim], then each sequence feature's [nnz, dim]), then each table's
@@ -159,7 +145,7 @@ Status train_rank(const Case& c, const std::string& dir, Communicator* comm, Tra
   LEANEMB_ASSIGN_OR_RETURN(auto tables, create_tables(options_for(c, dir), mem.get(), d));
   const int64_t b0 = kBags * r / p, b1 = kBags * (r + 1) / p;
   for (int s = 0; s < kSteps; ++s) {
-    const OwnedBatch g = global_batch(s, c), mine = slice(g, b0, b1);
+    const OwnedBatch g = global_batch(s, c), mine = g.slice(b0, b1);
     const SparseBatch batch = mine.view();
     const int64_t ldo = tables->pooled_dim();
     std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
