@@ -19,15 +19,6 @@ namespace leanemb::tools {
 
 namespace {
 
-struct BenchArgs {
-  std::string workload = "optimizer";
-  std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
-  std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
-  std::string device_budget, host_budget, placement, max_split, ops;
-  std::string cache_fraction, policy, store, store_path, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
-  bool sweep = false, no_resident = false;
-  bool quiet = false;
-};
 
 // Integer flag: decimal ("200000") or an exact integer in scientific notation ("2e6").
 Result<int64_t> parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
@@ -184,6 +175,8 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
   return o;
 }
 
+}  // namespace
+
 int run_bench(const BenchArgs& a) {
   auto o = to_options(a);
   if (!o.ok()) return report_error(o.status());
@@ -193,62 +186,10 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
-}  // namespace
-
-void register_bench(CLI::App& app, CommandResult* result) {
-  auto a = std::make_shared<BenchArgs>();
+std::string bench_workload_list() {
   std::string names;
   for (const auto& n : bench::workload_names()) names += (names.empty() ? "" : ", ") + n;
-  // An explicitly empty value ("--rows ''") is an error, not "use the default".
-  const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Run a benchmark workload (docs/benchmarks.md): same inputs for every contender, correctness "
-               "gate before timing, medians and p10/p90, memory and bytes per parameter; JSON with --json");
-  cmd->add_option("--workload", a->workload, "Workload: " + names)->capture_default_str()->type_name("NAME")->check(non_empty);
-  cmd->add_option("--rows", a->rows, "Rows per table E (accepts 2e6); default per workload")->type_name("N")->check(non_empty);
-  cmd->add_option("--dim", a->dim, "Embedding dim D; default per workload")->type_name("N")->check(non_empty);
-  cmd->add_option("--batch", a->batch, "Bags per batch B; default per workload")->type_name("N")->check(non_empty);
-  cmd->add_option("--bag-size", a->bag_size, "Ids per bag L (distinct); default per workload")->type_name("N")->check(non_empty);
-  cmd->add_option("--pooling", a->pooling, "sum | mean (default sum)")->type_name("MODE")->check(non_empty);
-  cmd->add_option("--alpha", a->alpha, "Zipf exponent of the ids, <= 1 means uniform; default per workload")->type_name("X")->check(non_empty);
-  cmd->add_option("--tables", a->tables, "Number of tables T; default per workload")->type_name("N")->check(non_empty);
-  cmd->add_option("--dtype", a->dtype, "Row dtype fp32 | fp16 | bf16 | int8 (int8 is lookup-only)")->type_name("DTYPE")->check(non_empty);
-  cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam")->type_name("NAME")->check(non_empty);
-  cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8")->type_name("DTYPE")->check(non_empty);
-  cmd->add_option("--threads", a->threads, "OpenMP threads")->capture_default_str()->type_name("N")->check(non_empty);
-  cmd->add_option("--iters", a->iters, "Measured iterations (default 50)")->type_name("N")->check(non_empty);
-  cmd->add_option("--warmup", a->warmup, "Warm-up iterations (default 10)")->type_name("N")->check(non_empty);
-  cmd->add_option("--seed", a->seed, "Seed of the input stream, gradients and table init")->capture_default_str()->type_name("N")->check(non_empty);
-  cmd->add_option("--json", a->json, "Write the results as JSON to FILE")->type_name("FILE")->check(non_empty);
-  cmd->add_option("--roofline-bytes", a->roofline_bytes, "Buffer of the ceiling probes (>= 64MiB, >> L3)")
-      ->capture_default_str()->type_name("SIZE")->check(non_empty);
-  cmd->add_flag("--quiet", a->quiet, "No progress lines on stderr");
-  cmd->add_option("--device-budget", a->device_budget,
-                  "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
-      ->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--cache-fraction", a->cache_fraction, "tiered, restore: cache slots as a fraction of the rows (default 0.2)")->type_name("X")->check(non_empty);
-  cmd->add_option("--policy", a->policy, "tiered: cache eviction policy, lru or lfu (default lru)")->type_name("NAME")->check(non_empty);
-  cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty);
-  cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run); restore: the directory of its store file and checkpoints (default ./leanemb-restore-<pid>, removed after)")->type_name("FILE")->check(non_empty);
-  cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty);
-  cmd->add_option("--prefetch-nice", a->prefetch_nice, "tiered: nice value of the cache's prefetch thread, -20..19 (default 19; 0 = the process's)")->type_name("N")->check(non_empty);
-  cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");
-  cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
-  cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty);
-  cmd->add_option("--sweep-alphas", a->sweep_alphas, "tiered --sweep: Zipf exponents (default 1.05,1.15)")->type_name("LIST")->check(non_empty);
-  cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty);
-  cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--placement", a->placement,
-                  "Tier per category, e.g. optimizer_state=host (weights, optimizer_state may go to the host)")
-      ->type_name("CAT=TIER,...")->check(non_empty);
-  cmd->add_option("--max-split", a->max_split, "DeviceArena max_split_bytes: larger cached blocks are not split")
-      ->type_name("BYTES")->check(non_empty);
-  cmd->footer(
-      "With --optimizer, --dtype or --state-dtype the optimizer workload runs that one contender (defaults "
-      "rowwise_adagrad / fp32 / fp32; an 8-bit or bf16 --state-dtype alone means adam) instead of its full list. "
-      "A failed correctness gate exits 1.\n" + std::string(exit_code_table()));
-  cmd->callback([a, result] { result->exit_code = run_bench(*a); });
+  return names;
 }
 
 }  // namespace leanemb::tools

@@ -13,9 +13,7 @@
 
 namespace leanemb::tools {
 
-namespace {
-
-int run_verify(const std::string& dir) {
+int run_ckpt_verify(const std::string& dir) {
   auto rep = ckpt::verify(dir);
   if (!rep.ok()) return report_error(rep.status());
   std::printf("ok: %zu entries, %llu bytes (step %lld, %zu data files, %llu blocks checked)\n", rep->num_entries,
@@ -24,7 +22,7 @@ int run_verify(const std::string& dir) {
   return 0;
 }
 
-int run_digest(const std::string& dir, bool training) {
+int run_ckpt_digest(const std::string& dir, bool training) {
   auto d = training ? dist::training_digest(dir) : ckpt::digest(dir);
   if (!d.ok()) return report_error(d.status());
   std::printf("%s\n", d->c_str());
@@ -32,7 +30,7 @@ int run_digest(const std::string& dir, bool training) {
 }
 
 // One line per step directory: complete (manifest and file sizes check out) or why not.
-int run_list(const std::string& out_dir) {
+int run_ckpt_list(const std::string& out_dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(out_dir, ec))
     return report_error(not_found("ckpt list: no such directory '" + out_dir + "'"));
@@ -53,31 +51,5 @@ int run_list(const std::string& out_dir) {
   return 0;
 }
 
-}  // namespace
-
-void register_ckpt(CLI::App& app, CommandResult* result) {
-  CLI::App* cmd = app.add_subcommand("ckpt", "Inspect checkpoints: verify checksums, print the content digest, list");
-  cmd->require_subcommand(1);
-  cmd->footer(exit_code_table());
-  auto dir = std::make_shared<std::string>();
-
-  CLI::App* verify = cmd->add_subcommand("verify", "Check the manifest and every block checksum of a checkpoint");
-  verify->add_option("DIR", *dir, "Checkpoint directory (<out>/checkpoints/step-<N>)")->required();
-  verify->callback([dir, result] { result->exit_code = run_verify(*dir); });
-
-  CLI::App* digest = cmd->add_subcommand(
-      "digest", "Print the XXH3-128 digest of a checkpoint's content (independent of file layout and chunking)");
-  digest->add_option("DIR", *dir, "Checkpoint directory (<out>/checkpoints/step-<N>)")->required();
-  auto training = std::make_shared<bool>(false);
-  digest->add_flag("--training", *training,
-                   "Print the training digest of a `leanemb train` checkpoint instead: embedding rows (keyed by global "
-                   "row), dense blobs, loss scaler, reader position and step counters; equal for a plain and a sharded "
-                   "checkpoint of the same state");
-  digest->callback([dir, training, result] { result->exit_code = run_digest(*dir, *training); });
-
-  CLI::App* list = cmd->add_subcommand("list", "List the checkpoint directories of a run and whether each is complete");
-  list->add_option("OUT_DIR", *dir, "Output directory of the run (holds checkpoints/)")->required();
-  list->callback([dir, result] { result->exit_code = run_list(*dir); });
-}
 
 }  // namespace leanemb::tools

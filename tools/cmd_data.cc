@@ -45,20 +45,12 @@ Result<double> parse_real(const std::string& flag, const std::string& v, double 
   return d;
 }
 
-const CLI::Validator& non_empty() {
-  static const CLI::Validator v([](std::string& s) { return s.empty() ? std::string("empty value") : std::string(); },
-                                "NONEMPTY", "non-empty");
-  return v;
-}
-
 void print_progress(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
 // ---- convert ----------------------------------------------------------------------------------
 
-struct ConvertArgs {
-  std::string in, out, num_dense = "13", num_sparse = "26", max_malformed_rate = "0.001";
-  bool quiet = false;
-};
+
+}  // namespace
 
 int run_convert(const ConvertArgs& a) {
   data::ConvertOptions o;
@@ -88,14 +80,10 @@ int run_convert(const ConvertArgs& a) {
   return 0;
 }
 
+namespace {
+
 // ---- gen-data ---------------------------------------------------------------------------------
 
-struct GenArgs {
-  std::string out, train_rows = "1000000", eval_rows = "100000", seed = "1", num_dense = "13", num_sparse = "26";
-  std::string vocab = "10000", zipf = "1.05", multi_hot_max = "1", format = "tsv", latent_dim = "4", noise = "0";
-  std::string label_rate = "0.25", teacher_auc = "0.8", threads = "0";
-  bool quiet = false;
-};
 
 Result<data::GenOptions> to_gen_options(const GenArgs& a) {
   data::GenOptions o;
@@ -132,6 +120,8 @@ Result<data::GenOptions> to_gen_options(const GenArgs& a) {
   return o;
 }
 
+}  // namespace
+
 int run_gen_data(const GenArgs& a) {
   auto o = to_gen_options(a);
   if (!o.ok()) return report_error(o.status());
@@ -149,52 +139,6 @@ int run_gen_data(const GenArgs& a) {
     std::printf("gen-data: label rate train %.4f eval %.4f; teacher metrics undefined (eval split has one class or no rows)\n",
                 rep->train_label_rate, rep->eval_label_rate);
   return 0;
-}
-
-}  // namespace
-
-void register_data(CLI::App& app, CommandResult* result) {
-  auto c = std::make_shared<ConvertArgs>();
-  CLI::App* conv = app.add_subcommand(
-      "convert", "Convert a Criteo-style TSV file to leanemb binary records (docs/formats/binary-data.md): "
-                 "categorical values stored as 64-bit hashes, dense values transformed, per-block XXH3 checksums");
-  conv->add_option("--in", c->in, "Input TSV file (label, dense, categorical columns)")->required()->type_name("FILE")->check(non_empty());
-  conv->add_option("--out", c->out, "Output binary file (written as FILE.tmp, renamed when complete)")
-      ->required()->type_name("FILE")->check(non_empty());
-  conv->add_option("--num-dense", c->num_dense, "Dense columns")->capture_default_str()->type_name("N")->check(non_empty());
-  conv->add_option("--num-sparse", c->num_sparse, "Categorical columns")->capture_default_str()->type_name("N")->check(non_empty());
-  conv->add_option("--max-malformed-rate", c->max_malformed_rate, "Fail when malformed lines exceed this fraction")
-      ->capture_default_str()->type_name("X")->check(non_empty());
-  conv->add_flag("--quiet", c->quiet, "No warnings for malformed lines (they are still counted)");
-  conv->footer(exit_code_table());
-  conv->callback([c, result] { result->exit_code = run_convert(*c); });
-
-  auto g = std::make_shared<GenArgs>();
-  CLI::App* gen = app.add_subcommand(
-      "gen-data", "Generate Criteo-like synthetic data whose labels come from a planted factorization-machine teacher: "
-                  "DIR/train.*, DIR/eval.*, DIR/meta.json (with teacher_auc and teacher_logloss on eval)");
-  gen->add_option("--out", g->out, "Output directory (created if missing)")->required()->type_name("DIR")->check(non_empty());
-  gen->add_option("--train-rows", g->train_rows, "Training rows (accepts 1e6)")->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_option("--eval-rows", g->eval_rows, "Evaluation rows")->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_option("--seed", g->seed, "Seed: same seed and options, same bytes")->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_option("--num-dense", g->num_dense, "Dense columns")->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_option("--num-sparse", g->num_sparse, "Categorical columns")->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_option("--vocab", g->vocab, "Vocabulary size: one for all features, or a comma list with one per feature")
-      ->capture_default_str()->type_name("N|LIST")->check(non_empty());
-  gen->add_option("--zipf", g->zipf, "Zipf exponent of the ids (0 = uniform)")->capture_default_str()->type_name("X")->check(non_empty());
-  gen->add_option("--multi-hot-max", g->multi_hot_max, "Values per non-empty categorical field: uniform in [1, L]")
-      ->capture_default_str()->type_name("L")->check(non_empty());
-  gen->add_option("--format", g->format, "tsv | bin")->capture_default_str()->type_name("FMT")->check(non_empty());
-  gen->add_option("--latent-dim", g->latent_dim, "Teacher latent dim k (1..16)")->capture_default_str()->type_name("K")->check(non_empty());
-  gen->add_option("--noise", g->noise, "Std of Gaussian noise on the label logit (not in the teacher's p)")
-      ->capture_default_str()->type_name("X")->check(non_empty());
-  gen->add_option("--label-rate", g->label_rate, "Target mean label")->capture_default_str()->type_name("X")->check(non_empty());
-  gen->add_option("--teacher-auc", g->teacher_auc, "Target expected AUC of the teacher")->capture_default_str()->type_name("X")->check(non_empty());
-  gen->add_option("--threads", g->threads, "OpenMP threads (0 = default); output does not depend on it")
-      ->capture_default_str()->type_name("N")->check(non_empty());
-  gen->add_flag("--quiet", g->quiet, "No progress lines on stderr");
-  gen->footer(exit_code_table());
-  gen->callback([g, result] { result->exit_code = run_gen_data(*g); });
 }
 
 }  // namespace leanemb::tools

@@ -21,16 +21,6 @@ namespace leanemb::tools {
 
 namespace {
 
-struct PlanArgs {
-  std::string config;
-  std::vector<std::string> sets;
-  int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
-  std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
-  std::string device_budget, host_budget, write_config;
-  bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
-  bool no_host = false, keep_precision = false, largest_table = false;
-  int max_shards = 1;
-};
 
 Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
   if (a.vocab < 1 || a.dim < 1 || a.batch < 1)
@@ -57,6 +47,8 @@ Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
           "), optimizer " + a.optimizer;
   return w;
 }
+
+}  // namespace
 
 int run_plan(const PlanArgs& a) {
   plan::PlannerOptions po;
@@ -181,40 +173,6 @@ int run_plan(const PlanArgs& a) {
     std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
   }
   return 0;
-}
-
-}  // namespace
-
-void register_plan(CLI::App& app, CommandResult* result) {
-  auto a = std::make_shared<PlanArgs>();
-  const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
-  CLI::App* cmd = app.add_subcommand("plan", "Predict every byte of a run and choose settings that fit a device (docs/plan.md)");
-  cmd->add_option("--config", a->config, "A `leanemb train` config to plan")->type_name("FILE")->check(non_empty);
-  cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
-  cmd->add_option("--vocab", a->vocab, "Rows of the table (without --config)")->type_name("N")->check(int_flag(1, int64_t{1} << 48));
-  cmd->add_option("--dim", a->dim, "Embedding dim")->type_name("N")->check(int_flag(1, 1 << 16));
-  cmd->add_option("--batch", a->batch, "Samples per device per step")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
-  cmd->add_option("--seq-len", a->seq_len, "Ids per sample (a sequence, or a bag with --pooling sum|mean)")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
-  cmd->add_option("--pooling", a->pooling, "none (sequence output), sum or mean; default none with --seq-len > 1")->type_name("MODE")->check(non_empty);
-  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam")->capture_default_str()->check(non_empty);
-  cmd->add_option("--row-dtype", a->row_dtype, "The user's row dtype (the planner may propose another)")->capture_default_str()->check(non_empty);
-  cmd->add_option("--state-dtype", a->state_dtype, "The user's optimizer state dtype")->capture_default_str()->check(non_empty);
-  cmd->add_option("--preset", a->preset, "ascend-910a, ascend-910b, a100-40, a100-80, h100-80, h200-141, cpu:<bytes>")->capture_default_str()->check(non_empty);
-  cmd->add_option("--device-budget", a->device_budget, "Device memory per device (default: the preset's)")->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--host-budget", a->host_budget, "Host memory per device (default: no limit)")->type_name("BYTES")->check(non_empty);
-  cmd->add_flag("--allow-rowwise", a->allow_rowwise, "Also search row-wise optimizers (rowwise_adagrad, partial_rowwise_adam)");
-  cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state");
-  cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state");
-  cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (docs/tiered.md)");
-  cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str()->check(int_flag(1, 1 << 16));
-  cmd->add_flag("--no-host", a->no_host, "Keep rows and optimizer state on the device");
-  cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");
-  cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
-  cmd->add_flag("--json", a->json, "Print JSON instead of tables");
-  cmd->add_option("--write-config", a->write_config, "Write the chosen plan as a `leanemb train` config (needs --config)")->type_name("FILE")->check(non_empty);
-  cmd->footer(std::string("plan exits 3 when no plan fits the device (the smallest budget that would is printed).\n") + exit_code_table());
-  cmd->callback([a, result] { result->exit_code = run_plan(*a); });
 }
 
 }  // namespace leanemb::tools

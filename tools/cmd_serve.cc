@@ -18,13 +18,6 @@ namespace leanemb::tools {
 
 namespace {
 
-struct ServeArgs {
-  std::string run, data, json_out, output, out_dir, summary;
-  std::vector<std::string> sets;
-  int64_t k = 1, rows = 0, prune_min_count = 0;
-  double threshold = 0.0;
-  bool probs = false, quiet = false, with_state = false, serving = false;
-};
 
 Status write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream f(path);
@@ -32,6 +25,8 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
   if (!f) return io_error("cannot write --json file '" + path + "'");
   return Status();
 }
+
+}  // namespace
 
 int run_test(const ServeArgs& a) {
   auto run = serve::open_saved_run(a.run);
@@ -146,73 +141,6 @@ int run_report(const ServeArgs& a) {
   if (!f) return report_error(io_error("cannot write '" + out + "'"));
   if (!a.quiet) std::printf("wrote %s\n", out.c_str());
   return kExitOk;
-}
-
-// --run DIR (or --checkpoint DIR), --set, --quiet: every command here.
-void add_model_options(CLI::App* cmd, ServeArgs* a) {
-  const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
-  cmd->add_option("--run,--checkpoint", a->run,
-                  "A run directory (train --out: its newest complete checkpoint) or one checkpoint directory")
-      ->required()->type_name("DIR")->check(non_empty);
-  cmd->add_option("--set", a->sets, "Override a key of the saved config, e.g. memory.device_budget=\"1GiB\" (repeatable)")
-      ->type_name("KEY=VALUE");
-  cmd->add_flag("--quiet", a->quiet, "No summary on stderr");
-  cmd->footer(exit_code_table());
-}
-
-}  // namespace
-
-void register_serve(CLI::App& app, CommandResult* result) {
-  const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
-  {
-    auto a = std::make_shared<ServeArgs>();
-    CLI::App* cmd = app.add_subcommand("test", "Evaluate a trained model on a data file: N, AUC, logloss (CTR) or N, P@k, R@k "
-                                               "as `fasttext test FILE k` prints them (text) (docs/serve.md)");
-    add_model_options(cmd, a.get());
-    cmd->add_option("--data", a->data, "Data file (the training format: Criteo TSV / binary, or fastText lines)")
-        ->required()->type_name("FILE")->check(non_empty);
-    cmd->add_option("--k", a->k, "Text: labels predicted per line (P@k, R@k)")->capture_default_str()->check(int_flag(1, 1000000));
-    cmd->add_option("--rows", a->rows, "CTR: evaluate the first N records (0 = all)")->capture_default_str()->check(int_flag(0, INT64_MAX));
-    cmd->add_option("--json", a->json_out, "Also write the results with every digit as JSON to FILE")->type_name("FILE")->check(non_empty);
-    cmd->callback([a, result] { result->exit_code = run_test(*a); });
-  }
-  {
-    auto a = std::make_shared<ServeArgs>();
-    CLI::App* cmd = app.add_subcommand("predict", "Write a trained model's predictions for a data file, one line per record: "
-                                                  "a click probability (CTR) or fastText's `predict` / `predict-prob` lines (text)");
-    add_model_options(cmd, a.get());
-    cmd->add_option("--data", a->data, "Data file (as `test`)")->required()->type_name("FILE")->check(non_empty);
-    cmd->add_option("--k", a->k, "Text: labels per line")->capture_default_str()->check(int_flag(1, 1000000));
-    cmd->add_flag("--prob", a->probs, "Text: each label followed by its probability (fastText's predict-prob)");
-    cmd->add_option("--threshold", a->threshold, "Text: leave out labels of a lower probability")->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--output", a->output, "Write to FILE instead of stdout")->type_name("FILE")->check(non_empty);
-    cmd->callback([a, result] { result->exit_code = run_predict(*a); });
-  }
-  {
-    auto a = std::make_shared<ServeArgs>();
-    CLI::App* cmd = app.add_subcommand("export", "Export a trained model's tables and dense parameters as NumPy .npy files with a "
-                                                 "JSON manifest (text models: also word vectors in fastText's .vec format)");
-    add_model_options(cmd, a.get());
-    cmd->add_option("--out", a->out_dir, "Output directory (created; files in it are replaced)")->required()->type_name("DIR")->check(non_empty);
-    cmd->add_flag("--with-state", a->with_state, "Also the optimizer state (row and dense)");
-    cmd->add_flag("--serving", a->serving,
-                  "Instead: a compact serving checkpoint in --out (int8 rows, no optimizer state) that predict and test read");
-    cmd->callback([a, result] { result->exit_code = run_export(*a); });
-  }
-  {
-    auto a = std::make_shared<ServeArgs>();
-    CLI::App* cmd = app.add_subcommand("report", "Draw a run as one self-contained HTML page (inline SVG): loss, eval metric and "
-                                                 "samples/s over steps; memory by tier and category with --summary");
-    cmd->add_option("RUN_DIR", a->run, "The run directory (train --out)")->required()->check(non_empty);
-    cmd->add_option("--summary", a->summary, "The run's --json-summary file (memory charts)")->type_name("FILE")->check(non_empty);
-    cmd->add_option("--output", a->output, "The HTML file (default RUN_DIR/report.html)")->type_name("FILE")->check(non_empty);
-    cmd->add_flag("--quiet", a->quiet, "Print nothing");
-    cmd->footer(exit_code_table());
-    cmd->callback([a, result] { result->exit_code = run_report(*a); });
-  }
 }
 
 }  // namespace leanemb::tools

@@ -28,13 +28,6 @@ namespace leanemb::tools {
 
 namespace {
 
-struct TrainArgs {
-  std::string config;
-  std::vector<std::string> sets;
-  std::string steps, out, json_summary;  // out empty: runs/<config stem> (default_out)
-  std::string device_budget, host_budget, placement;
-  bool resume = false, overwrite = false, start_fresh = false, quiet = false, print_config = false;
-};
 
 // --steps: a decimal integer >= 0 that fits in 64 bits (no saturation, no trailing text).
 Result<int64_t> parse_steps(const std::string& s) {
@@ -238,6 +231,8 @@ Status attribute_to_flag(const Status& s, const std::string& origin, const std::
   return s;
 }
 
+}  // namespace
+
 int run_train(const TrainArgs& args) {
   TrainArgs a = args;
   if (a.out.empty()) a.out = default_out(a.config);
@@ -285,39 +280,6 @@ int run_train(const TrainArgs& args) {
                    return train::run_training(ro);
                  },
                  print_ctr_summary);
-}
-
-}  // namespace
-
-void register_train(CLI::App& app, CommandResult* result) {
-  auto a = std::make_shared<TrainArgs>();
-  const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "NONEMPTY", "non-empty");
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train a model from a TOML config: a CTR model (docs/train.md) or, with task = \"text\", a "
-               "fastText-style text classifier (docs/text.md); without --config, the embedded default "
-               "(examples/ctr_small.toml: generates its data, trains, evaluates against the teacher)");
-  cmd->add_option("--config", a->config, "TOML config file")->type_name("FILE")->check(non_empty);
-  cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)")->type_name("KEY=VALUE");
-  cmd->add_option("--steps", a->steps, "Optimizer steps (overrides train.steps; 0 = train.epochs epochs)")->type_name("N")->check(non_empty);
-  cmd->add_option("--out", a->out, "Output directory: checkpoints/, metrics.jsonl (default: runs/<the config file's name without "
-                                   ".toml>; runs/ctr_small without --config)")->type_name("DIR")->check(non_empty);
-  cmd->add_flag("--resume", a->resume,
-                "Continue from the newest valid checkpoint in --out (no checkpoint at all: start at step 0; checkpoints "
-                "but none valid: fail, unless --start-fresh)");
-  cmd->add_flag("--overwrite", a->overwrite,
-                "Start at step 0 on an --out that holds an earlier run: its checkpoints and metrics are moved into "
-                "--out/replaced-<time>/ (nothing is deleted)");
-  cmd->add_flag("--start-fresh", a->start_fresh,
-                "With --resume: when no checkpoint in --out is valid, move them into --out/corrupt/ and start at step 0");
-  cmd->add_option("--json-summary", a->json_summary, "Write the run summary as JSON to FILE")->type_name("FILE")->check(non_empty);
-  cmd->add_option("--device-budget", a->device_budget, "Device tier budget (memory.device_budget), e.g. 512MiB")->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--host-budget", a->host_budget, "Host tier budget (memory.host_budget)")->type_name("BYTES")->check(non_empty);
-  cmd->add_option("--placement", a->placement, "memory.placement, e.g. optimizer_state=host")->type_name("CAT=TIER,...")->check(non_empty);
-  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  cmd->add_flag("--print-default-config", a->print_config, "Print the embedded default config and exit");
-  cmd->footer(exit_code_table());
-  cmd->callback([a, result] { result->exit_code = run_train(*a); });
 }
 
 }  // namespace leanemb::tools

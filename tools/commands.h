@@ -1,18 +1,15 @@
-// Subcommand registration for the leanemb CLI. Each cmd_<name>.cc adds one subcommand whose
-// callback runs the library and stores its exit code in `result`.
+// The leanemb CLI's commands. main.cc, the one translation unit that includes CLI11, declares
+// every subcommand's options into an <Name>Args struct below and calls the command's run_<name>
+// (tools/cmd_<name>.cc), whose return value is the process's exit code.
 #pragma once
 
+#include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
+#include <vector>
 
 #include "leanemb/status.h"
 
 namespace leanemb::tools {
-
-struct CommandResult {
-  int exit_code = 0;
-};
 
 // The exit codes of every command (README "Exit codes", `leanemb --help`):
 inline constexpr int kExitOk = 0;
@@ -27,25 +24,81 @@ const char* exit_code_table();
 // message is a full disk's errno text: a row store on a full disk); IoError, DataLoss -> 4;
 // everything else -> 1.
 int exit_code_for(const Status& s);
-// A CLI11 check for integer flags: a decimal integer in [lo, hi] (huge values are refused, not
-// saturated; a trailing unit or fraction is refused).
-CLI::Validator int_flag(int64_t lo, int64_t hi);
 // Prints "leanemb: error: <message>" to stderr and returns the exit code.
 int report_error(const Status& s);
 // Cores kept busy by all processes over the next `seconds` (this one sleeps meanwhile), from
 // /proc/stat; 0 when unknown.
 double busy_cores_elsewhere(double seconds);
 
-// "bench, ckpt, ..., train": the names of `app`'s subcommands, comma-separated.
-std::string command_list(const CLI::App& app);
-// True when `name` is one of `app`'s subcommands.
-bool has_command(const CLI::App& app, const std::string& name);
 
-void register_bench(CLI::App& app, CommandResult* result);
-void register_ckpt(CLI::App& app, CommandResult* result);
-void register_data(CLI::App& app, CommandResult* result);  // convert, gen-data
-void register_train(CLI::App& app, CommandResult* result);
-void register_plan(CLI::App& app, CommandResult* result);
-void register_serve(CLI::App& app, CommandResult* result);  // test, predict, export (docs/serve.md)
+// `leanemb train` (cmd_train.cc): a config of either task (docs/train.md, docs/text.md).
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string steps, out, json_summary;  // out empty: runs/<config stem> (default_out)
+  std::string device_budget, host_budget, placement;
+  bool resume = false, overwrite = false, start_fresh = false, quiet = false, print_config = false;
+};
+int run_train(const TrainArgs& a);
+
+// `leanemb plan` (cmd_plan.cc, docs/plan.md).
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
+  std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
+  std::string device_budget, host_budget, write_config;
+  bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
+  bool no_host = false, keep_precision = false, largest_table = false;
+  int max_shards = 1;
+};
+int run_plan(const PlanArgs& a);
+
+// `leanemb bench` (cmd_bench.cc, docs/benchmarks.md). Values stay strings: run_bench parses them,
+// so that every bad value gets a message naming its flag and exit code 2.
+struct BenchArgs {
+  std::string workload = "optimizer";
+  std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
+  std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
+  std::string device_budget, host_budget, placement, max_split, ops;
+  std::string cache_fraction, policy, store, store_path, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
+  bool sweep = false, no_resident = false;
+  bool quiet = false;
+};
+int run_bench(const BenchArgs& a);
+// "roofline, tbe-default, ...": the workloads --workload accepts.
+std::string bench_workload_list();
+
+// `leanemb ckpt verify | digest | list` (cmd_ckpt.cc, docs/formats/checkpoint.md).
+int run_ckpt_verify(const std::string& dir);
+int run_ckpt_digest(const std::string& dir, bool training);
+int run_ckpt_list(const std::string& out_dir);
+
+// `leanemb convert` and `leanemb gen-data` (cmd_data.cc, docs/data.md); values parsed as in bench.
+struct ConvertArgs {
+  std::string in, out, num_dense = "13", num_sparse = "26", max_malformed_rate = "0.001";
+  bool quiet = false;
+};
+int run_convert(const ConvertArgs& a);
+struct GenArgs {
+  std::string out, train_rows = "1000000", eval_rows = "100000", seed = "1", num_dense = "13", num_sparse = "26";
+  std::string vocab = "10000", zipf = "1.05", multi_hot_max = "1", format = "tsv", latent_dim = "4", noise = "0";
+  std::string label_rate = "0.25", teacher_auc = "0.8", threads = "0";
+  bool quiet = false;
+};
+int run_gen_data(const GenArgs& a);
+
+// `leanemb test`, `predict`, `export`, `report` (cmd_serve.cc, docs/serve.md).
+struct ServeArgs {
+  std::string run, data, json_out, output, out_dir, summary;
+  std::vector<std::string> sets;
+  int64_t k = 1, rows = 0, prune_min_count = 0;
+  double threshold = 0.0;
+  bool probs = false, quiet = false, with_state = false, serving = false;
+};
+int run_test(const ServeArgs& a);
+int run_predict(const ServeArgs& a);
+int run_export(const ServeArgs& a);
+int run_report(const ServeArgs& a);
 
 }  // namespace leanemb::tools

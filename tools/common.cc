@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -89,30 +88,6 @@ double busy_cores_elsewhere(double seconds) {
   const unsigned long long busy = b1 - b0 > own ? b1 - b0 - own : 0;
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return static_cast<double>(busy) / static_cast<double>(t1 - t0) * static_cast<double>(n > 0 ? n : 1);
-}
-
-CLI::Validator int_flag(int64_t lo, int64_t hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& v) -> std::string {
-        int64_t x = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        if (ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi) return std::string();
-        return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'";
-      },
-      "INT", "int_flag");
-}
-
-std::string command_list(const CLI::App& app) {
-  std::vector<std::string> names;
-  for (const CLI::App* c : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(c->get_name());
-  std::sort(names.begin(), names.end());
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
-bool has_command(const CLI::App& app, const std::string& name) {
-  return !app.get_subcommands([&](const CLI::App* c) { return c->check_name(name); }).empty();
 }
 
 int report_error(const Status& s) {
