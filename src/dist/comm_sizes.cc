@@ -12,11 +12,13 @@ namespace {
 int64_t share_of(int64_t n, double share) {
   if (share <= 0.0 || n == 0) return 0;
   if (share >= 1.0) return n;
-  // The balanced count with headroom for hot rows, plus three standard deviations of a
-  // binomial draw (what an owner gets of n uniformly hashed ids varies that much on its own).
+  // The balanced count with headroom for skew (relative, and the hottest rows' absolute share,
+  // which does not shrink with the owner's share), plus three standard deviations of a binomial
+  // draw (what an owner gets of n uniformly hashed ids varies that much on its own).
   const double mean = static_cast<double>(n) * share;
   const double sd = std::sqrt(mean * (1.0 - share));
-  return std::min(n, static_cast<int64_t>(std::ceil(mean * kCommSkewSlack + kCommSpreadSigmas * sd)));
+  const double hot = static_cast<double>(n) * kCommHotShare;
+  return std::min(n, static_cast<int64_t>(std::ceil(mean * kCommSkewSlack + hot + kCommSpreadSigmas * sd)));
 }
 
 // Bags of a feature that reach an owner with `ids` of its ids: a bag goes there when at least

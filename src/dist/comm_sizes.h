@@ -6,7 +6,8 @@
 //
 // What a rank sends to an owner depends on the ids: the sizes are the expected counts of a
 // balanced shard (each owner gets its share of a feature's ids: its rows over the table's rows,
-// or its partitions over a dynamic table's) times kCommSkewSlack plus kCommSpreadSigmas
+// or its partitions over a dynamic table's) times kCommSkewSlack, plus kCommHotShare of the ids
+// (hot rows: their share of a call does not shrink with the owner's share) and kCommSpreadSigmas
 // standard deviations, rounded up, and never more than all of the ids. A call whose ids are more skewed than that grows a buffer as it would
 // without a reservation (correct, only the figure moves above the plan).
 //
@@ -26,6 +27,7 @@ namespace leanemb::dist {
 // Headroom over the balanced share: for skewed ids (hot rows that all live on one rank) and, in
 // standard deviations, for the spread of a binomial draw (small calls).
 inline constexpr double kCommSkewSlack = 1.25;
+inline constexpr double kCommHotShare = 0.10;  // of a call's ids, what hot rows may add to one owner
 inline constexpr double kCommSpreadSigmas = 3.0;
 
 // One global feature as one call on a rank passes it.

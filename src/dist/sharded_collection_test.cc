@@ -465,10 +465,11 @@ TEST(CommSizesTest, SharesBoundTheIdsOfEachOwner) {
   s.features = {CommFeature{0, 100, 100, 4, false, false}, CommFeature{1, 100, 300, 4, false, true}};
   s.owner_share = {0.5, 0.5, 1.0, 0.0};  // table 0 row-wise, table 1 on rank 0 alone
   const CommBufferCounts c = comm_buffer_counts(s);
-  // Table 0: ceil(50 * 1.25 + 3 * sqrt(25)) = 78 ids to each owner; table 1: all 300 to rank 0.
-  EXPECT_EQ(c.per_owner[0], 2 + 78 + 300);
-  EXPECT_EQ(c.per_owner[1], 2 + 78);
-  EXPECT_EQ(c.table_ids[0], 2 * 78);   // this rank serves both requesters
+  // Table 0: ceil(50 * 1.25 + 100 * 0.1 + 3 * sqrt(25)) = 88 ids to each owner; table 1: all
+  // 300 to rank 0.
+  EXPECT_EQ(c.per_owner[0], 2 + 88 + 300);
+  EXPECT_EQ(c.per_owner[1], 2 + 88);
+  EXPECT_EQ(c.table_ids[0], 2 * 88);   // this rank serves both requesters
   EXPECT_EQ(c.table_ids[1], 2 * 300);
   EXPECT_EQ(c.out_scales[0], 300);     // only the scaled feature's ids carry scales
   EXPECT_EQ(c.out_grads[0][1], 100 * 4);  // bags reaching the owner: at most the call's bags
