@@ -16,6 +16,10 @@
 
 namespace leanemb {
 
+namespace kernels {
+class KernelBackend;  // src/kernels/backend.h (internal)
+}  // namespace kernels
+
 enum class PoolingMode : uint8_t { kSum, kMean, kNone };  // kNone = sequence output [nnz, dim]
 enum class BoundsCheckMode : uint8_t {
   kError,  // reject the batch, naming feature, bag and position; nothing is updated
@@ -178,6 +182,11 @@ struct CollectionOptions {
   int num_threads = 0;    // OpenMP threads per call; 0 = OpenMP's default
   // Use the scalar reference kernels (the test oracle) instead of the fast ones.
   bool use_reference_kernels = false;
+  // The kernels and copies between tiers the collection runs on (src/kernels/backend.h,
+  // docs/backend.md); chosen once at creation. Null: the CPU backend, or the reference backend
+  // when use_reference_kernels is set; when set it takes precedence over that flag. Not owned:
+  // it must outlive the collection. An internal type: set by tests and in-tree backends.
+  const kernels::KernelBackend* backend = nullptr;
 };
 
 // One feature's lookups for a batch of B bags. Spans are borrowed for the call only.

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "leanemb/embedding.h"
+#include "leanemb/memory.h"
 #include "leanemb/optimizer.h"
 
 namespace leanemb::kernels {
@@ -33,6 +34,9 @@ struct TableView {
   const int64_t* row_keys = nullptr;
   int64_t key_stride = 1;
   int64_t key_offset = 0;
+  // The tier the rows at `base` live in. Kernels ignore it; a KernelBackend (backend.h) records
+  // the bytes a lookup or update of rows off the device reads and writes over the host link.
+  Tier tier = Tier::kDevice;
   uint64_t key_row(int64_t r) const {
     const int64_t row = key_rows ? key_rows[r] : r;
     return static_cast<uint64_t>(row_keys ? row_keys[row] : row * key_stride + key_offset);

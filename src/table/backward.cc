@@ -9,7 +9,6 @@
 // Any failure before the first row update (bad input, allocation failure, non-finite gradient)
 // leaves every row, optimizer state and the step counter unchanged.
 #include <algorithm>
-#include <atomic>
 #include <cfloat>
 #include <cmath>
 
@@ -114,11 +113,7 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     }
   }
   if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
-  if (options.use_reference_kernels) {
-    std::stable_sort(keys, keys + n, [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
-  } else {
-    kernels::radix_sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits);
-  }
+  backend->sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits, exec());
   int64_t num_unique = 0;
   for (int64_t i = 0; i < n; ++i)
     if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
@@ -262,7 +257,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   }
   // Phase 1: dedup every trainable table. Allocations may fail here; no row has changed.
   std::vector<TableDedup> dd(im.tables.size());
-  bool fused = update.fuse_when_safe && !im.options.use_reference_kernels;
+  bool fused = update.fuse_when_safe;
   for (int t = 0; t < num_tables(); ++t) {
     if (im.options.tables[t].frozen) continue;
     LEANEMB_RETURN_IF_ERROR(im.dedup(t, b, grad_pooled, grad_seq, update.grad_multiplier, &dd[t]));
@@ -287,7 +282,12 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(sb.slots / 8));
     for (size_t i = 0; i < u; ++i) staged[t].slots[i] = static_cast<int64_t>(i);
   }
-  // The view and row numbers table t's update runs on (staged ones are gathered first).
+  // The view and row numbers table t's update runs on (staged ones are gathered first, through
+  // the backend, which records the bytes that cross tiers; an unstaged view off the device is
+  // updated in place and the backend's update records its rows' bytes).
+  const kernels::KernelBackend& be = *im.backend;
+  const kernels::ExecContext x = im.exec();
+  const Tier staging_tier = im.workspace_tier();
   auto begin_update = [&](int t, const int64_t** rows) {
     const TableState& ts = im.tables[t];
     if (!ts.split) {
@@ -296,31 +296,18 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     }
     uint8_t* fat = staged[t].fat.data();
     const int64_t* src_rows = dd[t].rows;
-    parallel_for(dd[t].num_unique, grain_for(static_cast<int64_t>(ts.layout.stride_bytes)), [&](int64_t b, int64_t e, int) {
-      for (int64_t u = b; u < e; ++u) ts.gather_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
-    }, im.num_threads);
+    be.copy_rows(ts.gather_parts(fat, staging_tier, src_rows, 0), dd[t].num_unique, x);
     *rows = staged[t].slots.data();
     kernels::TableView v{fat, &ts.layout, dd[t].num_unique, static_cast<uint32_t>(t), src_rows};
     ts.set_keys(&v);
+    v.tier = staging_tier;
     return v;
   };
-  // Writes staged rows back and records the bytes that crossed tiers.
+  // Writes staged rows back.
   auto end_update = [&](int t) {
     TableState& ts = im.tables[t];
     if (ts.cache) ts.cache->mark_dirty(std::span<const int64_t>(dd[t].rows, static_cast<size_t>(dd[t].num_unique)));
-    if (ts.split) {
-      const uint8_t* fat = staged[t].fat.data();
-      const int64_t* src_rows = dd[t].rows;
-      parallel_for(dd[t].num_unique, grain_for(static_cast<int64_t>(ts.layout.stride_bytes)), [&](int64_t b, int64_t e, int) {
-        for (int64_t u = b; u < e; ++u) ts.scatter_fat(src_rows[u], fat + static_cast<size_t>(u) * ts.layout.stride_bytes);
-      }, im.num_threads);
-    }
-    const uint64_t moved = static_cast<uint64_t>(dd[t].num_unique) * ts.off_device_row_bytes();
-    if (moved) {
-      const Tier home = ts.state_tier != Tier::kDevice ? ts.state_tier : ts.weights_tier;
-      im.record_transfer(home, Tier::kDevice, moved);
-      im.record_transfer(Tier::kDevice, home, moved);
-    }
+    if (ts.split) be.copy_rows(ts.scatter_parts(staged[t].fat.data(), staging_tier, dd[t].rows, 0), dd[t].num_unique, x);
   };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {
@@ -328,14 +315,13 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     // allocation, which happens before any row changes.
     int64_t max_dim = 0;
     for (int t = 0; t < num_tables(); ++t) max_dim = std::max(max_dim, im.tables[t].layout.dim);
-    const size_t floats = kernels::reduce_and_update_scratch_floats(max_dim, im.num_threads);
+    const size_t floats = be.reduce_and_update_scratch_floats(max_dim, im.num_threads);
     LEANEMB_ASSIGN_OR_RETURN(void* scratch, im.buffers.get(slot(num_tables(), kKeys), floats * 4, Category::kGradients, im.alloc));
     for (int t = 0; t < num_tables(); ++t) {
       if (dd[t].num_unique == 0) continue;
       const int64_t* rows = nullptr;
       const kernels::TableView tv = begin_update(t, &rows);
-      kernels::reduce_and_update(tv, dd[t].source, rows, dd[t].num_unique, us, im.num_threads,
-                                 static_cast<float*>(scratch));
+      be.reduce_and_update(tv, dd[t].source, rows, dd[t].num_unique, us, x, static_cast<float*>(scratch));
       end_update(t);
       report.unique_rows += dd[t].num_unique;
     }
@@ -348,15 +334,8 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       const size_t bytes = reduced_grad_bytes(dd[t].num_unique, im.tables[t].layout.dim);
       LEANEMB_ASSIGN_OR_RETURN(void* g, im.buffers.get(slot(t, kGrads), bytes, Category::kGradients, im.alloc));
       grads[t] = static_cast<float*>(g);
-      if (im.options.use_reference_kernels) {
-        finite = kernels::ref_reduce_segments(dd[t].source, 0, dd[t].num_unique, grads[t]) && finite;
-      } else {
-        std::atomic<bool> bad{false};
-        parallel_for(dd[t].num_unique, grain_for(4 * dd[t].source.dim), [&](int64_t u0, int64_t u1, int) {
-          if (!kernels::reduce_segments(dd[t].source, u0, u1, grads[t] + u0 * dd[t].source.dim)) bad = true;
-        }, im.num_threads);
-        finite = finite && !bad;
-      }
+      const bool ok = be.reduce_segments(dd[t].source, dd[t].num_unique, grads[t], x);
+      finite = finite && ok;
     }
     if (update.check_finite && !finite) {
       report.skipped_nonfinite = true;
@@ -366,12 +345,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       if (dd[t].num_unique == 0) continue;
       const int64_t* rows = nullptr;
       const kernels::TableView tv = begin_update(t, &rows);
-      if (im.options.use_reference_kernels) {
-        for (int64_t u = 0; u < dd[t].num_unique; ++u)
-          kernels::ref_update_row(tv, rows[u], grads[t] + u * tv.layout->dim, us);
-      } else {
-        kernels::update_rows(tv, rows, grads[t], dd[t].num_unique, us, im.num_threads);
-      }
+      be.update_rows(tv, rows, grads[t], dd[t].num_unique, us, x);
       end_update(t);
       report.unique_rows += dd[t].num_unique;
     }

@@ -42,14 +42,15 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
   const uint64_t seed = options.seed;
   const RowLayout layout = ts.layout;
   const int64_t key_stride = ts.key_stride, key_offset = ts.key_offset;
-  tiered::RowInitFn init = [to, layout, seed, t, key_stride, key_offset](int64_t row, uint8_t* fat) {
+  const kernels::KernelBackend* be = backend;
+  tiered::RowInitFn init = [to, layout, seed, t, key_stride, key_offset, be](int64_t row, uint8_t* fat) {
     if (to.dynamic.enabled) {  // as a resident dynamic table: zeros until an id is admitted
       std::memset(fat, 0, layout.stride_bytes);
       return;
     }
     thread_local std::vector<float> tmp;  // called for many rows in a row: no allocation each
     tmp.resize(static_cast<size_t>(layout.dim));
-    init_row(to, layout, seed, static_cast<uint32_t>(t), row * key_stride + key_offset, tmp.data(), fat);
+    init_row(to, layout, seed, static_cast<uint32_t>(t), row * key_stride + key_offset, tmp.data(), fat, *be);
   };
   Allocator* device = memory ? memory->allocator_for(Category::kRowCache) : alloc;
   Allocator* staging = memory ? memory->allocator_for(Category::kIoBuffers) : alloc;

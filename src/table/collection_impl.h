@@ -2,12 +2,14 @@
 // (embedding_collection.cc: creation, forward, row access; backward.cc: backward_update).
 #pragma once
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
@@ -61,7 +63,7 @@ class DynamicIds {
 // One table's rows. Usually fat rows (weights then optimizer state) in one buffer. When the
 // placement puts weights and optimizer state in different tiers the table is split: `rows` holds
 // the weights alone (stride weights_layout.stride_bytes) and `state` the state bytes of each fat
-// row (stride state_stride); gather_fat / scatter_fat convert between the two forms.
+// row (stride state_stride); gather_parts / scatter_parts convert between the two forms.
 struct TableState {
   RowLayout layout;          // the fat row
   Allocation rows;           // fat rows, or (split) weights only
@@ -90,25 +92,53 @@ struct TableState {
     v->key_stride = key_stride;
     v->key_offset = key_offset;
   }
+  // The rows the kernels run on: cache slots (the row_cache category, always on the device), or
+  // the fat rows (split: the weights alone) in the weights' tier.
   kernels::TableView view() const {
     kernels::TableView v = cache ? kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()}
                                  : kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
     set_keys(&v);
+    v.tier = cache ? Tier::kDevice : weights_tier;
     return v;
   }
-  // Bytes of a fat row that live outside the device tier (cross the host link when touched).
-  size_t off_device_row_bytes() const {
-    return (weights_tier != Tier::kDevice ? layout.weight_bytes : 0) +
-           (state_tier != Tier::kDevice ? layout.state_bytes : 0);
+  // REQUIRES: split. The two parts (weights, state) of a KernelBackend::copy_rows between this
+  // table's buffers and fat rows at `fat` ([count, layout.stride_bytes] in `fat_tier`): fat row
+  // u is table row first + (table_rows ? table_rows[u] : u). gather_parts copies table rows into
+  // the fat rows, scatter_parts back. Alignment gaps of the fat rows are not written.
+  std::array<kernels::RowCopy, 2> gather_parts(uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
+                                               int64_t first) const {
+    return fat_copy(true, fat, fat_tier, table_rows, first);
   }
-  // REQUIRES: split. Copies row r into / out of a fat row `fat` [layout.stride_bytes].
-  void gather_fat(int64_t r, uint8_t* fat) const {
-    std::memcpy(fat, rows.as<uint8_t>() + static_cast<size_t>(r) * weights_layout.stride_bytes, layout.weight_bytes);
-    std::memcpy(fat + state_begin, state.as<uint8_t>() + static_cast<size_t>(r) * state_stride, layout.state_bytes);
+  std::array<kernels::RowCopy, 2> scatter_parts(const uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
+                                                int64_t first) {
+    // A scatter only reads the fat rows: the cast gives them the source's type, never written.
+    return fat_copy(false, const_cast<uint8_t*>(fat), fat_tier, table_rows, first);
   }
-  void scatter_fat(int64_t r, const uint8_t* fat) {
-    std::memcpy(rows.as<uint8_t>() + static_cast<size_t>(r) * weights_layout.stride_bytes, fat, layout.weight_bytes);
-    std::memcpy(state.as<uint8_t>() + static_cast<size_t>(r) * state_stride, fat + state_begin, layout.state_bytes);
+
+ private:
+  std::array<kernels::RowCopy, 2> fat_copy(bool to_fat, uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
+                                           int64_t first) const {
+    struct End {
+      uint8_t* base;
+      size_t stride;
+      const int64_t* rows;
+      Tier tier;
+    };
+    const End fat_end[2] = {{fat, layout.stride_bytes, nullptr, fat_tier},
+                            {fat + state_begin, layout.stride_bytes, nullptr, fat_tier}};
+    const End table_end[2] = {
+        {rows.as<uint8_t>() + static_cast<size_t>(first) * weights_layout.stride_bytes, weights_layout.stride_bytes,
+         table_rows, weights_tier},
+        {state.as<uint8_t>() + static_cast<size_t>(first) * state_stride, state_stride, table_rows, state_tier}};
+    const size_t part_bytes[2] = {layout.weight_bytes, layout.state_bytes};
+    std::array<kernels::RowCopy, 2> parts;
+    for (size_t k = 0; k < 2; ++k) {
+      const End& from = to_fat ? table_end[k] : fat_end[k];
+      const End& to = to_fat ? fat_end[k] : table_end[k];
+      parts[k] = kernels::RowCopy{to.base,   to.stride,   to.rows,   to.tier,     from.base,
+                                  from.stride, from.rows, from.tier, part_bytes[k]};
+    }
+    return parts;
   }
 };
 
@@ -181,9 +211,21 @@ struct EmbeddingCollection::Impl {
   std::vector<int64_t> fwd_ids;
   std::vector<tiered::RowAssignment> assigned_rows;  // map_dynamic: rows a forward gave to ids
 
-  void record_transfer(Tier from, Tier to, uint64_t bytes) const {
-    if (memory) memory->record_transfer(from, to, bytes);
-  }
+  // The backend every kernel call and every copy between tiers goes through (docs/backend.md):
+  // CollectionOptions::backend, else the reference backend under use_reference_kernels, else
+  // the CPU backend. Fixed at creation.
+  const kernels::KernelBackend* backend = nullptr;
+  // Forwards the backend's transfers to memory->record_transfer.
+  struct MemorySink final : kernels::TransferSink {
+    MemorySystem* memory = nullptr;
+    void record(Tier from, Tier to, uint64_t bytes) override { memory->record_transfer(from, to, bytes); }
+  };
+  mutable MemorySink sink;
+  kernels::ExecContext exec() const { return kernels::ExecContext{num_threads, memory ? &sink : nullptr}; }
+  // The tier of workspace buffers (staging, new rows of dynamic tables): where compute happens.
+  Tier workspace_tier() const { return memory ? memory->placement()[Category::kWorkspace] : Tier::kDevice; }
+  // Tier of the callers' buffers of read_raw_rows / write_raw_rows (the public API's spans).
+  static constexpr Tier kCallerTier = Tier::kHost;
   kernels::TableView view(int t) const {
     kernels::TableView v = tables[t].view();
     v.table_index = static_cast<uint32_t>(t);
@@ -225,7 +267,8 @@ struct EmbeddingCollection::Impl {
                            std::vector<std::span<const float>>* out);
   // After a successful update: IdMap::end_step (max-age expiry) of every dynamic table.
   Status end_dynamic_step();
-  // Writes one fat row of table t the way write_raw_rows does (cache, split or resident).
+  // Writes one fat row of table t (in workspace) the way write_raw_rows does (cache, split or
+  // resident).
   Status write_fat_row(int t, int64_t row, const uint8_t* fat);
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
@@ -237,8 +280,9 @@ struct EmbeddingCollection::Impl {
 // A row's initial fat-row bytes (padding zeroed); depends only on (seed, table, key): the key is
 // the global row (a resident table's row number; for a dynamic table the raw id holding it).
 // tmp: [dim] floats of scratch.
+// `backend` provides the initializer's kernels (uniform_fill, store_weights_rne).
 void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
-              uint8_t* row);
+              uint8_t* row, const kernels::KernelBackend& backend = kernels::cpu_backend());
 
 // The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
 // caller: the table's nnz).

@@ -204,9 +204,10 @@ Status EmbeddingCollection::Impl::write_fat_row(int t, int64_t row, const uint8_
   TableState& ts = tables[t];
   if (ts.cache) return ts.cache->write_row(row, fat);
   if (ts.split) {
-    ts.scatter_fat(row, fat);
+    backend->copy_rows(ts.scatter_parts(fat, workspace_tier(), nullptr, row), 1, exec());
   } else {
-    std::memcpy(ts.rows.as<uint8_t>() + static_cast<size_t>(row) * ts.layout.stride_bytes, fat, ts.layout.stride_bytes);
+    backend->copy(ts.rows.as<uint8_t>() + static_cast<size_t>(row) * ts.layout.stride_bytes, ts.weights_tier, fat,
+                  workspace_tier(), ts.layout.stride_bytes, exec());
   }
   return Status();
 }
@@ -292,7 +293,7 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward
           std::vector<float> tmp(static_cast<size_t>(to.dim));
           for (int64_t i = b; i < e; ++i)
             init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), assigned[static_cast<size_t>(i)].raw_id,
-                     tmp.data(), fat.data() + static_cast<size_t>(i) * stride);
+                     tmp.data(), fat.data() + static_cast<size_t>(i) * stride, *backend);
         }, num_threads);
         for (size_t i = 0; i < a; ++i) {
           const Status w = write_fat_row(t, assigned[i].row, fat.data() + i * stride);

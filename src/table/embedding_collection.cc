@@ -85,7 +85,8 @@ namespace {
 constexpr uint64_t kInitStepRow = ~uint64_t{0};
 
 // The initializer's values for one RNG key, stored into `row` (padding zeroed).
-void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, float* tmp, uint8_t* row) {
+void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, float* tmp, uint8_t* row,
+                    const kernels::KernelBackend& be) {
   std::memset(row, 0, l.stride_bytes);
   const int64_t d = l.dim;
   auto u01 = [&](uint32_t c) { return (static_cast<float>(column_bits(key, c) >> 8) + 0.5f) * (1.0f / 16777216.0f); };
@@ -96,7 +97,7 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
     case InitKind::kUniform: {
       const int64_t rows = to.shard.global_rows > 0 ? to.shard.global_rows : to.num_rows;
       const float bound = to.init.bound > 0.0f ? to.init.bound : 1.0f / std::sqrt(static_cast<float>(rows));
-      kernels::uniform_fill(key, d, bound, tmp);
+      be.uniform_fill(key, d, bound, tmp);
       break;
     }
     case InitKind::kNormal:
@@ -107,15 +108,15 @@ void init_row_keyed(const TableOptions& to, const RowLayout& l, uint32_t key, fl
       }
       break;
   }
-  kernels::store_weights_rne(l, row, tmp);
+  be.store_weights_rne(l, row, tmp);
 }
 
 }  // namespace
 
 // Deterministic per-row initialization from the counter-based RNG.
 void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
-              uint8_t* row) {
-  init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(key)), tmp, row);
+              uint8_t* row, const kernels::KernelBackend& backend) {
+  init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(key)), tmp, row, backend);
 }
 
 
@@ -131,6 +132,7 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
   if (memory == nullptr) return invalid_argument("EmbeddingCollection::create: null MemorySystem");
   auto impl = std::make_unique<Impl>();
   impl->memory = memory;
+  impl->sink.memory = memory;
   impl->alloc = memory->allocator_for(Category::kWorkspace);
   return create_impl(options, std::move(impl));
 }
@@ -179,6 +181,9 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
   LEANEMB_RETURN_IF_ERROR(validate_options(options));
   impl->options = options;
   impl->num_threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  impl->backend = options.backend             ? options.backend
+                  : options.use_reference_kernels ? &kernels::reference_backend()
+                                                  : &kernels::cpu_backend();
   Allocator* weights_alloc = impl->memory ? impl->memory->allocator_for(Category::kWeights) : impl->alloc;
   Allocator* state_alloc = impl->memory ? impl->memory->allocator_for(Category::kOptimizerState) : impl->alloc;
   for (size_t t = 0; t < options.tables.size(); ++t) {
@@ -200,30 +205,27 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
     if (to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(impl->create_cache(static_cast<int>(t)));
     if (to.dynamic.enabled) LEANEMB_RETURN_IF_ERROR(impl->create_id_map(static_cast<int>(t)));
   }
-  // Initialize rows in parallel; each row's values depend only on (seed, table, row). A dynamic
+  // Initialize rows in parallel, each where it lives (a split table's weights in their buffer,
+  // its state zeroed in its own); each row's values depend only on (seed, table, row). A dynamic
   // table's rows start as zeros: a row is initialized from its raw id when one is admitted.
+  const kernels::KernelBackend& be = *impl->backend;
   for (size_t t = 0; t < impl->tables.size(); ++t) {
     TableState& ts = impl->tables[t];
     const TableOptions& to = options.tables[t];
     if (ts.cache) continue;  // rows are created on first touch
     const bool zero = to.dynamic.enabled;
+    const RowLayout& l = ts.split ? ts.weights_layout : ts.layout;  // the rows of `rows`
     uint8_t* base = ts.rows.as<uint8_t>();
+    uint8_t* state = ts.state.as<uint8_t>();
 #pragma omp parallel num_threads(impl->num_threads)
     {
       std::vector<float> tmp(static_cast<size_t>(to.dim));
-      std::vector<uint8_t> fat(ts.split || zero ? ts.layout.stride_bytes : 0);
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < to.num_rows; ++r) {
-        if (zero) {
-          if (ts.split) ts.scatter_fat(r, fat.data());  // zeros
-          else std::memset(base + static_cast<size_t>(r) * ts.layout.stride_bytes, 0, ts.layout.stride_bytes);
-        } else if (ts.split) {
-          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(), fat.data());
-          ts.scatter_fat(r, fat.data());
-        } else {
-          init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(),
-                   base + static_cast<size_t>(r) * ts.layout.stride_bytes);
-        }
+        uint8_t* row = base + static_cast<size_t>(r) * l.stride_bytes;
+        if (zero) std::memset(row, 0, l.stride_bytes);
+        else init_row(to, l, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(), row, be);
+        if (ts.split) std::memset(state + static_cast<size_t>(r) * ts.state_stride, 0, ts.state_stride);
       }
     }
   }
@@ -327,14 +329,13 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
   }
   size_t s = 0;
   std::vector<kernels::PooledJob> jobs;
+  const kernels::ExecContext x = im.exec();
   for (int f = 0; f < num_features(); ++f) {
     const FeatureOptions& fo = im.options.features[f];
     const FeatureInput& in = b.features[f];
     const kernels::TableView tv = im.view(fo.table);
     if (fo.pooling == PoolingMode::kNone) {
-      float* out = seq_out[s++].data();
-      if (im.options.use_reference_kernels) kernels::ref_sequence_lookup(tv, in.ids.data(), static_cast<int64_t>(in.ids.size()), out);
-      else kernels::sequence_lookup(tv, in.ids.data(), static_cast<int64_t>(in.ids.size()), out, im.num_threads);
+      im.backend->sequence_lookup(tv, in.ids.data(), static_cast<int64_t>(in.ids.size()), seq_out[s++].data(), x);
       continue;
     }
     kernels::PooledArgs a;
@@ -345,17 +346,12 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
     a.pooling = fo.pooling;
     a.out = pooled_out.data() + im.pooled_offset[f];
     a.ldo = im.pooled_dim;
-    if (im.options.use_reference_kernels) kernels::ref_pooled_lookup(tv, a);
-    else jobs.push_back({tv, a});
+    jobs.push_back({tv, a});
   }
-  if (!jobs.empty()) kernels::pooled_lookup_multi(jobs.data(), static_cast<int>(jobs.size()), im.num_threads);
+  // One launch for every pooled feature; rows placed off the device are read over the host link
+  // (the backend records one row read per lookup).
+  im.backend->pooled_lookup(jobs.data(), static_cast<int>(jobs.size()), x);
   if (im.has_dynamic) im.expand_seq_outputs(dyn, seq_out);
-  // Weights placed off the device are read over the host link, one row per lookup.
-  for (int f = 0; f < num_features(); ++f) {
-    const TableState& ts = im.tables[im.options.features[f].table];
-    if (ts.weights_tier != Tier::kDevice)
-      im.record_transfer(ts.weights_tier, Tier::kDevice, b.features[f].ids.size() * ts.layout.weight_bytes);
-  }
   return Status();
 }
 
@@ -371,16 +367,17 @@ Status EmbeddingCollection::read_raw_rows(int table, int64_t row_begin, int64_t 
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (out.size() != bytes) return invalid_argument("read_raw_rows: buffer of " + std::to_string(out.size()) + " bytes, expected " + std::to_string(bytes));
+  // The caller's buffer is host memory: rows in another tier cross the link (recorded).
   if (ts.cache) {
     LEANEMB_RETURN_IF_ERROR(ts.cache->read_rows(row_begin, count, out.data()));
   } else if (ts.split) {
-    for (int64_t i = 0; i < count; ++i) {
-      uint8_t* fat = out.data() + static_cast<size_t>(i) * ts.layout.stride_bytes;
-      std::memset(fat, 0, ts.layout.stride_bytes);  // alignment gaps read as zeros, as in fat rows
-      ts.gather_fat(row_begin + i, fat);
-    }
-  } else if (bytes) {
-    std::memcpy(out.data(), ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, bytes);
+    if (bytes) std::memset(out.data(), 0, bytes);  // alignment gaps read as zeros, as in fat rows
+    const auto parts = ts.gather_parts(out.data(), Impl::kCallerTier, nullptr, row_begin);
+    impl_->backend->copy_rows(parts, count, impl_->exec());
+  } else {
+    impl_->backend->copy(out.data(), Impl::kCallerTier,
+                         ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, ts.weights_tier,
+                         bytes, impl_->exec());
   }
   return Status();
 }
@@ -396,9 +393,11 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
   if (ts.cache) {
     LEANEMB_RETURN_IF_ERROR(ts.cache->write_rows(row_begin, count, in.data()));  // bulk: the store in large blocks
   } else if (ts.split) {
-    for (int64_t i = 0; i < count; ++i) ts.scatter_fat(row_begin + i, in.data() + static_cast<size_t>(i) * ts.layout.stride_bytes);
-  } else if (bytes) {
-    std::memcpy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, in.data(), bytes);
+    const auto parts = ts.scatter_parts(in.data(), Impl::kCallerTier, nullptr, row_begin);
+    impl_->backend->copy_rows(parts, count, impl_->exec());
+  } else {
+    impl_->backend->copy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, ts.weights_tier,
+                         in.data(), Impl::kCallerTier, bytes, impl_->exec());
   }
   return Status();
 }

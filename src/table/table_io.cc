@@ -4,8 +4,9 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "leanemb/embedding.h"
+#include "table/collection_impl.h"
 
 namespace leanemb {
 
@@ -42,8 +43,8 @@ constexpr char kMagic[8] = {'L', 'E', 'A', 'N', 'E', 'M', 'B', 'T'};
 
 }  // namespace
 
-// Accessors defined here use the table buffer through read/write of raw rows so that the
-// Impl stays private to embedding_collection.cc.
+// Accessors defined here reach the table buffers only through read/write of raw rows (whatever
+// the storage: resident, split or cached), and convert rows with the collection's backend.
 Status EmbeddingCollection::read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const {
   if (table < 0 || table >= num_tables()) return out_of_range("read_rows: unknown table " + std::to_string(table));
   LEANEMB_RETURN_IF_ERROR(check_range(*this, table, row_begin, count, out.size(),
@@ -52,7 +53,7 @@ Status EmbeddingCollection::read_rows(int table, int64_t row_begin, int64_t coun
   std::vector<uint8_t> raw(l.stride_bytes);
   for (int64_t r = 0; r < count; ++r) {
     LEANEMB_RETURN_IF_ERROR(read_raw_rows(table, row_begin + r, 1, raw));
-    kernels::ref_load_weights(l, raw.data(), out.data() + r * l.dim);
+    impl_->backend->load_weights(l, raw.data(), out.data() + r * l.dim);
   }
   return Status();
 }
@@ -65,7 +66,7 @@ Status EmbeddingCollection::write_rows(int table, int64_t row_begin, int64_t cou
   std::vector<uint8_t> raw(l.stride_bytes);
   for (int64_t r = 0; r < count; ++r) {
     LEANEMB_RETURN_IF_ERROR(read_raw_rows(table, row_begin + r, 1, raw));
-    kernels::store_weights_rne(l, raw.data(), in.data() + r * l.dim);
+    impl_->backend->store_weights_rne(l, raw.data(), in.data() + r * l.dim);
     LEANEMB_RETURN_IF_ERROR(write_raw_rows(table, row_begin + r, 1, raw));
   }
   return Status();
@@ -85,8 +86,9 @@ Status EmbeddingCollection::read_state(int table, int64_t row_begin, int64_t cou
   for (int64_t r = 0; r < count; ++r) {
     LEANEMB_RETURN_IF_ERROR(read_raw_rows(table, row_begin + r, 1, raw));
     float* o = out.data() + r * per_row;
-    for (int k = 0; k < l.num_elem_states; ++k) kernels::ref_load_elem_state(l, raw.data(), k, o + k * l.dim);
-    if (l.has_rowwise) o[l.num_elem_states * l.dim] = kernels::ref_load_rowwise_state(l, raw.data());
+    const kernels::KernelBackend& be = *impl_->backend;
+    for (int k = 0; k < l.num_elem_states; ++k) be.load_elem_state(l, raw.data(), k, o + k * l.dim);
+    if (l.has_rowwise) o[l.num_elem_states * l.dim] = be.load_rowwise_state(l, raw.data());
   }
   return Status();
 }
