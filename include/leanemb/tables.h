@@ -65,6 +65,13 @@ enum class PayloadDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
 std::string_view payload_dtype_name(PayloadDType t);           // "fp32" | "bf16" | "fp16" | "int8"
 Result<PayloadDType> parse_payload_dtype(std::string_view s);  // errors: InvalidArgument
 
+// One feature of the largest call (forward or backward_update) a rank makes with its slice.
+struct FeatureCallShape {
+  int64_t bags = 0;      // bags (a sequence feature: positions)
+  int64_t max_ids = 0;   // ids, at most
+  bool weighted = false;  // the ids carry per-id weights
+};
+
 struct DistributionOptions {
   // Null: a local collection (this process holds every row). Otherwise the tables are sharded
   // over its ranks; it must outlive the collection and be used by no one else during its calls.
@@ -76,6 +83,12 @@ struct DistributionOptions {
   // Local row numbers travel as uint32 when every rank's tables have fewer than 2^32 rows, else
   // as int64; true forces int64 (tests of that path).
   bool wide_ids = false;
+  // The largest call this rank makes, one entry per feature (CollectionOptions::features order),
+  // or empty (unknown). Given, the sharded collection reserves its message and routing buffers
+  // (kCommBuffers) once, from the size function `leanemb plan` predicts them with
+  // (src/dist/comm_sizes.h), so that calls allocate nothing; without it they grow to the
+  // largest call seen. docs/dist.md, "Memory".
+  std::vector<FeatureCallShape> max_call;
 };
 
 // Bytes a sharded collection sent to other ranks since creation (zero for a local one).

@@ -7,6 +7,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/local_comm.cc
   ${CMAKE_CURRENT_LIST_DIR}/shard_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
+  ${CMAKE_CURRENT_LIST_DIR}/comm_sizes.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc

@@ -36,6 +36,7 @@
 #include <new>
 #include <string>
 
+#include "dist/comm_sizes.h"
 #include "memory/accounted_resource.h"
 #include "kernels/kernels.h"
 #include "table/batch_check.h"
@@ -214,6 +215,11 @@ struct ShardedEmbeddingCollection::Impl {
   };
   std::unique_ptr<AccountedResource> resource;  // declared before scratch: outlives it
   std::unique_ptr<Scratch> scratch;
+  bool reserved = false;  // scratch holds the reservation of options.max_call
+
+  // Reserves every buffer of scratch from comm_buffer_counts (dist/comm_sizes.h) for
+  // options.max_call, once per scratch; nothing without a call shape.
+  void ensure_reserved();
 
   void route(const SparseBatch& batch, bool valid, Requests* r) const;
   // Sends the requests and parses what this rank must serve into scratch->table_ids.
@@ -349,15 +355,15 @@ Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::
   impl->num_features = static_cast<int>(co.features.size());
   impl->num_tables = static_cast<int>(co.tables.size());
   CollectionOptions lo = co;
-  impl->id_bytes = options.wide_ids ? 8 : 4;
   for (int t = 0; t < impl->num_tables; ++t) {
     const TableOptions& g = co.tables[static_cast<size_t>(t)];
     impl->partitions.push_back(g.dynamic.enabled ? g.dynamic.partitions : 0);
-    if (g.dynamic.enabled) impl->id_bytes = 8;
-    for (int r = 0; r < P; ++r)
-      if (impl->plan.local_num_rows(t, r) > int64_t{UINT32_MAX}) impl->id_bytes = 8;
     LEANEMB_RETURN_IF_ERROR(local_table(impl->plan, t, rank, P, &lo.tables[static_cast<size_t>(t)]));
   }
+  impl->id_bytes = wire_id_bytes(impl->plan, impl->partitions, options.wide_ids);
+  if (!options.max_call.empty() && options.max_call.size() != co.features.size())
+    return invalid_argument("dist: max_call has " + std::to_string(options.max_call.size()) + " entries for " +
+                            std::to_string(co.features.size()) + " features");
   for (size_t f = 0; f < co.features.size(); ++f) {
     const FeatureOptions& fo = co.features[f];
     if (fo.table < 0 || fo.table >= impl->num_tables) {
@@ -414,6 +420,7 @@ Result<DynamicTableStats> ShardedEmbeddingCollection::dynamic_stats(int table) c
 void ShardedEmbeddingCollection::release_step_buffers() {
   impl_->local->release_step_buffers();
   impl_->scratch = std::make_unique<Impl::Scratch>(impl_->resource.get());
+  impl_->reserved = false;  // reserved again by the next call
 }
 const ShardedStepStats& ShardedEmbeddingCollection::last_step_stats() const { return impl_->stats; }
 const ShardedTotals& ShardedEmbeddingCollection::totals() const { return impl_->totals; }
@@ -421,6 +428,67 @@ const ShardedTotals& ShardedEmbeddingCollection::totals() const { return impl_->
 Status ShardedEmbeddingCollection::validate(const SparseBatch& batch) const {
   table_internal::CheckedBatch cb;
   return impl_->check(batch, &cb);
+}
+
+// ---- buffers -------------------------------------------------------------------------------
+
+void ShardedEmbeddingCollection::Impl::ensure_reserved() {
+  if (reserved || options.max_call.empty()) return;
+  reserved = true;
+  CommShape shape;
+  shape.world = comm->size();
+  shape.rank = comm->rank();
+  for (size_t f = 0; f < static_cast<size_t>(num_features); ++f) {
+    const FeatureCallShape& c = f < options.max_call.size() ? options.max_call[f] : FeatureCallShape{};
+    shape.features.push_back({feature_table[f], c.bags, c.max_ids, feature_dim[f], is_seq(f),
+                              pooling[f] == PoolingMode::kMean || c.weighted});
+  }
+  shape.owner_share = owner_shares(plan, partitions);
+  shape.id_bytes = id_bytes;
+  shape.forward_payload = options.forward_payload;
+  shape.backward_payload = options.backward_payload;
+  const CommBufferCounts z = comm_buffer_counts(shape);
+  const auto n = [](int64_t v) { return static_cast<size_t>(v); };
+  Scratch& sc = *scratch;
+  const size_t p = z.per_owner.size(), nf = z.owner_of.size(), nt = z.table_ids.size();
+  sc.req.per_owner.resize(p);
+  for (size_t o = 0; o < p; ++o) sc.req.per_owner[o].reserve(n(z.per_owner[o]));
+  sc.req.owner_of.resize(nf);
+  for (size_t f = 0; f < nf; ++f) sc.req.owner_of[f].reserve(n(z.owner_of[f]));
+  sc.send.reserve(n(z.send));
+  sc.recv.reserve(n(z.recv));
+  sc.table_ids.resize(nt);
+  sc.served.table_rows.resize(nt);
+  for (size_t t = 0; t < nt; ++t) {
+    sc.table_ids[t].reserve(n(z.table_ids[t]));
+    sc.served.table_rows[t].reserve(n(z.table_rows[t]));
+  }
+  sc.owner_rows.resize(p);
+  for (size_t o = 0; o < p; ++o) sc.owner_rows[o].reserve(n(z.owner_rows[o]));
+  while (sc.out_bags.size() < p) sc.out_bags.emplace_back(resource.get());
+  while (sc.in_bags.size() < p) sc.in_bags.emplace_back(resource.get());
+  for (size_t o = 0; o < p; ++o) {
+    BagGradients& m = sc.out_bags[o];
+    m.counts.reserve(n(z.out_counts[o]));
+    m.rows.reserve(n(z.out_rows[o]));
+    m.scales.reserve(n(z.out_scales[o]));
+    m.grads.resize(nf);
+    for (size_t f = 0; f < nf; ++f) m.grads[f].reserve(n(z.out_grads[o][f]));
+    BagGradients& q = sc.in_bags[o];
+    q.counts.reserve(n(z.in_counts[o]));
+    q.rows.reserve(n(z.in_rows[o]));
+    q.scales.reserve(n(z.in_scales[o]));
+  }
+  sc.ids.resize(nf);
+  sc.weights.resize(nf);
+  sc.offsets.resize(nf);
+  for (size_t f = 0; f < nf; ++f) {
+    sc.ids[f].reserve(n(z.local_ids[f]));
+    sc.weights[f].reserve(n(z.local_weights[f]));
+    sc.offsets[f].reserve(n(z.local_offsets[f]));
+  }
+  sc.grads.reserve(n(z.local_grads));
+  sc.no_ids.reserve(n(z.no_ids));
 }
 
 // ---- forward -------------------------------------------------------------------------------
@@ -613,6 +681,7 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& input, std::span<f
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
   const uint64_t sent0 = im.bytes_sent();
+  im.ensure_reserved();
   table_internal::CheckedBatch cb;
   Status valid = im.check(input, &cb);
   std::vector<size_t> seq_sizes;
@@ -654,6 +723,7 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& input, std::span<f
 
 Status ShardedEmbeddingCollection::prefetch(const SparseBatch& next) try {
   Impl& im = *impl_;
+  im.ensure_reserved();
   table_internal::CheckedBatch cb;
   const Status valid = im.check(next, &cb);
   static const SparseBatch kNoBatch;
@@ -867,6 +937,7 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
   const uint64_t sent0 = im.bytes_sent();
+  im.ensure_reserved();
   table_internal::CheckedBatch cb;
   Status valid = im.check(input, &cb);
   std::vector<size_t> seq_sizes;

@@ -72,6 +72,8 @@ struct ShardedCollectionOptions {
   // and no table is dynamic, else as int64 (local rows, or raw ids of dynamic tables); true
   // forces int64 (tests of that path).
   bool wide_ids = false;
+  // DistributionOptions::max_call: the buffers reserved from dist/comm_sizes.h when given.
+  std::vector<FeatureCallShape> max_call;
 };
 
 // Bytes this rank sent to other ranks (Communicator::stats, self excluded) in the last call.
@@ -95,8 +97,8 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // With `memory`, each category lives in the tier its placement gives (the local collection
   // is created on it) and the messages and routing buffers in kCommBuffers memory of
   // memory->allocator_for(kCommBuffers). A row cache's file store gets one file per rank:
-  // "<store_path>.rank-<r>-of-<P>". The buffers are kept between calls and grow to the largest
-  // batch seen.
+  // "<store_path>.rank-<r>-of-<P>". The buffers are kept between calls: reserved from
+  // options.max_call when given (dist/comm_sizes.h), else grown to the largest batch seen.
   // Errors: InvalidArgument (options; a dynamic table's partitions not a multiple of the world
   // size), the local collection's errors.
   static Result<std::unique_ptr<ShardedEmbeddingCollection>> create(const ShardedCollectionOptions& options,

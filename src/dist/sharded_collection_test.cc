@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
+#include "dist/comm_sizes.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_collection.h"
 #include "table/owned_batch_testing.h"
@@ -452,6 +454,69 @@ TEST(ShardedCollectionTest, DynamicPartitionsMustBeAMultipleOfTheWorldSize) {
     return Status();
   });
   expect_all_ok(st);
+}
+
+// The size function: an owner of all of a table gets every id, an owner of none gets none, a
+// balanced share gets the mean with headroom and never more than the call's ids.
+TEST(CommSizesTest, SharesBoundTheIdsOfEachOwner) {
+  CommShape s;
+  s.world = 2;
+  s.rank = 0;
+  s.features = {CommFeature{0, 100, 100, 4, false, false}, CommFeature{1, 100, 300, 4, false, true}};
+  s.owner_share = {0.5, 0.5, 1.0, 0.0};  // table 0 row-wise, table 1 on rank 0 alone
+  const CommBufferCounts c = comm_buffer_counts(s);
+  // Table 0: ceil(50 * 1.25 + 100 * 0.1 + 3 * sqrt(25)) = 88 ids to each owner; table 1: all
+  // 300 to rank 0.
+  EXPECT_EQ(c.per_owner[0], 2 + 88 + 300);
+  EXPECT_EQ(c.per_owner[1], 2 + 88);
+  EXPECT_EQ(c.table_ids[0], 2 * 88);   // this rank serves both requesters
+  EXPECT_EQ(c.table_ids[1], 2 * 300);
+  EXPECT_EQ(c.out_scales[0], 300);     // only the scaled feature's ids carry scales
+  EXPECT_EQ(c.out_grads[0][1], 100 * 4);  // bags reaching the owner: at most the call's bags
+  s.rank = 1;
+  const CommBufferCounts d = comm_buffer_counts(s);
+  EXPECT_EQ(d.table_ids[1], 0);
+  EXPECT_LT(comm_buffer_bytes(d), comm_buffer_bytes(c));
+  s.owner_share = {0.01, 0.99, 1.0, 0.0};
+  EXPECT_LE(comm_buffer_counts(s).per_owner[1], 2 + 100 + 300);
+}
+
+// With the call shape given, the buffers are reserved once: their bytes are the size function's
+// from the first call on and do not grow over steps of that shape.
+TEST(ShardedCollectionTest, ReservedBuffersDoNotGrowAndMatchTheSizeFunction) {
+  const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  constexpr int kP = 2;
+  constexpr int64_t kBags = kGlobalBags / kP, kMaxIds = 5;  // global_batch: at most 5 ids per bag
+  expect_all_ok(run_world(kP, [&](Communicator& comm) -> Status {
+    ShardedCollectionOptions so;
+    so.collection = o;
+    so.max_call.assign(o.features.size(), FeatureCallShape{kBags, kBags * kMaxIds, false});
+    so.max_call[2].weighted = true;
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    std::vector<size_t> peaks;
+    for (int step = 0; step < kSteps; ++step) {
+      const OwnedBatch b = global_batch(step, o).slice(comm.rank() * kBags, (comm.rank() + 1) * kBags);
+      std::vector<float> out(static_cast<size_t>(kBags * sc->pooled_dim()));
+      LEANEMB_RETURN_IF_ERROR(sc->forward(b.view(), out));
+      const std::vector<float> g = step_grads(step, static_cast<int64_t>(out.size()));
+      LEANEMB_RETURN_IF_ERROR(sc->backward_update(b.view(), g).status());
+      peaks.push_back(sc->memory_stats().by_category[static_cast<size_t>(Category::kCommBuffers)].peak_bytes);
+    }
+    for (size_t i = 1; i < peaks.size(); ++i)
+      if (peaks[i] != peaks[0]) return mismatch("comm buffers grew at step " + std::to_string(i));
+    // The bytes are the size function's (both ranks' threads share the default allocator).
+    CommShape shape;
+    shape.world = kP;
+    shape.features = {CommFeature{0, kBags, kBags * kMaxIds, 8, false, false}, CommFeature{0, kBags, kBags * kMaxIds, 8, false, true},
+                      CommFeature{1, kBags, kBags * kMaxIds, 5, false, true}};
+    shape.owner_share = owner_shares(sc->plan(), {});
+    shape.id_bytes = wire_id_bytes(sc->plan(), {}, false);
+    size_t expected = 0;
+    for (shape.rank = 0; shape.rank < kP; ++shape.rank) expected += comm_buffer_bytes(comm_buffer_counts(shape));
+    if (peaks[0] != expected)
+      return mismatch("comm buffers " + std::to_string(peaks[0]) + " B, the size function says " + std::to_string(expected));
+    return Status();
+  }));
 }
 
 }  // namespace

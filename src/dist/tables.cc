@@ -20,6 +20,7 @@ Result<std::unique_ptr<EmbeddingTables>> create_tables(const CollectionOptions& 
   so.forward_payload = dist.forward_payload;
   so.backward_payload = dist.backward_payload;
   so.wide_ids = dist.wide_ids;
+  so.max_call = dist.max_call;
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<dist::ShardedEmbeddingCollection> s,
                            dist::ShardedEmbeddingCollection::create(so, dist.comm, memory));
   return std::unique_ptr<EmbeddingTables>(std::move(s));

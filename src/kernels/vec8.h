@@ -9,10 +9,14 @@
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() through, which -Wmaybe-uninitialized
 // reports at every use; the state applies to the headers' own lines only.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "leanemb/dtype.h"

@@ -120,6 +120,14 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   dist.sharding = o.sharding;
   dist.forward_payload = o.forward_payload;
   dist.backward_payload = o.backward_payload;
+  if (o.comm && o.batch_size > 0) {
+    int64_t bags = 0;  // the largest slice over the ranks (lookup_slice: one call per step)
+    for (int r = 0; r < world; ++r) {
+      const CtrSlice s = ctr_slice(o.batch_size, 1, o.grad_groups, r, world);
+      bags = std::max(bags, s.hi - s.lo);
+    }
+    dist.max_call.assign(co.features.size(), FeatureCallShape{bags, bags * o.max_ids_per_field, false});
+  }
   LEANEMB_ASSIGN_OR_RETURN(m->tables_, create_tables(co, memory, dist));
 
   // The dense layers live where compute runs (see ctr_model.h).

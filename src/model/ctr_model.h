@@ -96,6 +96,11 @@ struct CtrModelOptions {
   // without a communicator) is the plain single-pass gradient. REQUIRES: a multiple of the
   // world size.
   int grad_groups = 1;
+  // With a communicator: the global batch of a training step and the most ids a record holds
+  // per feature. Given (batch_size > 0), the sharded tables reserve their communication buffers
+  // for the largest slice once (DistributionOptions::max_call), as `leanemb plan` predicts them.
+  int64_t batch_size = 0;
+  int64_t max_ids_per_field = 1;
 };
 
 // The per-step buffers of train_step() / predict(), in floats, for a batch of `batch_size`

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "dist/comm_sizes.h"
 #include "kernels/kernels.h"
 #include "model/ctr_model.h"
 #include "nn/grad_groups.h"
@@ -165,6 +166,43 @@ int64_t ids_per_step(const TableSpec& t, int64_t batch, Estimate e) {
   return static_cast<int64_t>(std::llround(per * static_cast<double>(batch)));
 }
 
+// The kCommBuffers allocations of the rank that needs the most (dist::comm_buffer_counts), for
+// calls of `bags` records per rank.
+Result<std::vector<size_t>> comm_allocations(const Workload& w, int64_t bags, Estimate est) {
+  dist::ShardPlanOptions po;
+  po.world_size = w.num_shards;
+  std::vector<uint32_t> partitions;
+  for (const TableSpec& t : w.tables) {
+    // A dynamic table's rows are blocks of whole id partitions (ShardedEmbeddingCollection).
+    po.tables.push_back({t.num_rows, t.dim, t.dynamic.enabled ? dist::ShardingKind::kRowRange : dist::ShardingKind::kRowModulo, -1});
+    partitions.push_back(t.dynamic.enabled ? t.dynamic.partitions : 0);
+  }
+  LEANEMB_ASSIGN_OR_RETURN(const dist::ShardPlan plan, dist::ShardPlan::create(po));
+  dist::CommShape shape;
+  shape.world = w.num_shards;
+  for (size_t i = 0; i < w.tables.size(); ++i) {
+    const TableSpec& t = w.tables[i];
+    const int64_t ids = w.kind == WorkloadKind::kCtr ? bags * t.max_ids_per_sample : ids_per_step(t, bags, est);
+    const bool seq = t.pooling == PoolingMode::kNone;
+    shape.features.push_back({static_cast<int>(i), seq ? ids : bags, ids, t.dim, seq, t.pooling == PoolingMode::kMean});
+  }
+  shape.owner_share = dist::owner_shares(plan, partitions);
+  shape.id_bytes = dist::wire_id_bytes(plan, partitions, false);
+  shape.forward_payload = w.forward_payload;
+  shape.backward_payload = w.backward_payload;
+  std::vector<size_t> most;
+  size_t most_bytes = 0;
+  for (int rank = 0; rank < w.num_shards; ++rank) {
+    shape.rank = rank;
+    const dist::CommBufferCounts c = dist::comm_buffer_counts(shape);
+    if (const size_t b = dist::comm_buffer_bytes(c); b > most_bytes || most.empty()) {
+      most_bytes = b;
+      most = dist::comm_buffer_allocations(c);
+    }
+  }
+  return most;
+}
+
 Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_table_gradient) {
   LEANEMB_RETURN_IF_ERROR(validate(w));
   Prediction out;
@@ -292,10 +330,12 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     out_floats_micro += static_cast<size_t>(n * per * t.dim);
   }
   if (shards > 1) {
-    // All-to-all buffers (docs/plan.md): ids out and in, the embedding output out and in (the
-    // backward reuses them for the gradient).
-    const size_t comm = 2 * static_cast<size_t>(out.ids_per_step) * 8 + 2 * out_floats_batch * 4;
-    r.persist(r.item(Category::kCommBuffers, comm));
+    // The sharded collection's message and routing buffers (dist/comm_sizes.h), on the rank
+    // that needs the most. A CTR run reserves them for its largest slice at the longest bags
+    // (CtrModel: DistributionOptions::max_call); other runs grow them to their calls, sized here
+    // from this estimate's ids.
+    LEANEMB_ASSIGN_OR_RETURN(const std::vector<size_t> comm, comm_allocations(w, slice, est));
+    for (size_t bytes : comm) r.persist(r.item(Category::kCommBuffers, bytes));
     const double share = static_cast<double>(shards - 1) / shards;
     out.comm_bytes_per_step = share * (static_cast<double>(out.ids_per_step) * 8 + 2.0 * static_cast<double>(out_floats_batch) * 4);
   }

@@ -19,9 +19,9 @@
 // measurement in memory_model_test.cc), kText (the text model of task = "text" configs: the
 // workload comes from src/text's text_workload, checked in text_test.cc) and kEmbeddingOnly (tables and features alone, e.g. the
 // seed's vocab x dim table with a sequence output; the model downstream of the embedding is not
-// counted: its output and the output's gradient are). Shards (issue 7, not built yet) divide the
-// rows and add communication buffers by the formula in docs/plan.md; not checked against
-// measurement yet. A row cache (cache_fraction < 1) keeps the rows in a row store (docs/tiered.md).
+// counted: its output and the output's gradient are). Shards divide the rows (row-wise) and add
+// the sharded collection's communication buffers (dist/comm_sizes.h, the function that the
+// collection reserves them with). A row cache (cache_fraction < 1) keeps the rows in a row store (docs/tiered.md).
 //
 // Thread safety: plain functions of their inputs.
 #pragma once
@@ -36,6 +36,7 @@
 #include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
 #include "leanemb/table_options.h"
+#include "leanemb/tables.h"
 #include "leanemb/status.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
@@ -86,6 +87,8 @@ struct Workload {
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   int num_shards = 1;           // row-wise shards; per-device figures
+  PayloadDType forward_payload = PayloadDType::kF32;   // shards > 1: rows on the wire
+  PayloadDType backward_payload = PayloadDType::kF32;  // shards > 1: gradients on the wire
   // kCtr: gradient groups (dist.grad_groups, a multiple of num_shards); the batch is then the
   // batch of all shards (each computes its groups' records), as `leanemb train` runs it.
   int grad_groups = 1;

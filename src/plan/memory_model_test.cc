@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/dist_testing.h"
 #include "plan/plan_testing.h"
 #include "plan/workload.h"
 #include "train/config.h"
@@ -114,6 +115,70 @@ INSTANTIATE_TEST_SUITE_P(
                 {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",
                  "model.top_mlp=[256, 64]", "model.table_rows=500"}}),
     [](const ::testing::TestParamInfo<RunCase>& i) { return i.param.name; });
+
+struct ShardedCase {
+  std::string name;
+  int world;
+  std::vector<std::string> sets;
+};
+
+class ShardedPredictionVsMeasurement : public ::testing::TestWithParam<ShardedCase> {};
+
+// P ranks (threads of a LocalWorld) train a few steps: on the rank with the largest device peak,
+// the peak is within 5% of the plan of one rank, comm_buffers (reserved from the function the
+// plan uses, dist/comm_sizes.h) within 1%.
+TEST_P(ShardedPredictionVsMeasurement, DevicePeakWithin5PercentCommBuffersWithin1) {
+  const ShardedCase& sc = GetParam();
+  auto cfg = small_config(RunCase{sc.name, sc.sets});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto w = workload_from_config(cfg.value());
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  w.value().num_shards = sc.world;
+  w.value().grad_groups = cfg.value().grad_groups == 0 ? sc.world : cfg.value().grad_groups;
+  auto pred = predict_memory(w.value());
+  ASSERT_TRUE(pred.ok()) << pred.status().message();
+  std::vector<nlohmann::json> plans(static_cast<size_t>(sc.world));
+  const std::string out = base_dir() + "/run_" + sc.name;
+  dist::test_util::expect_all_ok(dist::test_util::run_world(sc.world, [&](dist::Communicator& comm) -> Status {
+    train::RunOptions ro;
+    ro.config = cfg.value();
+    ro.out_dir = out;
+    ro.quiet = true;
+    ro.comm = &comm;
+    LEANEMB_ASSIGN_OR_RETURN(nlohmann::json sum, train::run_training(ro));
+    plans[static_cast<size_t>(comm.rank())] = sum["plan"]["device"];
+    return Status();
+  }, 120000));
+  size_t rank = 0;
+  for (size_t r = 1; r < plans.size(); ++r)
+    if (plans[r]["measured_peak"].get<double>() > plans[rank]["measured_peak"].get<double>()) rank = r;
+  const nlohmann::json& d = plans[rank];
+  ASSERT_TRUE(d.is_object()) << "no plan in the summary";
+  const double measured = d["measured_peak"].get<double>(), planned = d["planned_peak"].get<double>();
+  std::printf("prediction %-24s P=%d device planned %12.0f measured %12.0f error %+.3f%% (rank %zu)\n", sc.name.c_str(), sc.world,
+              planned, measured, 100.0 * (planned - measured) / std::max(measured, 1.0), rank);
+  EXPECT_LE(rel(planned, measured), 0.05) << "device peak: planned " << planned << " measured " << measured;
+  const auto& comm_cat = d["categories"]["comm_buffers"];
+  EXPECT_GT(comm_cat["measured"].get<double>(), 0.0);
+  EXPECT_LE(rel(comm_cat["planned"].get<double>(), comm_cat["measured"].get<double>()), 0.01)
+      << "comm_buffers: planned " << comm_cat["planned"] << " measured " << comm_cat["measured"];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shards, ShardedPredictionVsMeasurement,
+    ::testing::Values(
+        ShardedCase{"sharded_p2_fp32", 2, {"dist.grad_groups=4"}},
+        ShardedCase{"sharded_p4_multihot_mean_bf16wire", 4,
+                    {"dist.grad_groups=4", "data.gen.multi_hot_max=3", "model.pooling=mean", "dist.forward_payload=bf16",
+                     "dist.backward_payload=bf16"}},
+        // Everything at once over 2 ranks: bf16 rows + row-wise Adagrad, a 20% cache over the
+        // file store, a dynamic table, optimizer state on the host.
+        ShardedCase{"sharded_p2_everything", 2,
+                    {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
+                     "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store_p2\"",
+                     "embedding.cache_min_rows=1000", "embedding.dynamic.C1.capacity_rows=1024",
+                     "embedding.dynamic.C1.partitions=2", "memory.placement=optimizer_state=host", "dist.grad_groups=4"}}),
+    [](const ::testing::TestParamInfo<ShardedCase>& i) { return i.param.name; });
 
 // The seed's section 2 example, corrected: vocab 1e6 x dim 512, batch 4096 x seq 2048, fp32.
 TEST(SeedExampleTest, NaiveBaselineHasCorrectedFigures) {

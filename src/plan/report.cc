@@ -29,7 +29,7 @@ const char* formula(Category c, WorkloadKind k) {
       return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4";
     case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch";
     case Category::kRowCache: return "cache rows x fat row + index";
-    case Category::kCommBuffers: return "shards > 1: 2 x (ids x 8 + output x 4)";
+    case Category::kCommBuffers: return "shards > 1: messages and routing buffers of the largest slice (dist/comm_sizes.h)";
     case Category::kIoBuffers: return "cache staging";
   }
   return "";

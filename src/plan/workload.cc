@@ -29,10 +29,12 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
     w.cache_policy = c.row_cache.policy;
   }
   w.num_threads = c.threads;
+  w.forward_payload = c.forward_payload;
+  w.backward_payload = c.backward_payload;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is
   // non-empty with probability 1 - missing; max_len truncates. Other data: one id, unknown skew.
   const int64_t mh = c.generate ? c.gen.multi_hot_max : 1;
-  const int64_t cap = c.max_len > 0 ? std::min<int64_t>(c.max_len, mh) : mh;
+  const int64_t cap = train::max_ids_per_field(c);
   double mean = 0.0;
   for (int64_t l = 1; l <= mh; ++l) mean += static_cast<double>(std::min(l, cap));
   mean = mean / static_cast<double>(mh) * (c.generate ? 1.0 - c.gen.sparse_missing_rate : 1.0);

@@ -17,6 +17,11 @@ namespace leanemb::train {
 
 std::string_view default_config_text() { return kDefaultConfigText; }
 
+int64_t max_ids_per_field(const TrainConfig& c) {
+  const int64_t mh = c.generate ? c.gen.multi_hot_max : 1;
+  return c.max_len > 0 ? std::min<int64_t>(c.max_len, mh) : mh;
+}
+
 namespace {
 
 Result<nn::InteractionKind> parse_interaction(std::string_view s) {

@@ -124,4 +124,9 @@ Result<TrainConfig> load_config(const std::string& path, std::span<const std::st
 // The embedded default (examples/ctr_small.toml, compiled in).
 std::string_view default_config_text();
 
+// The most ids a record holds per sparse feature: generated data holds 1..multi_hot_max values
+// per field, other data is taken as one id; max_len truncates (the planner and the sharded
+// tables' buffers use it).
+int64_t max_ids_per_field(const TrainConfig& c);
+
 }  // namespace leanemb::train

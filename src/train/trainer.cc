@@ -64,6 +64,8 @@ model::CtrModelOptions ctr_model_options(const TrainConfig& c) {
   o.sharding = c.sharding;
   o.forward_payload = c.forward_payload;
   o.backward_payload = c.backward_payload;
+  o.batch_size = c.batch_size;
+  o.max_ids_per_field = max_ids_per_field(c);
   return o;
 }
 
