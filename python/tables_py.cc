@@ -686,7 +686,9 @@ py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::di
   for (size_t i = 0; i < tables.size(); ++i) {
     Opts o(tables[i].cast<py::dict>(), "plan table " + std::to_string(i));
     plan::TableSpec s;
-    s.name = o.get<std::string>("name", "t" + std::to_string(i));
+    std::string default_name = "t";  // (not "t" + to_string(i): a GCC 12 -Wrestrict false positive at -O3)
+    default_name += std::to_string(i);
+    s.name = o.get<std::string>("name", std::move(default_name));
     s.num_rows = o.get<int64_t>("num_rows", 0);
     s.dim = o.get<int64_t>("dim", 0);
     s.pooling = value_or_raise(parse_pooling(o.get<std::string>("pooling", "sum")));
