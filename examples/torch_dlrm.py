@@ -25,11 +25,12 @@ fused update run once per step on the rank's whole slice; torch runs on 1 thread
 and mpirun -np P (G a multiple of P, G and P powers of two, or P = G) then give the same
 embedding digest (printed at the end) and dense parameters (--save DIR/dense.npz) bit for bit.
 
-Prints the training loss every --log-every steps, then eval loss and AUC, samples/s, the
-peak RSS and the tables' embedding digest (equal for the same state at any process count). `--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and
-the matching torch optimizer instead (fp32 rows), for comparison: run each in its own process
-(the peak RSS is the process's). --check exits 1 unless
-the loss of the last tenth of the steps is below the first tenth's and the eval AUC beats 0.55.
+Prints the training loss every --log-every steps, then eval loss and AUC, samples/s, the peak
+RSS and the tables' embedding digest (equal for the same state at any process count).
+`--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and the
+matching torch optimizer instead (fp32 rows), for comparison: run each in its own process (the
+peak RSS is the process's). --check exits 1 unless the loss of the last tenth of the steps is
+below the first tenth's and the eval AUC beats 0.55.
 """
 import argparse
 import os
