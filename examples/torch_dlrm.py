@@ -14,12 +14,23 @@ logistic teacher is generated in memory (what CI runs: `--steps 60 --check`).
     PYTHONPATH=build/release/python /usr/bin/python3 examples/torch_dlrm.py --data data/ctr_small \
         --dtype bf16 --optimizer rowwise_adagrad
     PYTHONPATH=build/release/python mpirun -np 2 /usr/bin/python3 examples/torch_dlrm.py --dist
+    PYTHONPATH=build/release/python mpirun -np 2 /usr/bin/python3 examples/torch_dlrm.py --dist \
+        --grad-groups 4 --save runs/dlrm_p2     # deterministic: the same digest as one process
 
-Prints the training loss every --log-every steps, then eval loss and AUC, samples/s and the
-peak RSS. `--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and
-the matching torch optimizer instead (fp32 rows), for comparison: run each in its own process
-(the peak RSS is the process's). --check exits 1 unless
-the loss of the last tenth of the steps is below the first tenth's and the eval AUC beats 0.55.
+Deterministic mode (--grad-groups G; docs/python.md, "Deterministic mode"): each global batch is
+cut into G contiguous gradient groups; each group's dense gradient is computed on its own (loss =
+the sum of its per-sample losses / the global batch size) and the step's dense gradient is the
+fixed-order sum of the G group gradients (leanemb's tree, nn/grad_groups.h); the lookup and the
+fused update run once per step on the rank's whole slice; torch runs on 1 thread. One process
+and mpirun -np P (G a multiple of P, G and P powers of two, or P = G) then give the same
+embedding digest (printed at the end) and dense parameters (--save DIR/dense.npz) bit for bit.
+
+Prints the training loss every --log-every steps, then eval loss and AUC, samples/s, the peak
+RSS and the tables' embedding digest (equal for the same state at any process count).
+`--embedding torch` runs the same model with nn.EmbeddingBag(sparse=True) tables and the
+matching torch optimizer instead (fp32 rows), for comparison: run each in its own process (the
+peak RSS is the process's). --check exits 1 unless the loss of the last tenth of the steps is
+below the first tenth's and the eval AUC beats 0.55.
 """
 import argparse
 import os
@@ -66,11 +77,38 @@ def file_batches(path, rows, batch, max_batches):
         yield torch.from_numpy(labels), torch.from_numpy(dense), torch.from_numpy(values), torch.from_numpy(lengths)
 
 
+def group_slice(B, G, rank, P):
+    """Rank `rank` of P computes gradient groups [g0, g1) = records [lo, hi) of a batch of B cut
+    into G contiguous groups, group g = records [B*g/G, B*(g+1)/G) (leanemb's nn/grad_groups.h)."""
+    g0, g1 = rank * G // P, (rank + 1) * G // P
+    return g0, g1, B * g0 // G, B * g1 // G
+
+
+def fixed_order_sum(parts):
+    """The sum of equal-shaped tensors in leanemb's fixed order (dist::Communicator::
+    reduce_in_fixed_order): a pairwise tree ((p0 + p1) + (p2 + p3)) + ... when their number is a
+    power of two, else (((p0 + p1) + p2) + ...) in order."""
+    n = len(parts)
+    if n & (n - 1):
+        out = parts[0].clone()
+        for x in parts[1:]:
+            out += x
+        return out
+    while len(parts) > 1:
+        parts = [parts[i] + parts[i + 1] for i in range(0, len(parts), 2)]
+    return parts[0].clone()
+
+
 def shard_batch(batch, rank, P):
     """This rank's bags [rank * B / P, (rank + 1) * B / P) of a global batch."""
+    B = batch[0].numel()
+    return record_slice(batch, rank * B // P, (rank + 1) * B // P)
+
+
+def record_slice(batch, lo, hi):
+    """Bags [lo, hi) of a global batch (every feature's)."""
     labels, dense, values, lengths = batch
     B = labels.numel()
-    lo, hi = rank * B // P, (rank + 1) * B // P
     off = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=off[1:])
     vals = [values[off[k * B + lo]:off[k * B + hi]] for k in range(NUM_SPARSE)]
@@ -125,13 +163,60 @@ class DLRM(torch.nn.Module):
         self.register_buffer("iu0", iu[0], persistent=False)
         self.register_buffer("iu1", iu[1], persistent=False)
 
-    def forward(self, dense, values, lengths):
-        kjt = lt.KeyedJaggedTensor(self.keys, values, lengths=lengths)
+    def embed(self, values, lengths):
+        """The pooled lookups [B, 26 * D] (their backward runs the tables' fused update)."""
+        return self.ebc(lt.KeyedJaggedTensor(self.keys, values, lengths=lengths)).values()
+
+    def dense_forward(self, dense, pooled):
         x = self.bottom(dense)                                   # [B, D]
-        e = self.ebc(kjt).values().view(-1, NUM_SPARSE, DIM)     # [B, 26, D]
+        e = pooled.view(-1, NUM_SPARSE, DIM)                     # [B, 26, D]
         z = torch.cat([x.unsqueeze(1), e], 1)                    # [B, 27, D]
         dots = torch.bmm(z, z.transpose(1, 2))[:, self.iu0, self.iu1]
         return self.top(torch.cat([x, dots], 1)).squeeze(1)
+
+    def forward(self, dense, values, lengths):
+        return self.dense_forward(dense, self.embed(values, lengths))
+
+
+def grouped_step(model, params, batch, B, G, rank, P):
+    """One step's gradients in deterministic mode (--grad-groups G): this rank's records [lo, hi)
+    are looked up once; each of its groups runs the dense part on its own, its loss the sum of
+    its per-sample losses / B (the global batch), and its dense gradient is kept apart; the
+    step's dense gradient is the fixed-order sum of the G group gradients (this rank's groups,
+    then the P ranks' partials gathered and summed in the same fixed order), left in p.grad.
+    The pooled output's backward (the fused update) runs once with the gradient of every bag of
+    the slice. Returns this rank's share of the loss (a float)."""
+    labels, dense, values, lengths = batch
+    g0, g1, lo, hi = group_slice(B, G, rank, P)
+    pooled = model.embed(values, lengths)                       # [hi - lo, 26 * D], once per step
+    detached = pooled.detach()
+    pooled_grad = torch.zeros_like(detached)
+    parts, loss = [], 0.0
+    for p in params:
+        p.grad = None
+    for g in range(g0, g1):
+        a, b = B * g // G - lo, B * (g + 1) // G - lo
+        # Fresh contiguous tensors: the group's kernels see the same shapes and alignment at any P.
+        e = detached[a:b].clone().requires_grad_(True)
+        lg = torch.nn.functional.binary_cross_entropy_with_logits(
+            model.dense_forward(dense[a:b].clone(), e), labels[a:b].clone(), reduction="sum") / B
+        lg.backward()
+        pooled_grad[a:b] = e.grad
+        parts.append(torch.cat([p.grad.reshape(-1) for p in params]))
+        for p in params:
+            p.grad = None
+        loss += float(lg)
+    pooled.backward(pooled_grad)                                # the tables are updated here
+    total = fixed_order_sum(parts)
+    if P > 1:
+        gathered = [torch.empty_like(total) for _ in range(P)]
+        torch.distributed.all_gather(gathered, total)           # copies: exact
+        total = fixed_order_sum(gathered)
+    o = 0
+    for p in params:
+        p.grad = total[o:o + p.numel()].view_as(p)
+        o += p.numel()
+    return loss
 
 
 def auc(labels, scores):
@@ -155,7 +240,8 @@ def main():
     p.add_argument("--optimizer", default="adagrad")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dense-lr", type=float, default=1e-3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2,
+                   help="threads of the engine and of torch (torch: 1 with --grad-groups)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval-batches", type=int, default=0, help="--data: eval batches read (0 = the whole eval file)")
@@ -164,13 +250,28 @@ def main():
                         "(sgd: SGD, adagrad: Adagrad, adam: SparseAdam; fp32 rows)")
     p.add_argument("--dist", action="store_true",
                    help="under mpirun -np P: tables sharded row-wise over MPI, the dense part in DistributedDataParallel "
-                        "(gloo); each rank trains on its 1/P of every batch")
+                        "(gloo), or in gradient groups with --grad-groups; each rank trains on its 1/P of every batch")
+    p.add_argument("--grad-groups", type=int, default=0, metavar="G",
+                   help="deterministic mode: every batch in G gradient groups summed in a fixed order, torch on 1 "
+                        "thread; one process and mpirun -np P (G a multiple of P; G, P powers of two or P = G) "
+                        "train bit-identically (0 = off: one backward per step, DDP with --dist)")
+    p.add_argument("--save", metavar="DIR",
+                   help="after training: the tables' checkpoint DIR/checkpoints/step-<N> (leanemb's format; sharded "
+                        "with --dist) and the dense parameters DIR/dense.npz")
     p.add_argument("--check", action="store_true", help="exit 1 unless the loss decreased and the AUC > 0.55")
     a = p.parse_args()
+    G = a.grad_groups
+    if G < 0:
+        p.error("--grad-groups must be >= 0")
+    if (a.dist or G) and a.embedding != "leanemb":
+        p.error("--dist and --grad-groups need --embedding leanemb")
     rank, P = lt.init_distributed("gloo") if a.dist else (0, 1)
+    if G and G % P:
+        p.error(f"--grad-groups {G} must be a multiple of the number of processes ({P})")
     log = print if rank == 0 else (lambda *x, **k: None)
-    torch.manual_seed(a.seed)
-    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)  # the same initial dense weights on every rank
+    # torch's CPU kernels may split their sums by thread: deterministic mode runs torch on one.
+    torch.set_num_threads(1 if G else a.threads)
     rng = np.random.default_rng(a.seed)
     if a.data:
         train = file_batches(os.path.join(a.data, "train.tsv"), a.rows, a.batch_size, a.steps)
@@ -180,15 +281,19 @@ def main():
                    "b": rng.standard_normal((NUM_SPARSE, a.rows)).astype(np.float32) * 0.4}
         train = synthetic_batches(rng, a.steps * a.batch_size, a.rows, a.batch_size, teacher)
         evals = synthetic_batches(rng, 20 * a.batch_size, a.rows, a.batch_size, teacher)
-    if a.dist and a.embedding != "leanemb":
-        p.error("--dist needs --embedding leanemb")
+    # DDP: each rank's loss is the mean over its own bags and the sharded update sums every rank's
+    # gradient, so the tables divide it by P. Gradient groups normalize by the global batch.
     model = DLRM(a.rows, a.dtype, a.optimizer, a.lr, a.threads, a.embedding,
-                 sharding="row_modulo" if a.dist else None, world_size=P)
+                 sharding="row_modulo" if a.dist else None, world_size=1 if G else P)
+    dense_params = [p for n, p in model.named_parameters() if not n.startswith("ebc.")]
     net = model
-    if a.dist:
+    if G:
+        # (global batch size, this rank's records): a rank's records are its groups' records.
+        train = ((b[0].numel(), record_slice(b, *group_slice(b[0].numel(), G, rank, P)[2:])) for b in train)
+    elif a.dist:
         train = (shard_batch(b, rank, P) for b in train)
         net = torch.nn.parallel.DistributedDataParallel(model)  # same initial dense weights on every rank
-    opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("ebc.")], lr=a.dense_lr)
+    opt = torch.optim.Adam(dense_params, lr=a.dense_lr)
     sparse_opt = None
     if a.embedding == "torch":
         params = list(model.ebc.parameters())
@@ -198,12 +303,21 @@ def main():
     loss_fn = torch.nn.BCEWithLogitsLoss()
     losses = []
     t0 = time.perf_counter()
-    for step, (labels, dense, values, lengths) in enumerate(train, 1):
+    for step, batch in enumerate(train, 1):
         opt.zero_grad()
         if sparse_opt is not None:
             sparse_opt.zero_grad()
-        loss = loss_fn(net(dense, values, lengths), labels)
-        loss.backward()          # leanemb: the embedding tables are updated here
+        if G:
+            B, batch = batch
+            loss = grouped_step(model, dense_params, batch, B, G, rank, P)
+            if P > 1:  # (for the log only: the global batch's mean loss)
+                t = torch.tensor([loss], dtype=torch.float64)
+                torch.distributed.all_reduce(t)
+                loss = float(t)
+        else:
+            labels, dense, values, lengths = batch
+            loss = loss_fn(net(dense, values, lengths), labels)
+            loss.backward()          # leanemb: the embedding tables are updated here
         opt.step()
         if sparse_opt is not None:
             sparse_opt.step()
@@ -230,8 +344,18 @@ def main():
           f"eval auc {eval_auc:.4f}, eval loss {eval_loss:.4f}")
     if a.embedding == "leanemb":
         log(model.ebc.memory_summary())
+        log(f"embedding digest {model.ebc.digest()} (step {model.ebc.step_count})")  # collective
+    if a.save:
+        if a.embedding == "leanemb":
+            log(f"tables saved to {model.ebc.save(a.save)}")  # collective
+        if rank == 0:
+            os.makedirs(a.save, exist_ok=True)
+            np.savez(os.path.join(a.save, "dense.npz"),
+                     **{n: p.detach().numpy() for n, p in model.named_parameters() if not n.startswith("ebc.")})
+            log(f"dense parameters saved to {os.path.join(a.save, 'dense.npz')}")
     if a.dist:
-        log(f"{P} ranks: tables sharded row-wise over MPI, dense part in DDP (gloo); {a.batch_size // P} bags per "
+        how = f"{G} gradient groups, summed in a fixed order" if G else "DDP"
+        log(f"{P} ranks: tables sharded row-wise over MPI, dense part in {how} (gloo); {a.batch_size // P} bags per "
             f"rank per step; samples/s count the global batch")
         torch.distributed.destroy_process_group()
     if a.check and not (last < first and eval_auc > 0.55):

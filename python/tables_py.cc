@@ -30,6 +30,7 @@
 #include "dist/mpi_comm.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
+#include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
 #include "leanemb/tables.h"
 #include "plan/memory_model.h"
@@ -581,6 +582,25 @@ class PyTables {
     return value_or_raise(std::move(*r));
   }
 
+  // The embedding digest (32 hex digits; docs/dist.md "Digest"): equal for the same rows, state
+  // and step whatever the world size and sharding. Sharded: collective
+  // (dist::sharded_collection_digest); one process: dist::collection_digest.
+  std::string digest() {
+    std::optional<Result<std::string>> r;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (comm_) {
+        r.emplace(dist::sharded_collection_digest(T()));
+      } else if (const auto* c = dynamic_cast<const EmbeddingCollection*>(&T())) {
+        r.emplace(dist::collection_digest(*c));
+      } else {
+        r.emplace(internal_error("digest: unknown collection type"));
+      }
+    }
+    return value_or_raise(std::move(*r));
+  }
+
   void release_step_buffers() {
     std::lock_guard<std::mutex> lock(mu_);
     T().release_step_buffers();
@@ -666,7 +686,9 @@ py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::di
   for (size_t i = 0; i < tables.size(); ++i) {
     Opts o(tables[i].cast<py::dict>(), "plan table " + std::to_string(i));
     plan::TableSpec s;
-    s.name = o.get<std::string>("name", "t" + std::to_string(i));
+    std::string default_name = "t";  // (not "t" + to_string(i): a GCC 12 -Wrestrict false positive at -O3)
+    default_name += std::to_string(i);
+    s.name = o.get<std::string>("name", std::move(default_name));
     s.num_rows = o.get<int64_t>("num_rows", 0);
     s.dim = o.get<int64_t>("dim", 0);
     s.pooling = value_or_raise(parse_pooling(o.get<std::string>("pooling", "sum")));
@@ -738,6 +760,7 @@ void bind_tables(py::module_& m) {
       .def("dynamic_row", &PyTables::dynamic_row, py::arg("table"), py::arg("raw_id"))
       .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3)
       .def("load", &PyTables::load, py::arg("dir"), py::arg("collection_step") = -1)
+      .def("digest", &PyTables::digest)
       .def("release_step_buffers", &PyTables::release_step_buffers);
   m.def("checkpoint_verify", &checkpoint_verify, py::arg("dir"));
   m.def("checkpoint_digest", &checkpoint_digest, py::arg("dir"));

@@ -473,11 +473,16 @@ def test_save_load_checkpoint_digest(tmp_path):
     assert int(os.path.basename(path).split("-")[1]) == 4
     assert leanemb.checkpoint_verify(path)["step"] == 4
     b = lt.EmbeddingBagCollection(cfgs, seed=5)
+    before = b.digest()
+    assert len(before) == 32 and before != a.digest()
     assert b.load(tmp_path / "a") == path and b.step_count == 4
+    assert b.digest() == a.digest()  # the embedding digest: rows, state and step
     for i in (0, 1):
         assert torch.equal(a.weight(i), b.weight(i)) and torch.equal(a.optimizer_state(i), b.optimizer_state(i))
     path_b = b.save(tmp_path / "b")
     assert leanemb.checkpoint_digest(path) == leanemb.checkpoint_digest(path_b)
+    b.set_weight(0, b.weight(0) + 1.0)
+    assert b.digest() != a.digest()
     exe = cli()
     if exe:
         v = subprocess.run([exe, "ckpt", "verify", path], capture_output=True, text=True)

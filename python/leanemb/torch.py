@@ -801,6 +801,12 @@ class _TablesModule(torch.nn.Module):
         self._tables.load(path, int(_C.checkpoint_step(path)))
         return path
 
+    def digest(self):
+        """The embedding digest (32 hex digits) of every table's rows, optimizer state and the step
+        counter: equal for the same state at any world size and sharding (docs/dist.md, "Digest").
+        Collective when sharded (every rank calls it; every rank gets the digest)."""
+        return self._tables.digest()
+
     def flush(self):
         """Writes cached rows back to their stores (tables with a row cache)."""
         self._tables.flush()
