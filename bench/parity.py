@@ -56,7 +56,7 @@ DATASETS = {
 CTR_ADAGRAD_LRS = [0.02, 0.05, 0.1]
 CTR_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.2]
 CTR_ADAM_LRS = [3e-5, 1e-4, 3e-4]
-TEXT_SGD_LRS = [0.1, 0.25, 0.5, 1.0, 2.0]
+TEXT_SGD_LRS = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0]
 TEXT_ADAGRAD_LRS = [0.05, 0.1, 0.25, 0.5, 1.0]
 TEXT_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
 
@@ -137,8 +137,12 @@ def fmt_lr(lr):
     return f"{lr:g}"
 
 
+STEPS = {}  # dataset -> train.steps of its runs (0: the config's epochs); part of a run's id
+
+
 def run_id(dataset, mode, lr, seed):
-    return f"{dataset}__{mode}__lr{fmt_lr(lr)}__s{seed}"
+    steps = STEPS.get(dataset, 0)
+    return f"{dataset}__{mode}__lr{fmt_lr(lr)}__s{seed}" + (f"__steps{steps}" if steps else "")
 
 
 def command(args, dataset, mode, lr, seed, out_dir, summary):
@@ -147,8 +151,8 @@ def command(args, dataset, mode, lr, seed, out_dir, summary):
                                                 f"train.threads={args.threads}", "train.checkpoint_every=-1"]
     if m["task"] == "text" and not any(s.startswith("dense.learning_rate=") for s in m["sets"]):
         sets.append(f"dense.learning_rate={fmt_lr(lr)}")  # fastText: one rate for rows and head
-    if args.steps:
-        sets.append(f"train.steps={args.steps}")
+    if STEPS.get(dataset):
+        sets.append(f"train.steps={STEPS[dataset]}")
     cmd = [args.leanemb, "train", "--config", os.path.join(ROOT, d["config"])]
     for s in sets:
         cmd += ["--set", s]
@@ -288,6 +292,48 @@ def print_sweeps(results, datasets, modes, seeds):
             print(f"  {d:7} {m:34} " + "  ".join(cells))
 
 
+def print_markdown(comparisons, results, datasets, modes, seeds):
+    """The tables of docs/accuracy.md."""
+    print("\n| dataset | mode | reference | mode: best lr, mean (sd) | reference: best lr, mean (sd) | difference (se) | "
+          "paired per seed | goal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in comparisons:
+        paired = ", ".join(f"{x:+.4f}" for x in c["paired_differences"])
+        verdict = ("within" if c["within_goal"] else "**beyond**") if c["complete"] else "incomplete"
+        print(f"| {c['dataset']} | `{c['mode']}` | `{c['reference']}` | {fmt_lr(c['mode_best_lr'])}: "
+              f"{c['mode_best']['mean']:.4f} ({c['mode_best']['sd']:.4f}) | {fmt_lr(c['ref_best_lr'])}: "
+              f"{c['ref_best']['mean']:.4f} ({c['ref_best']['sd']:.4f}) | {c['difference']:+.4f} ({c['difference_se']:.4f}) | "
+              f"{paired} | {verdict} {c['goal']:g}{' (same lr)' if c['exact'] else ''} |")
+    for d in datasets:
+        rows = []
+        lrs = []
+        for m in modes:
+            if MODES[m]["task"] != DATASETS[d]["task"]:
+                continue
+            sw, best = sweep_of(results, d, m, seeds)
+            if sw:
+                rows.append((m, sw, best))
+                lrs += [e["lr"] for e in sw.values() if e["lr"] not in lrs]
+        if not rows:
+            continue
+        lrs.sort()
+        print(f"\n{d}: mean (sd) over seeds {','.join(map(str, seeds))} at each learning rate, **best**\n")
+        print("| mode | " + " | ".join(fmt_lr(lr) for lr in lrs) + " |")
+        print("|---|" + "---|" * len(lrs))
+        for m, sw, best in rows:
+            cells = []
+            for lr in lrs:
+                e = sw.get(fmt_lr(lr))
+                if e is None:
+                    cells.append("")
+                elif e["diverged"]:
+                    cells.append("diverged")
+                else:
+                    v = f"{e['mean']:.4f} ({e['sd']:.4f})"
+                    cells.append(f"**{v}**" if e is best else v)
+            print(f"| `{m}` | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--leanemb", default=os.path.join(ROOT, "build/release/leanemb"))
@@ -296,17 +342,23 @@ def main():
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
     ap.add_argument("--threads", type=int, default=1, help="train.threads of each run")
-    ap.add_argument("--steps", type=int, default=0, help="train.steps (0: the configs' epochs)")
+    ap.add_argument("--steps", default="", help="train.steps per dataset, e.g. ctr=250 (default: the configs' epochs)")
     ap.add_argument("--work", default=os.path.join(ROOT, "runs/parity"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/parity.json"))
     ap.add_argument("--report-only", action="store_true", help="train nothing; report the cached runs")
     ap.add_argument("--list", action="store_true", help="print the modes and exit")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown (docs/accuracy.md)")
     args = ap.parse_args()
     if args.list:
         for name, m in MODES.items():
             print(f"{name:28} {m['task']:4} lrs {','.join(map(fmt_lr, m['lrs'])):24} refs {','.join(m['refs']) or '-':30} "
                   f"{' '.join('--set ' + s for s in m['sets'])}")
         return 0
+    for kv in filter(None, args.steps.split(",")):
+        d, _, n = kv.partition("=")
+        if d not in DATASETS or not n.isdigit():
+            ap.error(f"--steps: expected DATASET=N, got {kv!r}")
+        STEPS[d] = int(n)
     seeds = [int(s) for s in args.seeds.split(",")]
     datasets = [d for d in args.datasets.split(",") if d]
     for d in datasets:
@@ -373,7 +425,7 @@ def main():
     out = {"what": "best-vs-best accuracy of lean modes against fp32 full-state references (bench/parity.py)",
            "goal": GOAL, "seeds": seeds, "datasets": {d: DATASETS[d] for d in datasets},
            "modes": {m: MODES[m] for m in chosen}, "threads_per_run": args.threads, "jobs": args.jobs,
-           "steps": args.steps, "environment_before": env_before, "environment_after": env_after,
+           "steps": dict(STEPS), "environment_before": env_before, "environment_after": env_after,
            "run_wall_s": {"n": len(walls), "median": statistics.median(walls) if walls else None},
            "comparisons": comparisons,
            "runs": {rid: {"metric": metric_of(s, DATASETS[rid.split('__')[0]]['metric']),
@@ -410,6 +462,8 @@ def main():
             if r not in names:
                 names.append(r)
     print_sweeps(results, datasets, names, seeds)
+    if args.markdown:
+        print_markdown(comparisons, results, datasets, names, seeds)
     print(f"\nparity: {len(results)} runs; wrote {args.out}; load after: {env_after['load']}")
     return 0
 
