@@ -53,7 +53,7 @@ DATASETS = {
                "meta": "data/gcloud-text/meta.json"},
 }
 
-CTR_ADAGRAD_LRS = [0.02, 0.05, 0.1]
+CTR_ADAGRAD_LRS = [0.01, 0.02, 0.05, 0.1]
 CTR_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.2]
 CTR_ADAM_LRS = [3e-5, 1e-4, 3e-4]
 TEXT_SGD_LRS = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0]
