@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plan/memory_model.h"
+#include "plan/parity.h"
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/workload.h"
@@ -65,6 +66,15 @@ int run_plan(const PlanArgs& a) {
   po.allow_bf16_state = a.allow_bf16_state;
   po.allow_8bit_state = a.allow_8bit_state;
   po.allow_cache = a.allow_cache;
+  for (const std::string& n : a.allow_unproven) {
+    if (n == "all") {
+      for (const plan::LeanOptionInfo& i : plan::lean_option_table()) po.allow_unproven.push_back(i.option);
+      continue;
+    }
+    auto lo = plan::parse_lean_option(n);
+    if (!lo.ok()) return report_error(invalid_argument("--allow-unproven: " + lo.status().message()));
+    po.allow_unproven.push_back(lo.value());
+  }
   po.max_shards = a.max_shards;
   po.keep_precision = a.keep_precision;
   po.allow_host = !a.no_host && !a.largest_table;

@@ -4,10 +4,12 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/memory_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/workload.cc
   ${CMAKE_CURRENT_LIST_DIR}/planner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parity.cc
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_plan.cc)
 
 if(LEANEMB_BUILD_TESTS)
-  leanemb_add_test(plan_test ${CMAKE_CURRENT_LIST_DIR}/memory_model_test.cc ${CMAKE_CURRENT_LIST_DIR}/planner_test.cc)
+  leanemb_add_test(plan_test ${CMAKE_CURRENT_LIST_DIR}/memory_model_test.cc ${CMAKE_CURRENT_LIST_DIR}/planner_test.cc
+                         ${CMAKE_CURRENT_LIST_DIR}/parity_test.cc)
 endif()

@@ -2,6 +2,7 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -80,9 +81,34 @@ OptimizerKind rowwise_variant(OptimizerKind k) {
   return k;
 }
 
+std::span<const LeanOptionInfo> parity_of(const PlannerOptions& o) {
+  return o.parity.empty() ? lean_option_table() : o.parity;
+}
+
 }  // namespace
 
-Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
+bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOptions& o) {
+  if (proven_for(lean_option_info(opt, parity_of(o)), base.kind)) return true;
+  for (LeanOption a : o.allow_unproven)
+    if (a == opt) return true;
+  switch (opt) {
+    case LeanOption::kRowwiseOptimizer: return o.allow_rowwise;
+    case LeanOption::kBf16State: return o.allow_bf16_state;
+    case LeanOption::kInt8State: return o.allow_8bit_state;
+    case LeanOption::kRowCache: return o.allow_cache;
+    default: return false;
+  }
+}
+
+Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options) {
+  // An option allowed by name widens the search as its own flag does.
+  PlannerOptions o = options;
+  for (LeanOption a : options.allow_unproven) {
+    if (a == LeanOption::kRowwiseOptimizer) o.allow_rowwise = true;
+    if (a == LeanOption::kBf16State) o.allow_bf16_state = true;
+    if (a == LeanOption::kInt8State) o.allow_8bit_state = true;
+    if (a == LeanOption::kRowCache) o.allow_cache = true;
+  }
   PlanResult res;
   LEANEMB_ASSIGN_OR_RETURN(res.naive, predict_naive_baseline(base));
   LEANEMB_ASSIGN_OR_RETURN(Prediction check, predict_memory(base, Estimate::kWorstCase));
@@ -111,7 +137,9 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
 
   bool have = false, have_small = false;
   double best_cost = 0;
-  int best_changes = 0;
+  int best_changes = 0, best_unproven = 0;
+  const std::span<const LeanOptionInfo> parity = parity_of(o);
+  std::array<bool, kNumLeanOptions> excluded{};
   Candidate smallest;
   size_t smallest_need = std::numeric_limits<size_t>::max();
   for (DType dt : dtypes)
@@ -142,6 +170,18 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
                       auto p = predict_memory(w, Estimate::kWorstCase);
                       if (!p.ok()) continue;  // e.g. a state dtype the optimizer lacks
                       c.prediction = std::move(p).value();
+                      // Accuracy evidence: options not proven for the task need the user's consent.
+                      int unproven = 0;
+                      bool allowed = true;
+                      for (LeanOption lo : lean_options_chosen(base, w)) {
+                        if (proven_for(lean_option_info(lo, parity), base.kind)) continue;
+                        ++unproven;
+                        if (!lean_option_allowed(lo, base, o)) {
+                          excluded[static_cast<size_t>(lo)] = true;
+                          allowed = false;
+                        }
+                      }
+                      if (!allowed) continue;
                       price(o.preset, &c);
                       ++res.num_candidates;
                       const size_t dev = c.prediction.device().budget_bytes;
@@ -154,17 +194,27 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
                       if (!host_ok || dev > res.usable_device_bytes) continue;
                       ++res.num_fitting;
                       const int ch = changes(base, w);
-                      if (!have || c.step_seconds < best_cost * (1 - 1e-9) ||
-                          (c.step_seconds <= best_cost * (1 + 1e-9) && ch < best_changes)) {
+                      // Fewer unproven options first, then the cost, then the smaller change.
+                      const bool better = !have || unproven < best_unproven ||
+                                          (unproven == best_unproven &&
+                                           (c.step_seconds < best_cost * (1 - 1e-9) ||
+                                            (c.step_seconds <= best_cost * (1 + 1e-9) && ch < best_changes)));
+                      if (better) {
                         res.chosen = c;
                         best_cost = c.step_seconds;
                         best_changes = ch;
+                        best_unproven = unproven;
                         have = true;
                       }
                     }
   res.fits = have;
   if (have_small) res.smallest_device_bytes = smallest_need + o.preset.runtime_reserved_bytes;
   if (!have && have_small) res.chosen = smallest;
+  if (have || have_small)
+    for (LeanOption lo : lean_options_chosen(base, res.chosen.workload))
+      if (!proven_for(lean_option_info(lo, parity), base.kind)) res.unproven_chosen.push_back(lo);
+  for (int i = 0; i < kNumLeanOptions; ++i)
+    if (excluded[static_cast<size_t>(i)]) res.unproven_excluded.push_back(static_cast<LeanOption>(i));
   return res;
 }
 

@@ -8,17 +8,23 @@
 // user's full-rank optimizer (SGD, Adagrad, Adam) with fp32 state. Row-wise optimizers
 // (rowwise_adagrad, partial_rowwise_adam), bf16 state and 8-bit state are searched only when
 // allowed; a row cache only when allowed (rows in host RAM behind a device cache, docs/tiered.md).
+// Every lean option carries its measured accuracy parity (parity.h, docs/accuracy.md): an
+// option not proven for the workload's task is searched only when the user allows it
+// (allow_unproven, or its own allow flag), fitting plans with fewer unproven options win over
+// cheaper ones, and the result names the unproven options used and those left out.
 //
 // Presets and their bandwidths: docs/plan.md (nominal spec-sheet figures).
 // Thread safety: plain functions.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "leanemb/status.h"
 #include "plan/memory_model.h"
+#include "plan/parity.h"
 
 namespace leanemb::plan {
 
@@ -50,6 +56,12 @@ struct PlannerOptions {
   int max_shards = 1;              // devices the tables may be sharded over
   bool keep_precision = false;     // do not search activation precision (keep the workload's)
   bool allow_host = true;          // rows / state may be placed in host memory
+  // Lean options searched although their parity is not proven for the workload's task
+  // (parity.h); an option's own flag above (allow_rowwise, allow_bf16_state, allow_8bit_state,
+  // allow_cache) allows it too.
+  std::vector<LeanOption> allow_unproven;
+  // The parity table consulted (tests pass their own); empty: lean_option_table().
+  std::span<const LeanOptionInfo> parity;
 };
 
 struct Candidate {
@@ -67,7 +79,16 @@ struct PlanResult {
   size_t smallest_device_bytes = 0;  // device budget the smallest plan needs (incl. runtime reserve)
   int num_candidates = 0;
   int num_fitting = 0;
+  // Accuracy evidence (parity.h): the chosen plan's lean options (beyond the user's own) that
+  // are not proven for the task (allowed by the user), and the options left out of the search
+  // because they are not proven and were not allowed (each once, in LeanOption order).
+  std::vector<LeanOption> unproven_chosen;
+  std::vector<LeanOption> unproven_excluded;
 };
+
+// Whether the planner may search lean option `o` for `base` under `options` (proven for the
+// task, or allowed).
+bool lean_option_allowed(LeanOption o, const Workload& base, const PlannerOptions& options);
 
 // Errors: InvalidArgument from the memory model (the workload itself is bad).
 Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options);

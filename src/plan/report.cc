@@ -44,6 +44,42 @@ std::string precision_text(amp::Precision p) {
   return "";
 }
 
+std::span<const LeanOptionInfo> table_of(const PlannerOptions& o) { return o.parity.empty() ? lean_option_table() : o.parity; }
+
+// The accuracy evidence of the plan's lean options (parity.h, docs/accuracy.md).
+std::string accuracy_text(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
+  const auto table = table_of(o);
+  std::string out = "\nAccuracy evidence (bench/parity.py, best-vs-best over 3 seeds; docs/accuracy.md):\n";
+  const std::vector<LeanOption> chosen = lean_options_chosen(base, r.chosen.workload);
+  if (chosen.empty()) out += "  the plan adds no lean option to your settings\n";
+  for (LeanOption lo : chosen) {
+    const LeanOptionInfo& i = lean_option_info(lo, table);
+    const bool ok = proven_for(i, base.kind);
+    out += std::string(ok ? "  chosen, proven: " : "  chosen, NOT PROVEN (you allowed it): ") + std::string(i.what) + ": " +
+           parity_text(i, base.kind) + "\n";
+  }
+  for (LeanOption lo : lean_options_configured(base)) {
+    const LeanOptionInfo& i = lean_option_info(lo, table);
+    if (!proven_for(i, base.kind))
+      out += "  in your config, NOT PROVEN: " + std::string(i.what) + ": " + parity_text(i, base.kind) + "\n";
+  }
+  for (LeanOption lo : r.unproven_excluded) {
+    const LeanOptionInfo& i = lean_option_info(lo, table);
+    out += "  not proven, not searched: " + std::string(i.what) + ": " + parity_text(i, base.kind) +
+           "; allow with --allow-unproven " + std::string(i.name) + "\n";
+  }
+  return out;
+}
+
+nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind) {
+  auto task = [](const TaskParity& p) {
+    return nlohmann::json{{"verdict", std::string(verdict_name(p.verdict))}, {"worst_difference", p.worst_difference},
+                          {"datasets", std::string(p.datasets)}};
+  };
+  return {{"name", std::string(i.name)}, {"what", std::string(i.what)}, {"proven", proven_for(i, kind)},
+          {"ctr", task(i.ctr)}, {"text", task(i.text)}, {"evidence", std::string(i.evidence)}};
+}
+
 }  // namespace
 
 std::string describe_settings(const Workload& w) {
@@ -80,7 +116,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
              describe_settings(r.chosen.workload) + ".\n";
     else
       out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-cache, --max-shards).\n";
-    return out;
+    return out + accuracy_text(base, o, r);
   }
   out += "\nMemory per device, bytes as allocated (the seed's section 2 table, corrected):\n";
   out += "  naive = fp32 rows, full-table gradient, Adam fp32, fp32 activations, one micro-batch, all on the device\n";
@@ -126,6 +162,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
     out += "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
+  out += accuracy_text(base, o, r);
 
   // The seed's section 8 deployment table.
   const Workload& w = r.chosen.workload;
@@ -199,6 +236,16 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                          {"host_link_bytes_per_step", r.chosen.prediction.host_link_bytes_per_step},
                          {"comm_bytes_per_step", r.chosen.prediction.comm_bytes_per_step},
                          {"step_seconds", r.chosen.step_seconds}}}};
+  {
+    const auto table = table_of(o);
+    nlohmann::json acc = {{"chosen", json::array()}, {"configured", json::array()}, {"unproven_excluded", json::array()},
+                          {"unproven_chosen", json::array()}, {"evidence", "docs/accuracy.md"}};
+    for (LeanOption lo : lean_options_chosen(base, w)) acc["chosen"].push_back(parity_json(lean_option_info(lo, table), base.kind));
+    for (LeanOption lo : lean_options_configured(base)) acc["configured"].push_back(parity_json(lean_option_info(lo, table), base.kind));
+    for (LeanOption lo : r.unproven_excluded) acc["unproven_excluded"].push_back(std::string(lean_option_info(lo, table).name));
+    for (LeanOption lo : r.unproven_chosen) acc["unproven_chosen"].push_back(std::string(lean_option_info(lo, table).name));
+    j["accuracy"] = acc;
+  }
   j["deployment"] = {{"batch_size_per_device", w.batch_size},
                      {"sequence_length", ctx.sequence_length},
                      {"embedding_dim", w.tables[0].dim},
