@@ -136,17 +136,6 @@ float quantize_block_fast(const float* x, int64_t n, bool is_signed, uint8_t* co
 void dequantize_block_fast(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out);
 // The reference's code for one element x of a block whose scale is 1 / inv.
 uint8_t quant8_code(float x, float inv, bool is_signed);
-// A code book as linear regions (quant8.cc): region r (r < count) holds the values a with
-// bound[r] < a <= bound[r + 1] (bound[0] < 0; entries from count on are padding), whose nearest
-// code is about base[r] + round((a - lo[r]) * inv_step[r]). 16 entries: one AVX-512 register.
-struct Quant8Regions {
-  int count = 0;
-  float bound[16] = {};
-  float lo[16] = {};
-  float inv_step[16] = {};
-  int32_t base[16] = {};
-};
-const Quant8Regions& quant8_regions(bool is_signed);
 
 // ---- dedup -----------------------------------------------------------------------------------
 // Sorts `keys` ([n] values row << 32 | src) ascending by the row part, stably, using the row's

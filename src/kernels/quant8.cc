@@ -82,6 +82,17 @@ Book make_book(bool is_signed) {
     q.lo[r] = b.mags[first];
     q.inv_step[r] = static_cast<float>((1 << r) / (static_cast<double>(b.mags[last]) - b.mags[first]));
     q.base[r] = first;
+    q.off[r] = static_cast<float>(first - static_cast<double>(q.lo[r]) * q.inv_step[r]);
+  }
+  for (int i = 0; i < 32; ++i) {
+    const double start = std::ldexp(1.0, i - 27), end = std::ldexp(1.0, i - 26);
+    q.binade_region[i] = 0;
+    q.binade_bound[i] = 2.0f;  // none in this binade: never exceeded
+    for (int r = 1; r < q.count; ++r) {
+      if (q.bound[r] < start) ++q.binade_region[i];
+      else if (q.bound[r] < end) q.binade_bound[i] = q.bound[r];
+    }
+    if (i == 0) LEANEMB_CHECK(q.binade_region[0] == 0 && q.binade_bound[0] == 2.0f, "quant8: a bound below 2^-26");
   }
   return b;
 }
