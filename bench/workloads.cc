@@ -384,6 +384,8 @@ Result<Plan> plan_workload(const BenchOptions& o) {
         p.contenders.push_back(make_contender(0, DType::kF32, k, StateDType::kF32, false));
       p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, StateDType::kInt8Blockwise, false));
       p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, StateDType::kF32, false));
+      // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
+      p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, StateDType::kF32, false));
     }
   } else if (w == "precision") {
     // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB

@@ -124,6 +124,10 @@ float ref_load_rowwise_state(const RowLayout& l, const uint8_t* row);
 // ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)). Both kernel families use this exact order.
 float sum_squares(const float* g, int64_t n);
 
+// store_row_sr<DType::kF16> (row_access.h) as the fast update kernels run it for the active
+// build (vectorized in x86-64-v3 and v4); bit-identical.
+void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0);
+
 // ---- 8-bit block-wise state ------------------------------------------------------------------
 // Dynamic-exponent code books: signed (Adam m, 128 magnitudes x sign) and unsigned (Adam v,
 // Adagrad sum, 256 magnitudes). Values are in [-1, 1] / [0, 1] and scaled by the block absmax.
@@ -131,6 +135,11 @@ const float* quant_codebook(bool is_signed);  // [256]
 // Quantizes n (<= kQuantBlockSize) values: writes codes [n] and returns the block scale.
 float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes);
 void dequantize_block(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out);
+// The same, vectorized for the active build (isa.h; quant8_vec.h), bit-identical to the above.
+float quantize_block_fast(const float* x, int64_t n, bool is_signed, uint8_t* codes);
+void dequantize_block_fast(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out);
+// The reference's code for one element x of a block whose scale is 1 / inv.
+uint8_t quant8_code(float x, float inv, bool is_signed);
 
 // ---- dedup -----------------------------------------------------------------------------------
 // Sorts `keys` ([n] values row << 32 | src) ascending by the row part, stably, using the row's

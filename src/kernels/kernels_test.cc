@@ -1,7 +1,8 @@
 // Tests of the kernels: every fast kernel against the scalar reference (bit for bit) over
 // dtype x pooling x corner case (kEmptyBag, kDuplicateIds, kDimNotMultipleOf8, kOneRowTable,
 // kSingleBag) and thread counts; fused updates over optimizer x weight dtype x state dtype x
-// weight decay; 8-bit block quantization; the radix sort used for dedup.
+// weight decay; 8-bit block quantization (the vectorized quantizer and dequantizer against the
+// scalar reference, bit for bit); fp16 stochastic rounding; the radix sort used for dedup.
 //
 // Out-of-range ids (FBGEMM's kOutOfRangeId) are not a kernel case here: kernels REQUIRE valid
 // ids and the API rejects or drops bad ones before any kernel runs (see table_test's
@@ -20,6 +21,7 @@
 #include "core/half.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/row_access.h"
 #include "leanemb/optimizer.h"
 
 namespace leanemb::kernels {
@@ -637,6 +639,182 @@ TEST(Quant8Test, ZeroBlockQuantizesToZeroScaleAndZeroCodes) {
     EXPECT_EQ(codes[1], 0);
     EXPECT_EQ(codes[2], 0);
   }
+}
+
+// ---- vectorized 8-bit state and fp16 stochastic rounding against the scalar references -----------
+
+float f32_from_bits(uint32_t u) { return bits_f32(u); }
+
+// quantize_block_fast / dequantize_block_fast give the reference's codes, scales and values for
+// block x, in every build this CPU runs.
+void expect_fast_quant_matches(const std::vector<float>& x, bool is_signed, const std::string& what) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> want(n), got(n, 0xcd);
+  const float want_scale = quantize_block(x.data(), n, is_signed, want.data());
+  const float got_scale = quantize_block_fast(x.data(), n, is_signed, got.data());
+  ASSERT_EQ(f32_bits(got_scale), f32_bits(want_scale)) << what << ": scale";
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], want[i]) << what << ": element " << i << " = " << x[i] << " (bits " << std::hex
+                               << f32_bits(x[i]) << std::dec << "), scale " << want_scale;
+  std::vector<float> back_want(n), back_got(n, -7.0f);
+  dequantize_block(want.data(), n, is_signed, want_scale, back_want.data());
+  dequantize_block_fast(want.data(), n, is_signed, want_scale, back_got.data());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(f32_bits(back_got[i]), f32_bits(back_want[i])) << what << ": dequantized element " << i;
+}
+
+// Random blocks of every length 1..kQuantBlockSize with uniform, log-uniform (12 decades, so
+// that many elements fall below the smallest code), tiny and subnormal values, zeros of both
+// signs, exact absmax duplicates and negative values (the unsigned book sees |x| of them).
+TEST(Quant8FastTest, QuantizeAndDequantizeMatchReferenceOnRandomBlocks) {
+  std::mt19937_64 rng(91);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), e(-12.0f, 2.0f);
+  for_each_isa([&] {
+    for (bool is_signed : {false, true}) {
+      for (int trial = 0; trial < 1500; ++trial) {
+        const int64_t n = trial < 640 ? 1 + trial % kQuantBlockSize : (trial % 4 == 0 ? 1 + trial % 63 : kQuantBlockSize);
+        std::vector<float> x(static_cast<size_t>(n));
+        const int kind = trial % 7;
+        for (auto& v : x) {
+          switch (kind) {
+            case 0: v = u(rng) * 3.0f; break;
+            case 1: v = std::copysign(std::pow(10.0f, e(rng)), u(rng)); break;
+            case 2: v = u(rng) * 1e-39f; break;  // subnormal absmax below 2^-128: 1 / absmax = Inf
+            case 3: v = f32_from_bits(static_cast<uint32_t>(rng()) & 0x807fffffu); break;  // subnormals, +-0
+            case 4: v = (rng() % 3 == 0) ? 0.0f : u(rng); break;
+            case 5: v = static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.25f; break;  // repeated values, ties of absmax
+            default: v = std::copysign(std::pow(10.0f, e(rng) * 0.3f), u(rng)) * 1e-30f; break;
+          }
+          if (rng() % 11 == 0) v = (rng() % 2) ? -0.0f : 0.0f;
+        }
+        expect_fast_quant_matches(x, is_signed, "trial " + std::to_string(trial) + (is_signed ? " signed" : " unsigned"));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      // All zeros (scale 0), a single subnormal among zeros, Inf, NaN.
+      const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+      for (const std::vector<float>& x : std::vector<std::vector<float>>{
+               std::vector<float>(kQuantBlockSize, 0.0f), std::vector<float>(13, -0.0f),
+               {0.0f, 1e-45f, 0.0f, -0.0f, 1e-45f, 0.0f, 0.0f, 0.0f, 0.0f, -1e-45f},
+               {0.0f, 2.0f, inf, -3.0f, 0.0f, -inf, 5.0f, 1e-3f, 0.0f},
+               {nan, 0.5f, -0.25f, 0.0f, nan, 1.0f, -1.0f, 3e-7f, 0.0f, 0.125f, 0.7f, -nan, 0.0f, 1e-7f, 2e-7f, 6e-7f, 0.9f}}) {
+        expect_fast_quant_matches(x, is_signed, "special block");
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  });
+}
+
+// The smallest a in [0, 1] whose reference code (scale 1) is at least `code`, by bisection over
+// the ordered bit patterns (the code is non-decreasing in a).
+uint32_t first_bits_with_code(int code, bool is_signed) {
+  uint32_t lo = 0, hi = f32_bits(1.0f);
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (quant8_code(f32_from_bits(mid), 1.0f, is_signed) >= code)  // a >= 0: no sign bit
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+// Blocks [1, a_1 .. a_63] (scale 1, so a = |x|) quantize like the reference for every float
+// within 40 ulps of each decision boundary between neighbouring codes (both signs for the
+// signed book), for every 8191st float in [0, 1], and for every bucket start of the reference's
+// look-up table (bits with the low 15 bits clear).
+TEST(Quant8FastTest, CodesMatchReferenceAtEveryDecisionBoundary) {
+  for (bool is_signed : {false, true}) {
+    std::vector<float> values;
+    const int last = is_signed ? 127 : 255;
+    for (int c = 1; c <= last; ++c) {
+      const uint32_t b = first_bits_with_code(c, is_signed);
+      ASSERT_EQ(static_cast<int>(quant8_code(f32_from_bits(b), 1.0f, is_signed)), c) << "codes are consecutive";
+      for (int64_t k = -40; k <= 40; ++k) {
+        const int64_t bits = static_cast<int64_t>(b) + k;
+        if (bits >= 0 && bits <= static_cast<int64_t>(f32_bits(1.0f))) values.push_back(f32_from_bits(static_cast<uint32_t>(bits)));
+      }
+    }
+    for (uint32_t bits = 0; bits <= f32_bits(1.0f); bits += 8191) values.push_back(f32_from_bits(bits));
+    for (uint32_t bits = 0; bits <= f32_bits(1.0f); bits += 1u << 15) values.push_back(f32_from_bits(bits));
+    for_each_isa([&] {
+      for (size_t i = 0; i < values.size(); i += kQuantBlockSize - 1) {
+        std::vector<float> block = {1.0f};
+        for (size_t k = i; k < std::min(values.size(), i + kQuantBlockSize - 1); ++k)
+          block.push_back(is_signed && k % 2 ? -values[k] : values[k]);
+        expect_fast_quant_matches(block, is_signed, is_signed ? "signed boundaries" : "unsigned boundaries");
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    });
+  }
+}
+
+// Every float a in [0, 1] (about 1.07e9 values per book, about a minute): run by hand with
+// --gtest_also_run_disabled_tests --gtest_filter='*Exhaustive*' after changing the quantizer.
+TEST(Quant8FastTest, DISABLED_ExhaustiveOverEveryFloatInZeroOne) {
+  for (bool is_signed : {false, true}) {
+    for_each_isa([&] {
+      std::vector<float> block(kQuantBlockSize);
+      std::vector<uint8_t> want(kQuantBlockSize), got(kQuantBlockSize);
+      const uint32_t top = f32_bits(1.0f);
+      int64_t mismatches = 0;
+      for (uint64_t start = 0; start <= top; start += kQuantBlockSize - 1) {
+        block[0] = 1.0f;
+        for (int64_t k = 1; k < kQuantBlockSize; ++k) {
+          const uint64_t bits = std::min<uint64_t>(start + static_cast<uint64_t>(k) - 1, top);
+          block[k] = f32_from_bits(static_cast<uint32_t>(bits)) * ((is_signed && k % 2) ? -1.0f : 1.0f);
+        }
+        quantize_block(block.data(), kQuantBlockSize, is_signed, want.data());
+        quantize_block_fast(block.data(), kQuantBlockSize, is_signed, got.data());
+        if (want != got && ++mismatches <= 5) ADD_FAILURE() << "block from bits " << start;
+      }
+      EXPECT_EQ(mismatches, 0);
+    });
+  }
+}
+
+// The fast fp16 store with stochastic rounding equals store_row_sr<kF16> bit for bit for every
+// row length 1..70 (vector bodies and tails), with ordinary values, exact halves, values
+// between neighbouring halves, fp16 subnormals and fp32 subnormals, values at and beyond 65504,
+// +-Inf, NaN and +-0.
+TEST(StoreRowSrTest, FastF16StoreMatchesScalarBitForBit) {
+  std::mt19937_64 rng(33);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f), e(-30.0f, 17.0f);
+  for_each_isa([&] {
+    for (int64_t d = 1; d <= 70; ++d) {
+      for (int trial = 0; trial < 12; ++trial) {
+        std::vector<float> w(static_cast<size_t>(d));
+        for (int64_t j = 0; j < d; ++j) {
+          float v;
+          switch ((j + trial) % 8) {
+            case 0: v = u(rng); break;
+            case 1: v = std::copysign(std::exp2(e(rng)), u(rng)); break;
+            case 2: v = f16_to_f32(static_cast<uint16_t>(rng())); break;  // exact halves, Inf, NaN
+            case 3: {
+              const uint16_t h = static_cast<uint16_t>(rng() & 0x7bfe);
+              v = 0.5f * (f16_to_f32(h) + f16_to_f32(static_cast<uint16_t>(h + 1)));  // midpoint
+              break;
+            }
+            case 4: v = f32_from_bits(static_cast<uint32_t>(rng()) & 0x807fffffu); break;  // fp32 subnormal
+            case 5: v = std::copysign(65504.0f + static_cast<float>(rng() % 64) * 1.0f, u(rng)); break;
+            case 6: {
+              const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                                        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                                        65520.0f, 1e30f, 6e-8f, -3e-5f, 2.9802322e-8f};
+              v = specials[rng() % 10];
+              break;
+            }
+            default: v = u(rng) * 1e-5f; break;  // fp16 subnormal range
+          }
+          w[j] = v;
+        }
+        const uint32_t key = static_cast<uint32_t>(rng()), column0 = static_cast<uint32_t>(rng() % 1000);
+        std::vector<uint16_t> want(static_cast<size_t>(d) + 1, 0xabcd), got(static_cast<size_t>(d) + 1, 0xabcd);
+        store_row_sr<DType::kF16>(reinterpret_cast<uint8_t*>(want.data()), w.data(), d, key, column0);
+        store_row_sr_f16_fast(reinterpret_cast<uint8_t*>(got.data()), w.data(), d, key, column0);
+        ASSERT_EQ(got, want) << "d " << d << " trial " << trial;  // includes the guard element past the row
+      }
+    }
+  });
 }
 
 // ---- dedup radix sort ----------------------------------------------------------------------------

@@ -9,13 +9,25 @@
 // Nearest search: a look-up table indexed by the top 16 bits of the fp32 magnitude gives the
 // largest code <= the bucket start; the answer is that code or the next one, because every
 // code spacing is wider than a bucket (buckets are 2^-8 relative, spacings >= 0.7%).
+//
+// Inputs the rule above leaves open (they gave out-of-range look-ups before): a = |x| / absmax
+// is computed as |x| * (1 / absmax), which is NaN for x = 0 when 1 / absmax overflows (absmax
+// below 2^-128, a decayed state block), for x = +-Inf when absmax is Inf, and for x = NaN. Zero
+// quantizes to code 0 always; every other NaN a is taken as 1 (the largest code).
+//
+// The vectorized quantizer (quant8_vec.h) uses the code books' structure: the codes are linear
+// within each decade, so the region tables below give the nearest code as base + round(t) with
+// t = (a - lo) * inv_step, and lanes whose t lies near a half-integer (where rounding of the
+// code values or of the reference's comparison could decide) take the scalar rule.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/quant8_vec.h"
 
 namespace leanemb::kernels {
 
@@ -25,6 +37,7 @@ struct Book {
   std::vector<float> mags;      // sorted magnitudes
   std::vector<uint8_t> lut;     // bucket (fp32 bits >> 15) -> floor index into mags
   std::array<float, 256> codebook{};
+  Quant8Regions regions{};
 };
 
 Book make_book(bool is_signed) {
@@ -52,17 +65,46 @@ Book make_book(bool is_signed) {
   } else {
     for (int i = 0; i < 256; ++i) b.codebook[i] = b.mags[i];
   }
+  // Region r holds codes 2^r - 1 .. 2^(r+1) - 1: code 0 and the first decade's one code (r = 0),
+  // then each decade with the previous decade's top code as its start.
+  Quant8Regions& q = b.regions;
+  q.count = is_signed ? 7 : 8;
+  for (int r = 0; r < 16; ++r) {
+    if (r >= q.count) {
+      q.bound[r] = 2.0f;  // never exceeded: a <= 1
+      q.lo[r] = 0.0f;
+      q.inv_step[r] = 0.0f;
+      q.base[r] = 0;
+      continue;
+    }
+    const int first = (1 << r) - 1, last = (1 << (r + 1)) - 1;
+    q.bound[r] = r == 0 ? -1.0f : b.mags[first];
+    q.lo[r] = b.mags[first];
+    q.inv_step[r] = static_cast<float>((1 << r) / (static_cast<double>(b.mags[last]) - b.mags[first]));
+    q.base[r] = first;
+    q.off[r] = static_cast<float>(first - static_cast<double>(q.lo[r]) * q.inv_step[r]);
+  }
+  for (int i = 0; i < 32; ++i) {
+    const double start = std::ldexp(1.0, i - 27), end = std::ldexp(1.0, i - 26);
+    q.binade_region[i] = 0;
+    q.binade_bound[i] = 2.0f;  // none in this binade: never exceeded
+    for (int r = 1; r < q.count; ++r) {
+      if (q.bound[r] < start) ++q.binade_region[i];
+      else if (q.bound[r] < end) q.binade_bound[i] = q.bound[r];
+    }
+    if (i == 0) LEANEMB_CHECK(q.binade_region[0] == 0 && q.binade_bound[0] == 2.0f, "quant8: a bound below 2^-26");
+  }
   return b;
 }
 
-const Book& book(bool is_signed) {
-  static const Book kSigned = make_book(true);
-  static const Book kUnsigned = make_book(false);
-  return is_signed ? kSigned : kUnsigned;
-}
+// Namespace-scope constants (built before main), so the hot paths pay no static guard.
+const Book kSignedBook = make_book(true);
+const Book kUnsignedBook = make_book(false);
+
+const Book& book(bool is_signed) { return is_signed ? kSignedBook : kUnsignedBook; }
 
 inline uint8_t nearest_mag(const Book& b, float a) {
-  // a in [0, 1]
+  // a in [0, 1] (quant_input)
   uint32_t idx = b.lut[f32_bits(a) >> 15];
   const size_t last = b.mags.size() - 1;
   if (idx < last && (a - b.mags[idx]) > (b.mags[idx + 1] - a)) ++idx;
@@ -72,6 +114,13 @@ inline uint8_t nearest_mag(const Book& b, float a) {
 }  // namespace
 
 const float* quant_codebook(bool is_signed) { return book(is_signed).codebook.data(); }
+const Quant8Regions& quant8_regions(bool is_signed) { return book(is_signed).regions; }
+
+uint8_t quant8_code(float x, float inv, bool is_signed) {
+  const uint8_t m = nearest_mag(book(is_signed), quant_input(x, inv));
+  if (is_signed) return static_cast<uint8_t>(m | ((x < 0.0f && m != 0) ? 0x80u : 0u));
+  return m;
+}
 
 float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
   float absmax = 0.0f;
@@ -83,7 +132,7 @@ float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes) 
   const Book& b = book(is_signed);
   const float inv = 1.0f / absmax;
   for (int64_t i = 0; i < n; ++i) {
-    float a = std::min(std::fabs(x[i]) * inv, 1.0f);
+    const float a = quant_input(x[i], inv);
     uint8_t m = nearest_mag(b, a);
     if (is_signed) codes[i] = static_cast<uint8_t>(m | ((x[i] < 0.0f && m != 0) ? 0x80u : 0u));
     else codes[i] = m;
@@ -94,6 +143,54 @@ float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes) 
 void dequantize_block(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out) {
   const float* cb = quant_codebook(is_signed);
   for (int64_t i = 0; i < n; ++i) out[i] = cb[codes[i]] * scale;
+}
+
+namespace {
+__attribute__((flatten)) float quantize_base(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
+  return quantize_block_t<Isa::kBaseline>(x, n, is_signed, codes);
+}
+#ifdef LEANEMB_HAVE_V3
+LEANEMB_TARGET_V3 __attribute__((flatten)) float quantize_v3(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
+  return quantize_block_t<Isa::kV3>(x, n, is_signed, codes);
+}
+LEANEMB_TARGET_V3 __attribute__((flatten)) void dequantize_v3(const uint8_t* c, int64_t n, bool is_signed, float scale,
+                                                             float* out) {
+  dequantize_block_t<Isa::kV3>(c, n, is_signed, scale, out);
+}
+#endif
+#ifdef LEANEMB_HAVE_V4
+LEANEMB_TARGET_V4 __attribute__((flatten)) float quantize_v4(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
+  return quantize_block_t<Isa::kV4>(x, n, is_signed, codes);
+}
+LEANEMB_TARGET_V4 __attribute__((flatten)) void dequantize_v4(const uint8_t* c, int64_t n, bool is_signed, float scale,
+                                                             float* out) {
+  dequantize_block_t<Isa::kV4>(c, n, is_signed, scale, out);
+}
+#endif
+}  // namespace
+
+float quantize_block_fast(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
+  const Isa isa = active_isa();
+#ifdef LEANEMB_HAVE_V4
+  if (isa == Isa::kV4) return quantize_v4(x, n, is_signed, codes);
+#endif
+#ifdef LEANEMB_HAVE_V3
+  if (isa >= Isa::kV3) return quantize_v3(x, n, is_signed, codes);
+#endif
+  (void)isa;
+  return quantize_base(x, n, is_signed, codes);
+}
+
+void dequantize_block_fast(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out) {
+  const Isa isa = active_isa();
+#ifdef LEANEMB_HAVE_V4
+  if (isa == Isa::kV4) return dequantize_v4(codes, n, is_signed, scale, out);
+#endif
+#ifdef LEANEMB_HAVE_V3
+  if (isa >= Isa::kV3) return dequantize_v3(codes, n, is_signed, scale, out);
+#endif
+  (void)isa;
+  dequantize_block(codes, n, is_signed, scale, out);
 }
 
 }  // namespace leanemb::kernels

@@ -18,6 +18,7 @@
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
+#include "kernels/quant8_vec.h"
 #include "kernels/row_access.h"
 #include "kernels/vec16.h"
 #include "kernels/vec8.h"
@@ -30,7 +31,7 @@ inline bool state_signed(OptimizerKind k, int idx) {
   return idx == 0 && (k == OptimizerKind::kAdam || k == OptimizerKind::kPartialRowwiseAdam);
 }
 
-template <StateDType S>
+template <Isa I, StateDType S>
 inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __restrict out) {
   const uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
   const int64_t d = l.dim;
@@ -40,16 +41,12 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
     const uint16_t* r = reinterpret_cast<const uint16_t*>(p);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
   } else {
-    const uint8_t* scales = row + (k == 0 ? l.m_scale_offset : l.v_scale_offset);
-    for (int64_t b = 0; b < l.num_blocks; ++b) {
-      const int64_t j0 = b * kQuantBlockSize;
-      dequantize_block(p + j0, std::min(kQuantBlockSize, d - j0), state_signed(l.optimizer.kind, k),
-                       load_f32(scales + 4 * b), out + j0);
-    }
+    dequantize_row_t<I>(p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset), d, state_signed(l.optimizer.kind, k),
+                        out);
   }
 }
 
-template <StateDType S>
+template <Isa I, StateDType S>
 inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __restrict x, uint32_t key) {
   uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
   const int64_t d = l.dim;
@@ -62,7 +59,8 @@ inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __
     for (int64_t b = 0; b < l.num_blocks; ++b) {
       const int64_t j0 = b * kQuantBlockSize;
       store_f32(scales + 4 * b,
-                quantize_block(x + j0, std::min(kQuantBlockSize, d - j0), state_signed(l.optimizer.kind, k), p + j0));
+                quantize_block_t<I>(x + j0, std::min(kQuantBlockSize, d - j0), state_signed(l.optimizer.kind, k),
+                                    p + j0));
     }
   }
 }
@@ -120,8 +118,21 @@ struct UpdateConsts {
         c2(one_minus(o.beta2)) {}
 };
 
+// The weights' store with stochastic rounding (store_row_sr), vectorized for fp16 rows in the
+// x86-64-v3 and v4 builds (vec8.h, vec16.h; bit-identical).
+template <Isa I, DType W>
+inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key) {
+#ifdef LEANEMB_HAVE_V4
+  if constexpr (W == DType::kF16 && I == Isa::kV4) return store_row_sr_f16_v4(row, w, d, key, 0);
+#endif
+#ifdef LEANEMB_HAVE_V3
+  if constexpr (W == DType::kF16 && I == Isa::kV3) return store_row_sr_f16_v3(row, w, d, key, 0);
+#endif
+  store_row_sr<W>(row, w, d, key, 0);
+}
+
 // Applies the optimizer to one fat row with gradient gin [dim], in ref_update_row's order.
-template <DType W, StateDType S>
+template <Isa I, DType W, StateDType S>
 inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, const float* __restrict gin,
                        uint32_t key, Scratch sc) {
   const OptimizerOptions& o = l.optimizer;
@@ -141,12 +152,12 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
       for (int64_t j = 0; j < d; ++j) w[j] = w[j] + c.nlr * g[j];
       break;
     case OptimizerKind::kAdagrad:
-      load_state<S>(l, row, 0, m);
+      load_state<I, S>(l, row, 0, m);
       for (int64_t j = 0; j < d; ++j) {
         m[j] = m[j] + g[j] * g[j];
         w[j] = w[j] + c.nlr * (g[j] / (std::sqrt(m[j]) + c.eps));
       }
-      store_state<S>(l, row, 0, m, key);
+      store_state<I, S>(l, row, 0, m, key);
       break;
     case OptimizerKind::kRowwiseAdagrad: {
       const float s_new = load_f32(row + l.rowwise_offset) + sum_squares_v(g, d) / static_cast<float>(d);
@@ -156,31 +167,31 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
       break;
     }
     case OptimizerKind::kAdam:
-      load_state<S>(l, row, 0, m);
-      load_state<S>(l, row, 1, v);
+      load_state<I, S>(l, row, 0, m);
+      load_state<I, S>(l, row, 1, v);
       for (int64_t j = 0; j < d; ++j) {
         m[j] = m[j] + (g[j] - m[j]) * c.c1;
         v[j] = v[j] + (g[j] * g[j] - v[j]) * c.c2;
         w[j] = w[j] + c.nstep * (m[j] / (std::sqrt(v[j]) + c.eps));
       }
-      store_state<S>(l, row, 0, m, key);
-      store_state<S>(l, row, 1, v, key);
+      store_state<I, S>(l, row, 0, m, key);
+      store_state<I, S>(l, row, 1, v, key);
       break;
     case OptimizerKind::kPartialRowwiseAdam: {
       const float v_old = load_f32(row + l.rowwise_offset);
       const float v_new = v_old + (sum_squares_v(g, d) / static_cast<float>(d) - v_old) * c.c2;
       const float denom = std::sqrt(v_new) + c.eps;
-      load_state<S>(l, row, 0, m);
+      load_state<I, S>(l, row, 0, m);
       for (int64_t j = 0; j < d; ++j) {
         m[j] = m[j] + (g[j] - m[j]) * c.c1;
         w[j] = w[j] + c.nstep * (m[j] / denom);
       }
-      store_state<S>(l, row, 0, m, key);
+      store_state<I, S>(l, row, 0, m, key);
       store_f32(row + l.rowwise_offset, v_new);
       break;
     }
   }
-  store_row_sr<W>(row, w, d, key, 0);
+  store_weights_sr<I, W>(row, w, d, key);
 }
 
 // The fat-row prefetches of a loop over rows[u0, end): call start() once, then step(u) before
@@ -208,7 +219,7 @@ struct RowPrefetch {
   }
 };
 
-template <DType W, StateDType S>
+template <Isa I, DType W, StateDType S>
 inline void update_range(const TableView& t, const int64_t* rows, const float* grads, int64_t u0, int64_t u1,
                          const UpdateStep& s, Scratch sc) {
   const RowLayout& l = *t.layout;
@@ -219,7 +230,7 @@ inline void update_range(const TableView& t, const int64_t* rows, const float* g
     prefetch.step(u);
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const uint32_t key = row_key(s.seed, static_cast<uint64_t>(s.step), t.table_index, t.key_row(rows[u]));
-    update_one<W, S>(l, c, row, grads + u * l.dim, key, sc);
+    update_one<I, W, S>(l, c, row, grads + u * l.dim, key, sc);
   }
 }
 
@@ -351,7 +362,7 @@ inline bool reduce_range_t(const SegmentSource& s, int64_t u0, int64_t u1, float
 }
 
 // The fused loop: reduce row u's gradient into sc.r, update row u.
-template <bool kV4, DType W, StateDType S>
+template <Isa I, DType W, StateDType S>
 inline void fused_range(const TableView& t, const SegmentSource& s, const int64_t* rows, int64_t u0, int64_t u1,
                         const UpdateStep& st, Scratch sc, float* __restrict reduced) {
   const RowLayout& l = *t.layout;
@@ -362,10 +373,10 @@ inline void fused_range(const TableView& t, const SegmentSource& s, const int64_
   for (int64_t k = s.seg[u0]; k < std::min(pf_end, s.seg[u0] + kGradsAhead); ++k) prefetch_grad(s, k, pf_end);
   for (int64_t u = u0; u < u1; ++u) {
     prefetch.step(u);
-    reduce_row<kV4>(s, u, pf_end, reduced);
+    reduce_row<I == Isa::kV4>(s, u, pf_end, reduced);
     uint8_t* row = t.base + static_cast<size_t>(rows[u]) * l.stride_bytes;
     const uint32_t key = row_key(st.seed, static_cast<uint64_t>(st.step), t.table_index, t.key_row(rows[u]));
-    update_one<W, S>(l, c, row, reduced, key, sc);
+    update_one<I, W, S>(l, c, row, reduced, key, sc);
   }
 }
 
@@ -400,37 +411,38 @@ struct RangeJob {
   float* out;              // fused: the reduced row; reduce: the output
 };
 
-template <bool kV4>
+template <Isa I>
 inline void run_update(const RangeJob& j) {
-  with_dtypes(*j.t->layout, [&]<DType W, StateDType S>() { update_range<W, S>(*j.t, j.rows, j.grads, j.u0, j.u1, *j.step, j.sc); });
+  with_dtypes(*j.t->layout,
+              [&]<DType W, StateDType S>() { update_range<I, W, S>(*j.t, j.rows, j.grads, j.u0, j.u1, *j.step, j.sc); });
 }
-template <bool kV4>
+template <Isa I>
 inline void run_fused(const RangeJob& j) {
   with_dtypes(*j.t->layout,
-              [&]<DType W, StateDType S>() { fused_range<kV4, W, S>(*j.t, *j.s, j.rows, j.u0, j.u1, *j.step, j.sc, j.out); });
+              [&]<DType W, StateDType S>() { fused_range<I, W, S>(*j.t, *j.s, j.rows, j.u0, j.u1, *j.step, j.sc, j.out); });
 }
 
 // One build per ISA of each loop (isa.h); `flatten` inlines the templates into each.
 enum class Loop { kUpdate, kFused, kReduce };
 
 __attribute__((flatten)) bool run_base(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<false>(j);
-  else if (k == Loop::kFused) run_fused<false>(j);
+  if (k == Loop::kUpdate) run_update<Isa::kBaseline>(j);
+  else if (k == Loop::kFused) run_fused<Isa::kBaseline>(j);
   else return reduce_range_t<false>(*j.s, j.u0, j.u1, j.out);
   return true;
 }
 #ifdef LEANEMB_HAVE_V3
 LEANEMB_TARGET_V3 __attribute__((flatten)) bool run_v3(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<false>(j);
-  else if (k == Loop::kFused) run_fused<false>(j);
+  if (k == Loop::kUpdate) run_update<Isa::kV3>(j);
+  else if (k == Loop::kFused) run_fused<Isa::kV3>(j);
   else return reduce_range_t<false>(*j.s, j.u0, j.u1, j.out);
   return true;
 }
 #endif
 #ifdef LEANEMB_HAVE_V4
 LEANEMB_TARGET_V4 __attribute__((flatten)) bool run_v4(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<true>(j);
-  else if (k == Loop::kFused) run_fused<true>(j);
+  if (k == Loop::kUpdate) run_update<Isa::kV4>(j);
+  else if (k == Loop::kFused) run_fused<Isa::kV4>(j);
   else return reduce_range_t<true>(*j.s, j.u0, j.u1, j.out);
   return true;
 }
@@ -448,7 +460,35 @@ bool run_loop(Isa isa, Loop k, const RangeJob& j) {
 
 constexpr int64_t kScratchRows = 5;  // w, g, m, v and the reduced gradient
 
+__attribute__((flatten)) void store_f16_base(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t c0) {
+  store_row_sr<DType::kF16>(row, w, d, key, c0);
+}
+#ifdef LEANEMB_HAVE_V3
+LEANEMB_TARGET_V3 __attribute__((flatten)) void store_f16_v3(uint8_t* row, const float* w, int64_t d, uint32_t key,
+                                                            uint32_t c0) {
+  store_row_sr_f16_v3(row, w, d, key, c0);
+}
+#endif
+#ifdef LEANEMB_HAVE_V4
+LEANEMB_TARGET_V4 __attribute__((flatten)) void store_f16_v4(uint8_t* row, const float* w, int64_t d, uint32_t key,
+                                                            uint32_t c0) {
+  store_row_sr_f16_v4(row, w, d, key, c0);
+}
+#endif
+
 }  // namespace
+
+void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0) {
+  const Isa isa = active_isa();
+#ifdef LEANEMB_HAVE_V4
+  if (isa == Isa::kV4) return store_f16_v4(row, w, d, key, column0);
+#endif
+#ifdef LEANEMB_HAVE_V3
+  if (isa >= Isa::kV3) return store_f16_v3(row, w, d, key, column0);
+#endif
+  (void)isa;
+  store_f16_base(row, w, d, key, column0);
+}
 
 bool reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {
   RangeJob j{};

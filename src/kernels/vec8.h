@@ -19,6 +19,8 @@
 #endif
 #endif
 
+#include "core/half.h"
+#include "core/rng.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::kernels {
@@ -97,6 +99,63 @@ LEANEMB_TARGET_V3 inline v8f load8_v3(const uint8_t* row, int64_t j, int64_t d) 
     const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
     return reinterpret_cast<v8f>(_mm256_add_ps(_mm256_mul_ps(f, _mm256_set1_ps(scale)), _mm256_set1_ps(bias)));
   }
+}
+
+// column_bits(key, col) (core/rng.h) of eight columns col.
+LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i col) {
+  __m256i h = _mm256_add_epi32(_mm256_mullo_epi32(col, _mm256_set1_epi32(static_cast<int>(0x9e3779b9u))),
+                               _mm256_set1_epi32(0x7f4a7c15));
+  h = _mm256_xor_si256(h, _mm256_set1_epi32(static_cast<int>(key)));
+  h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+  h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(0x85ebca6bu)));
+  h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+  h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(0xc2b2ae35u)));
+  return _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+}
+
+// f32_to_f16_sr (core/half.h) of eight values with random bits `bits`, as eight halves in the
+// low 16 bits of 32-bit lanes. Every step is the scalar's: the truncation f32_to_f16_rtz, the
+// neighbours' values (VCVTPH2PS is exact; it quiets signaling NaNs, which only arise where the
+// truncated half is Inf/NaN or 65504, whose result the scalar keeps regardless), the fraction by
+// the same IEEE division, and the comparison with the same 24-bit uniform.
+LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
+  const __m256i ua = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));  // < 2^31: signed compares are exact
+  const __m256 sub_in = _mm256_castsi256_ps(_mm256_min_epu32(ua, _mm256_set1_epi32(0x38800000)));
+  const __m256i sub = _mm256_cvttps_epi32(_mm256_mul_ps(sub_in, _mm256_set1_ps(16777216.0f)));
+  const __m256i normal = _mm256_srli_epi32(_mm256_sub_epi32(ua, _mm256_set1_epi32(0x38000000)), 13);
+  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x38800000), ua);
+  __m256i out = _mm256_blendv_epi8(normal, sub, is_sub);
+  out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7bff), _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x477fefff)));
+  const __m256i inf_nan = _mm256_blendv_epi8(_mm256_set1_epi32(0x7c00), _mm256_set1_epi32(0x7e00),
+                                             _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x7f800000)));
+  out = _mm256_blendv_epi8(out, inf_nan, _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x7f7fffff)));
+  const __m256i lo = _mm256_or_si256(out, sign);
+  const __m256i hi = _mm256_add_epi32(lo, _mm256_set1_epi32(1));
+  const __m128i lo16 = _mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  const __m128i hi16 = _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  const __m256 lo_f = _mm256_cvtph_ps(lo16), hi_f = _mm256_cvtph_ps(hi16);
+  const __m256 frac = _mm256_div_ps(_mm256_sub_ps(f, lo_f), _mm256_sub_ps(hi_f, lo_f));
+  const __m256 u01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+  const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7bff), _mm256_and_si256(lo, _mm256_set1_epi32(0x7fff)));
+  const __m256i up = _mm256_and_si256(finite, _mm256_castps_si256(_mm256_cmp_ps(u01, frac, _CMP_LT_OQ)));
+  return _mm256_sub_epi32(lo, up);  // up is -1 where the value rounds up
+}
+
+// store_row_sr<DType::kF16> (row_access.h), eight columns at a time.
+LEANEMB_TARGET_V3 inline void store_row_sr_f16_v3(uint8_t* __restrict row, const float* __restrict w, int64_t d,
+                                                  uint32_t key, uint32_t column0) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    const __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(column0 + static_cast<uint32_t>(j))), iota);
+    const __m256i h = f32_to_f16_sr8_v3(_mm256_loadu_ps(w + j), column_bits8_v3(key, col));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 2 * j),
+                     _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+  }
+  uint16_t* r = reinterpret_cast<uint16_t*>(row);
+  for (; j < d; ++j) r[j] = f32_to_f16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
 }
 
 // True when the CPU runs x86-64-v3 code (AVX2, FMA, F16C, BMI2).
