@@ -42,7 +42,19 @@ void record_copies(std::span<const RowCopy> parts, int64_t count, const ExecCont
 
 // ---- cpu -------------------------------------------------------------------------------------
 
-class CpuBackend final : public KernelBackend {
+// Both host backends read rows with the scalar readers: they serve row I/O, not the step.
+class HostBackend : public KernelBackend {
+ public:
+  void load_weights(const RowLayout& l, const uint8_t* row, float* out) const override { ref_load_weights(l, row, out); }
+  void load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) const override {
+    ref_load_elem_state(l, row, k, out);
+  }
+  float load_rowwise_state(const RowLayout& l, const uint8_t* row) const override {
+    return ref_load_rowwise_state(l, row);
+  }
+};
+
+class CpuBackend final : public HostBackend {
  public:
   std::string_view name() const override { return "cpu"; }
 
@@ -87,14 +99,6 @@ class CpuBackend final : public KernelBackend {
   void store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) const override {
     kernels::store_weights_rne(l, row, w);
   }
-  // The row readers have one (scalar) implementation: they serve row I/O, not the step.
-  void load_weights(const RowLayout& l, const uint8_t* row, float* out) const override { ref_load_weights(l, row, out); }
-  void load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) const override {
-    ref_load_elem_state(l, row, k, out);
-  }
-  float load_rowwise_state(const RowLayout& l, const uint8_t* row) const override {
-    return ref_load_rowwise_state(l, row);
-  }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes,
             const ExecContext& x) const override {
@@ -115,7 +119,7 @@ class CpuBackend final : public KernelBackend {
 
 // The scalar references, serial: the oracle. Its copies are plain loops of memcpy, and it
 // records what the CPU backend records.
-class ReferenceBackend final : public KernelBackend {
+class ReferenceBackend final : public HostBackend {
  public:
   std::string_view name() const override { return "reference"; }
 
@@ -161,13 +165,6 @@ class ReferenceBackend final : public KernelBackend {
   }
   void store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) const override {
     ref_store_weights_rne(l, row, w);
-  }
-  void load_weights(const RowLayout& l, const uint8_t* row, float* out) const override { ref_load_weights(l, row, out); }
-  void load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) const override {
-    ref_load_elem_state(l, row, k, out);
-  }
-  float load_rowwise_state(const RowLayout& l, const uint8_t* row) const override {
-    return ref_load_rowwise_state(l, row);
   }
 
   void copy(void* dst, Tier dst_tier, const void* src, Tier src_tier, size_t bytes,
