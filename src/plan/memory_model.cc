@@ -237,6 +237,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   // ---- tables: rows, step buffers, staging ------------------------------------------------------
   std::vector<TableStep> ts;
   int64_t max_dim = 0;
+  size_t ckpt_bulk = 0;  // a checkpoint's largest file-store bulk call (save or restore), host io_buffers
   for (const TableSpec& t : w.tables) {
     TableStep s;
     auto layout = make_row_layout(t.dim, w.row_dtype, w.row_optimizer);
@@ -273,9 +274,12 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
       const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.layout.stride_bytes, s.unique, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
       r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
-      if (w.file_store)
+      if (w.file_store) {
         r.persist(Item{Tier::kHost, Category::kIoBuffers,
                        tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
+        ckpt_bulk = std::max(ckpt_bulk, tiered::file_store_bulk_bytes(std::min(tiered::kCheckpointChunkRows, s.rows),
+                                                                      s.layout.stride_bytes, w.file_block_bytes));
+      }
       if (s.ids > 0)
         for (int b = 0; b < kCacheRemapBuffers; ++b)
           r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
@@ -309,6 +313,9 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
                                        2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
     ts.push_back(s);
   }
+  // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
+  // file store's rows kCheckpointChunkRows at a time through a bulk staging buffer.
+  if (ckpt_bulk > 0) r.phase("checkpoint (file store bulk transfer)", {Item{Tier::kHost, Category::kIoBuffers, ckpt_bulk}});
   // The fused update's scratch (kGradients, one StepBuffers slot, from the workspace allocator).
   const int threads = w.num_threads > 0 ? w.num_threads : omp_get_max_threads();
   r.persist(r.item(Category::kGradients, step_buffer_alloc_bytes(kernels::reduce_and_update_scratch_floats(max_dim, threads) * 4),

@@ -203,7 +203,7 @@ class FileRowStore final : public RowStore {
     LEANEMB_RETURN_IF_ERROR(presence_.prepare_range(begin, count));
     const uint64_t s = static_cast<uint64_t>(begin) * row_bytes_, e = static_cast<uint64_t>(begin + count) * row_bytes_;
     const uint64_t a = align_down(s, block_), b = align_up(e, block_);
-    LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(b - a));
+    LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(count));
     uint8_t* stage = buf.as<uint8_t>();
     uint64_t ops = 0;
     std::vector<IoOp> io;
@@ -246,7 +246,7 @@ class FileRowStore final : public RowStore {
       const uint64_t s = static_cast<uint64_t>(begin + first) * row_bytes_;
       const uint64_t e = static_cast<uint64_t>(begin + last + 1) * row_bytes_;
       const uint64_t a = align_down(s, block_), b = align_up(e, block_);
-      LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(b - a));
+      LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(count));
       uint8_t* stage = buf.as<uint8_t>();
       const uint64_t base = static_cast<uint64_t>(begin) * row_bytes_;
       std::vector<IoOp> io;
@@ -305,11 +305,10 @@ class FileRowStore final : public RowStore {
     io_buffer_bytes_ += a.size_bytes();
     return a;
   }
-  // The staging buffer of one bulk call: the aligned span, at most kBulkStagingBytes (a block
-  // multiple), from the allocator (io_buffers) for the call only.
-  Result<Allocation> bulk_buffer(uint64_t span) const {
-    const uint64_t cap = align_down(std::max<uint64_t>(kBulkStagingBytes, block_), block_);
-    return alloc_->allocate(static_cast<size_t>(std::min(span, cap)), Category::kIoBuffers, kBufferAlign);
+  // The staging buffer of one bulk call of `count` rows (file_store_bulk_bytes in sizes.h), from
+  // the allocator (io_buffers) for the call only.
+  Result<Allocation> bulk_buffer(int64_t count) const {
+    return alloc_->allocate(file_store_bulk_bytes(count, row_bytes_, block_), Category::kIoBuffers, kBufferAlign);
   }
   // A read staging buffer from the pool (a new one when two reads run at once); empty when the
   // allocator refuses.

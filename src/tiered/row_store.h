@@ -28,6 +28,7 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::tiered {
 
@@ -43,10 +44,7 @@ enum class IoEngineKind : uint8_t { kAuto, kUring, kThreads };
 std::string_view io_engine_kind_name(IoEngineKind k);          // "auto" | "io_uring" | "threads"
 Result<IoEngineKind> parse_io_engine_kind(std::string_view s);  // errors: InvalidArgument
 
-// The largest single transfer of the file store's bulk reads and writes (write_range /
-// read_range), and the staging buffer one bulk call holds (io_buffers, for the call only).
-inline constexpr size_t kBulkTransferBytes = size_t{1} << 20;
-inline constexpr size_t kBulkStagingBytes = size_t{8} << 20;
+// kBulkTransferBytes, kBulkStagingBytes: tiered/sizes.h (file_store_bulk_bytes).
 
 struct RowStoreOptions {
   StoreKind kind = StoreKind::kHost;

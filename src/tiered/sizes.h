@@ -60,6 +60,22 @@ inline size_t file_store_staging_bytes(size_t row_bytes, size_t block_bytes, int
   return 2 * file_store_num_slots(row_bytes, block_bytes, queue_depth) * file_store_slot_bytes(row_bytes, block_bytes);
 }
 
+// The file store's bulk calls (write_range / read_range: checkpoint restore and save): transfers
+// of at most kBulkTransferBytes, through a staging buffer (io_buffers, for the call only) of
+// file_store_bulk_bytes: the block-aligned span `count` rows can cover wherever they start,
+// at most kBulkStagingBytes (a block multiple). It depends on the call's row count only (not on
+// which rows are present), so the planner predicts it exactly. Checkpoints move a table's rows
+// kCheckpointChunkRows at a time (src/train/loop.cc; the planner's "checkpoint" phase).
+inline constexpr size_t kBulkTransferBytes = size_t{1} << 20;
+inline constexpr size_t kBulkStagingBytes = size_t{8} << 20;
+inline constexpr int64_t kCheckpointChunkRows = 65536;
+inline size_t file_store_bulk_bytes(int64_t count, size_t row_bytes, size_t block_bytes) {
+  const size_t block = std::max<size_t>(block_bytes, 1);
+  const size_t cap = std::max(kBulkStagingBytes, block) / block * block;
+  const size_t span = (static_cast<size_t>(std::max<int64_t>(count, 0)) * row_bytes + block - 1) / block * block + block;
+  return std::min(span, cap);
+}
+
 // The fetch's staging buffers (io_buffers) grow on demand to hold n rows with headroom:
 // max(n + n/4, 16) rows. flush() (checkpoints) writes dirty rows back in chunks of at most
 // kRowCacheFlushChunkRows through the write-back buffer, exactly sized.

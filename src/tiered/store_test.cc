@@ -12,12 +12,15 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tiered/file_store.h"
 #include "tiered/row_store.h"
+#include "tiered/sizes.h"
+#include "leanemb/memory.h"
 
 namespace leanemb::tiered {
 namespace {
@@ -219,6 +222,47 @@ TEST_P(RowStoreTest, BulkWriteUsesFewLargeRequests) {
   ASSERT_TRUE((*store)->read_range(5, n - 10, out.data(), present.data()).ok());
   EXPECT_EQ(out, src);
   EXPECT_EQ(std::count(present.begin(), present.end(), 1), n - 10);
+}
+
+// A bulk call's staging (io_buffers above the store's persistent buffers) is exactly
+// file_store_bulk_bytes of its row count, whichever rows are present: the planner's checkpoint
+// phase (plan/memory_model.cc) predicts it from the count alone.
+TEST_P(RowStoreTest, BulkStagingIsTheSizeFunctionOfTheCount) {
+  if (GetParam() == Backend::kHost) GTEST_SKIP() << "the host store copies rows without staging";
+  TempDir dir;
+  TrackingAllocator alloc;
+  const size_t rb = 40;
+  const int64_t n = 300000;  // 11.4 MiB: a full-range call is capped at kBulkStagingBytes
+  auto store = make_row_store(options_for(GetParam(), dir, n, rb), &alloc);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  const size_t block = (*store)->stats().block_bytes;
+  const size_t persistent = alloc.memory_stats()[Category::kIoBuffers].current_bytes;
+  std::vector<uint8_t> rows(static_cast<size_t>(n) * rb, 0x5A), present(static_cast<size_t>(n));
+  // (begin, count): unaligned starts, a few rows, a chunk, the whole table; written, then read
+  // back (all present), then read where only one row in the range is present.
+  for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{3, 7}, {101, 65536}, {0, n}, {77777, 1000}}) {
+    alloc.reset_peaks();
+    ASSERT_TRUE((*store)->write_range(begin, count, rows.data()).ok());
+    const size_t expect = file_store_bulk_bytes(count, rb, block);
+    EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - persistent, expect) << "write " << begin << "+" << count;
+    alloc.reset_peaks();
+    ASSERT_TRUE((*store)->read_range(begin, count, rows.data(), present.data()).ok());
+    EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - persistent, expect) << "read " << begin << "+" << count;
+  }
+  EXPECT_EQ(file_store_bulk_bytes(n, rb, block), kBulkStagingBytes);
+  // A sparse range (a fresh store, one present row at the range's end) stages the count's span
+  // too, not the span of the present rows.
+  RowStoreOptions o = options_for(GetParam(), dir, n, rb);
+  o.path = dir.file("sparse.bin");
+  auto sparse = make_row_store(o, &alloc);
+  ASSERT_TRUE(sparse.ok()) << sparse.status().to_string();
+  const int64_t last[1] = {n - 1};
+  ASSERT_TRUE((*sparse)->write_rows(last, rows.data()).ok());
+  const size_t both = alloc.memory_stats()[Category::kIoBuffers].current_bytes;
+  alloc.reset_peaks();
+  ASSERT_TRUE((*sparse)->read_range(n - 70000, 70000, rows.data(), present.data()).ok());
+  EXPECT_EQ(std::count(present.begin(), present.begin() + 70000, 1), 1);
+  EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - both, file_store_bulk_bytes(70000, rb, block));
 }
 
 // Rows outside [0, num_rows) are OutOfRange with the row and position in the message.

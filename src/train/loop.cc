@@ -14,6 +14,7 @@
 
 #include "dist/communicator.h"
 #include "dist/sharded_checkpoint.h"
+#include "tiered/sizes.h"
 #include "train/divergence.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int64_t kCkptChunkRows = 65536;
+constexpr int64_t kCkptChunkRows = tiered::kCheckpointChunkRows;  // the planner's checkpoint phase
 
 std::vector<uint8_t> to_bytes(const json& j) {
   const std::string s = j.dump();
