@@ -453,19 +453,23 @@ Status RowCache::flush() {
     for (int32_t s = 0; s < capacity_; ++s)
       if ((index_.flags(s) & CacheIndex::kDirty) && index_.slot_row(s) >= 0) dirty_slots.push_back(s);
   }
-  constexpr size_t kChunk = kRowCacheFlushChunkRows;  // the planner counts the staging (tiered/sizes.h)
-  for (size_t b = 0; b < dirty_slots.size(); b += kChunk) {
-    const size_t n = std::min(kChunk, dirty_slots.size() - b);
-    if (stage_out_.size_bytes() < n * stride) {
-      stage_out_.reset();
-      LEANEMB_ASSIGN_OR_RETURN(stage_out_, staging_alloc_->allocate(n * stride, Category::kIoBuffers, 4096));
-    }
+  // Through the larger of the fetch's two staging buffers (both idle under fetch_mu_), in chunks
+  // of its rows: a flush allocates nothing beyond what a step holds (row_cache_sizes). A row is
+  // resident only after a fetch, so a dirty row implies a staging buffer of at least 16 rows.
+  Allocation& stage = stage_in_.size_bytes() >= stage_out_.size_bytes() ? stage_in_ : stage_out_;
+  if (!dirty_slots.empty() && stage.size_bytes() < stride) {
+    stage.reset();
+    LEANEMB_ASSIGN_OR_RETURN(stage, staging_alloc_->allocate(row_cache_stage_rows(1) * stride, Category::kIoBuffers, 4096));
+  }
+  const size_t chunk = dirty_slots.empty() ? 1 : stage.size_bytes() / stride;
+  for (size_t b = 0; b < dirty_slots.size(); b += chunk) {
+    const size_t n = std::min(chunk, dirty_slots.size() - b);
     std::vector<int64_t> rows(n);
     for (size_t i = 0; i < n; ++i) {
       rows[i] = index_.slot_row(dirty_slots[b + i]);
-      std::memcpy(stage_out_.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty_slots[b + i]) * stride, stride);
+      std::memcpy(stage.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty_slots[b + i]) * stride, stride);
     }
-    LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, stage_out_.as<uint8_t>()));
+    LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, stage.as<uint8_t>()));
     std::lock_guard<std::mutex> l(mu_);
     for (size_t i = 0; i < n; ++i) index_.flags(dirty_slots[b + i]) &= static_cast<uint8_t>(~CacheIndex::kDirty);
     stats_.writebacks += n;

@@ -77,16 +77,16 @@ inline size_t file_store_bulk_bytes(int64_t count, size_t row_bytes, size_t bloc
 }
 
 // The fetch's staging buffers (io_buffers) grow on demand to hold n rows with headroom:
-// max(n + n/4, 16) rows. flush() (checkpoints) writes dirty rows back in chunks of at most
-// kRowCacheFlushChunkRows through the write-back buffer, exactly sized.
-inline constexpr size_t kRowCacheFlushChunkRows = 4096;
+// max(n + n/4, 16) rows: one for the rows read in, one for the dirty victims written back (at
+// most the rows read in). flush() writes dirty rows back through the larger of the two, in
+// chunks of its rows, and allocates nothing.
 inline size_t row_cache_stage_rows(size_t n) { return std::max<size_t>(n + n / 4, 16); }
 
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
   size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;
                              // eviction candidates (row_cache_index_bytes)
-  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read, plus victims written back (or a flush's chunk)
+  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read, plus victims written back
   size_t device_bytes() const { return slot_bytes + index_bytes; }
 };
 
@@ -130,8 +130,7 @@ inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, in
   s.slot_bytes = cap * row_bytes;
   s.index_bytes = row_cache_index_bytes(capacity_rows, policy);
   const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0);
-  const size_t in = row_cache_stage_rows(per_step), out = std::max(in, std::min(kRowCacheFlushChunkRows, cap));
-  s.staging_bytes = (in + out) * row_bytes;
+  s.staging_bytes = 2 * row_cache_stage_rows(per_step) * row_bytes;  // in, and out (victims <= rows in)
   return s;
 }
 
