@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bench_internal.h"
+#include "core/json.h"
 
 namespace leanemb::bench::internal {
 
@@ -112,7 +113,7 @@ void print_table(const json& doc) {
   std::printf("(step/bl: step time / the shape's baseline contender's, median of per-round ratios (forward for "
               "lookup-only rows); engine peak: the contender's own allocator, all categories; process peak RSS %s)\n",
               format_bytes(doc["peak_rss_bytes"].get<size_t>()).c_str());
-  if (doc.contains("summary") && !doc["summary"].empty()) std::printf("summary: %s\n", doc["summary"].dump().c_str());
+  if (doc.contains("summary") && !doc["summary"].empty()) std::printf("summary: %s\n", dump_json(doc["summary"]).c_str());
   print_load(doc);
   std::fflush(stdout);
 }
@@ -134,7 +135,7 @@ Status write_json(const std::string& path, const json& doc) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // a failure shows at open
   std::ofstream f(path);
   if (!f) return Status(StatusCode::kIoError, "cannot open '" + path + "' for writing");
-  f << doc.dump(2) << "\n";
+  f << dump_json(doc, 2) << "\n";
   f.close();
   if (!f) return Status(StatusCode::kIoError, "cannot write '" + path + "'");
   return Status();

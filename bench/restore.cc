@@ -16,6 +16,7 @@
 
 #include "bench_internal.h"
 #include "leanemb/checkpoint.h"
+#include "core/json.h"
 
 namespace leanemb::bench::internal {
 namespace {
@@ -186,7 +187,7 @@ Status run_restore(const BenchOptions& o, const Progress& progress, json* doc) {
                {"save_s_host", sh}, {"save_s_file", sf}, {"save_ratio_file_over_host", sh > 0 ? sf / sh : 0.0},
                {"gate", "pass"}, {"peak_rss_bytes", process_max_rss_bytes()}};
   (*doc)["summary"] = summary;
-  std::printf("restore: %s\n", summary.dump().c_str());
+  std::printf("restore: %s\n", dump_json(summary).c_str());
   if (o.store_path.empty()) fs::remove_all(dir, ec);
   return Status();
 }

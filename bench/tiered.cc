@@ -23,6 +23,7 @@
 #include "bench_internal.h"
 #include "tiered/file_io.h"
 #include "tiered/row_cache.h"
+#include "core/json.h"
 
 namespace leanemb::bench {
 namespace internal {
@@ -381,7 +382,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   }
   summary["peak_rss_bytes"] = process_max_rss_bytes();
   (*doc)["summary"] = summary;
-  std::printf("tiered: %s\n", summary.dump().c_str());
+  std::printf("tiered: %s\n", dump_json(summary).c_str());
   for (Run& r : runs) std::printf("\nmemory of %s:\n%s", r.name.c_str(), r.e.mem->memory_summary().c_str());
   runs.clear();
   if (file && o.store_path.empty()) ::unlink(path.c_str());

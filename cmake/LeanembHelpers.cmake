@@ -22,9 +22,18 @@ if(LEANEMB_SANITIZE)
   add_compile_definitions(LEANEMB_NO_MULTIVERSION)
 endif()
 
+# Optimization flags for code that needs no speed: the test programs' own sources (the library
+# they test keeps the build type's flags) and the CLI's option declarations (tools/main.cc,
+# CLI11). The sanitizer presets set -O0: it halves the compile time of those files (measured on
+# src/table/table_test.cc under ASan + UBSan: 23.4 s at -O1, 12.1 s at -O0).
+set(LEANEMB_LIGHT_OPT_FLAGS "" CACHE STRING "Compile flags for test sources and tools/main.cc (e.g. -O0)")
+
 # leanemb_add_test(name source...) : one GoogleTest binary, registered with CTest.
 function(leanemb_add_test name)
   add_executable(${name} ${ARGN})
+  if(LEANEMB_LIGHT_OPT_FLAGS)
+    target_compile_options(${name} PRIVATE ${LEANEMB_LIGHT_OPT_FLAGS})
+  endif()
   target_link_libraries(${name} PRIVATE leanemb GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})  # tests/cli_testing.h
   leanemb_set_warnings(${name})

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "data/metrics.h"
 #include "leanemb/checkpoint.h"
@@ -36,7 +36,7 @@ std::string scratch(const std::string& name) {
 
 json read_json(const std::string& path) {
   std::ifstream f(path);
-  return json::parse(f, nullptr, false);
+  return parse_json_or_discarded(f);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -120,7 +120,7 @@ TEST(unknown_command, IsNamedWithTheListOfCommands) {
 TEST(serve_test, CtrAucAndLoglossEqualTheTrainersFinalEvaluation) {
   const CtrRun& run = ctr_run();
   const json sum = read_json(run.summary);
-  ASSERT_TRUE(sum.contains("eval")) << sum.dump();
+  ASSERT_TRUE(sum.contains("eval")) << dump_json(sum);
   const std::string js = run.out + "/test.json";
   const RunResult r = run_cli("test --run '" + run.out + "' --data '" + run.data + "/eval.tsv' --json '" + js + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -199,7 +199,7 @@ TEST(serve_bad_input, MissingCheckpointAndModelDataMismatchAreClearErrors) {
 TEST(serve_test, TextPrecisionAndRecallAtKAsFastTextPrintsThem) {
   const TextRun& run = text_run();
   const json sum = read_json(run.summary);
-  ASSERT_TRUE(sum.contains("eval")) << sum.dump();
+  ASSERT_TRUE(sum.contains("eval")) << dump_json(sum);
   const std::string js = run.out + "/test.json";
   const RunResult r = run_cli("test --run '" + run.out + "' --data '" + run.test + "' --json '" + js + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -436,7 +436,7 @@ TEST(rough_edges, StepsPerEpochArePrintedAndEvalEveryEpochs) {
   EXPECT_NE(r.err.find("epoch 1 (step 16): eval auc "), std::string::npos) << r.err;
   const std::vector<std::string> metrics = lines_of(slurp(out + "/run/metrics.jsonl"));
   ASSERT_EQ(metrics.size(), 2u);  // after epoch 1, and the final evaluation (after epoch 2)
-  const json e1 = json::parse(metrics[0]), fin = json::parse(metrics[1]);
+  const json e1 = parse_json(metrics[0]), fin = parse_json(metrics[1]);
   EXPECT_EQ(e1["epoch"].get<int64_t>(), 1);
   EXPECT_EQ(e1["step"].get<int64_t>(), 16);
   EXPECT_TRUE(e1["eval"].contains("auc"));
@@ -512,7 +512,7 @@ TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   EXPECT_EQ(html.find("http://", html.find("<body")), html.find("http://www.w3.org/2000/svg", html.find("<body")));
   std::vector<double> steps, loss, speed, eval_steps, auc;
   for (const std::string& l : lines_of(slurp(out + "/run/metrics.jsonl"))) {
-    const json j = json::parse(l);
+    const json j = parse_json(l);
     if (j.contains("loss")) {
       steps.push_back(j["step"].get<double>());
       loss.push_back(j["loss"].get<double>());

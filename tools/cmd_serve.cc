@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "serve/export.h"
 #include "serve/predict.h"
@@ -21,7 +21,7 @@ namespace {
 
 Status write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream f(path);
-  f << j.dump(2) << "\n";
+  f << dump_json(j, 2) << "\n";
   if (!f) return io_error("cannot write --json file '" + path + "'");
   return Status();
 }

@@ -23,6 +23,7 @@
 #include "train/stop_signal.h"
 #include "train/toml_section.h"
 #include "train/trainer.h"
+#include "core/json.h"
 
 namespace leanemb::tools {
 
@@ -60,7 +61,7 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   std::ofstream f(path);
-  f << out.dump(2) << "\n";
+  f << dump_json(out, 2) << "\n";
   if (!f) return io_error("cannot write --json-summary file '" + path + "'");
   return Status();
 }

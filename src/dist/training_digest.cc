@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "ckpt/xxh128_stream.h"
+#include "core/json.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
@@ -51,7 +51,7 @@ struct TrainState {
 
 Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, required_blob(r, "train/state"));
-  const json j = json::parse(b.begin(), b.end(), nullptr, /*allow_exceptions=*/false);
+  const json j = parse_json_or_discarded(b.data(), b.size());
   auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + r.dir() + "': blob 'train/state': " + what); };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   TrainState s;
@@ -78,7 +78,7 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::stri
   auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + dir + "': table '" + e.name + "': " + what); };
   if (e.kind != ckpt::EntryKind::kTable) return bad("is a blob, expected a table of embedding rows");
   if (e.total_rows < 1) return bad("has no rows");
-  const json m = json::parse(e.meta.begin(), e.meta.end(), nullptr, /*allow_exceptions=*/false);
+  const json m = parse_json_or_discarded(e.meta.data(), e.meta.size());
   if (m.is_discarded() || !m.is_object()) return bad("meta is not a JSON object");
   TableLayout t;
   t.name = e.name.substr(kEmbPrefix.size());

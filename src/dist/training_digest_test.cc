@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <utility>
 
+#include "core/json.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
@@ -95,9 +95,9 @@ struct TrainerBlobs {
   std::vector<std::string> tables = {"C2", "C10"};  // train/state's table order (collection order)
 
   std::vector<std::pair<std::string, std::vector<uint8_t>>> list() const {
-    const std::string st = json{{"step", step}, {"samples", samples}, {"skipped_steps", skipped},
-                                {"collection_step", collection_step}, {"format", "leanemb-train-1"},
-                                {"tables", tables}}.dump();
+    const std::string st = dump_json(json{{"step", step}, {"samples", samples}, {"skipped_steps", skipped},
+                                          {"collection_step", collection_step}, {"format", "leanemb-train-1"},
+                                          {"tables", tables}});
     std::vector<std::pair<std::string, std::vector<uint8_t>>> all = {
         {"train/state", {st.begin(), st.end()}}, {"train/reader", reader}, {"amp/loss_scaler", scaler},
         {"dense/param/w", dense_w}, {"dense/opt/w", dense_opt}};
@@ -114,10 +114,10 @@ std::string write_plain(const std::string& out, const EmbeddingCollection& coll,
   for (int t = 0; t < coll.num_tables(); ++t) {
     const RowLayout& l = coll.layout(t);
     const TableOptions& to = coll.options().tables[static_cast<size_t>(t)];
-    const std::string meta = json{{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
-                                  {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
-                                  {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
-                                  {"stride_bytes", l.stride_bytes}}.dump();
+    const std::string meta = dump_json(json{{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
+                                            {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
+                                            {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
+                                            {"stride_bytes", l.stride_bytes}});
     const std::string name = "emb/" + to.name;
     EXPECT_TRUE(w->add_table(name, l.stride_bytes, to.num_rows, std::vector<uint8_t>(meta.begin(), meta.end())).ok());
     rows.resize(static_cast<size_t>(to.num_rows) * l.stride_bytes);

@@ -9,6 +9,7 @@
 #include "plan/plan_testing.h"
 #include "plan/planner.h"
 #include "plan/report.h"
+#include "core/json.h"
 
 namespace leanemb::plan {
 namespace {
@@ -133,7 +134,7 @@ TEST(ParityPlannerTest, UnprovenRowsAreOffByDefaultAndAllowedByName) {
   EXPECT_NE(text.find("not proven, not searched: bf16 rows"), std::string::npos) << text;
   EXPECT_NE(text.find("--allow-unproven bf16-rows"), std::string::npos) << text;
   const auto j = plan_report_json(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000});
-  EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 2u) << j["accuracy"].dump();
+  EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 2u) << dump_json(j["accuracy"]);
 
   o.allow_unproven = {LeanOption::kBf16Rows};
   auto allowed = make_plan(seed_workload(), o);

@@ -7,7 +7,7 @@
 #include <map>
 #include <memory>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/dtype.h"
@@ -166,7 +166,7 @@ Result<std::string> export_serving(const SavedRun& run, const std::string& out_d
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(name));
     blobs.emplace_back(name, std::move(b));
   }
-  const std::string fmt = nlohmann::json{{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}}.dump();
+  const std::string fmt = dump_json(nlohmann::json{{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}});
   blobs.emplace_back("serve/format", std::vector<uint8_t>(fmt.begin(), fmt.end()));
   auto add_dense = [&](const std::vector<nn::NamedTensor>& params) {
     for (const auto& t : params) {
@@ -293,7 +293,7 @@ Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   }
   const std::string mpath = o.out_dir + "/manifest.json";
   std::ofstream mf(mpath);
-  mf << manifest.dump(2) << "\n";
+  mf << dump_json(manifest, 2) << "\n";
   if (!mf) return io_error("cannot write '" + mpath + "'");
   return "exported " + said + (o.with_state ? " with optimizer state" : "") + " of " + run.checkpoint + " (step " +
          std::to_string(run.step) + ") to " + o.out_dir + " (manifest.json lists every file)\n";

@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "dist/sharded_checkpoint.h"
 #include "train/config_diff.h"
@@ -82,7 +82,7 @@ Result<SavedRun> open_saved_run(const std::string& path) {
   if (r.find("train/config") == nullptr)
     return invalid_argument(run.checkpoint + " holds no saved configuration (an older version wrote it): it cannot be served");
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> stb, r.read_blob("train/state"));
-  const json st = json::parse(stb.begin(), stb.end(), nullptr, false);
+  const json st = parse_json_or_discarded(stb.data(), stb.size());
   if (st.is_discarded() || !st.is_object() || !st.contains("step") || !st["step"].is_number_integer())
     return data_loss(run.checkpoint + ": train/state is not the trainer's JSON object");
   run.step = st["step"].get<int64_t>();
@@ -130,7 +130,7 @@ Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<con
   out->dict = std::move(dict).value();
   // The checkpoint's position blob records the model's shape: the files must give the same one.
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pb, run.reader->read_blob("train/reader"));
-  const json pos = json::parse(pb.begin(), pb.end(), nullptr, false);
+  const json pos = parse_json_or_discarded(pb.data(), pb.size());
   text::TextModelOptions mo = c.model;
   mo.input_rows = out->dict.input_rows(c.data);
   mo.num_labels = out->dict.num_labels();

@@ -16,6 +16,7 @@
 #include "text/text_model.h"
 #include "text/text_plan.h"
 #include "train/task.h"
+#include "core/json.h"
 
 namespace leanemb::text {
 
@@ -213,7 +214,7 @@ class TextTask final : public train::TrainTask {
     std::memcpy(&bits, &tokens_done_, 8);
     const nlohmann::json pos = {{"format", kPositionMagic}, {"epoch", epoch_}, {"pos", pos_}, {"tokens_done_bits", bits},
                                 {"input_rows", model_->options().input_rows}, {"labels", model_->options().num_labels}};
-    const std::string ps = pos.dump();
+    const std::string ps = dump_json(pos);
     b.emplace_back("train/reader", std::vector<uint8_t>(ps.begin(), ps.end()));
     LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create({.enabled = false}));
     b.emplace_back("amp/loss_scaler", scaler.save());
@@ -226,7 +227,7 @@ class TextTask final : public train::TrainTask {
   }
   Status restore(const ckpt::CheckpointReader& r) override {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pb, r.read_blob("train/reader"));
-    const nlohmann::json pos = nlohmann::json::parse(pb.begin(), pb.end(), nullptr, false);
+    const nlohmann::json pos = parse_json_or_discarded(pb.data(), pb.size());
     if (pos.is_discarded() || pos.value("format", std::string()) != kPositionMagic)
       return data_loss("train/reader is not a text model's position (a CTR checkpoint?)");
     if (pos.value("input_rows", int64_t{-1}) != model_->options().input_rows || pos.value("labels", int64_t{-1}) != model_->options().num_labels)

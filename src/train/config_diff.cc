@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 namespace leanemb::train {
 
@@ -55,12 +55,12 @@ ConfigDiff diff_configs(const ConfigRecord& saved, const ConfigRecord& now) {
 std::vector<uint8_t> encode_config_record(const ConfigRecord& record) {
   nlohmann::json keys = nlohmann::json::object();
   for (const auto& [k, v] : record) keys[k] = v;
-  const std::string text = nlohmann::json{{"format", kFormat}, {"keys", keys}}.dump();
+  const std::string text = dump_json(nlohmann::json{{"format", kFormat}, {"keys", keys}});
   return {text.begin(), text.end()};
 }
 
 Result<ConfigRecord> decode_config_record(std::span<const uint8_t> bytes) {
-  const auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  const auto j = parse_json_or_discarded(bytes.data(), bytes.size());
   if (j.is_discarded() || !j.is_object()) return data_loss("train/config is not a JSON object");
   if (!j.contains("format") || j["format"] != kFormat) return data_loss(std::string("train/config: format is not \"") + kFormat + "\"");
   if (!j.contains("keys") || !j["keys"].is_object()) return data_loss("train/config has no \"keys\" object");

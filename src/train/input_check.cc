@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 namespace leanemb::train {
 
@@ -44,7 +44,7 @@ Status check_generated_data(const TrainConfig& c) {
   const std::string meta_path = c.data_dir + "/meta.json";
   std::ifstream in(meta_path);
   if (!in) return Status();
-  const auto m = nlohmann::json::parse(in, nullptr, false);
+  const auto m = parse_json_or_discarded(in);
   if (m.is_discarded() || !m.is_object()) return invalid_argument(meta_path + " is not a JSON object (remove " + c.data_dir + " to generate the data again)");
   const data::GenOptions& g = c.gen;
   std::vector<std::string> diffs;
@@ -52,7 +52,7 @@ Status check_generated_data(const TrainConfig& c) {
     if (!m.contains(key) || !m[key].is_number()) return;
     const double have = m[key].get<double>();
     if (std::fabs(have - want) > 1e-12 * std::max(1.0, std::fabs(want)))
-      diffs.push_back(std::string("data.gen.") + key + " = " + m[key].dump() + " in the data, " + Section::number_text(want) + " in the config");
+      diffs.push_back(std::string("data.gen.") + key + " = " + dump_json(m[key]) + " in the data, " + Section::number_text(want) + " in the config");
   };
   num("train_rows", static_cast<double>(g.train_rows));
   num("eval_rows", static_cast<double>(g.eval_rows));
@@ -75,11 +75,11 @@ Status check_generated_data(const TrainConfig& c) {
       const int64_t want = g.vocab.size() == 1 ? g.vocab[0] : i < g.vocab.size() ? g.vocab[i] : -1;
       same = same && have[i].is_number_integer() && have[i].get<int64_t>() == want;
     }
-    if (!same) diffs.push_back("data.gen.vocab: the data has vocab_sizes " + have.dump());
+    if (!same) diffs.push_back("data.gen.vocab: the data has vocab_sizes " + dump_json(have));
   }
   const std::string fmt = g.format == data::OutputFormat::kBinary ? "bin" : "tsv";
   if (m.contains("format") && m["format"].is_string() && m["format"].get<std::string>() != fmt)
-    diffs.push_back("data.gen.format = " + m["format"].dump() + " in the data, \"" + fmt + "\" in the config");
+    diffs.push_back("data.gen.format = " + dump_json(m["format"]) + " in the data, \"" + fmt + "\" in the config");
   if (diffs.empty()) return Status();
   std::string msg = c.origin + ": data.dir '" + c.data_dir + "' holds data generated with other [data.gen] values (it is not generated again):";
   for (const std::string& d : diffs) msg += "\n  " + d;

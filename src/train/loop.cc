@@ -19,6 +19,7 @@
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
+#include "core/json.h"
 
 namespace leanemb::train {
 
@@ -30,7 +31,7 @@ namespace {
 constexpr int64_t kCkptChunkRows = tiered::kCheckpointChunkRows;  // the planner's checkpoint phase
 
 std::vector<uint8_t> to_bytes(const json& j) {
-  const std::string s = j.dump();
+  const std::string s = dump_json(j);
   return {s.begin(), s.end()};
 }
 
@@ -43,7 +44,7 @@ struct Counters {
 // The counters of blob "train/state", checked: integers, >= 0, skipped <= step, and the step
 // the checkpoint's manifest records. Errors: DataLoss naming the field.
 Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manifest_step, int64_t* collection_step) {
-  const json st = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  const json st = parse_json_or_discarded(bytes.data(), bytes.size());
   if (st.is_discarded() || !st.is_object()) return data_loss("train/state is not a JSON object");
   int64_t v[4] = {};
   const char* keys[4] = {"step", "samples", "skipped_steps", "collection_step"};
@@ -303,7 +304,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     }
     if (ls.eval_every_epochs > 0 && (epoch + 1) % ls.eval_every_epochs == 0 && task->has_eval()) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      metrics << json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}}.dump() << "\n";
+      metrics << dump_json(json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}}) << "\n";
       metrics.flush();
       say("epoch " + std::to_string(epoch + 1) + " (step " + std::to_string(k.step) + "): eval " + task->eval_headline(last_eval));
     }
@@ -338,8 +339,8 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (k.step % ls.log_every == 0) {
       last_loss = loss_sum / static_cast<double>(loss_n);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      metrics << json{{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
-                      {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}}.dump()
+      metrics << dump_json(json{{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
+                                {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}})
               << "\n";
       metrics.flush();
       loss_sum = 0;
@@ -347,7 +348,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     }
     if (ls.eval_every > 0 && k.step % ls.eval_every == 0 && task->has_eval()) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      metrics << json{{"step", k.step}, {"eval", last_eval}}.dump() << "\n";
+      metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}}) << "\n";
       metrics.flush();
     }
     if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
@@ -383,7 +384,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   if (task->has_eval() && !stopped && diverged.empty()) {
     say("evaluating");
     LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-    metrics << json{{"step", k.step}, {"eval", last_eval}, {"final", true}}.dump() << "\n";
+    metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}, {"final", true}}) << "\n";
   }
   line(true);
 
@@ -404,7 +405,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["loss_scale"] = task->loss_scale();
   sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
   sum["memory"] = memory_peaks(*mem);
-  sum["memory_detail"] = json::parse(mem->to_json());
+  sum["memory_detail"] = parse_json(mem->to_json());
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;

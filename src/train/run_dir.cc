@@ -13,7 +13,7 @@
 #include <fstream>
 #include <span>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
 #include "ckpt/directory.h"
 #include "ckpt/env.h"
@@ -188,7 +188,7 @@ Status trim_metrics(const std::string& out, int64_t step) {
   std::string kept, line;
   size_t dropped = 0;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
         j["step"].get<int64_t>() > step) {
       ++dropped;
@@ -302,7 +302,7 @@ Result<ResumePoint> open_run_dir(const RunDirOptions& options, dist::Communicato
                                                         {"sharded", (*held)->resume_point().sharded},
                                                         {"step", (*held)->resume_point().step}}
                                        : nlohmann::json{{"ok", false}, {"code", static_cast<int>(mine.code())}, {"message", mine.message()}};
-    const std::string s = j.dump();
+    const std::string s = dump_json(j);
     msg.assign(s.begin(), s.end());
   }
   uint8_t len_bytes[8] = {};
@@ -312,7 +312,7 @@ Result<ResumePoint> open_run_dir(const RunDirOptions& options, dist::Communicato
   std::memcpy(&len, len_bytes, 8);
   msg.resize(len);
   LEANEMB_RETURN_IF_ERROR(comm->broadcast(std::span<uint8_t>(msg), 0));
-  const auto j = nlohmann::json::parse(msg.begin(), msg.end(), nullptr, false);
+  const auto j = parse_json_or_discarded(msg.data(), msg.size());
   if (j.is_discarded() || !j.is_object()) return internal_error("dist: a bad run-directory message from rank 0");
   if (!j.value("ok", false)) {
     if (comm->rank() == 0) return mine;

@@ -20,6 +20,7 @@
 #include "train/input_check.h"
 #include "tiered/row_store.h"
 #include "train/task.h"
+#include "core/json.h"
 
 namespace leanemb::train {
 
@@ -204,7 +205,7 @@ Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, b
     if (generating && world > 1) LEANEMB_RETURN_IF_ERROR(comm->barrier());
     std::ifstream meta(c.data_dir + "/meta.json");
     if (meta) {
-      const json mj = json::parse(meta, nullptr, false);
+      const json mj = parse_json_or_discarded(meta);
       if (!mj.is_discarded() && mj.contains("teacher_auc") && mj["teacher_auc"].is_number())
         *teacher_auc = mj["teacher_auc"].get<double>();
     }
