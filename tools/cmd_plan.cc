@@ -131,6 +131,7 @@ int run_plan(const PlanArgs& a) {
   }
 
   if (a.largest_table) {
+    if (!a.html.empty()) return report_error(invalid_argument("--html draws a plan's breakdown: not with --largest-table"));
     auto plan_rows = plan::largest_table_rows(w, po, false);
     if (!plan_rows.ok()) return report_error(plan_rows.status());
     auto naive_rows = plan::largest_table_rows(w, po, true);
@@ -154,6 +155,12 @@ int run_plan(const PlanArgs& a) {
   const plan::PlanResult& res = r.value();
   if (a.json) std::printf("%s\n", plan::plan_report_json(w, po, res, ctx).dump(2).c_str());
   else std::fputs(plan::plan_report_text(w, po, res, ctx).c_str(), stdout);
+  if (!a.html.empty()) {  // also when nothing fits: the page shows the smallest plan
+    std::ofstream f(a.html);
+    f << plan::plan_report_html(w, po, res, ctx);
+    if (!f) return report_error(io_error("cannot write --html file '" + a.html + "'"));
+    std::fprintf(stderr, "wrote %s\n", a.html.c_str());
+  }
   if (!res.fits) return kExitMemory;
   if (!a.write_config.empty()) {
     if (!from_config)
