@@ -35,7 +35,8 @@ export OMP_WAIT_POLICY=passive
   --json --html "$WORK/plan.html" > "$WORK/plan.json" 2> /dev/null
 
 chromium_run() {
-  timeout 60 "$CHROMIUM" --headless --disable-gpu --no-sandbox --no-first-run --user-data-dir="$WORK/profile" "$@" \
+  HOME="$WORK" timeout 60 "$CHROMIUM" --headless --disable-gpu --no-sandbox --no-first-run --disable-dev-shm-usage \
+    --hide-scrollbars --user-data-dir="$WORK/profile" "$@" \
     2>> "$WORK/chromium.err" || { cat "$WORK/chromium.err"; echo "report_chromium: FAIL: chromium $* failed"; exit 1; }
 }
 chromium_run --dump-dom "file://$WORK/run/report.html" > "$WORK/report.dom"

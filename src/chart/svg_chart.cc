@@ -210,7 +210,7 @@ std::string draw_stacked_bars(const BarChart& c) {
 
 std::string page_begin(std::string_view title) {
   std::string o = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + escape(title) + "</title>\n<style>\n";
-  o += "body{font-family:sans-serif;margin:20px;color:#222;max-width:1000px} .chart{display:block;margin:12px 0;border:1px solid #ddd}\n"
+  o += "body{font-family:sans-serif;margin:20px;color:#222;max-width:1160px} .chart{display:inline-block;vertical-align:top;margin:6px;border:1px solid #ddd}\n"
        "svg text{font-size:11px;fill:#333} svg .title{font-size:13px;font-weight:bold} .axis{stroke:#888} .grid{stroke:#eee}\n"
        ".series{fill:none;stroke-width:1.5} .marker{stroke-width:1;stroke-dasharray:4 3} .marker-checkpoint{stroke:#59a14f}\n"
        ".marker-skipped{stroke:#e15759} .marker-epoch{stroke:#999} .limit{stroke:#e15759;stroke-width:2;stroke-dasharray:6 3}\n"

@@ -59,7 +59,7 @@ struct LineChart {
   std::vector<Series> series;  // drawn on one shared scale
   std::vector<Marker> markers;
   std::string empty_text = "no data";  // drawn when no series has a point
-  double width = 720, height = 260;
+  double width = 560, height = 240;
 };
 
 // REQUIRES: each series' x and y have the same size.

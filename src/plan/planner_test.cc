@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "plan/plan_testing.h"
 
 #include "plan/report.h"
@@ -77,8 +80,7 @@ TEST(PlannerTest, HtmlPageDrawsTheNaiveBreakdownBesideThePlan) {
                              {"plan (host)", &r.value().chosen.prediction.host()}}) {
       const size_t bytes = tier->peak[static_cast<size_t>(c)];
       const std::string v = attr_near(html, "data-bar=\"" + std::string(bar) + "\" data-category=\"" + cat + "\"", "data-value");
-      if (bytes) EXPECT_EQ(v, std::to_string(bytes)) << bar << " " << cat;
-      else EXPECT_EQ(v, "") << bar << " " << cat;
+      EXPECT_EQ(v, bytes ? std::to_string(bytes) : std::string()) << bar << " " << cat;
     }
   }
   EXPECT_EQ(attr_near(html, "class=\"limit\"", "data-value"), std::to_string(r.value().usable_device_bytes));

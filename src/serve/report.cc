@@ -220,8 +220,9 @@ Result<std::string> render_report(const std::string& title, const std::string& m
   o << chart::draw_line_chart(step_chart(r, "samples_per_s", "Samples per second (this run's samples over its time so far)", {r.speed}));
   o << chart::draw_line_chart(step_chart(r, "loss_scale", "Loss scale (fp16: halved at a skipped step, grown after clean steps)", {r.scale}));
   o << chart::draw_line_chart(step_chart(r, "skipped_steps", "Skipped steps (non-finite gradients, cumulative)", {r.skipped}));
-  o << "<h2>Transfers between tiers</h2>\n";
-  o << chart::draw_line_chart(step_chart(r, "transfers", "Bytes moved between tiers (cumulative): row cache fetches and write-backs, host-placed rows and state",
+  o << "<h2>Transfers between tiers</h2>\n<p class=\"note\">What crossed from one tier to another: row cache fetches (store -> "
+       "device) and write-backs (device -> store), rows and optimizer state placed on the host (read and written back each step).</p>\n";
+  o << chart::draw_line_chart(step_chart(r, "transfers", "Bytes moved between tiers (cumulative)",
                                          values_of(r.transfers), chart::Axis::kBytes, "metrics.jsonl records no transfers (an older run)"));
   if (!r.row_cache.empty())
     o << chart::draw_line_chart(step_chart(r, "row_cache", "Row cache traffic (cumulative bytes, all cached tables)", values_of(r.row_cache),
