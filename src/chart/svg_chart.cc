@@ -128,10 +128,16 @@ std::string draw_line_chart(const LineChart& c) {
     const std::string color = kPalette[k % kPalette.size()];
     std::string xs, ys, pts;
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      const char* sep = i ? " " : "";
-      xs += sep + num(s.x[i]);
-      ys += sep + num(s.y[i]);
-      pts += sep + px(sx(s.x[i])) + "," + px(sy(s.y[i]));
+      if (i) {
+        xs += ' ';
+        ys += ' ';
+        pts += ' ';
+      }
+      xs += num(s.x[i]);
+      ys += num(s.y[i]);
+      pts += px(sx(s.x[i]));
+      pts += ',';
+      pts += px(sy(s.y[i]));
     }
     o << "<polyline class=\"series\" data-series=\"" << escape(s.id) << "\" data-steps=\"" << xs << "\" data-values=\"" << ys
       << "\" points=\"" << pts << "\" stroke=\"" << color << "\"/>\n";
