@@ -65,7 +65,11 @@ std::string num(double v) {
 std::string label(double v, Axis axis) {
   if (axis == Axis::kBytes && v >= 0 && std::isfinite(v)) return format_bytes(static_cast<size_t>(std::llround(v)));
   char b[40];
-  std::snprintf(b, sizeof b, "%.4g", v);
+  const double a = std::fabs(v);
+  if (a >= 1e9) std::snprintf(b, sizeof b, "%.4gG", v / 1e9);  // 1.2e+05 reads worse than 120k
+  else if (a >= 1e6) std::snprintf(b, sizeof b, "%.4gM", v / 1e6);
+  else if (a >= 1e4) std::snprintf(b, sizeof b, "%.4gk", v / 1e3);
+  else std::snprintf(b, sizeof b, "%.4g", v);
   return b;
 }
 
@@ -179,6 +183,14 @@ std::string draw_stacked_bars(const BarChart& c) {
     << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H
     << "\">\n<text x=\"10\" y=\"18\" class=\"title\">" << escape(c.title) << "</text>\n";
   const double y_first = top + (c.limits.empty() ? 0 : 16);
+  // Limits first: the bars and their labels are drawn over them.
+  for (const Limit& l : c.limits) {
+    const double x = sx(l.value);
+    o << "<line class=\"limit\" data-kind=\"" << escape(l.kind) << "\" data-value=\"" << num(l.value) << "\" x1=\"" << px(x) << "\" y1=\""
+      << y_first - 4 << "\" x2=\"" << px(x) << "\" y2=\"" << y_first + bars_h - 6 << "\"/>\n<text x=\"" << px(x) << "\" y=\"" << y_first - 8
+      << "\" text-anchor=\"" << (x > W / 2 ? "end" : "start") << "\" class=\"limit-label\">" << escape(l.title) << " "
+      << escape(label(l.value, c.axis)) << "</text>\n";
+  }
   double y = y_first;
   for (const Bar& b : c.bars) {
     double x = L, total = 0;
@@ -189,6 +201,9 @@ std::string draw_stacked_bars(const BarChart& c) {
         << num(s.value) << "\" x=\"" << px(x) << "\" y=\"" << y << "\" width=\"" << px(w) << "\" height=\"24\" fill=\""
         << category_color(s.category, ci) << "\"><title>" << escape(b.label) << ": " << escape(s.category) << " "
         << escape(label(v, c.axis)) << "</title></rect>\n";
+      if (w >= 64)  // the value inside the segment when it fits
+        o << "<text class=\"segment-label\" x=\"" << px(x + w / 2) << "\" y=\"" << y + 16 << "\" text-anchor=\"middle\">"
+          << escape(label(v, c.axis)) << "</text>\n";
       x += w;
       total += v;
     }
@@ -196,13 +211,6 @@ std::string draw_stacked_bars(const BarChart& c) {
       << "<text class=\"bar-label\" data-bar=\"" << escape(b.label) << "\" data-total=\"" << num(total) << "\" x=\"" << px(x + 6)
       << "\" y=\"" << y + 17 << "\">" << escape(label(total, c.axis)) << "</text>\n";
     y += row;
-  }
-  for (const Limit& l : c.limits) {
-    const double x = sx(l.value);
-    o << "<line class=\"limit\" data-kind=\"" << escape(l.kind) << "\" data-value=\"" << num(l.value) << "\" x1=\"" << px(x) << "\" y1=\""
-      << y_first - 4 << "\" x2=\"" << px(x) << "\" y2=\"" << y - 6 << "\"/>\n<text x=\"" << px(x) << "\" y=\"" << y_first - 8
-      << "\" text-anchor=\"" << (x > W / 2 ? "end" : "start") << "\" class=\"limit-label\">" << escape(l.title) << " "
-      << escape(label(l.value, c.axis)) << "</text>\n";
   }
   for (size_t i = 0; i < cats.size(); ++i) {
     const double lx = 10 + static_cast<double>(i % 4) * 175, ly = y + 14 + static_cast<double>(i / 4) * 20;
@@ -220,7 +228,8 @@ std::string page_begin(std::string_view title) {
        "svg text{font-size:11px;fill:#333} svg .title{font-size:13px;font-weight:bold} .axis{stroke:#888} .grid{stroke:#eee}\n"
        ".series{fill:none;stroke-width:1.5} .marker{stroke-width:1;stroke-dasharray:4 3} .marker-checkpoint{stroke:#59a14f}\n"
        ".marker-skipped{stroke:#e15759} .marker-epoch{stroke:#999} .limit{stroke:#e15759;stroke-width:2;stroke-dasharray:6 3}\n"
-       "svg .limit-label{fill:#e15759} table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}\n"
+       "svg .limit-label{fill:#e15759} svg .segment-label{fill:#fff;font-size:10px}\n"
+       "svg .bar-label{paint-order:stroke;stroke:#fff;stroke-width:3px} table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}\n"
        "th{background:#f4f4f4} td.l,th.l{text-align:left} pre{background:#f8f8f8;padding:8px;overflow-x:auto;font-size:11px}\n"
        ".note{color:#555;font-size:13px}\n</style></head><body>\n";
   o += "<h1>" + escape(title) + "</h1>\n";

@@ -46,6 +46,7 @@ std::string plan_report_html(const Workload& base, const PlannerOptions& o, cons
 
   chart::BarChart c;
   c.id = "plan";
+  c.width = 1000;
   c.title = "Memory per device by category and tier: the naive baseline beside the chosen plan";
   c.bars = {bar_of("naive (device)", naive), bar_of("plan (device)", dev), bar_of("plan (host)", host)};
   if (as_is.ok()) {

@@ -134,6 +134,7 @@ std::vector<chart::Series> values_of(const std::vector<std::pair<std::string, ch
 chart::BarChart memory_chart(const json& sum) {
   chart::BarChart c;
   c.id = "memory";
+  c.width = 1000;
   c.title = "Memory by tier and category (peak bytes of each category; device = device (cpu) on this build)";
   if (sum.contains("plan") && sum["plan"].is_object()) {
     c.title = "Memory by tier and category, planned (leanemb plan's model) beside measured (peak bytes)";
