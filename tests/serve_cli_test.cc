@@ -568,6 +568,36 @@ TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   expect_clean_failure("report '" + out + "/nope'", "no metrics.jsonl");
 }
 
+// Skipped steps and ends of epochs are marked on the charts over steps; a metrics.jsonl of an
+// older run (no transfers, no checkpoint lines) still draws, saying what it lacks.
+TEST(serve_report, SkippedStepsAndEpochsAreMarked) {
+  const std::string out = scratch("report_marks");
+  fs::create_directories(out + "/run");
+  std::ofstream(out + "/run/metrics.jsonl")
+      << "{\"step\":2,\"loss\":0.7,\"samples_per_s\":10,\"loss_scale\":65536,\"skipped_steps\":0}\n"
+      << "{\"step\":4,\"loss\":0.6,\"samples_per_s\":11,\"loss_scale\":32768,\"skipped_steps\":1}\n"
+      << "{\"step\":4,\"epoch\":1,\"eval\":{\"precision_at_1\":0.5}}\n"
+      << "{\"step\":6,\"loss\":0.5,\"samples_per_s\":12,\"loss_scale\":8192,\"skipped_steps\":3}\n";
+  const RunResult r = run_cli("report '" + out + "/run' --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = slurp(out + "/run/report.html");
+  const size_t loss_at = html.find("id=\"chart-loss\"");
+  const std::string loss_chart = html.substr(loss_at, html.find("</svg>", loss_at) - loss_at);
+  std::vector<std::string> kinds;
+  for (size_t at = loss_chart.find("data-kind=\""); at != std::string::npos; at = loss_chart.find("data-kind=\"", at + 1)) {
+    const size_t step = loss_chart.find("data-step=\"", at) + 11;  // markers: data-kind, then data-step
+    kinds.push_back(loss_chart.substr(at + 11, loss_chart.find('"', at + 11) - at - 11) + "@" +
+                    loss_chart.substr(step, loss_chart.find('"', step) - step));
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"skipped@4", "epoch@4", "skipped@6"}));
+  EXPECT_EQ(numbers(attribute_near(html, "data-series=\"loss_scale\"", "data-values")), (std::vector<double>{65536, 32768, 8192}));
+  EXPECT_NE(html.find("Eval P@1"), std::string::npos);
+  EXPECT_NE(html.find("metrics.jsonl records no transfers"), std::string::npos);
+  EXPECT_NE(html.find("no checkpoint in metrics.jsonl"), std::string::npos);
+  std::ofstream(out + "/run/metrics.jsonl", std::ios::app) << "not json\n";
+  expect_clean_failure("report '" + out + "/run'", "metrics.jsonl line 5 is not a JSON object");
+}
+
 // plan --html writes the page beside the usual output (also when nothing fits, exit 3); not
 // with --largest-table.
 TEST(serve_report, PlanHtmlWritesThePage) {
