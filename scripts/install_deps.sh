@@ -19,6 +19,8 @@ pkgs=(
   fasttext
   # clang 14 and its libFuzzer / sanitizer runtimes: the fuzz preset (scripts/fuzz.sh)
   clang-14 libclang-rt-14-dev
+  # headless Chromium: tests/report_chromium.sh renders the `report` and `plan --html` pages
+  chromium
 )
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(linux-perf time stress-ng)

@@ -434,7 +434,9 @@ TEST(rough_edges, StepsPerEpochArePrintedAndEvalEveryEpochs) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("16 steps per epoch"), std::string::npos) << r.err;  // 2048 rows / batch 128
   EXPECT_NE(r.err.find("epoch 1 (step 16): eval auc "), std::string::npos) << r.err;
-  const std::vector<std::string> metrics = lines_of(slurp(out + "/run/metrics.jsonl"));
+  std::vector<std::string> metrics;  // the evaluations (the other lines: the final checkpoint)
+  for (const std::string& l : lines_of(slurp(out + "/run/metrics.jsonl")))
+    if (parse_json(l).contains("eval")) metrics.push_back(l);
   ASSERT_EQ(metrics.size(), 2u);  // after epoch 1, and the final evaluation (after epoch 2)
   const json e1 = parse_json(metrics[0]), fin = parse_json(metrics[1]);
   EXPECT_EQ(e1["epoch"].get<int64_t>(), 1);
@@ -501,7 +503,7 @@ std::vector<double> numbers(const std::string& s) {
 
 TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   const std::string out = scratch("report");
-  const RunResult t = run_cli(tiny_ctr("--quiet --set train.log_every=2 --set train.eval_every=4 --out '" + out +
+  const RunResult t = run_cli(tiny_ctr("--quiet --set train.log_every=2 --set train.eval_every=4 --set train.checkpoint_every=4 --out '" + out +
                                        "/run' --json-summary '" + out + "/s.json'"));
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const RunResult r = run_cli("report '" + out + "/run' --summary '" + out + "/s.json'");
@@ -510,13 +512,18 @@ TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   ASSERT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained: nothing to run or fetch
   EXPECT_EQ(html.find("http://", html.find("<body")), html.find("http://www.w3.org/2000/svg", html.find("<body")));
-  std::vector<double> steps, loss, speed, eval_steps, auc;
+  std::vector<double> steps, loss, speed, eval_steps, auc, h2d, ckpt_steps, ckpt_secs;
   for (const std::string& l : lines_of(slurp(out + "/run/metrics.jsonl"))) {
     const json j = parse_json(l);
     if (j.contains("loss")) {
       steps.push_back(j["step"].get<double>());
       loss.push_back(j["loss"].get<double>());
       speed.push_back(j["samples_per_s"].get<double>());
+      h2d.push_back(j["transfers"]["host_to_device"].get<double>());
+    }
+    if (j.contains("checkpoint")) {
+      ckpt_steps.push_back(j["step"].get<double>());
+      ckpt_secs.push_back(j["checkpoint_seconds"].get<double>());
     }
     if (j.contains("eval")) {
       eval_steps.push_back(j["step"].get<double>());
@@ -541,12 +548,71 @@ TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   expect_series("loss", steps, loss);
   expect_series("samples_per_s", steps, speed);
   expect_series("eval", eval_steps, auc);
+  expect_series("host_to_device", steps, h2d);  // chart-transfers
+  // Checkpoints: every 4 steps, each on the timeline chart and marked on the loss chart.
+  ASSERT_EQ(ckpt_steps, (std::vector<double>{4, 8, 12, 16}));
+  expect_series("checkpoint_seconds", ckpt_steps, ckpt_secs);
+  const std::string loss_chart = html.substr(html.find("id=\"chart-loss\""), html.find("</svg>", html.find("id=\"chart-loss\"")) -
+                                                                                 html.find("id=\"chart-loss\""));
+  size_t markers = 0;
+  for (size_t at = loss_chart.find("data-kind=\"checkpoint\""); at != std::string::npos; at = loss_chart.find("data-kind=\"checkpoint\"", at + 1))
+    ++markers;
+  EXPECT_EQ(markers, 4u);
+  for (const char* id : {"chart-loss_scale", "chart-skipped_steps", "chart-transfers", "chart-memory"})
+    EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
   // Memory: a planned and a measured bar per tier, the measured bytes those of the summary.
   const json sum = read_json(out + "/s.json");
   const double weights = sum["plan"]["device"]["categories"]["weights"]["measured"].get<double>();
-  EXPECT_EQ(numbers(attribute_near(html, "data-bar=\"device measured\" data-category=\"weights\"", "data-bytes")),
+  EXPECT_EQ(numbers(attribute_near(html, "data-bar=\"device measured\" data-category=\"weights\"", "data-value")),
             std::vector<double>{weights});
   expect_clean_failure("report '" + out + "/nope'", "no metrics.jsonl");
+}
+
+// Skipped steps and ends of epochs are marked on the charts over steps; a metrics.jsonl of an
+// older run (no transfers, no checkpoint lines) still draws, saying what it lacks.
+TEST(serve_report, SkippedStepsAndEpochsAreMarked) {
+  const std::string out = scratch("report_marks");
+  fs::create_directories(out + "/run");
+  std::ofstream(out + "/run/metrics.jsonl")
+      << "{\"step\":2,\"loss\":0.7,\"samples_per_s\":10,\"loss_scale\":65536,\"skipped_steps\":0}\n"
+      << "{\"step\":4,\"loss\":0.6,\"samples_per_s\":11,\"loss_scale\":32768,\"skipped_steps\":1}\n"
+      << "{\"step\":4,\"epoch\":1,\"eval\":{\"precision_at_1\":0.5}}\n"
+      << "{\"step\":6,\"loss\":0.5,\"samples_per_s\":12,\"loss_scale\":8192,\"skipped_steps\":3}\n";
+  const RunResult r = run_cli("report '" + out + "/run' --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = slurp(out + "/run/report.html");
+  const size_t loss_at = html.find("id=\"chart-loss\"");
+  const std::string loss_chart = html.substr(loss_at, html.find("</svg>", loss_at) - loss_at);
+  std::vector<std::string> kinds;
+  for (size_t at = loss_chart.find("data-kind=\""); at != std::string::npos; at = loss_chart.find("data-kind=\"", at + 1)) {
+    const size_t step = loss_chart.find("data-step=\"", at) + 11;  // markers: data-kind, then data-step
+    kinds.push_back(loss_chart.substr(at + 11, loss_chart.find('"', at + 11) - at - 11) + "@" +
+                    loss_chart.substr(step, loss_chart.find('"', step) - step));
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"skipped@4", "epoch@4", "skipped@6"}));
+  EXPECT_EQ(numbers(attribute_near(html, "data-series=\"loss_scale\"", "data-values")), (std::vector<double>{65536, 32768, 8192}));
+  EXPECT_NE(html.find("Eval P@1"), std::string::npos);
+  EXPECT_NE(html.find("metrics.jsonl records no transfers"), std::string::npos);
+  EXPECT_NE(html.find("no checkpoint in metrics.jsonl"), std::string::npos);
+  std::ofstream(out + "/run/metrics.jsonl", std::ios::app) << "not json\n";
+  expect_clean_failure("report '" + out + "/run'", "metrics.jsonl line 5 is not a JSON object");
+}
+
+// plan --html writes the page beside the usual output (also when nothing fits, exit 3); not
+// with --largest-table.
+TEST(serve_report, PlanHtmlWritesThePage) {
+  const std::string out = scratch("plan_html");
+  const std::string seed = "plan --vocab 1000000 --dim 512 --batch 4096 --seq-len 2048 --optimizer adam";
+  const RunResult r = run_cli(seed + " --preset ascend-910a --html '" + out + "/plan.html'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| category "), std::string::npos);  // the text table as before
+  const std::string html = slurp(out + "/plan.html");
+  for (const char* part : {"id=\"chart-plan\"", "data-bar=\"naive (device)\"", "data-bar=\"plan (device)\"", "data-fits=\"true\""})
+    EXPECT_NE(html.find(part), std::string::npos) << part;
+  const RunResult none = run_cli(seed + " --preset cpu:64MiB --no-host --html '" + out + "/none.html'");
+  EXPECT_EQ(none.exit_code, 3) << none.err;
+  EXPECT_NE(slurp(out + "/none.html").find("data-fits=\"false\""), std::string::npos);
+  expect_clean_failure(seed + " --largest-table --html '" + out + "/x.html'", "not with --largest-table");
 }
 
 }  // namespace

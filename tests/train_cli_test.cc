@@ -70,7 +70,7 @@ TEST(no_overwrite_without_consent, SecondFreshRunIsRefusedAndOverwriteMovesTheOl
   const RunResult over = run_cli(tiny("--steps 2 --out '" + out + "' --overwrite"));
   EXPECT_EQ(over.exit_code, 0) << over.err;
   EXPECT_NE(over.err.find("moved " + out + "/checkpoints -> " + out + "/replaced-"), std::string::npos) << over.err;
-  EXPECT_EQ(count_lines(out + "/metrics.jsonl"), 2);  // the new run alone: step 2 (log_every 2) and its final eval
+  EXPECT_EQ(count_lines(out + "/metrics.jsonl"), 3);  // the new run alone: step 2 (log_every 2), its checkpoint, its final eval
   bool kept = false;
   for (const auto& e : fs::directory_iterator(out))
     if (e.path().filename().string().rfind("replaced-", 0) == 0)

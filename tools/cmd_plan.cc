@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "plan/memory_model.h"
 #include "plan/parity.h"
 #include "plan/planner.h"
@@ -131,6 +132,7 @@ int run_plan(const PlanArgs& a) {
   }
 
   if (a.largest_table) {
+    if (!a.html.empty()) return report_error(invalid_argument("--html draws a plan's breakdown: not with --largest-table"));
     auto plan_rows = plan::largest_table_rows(w, po, false);
     if (!plan_rows.ok()) return report_error(plan_rows.status());
     auto naive_rows = plan::largest_table_rows(w, po, true);
@@ -139,7 +141,7 @@ int run_plan(const PlanArgs& a) {
     if (a.json) {
       nlohmann::json j = {{"workload", ctx.workload_text}, {"preset", po.preset.name}, {"plan_rows", plan_rows.value()},
                           {"naive_rows", naive_rows.value()}, {"ratio", ratio}};
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s\n", dump_json(j, 2).c_str());
     } else {
       std::printf("largest table on one %s device (rows and state on the device; batch and ids as given):\n"
                   "  naive fp32 Adam (dense gradient): %lld rows\n  chosen plan:                     %lld rows\n"
@@ -152,8 +154,14 @@ int run_plan(const PlanArgs& a) {
   auto r = plan::make_plan(w, po);
   if (!r.ok()) return report_error(r.status());
   const plan::PlanResult& res = r.value();
-  if (a.json) std::printf("%s\n", plan::plan_report_json(w, po, res, ctx).dump(2).c_str());
+  if (a.json) std::printf("%s\n", dump_json(plan::plan_report_json(w, po, res, ctx), 2).c_str());
   else std::fputs(plan::plan_report_text(w, po, res, ctx).c_str(), stdout);
+  if (!a.html.empty()) {  // also when nothing fits: the page shows the smallest plan
+    std::ofstream f(a.html);
+    f << plan::plan_report_html(w, po, res, ctx);
+    if (!f) return report_error(io_error("cannot write --html file '" + a.html + "'"));
+    std::fprintf(stderr, "wrote %s\n", a.html.c_str());
+  }
   if (!res.fits) return kExitMemory;
   if (!a.write_config.empty()) {
     if (!from_config)

@@ -48,6 +48,7 @@ struct PlanArgs {
   int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
   std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
   std::string device_budget, host_budget, write_config;
+  std::string html;  // --html FILE: also the breakdown as a picture (plan/report.h plan_report_html)
   std::vector<std::string> allow_unproven;  // lean options (plan/parity.h names) allowed without proof
   bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
   bool no_host = false, keep_precision = false, largest_table = false;

@@ -125,6 +125,8 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
   cmd->add_flag("--json", a->json, "Print JSON instead of tables");
   cmd->add_option("--write-config", a->write_config, "Write the chosen plan as a `leanemb train` config (needs --config)")->type_name("FILE")->check(non_empty());
+  cmd->add_option("--html", a->html, "Also write the breakdown as a picture: one self-contained HTML page (inline SVG), the naive "
+                                     "baseline beside the chosen plan, by category and tier")->type_name("FILE")->check(non_empty());
   cmd->footer(std::string("plan exits 3 when no plan fits the device (the smallest budget that would is printed).\n") + exit_code_table());
   cmd->callback([a, result] { *result = run_plan(*a); });
 }

@@ -6,6 +6,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/planner.cc
   ${CMAKE_CURRENT_LIST_DIR}/parity.cc
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
+  ${CMAKE_CURRENT_LIST_DIR}/report_html.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_plan.cc)
 

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "plan/plan_testing.h"
 
 #include "plan/report.h"
@@ -47,6 +50,49 @@ TEST(PlannerTest, NoFitNamesTheSmallestBudget) {
   auto again = make_plan(seed_workload(), o);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again.value().fits);
+}
+
+// The value of attribute `name` in the tag holding `marker` ("" when there is none).
+std::string attr_near(const std::string& html, const std::string& marker, const std::string& name) {
+  const size_t at = html.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t begin = html.rfind('<', at), end = html.find('>', at);
+  const std::string tag = html.substr(begin, end - begin);
+  const size_t a = tag.find(" " + name + "=\"");
+  if (a == std::string::npos) return "";
+  const size_t v = a + name.size() + 3;
+  return tag.substr(v, tag.find('"', v) - v);
+}
+
+// plan --html: the seed's table as stacked bars whose segments hold the predicted bytes of
+// each category, naive beside the plan, the usable memory as a limit; and a page when nothing fits.
+TEST(PlannerTest, HtmlPageDrawsTheNaiveBreakdownBesideThePlan) {
+  PlannerOptions o;
+  o.preset = find_preset("ascend-910a").value();
+  auto r = make_plan(seed_workload(), o);
+  ASSERT_TRUE(r.ok());
+  const std::string html = plan_report_html(seed_workload(), o, r.value(), ReportContext{"seed", 2048, 1000});
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  for (int c = 0; c < kNumCategories; ++c) {
+    const std::string cat(category_name(static_cast<Category>(c)));
+    for (auto [bar, tier] : {std::pair<const char*, const TierPrediction*>{"naive (device)", &r.value().naive.device()},
+                             {"plan (device)", &r.value().chosen.prediction.device()},
+                             {"plan (host)", &r.value().chosen.prediction.host()}}) {
+      const size_t bytes = tier->peak[static_cast<size_t>(c)];
+      const std::string v = attr_near(html, "data-bar=\"" + std::string(bar) + "\" data-category=\"" + cat + "\"", "data-value");
+      EXPECT_EQ(v, bytes ? std::to_string(bytes) : std::string()) << bar << " " << cat;
+    }
+  }
+  EXPECT_EQ(attr_near(html, "class=\"limit\"", "data-value"), std::to_string(r.value().usable_device_bytes));
+  EXPECT_EQ(attr_near(html, "id=\"verdict\"", "data-fits"), "true");
+  EXPECT_NE(html.find("DOES NOT FIT"), std::string::npos);  // the naive baseline, on a 910A
+  o.preset = find_preset("cpu:64MiB").value();
+  o.allow_host = false;
+  auto none = make_plan(seed_workload(), o);
+  ASSERT_TRUE(none.ok());
+  const std::string page = plan_report_html(seed_workload(), o, none.value(), ReportContext{"seed", 2048, 1000});
+  EXPECT_EQ(attr_near(page, "id=\"verdict\"", "data-fits"), "false");
+  EXPECT_NE(page.find("NOTHING FITS"), std::string::npos);
 }
 
 // Unknown presets and bad cpu sizes are clear errors.

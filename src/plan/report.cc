@@ -82,6 +82,8 @@ nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind) {
 
 }  // namespace
 
+const char* category_formula(Category c, WorkloadKind kind) { return formula(c, kind); }
+
 std::string describe_settings(const Workload& w) {
   std::string s = std::string(dtype_name(w.row_dtype)) + " rows" +
                   (w.row_dtype == DType::kF32 ? "" : " (stochastic rounding)") + ", " +

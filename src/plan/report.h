@@ -26,5 +26,17 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& opti
                                 const ReportContext& ctx);
 // "bf16 rows (stochastic rounding), adam state fp32 on the device, ..." of a candidate.
 std::string describe_settings(const Workload& w);
+// The breakdown table's formula column: how `c`'s bytes are counted for `kind`.
+const char* category_formula(Category c, WorkloadKind kind);
+
+// `leanemb plan --html FILE` (src/plan/report_html.cc): one self-contained HTML page (no
+// scripts, no network) with the breakdown table as a picture: stacked bars by category
+// (src/chart/svg_chart.h) for the naive baseline on the device beside the chosen plan's device
+// and host tiers (and the config as written, with --config), the usable device memory as a
+// limit line; the table itself, the settings and the text report. Drawn when nothing fits too
+// (then the bars are the smallest plan's). Chart id chart-plan; bars "naive (device)",
+// "plan (device)", "plan (host)", "as configured (device)", "as configured (host)".
+std::string plan_report_html(const Workload& base, const PlannerOptions& options, const PlanResult& result,
+                             const ReportContext& ctx);
 
 }  // namespace leanemb::plan

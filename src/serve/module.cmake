@@ -14,4 +14,8 @@ if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(serve_cli_test ${PROJECT_SOURCE_DIR}/tests/serve_cli_test.cc)
   target_compile_definitions(serve_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
   add_dependencies(serve_cli_test leanemb_cli)
+  # The report and plan --html pages rendered by headless Chromium, their charts checked in the
+  # DOM it built (tests/report_chromium.sh; fails without chromium: scripts/install_deps.sh).
+  add_test(NAME report_chromium COMMAND ${PROJECT_SOURCE_DIR}/tests/report_chromium.sh $<TARGET_FILE:leanemb_cli>)
+  set_tests_properties(report_chromium PROPERTIES TIMEOUT 180)
 endif()

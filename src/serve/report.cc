@@ -1,15 +1,14 @@
-// `leanemb report` (see report.h).
+// `leanemb report` (see report.h). The charts are drawn by src/chart (svg_chart.h).
 #include "serve/report.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <sstream>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "core/json.h"
 
+#include "chart/svg_chart.h"
 #include "leanemb/memory.h"
 
 namespace leanemb::serve {
@@ -18,203 +17,231 @@ using nlohmann::json;
 
 namespace {
 
-struct Series {
-  std::string id, title, unit;
-  std::vector<std::pair<double, double>> points;  // (step, value)
+struct Checkpoint {
+  double step = 0, seconds = 0;
+  std::string path;
 };
 
-std::string num(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
+// What metrics.jsonl holds, as series over steps.
+struct Run {
+  chart::Series loss{"loss", "", {}, {}}, speed{"samples_per_s", "", {}, {}}, scale{"loss_scale", "", {}, {}};
+  chart::Series skipped{"skipped_steps", "", {}, {}}, eval{"eval", "", {}, {}}, logloss{"eval_logloss", "", {}, {}};
+  chart::Series ckpt_seconds{"checkpoint_seconds", "", {}, {}};
+  std::string eval_name = "Eval metric";
+  std::vector<std::pair<std::string, chart::Series>> transfers;  // direction -> cumulative bytes
+  std::vector<std::pair<std::string, chart::Series>> row_cache;  // fetched / written back bytes
+  std::vector<Checkpoint> checkpoints;
+  std::vector<chart::Marker> markers;  // checkpoints, skipped steps, epoch ends: on every step chart
+};
+
+void add_point(std::vector<std::pair<std::string, chart::Series>>* named, const std::string& key, const std::string& label, double x,
+               double y) {
+  auto it = std::find_if(named->begin(), named->end(), [&](const auto& p) { return p.first == key; });
+  if (it == named->end()) {
+    named->push_back({key, chart::Series{key, label, {}, {}}});
+    it = named->end() - 1;
+  }
+  it->second.x.push_back(x);
+  it->second.y.push_back(y);
 }
 
-std::string short_num(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.4g", v);
-  return b;
+std::string direction_label(std::string key) {  // "host_to_device" -> "host->device"
+  const size_t at = key.find("_to_");
+  return at == std::string::npos ? key : key.substr(0, at) + "->" + key.substr(at + 4);
 }
 
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
-// A line chart of one series: axes with min/max labels, one polyline, a dot per point.
-std::string line_chart(const Series& s) {
-  constexpr double W = 640, H = 240, L = 70, R = 20, T = 30, B = 40;
-  std::ostringstream o;
-  o << "<svg class=\"chart\" id=\"chart-" << s.id << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-    << "\" viewBox=\"0 0 " << W << " " << H << "\">\n";
-  o << "<text x=\"" << L << "\" y=\"18\" class=\"title\">" << escape(s.title) << "</text>\n";
-  if (s.points.empty()) {
-    o << "<text x=\"" << L << "\" y=\"" << H / 2 << "\">no data in metrics.jsonl</text>\n</svg>\n";
-    return o.str();
-  }
-  double x0 = s.points.front().first, x1 = x0, y0 = s.points.front().second, y1 = y0;
-  for (const auto& [x, y] : s.points) {
-    x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-  }
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
-  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
-  o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" class=\"axis\"/>\n";
-  o << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" class=\"axis\"/>\n";
-  o << "<text x=\"" << L - 6 << "\" y=\"" << py(y1) + 4 << "\" text-anchor=\"end\">" << short_num(y1) << "</text>\n";
-  o << "<text x=\"" << L - 6 << "\" y=\"" << py(y0) + 4 << "\" text-anchor=\"end\">" << short_num(y0) << "</text>\n";
-  o << "<text x=\"" << L << "\" y=\"" << H - B + 16 << "\">" << short_num(x0) << "</text>\n";
-  o << "<text x=\"" << W - R << "\" y=\"" << H - B + 16 << "\" text-anchor=\"end\">" << short_num(x1) << "</text>\n";
-  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 6 << "\" text-anchor=\"middle\">step</text>\n";
-  std::string steps, values, pts;
-  for (const auto& [x, y] : s.points) {
-    if (!steps.empty()) {
-      steps += ' ';
-      values += ' ';
-    }
-    steps += num(x);
-    values += num(y);
-    char b[64];
-    std::snprintf(b, sizeof b, "%s%.2f,%.2f", pts.empty() ? "" : " ", px(x), py(y));
-    pts += b;
-  }
-  o << "<polyline class=\"series\" data-series=\"" << s.id << "\" data-steps=\"" << steps << "\" data-values=\"" << values
-    << "\" points=\"" << pts << "\"/>\n";
-  if (s.points.size() <= 200)
-    for (const auto& [x, y] : s.points) o << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"2.5\"/>\n";
-  o << "</svg>\n";
-  return o.str();
-}
-
-// Memory: one stacked bar per tier (and per planned / measured when the plan is there).
-std::string memory_chart(const json& sum) {
-  struct Bar {
-    std::string label;
-    std::vector<std::pair<std::string, double>> parts;  // category, bytes
-  };
-  std::vector<Bar> bars;
-  if (sum.contains("plan") && sum["plan"].is_object()) {
-    for (const auto& [tier, t] : sum["plan"].items()) {
-      Bar planned{tier + " planned", {}}, measured{tier + " measured", {}};
-      for (const auto& [cat, v] : t["categories"].items()) {
-        planned.parts.emplace_back(cat, v.value("planned", 0.0));
-        measured.parts.emplace_back(cat, v.value("measured", 0.0));
+Result<Run> parse_metrics(const std::string& metrics_jsonl) {
+  Run r;
+  std::istringstream in(metrics_jsonl);
+  int64_t line_no = 0;
+  double last_skipped = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    const json j = parse_json_or_discarded(line);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number())
+      return invalid_argument("metrics.jsonl line " + std::to_string(line_no) + " is not a JSON object with a step");
+    const double step = j["step"].get<double>();
+    auto number = [&](const char* key, chart::Series* s) {
+      if (j.contains(key) && j[key].is_number()) {
+        s->x.push_back(step);
+        s->y.push_back(j[key].get<double>());
       }
-      bars.push_back(planned);
-      bars.push_back(measured);
+    };
+    number("loss", &r.loss);
+    number("samples_per_s", &r.speed);
+    number("loss_scale", &r.scale);
+    number("skipped_steps", &r.skipped);
+    if (j.contains("skipped_steps") && j["skipped_steps"].is_number()) {
+      const double now = j["skipped_steps"].get<double>();
+      if (now > last_skipped)
+        r.markers.push_back({step, "skipped", chart::num(now - last_skipped) + " step(s) skipped (non-finite gradients) by step " + chart::num(step)});
+      last_skipped = now;
+    }
+    if (j.contains("transfers") && j["transfers"].is_object())
+      for (const auto& [dir, v] : j["transfers"].items())
+        if (v.is_number()) add_point(&r.transfers, dir, direction_label(dir), step, v.get<double>());
+    if (j.contains("row_cache") && j["row_cache"].is_object())
+      for (const char* key : {"fetched_bytes", "written_back_bytes"})
+        if (j["row_cache"].contains(key) && j["row_cache"][key].is_number())
+          add_point(&r.row_cache, key, std::string(key) == "fetched_bytes" ? "fetched (store -> cache)" : "written back (cache -> store)", step,
+                    j["row_cache"][key].get<double>());
+    if (j.contains("eval") && j["eval"].is_object()) {
+      const json& e = j["eval"];
+      for (const char* key : {"auc", "precision_at_1"})
+        if (e.contains(key) && e[key].is_number()) {
+          r.eval.x.push_back(step);
+          r.eval.y.push_back(e[key].get<double>());
+          r.eval_name = std::string(key) == "auc" ? "Eval AUC" : "Eval P@1";
+        }
+      if (e.contains("logloss") && e["logloss"].is_number()) {
+        r.logloss.x.push_back(step);
+        r.logloss.y.push_back(e["logloss"].get<double>());
+      }
+      if (j.contains("epoch") && j["epoch"].is_number())
+        r.markers.push_back({step, "epoch", "end of epoch " + dump_json(j["epoch"]) + " (step " + chart::num(step) + ")"});
+    }
+    if (j.contains("checkpoint") && j["checkpoint"].is_string()) {
+      Checkpoint c{step, j.value("checkpoint_seconds", 0.0), j["checkpoint"].get<std::string>()};
+      r.checkpoints.push_back(c);
+      r.ckpt_seconds.x.push_back(step);
+      r.ckpt_seconds.y.push_back(c.seconds);
+      r.markers.push_back({step, "checkpoint", "checkpoint at step " + chart::num(step) + ": " + c.path});
+    }
+  }
+  return r;
+}
+
+chart::LineChart step_chart(const Run& r, std::string id, std::string title, std::vector<chart::Series> series,
+                            chart::Axis axis = chart::Axis::kNumber, std::string empty = "no data in metrics.jsonl") {
+  chart::LineChart c;
+  c.id = std::move(id);
+  c.title = std::move(title);
+  c.series = std::move(series);
+  c.markers = r.markers;
+  c.y_axis = axis;
+  c.empty_text = std::move(empty);
+  return c;
+}
+
+std::vector<chart::Series> values_of(const std::vector<std::pair<std::string, chart::Series>>& named) {
+  std::vector<chart::Series> out;
+  for (const auto& p : named) out.push_back(p.second);
+  return out;
+}
+
+// Memory: one stacked bar per tier, planned beside measured when the summary has the plan.
+chart::BarChart memory_chart(const json& sum) {
+  chart::BarChart c;
+  c.id = "memory";
+  c.width = 1000;
+  c.title = "Memory by tier and category (peak bytes of each category; device = device (cpu) on this build)";
+  if (sum.contains("plan") && sum["plan"].is_object()) {
+    c.title = "Memory by tier and category, planned (leanemb plan's model) beside measured (peak bytes)";
+    for (const auto& [tier, t] : sum["plan"].items()) {
+      if (!t.is_object() || !t.contains("categories")) continue;
+      chart::Bar planned{tier + " planned", {}}, measured{tier + " measured", {}};
+      for (const auto& [cat, v] : t["categories"].items()) {
+        planned.segments.push_back({cat, v.value("planned", 0.0)});
+        measured.segments.push_back({cat, v.value("measured", 0.0)});
+      }
+      c.bars.push_back(planned);
+      c.bars.push_back(measured);
     }
   } else if (sum.contains("memory") && sum["memory"].is_object()) {
     for (const auto& [tier, cats] : sum["memory"].items()) {
-      Bar b{tier + " peak", {}};
-      for (const auto& [cat, v] : cats.items()) b.parts.emplace_back(cat, v.get<double>());
-      bars.push_back(b);
+      chart::Bar b{tier + " measured", {}};
+      for (const auto& [cat, v] : cats.items())
+        if (v.is_number()) b.segments.push_back({cat, v.get<double>()});
+      c.bars.push_back(b);
     }
   }
-  double most = 1;
-  for (const Bar& b : bars) {
-    double t = 0;
-    for (const auto& p : b.parts) t += p.second;
-    most = std::max(most, t);
-  }
-  static const char* colors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"};
-  std::vector<std::string> cats;
-  for (const Bar& b : bars)
-    for (const auto& p : b.parts)
-      if (std::find(cats.begin(), cats.end(), p.first) == cats.end()) cats.push_back(p.first);
-  const double W = 640, row = 34, L = 150, R = 110;
-  const double H = 40 + row * static_cast<double>(bars.size()) + 20 * static_cast<double>((cats.size() + 3) / 4);
+  return c;
+}
+
+std::string summary_table(const json& sum) {
   std::ostringstream o;
-  o << "<svg class=\"chart\" id=\"chart-memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\">\n";
-  o << "<text x=\"10\" y=\"18\" class=\"title\">Memory by tier and category (peak bytes; device = device (cpu) on this build)</text>\n";
-  double y = 30;
-  for (const Bar& b : bars) {
-    o << "<text x=\"" << L - 6 << "\" y=\"" << y + 17 << "\" text-anchor=\"end\">" << escape(b.label) << "</text>\n";
-    double x = L, total = 0;
-    for (const auto& [cat, bytes] : b.parts) {
-      const double w = bytes / most * (W - L - R);
-      const size_t ci = static_cast<size_t>(std::find(cats.begin(), cats.end(), cat) - cats.begin()) % 8;
-      o << "<rect class=\"mem\" data-bar=\"" << escape(b.label) << "\" data-category=\"" << escape(cat) << "\" data-bytes=\"" << num(bytes)
-        << "\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"24\" fill=\"" << colors[ci] << "\"><title>"
-        << escape(cat) << ": " << format_bytes(static_cast<size_t>(bytes)) << "</title></rect>\n";
-      x += w;
-      total += bytes;
-    }
-    o << "<text x=\"" << x + 6 << "\" y=\"" << y + 17 << "\">" << format_bytes(static_cast<size_t>(total)) << "</text>\n";
-    y += row;
+  o << "<h2>Summary</h2>\n<table id=\"summary\">\n";
+  for (const char* k : {"task", "outcome", "steps", "samples", "samples_this_run", "samples_per_s", "train_seconds", "loss", "skipped_steps",
+                        "loss_scale", "steps_per_epoch", "resumed_from_step", "checkpoint"})
+    if (sum.contains(k) && !sum[k].is_null())
+      o << "<tr><th class=\"l\">" << k << "</th><td class=\"l\">" << chart::escape(sum[k].is_string() ? sum[k].get<std::string>() : dump_json(sum[k]))
+        << "</td></tr>\n";
+  if (sum.contains("eval") && sum["eval"].is_object())
+    o << "<tr><th class=\"l\">final eval</th><td class=\"l\">" << chart::escape(dump_json(sum["eval"])) << "</td></tr>\n";
+  o << "</table>\n";
+  const json* t = sum.contains("transfers") ? &sum["transfers"]
+                  : sum.contains("memory_detail") && sum["memory_detail"].contains("transfers") ? &sum["memory_detail"]["transfers"]
+                                                                                                : nullptr;
+  if (t && t->is_object()) {
+    o << "<table id=\"transfers\"><tr><th class=\"l\">between tiers (whole run)</th><th>bytes</th></tr>\n";
+    for (const auto& [dir, v] : t->items())
+      if (v.is_number())
+        o << "<tr><td class=\"l\">" << chart::escape(direction_label(dir)) << "</td><td data-bytes=\"" << chart::num(v.get<double>()) << "\">"
+          << chart::escape(chart::label(v.get<double>(), chart::Axis::kBytes)) << "</td></tr>\n";
+    if (sum.contains("row_cache") && sum["row_cache"].is_object())
+      for (const auto& [k, v] : sum["row_cache"].items())
+        if (v.is_number())
+          o << "<tr><td class=\"l\">row cache " << chart::escape(k) << "</td><td>"
+            << chart::escape(k.find("bytes") != std::string::npos ? chart::label(v.get<double>(), chart::Axis::kBytes) : dump_json(v)) << "</td></tr>\n";
+    o << "</table>\n";
   }
-  for (size_t i = 0; i < cats.size(); ++i) {
-    const double lx = 10 + static_cast<double>(i % 4) * 155, ly = y + 14 + static_cast<double>(i / 4) * 20;
-    o << "<rect x=\"" << lx << "\" y=\"" << ly - 10 << "\" width=\"12\" height=\"12\" fill=\"" << colors[i % 8] << "\"/>"
-      << "<text x=\"" << lx + 16 << "\" y=\"" << ly << "\">" << escape(cats[i]) << "</text>\n";
-  }
-  o << "</svg>\n";
-  return bars.empty() ? std::string() : o.str();
+  return o.str();
+}
+
+std::string checkpoint_table(const Run& r) {
+  if (r.checkpoints.empty()) return "<p class=\"note\">No checkpoint was written (metrics.jsonl records none).</p>\n";
+  std::ostringstream o;
+  o << "<table id=\"checkpoints\"><tr><th>step</th><th>write seconds</th><th class=\"l\">directory</th></tr>\n";
+  for (const Checkpoint& c : r.checkpoints)
+    o << "<tr><td>" << chart::num(c.step) << "</td><td>" << chart::label(c.seconds, chart::Axis::kNumber) << "</td><td class=\"l\">"
+      << chart::escape(c.path) << "</td></tr>\n";
+  o << "</table>\n";
+  return o.str();
 }
 
 }  // namespace
 
 Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json) {
-  Series loss{"loss", "Training loss (mean over log_every steps)", "", {}};
-  Series speed{"samples_per_s", "Samples per second (since the run started)", "", {}};
-  Series eval{"eval", "Eval metric", "", {}};
-  Series scale{"loss_scale", "Loss scale", "", {}};
-  Series skipped{"skipped_steps", "Skipped steps (non-finite gradients, cumulative)", "", {}};
-  std::istringstream in(metrics_jsonl);
-  int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.empty()) continue;
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step"))
-      return invalid_argument("metrics.jsonl line " + std::to_string(line_no) + " is not a JSON object with a step");
-    const double step = j["step"].get<double>();
-    if (j.contains("loss") && j["loss"].is_number()) loss.points.emplace_back(step, j["loss"].get<double>());
-    if (j.contains("samples_per_s") && j["samples_per_s"].is_number()) speed.points.emplace_back(step, j["samples_per_s"].get<double>());
-    if (j.contains("loss_scale") && j["loss_scale"].is_number()) scale.points.emplace_back(step, j["loss_scale"].get<double>());
-    if (j.contains("skipped_steps") && j["skipped_steps"].is_number()) skipped.points.emplace_back(step, j["skipped_steps"].get<double>());
-    if (j.contains("eval") && j["eval"].is_object()) {
-      for (const char* key : {"auc", "precision_at_1"}) {
-        if (j["eval"].contains(key) && j["eval"][key].is_number()) {
-          eval.points.emplace_back(step, j["eval"][key].get<double>());
-          eval.title = std::string(key) == "auc" ? "Eval AUC" : "Eval P@1";
-        }
-      }
-    }
-  }
+  LEANEMB_ASSIGN_OR_RETURN(Run r, parse_metrics(metrics_jsonl));
   json sum;
   if (!summary_json.empty()) {
-    sum = json::parse(summary_json, nullptr, false);
+    sum = parse_json_or_discarded(summary_json);
     if (sum.is_discarded() || !sum.is_object()) return invalid_argument("the --summary file is not a JSON object");
   }
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" << escape(title) << "</title>\n<style>\n"
-    << "body{font-family:sans-serif;margin:20px;color:#222} .chart{display:block;margin:12px 0;border:1px solid #ddd}\n"
-    << "svg text{font-size:11px;fill:#333} svg .title{font-size:13px;font-weight:bold} .axis{stroke:#888}\n"
-    << ".series{fill:none;stroke:#4e79a7;stroke-width:1.5} circle{fill:#4e79a7} table{border-collapse:collapse}\n"
-    << "td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}\n</style></head><body>\n";
-  o << "<h1>" << escape(title) << "</h1>\n";
-  if (!sum.is_null()) {
-    o << "<table id=\"summary\">\n";
-    for (const char* k : {"task", "outcome", "steps", "samples", "samples_per_s", "train_seconds", "loss", "skipped_steps"})
-      if (sum.contains(k)) o << "<tr><th>" << k << "</th><td>" << escape(sum[k].dump()) << "</td></tr>\n";
-    if (sum.contains("eval") && sum["eval"].is_object())
-      o << "<tr><th>final eval</th><td>" << escape(sum["eval"].dump()) << "</td></tr>\n";
-    o << "</table>\n";
+  o << chart::page_begin(title);
+  o << "<p class=\"note\">Dashed lines mark checkpoints (green), skipped steps (red) and ends of epochs (grey) on every chart over "
+       "steps; hover a point or a line for its value.</p>\n";
+  if (!sum.is_null()) o << summary_table(sum);
+  o << "<h2>Training</h2>\n";
+  o << chart::draw_line_chart(step_chart(r, "loss", "Training loss (mean over log_every steps)", {r.loss}));
+  o << chart::draw_line_chart(step_chart(r, "eval", r.eval_name, {r.eval}, chart::Axis::kNumber, "no evaluation in metrics.jsonl"));
+  if (!r.logloss.x.empty()) o << chart::draw_line_chart(step_chart(r, "eval_logloss", "Eval logloss", {r.logloss}));
+  o << chart::draw_line_chart(step_chart(r, "samples_per_s", "Samples per second (this run's samples over its time so far)", {r.speed}));
+  o << chart::draw_line_chart(step_chart(r, "loss_scale", "Loss scale (fp16: halved at a skipped step, grown after clean steps)", {r.scale}));
+  o << chart::draw_line_chart(step_chart(r, "skipped_steps", "Skipped steps (non-finite gradients, cumulative)", {r.skipped}));
+  o << "<h2>Transfers between tiers</h2>\n<p class=\"note\">What crossed from one tier to another: row cache fetches (store -> "
+       "device) and write-backs (device -> store), rows and optimizer state placed on the host (read and written back each step).</p>\n";
+  o << chart::draw_line_chart(step_chart(r, "transfers", "Bytes moved between tiers (cumulative)",
+                                         values_of(r.transfers), chart::Axis::kBytes, "metrics.jsonl records no transfers (an older run)"));
+  if (!r.row_cache.empty())
+    o << chart::draw_line_chart(step_chart(r, "row_cache", "Row cache traffic (cumulative bytes, all cached tables)", values_of(r.row_cache),
+                                           chart::Axis::kBytes));
+  o << "<h2>Checkpoints</h2>\n";
+  o << chart::draw_line_chart(step_chart(r, "checkpoint_seconds", "Checkpoints on the timeline: seconds to write each", {r.ckpt_seconds},
+                                         chart::Axis::kNumber, "no checkpoint in metrics.jsonl"));
+  o << checkpoint_table(r);
+  o << "<h2>Memory</h2>\n";
+  if (sum.is_null()) {
+    o << "<p class=\"note\">Memory by tier and category: pass the run's --json-summary file with --summary.</p>\n";
+  } else {
+    const chart::BarChart m = memory_chart(sum);
+    if (m.bars.empty()) o << "<p class=\"note\">The summary holds no memory figures.</p>\n";
+    else o << chart::draw_stacked_bars(m);
   }
-  o << line_chart(loss) << line_chart(eval) << line_chart(speed);
-  if (!scale.points.empty()) o << line_chart(scale);
-  if (!skipped.points.empty()) o << line_chart(skipped);
-  if (!sum.is_null()) o << memory_chart(sum);
-  o << "<p>Drawn by leanemb report from metrics.jsonl" << (sum.is_null() ? "" : " and the run's summary") << ".</p>\n</body></html>\n";
+  o << "<p class=\"note\">Drawn by leanemb report from metrics.jsonl" << (sum.is_null() ? "" : " and the run's summary") << ".</p>\n";
+  o << chart::page_end();
   return o.str();
 }
 

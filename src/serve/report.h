@@ -1,11 +1,16 @@
-// `leanemb report RUN_DIR` (docs/serve.md): one self-contained HTML page of a run, drawn by this
-// small SVG code (no scripts, no network, no external files): loss, eval metric and samples/s
-// over steps from RUN_DIR/metrics.jsonl, and, given the run's --json-summary, its memory by tier
-// and category (stacked bars, planned beside measured when the summary has the plan).
+// `leanemb report RUN_DIR` (docs/serve.md): one self-contained HTML page of a run (no scripts,
+// no network, no external files), its charts drawn by src/chart (svg_chart.h: the element and
+// data-* attribute conventions a reader or a test checks the picture by). From
+// RUN_DIR/metrics.jsonl: loss, eval metric (AUC or P@1, and logloss), samples/s, loss scale and
+// skipped steps over steps; bytes moved between tiers and the row caches' fetch / write-back
+// bytes (cumulative); checkpoints as a chart of their write seconds, a table, and markers on
+// every chart over steps (skipped steps and ends of epochs are marked too). Given the run's
+// --json-summary: a summary table, the whole run's transfers, and memory by tier and category
+// as stacked bars, planned beside measured when the summary has the plan.
 //
-// Every chart is an <svg class="chart" id="chart-<series>"> holding one <polyline> whose
-// data-steps and data-values attributes list the points it draws (%.9g), so that a reader (or
-// a test) can check the picture against metrics.jsonl.
+// Chart ids: chart-loss, chart-eval, chart-eval_logloss (CTR), chart-samples_per_s,
+// chart-loss_scale, chart-skipped_steps, chart-transfers, chart-row_cache (cached tables),
+// chart-checkpoint_seconds, chart-memory (with a summary).
 //
 // Thread safety: a pure function of its inputs.
 #pragma once
@@ -17,7 +22,8 @@
 namespace leanemb::serve {
 
 // metrics_jsonl: the text of metrics.jsonl; summary_json: the --json-summary text or empty.
-// Errors: InvalidArgument for a line that is not a JSON object.
+// Errors: InvalidArgument for a line that is not a JSON object with a numeric step, or a
+// summary that is not a JSON object.
 Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json);
 
 }  // namespace leanemb::serve

@@ -133,6 +133,29 @@ json memory_peaks(const MemorySystem& mem) {
   return out;
 }
 
+// Bytes that crossed tiers so far (MemorySystem::transfers: row cache fetches and write-backs,
+// rows and state placed on the host) and, when tables have row caches, their counters summed
+// over the tables: the "transfers" and "row_cache" fields of metrics.jsonl lines and the summary
+// (docs/train.md). Local to this rank (no collective).
+void add_transfer_fields(const MemorySystem& mem, const EmbeddingTables& tables, json* j) {
+  (*j)["transfers"] = parse_json(mem.transfers().to_json());
+  RowCacheStats sum;
+  bool cached = false;
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    auto s = tables.cache_stats(t);
+    if (!s.ok()) continue;  // a table without a cache
+    cached = true;
+    sum.bytes_read += s.value().bytes_read;
+    sum.bytes_written += s.value().bytes_written;
+    sum.hits += s.value().hits;
+    sum.misses += s.value().misses;
+    sum.evictions += s.value().evictions;
+  }
+  if (cached)
+    (*j)["row_cache"] = {{"fetched_bytes", sum.bytes_read}, {"written_back_bytes", sum.bytes_written}, {"hits", sum.hits},
+                         {"misses", sum.misses}, {"evictions", sum.evictions}};
+}
+
 // {"device": {"planned_peak", "measured_peak", "categories": {cat: {"planned", "measured"}}}, "host": ...}
 json planned_vs_measured(const plan::Prediction& p, const MemorySystem& mem) {
   json out = json::object();
@@ -310,6 +333,16 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     }
     return Status();
   };
+  // A checkpoint of step k.step, and its metrics.jsonl line (the report's timeline marks it).
+  auto checkpoint = [&]() -> Status {
+    const auto c0 = Clock::now();
+    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
+    metrics << dump_json(json{{"step", k.step}, {"checkpoint", last_ckpt},
+                              {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}})
+            << "\n";
+    metrics.flush();
+    return Status();
+  };
   DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
   std::string diverged;  // "diverged at step N: ..." once the run diverged
   bool stopped = false;  // a signal (StopSignal) stopped the run after a step
@@ -339,9 +372,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (k.step % ls.log_every == 0) {
       last_loss = loss_sum / static_cast<double>(loss_n);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      metrics << dump_json(json{{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
-                                {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}})
-              << "\n";
+      json m = {{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
+                {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}};
+      add_transfer_fields(*mem, task->tables(), &m);
+      metrics << dump_json(m) << "\n";
       metrics.flush();
       loss_sum = 0;
       loss_n = 0;
@@ -352,7 +386,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
       metrics.flush();
     }
     if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
-      LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
+      LEANEMB_RETURN_IF_ERROR(checkpoint());
       last_ckpt_step = k.step;
     }
     if (ro.after_step) ro.after_step(k.step);
@@ -379,8 +413,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   }
   if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
   // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
-  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty() && ls.checkpoint_every >= 0)
-    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
+  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty() && ls.checkpoint_every >= 0) LEANEMB_RETURN_IF_ERROR(checkpoint());
   if (task->has_eval() && !stopped && diverged.empty()) {
     say("evaluating");
     LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
@@ -406,6 +439,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
   sum["memory"] = memory_peaks(*mem);
   sum["memory_detail"] = parse_json(mem->to_json());
+  add_transfer_fields(*mem, task->tables(), &sum);
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
