@@ -242,11 +242,16 @@ class FileRowStore final : public RowStore {
       }
     }
     uint64_t ops = 0, bytes = 0;
+    // The staging buffer even when no row is present: a call's memory depends on its count only
+    // (the planner's checkpoint phase), so the first checkpoint of a run already reaches it.
+    Allocation buf;
+    if (count > 0) {
+      LEANEMB_ASSIGN_OR_RETURN(buf, bulk_buffer(count));
+    }
     if (first >= 0) {
       const uint64_t s = static_cast<uint64_t>(begin + first) * row_bytes_;
       const uint64_t e = static_cast<uint64_t>(begin + last + 1) * row_bytes_;
       const uint64_t a = align_down(s, block_), b = align_up(e, block_);
-      LEANEMB_ASSIGN_OR_RETURN(Allocation buf, bulk_buffer(count));
       uint8_t* stage = buf.as<uint8_t>();
       const uint64_t base = static_cast<uint64_t>(begin) * row_bytes_;
       std::vector<IoOp> io;

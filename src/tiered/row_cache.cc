@@ -286,24 +286,30 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     LEANEMB_ASSIGN_OR_RETURN(a, staging_alloc_->allocate(row_cache_stage_rows(n) * stride, Category::kIoBuffers, 4096));
     return Status();
   };
+  // Both staging buffers grow together to the fetch's rows (its dirty victims are at most its
+  // rows read in): a run reaches its staging memory at its first fetch, as row_cache_sizes
+  // predicts it, not later when evictions start.
+  Status st = grow(stage_in_, plan.fresh.size());
+  if (st.ok()) st = grow(stage_out_, plan.fresh.size());
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    rollback_locked(set, true);  // nothing written back: the victims keep their dirty bytes
+    return st;
+  }
   // Phase B: write back dirty victims.
   std::vector<int64_t>& wb_rows = plan.wb_rows;
   wb_rows.clear();
   for (const Plan::Victim& v : plan.victims)
     if (v.dirty) wb_rows.push_back(v.row);
-  Status st;
   if (!wb_rows.empty()) {
-    st = grow(stage_out_, wb_rows.size());
-    if (st.ok()) {
-      size_t k = 0;
-      for (size_t i = 0; i < plan.victims.size(); ++i) {
-        const Plan::Victim& v = plan.victims[i];
-        if (i + 8 < plan.victims.size())
-          kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(plan.victims[i + 8].slot) * stride, stride);
-        if (v.dirty) std::memcpy(stage_out_.as<uint8_t>() + (k++) * stride, slots() + static_cast<size_t>(v.slot) * stride, stride);
-      }
-      st = store_->write_rows(wb_rows, stage_out_.as<uint8_t>());
+    size_t k = 0;
+    for (size_t i = 0; i < plan.victims.size(); ++i) {
+      const Plan::Victim& v = plan.victims[i];
+      if (i + 8 < plan.victims.size())
+        kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(plan.victims[i + 8].slot) * stride, stride);
+      if (v.dirty) std::memcpy(stage_out_.as<uint8_t>() + (k++) * stride, slots() + static_cast<size_t>(v.slot) * stride, stride);
     }
+    st = store_->write_rows(wb_rows, stage_out_.as<uint8_t>());
     if (!st.ok()) {
       std::lock_guard<std::mutex> l(mu_);
       rollback_locked(set, true);
@@ -315,9 +321,8 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   std::vector<int64_t>& rd_rows = plan.rd_rows;
   rd_rows.resize(plan.fresh.size());
   for (size_t i = 0; i < plan.fresh.size(); ++i) rd_rows[i] = plan.fresh[i].row;
-  st = grow(stage_in_, rd_rows.size());
   present_.resize(rd_rows.size());
-  if (st.ok()) st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present_.data());
+  st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present_.data());
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     rollback_locked(set, false);  // the victims are clean in the store now

@@ -263,6 +263,11 @@ TEST_P(RowStoreTest, BulkStagingIsTheSizeFunctionOfTheCount) {
   ASSERT_TRUE((*sparse)->read_range(n - 70000, 70000, rows.data(), present.data()).ok());
   EXPECT_EQ(std::count(present.begin(), present.begin() + 70000, 1), 1);
   EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - both, file_store_bulk_bytes(70000, rb, block));
+  // No present row at all: the same staging (a run's first checkpoint reaches the planned peak).
+  alloc.reset_peaks();
+  ASSERT_TRUE((*sparse)->read_range(0, 5000, rows.data(), present.data()).ok());
+  EXPECT_EQ(std::count(present.begin(), present.begin() + 5000, 1), 0);
+  EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - both, file_store_bulk_bytes(5000, rb, block));
 }
 
 // Rows outside [0, num_rows) are OutOfRange with the row and position in the message.
