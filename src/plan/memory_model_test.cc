@@ -79,6 +79,12 @@ TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
     // The table of the closing note / docs/plan.md: one line per config and tier.
     std::printf("prediction %-24s %-6s planned %12.0f measured %12.0f error %+.3f%%\n", GetParam().name.c_str(), tier, planned,
                 measured, 100.0 * (planned - measured) / std::max(measured, 1.0));
+    // A cache's device row_cache (slots and index) is predicted with the size functions the cache
+    // allocates with (tiered/sizes.h): exactly.
+    if (std::string(tier) == "device" && t["categories"].contains("row_cache")) {
+      const auto& rc = t["categories"]["row_cache"];
+      EXPECT_EQ(rc["planned"].get<double>(), rc["measured"].get<double>()) << "device row_cache";
+    }
     for (const auto& [cat, v] : t["categories"].items()) {
       // Categories of a few KiB (host presence bitmaps) are exempt: pages are made on first write.
       if (std::max(v["planned"].get<double>(), v["measured"].get<double>()) < 8192) continue;
@@ -111,6 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store\"", "embedding.cache_min_rows=1000",
                  "embedding.dynamic.C1.capacity_rows=1024", "embedding.dynamic.C1.partitions=2",
                  "memory.placement=optimizer_state=host", "dist.grad_groups=4"}},
+        // A 20% cache over the host store with the CLOCK policy (its leaner index).
+        RunCase{"bf16_rowwise_cache_clock",
+                {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
+                 "embedding.cache_min_rows=1000", "embedding.cache_policy=\"clock\""}},
         RunCase{"bf16state_wide_batch",
                 {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",
                  "model.top_mlp=[256, 64]", "model.table_rows=500"}}),
