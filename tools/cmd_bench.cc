@@ -1,6 +1,7 @@
 // `leanemb bench`: parses the options, runs a benchmark workload (bench/workloads.h), prints the
 // table and writes JSON. Values are taken as strings and parsed here so that every bad value
 // gets a message naming the flag and exit code 2 (CLI11's own conversion errors use other codes).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>

@@ -65,7 +65,7 @@ void CacheIndex::init(void* mem, int64_t capacity, int64_t num_rows, CachePolicy
   tag_bits_ = 32 - slot_bits - dist_bits;
   tag_shift_ = 32 - tag_bits_;
   tag_mask_ = static_cast<uint32_t>((uint64_t{1} << tag_bits_) - 1);
-  hist_.assign(kHistBuckets, 0);
+  hist_.assign(policy == CachePolicy::kClock ? 0 : kHistBuckets, 0);  // CLOCK scans nothing
   cand_valid_ = false;
 }
 
@@ -302,7 +302,9 @@ int32_t CacheIndex::clock_victim() {
     if (n == cap_ && !seen) return -1;  // a whole lap without one: every slot is pinned or free
     const int32_t s = static_cast<int32_t>(hand_);
     hand_ = hand_ + 1 == cap_ ? 0 : hand_ + 1;
-    if (scout_dist_ > 0) --scout_dist_;
+    const bool scouted = scout_dist_ > 0;  // the scout looked at s
+    if (scouted) --scout_dist_;
+    if (scout_dist_ == 0) scout_lead_ = 0;
     if (!evictable(s)) continue;
     seen = true;
     uint8_t& f = flags_[s];
@@ -310,7 +312,7 @@ int32_t CacheIndex::clock_victim() {
       f &= static_cast<uint8_t>(~kMarkMask);
       continue;
     }
-    if (scout_lead_ > 0) --scout_lead_;
+    if (scouted && scout_lead_ > 0) --scout_lead_;
     return s;
   }
   return -1;
