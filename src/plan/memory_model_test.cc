@@ -117,9 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store\"", "embedding.cache_min_rows=1000",
                  "embedding.dynamic.C1.capacity_rows=1024", "embedding.dynamic.C1.partitions=2",
                  "memory.placement=optimizer_state=host", "dist.grad_groups=4"}},
-        // A 20% cache over the host store with the CLOCK policy (its leaner index).
-        RunCase{"bf16_rowwise_cache_clock",
+        // A 20% cache over the file store with the CLOCK policy (its leaner index).
+        RunCase{"clock_cache_file",
                 {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
+                 "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store_clock\"",
                  "embedding.cache_min_rows=1000", "embedding.cache_policy=\"clock\""}},
         RunCase{"bf16state_wide_batch",
                 {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",

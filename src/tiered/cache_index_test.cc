@@ -196,7 +196,7 @@ void check_eviction_order(CachePolicy policy, uint32_t renormalize_at, uint64_t 
         ix.assign(s, row, t);
         freq[s] = 1;
         last[s] = tick;
-        referenced[s] = 1;
+        referenced[s] = policy != CachePolicy::kClock;  // CLOCK: fetched rows start unmarked
       }
       if (!(ix.flags(s) & CacheIndex::kPinStep)) {
         ix.flags(s) |= CacheIndex::kPinStep;
@@ -223,8 +223,8 @@ TEST(CacheIndexTest, ClockVictimsAreSecondChancePicks) {
   check_eviction_order(CachePolicy::kClock, 0xFFFFFFF0u, 6);
 }
 
-// Second chance on a cache of 3: rows used since the hand last passed survive one lap; a row
-// used again (in a later call) survives the next.
+// Second chance on a cache of 3: fetched rows start unmarked (the hand takes the first one it
+// meets); a row used again by a later call is marked and survives the hand's next pass.
 TEST(CacheIndexTest, ClockGivesUsedRowsASecondChance) {
   OwnedIndex o(3, CachePolicy::kClock, 0xFFFFFFF0u, 1000);
   CacheIndex& ix = o.ix;
@@ -234,7 +234,7 @@ TEST(CacheIndexTest, ClockGivesUsedRowsASecondChance) {
     ix.flags(s) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
   }
   t = ix.begin_call();
-  EXPECT_EQ(ix.pop_victim(), 0);  // all three used: one lap clears them, then row 10 goes
+  EXPECT_EQ(ix.pop_victim(), 0);  // none used since fetched: row 10, at the hand, goes
   ix.unassign(0);
   ix.assign(0, 13, t);
   ix.flags(0) &= static_cast<uint8_t>(~CacheIndex::kInFlight);

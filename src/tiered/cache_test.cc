@@ -362,14 +362,14 @@ TEST(RowCache, LfuEvictsLeastFrequentlyUsed) {
 TEST(RowCache, ClockGivesUsedRowsASecondChance) {
   Fixture f = make_cache(100, 3, CachePolicy::kClock);
   touch(*f.cache, {1, 2, 3});
-  touch(*f.cache, {4});  // all used: the hand clears them in one lap, then evicts 1
-  EXPECT_FALSE(resident(*f.cache, 1));
-  touch(*f.cache, {2});  // 2 used again: a second chance
-  touch(*f.cache, {5});  // the hand passes 2 (clearing it) and evicts 3
-  EXPECT_TRUE(resident(*f.cache, 2) && resident(*f.cache, 4) && resident(*f.cache, 5));
+  touch(*f.cache, {1, 2});  // 1 and 2 used again: marked
+  touch(*f.cache, {4});     // the hand clears 1 and 2 and evicts 3 (fetched, never used again)
   EXPECT_FALSE(resident(*f.cache, 3));
+  touch(*f.cache, {6});     // 1 and 2 lost their marks: the hand evicts 1
+  EXPECT_FALSE(resident(*f.cache, 1));
+  EXPECT_TRUE(resident(*f.cache, 2) && resident(*f.cache, 4) && resident(*f.cache, 6));
   const auto st = f.cache->stats();
-  EXPECT_EQ(st.lookups, 6u);
+  EXPECT_EQ(st.lookups, 7u);
   EXPECT_EQ(st.misses, 5u);
   EXPECT_EQ(st.evictions, 2u);
   EXPECT_EQ(tiered::parse_cache_policy("clock").value(), CachePolicy::kClock);
