@@ -31,7 +31,8 @@
 //
 // Eviction, CLOCK (second chance): a hand walks the slots in order; an evictable slot with a
 // nonzero mark loses it (its second chance) and the hand moves on; the first evictable slot
-// without one is the victim. Slots the hand passes that are not evictable keep their marks. At
+// without one is the victim. A fetched row starts unmarked (assign), so only a row a later call
+// counts again is protected. Slots the hand passes that are not evictable keep their marks. At
 // most two laps: the first one clears the marks of every evictable slot, so the second finds a
 // victim if there is any. Releasing a slot costs nothing (no key to write). The hand clears
 // marks only of unpinned slots, and a call pins every row it counts, so a row is never counted
@@ -116,7 +117,7 @@ class CacheIndex {
   bool has_free() const { return !freed_.empty() || next_unused_ < cap_; }
   int64_t num_free() const { return static_cast<int64_t>(freed_.size()) + (cap_ - next_unused_); }
   // Slot s now holds `row` (map entry added), fetched by the call of `tick`: in flight, clean,
-  // frequency 1, counted by this call.
+  // frequency 1, counted by this call (CLOCK: unmarked; the call must not touch() it).
   void assign(int32_t s, int64_t row, uint32_t tick);
   // Slot s's row leaves the map; the slot keeps its bytes and flags. REQUIRES: resident.
   void unassign(int32_t s);
