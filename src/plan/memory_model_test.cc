@@ -117,15 +117,33 @@ INSTANTIATE_TEST_SUITE_P(
                  "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store\"", "embedding.cache_min_rows=1000",
                  "embedding.dynamic.C1.capacity_rows=1024", "embedding.dynamic.C1.partitions=2",
                  "memory.placement=optimizer_state=host", "dist.grad_groups=4"}},
-        // A 20% cache over the file store with the CLOCK policy (its leaner index).
-        RunCase{"clock_cache_file",
-                {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
-                 "embedding.store=file", "embedding.store_dir=\"" + base_dir() + "/store_clock\"",
-                 "embedding.cache_min_rows=1000", "embedding.cache_policy=\"clock\""}},
         RunCase{"bf16state_wide_batch",
                 {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",
                  "model.top_mlp=[256, 64]", "model.table_rows=500"}}),
     [](const ::testing::TestParamInfo<RunCase>& i) { return i.param.name; });
+
+// Device row_cache (a cache's slots and index) planned = measured, byte for byte, for every
+// eviction policy (the index's size depends on it: tiered/sizes.h).
+TEST(RowCachePrediction, PlannedEqualsMeasuredForEveryPolicy) {
+  for (const char* policy : {"lru", "lfu", "clock"}) {
+    SCOPED_TRACE(policy);
+    const RunCase rc{std::string("row_cache_") + policy,
+                     {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
+                      "embedding.cache_min_rows=1000", std::string("embedding.cache_policy=\"") + policy + "\""}};
+    auto cfg = small_config(rc);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    train::RunOptions ro;
+    ro.config = cfg.value();
+    ro.out_dir = base_dir() + "/run_" + rc.name;
+    ro.quiet = true;
+    auto sum = train::run_training(ro);
+    ASSERT_TRUE(sum.ok()) << sum.status().message();
+    const auto& rcat = sum.value()["plan"]["device"]["categories"]["row_cache"];
+    ASSERT_TRUE(rcat.is_object());
+    EXPECT_GT(rcat["measured"].get<double>(), 0.0);
+    EXPECT_EQ(rcat["planned"].get<double>(), rcat["measured"].get<double>());
+  }
+}
 
 struct ShardedCase {
   std::string name;
