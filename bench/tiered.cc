@@ -10,7 +10,10 @@
 // time hidden vs exposed, memory by tier and category, peak RSS, and for the file store the
 // store's achieved random-read IOPS next to a same-run O_DIRECT random-read probe of the same
 // file. A gate compares sampled rows (weights and optimizer state) of the two contenders bit for
-// bit. `--sweep` instead reports hit rates for every --sweep-fractions x --sweep-alphas pair.
+// bit. `--policy a,b` runs one cached contender per policy in the same interleaved rounds
+// (summary.policies: each one's step time, its ratio over the first policy's and over resident,
+// hit rate and index bytes per cached row; the gate checks each against resident). `--sweep`
+// instead reports hit rates for every --sweep-fractions x --sweep-alphas (x policy) pair.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -78,6 +81,7 @@ struct Run {
   std::string name;
   Engine e;
   bool cached = false;
+  CachePolicy policy = CachePolicy::kLru;  // cached
   std::vector<double> step_ms;
   RowCacheStats after_warmup{};
   TransferStats transfers_after_warmup{};
@@ -226,27 +230,30 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
     std::vector<float> grad(static_cast<size_t>(s.batch * s.dim), 0.01f);
     std::vector<float> out(static_cast<size_t>(s.batch * s.dim));
     for (double f : o.sweep_fractions) {
-      TableCacheOptions co;
-      co.fraction = f;
-      co.policy = o.cache_policy;
-      LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
-      Run r("cached", std::move(e));
-      r.cached = true;
-      for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
-      LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0));
-      for (int i = 0; i < iters; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
-      LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
-      const double sim = simulate_lru(trace, static_cast<size_t>(warmup), st.capacity_rows);
-      json j = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
-      json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", std::string(tiered::cache_policy_name(o.cache_policy))},
-               {"hit_rate", j["hit_rate"]}, {"lru_simulation_hit_rate", sim}, {"capacity_rows", st.capacity_rows},
-               {"resident_rows", st.resident_rows}, {"evictions_per_step", j["evictions_per_step"]},
-               {"distinct_rows_per_step", j["lookups_per_step"]}};
-      progress("sweep alpha %.2f fraction %.2f: hit rate %.4f (offline LRU %.4f)", alpha, f,
-               j["hit_rate"].get<double>(), sim);
-      std::printf("alpha %-5.2f cache %5.1f%%  hit rate %.4f  offline LRU %.4f\n", alpha, 100 * f,
-                  j["hit_rate"].get<double>(), sim);
-      rows.push_back(row);
+      for (CachePolicy policy : o.cache_policies) {
+        TableCacheOptions co;
+        co.fraction = f;
+        co.policy = policy;
+        LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
+        Run r("cached", std::move(e));
+        r.cached = true;
+        for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
+        LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0));
+        for (int i = 0; i < iters; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, false));
+        LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
+        const double sim = simulate_lru(trace, static_cast<size_t>(warmup), st.capacity_rows);
+        json j = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
+        json row{{"alpha", alpha}, {"cache_fraction", f}, {"policy", std::string(tiered::cache_policy_name(policy))},
+                 {"hit_rate", j["hit_rate"]}, {"lru_simulation_hit_rate", sim}, {"capacity_rows", st.capacity_rows},
+                 {"resident_rows", st.resident_rows}, {"evictions_per_step", j["evictions_per_step"]},
+                 {"distinct_rows_per_step", j["lookups_per_step"]}};
+        const std::string pname(tiered::cache_policy_name(policy));
+        progress("sweep alpha %.2f fraction %.2f %s: hit rate %.4f (offline LRU %.4f)", alpha, f, pname.c_str(),
+                 j["hit_rate"].get<double>(), sim);
+        std::printf("alpha %-5.2f cache %5.1f%% %-5s  hit rate %.4f  offline LRU %.4f\n", alpha, 100 * f, pname.c_str(),
+                    j["hit_rate"].get<double>(), sim);
+        rows.push_back(row);
+      }
     }
   }
   (*doc)["sweep"] = rows;
@@ -275,16 +282,22 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   if (o.sweep) return run_sweep(s, o, progress, warmup, iters, doc);
 
   const bool file = o.store == "file";
+  const std::vector<CachePolicy>& policies = o.cache_policies;
+  if (policies.empty()) return invalid_argument("tiered: no cache policy");
+  if (file && policies.size() > 1) return invalid_argument("tiered: several policies (--policy) need --store host");
   std::string path = o.store_path;
   if (file && path.empty()) path = "leanemb-tiered-" + std::to_string(::getpid()) + ".rows";
   TableCacheOptions co;
   co.fraction = o.cache_fraction;
-  co.policy = o.cache_policy;
+  co.policy = policies[0];
   co.store = o.store;
   co.store_path = path;
   co.prefetch_nice = o.prefetch_nice;
-  (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))}, {"store", co.store},
-                     {"store_path", file ? path : ""}, {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
+  json policy_names = json::array();
+  for (CachePolicy p : policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
+  (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))},
+                     {"policies", policy_names}, {"store", co.store}, {"store_path", file ? path : ""},
+                     {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
            static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(s.dtype)).c_str(),
@@ -305,11 +318,15 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, nullptr));
     runs.push_back(Run{"resident", std::move(e)});
   }
-  progress("creating the cached table (%s store)", o.store.c_str());
-  {
+  const size_t first_cached = runs.size();
+  for (CachePolicy p : policies) {
+    const std::string pname(tiered::cache_policy_name(p));
+    progress("creating the cached table (%s store, %s)", o.store.c_str(), pname.c_str());
+    co.policy = p;
     LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
-    Run r{"cached", std::move(e)};
+    Run r{policies.size() == 1 ? "cached" : "cached_" + pname, std::move(e)};
     r.cached = true;
+    r.policy = p;
     runs.push_back(std::move(r));
   }
   for (Run& r : runs) {
@@ -335,8 +352,10 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   }
   json contenders = json::array();
   double resident_ms = 0, cached_ms = 0;
+  std::vector<double> median_ms;
   for (Run& r : runs) {
     const Summary sm = summarize(r.step_ms);
+    median_ms.push_back(sm.median);
     json j{{"name", r.name}, {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}}};
     const TransferStats tr = r.e.mem->transfers();
     json tj;
@@ -351,7 +370,8 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     if (r.cached) {
       LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
       j["cache"] = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
-      cached_ms = sm.median;
+      j["policy"] = std::string(tiered::cache_policy_name(r.policy));
+      if (&r == &runs[first_cached]) cached_ms = sm.median;
     } else {
       resident_ms = sm.median;
     }
@@ -362,13 +382,33 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   if (resident_ms > 0) summary["step_time_ratio_cached_over_resident"] = cached_ms / resident_ms;
   const auto trace = trace_of(batches);
   const std::vector<std::vector<int64_t>> measured_trace(trace.begin(), trace.begin() + warmup + iters);
-  Run& cached = runs.back();
+  Run& cached = runs[first_cached];  // the first policy's: the summary's figures
   LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, cached.e.coll->cache_stats(0));
   summary["hit_rate"] = cache_json(st, cached.after_warmup, iters, 0)["hit_rate"];
   summary["index_bytes_per_cached_row"] = cache_json(st, cached.after_warmup, iters, 0)["index_bytes_per_cached_row"];
   summary["lru_simulation_hit_rate"] = simulate_lru(measured_trace, static_cast<size_t>(warmup), st.capacity_rows);
-  if (runs.size() == 2) {
-    LEANEMB_ASSIGN_OR_RETURN(bool same, same_rows(*runs[0].e.coll, *cached.e.coll, trace[warmup + iters - 1], s.rows, o.seed));
+  if (policies.size() > 1) {  // each policy's figures, and its step time over the first policy's
+    json per = json::array();
+    for (size_t k = first_cached; k < runs.size(); ++k) {
+      LEANEMB_ASSIGN_OR_RETURN(RowCacheStats pst, runs[k].e.coll->cache_stats(0));
+      const json cj = cache_json(pst, runs[k].after_warmup, iters, 0);
+      json pj{{"policy", std::string(tiered::cache_policy_name(runs[k].policy))},
+              {"step_ms_median", median_ms[k]},
+              {"step_time_ratio_over_" + std::string(tiered::cache_policy_name(policies[0])), median_ms[k] / median_ms[first_cached]},
+              {"hit_rate", cj["hit_rate"]},
+              {"index_bytes_per_cached_row", cj["index_bytes_per_cached_row"]}};
+      if (resident_ms > 0) pj["step_time_ratio_cached_over_resident"] = median_ms[k] / resident_ms;
+      per.push_back(pj);
+    }
+    summary["policies"] = per;
+  }
+  // The gate: every cached contender against the resident one (or, without it, the first policy).
+  if (runs.size() >= 2) {
+    bool same = true;
+    for (size_t k = 1; k < runs.size(); ++k) {
+      LEANEMB_ASSIGN_OR_RETURN(bool ok, same_rows(*runs[0].e.coll, *runs[k].e.coll, trace[warmup + iters - 1], s.rows, o.seed));
+      same = same && ok;
+    }
     summary["gate"] = same ? "pass" : "fail";
     if (!same) return internal_error("tiered: cached and resident rows differ (determinism gate)");
   }

@@ -131,7 +131,8 @@ struct BenchOptions {
   int64_t soak_ops = 1000000;          // arena-soak: allocate/free operations per run
   // tiered: the cached table's options (docs/tiered.md, docs/benchmarks.md).
   double cache_fraction = 0.2;         // cache slots as a fraction of the rows
-  CachePolicy cache_policy = CachePolicy::kLru;
+  // Eviction policies: one cached contender each, measured side by side in one run.
+  std::vector<CachePolicy> cache_policies = {CachePolicy::kLru};
   std::string store = "host";          // host | file
   std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
   bool prefetch = true;                // fetch step t+1's rows while step t computes

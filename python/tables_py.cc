@@ -127,7 +127,8 @@ TableOptions parse_table(const py::dict& d, size_t index) {
   const std::string policy = o.get<std::string>("cache_policy", "lru");
   if (policy == "lru") t.cache.policy = CachePolicy::kLru;
   else if (policy == "lfu") t.cache.policy = CachePolicy::kLfu;
-  else throw py::value_error("table '" + t.name + "': cache_policy must be lru or lfu, got '" + policy + "'");
+  else if (policy == "clock") t.cache.policy = CachePolicy::kClock;
+  else throw py::value_error("table '" + t.name + "': cache_policy must be lru, lfu or clock, got '" + policy + "'");
   t.cache.store = o.get<std::string>("cache_store", "host");
   t.cache.store_path = o.get<std::string>("cache_store_path", "");
   t.cache.direct_io = o.get<bool>("cache_direct_io", true);

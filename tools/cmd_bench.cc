@@ -1,6 +1,7 @@
 // `leanemb bench`: parses the options, runs a benchmark workload (bench/workloads.h), prints the
 // table and writes JSON. Values are taken as strings and parsed here so that every bad value
 // gets a message naming the flag and exit code 2 (CLI11's own conversion errors use other codes).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -127,10 +128,17 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     LEANEMB_ASSIGN_OR_RETURN(o.cache_fraction, parse_real("--cache-fraction", a.cache_fraction));
     if (!(o.cache_fraction > 0 && o.cache_fraction <= 1)) return invalid_argument("--cache-fraction must be in (0, 1]");
   }
-  if (!a.policy.empty()) {
-    auto p = tiered::parse_cache_policy(a.policy);
-    if (!p.ok()) return flag_error("--policy", p.status());
-    o.cache_policy = p.value();
+  if (!a.policy.empty()) {  // a comma list: one cached contender per policy
+    o.cache_policies.clear();
+    for (size_t i = 0; i <= a.policy.size();) {
+      const size_t j = std::min(a.policy.find(',', i), a.policy.size());
+      auto p = tiered::parse_cache_policy(a.policy.substr(i, j - i));
+      if (!p.ok()) return flag_error("--policy", p.status());
+      if (std::find(o.cache_policies.begin(), o.cache_policies.end(), p.value()) != o.cache_policies.end())
+        return invalid_argument("--policy names '" + a.policy.substr(i, j - i) + "' twice");
+      o.cache_policies.push_back(p.value());
+      i = j + 1;
+    }
   }
   if (!a.store.empty()) {
     if (auto k = tiered::parse_store_kind(a.store); !k.ok()) return flag_error("--store", k.status());

@@ -160,7 +160,7 @@ void add_bench(CLI::App& app, int* result) {
                   "Device tier budget (512MiB, 32GiB): each timed engine gets a DeviceArena of exactly this size")
       ->type_name("BYTES")->check(non_empty());
   cmd->add_option("--cache-fraction", a->cache_fraction, "tiered, restore: cache slots as a fraction of the rows (default 0.2)")->type_name("X")->check(non_empty());
-  cmd->add_option("--policy", a->policy, "tiered: cache eviction policy, lru or lfu (default lru)")->type_name("NAME")->check(non_empty());
+  cmd->add_option("--policy", a->policy, "tiered: cache eviction policies, lru, lfu or clock, or a comma list run side by side (default lru)")->type_name("NAME")->check(non_empty());
   cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty());
   cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run); restore: the directory of its store file and checkpoints (default ./leanemb-restore-<pid>, removed after)")->type_name("FILE")->check(non_empty());
   cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty());

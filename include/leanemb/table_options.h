@@ -42,7 +42,11 @@ struct InitOptions {
 // Tiered storage of one table (docs/tiered.md): the table's fat rows live in a row store (host
 // RAM or a file) and a device-tier cache holds the hot ones. Results are bit-identical to a
 // resident table for every capacity, policy, store and prefetch setting.
-enum class CachePolicy : uint8_t { kLru, kLfu };
+// Eviction policies (docs/tiered.md, Row cache): kLru evicts the row released longest ago,
+// kLfu the one with the fewest acquires since fetched (ties by age), kClock is second chance
+// (a hand sweeps the slots and evicts the first unpinned row not used since it last passed;
+// no per-slot key, the leanest index).
+enum class CachePolicy : uint8_t { kLru, kLfu, kClock };
 
 struct TableCacheOptions {
   double fraction = 0.0;      // cache slots as a fraction of the rows; 0 (and capacity 0) = no

@@ -282,7 +282,7 @@ class EmbeddingBagConfig:
     frozen: bool = False                # lookup only
     cache_fraction: float = 0.0         # > 0: rows in a row store behind a cache of this fraction
     cache_rows: int = 0                 # > 0: cache slots (overrides cache_fraction)
-    cache_policy: str = "lru"           # "lru" | "lfu"
+    cache_policy: str = "lru"           # "lru" | "lfu" | "clock"
     cache_store: str = "host"           # "host" | "file"
     cache_store_path: str = ""
     cache_direct_io: bool = True

@@ -28,6 +28,9 @@ struct TableView {
   // and key_rows[slot] is the table row whose stochastic-rounding key the update uses, so staged
   // and in-place updates give identical bits. Null: the row number is the table row.
   const int64_t* key_rows = nullptr;
+  // The same as int32 (a row cache over a table of at most 2^31 rows keeps its slots' rows in 4
+  // bytes, src/tiered/cache_index.h): read, and widened, instead of key_rows when set.
+  const int32_t* key_rows32 = nullptr;
   // Then the row's global key (docs/embedding.md, "The table stack"): row_keys[row] when set
   // (a dynamic table: the raw id that holds the row), else row * key_stride + key_offset (a
   // shard's local row -> global row; 1 and 0 for a whole table).
@@ -38,7 +41,7 @@ struct TableView {
   // the bytes a lookup or update of rows off the device reads and writes over the host link.
   Tier tier = Tier::kDevice;
   uint64_t key_row(int64_t r) const {
-    const int64_t row = key_rows ? key_rows[r] : r;
+    const int64_t row = key_rows32 ? int64_t{key_rows32[r]} : key_rows ? key_rows[r] : r;
     return static_cast<uint64_t>(row_keys ? row_keys[row] : row * key_stride + key_offset);
   }
 };

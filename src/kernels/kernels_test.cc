@@ -841,5 +841,19 @@ TEST(RadixSortTest, SortsLikeStableSortOnRowPart) {
   }
 }
 
+// A row cache's slot rows as int32 (key_rows32) give the update kernels the same stochastic-
+// rounding keys as the same rows as int64 (key_rows), through a shard's stride and offset.
+TEST(TableViewTest, Int32KeyRowsGiveTheKeysOfInt64KeyRows) {
+  const int64_t r64[] = {5, 0, 2147483647, 9};
+  const int32_t r32[] = {5, 0, 2147483647, 9};
+  TableView a, b;
+  a.key_stride = b.key_stride = 3;
+  a.key_offset = b.key_offset = 1;
+  a.key_rows = r64;
+  b.key_rows32 = r32;
+  for (int64_t s = 0; s < 4; ++s) EXPECT_EQ(a.key_row(s), b.key_row(s)) << "slot " << s;
+  EXPECT_EQ(b.key_row(2), uint64_t{2147483647} * 3 + 1);
+}
+
 }  // namespace
 }  // namespace leanemb::kernels

@@ -271,7 +271,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
     if (cached) {
       const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
-      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.layout.stride_bytes, s.unique, w.cache_policy);
+      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, s.unique, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
       r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
       if (w.file_store) {

@@ -83,6 +83,12 @@ TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
     // The table of the closing note / docs/plan.md: one line per config and tier.
     std::printf("prediction %-24s %-6s planned %12.0f measured %12.0f error %+.3f%%\n", GetParam().name.c_str(), tier, planned,
                 measured, 100.0 * (planned - measured) / std::max(measured, 1.0));
+    // A cache's device row_cache (slots and index) is predicted with the size functions the cache
+    // allocates with (tiered/sizes.h): exactly.
+    if (std::string(tier) == "device" && t["categories"].contains("row_cache")) {
+      const auto& rc = t["categories"]["row_cache"];
+      EXPECT_EQ(rc["planned"].get<double>(), rc["measured"].get<double>()) << "device row_cache";
+    }
     for (const auto& [cat, v] : t["categories"].items()) {
       // Categories of a few KiB (host presence bitmaps) are exempt: pages are made on first write.
       if (std::max(v["planned"].get<double>(), v["measured"].get<double>()) < 8192) continue;
@@ -123,6 +129,29 @@ INSTANTIATE_TEST_SUITE_P(
                 {"embedding.dtype=bf16", "embedding.optimizer=adam", "embedding.state_dtype=bf16", "train.batch_size=1024",
                  "model.top_mlp=[256, 64]", "model.table_rows=500"}}),
     [](const ::testing::TestParamInfo<RunCase>& i) { return i.param.name; });
+
+// Device row_cache (a cache's slots and index) planned = measured, byte for byte, for every
+// eviction policy (the index's size depends on it: tiered/sizes.h).
+TEST(RowCachePrediction, PlannedEqualsMeasuredForEveryPolicy) {
+  for (const char* policy : {"lru", "lfu", "clock"}) {
+    SCOPED_TRACE(policy);
+    const RunCase rc{std::string("row_cache_") + policy,
+                     {"embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad", "embedding.cache_fraction=0.2",
+                      "embedding.cache_min_rows=1000", std::string("embedding.cache_policy=\"") + policy + "\""}};
+    auto cfg = small_config(rc);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    train::RunOptions ro;
+    ro.config = cfg.value();
+    ro.out_dir = base_dir() + "/run_" + rc.name;
+    ro.quiet = true;
+    auto sum = train::run_training(ro);
+    ASSERT_TRUE(sum.ok()) << sum.status().message();
+    const auto& rcat = sum.value()["plan"]["device"]["categories"]["row_cache"];
+    ASSERT_TRUE(rcat.is_object());
+    EXPECT_GT(rcat["measured"].get<double>(), 0.0);
+    EXPECT_EQ(rcat["planned"].get<double>(), rcat["measured"].get<double>());
+  }
+}
 
 struct ShardedCase {
   std::string name;

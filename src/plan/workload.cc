@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tiered/row_cache.h"
+
 namespace leanemb::plan {
 
 Result<Workload> workload_from_config(const train::TrainConfig& c) {
@@ -138,7 +140,7 @@ std::string config_to_toml(const train::TrainConfig& c) {
     << "\ninit_std = " << num(c.row_init.std);
   if (c.row_cache.enabled())
     o << "\ncache_fraction = " << num(c.row_cache.fraction)
-      << "\ncache_policy = " << str(c.row_cache.policy == CachePolicy::kLru ? "lru" : "lfu")
+      << "\ncache_policy = " << str(std::string(tiered::cache_policy_name(c.row_cache.policy)))
       << "\ncache_prefetch_nice = " << c.row_cache.prefetch_nice
       << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))

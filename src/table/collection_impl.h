@@ -95,7 +95,8 @@ struct TableState {
   // The rows the kernels run on: cache slots (the row_cache category, always on the device), or
   // the fat rows (split: the weights alone) in the weights' tier.
   kernels::TableView view() const {
-    kernels::TableView v = cache ? kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows()}
+    kernels::TableView v = cache ? kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows64(),
+                                                      cache->slot_rows32()}
                                  : kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
     set_keys(&v);
     v.tier = cache ? Tier::kDevice : weights_tier;

@@ -17,35 +17,42 @@ constexpr int kDistBits = 4;           // probe distance field of a map entry (s
 constexpr size_t kHistBuckets = 4096;  // buckets of one histogram pass of a scan
 constexpr uint8_t kMarkMask = 0xE0;    // flag bits 5..7: the mark
 constexpr int kMarkShift = 5;
+constexpr uint8_t kMarkOld = 1 << kMarkShift;  // mark 1: used by a call before the last demotion
+constexpr int kFirstCallMark = 2, kCallMarks = 6;  // calls take marks 2..7
+constexpr int64_t kScoutStepsMax = 256;  // CLOCK: slots the scout looks at per prefetch_victim()
 
 }  // namespace
 
-void CacheIndex::init(void* mem, int64_t capacity, CachePolicy policy, uint32_t renormalize_at) {
+void CacheIndex::init(void* mem, int64_t capacity, int64_t num_rows, CachePolicy policy, uint32_t renormalize_at) {
   policy_ = policy;
   cap_ = capacity;
   renormalize_at_ = renormalize_at;
   const size_t cap = static_cast<size_t>(capacity);
   m_ = row_cache_map_entries(capacity);
-  cand_cap_ = row_cache_candidate_entries(capacity);
+  cand_cap_ = row_cache_candidate_entries(capacity, policy);
   heap_cap_ = row_cache_heap_entries(capacity, policy);
+  const bool narrow = row_cache_slot_row_bytes(num_rows) == 4;
+  const size_t key_words = row_cache_slot_key_bytes(policy) / 4;  // u32 keys per slot
   uint8_t* p = static_cast<uint8_t*>(mem);
-  auto carve = [&](auto*& dst, size_t count) {
+  auto carve = [&](auto*& dst, size_t count) {  // an array of `count` (none: null)
     using T = std::remove_reference_t<decltype(*dst)>;
-    dst = reinterpret_cast<T*>(p);
+    dst = count ? reinterpret_cast<T*>(p) : nullptr;
     p += count * sizeof(T);
   };
   // 8-byte arrays first, then 4-byte arrays, then bytes (sizes.h counts them in this order).
-  carve(slot_row_, cap);
+  carve(row64_, narrow ? 0 : cap);
   carve(cand_key_, cand_cap_);
   carve(heap_key_, heap_cap_);
-  carve(key32_, cap);
-  if (policy == CachePolicy::kLfu) carve(last_use_, cap);
+  carve(row32_, narrow ? cap : 0);
+  carve(key32_, key_words >= 1 ? cap : 0);
+  carve(last_use_, key_words >= 2 ? cap : 0);
   carve(map_, m_);
   carve(cand_slot_, cand_cap_);
   carve(heap_slot_, heap_cap_);
   carve(flags_, (cap + 7) / 8 * 8);
-  std::fill(slot_row_, slot_row_ + cap, int64_t{-1});
-  std::fill(key32_, key32_ + cap, 0u);
+  if (row32_) std::fill(row32_, row32_ + cap, int32_t{-1});
+  if (row64_) std::fill(row64_, row64_ + cap, int64_t{-1});
+  if (key32_) std::fill(key32_, key32_ + cap, 0u);
   if (last_use_) std::fill(last_use_, last_use_ + cap, 0u);
   std::fill(map_, map_ + m_, 0u);
   std::fill(flags_, flags_ + cap, uint8_t{0});
@@ -58,7 +65,7 @@ void CacheIndex::init(void* mem, int64_t capacity, CachePolicy policy, uint32_t 
   tag_bits_ = 32 - slot_bits - dist_bits;
   tag_shift_ = 32 - tag_bits_;
   tag_mask_ = static_cast<uint32_t>((uint64_t{1} << tag_bits_) - 1);
-  hist_.assign(kHistBuckets, 0);
+  hist_.assign(policy == CachePolicy::kClock ? 0 : kHistBuckets, 0);  // CLOCK scans nothing
   cand_valid_ = false;
 }
 
@@ -72,7 +79,7 @@ uint32_t CacheIndex::make_entry(uint32_t tag, int32_t slot, uint64_t dist) const
 uint64_t CacheIndex::entry_dist(uint32_t e, size_t i) const {
   const uint32_t d = (e >> dist_shift_) & dist_max_;
   if (d < dist_max_) return d;
-  const size_t h = home(mix(slot_row_[entry_slot(e)]));
+  const size_t h = home(mix(slot_row(entry_slot(e))));
   return i >= h ? i - h : i + m_ - h;
 }
 
@@ -92,7 +99,7 @@ int32_t CacheIndex::probe(uint64_t h, Accept&& accept) const {
 }
 
 int32_t CacheIndex::find(int64_t row) const {
-  return probe(mix(row), [&](int32_t s) { return slot_row_[s] == row; });
+  return probe(mix(row), [&](int32_t s) { return slot_row(s) == row; });
 }
 
 bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool check_flags) const {
@@ -108,7 +115,8 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool
     const int32_t c = probe(hash[j & (kRing - 1)], [](int32_t) { return true; });
     cand[j & (kRing - 1)] = c;
     if (c >= 0) {
-      __builtin_prefetch(&slot_row_[c]);
+      if (row32_) __builtin_prefetch(&row32_[c]);
+      else __builtin_prefetch(&row64_[c]);
       if (check_flags) __builtin_prefetch(&flags_[c]);
     }
   };
@@ -120,7 +128,7 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool
     if (i + kAhead < n) stage2(i + kAhead);
     const int32_t c = cand[i & (kRing - 1)];
     // A candidate whose row differs is a tag collision: the full probe decides (rare).
-    const int32_t s = c < 0 ? -1 : slot_row_[c] == rows[i] ? c : find(rows[i]);
+    const int32_t s = c < 0 ? -1 : slot_row(c) == rows[i] ? c : find(rows[i]);
     found[i] = s;
     if (check_flags) ready = ready && s >= 0 && !(flags_[s] & kInFlight);
   }
@@ -131,10 +139,15 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool
 
 uint32_t CacheIndex::begin_call() {
   ++calls_;
-  mark_ = static_cast<uint8_t>(1 + calls_ % 7);
-  if (mark_ == 1)  // the mark wraps: forget the marks of 7 calls ago
-    for (int64_t s = 0; s < cap_; ++s) flags_[s] &= static_cast<uint8_t>(~kMarkMask);
+  mark_ = static_cast<uint8_t>(kFirstCallMark + calls_ % kCallMarks);
+  if (mark_ == kFirstCallMark)  // the marks wrap: the last six calls' marks become "used before"
+    for (int64_t s = 0; s < cap_; ++s) {
+      const uint8_t f = flags_[s];
+      flags_[s] = static_cast<uint8_t>((f & ~kMarkMask) | ((f & kMarkMask) ? kMarkOld : 0));
+    }
   if (policy_ == CachePolicy::kLfu && tick_ >= renormalize_at_) renormalize(last_use_, &tick_);
+  scout_dist_ = 0;
+  scout_lead_ = 0;
   return ++tick_;
 }
 
@@ -180,15 +193,18 @@ void CacheIndex::map_insert(int64_t row, int32_t s) {
 }
 
 void CacheIndex::assign(int32_t s, int64_t row, uint32_t tick) {
-  slot_row_[s] = row;
+  set_row(s, row);
   map_insert(row, s);
-  flags_[s] = static_cast<uint8_t>(kResident | kInFlight | (mark_ << kMarkShift));
-  key32_[s] = policy_ == CachePolicy::kLfu ? 1u : 0u;
+  // CLOCK: a fetched row starts without a mark, so it is referenced only once a later call uses
+  // it again (rows seen once leave at the hand's next pass; fewer misses on Zipf traffic).
+  const uint8_t mark = policy_ == CachePolicy::kClock ? 0 : mark_;
+  flags_[s] = static_cast<uint8_t>(kResident | kInFlight | (mark << kMarkShift));
+  if (key32_) key32_[s] = policy_ == CachePolicy::kLfu ? 1u : 0u;
   if (last_use_) last_use_[s] = tick;
 }
 
 void CacheIndex::unassign(int32_t s) {
-  const uint64_t h = mix(slot_row_[s]);
+  const uint64_t h = mix(slot_row(s));
   size_t i = home(h);
   while (entry_slot(map_[i]) != s) i = next(i);
   // Backward-shift deletion: the entries after the hole move back one place while they are not
@@ -208,19 +224,20 @@ void CacheIndex::unassign(int32_t s) {
 void CacheIndex::restore(int32_t s, int64_t row, bool dirty) {
   // The slot's key stays as the aborted fetch set it (a victim restored by a rollback counts as
   // used by that call), as the cache always did.
-  slot_row_[s] = row;
+  set_row(s, row);
   map_insert(row, s);
   flags_[s] = static_cast<uint8_t>(kResident | (dirty ? kDirty : 0));
 }
 
 void CacheIndex::clear(int32_t s) {
-  slot_row_[s] = -1;
+  set_row(s, -1);
   flags_[s] = 0;
 }
 
 // ---- eviction -------------------------------------------------------------------------------
 
 void CacheIndex::make_evictable(int32_t s) {
+  if (policy_ == CachePolicy::kClock) return;  // the hand finds it
   if (policy_ == CachePolicy::kLru) {
     if (stamp_ >= renormalize_at_) renormalize(key32_, &stamp_);
     key32_[s] = stamp_++;
@@ -236,6 +253,7 @@ void CacheIndex::make_evictable(int32_t s) {
 }
 
 int32_t CacheIndex::pop_victim() {
+  if (policy_ == CachePolicy::kClock) return clock_victim();
   bool scanned = false;
   for (;;) {
     if (!cand_valid_) {
@@ -266,13 +284,56 @@ int32_t CacheIndex::pop_victim() {
 }
 
 void CacheIndex::prefetch_victim(size_t ahead, bool bucket) const {
+  if (policy_ == CachePolicy::kClock) {
+    if (bucket) clock_scout(ahead);
+    return;
+  }
   if (!cand_valid_ || cand_head_ + ahead >= cand_n_) return;
   const int32_t s = static_cast<int32_t>(cand_slot_[cand_head_ + ahead]);
   if (!bucket) {
     prefetch_meta(s);
-    __builtin_prefetch(&slot_row_[s]);
-  } else if (slot_row_[s] >= 0) {
-    prefetch_row(slot_row_[s]);
+    if (row32_) __builtin_prefetch(&row32_[s]);
+    else __builtin_prefetch(&row64_[s]);
+  } else if (slot_row(s) >= 0) {
+    prefetch_row(slot_row(s));
+  }
+}
+
+int32_t CacheIndex::clock_victim() {
+  bool seen = false;  // an evictable slot in this lap
+  for (int64_t n = 0; n < 2 * cap_; ++n) {
+    if (n == cap_ && !seen) return -1;  // a whole lap without one: every slot is pinned or free
+    const int32_t s = static_cast<int32_t>(hand_);
+    hand_ = hand_ + 1 == cap_ ? 0 : hand_ + 1;
+    const bool scouted = scout_dist_ > 0;  // the scout looked at s
+    if (scouted) --scout_dist_;
+    if (scout_dist_ == 0) scout_lead_ = 0;
+    if (!evictable(s)) continue;
+    seen = true;
+    uint8_t& f = flags_[s];
+    if (f & kMarkMask) {  // used since the hand last passed: a second chance
+      f &= static_cast<uint8_t>(~kMarkMask);
+      continue;
+    }
+    if (scouted && scout_lead_ > 0) --scout_lead_;
+    return s;
+  }
+  return -1;
+}
+
+// Looks ahead of the hand for the slots it will evict (evictable, no mark), prefetching their
+// rows' map lines, until `ahead` are known (at most kScoutStepsMax slots per call, at most one
+// lap ahead). A prediction can be wrong (a slot pinned or used after the scout passed it): it
+// costs a useless prefetch.
+void CacheIndex::clock_scout(size_t ahead) const {
+  for (int64_t steps = 0; scout_lead_ < ahead && scout_dist_ < cap_ && steps < kScoutStepsMax; ++steps) {
+    int64_t s = hand_ + scout_dist_;
+    if (s >= cap_) s -= cap_;
+    ++scout_dist_;
+    const int32_t slot = static_cast<int32_t>(s);
+    if (!evictable(slot) || (flags_[slot] & kMarkMask)) continue;
+    ++scout_lead_;
+    prefetch_row(slot_row(slot));
   }
 }
 
@@ -388,7 +449,7 @@ void CacheIndex::renormalize(uint32_t* values, uint32_t* counter) {
   std::vector<uint32_t> order;
   order.reserve(static_cast<size_t>(cap_));
   for (int32_t s = 0; s < cap_; ++s)
-    if (slot_row_[s] >= 0) order.push_back(static_cast<uint32_t>(s));
+    if (slot_row(s) >= 0) order.push_back(static_cast<uint32_t>(s));
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return values[a] < values[b]; });
   uint32_t rank = 0, prev = 0;
   for (size_t i = 0; i < order.size(); ++i) {

@@ -2,26 +2,41 @@
 // row -> slot map, per-slot flags and the eviction order, in memory proportional to the cache's
 // slots and nothing per table row (row_cache_index_bytes() in sizes.h gives the exact bytes).
 //
-// Per slot: its row (int64; the kernels read this array as the stochastic-rounding key rows), one
-// flag byte (pins, in flight, dirty, resident, and a 3-bit mark of the last call that counted it)
-// and the policy's key: LRU a release stamp (u32), LFU a frequency and a last-use tick (u32 each).
+// Per slot: its row (int32 when the table has at most 2^31 rows, else int64; the kernels read
+// this array as the stochastic-rounding key rows, kernels::TableView::key_rows32 / key_rows),
+// one flag byte (pins, in flight, dirty, resident, and a 3-bit mark of the last call that
+// counted it) and the policy's key: LRU a release stamp (u32), LFU a frequency and a last-use
+// tick (u32 each), CLOCK none.
+//
+// Marks: calls take marks 2..7 in turn; every sixth call (mark 2) first demotes every nonzero
+// mark to 1. So mark == the call's mark means "counted by this call", and mark != 0 means "used
+// since CLOCK's hand last cleared it" (CLOCK's reference bit).
 //
 // Map: Robin Hood open addressing over m = ceil(1.25 x capacity) 32-bit entries (load <= 0.8).
 // An entry packs slot + 1 (0 = empty), the probe distance (saturating; the exact distance is then
 // recomputed from the row) and a tag of the row's hash; a tag match is confirmed against
 // slot_row, so the map holds no row bits and rows may use all 63 bits.
 //
-// Eviction: the victim is the evictable slot (resident, unpinned, not in flight) of smallest
-// (key, slot). LRU's key is the stamp given when the slot was last made evictable (so the victim
-// is the slot released longest ago); LFU's is (frequency, last use). Candidates: a scan over the
-// slots selects the smallest keys (at most row_cache_candidate_entries), sorted, consumed in
-// order and validated lazily (an entry whose slot was pinned since, or whose key changed, is
-// skipped). Invariant: every evictable slot whose (key, slot) is at most the batch's threshold T
-// is in the batch or the overflow heap; every other evictable slot is above T. A slot made
-// evictable with a key <= T (LFU only: LRU stamps only grow) goes to the overflow heap; when the
-// batch and the heap are used up (or the heap is full), the next victim starts a new scan.
-// Pinning costs nothing; a victim costs O(1) amortized plus a sequential scan of the flag and key
-// arrays every ~capacity/16 victims.
+// Eviction, LRU and LFU: the victim is the evictable slot (resident, unpinned, not in flight) of
+// smallest (key, slot). LRU's key is the stamp given when the slot was last made evictable (so
+// the victim is the slot released longest ago); LFU's is (frequency, last use). Candidates: a
+// scan over the slots selects the smallest keys (at most row_cache_candidate_entries), sorted,
+// consumed in order and validated lazily (an entry whose slot was pinned since, or whose key
+// changed, is skipped). Invariant: every evictable slot whose (key, slot) is at most the batch's
+// threshold T is in the batch or the overflow heap; every other evictable slot is above T. A
+// slot made evictable with a key <= T (LFU only: LRU stamps only grow) goes to the overflow
+// heap; when the batch and the heap are used up (or the heap is full), the next victim starts a
+// new scan. Pinning costs nothing; a victim costs O(1) amortized plus a sequential scan of the
+// flag and key arrays every ~capacity/16 victims.
+//
+// Eviction, CLOCK (second chance): a hand walks the slots in order; an evictable slot with a
+// nonzero mark loses it (its second chance) and the hand moves on; the first evictable slot
+// without one is the victim. A fetched row starts unmarked (assign), so only a row a later call
+// counts again is protected. Slots the hand passes that are not evictable keep their marks. At
+// most two laps: the first one clears the marks of every evictable slot, so the second finds a
+// victim if there is any. Releasing a slot costs nothing (no key to write). The hand clears
+// marks only of unpinned slots, and a call pins every row it counts, so a row is never counted
+// twice in one call.
 //
 // Stamps and ticks are 32-bit: when one reaches `renormalize_at`, the keys of the resident slots
 // are replaced by their dense ranks (order and ties kept) and the candidates rescanned.
@@ -43,13 +58,17 @@ class CacheIndex {
  public:
   static constexpr uint8_t kPinStep = 1, kPinPrefetch = 2, kInFlight = 4, kDirty = 8, kResident = 16;
 
-  // Carves the arrays out of `mem` (row_cache_index_bytes(capacity, policy) bytes, 8-aligned) and
-  // initializes them: every slot free. REQUIRES: 1 <= capacity < 2^31, renormalize_at >= 16.
-  void init(void* mem, int64_t capacity, CachePolicy policy, uint32_t renormalize_at);
+  // Carves the arrays out of `mem` (row_cache_index_bytes(capacity, num_rows, policy) bytes,
+  // 8-aligned) and initializes them: every slot free. Rows are < num_rows (the slot rows are
+  // int32 when num_rows <= 2^31). REQUIRES: 1 <= capacity < 2^31, renormalize_at >= 16.
+  void init(void* mem, int64_t capacity, int64_t num_rows, CachePolicy policy, uint32_t renormalize_at);
 
   int64_t capacity() const { return cap_; }
-  const int64_t* slot_rows() const { return slot_row_; }
-  int64_t slot_row(int32_t s) const { return slot_row_[s]; }
+  // [capacity] the slots' rows (-1 free): exactly one of the two is set (sizes.h,
+  // row_cache_slot_row_bytes).
+  const int32_t* slot_rows32() const { return row32_; }
+  const int64_t* slot_rows64() const { return row64_; }
+  int64_t slot_row(int32_t s) const { return row32_ ? row32_[s] : row64_[s]; }
   uint8_t& flags(int32_t s) { return flags_[s]; }
   uint8_t flags(int32_t s) const { return flags_[s]; }
   bool evictable(int32_t s) const {
@@ -59,7 +78,7 @@ class CacheIndex {
   // that a release stamps).
   void prefetch_meta(int32_t s) const {
     __builtin_prefetch(&flags_[s]);
-    __builtin_prefetch(&key32_[s]);
+    if (key32_) __builtin_prefetch(&key32_[s]);
     if (last_use_) __builtin_prefetch(&last_use_[s]);
   }
   void prefetch_touch(int32_t s) const {
@@ -98,7 +117,7 @@ class CacheIndex {
   bool has_free() const { return !freed_.empty() || next_unused_ < cap_; }
   int64_t num_free() const { return static_cast<int64_t>(freed_.size()) + (cap_ - next_unused_); }
   // Slot s now holds `row` (map entry added), fetched by the call of `tick`: in flight, clean,
-  // frequency 1, counted by this call.
+  // frequency 1, counted by this call (CLOCK: unmarked; the call must not touch() it).
   void assign(int32_t s, int64_t row, uint32_t tick);
   // Slot s's row leaves the map; the slot keeps its bytes and flags. REQUIRES: resident.
   void unassign(int32_t s);
@@ -110,10 +129,12 @@ class CacheIndex {
   // ---- eviction ----
   // Call when slot s has become evictable (released, or restored by a rollback).
   void make_evictable(int32_t s);
-  // The evictable slot of smallest (key, slot), or -1 when no slot is evictable.
+  // The next victim (LRU / LFU: the evictable slot of smallest (key, slot); CLOCK: the hand's
+  // pick), or -1 when no slot is evictable.
   int32_t pop_victim();
   // Prefetches what the victim `ahead` candidates from now will touch: its flags and key, then
-  // (`bucket`) the map line of its row.
+  // (`bucket`) the map line of its row. CLOCK: `bucket` only (its flags and rows are read in
+  // slot order); a scout ahead of the hand finds the coming victims.
   void prefetch_victim(size_t ahead, bool bucket) const;
 
  private:
@@ -130,6 +151,12 @@ class CacheIndex {
   template <typename Accept>
   int32_t probe(uint64_t h, Accept&& accept) const;
   void map_insert(int64_t row, int32_t s);
+  void set_row(int32_t s, int64_t row) {
+    if (row32_) row32_[s] = static_cast<int32_t>(row);
+    else row64_[s] = row;
+  }
+  int32_t clock_victim();
+  void clock_scout(size_t ahead) const;
 
   uint64_t key(int32_t s) const {
     return policy_ == CachePolicy::kLru ? key32_[s] : (static_cast<uint64_t>(key32_[s]) << 32) | last_use_[s];
@@ -148,9 +175,10 @@ class CacheIndex {
   CachePolicy policy_ = CachePolicy::kLru;
   int64_t cap_ = 0;
   uint32_t renormalize_at_ = 0;
-  int64_t* slot_row_ = nullptr;  // [cap] table row, -1 free
+  int32_t* row32_ = nullptr;     // [cap] table row, -1 free (tables of <= 2^31 rows) ...
+  int64_t* row64_ = nullptr;     // [cap] ... or this (larger tables)
   uint8_t* flags_ = nullptr;     // [cap]
-  uint32_t* key32_ = nullptr;    // [cap] LRU stamp / LFU frequency
+  uint32_t* key32_ = nullptr;    // [cap] LRU stamp / LFU frequency (CLOCK: none)
   uint32_t* last_use_ = nullptr; // [cap] LFU only
   uint32_t* map_ = nullptr;      // [m]
   size_t m_ = 0;
@@ -172,7 +200,13 @@ class CacheIndex {
   uint32_t stamp_ = 1;   // LRU: the next release stamp
   uint32_t tick_ = 0;    // LFU: the current call's tick
   uint64_t calls_ = 0;
-  uint8_t mark_ = 0;     // the current call's mark (1..7), in flag bits 5..7
+  uint8_t mark_ = 0;     // the current call's mark (2..7), in flag bits 5..7
+  // CLOCK: the hand (the next slot it looks at) and the scout: the slots
+  // [hand_, hand_ + scout_dist_) (mod cap) have been looked at, scout_lead_ of them predicted
+  // victims whose map lines were prefetched. Reset by each call; only prefetching depends on it.
+  int64_t hand_ = 0;
+  mutable int64_t scout_dist_ = 0;
+  mutable size_t scout_lead_ = 0;
   int64_t next_unused_ = 0;
   std::vector<int32_t> freed_;  // slots freed by a rollback (few; reused first)
 };

@@ -1,7 +1,8 @@
 // Tests of the row cache's index (tiered/cache_index.h) on its own: the row -> slot map against a
-// hash map under churn (rows above 2^32 included, long probe runs that saturate the distance
-// field), and the scan-based eviction order against a brute-force minimum for both policies,
-// with and without renormalization of the 32-bit keys.
+// hash map under churn (rows above 2^32 included with int64 slot rows, rows below 2^31 with int32
+// ones, long probe runs that saturate the distance field), the scan-based eviction order against
+// a brute-force minimum for LRU and LFU, with and without renormalization of the 32-bit keys,
+// CLOCK's victims against a model of second chance, and the index's bytes per slot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,22 +17,26 @@
 namespace leanemb::tiered {
 namespace {
 
+constexpr int64_t kWideTable = int64_t{1} << 50;  // rows of tests that use rows above 2^32
+
 struct OwnedIndex {
   std::vector<uint64_t> mem;
   CacheIndex ix;
-  OwnedIndex(int64_t cap, CachePolicy p, uint32_t renormalize_at = 0xFFFFFFF0u)
-      : mem(row_cache_index_bytes(cap, p) / 8 + 1) {
-    ix.init(mem.data(), cap, p, renormalize_at);
+  OwnedIndex(int64_t cap, CachePolicy p, uint32_t renormalize_at = 0xFFFFFFF0u, int64_t num_rows = kWideTable)
+      : mem(row_cache_index_bytes(cap, num_rows, p) / 8 + 1) {
+    ix.init(mem.data(), cap, num_rows, p, renormalize_at);
   }
 };
 
 // A row of `space` distinct values spread over 63 bits, with pairs equal in their low 32 bits.
 int64_t wide_row(uint64_t k) { return static_cast<int64_t>((k >> 1) | ((k & 1) << 32) | ((k % 7) << 40)); }
+// A row below 2^31 (int32 slot rows), spread over the whole range.
+int64_t narrow_row(uint64_t k) { return static_cast<int64_t>((k * 0x9E3779B1u) & 0x7FFFFFFF); }
 
 // find() agrees with a reference map while rows come and go (assign / unassign of random slots).
-TEST(CacheIndexTest, MapAgreesWithAReferenceUnderChurn) {
+void check_map_under_churn(int64_t num_rows, int64_t (*row_of)(uint64_t)) {
   const int64_t cap = 1000;
-  OwnedIndex o(cap, CachePolicy::kLru);
+  OwnedIndex o(cap, CachePolicy::kLru, 0xFFFFFFF0u, num_rows);
   CacheIndex& ix = o.ix;
   std::unordered_map<int64_t, int32_t> ref;
   std::vector<int64_t> slot_row(cap, -1);
@@ -46,16 +51,45 @@ TEST(CacheIndexTest, MapAgreesWithAReferenceUnderChurn) {
     }
     if (rng() % 4 != 0) {
       int64_t r;
-      do r = wide_row(rng() % 5000); while (ref.count(r));
+      do r = row_of(rng() % 5000); while (ref.count(r));
       ix.assign(s, r, 1);
       ref[r] = s;
       slot_row[s] = r;
     }
-    const int64_t q = wide_row(rng() % 5000);
+    const int64_t q = row_of(rng() % 5000);
     const auto e = ref.find(q);
     ASSERT_EQ(ix.find(q), e == ref.end() ? -1 : e->second) << "row " << q << " at iteration " << it;
   }
-  for (const auto& [r, s] : ref) ASSERT_EQ(ix.find(r), s);
+  for (const auto& [r, s] : ref) {
+    ASSERT_EQ(ix.find(r), s);
+    ASSERT_EQ(ix.slot_row(s), r);
+  }
+}
+
+TEST(CacheIndexTest, MapAgreesWithAReferenceUnderChurn) { check_map_under_churn(kWideTable, wide_row); }
+TEST(CacheIndexTest, MapWithInt32SlotRowsAgreesWithAReferenceUnderChurn) {
+  check_map_under_churn(int64_t{1} << 31, narrow_row);
+}
+
+// Slot rows are int32 up to tables of 2^31 rows (the largest row, 2^31 - 1, kept exactly) and
+// int64 above; the kernels read whichever array is set.
+TEST(CacheIndexTest, SlotRowsAreInt32UpTo2To31Rows) {
+  const int64_t two31 = int64_t{1} << 31;
+  OwnedIndex narrow(16, CachePolicy::kClock, 0xFFFFFFF0u, two31);
+  narrow.ix.assign(3, two31 - 1, 1);
+  ASSERT_NE(narrow.ix.slot_rows32(), nullptr);
+  EXPECT_EQ(narrow.ix.slot_rows64(), nullptr);
+  EXPECT_EQ(narrow.ix.slot_rows32()[3], two31 - 1);
+  EXPECT_EQ(narrow.ix.slot_rows32()[4], -1);
+  EXPECT_EQ(narrow.ix.find(two31 - 1), 3);
+  OwnedIndex wide(16, CachePolicy::kClock, 0xFFFFFFF0u, two31 + 1);
+  wide.ix.assign(5, two31, 1);
+  EXPECT_EQ(wide.ix.slot_rows32(), nullptr);
+  ASSERT_NE(wide.ix.slot_rows64(), nullptr);
+  EXPECT_EQ(wide.ix.slot_rows64()[5], two31);
+  EXPECT_EQ(wide.ix.find(two31), 5);
+  EXPECT_EQ(row_cache_index_bytes(1000, two31 + 1, CachePolicy::kClock) - row_cache_index_bytes(1000, two31, CachePolicy::kClock),
+            4u * 1000);
 }
 
 // Rows that all start their probe at one entry form a run far longer than the distance field
@@ -92,11 +126,32 @@ TEST(CacheIndexTest, LongProbeRunsSaturateTheDistanceField) {
 // held over to the next batch (a prefetch's pins), then released; every victim the index picks
 // must be the brute-force minimum (key, slot) over the evictable slots, with keys counted in
 // 64 bits by the model.
+// CLOCK: the model keeps its own hand and reference bits (set when a call counts or fetches a
+// row, cleared when the hand passes the slot while it is evictable), so the marks' demotion every
+// sixth call must keep the index's reference bits.
 void check_eviction_order(CachePolicy policy, uint32_t renormalize_at, uint64_t seed) {
   const int64_t cap = 300;  // 64 candidates per scan: many rescans
   OwnedIndex o(cap, policy, renormalize_at);
   CacheIndex& ix = o.ix;
   std::vector<uint64_t> freq(cap, 0), last(cap, 0), stamp(cap, 0);
+  std::vector<char> referenced(cap, 0);
+  int64_t hand = 0;
+  auto clock_victim = [&]() -> int32_t {  // second chance, two laps at most
+    bool seen = false;
+    for (int64_t n = 0; n < 2 * cap; ++n) {
+      if (n == cap && !seen) return -1;
+      const int32_t c = static_cast<int32_t>(hand);
+      hand = (hand + 1) % cap;
+      if (!ix.evictable(c)) continue;
+      seen = true;
+      if (referenced[c]) {
+        referenced[c] = 0;
+        continue;
+      }
+      return c;
+    }
+    return -1;
+  };
   std::vector<int32_t> held;  // pinned by the "prefetch" set across one batch
   uint64_t tick = 0, next_stamp = 0;
   std::mt19937_64 rng(seed);
@@ -120,13 +175,19 @@ void check_eviction_order(CachePolicy policy, uint32_t renormalize_at, uint64_t 
         if (ix.touch(s, t)) {
           ++freq[s];
           last[s] = tick;
+          referenced[s] = 1;
         }
       } else {
         s = ix.take_free();
         if (s < 0) {
           int32_t want = -1;
-          for (int32_t c = 0; c < cap; ++c)
-            if (ix.evictable(c) && (want < 0 || model_key(c) < model_key(want))) want = c;
+          if (policy == CachePolicy::kClock) {
+            if (rng() % 2) ix.prefetch_victim(8, true);  // the scout changes nothing
+            want = clock_victim();
+          } else {
+            for (int32_t c = 0; c < cap; ++c)
+              if (ix.evictable(c) && (want < 0 || model_key(c) < model_key(want))) want = c;
+          }
           s = ix.pop_victim();
           ASSERT_EQ(s, want) << "step " << step;
           if (s < 0) break;  // everything pinned: the batch stops here
@@ -135,6 +196,7 @@ void check_eviction_order(CachePolicy policy, uint32_t renormalize_at, uint64_t 
         ix.assign(s, row, t);
         freq[s] = 1;
         last[s] = tick;
+        referenced[s] = policy != CachePolicy::kClock;  // CLOCK: fetched rows start unmarked
       }
       if (!(ix.flags(s) & CacheIndex::kPinStep)) {
         ix.flags(s) |= CacheIndex::kPinStep;
@@ -156,17 +218,56 @@ void check_eviction_order(CachePolicy policy, uint32_t renormalize_at, uint64_t 
 
 TEST(CacheIndexTest, LruVictimsAreTheBruteForceMinimum) { check_eviction_order(CachePolicy::kLru, 0xFFFFFFF0u, 1); }
 TEST(CacheIndexTest, LfuVictimsAreTheBruteForceMinimum) { check_eviction_order(CachePolicy::kLfu, 0xFFFFFFF0u, 2); }
+TEST(CacheIndexTest, ClockVictimsAreSecondChancePicks) {
+  check_eviction_order(CachePolicy::kClock, 0xFFFFFFF0u, 5);
+  check_eviction_order(CachePolicy::kClock, 0xFFFFFFF0u, 6);
+}
+
+// Second chance on a cache of 3: fetched rows start unmarked (the hand takes the first one it
+// meets); a row used again by a later call is marked and survives the hand's next pass.
+TEST(CacheIndexTest, ClockGivesUsedRowsASecondChance) {
+  OwnedIndex o(3, CachePolicy::kClock, 0xFFFFFFF0u, 1000);
+  CacheIndex& ix = o.ix;
+  uint32_t t = ix.begin_call();
+  for (int32_t s = 0; s < 3; ++s) {
+    ix.assign(s, 10 + s, t);
+    ix.flags(s) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
+  }
+  t = ix.begin_call();
+  EXPECT_EQ(ix.pop_victim(), 0);  // none used since fetched: row 10, at the hand, goes
+  ix.unassign(0);
+  ix.assign(0, 13, t);
+  ix.flags(0) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
+  t = ix.begin_call();
+  EXPECT_TRUE(ix.touch(1, t));  // row 11 used again
+  EXPECT_FALSE(ix.touch(1, t));  // counted once per call
+  EXPECT_EQ(ix.pop_victim(), 2);  // row 11 keeps its slot, row 12 (unused since) goes
+  ix.flags(1) |= CacheIndex::kPinStep;
+  ix.flags(0) |= CacheIndex::kPinStep;
+  EXPECT_EQ(ix.pop_victim(), 2);  // pinned slots are passed over
+  ix.flags(2) |= CacheIndex::kPinStep;
+  EXPECT_EQ(ix.pop_victim(), -1);  // every slot pinned
+}
 // Stamps / ticks renormalized every few hundred values: the order is unchanged.
 TEST(CacheIndexTest, RenormalizedKeysKeepTheOrder) {
   check_eviction_order(CachePolicy::kLru, 500, 3);
   check_eviction_order(CachePolicy::kLfu, 100, 4);
 }
 
-// The index of a large cache: at most 24 bytes per slot (19 for LRU), nothing per table row.
+// The index of a large cache, nothing per table row: for tables of at most 2^31 rows 10 bytes
+// per slot for CLOCK (4 row, 1 flags, 5 map: 40-byte rows cost 1.25x their bytes), 14.75 for LRU,
+// 19.1 for LFU; 4 more with int64 slot rows; at most 24 for any.
 TEST(CacheIndexTest, IndexBytesPerSlot) {
   for (int64_t cap : {int64_t{100000}, int64_t{2000000}}) {
-    EXPECT_LE(row_cache_index_bytes(cap, CachePolicy::kLru), static_cast<size_t>(cap) * 19);
-    EXPECT_LE(row_cache_index_bytes(cap, CachePolicy::kLfu), static_cast<size_t>(cap) * 24);
+    const int64_t rows = 10 * cap;
+    const size_t c = static_cast<size_t>(cap);
+    EXPECT_EQ(row_cache_index_bytes(cap, rows, CachePolicy::kClock), c * 10);
+    EXPECT_EQ(row_cache_index_bytes(cap, rows, CachePolicy::kLru), c * 59 / 4);    // 14.75
+    EXPECT_EQ(row_cache_index_bytes(cap, rows, CachePolicy::kLfu), c * 153 / 8);   // 19.125
+    for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock}) {
+      EXPECT_EQ(row_cache_index_bytes(cap, kWideTable, p), row_cache_index_bytes(cap, rows, p) + 4 * c);
+      EXPECT_LE(row_cache_index_bytes(cap, kWideTable, p), c * 24);
+    }
   }
 }
 

@@ -58,7 +58,7 @@ struct Config {
 
 // A random configuration: 1-2 tables, 1-3 features (sum / mean / sequence), a random dtype and
 // optimizer, a cache of 15-60% of the rows (always at least two steps' rows when prefetching,
-// so prefetch has room), host or file store, LRU or LFU.
+// so prefetch has room), host or file store, LRU, LFU or CLOCK.
 Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_ids_per_bag) {
   std::mt19937_64 rng(seed);
   Config c;
@@ -98,7 +98,8 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     const double fraction = 0.10 + 0.30 * static_cast<double>(rng() % 100) / 100.0;
     const int64_t need = std::min<int64_t>(rows, (c.prefetch ? 2 : 1) * step_rows);
     to.cache.capacity_rows = std::max(tiered::cache_capacity_rows(rows, fraction), need);
-    to.cache.policy = rng() % 2 ? CachePolicy::kLru : CachePolicy::kLfu;
+    const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock};
+    to.cache.policy = policies[rng() % 3];
     to.cache.store = rng() % 2 ? "host" : "file";
     to.cache.store_path = dir.file("cfg" + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
     c.options.tables.push_back(to);
@@ -110,7 +111,7 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
   for (const auto& t : c.options.tables)
     c.describe += " [" + t.name + " " + std::to_string(t.num_rows) + "x" + std::to_string(t.dim) + " " +
                   std::string(dtype_name(t.dtype)) + " cap " + std::to_string(t.cache.capacity_rows) + " " +
-                  t.cache.store + (t.cache.policy == CachePolicy::kLru ? " lru" : " lfu") + "]";
+                  t.cache.store + " " + std::string(tiered::cache_policy_name(t.cache.policy)) + "]";
   return c;
 }
 
@@ -186,7 +187,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   TempDir dir;
   constexpr int kConfigs = 48;
   constexpr int64_t kB = 4, kMaxLen = 3;
-  int with_evictions = 0, file_configs = 0, prefetch_configs = 0;
+  int with_evictions = 0, file_configs = 0, prefetch_configs = 0, clock_evicting = 0;
   for (int cfg = 0; cfg < kConfigs; ++cfg) {
     const Config c = random_config(1000 + static_cast<uint64_t>(cfg), dir, kB, kMaxLen);
     SCOPED_TRACE(c.describe);
@@ -220,6 +221,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
       auto st = C.cache_stats(t);
       ASSERT_TRUE(st.ok());
       evicted = evicted || st.value().evictions > 0;
+      if (st.value().evictions > 0 && c.options.tables[t].cache.policy == CachePolicy::kClock) ++clock_evicting;
       if (c.options.tables[t].cache.store == "file") ++file_configs;
     }
     with_evictions += evicted ? 1 : 0;
@@ -232,39 +234,44 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   EXPECT_GE(with_evictions, kConfigs * 3 / 4);
   EXPECT_GE(file_configs, 10);
   EXPECT_GE(prefetch_configs, 10);
+  EXPECT_GE(clock_evicting, 8);  // CLOCK tables that evicted
 }
 
 // The prefetch / write-back pipeline with the caller's thread and the cache's prefetch thread
-// working at once: a small cache (many dirty evictions) over both stores, prefetch every step.
-// OpenMP runs one thread, so that ThreadSanitizer (the tsan preset runs this test) sees only the
-// cache's own threads: Debian's libgomp is not instrumented.
+// working at once: a small cache (many dirty evictions) over both stores, with LRU and CLOCK,
+// prefetch every step. OpenMP runs one thread, so that ThreadSanitizer (the tsan preset runs
+// this test) sees only the cache's own threads: Debian's libgomp is not instrumented.
 TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
   TempDir dir;
   for (const char* store : {"host", "file"}) {
-    SCOPED_TRACE(store);
-    CollectionOptions o;
-    TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
-    o.tables = {t};
-    o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 0, PoolingMode::kMean}};
-    o.seed = 3;
-    o.num_threads = 1;
-    CollectionOptions cached_opts = o;
-    cached_opts.tables[0].cache.capacity_rows = 400;
-    cached_opts.tables[0].cache.store = store;
-    cached_opts.tables[0].cache.store_path = dir.file(std::string("pipeline_") + store + ".rows");
-    auto cached = EmbeddingCollection::create(cached_opts);
-    ASSERT_TRUE(cached.ok()) << cached.status().to_string();
-    auto ref = table_testing::must_create(o);
-    std::vector<OwnedBatch> batches;
-    for (int s = 0; s < 31; ++s) batches.push_back(skewed_batch(o, 16, 5, 900 + static_cast<uint64_t>(s)));
-    for (size_t s = 0; s + 1 < batches.size(); ++s) {
-      step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 7);
-      if (HasFatalFailure()) return;
+    for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
+      SCOPED_TRACE(std::string(store) + " " + std::string(tiered::cache_policy_name(policy)));
+      CollectionOptions o;
+      TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
+      o.tables = {t};
+      o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 0, PoolingMode::kMean}};
+      o.seed = 3;
+      o.num_threads = 1;
+      CollectionOptions cached_opts = o;
+      cached_opts.tables[0].cache.capacity_rows = 400;
+      cached_opts.tables[0].cache.policy = policy;
+      cached_opts.tables[0].cache.store = store;
+      cached_opts.tables[0].cache.store_path =
+          dir.file(std::string("pipeline_") + store + "_" + std::string(tiered::cache_policy_name(policy)) + ".rows");
+      auto cached = EmbeddingCollection::create(cached_opts);
+      ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+      auto ref = table_testing::must_create(o);
+      std::vector<OwnedBatch> batches;
+      for (int s = 0; s < 31; ++s) batches.push_back(skewed_batch(o, 16, 5, 900 + static_cast<uint64_t>(s)));
+      for (size_t s = 0; s + 1 < batches.size(); ++s) {
+        step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 7);
+        if (HasFatalFailure()) return;
+      }
+      ASSERT_TRUE(same_bytes(snapshot(*cached.value()), snapshot(*ref)));
+      const RowCacheStats st = cached.value()->cache_stats(0).value();
+      EXPECT_GT(st.writebacks, 100u);
+      EXPECT_GT(st.prefetched_rows, 100u);
     }
-    ASSERT_TRUE(same_bytes(snapshot(*cached.value()), snapshot(*ref)));
-    const RowCacheStats st = cached.value()->cache_stats(0).value();
-    EXPECT_GT(st.writebacks, 100u);
-    EXPECT_GT(st.prefetched_rows, 100u);
   }
 }
 
@@ -314,7 +321,7 @@ Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_pt
 
 bool resident(tiered::RowCache& c, int64_t row) {
   for (int64_t s = 0; s < c.capacity(); ++s)
-    if (c.slot_rows()[s] == row) return true;
+    if (c.slot_row(s) == row) return true;
   return false;
 }
 
@@ -350,6 +357,23 @@ TEST(RowCache, LfuEvictsLeastFrequentlyUsed) {
   touch(*f.cache, {4});  // evicts 3
   EXPECT_FALSE(resident(*f.cache, 3));
   EXPECT_TRUE(resident(*f.cache, 1) && resident(*f.cache, 2) && resident(*f.cache, 4));
+}
+
+TEST(RowCache, ClockGivesUsedRowsASecondChance) {
+  Fixture f = make_cache(100, 3, CachePolicy::kClock);
+  touch(*f.cache, {1, 2, 3});
+  touch(*f.cache, {1, 2});  // 1 and 2 used again: marked
+  touch(*f.cache, {4});     // the hand clears 1 and 2 and evicts 3 (fetched, never used again)
+  EXPECT_FALSE(resident(*f.cache, 3));
+  touch(*f.cache, {6});     // 1 and 2 lost their marks: the hand evicts 1
+  EXPECT_FALSE(resident(*f.cache, 1));
+  EXPECT_TRUE(resident(*f.cache, 2) && resident(*f.cache, 4) && resident(*f.cache, 6));
+  const auto st = f.cache->stats();
+  EXPECT_EQ(st.lookups, 7u);
+  EXPECT_EQ(st.misses, 5u);
+  EXPECT_EQ(st.evictions, 2u);
+  EXPECT_EQ(tiered::parse_cache_policy("clock").value(), CachePolicy::kClock);
+  EXPECT_EQ(tiered::cache_policy_name(CachePolicy::kClock), "clock");
 }
 
 TEST(RowCache, PinnedRowsAreNeverEvictedAndOverflowIsAnError) {
@@ -405,7 +429,7 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
   EXPECT_EQ(st.lookups, 40u);
   EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
   const auto dev = f.mem->stats()[0];
-  const auto sz = tiered::row_cache_sizes(64, f.layout.stride_bytes, 0, CachePolicy::kLru);
+  const auto sz = tiered::row_cache_sizes(64, 1000, f.layout.stride_bytes, 0, CachePolicy::kLru);
   EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());
   EXPECT_GT(f.mem->stats()[1][Category::kIoBuffers].current_bytes, 0u);
 }
@@ -586,14 +610,17 @@ TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
   EXPECT_EQ(back, src);
 }
 
-// The index's bytes are in the stats and in row_cache, the size function's, lean per slot.
+// The index's bytes are in the stats and in row_cache, the size function's, lean per slot
+// (CLOCK: 10 B, the 1.3x of a 40-byte row's cache with room to spare).
 TEST(RowCache, IndexBytesAreReportedAndAccounted) {
-  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu}) {
+  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock}) {
     Fixture f = make_cache(1000000, 100000, p);
     const auto st = f.cache->stats();
-    EXPECT_EQ(st.index_bytes, tiered::row_cache_index_bytes(100000, p));
-    EXPECT_LE(st.index_bytes, 24u * 100000);
+    EXPECT_EQ(st.index_bytes, tiered::row_cache_index_bytes(100000, 1000000, p));
+    EXPECT_LE(st.index_bytes, (p == CachePolicy::kClock ? 10u : 24u) * 100000);
     EXPECT_EQ(f.mem->stats()[0][Category::kRowCache].current_bytes, st.index_bytes + 100000 * f.layout.stride_bytes);
+    EXPECT_NE(f.cache->slot_rows32(), nullptr);  // a table of 1e6 rows: 4-byte slot rows
+    EXPECT_EQ(f.cache->slot_rows64(), nullptr);
   }
 }
 

@@ -26,12 +26,15 @@ uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : C
 
 }  // namespace
 
-std::string_view cache_policy_name(CachePolicy p) { return p == CachePolicy::kLru ? "lru" : "lfu"; }
+std::string_view cache_policy_name(CachePolicy p) {
+  return p == CachePolicy::kLru ? "lru" : p == CachePolicy::kLfu ? "lfu" : "clock";
+}
 
 Result<CachePolicy> parse_cache_policy(std::string_view s) {
   if (s == "lru") return CachePolicy::kLru;
   if (s == "lfu") return CachePolicy::kLfu;
-  return invalid_argument("unknown cache policy '" + std::string(s) + "' (expected lru or lfu)");
+  if (s == "clock") return CachePolicy::kClock;
+  return invalid_argument("unknown cache policy '" + std::string(s) + "' (expected lru, lfu or clock)");
 }
 
 // What phase A of a fetch decided: rows to read into new slots and victims to write back.
@@ -79,7 +82,7 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   c->store_tier_ = c->store_->kind() == StoreKind::kFile ? Tier::kDisk : Tier::kHost;
   c->capacity_ = options.capacity_rows;
   const int64_t cap = c->capacity_;
-  const RowCacheSizes sz = row_cache_sizes(cap, layout.stride_bytes, options.max_rows_per_step, options.policy);
+  const RowCacheSizes sz = row_cache_sizes(cap, n, layout.stride_bytes, options.max_rows_per_step, options.policy);
   auto fail = [&](const Status& s, const char* what) {
     return Status(s.code(), std::string("row cache ") + what + " (" + std::to_string(cap) + " rows): " + s.message());
   };
@@ -90,7 +93,7 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   if (!index.ok()) return fail(index.status(), "index");
   c->index_mem_ = std::move(index).value();
 
-  c->index_.init(c->index_mem_.data(), cap, options.policy, options.renormalize_at);
+  c->index_.init(c->index_mem_.data(), cap, n, options.policy, options.renormalize_at);
   c->plan_ = std::make_unique<Plan>();
   c->stats_.capacity_rows = cap;
   c->worker_ = std::thread([raw = c.get()] { raw->prefetch_main(); });

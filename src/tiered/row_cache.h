@@ -3,10 +3,11 @@
 // The cache has `capacity` slots of fat rows (weights and optimizer state together, exactly as
 // a resident table stores them) in the device tier (category row_cache). acquire() maps table
 // rows to slots: a resident row is a hit; a missing row gets a free slot or the slot of a
-// victim (the least recently used row, or the least frequently used one for LFU, never a
-// pinned row), whose bytes are written back to the store first if they changed (dirty). A row
-// that was never written to the store is initialized by the table's initializer when it is
-// first fetched, so a cached table starts exactly like a resident one.
+// victim (the least recently used row, the least frequently used one for LFU, or CLOCK's
+// second-chance pick; never a pinned row), whose bytes are written back to the store first if
+// they changed (dirty). A row that was never written to the store is initialized by the
+// table's initializer when it is first fetched, so a cached table starts exactly like a
+// resident one.
 //
 // Pins: every acquire() pins the slots it returns in one of two pin sets (the step in flight,
 // or the prefetch of the next step); a pinned slot is never evicted. release() drops a set.
@@ -48,7 +49,7 @@
 namespace leanemb::tiered {
 
 using leanemb::CachePolicy;
-std::string_view cache_policy_name(CachePolicy p);          // "lru" | "lfu"
+std::string_view cache_policy_name(CachePolicy p);          // "lru" | "lfu" | "clock"
 Result<CachePolicy> parse_cache_policy(std::string_view s);  // errors: InvalidArgument
 
 enum class PinSet : uint8_t { kStep = 0, kPrefetch = 1 };
@@ -83,8 +84,12 @@ class RowCache {
   int64_t num_rows() const { return store_->num_rows(); }
   const RowLayout& layout() const { return layout_; }
   uint8_t* slots() const { return slots_.as<uint8_t>(); }
-  // slot_rows()[s]: the table row in slot s (-1 when free): the stochastic-rounding key rows.
-  const int64_t* slot_rows() const { return index_.slot_rows(); }
+  // The table row in slot s (-1 when free), and the array of them: the stochastic-rounding key
+  // rows (kernels::TableView::key_rows32 / key_rows). int32 when the table has at most 2^31
+  // rows (slot_rows32() set, slot_rows64() null), else int64 (the other way round).
+  int64_t slot_row(int64_t s) const { return index_.slot_row(static_cast<int32_t>(s)); }
+  const int32_t* slot_rows32() const { return index_.slot_rows32(); }
+  const int64_t* slot_rows64() const { return index_.slot_rows64(); }
   RowStore* store() const { return store_.get(); }
 
   // slots_out[i] = the slot of rows[i] (rows may repeat; they are valid table rows), fetching

@@ -96,39 +96,54 @@ inline size_t row_cache_map_entries(int64_t capacity_rows) {
   return std::max<size_t>(16, cap + (cap + 3) / 4);
 }
 
-// Eviction candidates one scan selects (capacity / 16, at least 64), and the LFU overflow heap
-// (half that; none for LRU). 12 bytes each (key, slot).
-inline size_t row_cache_candidate_entries(int64_t capacity_rows) {
+// Eviction candidates one scan selects (capacity / 16, at least 64; none for CLOCK, which
+// scans nothing), and the LFU overflow heap (half that; none for LRU and CLOCK). 12 bytes each
+// (key, slot).
+inline size_t row_cache_candidate_entries(int64_t capacity_rows, CachePolicy policy) {
+  if (policy == CachePolicy::kClock) return 0;
   return std::max<size_t>(64, static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0) / 16);
 }
 inline size_t row_cache_heap_entries(int64_t capacity_rows, CachePolicy policy) {
-  return policy == CachePolicy::kLfu ? row_cache_candidate_entries(capacity_rows) / 2 : 0;
+  return policy == CachePolicy::kLfu ? row_cache_candidate_entries(capacity_rows, policy) / 2 : 0;
 }
 
-// Per slot: row (int64), flags (1 B) and the policy's key: LRU a release stamp (4 B), LFU a
-// frequency and a last use (8 B). src/tiered/cache_index.h lays these arrays out in this order:
-// 8-byte arrays, then 4-byte arrays, then the flags.
-inline constexpr size_t kRowCacheCandidateBytes = 8 + 4;
-inline size_t row_cache_slot_index_bytes(CachePolicy policy) { return 8 + 1 + (policy == CachePolicy::kLfu ? 8 : 4); }
+// A slot's table row is an int32 when every row of the table fits (num_rows <= 2^31: rows up
+// to 2^31 - 1, and -1 for a free slot), else an int64.
+inline constexpr int64_t kRowCacheNarrowRowsMax = int64_t{1} << 31;
+inline size_t row_cache_slot_row_bytes(int64_t num_rows) { return num_rows <= kRowCacheNarrowRowsMax ? 4 : 8; }
+// The policy's per-slot key: LRU a release stamp (4 B), LFU a frequency and a last use (8 B),
+// CLOCK none (its reference bit is the flag byte's mark).
+inline size_t row_cache_slot_key_bytes(CachePolicy policy) {
+  return policy == CachePolicy::kLfu ? 8 : policy == CachePolicy::kLru ? 4 : 0;
+}
 
-// The index's bytes: about 18.8 B per slot for LRU, 23.1 B for LFU on large caches.
-inline size_t row_cache_index_bytes(int64_t capacity_rows, CachePolicy policy) {
+// Per slot: row (int32 or int64), flags (1 B) and the policy's key. src/tiered/cache_index.h
+// lays the arrays out in this order: 8-byte arrays, then 4-byte arrays, then the flags.
+inline constexpr size_t kRowCacheCandidateBytes = 8 + 4;
+inline size_t row_cache_slot_index_bytes(int64_t num_rows, CachePolicy policy) {
+  return row_cache_slot_row_bytes(num_rows) + 1 + row_cache_slot_key_bytes(policy);
+}
+
+// The index's bytes of a cache of `capacity_rows` slots over a table of `num_rows` rows. Per
+// slot on large caches, for tables of at most 2^31 rows: CLOCK 10 B (row 4, flags 1, map 5),
+// LRU 14.75 B, LFU 19.1 B; tables of more rows: 4 B more.
+inline size_t row_cache_index_bytes(int64_t capacity_rows, int64_t num_rows, CachePolicy policy) {
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   const size_t flags = (cap + 7) / 8 * 8;
-  return cap * (row_cache_slot_index_bytes(policy) - 1) + flags + row_cache_map_entries(capacity_rows) * 4 +
-         (row_cache_candidate_entries(capacity_rows) + row_cache_heap_entries(capacity_rows, policy)) *
+  return cap * (row_cache_slot_index_bytes(num_rows, policy) - 1) + flags + row_cache_map_entries(capacity_rows) * 4 +
+         (row_cache_candidate_entries(capacity_rows, policy) + row_cache_heap_entries(capacity_rows, policy)) *
              kRowCacheCandidateBytes;
 }
 
-// `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
+// `num_rows`: the table's rows (the width of the slots' rows). `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
 // batch's ids of the table); the staging buffers hold that many rows in and out, and grow on
 // demand if a step needs more.
-inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, size_t row_bytes, int64_t max_rows_per_step,
-                                     CachePolicy policy) {
+inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, int64_t num_rows, size_t row_bytes,
+                                     int64_t max_rows_per_step, CachePolicy policy) {
   RowCacheSizes s;
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
-  s.index_bytes = row_cache_index_bytes(capacity_rows, policy);
+  s.index_bytes = row_cache_index_bytes(capacity_rows, num_rows, policy);
   const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0);
   s.staging_bytes = 2 * row_cache_stage_rows(per_step) * row_bytes;  // in, and out (victims <= rows in)
   return s;

@@ -66,7 +66,7 @@ struct TrainConfig {
   InitOptions row_init;            // init (uniform | normal | zeros), init_bound, init_std
   // Tiered tables (docs/tiered.md): cache_fraction > 0 keeps each table's rows in a row store
   // (store = host | file; file stores go to store_dir/<table>.rows) with a device-tier cache of
-  // that fraction of its rows (cache_policy = lru | lfu).
+  // that fraction of its rows (cache_policy = lru | lfu | clock).
   TableCacheOptions row_cache;
   int64_t cache_min_rows = 1000000;  // tables with fewer rows stay resident
   std::string store_dir;
