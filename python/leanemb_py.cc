@@ -241,18 +241,7 @@ class PyCollection {
     return rep.skipped_nonfinite ? 0 : rep.unique_rows;
   }
 
-  py::dict memory() const {
-    const MemoryStats m = coll_->memory_stats();
-    py::dict d;
-    for (int c = 0; c < kNumCategories; ++c) {
-      const CategoryStats& cs = m.by_category[static_cast<size_t>(c)];
-      py::dict e;
-      e["current_bytes"] = cs.current_bytes;
-      e["peak_bytes"] = cs.peak_bytes;
-      d[py::str(std::string(category_name(static_cast<Category>(c))))] = e;
-    }
-    return d;
-  }
+  py::dict memory() const { return python::category_dict(coll_->memory_stats()); }
 
   double bytes_per_param() const {
     const MemoryStats m = coll_->memory_stats();

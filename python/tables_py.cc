@@ -40,6 +40,19 @@
 namespace py = pybind11;
 
 namespace leanemb::python {
+
+py::dict category_dict(const MemoryStats& m) {
+  py::dict d;
+  for (int c = 0; c < kNumCategories; ++c) {
+    const CategoryStats& cs = m.by_category[static_cast<size_t>(c)];
+    py::dict e;
+    e["current_bytes"] = cs.current_bytes;
+    e["peak_bytes"] = cs.peak_bytes;
+    d[py::str(std::string(category_name(static_cast<Category>(c))))] = e;
+  }
+  return d;
+}
+
 namespace {
 
 [[noreturn]] void raise_status(const Status& s) {
@@ -205,16 +218,8 @@ SparseBatch make_batch(const EmbeddingTables& t, int64_t batch_size, const py::l
 
 py::dict stats_dict(const MemoryStats& m) {
   py::dict d;
-  py::dict cats;
-  for (int c = 0; c < kNumCategories; ++c) {
-    const CategoryStats& cs = m.by_category[static_cast<size_t>(c)];
-    py::dict e;
-    e["current_bytes"] = cs.current_bytes;
-    e["peak_bytes"] = cs.peak_bytes;
-    cats[py::str(std::string(category_name(static_cast<Category>(c))))] = e;
-  }
   d["tier"] = std::string(tier_name(m.tier));
-  d["categories"] = cats;
+  d["categories"] = category_dict(m);
   d["current_bytes"] = m.current_bytes;
   d["peak_bytes"] = m.peak_bytes;
   d["budget_bytes"] = m.budget_bytes;
@@ -362,13 +367,7 @@ class PyTables {
 
   void validate(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights) const {
     const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().validate(b);
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().validate(b); }));
   }
 
   void forward(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
@@ -378,13 +377,7 @@ class PyTables {
     if (!pooled_out.is_none()) pooled = out_span<float>(pooled_out, "pooled output");
     std::vector<std::span<float>> seq;
     for (size_t i = 0; i < seq_out.size(); ++i) seq.push_back(out_span<float>(seq_out[i], "sequence output " + std::to_string(i)));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().forward(b, pooled, seq);
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().forward(b, pooled, seq); }));
   }
 
   py::dict backward_update(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
@@ -398,13 +391,8 @@ class PyTables {
     UpdateOptions u;
     u.grad_multiplier = grad_multiplier;
     u.check_finite = check_finite;
-    std::optional<Result<UpdateReport>> r;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(T().backward_update(b, pooled, seq, u));
-    }
-    const UpdateReport rep = value_or_raise(std::move(*r));
+    Result<UpdateReport> r = locked_without_gil([&] { return T().backward_update(b, pooled, seq, u); });
+    const UpdateReport rep = value_or_raise(std::move(r));
     py::dict d;
     d["skipped_nonfinite"] = rep.skipped_nonfinite;
     d["unique_rows"] = rep.unique_rows;
@@ -414,39 +402,18 @@ class PyTables {
 
   void prefetch(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights) {
     const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().prefetch(b);
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().prefetch(b); }));
   }
 
   void flush() {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().flush();
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().flush(); }));
   }
 
   // Rows [begin, begin + count) as float32 [count, dim] (dequantized).
   py::array_t<float> read_rows(int table, int64_t begin, int64_t count) const {
     check_table(table);
-    const int64_t dim = T().layout(table).dim;
-    py::array_t<float> out({count, dim});
-    std::span<float> o(out.mutable_data(), static_cast<size_t>(count * dim));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().read_rows(table, begin, count, o);
-    }
-    check(s);
-    return out;
+    return read_array<float>(count, T().layout(table).dim,
+                             [&](std::span<float> o) { return T().read_rows(table, begin, count, o); });
   }
 
   void write_rows(int table, int64_t begin, const py::object& rows) {
@@ -455,44 +422,20 @@ class PyTables {
     const int64_t dim = T().layout(table).dim;
     if (in.size() % static_cast<size_t>(dim) != 0)
       throw py::value_error("rows: size " + std::to_string(in.size()) + " is not a multiple of dim " + std::to_string(dim));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().write_rows(table, begin, static_cast<int64_t>(in.size()) / dim, in);
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().write_rows(table, begin, static_cast<int64_t>(in.size()) / dim, in); }));
   }
 
   py::array_t<float> read_state(int table, int64_t begin, int64_t count) const {
     check_table(table);
     const int64_t k = T().state_floats_per_row(table);
-    py::array_t<float> out({count, k});
-    if (k == 0 || count == 0) return out;
-    std::span<float> o(out.mutable_data(), static_cast<size_t>(count * k));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().read_state(table, begin, count, o);
-    }
-    check(s);
-    return out;
+    if (k == 0 || count == 0) return py::array_t<float>({count, k});
+    return read_array<float>(count, k, [&](std::span<float> o) { return T().read_state(table, begin, count, o); });
   }
 
   py::array_t<uint8_t> read_raw_rows(int table, int64_t begin, int64_t count) const {
     check_table(table);
-    const int64_t stride = static_cast<int64_t>(T().layout(table).stride_bytes);
-    py::array_t<uint8_t> out({count, stride});
-    std::span<uint8_t> o(out.mutable_data(), static_cast<size_t>(count * stride));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().read_raw_rows(table, begin, count, o);
-    }
-    check(s);
-    return out;
+    return read_array<uint8_t>(count, static_cast<int64_t>(T().layout(table).stride_bytes),
+                               [&](std::span<uint8_t> o) { return T().read_raw_rows(table, begin, count, o); });
   }
 
   void write_raw_rows(int table, int64_t begin, const py::object& rows) {
@@ -502,13 +445,7 @@ class PyTables {
     if (in.size() % stride != 0)
       throw py::value_error("raw rows: size " + std::to_string(in.size()) + " is not a multiple of the row stride " +
                             std::to_string(stride));
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = T().write_raw_rows(table, begin, static_cast<int64_t>(in.size() / stride), in);
-    }
-    check(s);
+    check(locked_without_gil([&] { return T().write_raw_rows(table, begin, static_cast<int64_t>(in.size() / stride), in); }));
   }
 
   // {"device": stats, "host": stats} of this collection's memory system.
@@ -560,13 +497,8 @@ class PyTables {
   std::string save(const std::string& out_dir, int64_t step, int keep_last) {
     dist::TablesSaveOptions so;
     so.keep_last = keep_last;
-    std::optional<Result<dist::TablesSaveInfo>> r;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(dist::save_tables_checkpoint(out_dir, step, T(), {}, so));
-    }
-    return value_or_raise(std::move(*r)).path;
+    Result<dist::TablesSaveInfo> r = locked_without_gil([&] { return dist::save_tables_checkpoint(out_dir, step, T(), {}, so); });
+    return value_or_raise(std::move(r)).path;
   }
 
   // Loads checkpoint directory `dir` (a step-<N> directory); sets the step counter to
@@ -574,32 +506,19 @@ class PyTables {
   int64_t load(const std::string& dir, int64_t collection_step) {
     dist::TablesLoadOptions lo;
     lo.collection_step = collection_step;
-    std::optional<Result<int64_t>> r;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      r.emplace(dist::load_tables_checkpoint(dir, T(), lo));
-    }
-    return value_or_raise(std::move(*r));
+    Result<int64_t> r = locked_without_gil([&] { return dist::load_tables_checkpoint(dir, T(), lo); });
+    return value_or_raise(std::move(r));
   }
 
   // The embedding digest (32 hex digits; docs/dist.md "Digest"): equal for the same rows, state
   // and step whatever the world size and sharding. Sharded: collective
   // (dist::sharded_collection_digest); one process: dist::collection_digest.
   std::string digest() {
-    std::optional<Result<std::string>> r;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      if (comm_) {
-        r.emplace(dist::sharded_collection_digest(T()));
-      } else if (const auto* c = dynamic_cast<const EmbeddingCollection*>(&T())) {
-        r.emplace(dist::collection_digest(*c));
-      } else {
-        r.emplace(internal_error("digest: unknown collection type"));
-      }
-    }
-    return value_or_raise(std::move(*r));
+    return value_or_raise(locked_without_gil([&]() -> Result<std::string> {
+      if (comm_) return dist::sharded_collection_digest(T());
+      if (const auto* c = dynamic_cast<const EmbeddingCollection*>(&T())) return dist::collection_digest(*c);
+      return internal_error("digest: unknown collection type");
+    }));
   }
 
   void release_step_buffers() {
@@ -608,6 +527,24 @@ class PyTables {
   }
 
  private:
+  // fn() with the GIL released (other Python threads run meanwhile) and mu_ held (one call into
+  // the collection at a time); its result. A collective call may wait on the other ranks here.
+  template <typename Fn>
+  auto locked_without_gil(Fn&& fn) const -> decltype(fn()) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn();
+  }
+
+  // A new [count, per_row] array filled by read(its elements), called as locked_without_gil.
+  template <typename E, typename Read>
+  py::array_t<E> read_array(int64_t count, int64_t per_row, Read&& read) const {
+    py::array_t<E> out({count, per_row});
+    std::span<E> o(out.mutable_data(), static_cast<size_t>(count * per_row));
+    check(locked_without_gil([&] { return read(o); }));
+    return out;
+  }
+
   void check_table(int t) const {
     if (t < 0 || t >= T().num_tables())
       throw py::index_error("table " + std::to_string(t) + " out of range [0, " + std::to_string(T().num_tables()) + ")");

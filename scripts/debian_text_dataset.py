@@ -21,17 +21,14 @@ OUT_DIR/train.txt, OUT_DIR/test.txt and OUT_DIR/meta.json. Exits 2 with a messag
 package index is present.
 """
 import glob
-import hashlib
-import json
 import os
-import random
-import re
 import subprocess
 import sys
 
+from text_dataset import is_test, tokenize, write_dataset
+
 LISTS = "/var/lib/apt/lists"
 APT_HELPER = "/usr/lib/apt/apt-helper"
-PUNCT = re.compile(r"([.!?,'/()])")
 
 
 def read_index(path):
@@ -63,9 +60,7 @@ def stanzas(text):
 def normalize(text):
     # Long descriptions mark paragraph breaks with a line holding a single ".".
     lines = [l for l in text.split("\n") if l.strip() != "."]
-    text = " ".join(lines)
-    text = PUNCT.sub(r" \1 ", text).lower()
-    return " ".join(text.split())
+    return tokenize(" ".join(lines))
 
 
 def main():
@@ -101,13 +96,7 @@ def main():
     train, test = [], []
     for name, label, text in rows:
         line = f"__label__{label} {text}\n"
-        (test if int(hashlib.md5(name.encode()).hexdigest()[:8], 16) % 10 == 0 else train).append(line)
-    random.Random(20261130).shuffle(train)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "train.txt"), "w") as f:
-        f.writelines(train)
-    with open(os.path.join(out_dir, "test.txt"), "w") as f:
-        f.writelines(test)
+        (test if is_test(name) else train).append(line)
     labels = sorted({r[1] for r in rows})
     meta = {
         "source": "Debian package index (" + LISTS + ")",
@@ -120,8 +109,7 @@ def main():
         "labels": len(labels),
         "split": "test when md5(package name) % 10 == 0; train shuffled with seed 20261130",
     }
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
+    write_dataset(out_dir, train, test, meta, seed=20261130)
     print(f"debian_text_dataset: {len(train)} train, {len(test)} test lines, {len(labels)} labels "
           f"({with_long} with long descriptions) in {out_dir}")
     return 0

@@ -26,17 +26,15 @@ OUT_DIR/train.txt, OUT_DIR/test.txt, OUT_DIR/meta.json. Exits 2 when no gcloud m
 import collections
 import glob
 import gzip
-import hashlib
-import json
 import os
-import random
 import re
 import sys
+
+from text_dataset import is_test, tokenize, write_dataset
 
 MAN_DIR = "/usr/share/man/man1"
 MIN_PAGES = 10
 SECTIONS = {"NAME", "DESCRIPTION", "POSITIONAL ARGUMENTS", "FLAGS", "REQUIRED FLAGS", "OPTIONAL FLAGS"}
-PUNCT = re.compile(r"([.!?,'/()])")
 SPAN = re.compile(r"\\f[B5I](.*?)\\f[RP]")
 ESC = re.compile(r"\\f[A-Z0-9]|\\\(..|\\[-e&|^ ]|\\\*\([a-zA-Z]{2}|\\\*[a-zA-Z]")
 
@@ -47,11 +45,6 @@ def clean(line):
     line = line.replace("\\-", "-").replace("\\e", "\\")
     line = ESC.sub(" ", line)
     return line
-
-
-def normalize(text):
-    text = PUNCT.sub(r" \1 ", text).lower()
-    return " ".join(text.split())
 
 
 def paragraphs(path):
@@ -98,7 +91,7 @@ def main():
             continue
         key, label = "_".join(words), words[0]
         for p in paragraphs(path):
-            text = normalize(p)
+            text = tokenize(p)
             if len(text.split()) >= 4:
                 items.append((key, label, text))
     commands = collections.defaultdict(set)
@@ -111,17 +104,11 @@ def main():
     for key, label, text in items:
         if label not in kept_labels or len(labels_of_text[text]) > 1:
             continue
-        side = "test" if int(hashlib.md5(key.encode()).hexdigest()[:8], 16) % 10 == 0 else "train"
+        side = "test" if is_test(key) else "train"
         if (side, text) in seen:
             continue
         seen.add((side, text))
         (test if side == "test" else train).append(f"__label__{label} {text}\n")
-    random.Random(20261202).shuffle(train)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "train.txt"), "w") as f:
-        f.writelines(train)
-    with open(os.path.join(out_dir, "test.txt"), "w") as f:
-        f.writelines(test)
     meta = {
         "source": f"gcloud man pages ({MAN_DIR}/gcloud_*.1.gz)",
         "pages": len(pages),
@@ -132,8 +119,7 @@ def main():
         "split": "test when md5(command without alpha/beta) % 10 == 0; texts under several labels dropped; "
                  "train shuffled with seed 20261202",
     }
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
+    write_dataset(out_dir, train, test, meta, seed=20261202)
     print(f"gcloud_text_dataset: {len(train)} train, {len(test)} test lines, {len(kept_labels)} labels in {out_dir}")
     return 0
 

@@ -70,22 +70,15 @@ def _as_index_tensor(x, name):
     return x.to(torch.int64).contiguous()
 
 
-class JaggedTensor:
-    """One feature's jagged values: ``values`` [nnz, ...] with ``lengths`` [B] / ``offsets`` [B + 1]."""
+def _offsets_of(lengths):
+    """Offsets [n + 1] (int64) of the bags with ``lengths`` [n]: 0, then the running sums."""
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    return offsets
 
-    def __init__(self, values, lengths=None, offsets=None, weights=None):
-        self._values = values
-        if offsets is None and lengths is None:
-            raise ValueError("JaggedTensor needs lengths or offsets")
-        if offsets is None:
-            lengths = _as_index_tensor(lengths, "lengths")
-            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
-            torch.cumsum(lengths, 0, out=offsets[1:])
-        else:
-            offsets = _as_index_tensor(offsets, "offsets")
-        self._offsets = offsets
-        self._lengths = lengths if lengths is not None else offsets[1:] - offsets[:-1]
-        self._weights = weights
+
+class _Jagged:
+    """The accessors JaggedTensor and KeyedJaggedTensor share (TorchRec's names)."""
 
     def values(self):
         return self._values
@@ -98,6 +91,23 @@ class JaggedTensor:
 
     def weights_or_none(self):
         return self._weights
+
+
+class JaggedTensor(_Jagged):
+    """One feature's jagged values: ``values`` [nnz, ...] with ``lengths`` [B] / ``offsets`` [B + 1]."""
+
+    def __init__(self, values, lengths=None, offsets=None, weights=None):
+        self._values = values
+        if offsets is None and lengths is None:
+            raise ValueError("JaggedTensor needs lengths or offsets")
+        if offsets is None:
+            lengths = _as_index_tensor(lengths, "lengths")
+            offsets = _offsets_of(lengths)
+        else:
+            offsets = _as_index_tensor(offsets, "offsets")
+        self._offsets = offsets
+        self._lengths = lengths if lengths is not None else offsets[1:] - offsets[:-1]
+        self._weights = weights
 
     def to_padded_dense(self, desired_length=None, padding_value=0.0):
         """[B, L, ...] with bag b's values in its first lengths[b] positions (differentiable).
@@ -116,7 +126,7 @@ class JaggedTensor:
         return out.index_put((bag[keep], pos[keep]), v[keep])
 
 
-class KeyedJaggedTensor:
+class KeyedJaggedTensor(_Jagged):
     """Several features' ids in TorchRec's KeyedJaggedTensor layout (no TorchRec dependency).
 
     ``values`` [nnz] holds the ids of feature keys[0]'s B bags, then keys[1]'s, ...;
@@ -136,8 +146,7 @@ class KeyedJaggedTensor:
             lengths = _as_index_tensor(lengths, "lengths")
             if lengths.numel() and int(lengths.min()) < 0:
                 raise ValueError("KeyedJaggedTensor: lengths must be >= 0")
-            offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
-            torch.cumsum(lengths, 0, out=offsets[1:])
+            offsets = _offsets_of(lengths)
         else:
             offsets = _as_index_tensor(offsets, "offsets")
             if offsets.numel() < 1:
@@ -180,18 +189,6 @@ class KeyedJaggedTensor:
 
     def keys(self):
         return list(self._keys)
-
-    def values(self):
-        return self._values
-
-    def lengths(self):
-        return self._lengths
-
-    def offsets(self):
-        return self._offsets
-
-    def weights_or_none(self):
-        return self._weights
 
     def stride(self):
         return self._stride

@@ -217,10 +217,15 @@ Status Communicator::all_to_all_v(std::span<const uint8_t> send, std::span<const
                             std::to_string(send_counts[static_cast<size_t>(rank_)]) + " bytes but expects " +
                             std::to_string(recv_counts[static_cast<size_t>(rank_)]));
   }
-  const auto deadline = deadline_from_now();
+  return all_to_all_v_round(send, send_counts, recv, recv_counts, deadline_from_now());
+}
+
+Status Communicator::all_to_all_v_round(std::span<const uint8_t> send, std::span<const int64_t> send_counts,
+                                        std::span<uint8_t> recv, std::span<const int64_t> recv_counts,
+                                        Clock::time_point deadline) {
   Round round = make_round(CollectiveKind::kAllToAllV);
   size_t so = 0, ro = 0;
-  for (size_t r = 0; r < p; ++r) {
+  for (size_t r = 0; r < send_counts.size(); ++r) {
     const auto sc = static_cast<size_t>(send_counts[r]);
     const auto rc = static_cast<size_t>(recv_counts[r]);
     round.send[r] = send.subspan(so, sc);
@@ -280,20 +285,7 @@ Status Communicator::all_to_all_v_alloc_impl(std::span<const uint8_t> send, std:
     recv_total += (*recv_counts)[r];
   }
   recv->resize(static_cast<size_t>(recv_total));
-  Round round = make_round(CollectiveKind::kAllToAllV);
-  size_t so = 0, ro = 0;
-  for (size_t r = 0; r < p; ++r) {
-    const auto sc = static_cast<size_t>(send_counts[r]);
-    const auto rc = static_cast<size_t>((*recv_counts)[r]);
-    round.send[r] = send.subspan(so, sc);
-    round.recv[r] = std::span<uint8_t>(*recv).subspan(ro, rc);
-    round.send_to[r] = round.recv_from[r] = 1;
-    so += sc;
-    ro += rc;
-  }
-  LEANEMB_RETURN_IF_ERROR(run_round(round, deadline));
-  ++stats_.collectives;
-  return Status::ok_status();
+  return all_to_all_v_round(send, send_counts, std::span<uint8_t>(*recv), *recv_counts, deadline);
 }
 
 template <typename T>

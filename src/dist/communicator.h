@@ -178,6 +178,10 @@ class Communicator {
   template <typename Bytes>
   Status all_to_all_v_alloc_impl(std::span<const uint8_t> send, std::span<const int64_t> send_counts, Bytes* recv,
                                  std::vector<int64_t>* recv_counts);
+  // all_to_all_v's data round, counts already checked: send_counts[r] bytes of `send` to rank
+  // r and recv_counts[r] bytes from it into `recv`, both in rank order.
+  Status all_to_all_v_round(std::span<const uint8_t> send, std::span<const int64_t> send_counts, std::span<uint8_t> recv,
+                            std::span<const int64_t> recv_counts, Clock::time_point deadline);
   // Runs one round: copies the self part, calls exchange(), counts bytes, records a failure.
   Status run_round(Round& round, Clock::time_point deadline);
   Round make_round(CollectiveKind kind);

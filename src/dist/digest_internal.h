@@ -1,7 +1,7 @@
 // Internal to src/dist (not installed, not for callers outside it): the pieces of the
 // shard-count-independent embedding digest (dist::collection_digest, sharded_checkpoint.h),
 // shared by sharded_checkpoint.cc and training_digest.cc so that every digest of the same
-// rows is computed by the same code. Defined in sharded_checkpoint.cc.
+// rows is computed by the same code. Defined in sharded_checkpoint_digest.cc.
 //
 // The scheme: per table a 128-bit sum (each half mod 2^64) over its global rows g of
 // XXH3-128(fat row bytes, seed = XXH3-64(g as u64, seed = table_seed(name))); then

@@ -9,8 +9,14 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm_sizes.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_forward.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_backward.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_rows.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_load.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_digest.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
 # `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) calls src/dist.

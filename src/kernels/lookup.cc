@@ -19,6 +19,7 @@
 
 #include "core/parallel.h"
 #include "kernels/isa.h"
+#include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
 #include "kernels/row_access.h"
@@ -125,16 +126,6 @@ inline void pool_bags(const TableView& t, const PooledArgs& a, int64_t b0, int64
   }
 }
 
-template <bool kV3>
-inline void pool_bags_dtype(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
-  switch (t.layout->weight_dtype) {
-    case DType::kF32: pool_bags<DType::kF32, kV3>(t, a, b0, b1); break;
-    case DType::kF16: pool_bags<DType::kF16, kV3>(t, a, b0, b1); break;
-    case DType::kBF16: pool_bags<DType::kBF16, kV3>(t, a, b0, b1); break;
-    case DType::kInt8Rowwise: pool_bags<DType::kInt8Rowwise, kV3>(t, a, b0, b1); break;
-  }
-}
-
 #ifdef LEANEMB_HAVE_V4
 // Pools columns [col, col + 16 * kVecs) of one bag (kTail: the last vector masked by `last`) in
 // kVecs registers, in id order like the reference: acc = acc + w * x (two roundings), then / n.
@@ -230,37 +221,41 @@ LEANEMB_TARGET_V4 inline void pool_bags_v4_t(const TableView& t, const PooledArg
   }
 }
 
-LEANEMB_TARGET_V4 __attribute__((flatten)) void pool_bags_v4(const TableView& t, const PooledArgs& a, int64_t b0,
-                                                             int64_t b1) {
-  switch (t.layout->weight_dtype) {
-    case DType::kF32: pool_bags_v4_t<DType::kF32>(t, a, b0, b1); break;
-    case DType::kF16: pool_bags_v4_t<DType::kF16>(t, a, b0, b1); break;
-    case DType::kBF16: pool_bags_v4_t<DType::kBF16>(t, a, b0, b1); break;
-    case DType::kInt8Rowwise: pool_bags_v4_t<DType::kInt8Rowwise>(t, a, b0, b1); break;
-  }
-}
 #endif  // LEANEMB_HAVE_V4
 
-// The x86-64-v3 build uses AVX2/F16C intrinsics for the conversions; the baseline build is
-// portable.
-__attribute__((flatten)) void pool_bags_base(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
-  pool_bags_dtype<false>(t, a, b0, b1);
-}
-#ifdef LEANEMB_HAVE_V3
-LEANEMB_TARGET_V3 __attribute__((flatten)) void pool_bags_v3(const TableView& t, const PooledArgs& a, int64_t b0,
-                                                             int64_t b1) {
-  pool_bags_dtype<true>(t, a, b0, b1);
-}
+// Bags [b0, b1) of dtype T with build I's column loop: x86-64-v4 pools 128-column blocks in
+// 16-lane registers; x86-64-v3 uses AVX2/F16C intrinsics for the conversions; the baseline
+// build is portable.
+template <Isa I, DType T>
+inline void pool_bags_isa(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
+#ifdef LEANEMB_HAVE_V4
+  if constexpr (I == Isa::kV4) {
+    pool_bags_v4_t<T>(t, a, b0, b1);
+  } else {
+    pool_bags<T, I == Isa::kV3>(t, a, b0, b1);
+  }
+#else
+  pool_bags<T, I == Isa::kV3>(t, a, b0, b1);
 #endif
+}
+
+template <Isa I>
+inline void pool_bags_t(const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
+  switch (t.layout->weight_dtype) {
+    case DType::kF32: pool_bags_isa<I, DType::kF32>(t, a, b0, b1); break;
+    case DType::kF16: pool_bags_isa<I, DType::kF16>(t, a, b0, b1); break;
+    case DType::kBF16: pool_bags_isa<I, DType::kBF16>(t, a, b0, b1); break;
+    case DType::kInt8Rowwise: pool_bags_isa<I, DType::kInt8Rowwise>(t, a, b0, b1); break;
+  }
+}
+
+// One build per ISA (isa_builds.h): pool_bags_base, pool_bags_v3, pool_bags_v4.
+#define LEANEMB_POOL_BAGS_BODY(I) pool_bags_t<I>(t, a, b0, b1);
+LEANEMB_ISA_BUILDS(void, pool_bags, (const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1), LEANEMB_POOL_BAGS_BODY)
+#undef LEANEMB_POOL_BAGS_BODY
 
 void pool_bags_any(Isa isa, const TableView& t, const PooledArgs& a, int64_t b0, int64_t b1) {
-#ifdef LEANEMB_HAVE_V4
-  if (isa == Isa::kV4) return pool_bags_v4(t, a, b0, b1);
-#endif
-#ifdef LEANEMB_HAVE_V3
-  if (isa >= Isa::kV3) return pool_bags_v3(t, a, b0, b1);
-#endif
-  pool_bags_base(t, a, b0, b1);
+  LEANEMB_RETURN_ISA_CALL(isa, pool_bags, t, a, b0, b1);
 }
 
 template <DType T>

@@ -26,6 +26,7 @@
 
 #include "core/half.h"
 #include "kernels/isa.h"
+#include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
 #include "kernels/quant8_vec.h"
 
@@ -111,16 +112,19 @@ inline uint8_t nearest_mag(const Book& b, float a) {
   return static_cast<uint8_t>(idx);
 }
 
+// The code of x in a block with inv = 1 / absmax: the index of the nearest magnitude, and for
+// the signed book bit 7 set when x is negative and that magnitude is not 0.
+inline uint8_t code_of(const Book& b, float x, float inv, bool is_signed) {
+  const uint8_t m = nearest_mag(b, quant_input(x, inv));
+  return is_signed ? static_cast<uint8_t>(m | ((x < 0.0f && m != 0) ? 0x80u : 0u)) : m;
+}
+
 }  // namespace
 
 const float* quant_codebook(bool is_signed) { return book(is_signed).codebook.data(); }
 const Quant8Regions& quant8_regions(bool is_signed) { return book(is_signed).regions; }
 
-uint8_t quant8_code(float x, float inv, bool is_signed) {
-  const uint8_t m = nearest_mag(book(is_signed), quant_input(x, inv));
-  if (is_signed) return static_cast<uint8_t>(m | ((x < 0.0f && m != 0) ? 0x80u : 0u));
-  return m;
-}
+uint8_t quant8_code(float x, float inv, bool is_signed) { return code_of(book(is_signed), x, inv, is_signed); }
 
 float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
   float absmax = 0.0f;
@@ -131,12 +135,7 @@ float quantize_block(const float* x, int64_t n, bool is_signed, uint8_t* codes) 
   }
   const Book& b = book(is_signed);
   const float inv = 1.0f / absmax;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = quant_input(x[i], inv);
-    uint8_t m = nearest_mag(b, a);
-    if (is_signed) codes[i] = static_cast<uint8_t>(m | ((x[i] < 0.0f && m != 0) ? 0x80u : 0u));
-    else codes[i] = m;
-  }
+  for (int64_t i = 0; i < n; ++i) codes[i] = code_of(b, x[i], inv, is_signed);
   return absmax;
 }
 
@@ -146,51 +145,24 @@ void dequantize_block(const uint8_t* codes, int64_t n, bool is_signed, float sca
 }
 
 namespace {
-__attribute__((flatten)) float quantize_base(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
-  return quantize_block_t<Isa::kBaseline>(x, n, is_signed, codes);
-}
-#ifdef LEANEMB_HAVE_V3
-LEANEMB_TARGET_V3 __attribute__((flatten)) float quantize_v3(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
-  return quantize_block_t<Isa::kV3>(x, n, is_signed, codes);
-}
-LEANEMB_TARGET_V3 __attribute__((flatten)) void dequantize_v3(const uint8_t* c, int64_t n, bool is_signed, float scale,
-                                                             float* out) {
-  dequantize_block_t<Isa::kV3>(c, n, is_signed, scale, out);
-}
-#endif
-#ifdef LEANEMB_HAVE_V4
-LEANEMB_TARGET_V4 __attribute__((flatten)) float quantize_v4(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
-  return quantize_block_t<Isa::kV4>(x, n, is_signed, codes);
-}
-LEANEMB_TARGET_V4 __attribute__((flatten)) void dequantize_v4(const uint8_t* c, int64_t n, bool is_signed, float scale,
-                                                             float* out) {
-  dequantize_block_t<Isa::kV4>(c, n, is_signed, scale, out);
-}
-#endif
+// One build per ISA of the block quantizer and dequantizer (isa_builds.h; quant8_vec.h).
+#define LEANEMB_QUANTIZE_BODY(I) return quantize_block_t<I>(x, n, is_signed, codes);
+#define LEANEMB_DEQUANTIZE_BODY(I) dequantize_block_t<I>(codes, n, is_signed, scale, out);
+LEANEMB_ISA_BUILDS(float, quantize, (const float* x, int64_t n, bool is_signed, uint8_t* codes), LEANEMB_QUANTIZE_BODY)
+LEANEMB_ISA_BUILDS(void, dequantize, (const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out),
+                   LEANEMB_DEQUANTIZE_BODY)
+#undef LEANEMB_QUANTIZE_BODY
+#undef LEANEMB_DEQUANTIZE_BODY
 }  // namespace
 
 float quantize_block_fast(const float* x, int64_t n, bool is_signed, uint8_t* codes) {
   const Isa isa = active_isa();
-#ifdef LEANEMB_HAVE_V4
-  if (isa == Isa::kV4) return quantize_v4(x, n, is_signed, codes);
-#endif
-#ifdef LEANEMB_HAVE_V3
-  if (isa >= Isa::kV3) return quantize_v3(x, n, is_signed, codes);
-#endif
-  (void)isa;
-  return quantize_base(x, n, is_signed, codes);
+  LEANEMB_RETURN_ISA_CALL(isa, quantize, x, n, is_signed, codes);
 }
 
 void dequantize_block_fast(const uint8_t* codes, int64_t n, bool is_signed, float scale, float* out) {
   const Isa isa = active_isa();
-#ifdef LEANEMB_HAVE_V4
-  if (isa == Isa::kV4) return dequantize_v4(codes, n, is_signed, scale, out);
-#endif
-#ifdef LEANEMB_HAVE_V3
-  if (isa >= Isa::kV3) return dequantize_v3(codes, n, is_signed, scale, out);
-#endif
-  (void)isa;
-  dequantize_block(codes, n, is_signed, scale, out);
+  LEANEMB_RETURN_ISA_CALL(isa, dequantize, codes, n, is_signed, scale, out);
 }
 
 }  // namespace leanemb::kernels

@@ -16,6 +16,7 @@
 
 #include "core/parallel.h"
 #include "kernels/isa.h"
+#include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
 #include "kernels/multiversion.h"
 #include "kernels/quant8_vec.h"
@@ -120,15 +121,17 @@ struct UpdateConsts {
 
 // The weights' store with stochastic rounding (store_row_sr), vectorized for fp16 rows in the
 // x86-64-v3 and v4 builds (vec8.h, vec16.h; bit-identical).
+// Columns are numbered from column0 (0: a whole row).
 template <Isa I, DType W>
-inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key) {
+inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key,
+                             uint32_t column0 = 0) {
 #ifdef LEANEMB_HAVE_V4
-  if constexpr (W == DType::kF16 && I == Isa::kV4) return store_row_sr_f16_v4(row, w, d, key, 0);
+  if constexpr (W == DType::kF16 && I == Isa::kV4) return store_row_sr_f16_v4(row, w, d, key, column0);
 #endif
 #ifdef LEANEMB_HAVE_V3
-  if constexpr (W == DType::kF16 && I == Isa::kV3) return store_row_sr_f16_v3(row, w, d, key, 0);
+  if constexpr (W == DType::kF16 && I == Isa::kV3) return store_row_sr_f16_v3(row, w, d, key, column0);
 #endif
-  store_row_sr<W>(row, w, d, key, 0);
+  store_row_sr<W>(row, w, d, key, column0);
 }
 
 // Applies the optimizer to one fat row with gradient gin [dim], in ref_update_row's order.
@@ -422,72 +425,31 @@ inline void run_fused(const RangeJob& j) {
               [&]<DType W, StateDType S>() { fused_range<I, W, S>(*j.t, *j.s, j.rows, j.u0, j.u1, *j.step, j.sc, j.out); });
 }
 
-// One build per ISA of each loop (isa.h); `flatten` inlines the templates into each.
 enum class Loop { kUpdate, kFused, kReduce };
 
-__attribute__((flatten)) bool run_base(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<Isa::kBaseline>(j);
-  else if (k == Loop::kFused) run_fused<Isa::kBaseline>(j);
-  else return reduce_range_t<false>(*j.s, j.u0, j.u1, j.out);
+// One build per ISA of each loop (isa_builds.h): run_base, run_v3, run_v4.
+#define LEANEMB_RUN_BODY(I)                                             \
+  if (k == Loop::kUpdate) run_update<I>(j);                             \
+  else if (k == Loop::kFused) run_fused<I>(j);                          \
+  else return reduce_range_t<I == Isa::kV4>(*j.s, j.u0, j.u1, j.out); \
   return true;
-}
-#ifdef LEANEMB_HAVE_V3
-LEANEMB_TARGET_V3 __attribute__((flatten)) bool run_v3(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<Isa::kV3>(j);
-  else if (k == Loop::kFused) run_fused<Isa::kV3>(j);
-  else return reduce_range_t<false>(*j.s, j.u0, j.u1, j.out);
-  return true;
-}
-#endif
-#ifdef LEANEMB_HAVE_V4
-LEANEMB_TARGET_V4 __attribute__((flatten)) bool run_v4(Loop k, const RangeJob& j) {
-  if (k == Loop::kUpdate) run_update<Isa::kV4>(j);
-  else if (k == Loop::kFused) run_fused<Isa::kV4>(j);
-  else return reduce_range_t<true>(*j.s, j.u0, j.u1, j.out);
-  return true;
-}
-#endif
+LEANEMB_ISA_BUILDS(bool, run, (Loop k, const RangeJob& j), LEANEMB_RUN_BODY)
+#undef LEANEMB_RUN_BODY
 
-bool run_loop(Isa isa, Loop k, const RangeJob& j) {
-#ifdef LEANEMB_HAVE_V4
-  if (isa == Isa::kV4) return run_v4(k, j);
-#endif
-#ifdef LEANEMB_HAVE_V3
-  if (isa >= Isa::kV3) return run_v3(k, j);
-#endif
-  return run_base(k, j);
-}
+bool run_loop(Isa isa, Loop k, const RangeJob& j) { LEANEMB_RETURN_ISA_CALL(isa, run, k, j); }
 
 constexpr int64_t kScratchRows = 5;  // w, g, m, v and the reduced gradient
 
-__attribute__((flatten)) void store_f16_base(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t c0) {
-  store_row_sr<DType::kF16>(row, w, d, key, c0);
-}
-#ifdef LEANEMB_HAVE_V3
-LEANEMB_TARGET_V3 __attribute__((flatten)) void store_f16_v3(uint8_t* row, const float* w, int64_t d, uint32_t key,
-                                                            uint32_t c0) {
-  store_row_sr_f16_v3(row, w, d, key, c0);
-}
-#endif
-#ifdef LEANEMB_HAVE_V4
-LEANEMB_TARGET_V4 __attribute__((flatten)) void store_f16_v4(uint8_t* row, const float* w, int64_t d, uint32_t key,
-                                                            uint32_t c0) {
-  store_row_sr_f16_v4(row, w, d, key, c0);
-}
-#endif
+#define LEANEMB_STORE_F16_BODY(I) store_weights_sr<I, DType::kF16>(row, w, d, key, c0);
+LEANEMB_ISA_BUILDS(void, store_f16, (uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t c0),
+                   LEANEMB_STORE_F16_BODY)
+#undef LEANEMB_STORE_F16_BODY
 
 }  // namespace
 
 void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0) {
   const Isa isa = active_isa();
-#ifdef LEANEMB_HAVE_V4
-  if (isa == Isa::kV4) return store_f16_v4(row, w, d, key, column0);
-#endif
-#ifdef LEANEMB_HAVE_V3
-  if (isa >= Isa::kV3) return store_f16_v3(row, w, d, key, column0);
-#endif
-  (void)isa;
-  store_f16_base(row, w, d, key, column0);
+  LEANEMB_RETURN_ISA_CALL(isa, store_f16, row, w, d, key, column0);
 }
 
 bool reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {

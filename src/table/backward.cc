@@ -28,6 +28,13 @@ enum Slot : size_t { kKeys, kRuns, kSrcPtr, kScale, kSortedPtr, kSortedScale, kR
 
 size_t slot(int table, Slot s) { return static_cast<size_t>(table) * kSlotsPerTable + s; }
 
+// Table t's step buffer `s` of at least `bytes` (workspace memory), as T*.
+template <typename T>
+Result<T*> step_buffer(StepBuffers& buffers, Allocator* alloc, int t, Slot s, size_t bytes) {
+  LEANEMB_ASSIGN_OR_RETURN(void* p, buffers.get(slot(t, s), bytes, Category::kWorkspace, alloc));
+  return static_cast<T*>(p);
+}
+
 constexpr int kMaxWorkers = 256;  // per-worker partials of max_abs
 
 // Largest |x| over finite inputs; +Inf if any element is Inf or NaN.
@@ -76,13 +83,10 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   // The runs buffer first serves as the radix sort's scratch, then holds run starts [U + 1]
   // (U <= n), hence n + 1 entries.
   DedupBufferBytes sz = dedup_buffer_bytes(n, n);  // rows: resized below, once U is known
-  LEANEMB_ASSIGN_OR_RETURN(void* keys_p, buffers.get(slot(t, kKeys), sz.keys, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), sz.runs, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* src_p, buffers.get(slot(t, kSrcPtr), sz.src_ptr, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* scale_p, buffers.get(slot(t, kScale), sz.scale, Category::kWorkspace, alloc));
-  uint64_t* keys = static_cast<uint64_t*>(keys_p);
-  const float** src = static_cast<const float**>(src_p);
-  float* scale = static_cast<float*>(scale_p);
+  LEANEMB_ASSIGN_OR_RETURN(uint64_t* keys, step_buffer<uint64_t>(buffers, alloc, t, kKeys, sz.keys));
+  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, step_buffer<void>(buffers, alloc, t, kRuns, sz.runs));
+  LEANEMB_ASSIGN_OR_RETURN(const float** src, step_buffer<const float*>(buffers, alloc, t, kSrcPtr, sz.src_ptr));
+  LEANEMB_ASSIGN_OR_RETURN(float* scale, step_buffer<float>(buffers, alloc, t, kScale, sz.scale));
 
   // The kernels' row numbers (cache slots for a cached table) and this step's contributions fit
   // the packed sort key row << 32 | contribution unless a resident table has 2^32 rows or more.
@@ -118,10 +122,8 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   for (int64_t i = 0; i < n; ++i)
     if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
   sz = dedup_buffer_bytes(n, num_unique);
-  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), sz.rows,
-                                                     Category::kWorkspace, alloc));
+  LEANEMB_ASSIGN_OR_RETURN(int64_t* rows, step_buffer<int64_t>(buffers, alloc, t, kRows, sz.rows));
   int64_t* runs = static_cast<int64_t*>(runs_p);
-  int64_t* rows = static_cast<int64_t*>(rows_p);
   int64_t u = 0, max_run = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) {
@@ -134,10 +136,8 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   max_run = std::max(max_run, n - runs[num_unique - 1]);
 
   // Gather pointers and scales into sorted order, so the reduce reads them sequentially.
-  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), sz.sorted_ptr, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), sz.sorted_scale, Category::kWorkspace, alloc));
-  const float** sorted_ptr = static_cast<const float**>(sptr_p);
-  float* sorted_scale = static_cast<float*>(sscale_p);
+  LEANEMB_ASSIGN_OR_RETURN(const float** sorted_ptr, step_buffer<const float*>(buffers, alloc, t, kSortedPtr, sz.sorted_ptr));
+  LEANEMB_ASSIGN_OR_RETURN(float* sorted_scale, step_buffer<float>(buffers, alloc, t, kSortedScale, sz.sorted_scale));
   parallel_for(n, kChunkWork / 4, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       if (i + 16 < n) {
@@ -150,12 +150,7 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
       sorted_scale[i] = scale[src_i];
     }
   }, num_threads);
-  out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier};
-  out->rows = rows;
-  out->num_unique = num_unique;
-  out->num_ids = n;
-  out->max_abs_scale = max_scale;
-  out->max_run = max_run;
+  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier}, rows, num_unique, n, max_scale, max_run};
   return Status();
 }
 
@@ -165,20 +160,16 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
 Status EmbeddingCollection::Impl::dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src,
                                              const float* scale, float multiplier, float max_scale, TableDedup* out) {
   DedupBufferBytes sz = dedup_buffer_bytes(n, n);
-  LEANEMB_ASSIGN_OR_RETURN(void* runs_p, buffers.get(slot(t, kRuns), sz.runs, Category::kWorkspace, alloc));
-  int64_t* idx = static_cast<int64_t*>(runs_p);
+  LEANEMB_ASSIGN_OR_RETURN(int64_t* idx, step_buffer<int64_t>(buffers, alloc, t, kRuns, sz.runs));
   for (int64_t i = 0; i < n; ++i) idx[i] = i;
   std::stable_sort(idx, idx + n, [keys](int64_t a, int64_t b) { return keys[a] < keys[b]; });
   int64_t num_unique = 0;
   for (int64_t i = 0; i < n; ++i)
     if (i == 0 || keys[idx[i]] != keys[idx[i - 1]]) ++num_unique;
   sz = dedup_buffer_bytes(n, num_unique);
-  LEANEMB_ASSIGN_OR_RETURN(void* rows_p, buffers.get(slot(t, kRows), sz.rows, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* sptr_p, buffers.get(slot(t, kSortedPtr), sz.sorted_ptr, Category::kWorkspace, alloc));
-  LEANEMB_ASSIGN_OR_RETURN(void* sscale_p, buffers.get(slot(t, kSortedScale), sz.sorted_scale, Category::kWorkspace, alloc));
-  int64_t* rows = static_cast<int64_t*>(rows_p);
-  const float** sorted_ptr = static_cast<const float**>(sptr_p);
-  float* sorted_scale = static_cast<float*>(sscale_p);
+  LEANEMB_ASSIGN_OR_RETURN(int64_t* rows, step_buffer<int64_t>(buffers, alloc, t, kRows, sz.rows));
+  LEANEMB_ASSIGN_OR_RETURN(const float** sorted_ptr, step_buffer<const float*>(buffers, alloc, t, kSortedPtr, sz.sorted_ptr));
+  LEANEMB_ASSIGN_OR_RETURN(float* sorted_scale, step_buffer<float>(buffers, alloc, t, kSortedScale, sz.sorted_scale));
   int64_t* runs = idx;  // run u starts at u <= i: idx[i] is read before runs[u] overwrites it
   int64_t u = 0, max_run = 0;
   uint64_t prev = 0;
@@ -195,12 +186,8 @@ Status EmbeddingCollection::Impl::dedup_wide(int t, int64_t n, const uint64_t* k
   }
   runs[num_unique] = n;
   max_run = std::max(max_run, n - runs[num_unique - 1]);
-  out->source = kernels::SegmentSource{runs, sorted_ptr, sorted_scale, tables[t].layout.dim, multiplier};
-  out->rows = rows;
-  out->num_unique = num_unique;
-  out->num_ids = n;
-  out->max_abs_scale = max_scale;
-  out->max_run = max_run;
+  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, tables[t].layout.dim, multiplier}, rows, num_unique, n,
+                    max_scale, max_run};
   return Status();
 }
 

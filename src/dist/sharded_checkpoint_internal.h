@@ -1,0 +1,161 @@
+// Internal to src/dist (not installed, not for callers outside it): what the source files of
+// the sharded checkpoints (sharded_checkpoint.h) share:
+//   sharded_checkpoint.cc         the "sharded/layout" blob, opening a global checkpoint and its
+//                                 shards, verify / find
+//   sharded_checkpoint_save.cc    save_sharded_checkpoint, save_tables_checkpoint
+//   sharded_checkpoint_load.cc    load_sharded_checkpoint (at any world size), load_tables_checkpoint
+//   sharded_checkpoint_digest.cc  the embedding digests (digest_internal.h)
+// The blob formats are described at the top of sharded_checkpoint.cc.
+//
+// Thread safety: pure functions and value types, except ShardView (one call at a time, like the
+// collection it views).
+#pragma once
+
+#include <xxhash.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/env.h"
+#include "ckpt/format.h"
+#include "dist/communicator.h"
+#include "dist/digest_internal.h"
+#include "dist/local_comm.h"
+#include "dist/shard_plan.h"
+#include "dist/sharded_checkpoint.h"
+#include "leanemb/embedding.h"
+
+namespace leanemb::dist::sharded_ckpt_internal {
+
+using digest_internal::TableLayout;
+
+inline constexpr char kLayoutBlob[] = "sharded/layout";
+inline constexpr char kLayoutMagic[] = "leanemb-sharded-v1";
+inline constexpr char kShardInfoBlob[] = "shard/info";
+inline constexpr char kShardMagic[] = "leanemb-shard-v1";
+inline constexpr char kRowsPrefix[] = "rows/";
+inline constexpr char kDigestMagic[] = "leanemb-embedding-digest-v1";
+inline constexpr char kPlainPrefix[] = "emb/";  // the tables of a plain (one-process) checkpoint
+
+inline ckpt::Env* env_or_posix(ckpt::Env* env) { return env != nullptr ? env : ckpt::posix_env(); }
+
+// ---- byte encoding ------------------------------------------------------------------------
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(T v) {
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void raw(std::string_view s) { out_.insert(out_.end(), s.begin(), s.end()); }
+  void str(std::string_view s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    raw(s);
+  }
+  std::vector<uint8_t>& bytes() { return out_; }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+// Reads untrusted bytes: every take fails instead of reading past the end.
+class ByteReader {
+ public:
+  explicit ByteReader(std::span<const uint8_t> b) : b_(b) {}
+  template <typename T>
+  bool get(T* v) {
+    if (b_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool raw(size_t n, std::string* s) {
+    if (b_.size() - pos_ < n) return false;
+    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  bool str(std::string* s) {
+    uint32_t n = 0;
+    return get(&n) && n <= 4096 && raw(n, s);
+  }
+  bool done() const { return pos_ == b_.size(); }
+
+ private:
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+// ---- the layout -----------------------------------------------------------------------------
+
+struct ShardRecord {
+  std::string rel_dir;
+  uint64_t manifest_bytes = 0;
+  uint64_t manifest_hash = 0;
+};
+
+struct Layout {
+  int world_size = 0;
+  int64_t step = 0;
+  int64_t collection_step = 0;
+  std::vector<TableLayout> tables;
+  std::vector<ShardRecord> shards;
+};
+
+// The "sharded/layout" blob of l; and back (DataLoss naming `where` for bad bytes).
+std::vector<uint8_t> encode_layout(const Layout& l);
+Result<Layout> decode_layout(std::span<const uint8_t> bytes, const std::string& where);
+
+// The layout's record of table t of `local` under `plan`.
+TableLayout table_layout(const EmbeddingCollection& local, const ShardPlan& plan, int t);
+
+inline uint64_t xxh64(std::span<const uint8_t> b) { return XXH3_64bits(b.data(), b.size()); }
+
+// The rows of this process as the checkpoint code sees them, for any EmbeddingTables: a sharded
+// collection's communicator, plan and local collection, or for a local collection a world of
+// one rank and the plan of one rank (every row local, global row = local row).
+class ShardView {
+ public:
+  // The view of a ShardedEmbeddingCollection or an EmbeddingCollection (else InvalidArgument).
+  static Result<ShardView> of(EmbeddingTables& tables);
+  Communicator& communicator() const { return *comm_; }
+  const ShardPlan& plan() const { return *plan_; }
+  EmbeddingCollection& local() const { return *local_; }
+  int64_t step() const { return local_->step(); }
+
+ private:
+  std::shared_ptr<LocalWorld> world_;
+  std::shared_ptr<Communicator> own_comm_;
+  std::shared_ptr<ShardPlan> own_plan_;
+  Communicator* comm_ = nullptr;
+  const ShardPlan* plan_ = nullptr;
+  EmbeddingCollection* local_ = nullptr;
+};
+
+// A dynamic table's id partition `g` (global index) in a shard: blob "dyn/<table>/<g>" (the
+// partition's IdMap state; its rows are rows of the shard's table like any other).
+inline std::string dynamic_blob(const std::string& table, uint32_t g) { return "dyn/" + table + "/" + std::to_string(g); }
+
+// Opens shard r of a global checkpoint and checks it against the layout (not the blocks); every
+// error names the shard.
+Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard(const std::string& out_dir, const Layout& l, const ShardPlan& plan,
+                                                           int r, ckpt::Env* env);
+
+struct OpenedGlobal {
+  std::unique_ptr<ckpt::CheckpointReader> reader;
+  Layout layout;
+  ShardPlan plan = std::move(ShardPlan::create({}).value());
+  std::string out_dir;
+};
+
+// Opens global checkpoint directory `global_dir` (.../checkpoints/step-<N>) and decodes its layout.
+Result<OpenedGlobal> open_global(const std::string& global_dir, ckpt::Env* env);
+
+}  // namespace leanemb::dist::sharded_ckpt_internal

@@ -1,0 +1,212 @@
+// load_sharded_checkpoint (each rank copies the rows it owns from the shards that hold them,
+// whatever the saving world size) and load_tables_checkpoint (either format).
+// Formats: sharded_checkpoint.cc; shared pieces: sharded_checkpoint_internal.h.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist/sharded_checkpoint.h"
+#include "dist/sharded_checkpoint_internal.h"
+
+namespace leanemb::dist {
+
+using sharded_ckpt_internal::dynamic_blob;
+using sharded_ckpt_internal::kPlainPrefix;
+using sharded_ckpt_internal::kRowsPrefix;
+using sharded_ckpt_internal::Layout;
+using sharded_ckpt_internal::open_global;
+using sharded_ckpt_internal::open_shard;
+using sharded_ckpt_internal::OpenedGlobal;
+using sharded_ckpt_internal::ShardView;
+using sharded_ckpt_internal::table_layout;
+using sharded_ckpt_internal::TableLayout;
+
+namespace {
+
+// Copies the rows this rank owns under `mine` from the shards that hold them, in chunks of this
+// rank's local rows: each chunk is assembled in memory (from one read per shard and run of
+// consecutive saved rows) and written with one call, so a store behind the table (the file
+// store: large aligned writes) sees whole ranges whatever the old and new process counts.
+Status copy_rows(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& shards,
+                 const ShardPlan& mine, int rank, EmbeddingCollection& local, int64_t chunk_rows, int64_t* loaded) {
+  std::vector<uint8_t> out, in;
+  struct Need {
+    int64_t saved_row;  // local row in the saved shard
+    int64_t pos;        // row in the chunk
+  };
+  std::vector<std::vector<Need>> need(static_cast<size_t>(g.layout.world_size));
+  for (size_t t = 0; t < g.layout.tables.size(); ++t) {
+    const int ti = static_cast<int>(t);
+    const size_t stride = g.layout.tables[t].stride_bytes;
+    const std::string name = kRowsPrefix + g.layout.tables[t].name;
+    const int64_t n = mine.local_num_rows(ti, rank);
+    for (int64_t l0 = 0; l0 < n; l0 += chunk_rows) {
+      const int64_t c = std::min(chunk_rows, n - l0);
+      for (auto& v : need) v.clear();
+      for (int64_t i = 0; i < c; ++i) {
+        const int64_t gr = mine.global_row(ti, rank, l0 + i);
+        need[static_cast<size_t>(g.plan.owner(ti, gr))].push_back({g.plan.local_row(ti, gr), i});
+      }
+      out.resize(static_cast<size_t>(c) * stride);
+      for (size_t sh = 0; sh < need.size(); ++sh) {
+        std::vector<Need>& v = need[sh];
+        std::sort(v.begin(), v.end(), [](const Need& a, const Need& b) { return a.saved_row < b.saved_row; });
+        for (size_t a = 0; a < v.size();) {  // runs of consecutive saved rows: one read each
+          size_t b = a + 1;
+          while (b < v.size() && v[b].saved_row == v[b - 1].saved_row + 1) ++b;
+          const auto len = static_cast<int64_t>(b - a);
+          in.resize(static_cast<size_t>(len) * stride);
+          if (!shards[sh]) return internal_error("sharded checkpoint: shard " + std::to_string(sh) + " not open");
+          LEANEMB_RETURN_IF_ERROR(shards[sh]->read_rows(name, v[a].saved_row, len, in));
+          for (size_t k = a; k < b; ++k)
+            std::memcpy(out.data() + static_cast<size_t>(v[k].pos) * stride, in.data() + (k - a) * stride, stride);
+          a = b;
+        }
+      }
+      LEANEMB_RETURN_IF_ERROR(local.write_raw_rows(ti, l0, c, out));
+      *loaded += c;
+    }
+  }
+  return Status();
+}
+
+// The IdMap states of the dynamic partitions this rank holds, from the shards that saved them
+// (shard s of a world of P_s held partitions [s * G / P_s, (s + 1) * G / P_s)).
+Status copy_dynamic(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& shards,
+                    EmbeddingCollection& local) {
+  for (int t = 0; t < local.num_tables(); ++t) {
+    const TableOptions& to = local.options().tables[static_cast<size_t>(t)];
+    if (!to.dynamic.enabled) continue;
+    const uint32_t G = to.dynamic.partitions, held = to.shard.held_partitions ? to.shard.held_partitions : G;
+    for (uint32_t k = 0; k < held; ++k) {
+      const uint32_t part = to.shard.first_partition + k;
+      const auto s = static_cast<size_t>(static_cast<int64_t>(part) * g.layout.world_size / G);
+      if (s >= shards.size() || !shards[s]) return internal_error("dynamic table '" + to.name + "': shard " + std::to_string(s) + " not open");
+      auto bytes = shards[s]->read_blob(dynamic_blob(to.name, part));
+      if (!bytes.ok()) {
+        return Status(bytes.status().code(), "dynamic table '" + to.name + "': partition " + std::to_string(part) + " of " +
+                                                 std::to_string(G) + " is not in shard " + std::to_string(s) +
+                                                 " (were dynamic.partitions changed?): " + bytes.status().message());
+      }
+      LEANEMB_RETURN_IF_ERROR(local.load_dynamic_partition(t, k, bytes.value()));
+    }
+  }
+  return Status();
+}
+
+// InvalidArgument naming the first difference between the saved tables and the collection's.
+Status check_tables(const Layout& saved, const EmbeddingCollection& local, const ShardPlan& plan, const std::string& where) {
+  if (saved.tables.size() != static_cast<size_t>(local.num_tables()))
+    return invalid_argument(where + ": it has " + std::to_string(saved.tables.size()) + " tables, the collection " +
+                            std::to_string(local.num_tables()));
+  for (int t = 0; t < local.num_tables(); ++t) {
+    const TableLayout& a = saved.tables[static_cast<size_t>(t)];
+    const TableLayout b = table_layout(local, plan, t);
+    std::string diff;
+    auto cmp = [&](const char* field, const std::string& x, const std::string& y) {
+      if (diff.empty() && x != y) diff = std::string(field) + " " + x + " in the checkpoint, " + y + " in the collection";
+    };
+    cmp("name", a.name, b.name);
+    cmp("rows", std::to_string(a.num_rows), std::to_string(b.num_rows));
+    cmp("dim", std::to_string(a.dim), std::to_string(b.dim));
+    cmp("dtype", a.dtype, b.dtype);
+    cmp("optimizer", a.optimizer, b.optimizer);
+    cmp("state dtype", a.state_dtype, b.state_dtype);
+    cmp("row stride", std::to_string(a.stride_bytes), std::to_string(b.stride_bytes));
+    if (!diff.empty()) return invalid_argument(where + ": table " + std::to_string(t) + " ('" + b.name + "') differs: " + diff);
+  }
+  return Status();
+}
+
+// The tables "emb/<name>" (and dynamic partitions) of a plain checkpoint into `tables`, local or
+// sharded: rows go through the global-row writer (each rank keeps the rows it owns).
+Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
+  std::vector<uint8_t> rows;
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    const RowLayout& l = tables.layout(t);
+    const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
+    const std::string name = kPlainPrefix + to.name;
+    const ckpt::EntryInfo* e = r.find(name);
+    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != to.num_rows)
+      return invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)");
+    for (int64_t r0 = 0; r0 < to.num_rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, to.num_rows - r0);
+      rows.resize(static_cast<size_t>(n) * l.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, rows));
+      LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, r0, n, rows));
+    }
+    if (!to.dynamic.enabled) continue;
+    const TableOptions& mine = view.local().options().tables[static_cast<size_t>(t)];
+    const uint32_t held = mine.shard.held_partitions ? mine.shard.held_partitions : mine.dynamic.partitions;
+    for (uint32_t k = 0; k < held; ++k) {
+      const uint32_t g = mine.shard.first_partition + k;
+      auto state = r.read_blob(dynamic_blob(to.name, g));
+      if (!state.ok())
+        return Status(state.status().code(), "dynamic table '" + to.name + "': partition " + std::to_string(g) +
+                                                 " missing (were dynamic.partitions changed?): " + state.status().message());
+      LEANEMB_RETURN_IF_ERROR(view.local().load_dynamic_partition(t, k, state.value()));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, EmbeddingTables& tables,
+                                                const ShardedLoadOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView coll, ShardView::of(tables));
+  Communicator& comm = coll.communicator();
+  const std::string what = "dist: loading sharded checkpoint '" + global_dir + "'";
+  const int rank = comm.rank();
+  // Phase 1: open and check everything this rank needs; no row changes yet.
+  OpenedGlobal g;
+  std::vector<std::unique_ptr<ckpt::CheckpointReader>> shards;
+  Status opened = [&]() -> Status {
+    if (options.chunk_rows < 1) return invalid_argument("chunk_rows must be >= 1");
+    LEANEMB_ASSIGN_OR_RETURN(g, open_global(global_dir, options.env));
+    LEANEMB_RETURN_IF_ERROR(check_tables(g.layout, coll.local(), coll.plan(), "tables do not match"));
+    shards.resize(static_cast<size_t>(g.layout.world_size));
+    for (int s = 0; s < g.layout.world_size; ++s) {
+      // Every shard may hold a dynamic table's partitions this rank needs; the others only if
+      // their rows overlap this rank's.
+      bool needed = false;
+      for (size_t t = 0; t < g.layout.tables.size() && !needed; ++t)
+        needed = g.plan.local_num_rows(static_cast<int>(t), s) > 0 && coll.plan().local_num_rows(static_cast<int>(t), rank) > 0;
+      if (!needed) continue;
+      LEANEMB_ASSIGN_OR_RETURN(shards[static_cast<size_t>(s)], open_shard(g.out_dir, g.layout, g.plan, s, options.env));
+    }
+    return Status();
+  }();
+  LEANEMB_RETURN_IF_ERROR(agree(comm, opened, what));
+  // Phase 2: copy the rows, set the step.
+  ShardedLoadInfo info;
+  info.step = g.layout.step;
+  info.collection_step = g.layout.collection_step;
+  info.saved_world_size = g.layout.world_size;
+  Status copied = copy_rows(g, shards, coll.plan(), rank, coll.local(), options.chunk_rows, &info.rows_loaded);
+  if (copied.ok()) copied = copy_dynamic(g, shards, coll.local());
+  if (copied.ok()) coll.local().set_step(g.layout.collection_step);
+  LEANEMB_RETURN_IF_ERROR(agree(comm, copied, what));
+  return info;
+}
+
+Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables, const TablesLoadOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(tables));
+  Communicator& comm = view.communicator();
+  auto opened = ckpt::CheckpointReader::open(dir, options.env);
+  LEANEMB_RETURN_IF_ERROR(agree(comm, opened.status(), "loading tables from '" + dir + "'"));
+  if (is_sharded_checkpoint(*opened.value())) {
+    ShardedLoadOptions lo;
+    lo.env = options.env;
+    lo.chunk_rows = options.chunk_rows;
+    LEANEMB_ASSIGN_OR_RETURN(ShardedLoadInfo li, load_sharded_checkpoint(dir, tables, lo));
+    return li.collection_step;
+  }
+  Status st = read_plain(*opened.value(), tables, view, options.chunk_rows);
+  LEANEMB_RETURN_IF_ERROR(agree(comm, st, "loading tables from '" + dir + "'"));
+  if (options.collection_step >= 0) tables.set_step(options.collection_step);
+  return options.collection_step;
+}
+
+}  // namespace leanemb::dist

@@ -1,0 +1,53 @@
+// The builds of a kernel entry point, one per ISA (isa.h), and the call of the build that the
+// active ISA selects: the two pieces every fast kernel file (lookup.cc, update.cc, quant8.cc)
+// needs, written once.
+//
+//   #define FOO_BODY(I) return foo_t<I>(args);
+//   LEANEMB_ISA_BUILDS(R, foo, (params), FOO_BODY)
+// defines, in the enclosing namespace, `R foo_base(params) { FOO_BODY(Isa::kBaseline) }`,
+// `R foo_v3(params) { FOO_BODY(Isa::kV3) }` and `R foo_v4(params) { FOO_BODY(Isa::kV4) }`:
+// the body macro names the kernel's templates for the build's ISA. foo_v3 and foo_v4 exist only
+// where the compiler builds those ISAs (LEANEMB_HAVE_V3, LEANEMB_HAVE_V4: GCC, x86-64,
+// optimized). Each build is `flatten` and carries its ISA's target attribute, so that the
+// templates and every helper they call are inlined into it and compiled for that ISA.
+// The body is pasted into each build, with the ISA as a literal, because anything else changes
+// GCC's code for the flattened kernels (checked by disassembly against the hand-written
+// builds): one more inline template level, and even a constexpr local holding the ISA, moved
+// registers and blocks of the 50k-instruction update loops.
+//
+//   LEANEMB_RETURN_ISA_CALL(isa, name, args...);
+// returns name_v4(args...) when isa is kV4, else name_v3(args...) when isa >= kV3, else
+// name_base(args...), naming only the builds that exist: the if-chain the kernel files had,
+// direct calls (no function pointer). Call it once per kernel call or per thread's share of
+// one, never per row.
+#pragma once
+
+#include "kernels/isa.h"
+#include "kernels/vec16.h"  // LEANEMB_HAVE_V3 / _V4, LEANEMB_TARGET_V3 / _V4
+#include "kernels/vec8.h"
+
+#if defined(LEANEMB_HAVE_V3)
+#define LEANEMB_ISA_IF_V3_(...) __VA_ARGS__
+#else
+#define LEANEMB_ISA_IF_V3_(...)
+#endif
+#if defined(LEANEMB_HAVE_V4)
+#define LEANEMB_ISA_IF_V4_(...) __VA_ARGS__
+#else
+#define LEANEMB_ISA_IF_V4_(...)
+#endif
+
+#define LEANEMB_ISA_BUILDS(R, name, params, BODY)                                                         \
+  __attribute__((flatten)) R name##_base params { BODY(::leanemb::kernels::Isa::kBaseline) }              \
+  LEANEMB_ISA_IF_V3_(LEANEMB_TARGET_V3 __attribute__((flatten)) R name##_v3 params {                     \
+    BODY(::leanemb::kernels::Isa::kV3)                                                                   \
+  })                                                                                                     \
+  LEANEMB_ISA_IF_V4_(LEANEMB_TARGET_V4 __attribute__((flatten)) R name##_v4 params {                     \
+    BODY(::leanemb::kernels::Isa::kV4)                                                                   \
+  })
+
+#define LEANEMB_RETURN_ISA_CALL(isa, name, ...)                                                         \
+  LEANEMB_ISA_IF_V4_(if ((isa) == ::leanemb::kernels::Isa::kV4) return name##_v4(__VA_ARGS__);)        \
+  LEANEMB_ISA_IF_V3_(if ((isa) >= ::leanemb::kernels::Isa::kV3) return name##_v3(__VA_ARGS__);)        \
+  (void)(isa);                                                                                          \
+  return name##_base(__VA_ARGS__)
