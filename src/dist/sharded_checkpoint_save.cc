@@ -1,13 +1,12 @@
 // save_sharded_checkpoint (every rank writes its shard, rank 0 commits the global checkpoint
 // last and prunes the shards no checkpoint names) and save_tables_checkpoint (either format).
 // Formats: sharded_checkpoint.cc; shared pieces: sharded_checkpoint_internal.h.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_checkpoint_internal.h"
 
@@ -129,7 +128,7 @@ void prune_shards(const std::string& out_dir, int64_t step, int p, ckpt::Env* en
 }
 
 std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
-  const std::string s = j.dump();
+  const std::string s = dump_json(j);
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
