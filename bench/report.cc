@@ -127,6 +127,18 @@ void print_roofline(const json& r) {
   for (const json& g : r["random_rows"])
     std::printf("  %-10zu %12.2f %12.2f %12.2f %12.2f\n", g["row_bytes"].get<size_t>(), g["gather_gbs"].get<double>(),
                 g["gather_plain_gbs"].get<double>(), g["gather_prefetch_gbs"].get<double>(), g["rmw_gbs"].get<double>());
+  const int64_t hb = r.value("huge_page_bytes", int64_t{-1});
+  std::printf("  probe buffer on huge pages: %s\n", hb < 0 ? "unknown" : format_bytes(static_cast<size_t>(hb)).c_str());
+  if (r.contains("page_walk") && !r["page_walk"].empty()) {
+    std::printf("  page walk (one-thread pointer chase, ns per dependent load):\n");
+    std::printf("  %-12s %12s %12s %10s %16s\n", "buffer", "4 KiB pages", "huge pages", "saved", "huge obtained");
+    for (const json& p : r["page_walk"]) {
+      const double sm = p["small_pages_ns_per_load"].get<double>(), hu = p["huge_pages_ns_per_load"].get<double>();
+      const int64_t got = p["huge_pages_obtained_bytes"].get<int64_t>();
+      std::printf("  %-12s %12.1f %12.1f %9.1f%% %16s\n", format_bytes(p["buffer_bytes"].get<size_t>()).c_str(), sm, hu,
+                  sm > 0 ? 100.0 * (sm - hu) / sm : 0.0, got < 0 ? "unknown" : format_bytes(static_cast<size_t>(got)).c_str());
+    }
+  }
 }
 
 Status write_json(const std::string& path, const json& doc) {

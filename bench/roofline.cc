@@ -1,17 +1,22 @@
 // Measured ceilings of this machine: sequential read, STREAM triad, random row gather and random
-// row read-modify-write, with N OpenMP threads over a buffer far larger than L3.
+// row read-modify-write, with N OpenMP threads over a buffer far larger than L3; and the latency
+// of one dependent random load (pointer chase) on small and on huge pages, the page-walk cost.
 //
 // Each probe runs `repeats` times and keeps the best (as STREAM does): a ceiling is what the
 // machine can do, and interference only ever lowers a run. Buffers are first touched by the
 // threads that use them, outside the timed region. Row gathers sum rows as 64-bit words into a
 // small accumulator, the way a pooled lookup sums rows into its output; the row indices come
-// from a precomputed array, like a lookup's ids.
+// from a precomputed array, like a lookup's ids. The probe buffers are allocated like the engine's
+// tables (TrackingAllocator, DeviceArena): 2 MiB aligned and marked for transparent huge pages,
+// so that a kernel's efficiency against them compares like with like.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,16 +39,41 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
-Result<Buffer> alloc_touched(size_t bytes, int nt) {
-  const size_t rounded = (bytes + 4095) / 4096 * 4096;
-  void* p = std::aligned_alloc(4096, rounded);
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Bytes of this process's anonymous memory on transparent huge pages (/proc/self/smaps_rollup's
+// AnonHugePages), or -1 where the kernel does not say.
+int64_t anon_huge_bytes() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string key;
+  while (f >> key) {
+    if (key == "AnonHugePages:") {
+      int64_t kib = -1;
+      f >> kib;
+      return kib < 0 ? -1 : kib * 1024;
+    }
+  }
+  return -1;
+}
+
+// A buffer of `bytes` (rounded up to 2 MiB), 2 MiB aligned, marked MADV_HUGEPAGE (huge = true, the
+// engine's policy for large buffers) or MADV_NOHUGEPAGE; first touched by `nt` threads with
+// non-zero contents (no zero-page tricks). *huge_bytes: the huge-page bytes the touch obtained.
+Result<Buffer> alloc_touched(size_t bytes, int nt, bool huge = true, int64_t* huge_bytes = nullptr) {
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
   if (p == nullptr) return resource_exhausted("roofline: cannot allocate " + std::to_string(rounded) + " bytes");
+  madvise(p, rounded, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // best effort, as the allocators
+  const int64_t before = anon_huge_bytes();
   uint8_t* b = static_cast<uint8_t*>(p);
-  // First touch by the threads that will read it, and non-zero contents (no zero-page tricks).
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t i = 0; i < static_cast<int64_t>(rounded / 8); ++i) {
     const uint64_t v = static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
     std::memcpy(b + i * 8, &v, 8);
+  }
+  if (huge_bytes != nullptr) {
+    const int64_t after = anon_huge_bytes();
+    *huge_bytes = before < 0 || after < 0 ? -1 : std::max<int64_t>(0, after - before);
   }
   return Buffer(b);
 }
@@ -237,6 +267,49 @@ GatherCeiling gather_on(const Buffer& buf, size_t buffer_bytes, const GatherPatt
   return g;
 }
 
+// Nanoseconds per load of a pointer chase over `bytes`: one 8-byte link per 64-byte line, the
+// lines in one random cycle (Sattolo's shuffle), so every load depends on the last and misses the
+// caches and, on small pages, the TLB. Best of `repeats` passes of `loads` loads.
+Result<PageWalkPoint::Side> chase(size_t bytes, bool huge, int64_t loads, int repeats) {
+  PageWalkPoint::Side side;
+  LEANEMB_ASSIGN_OR_RETURN(Buffer buf, alloc_touched(bytes, 1, huge, &side.huge_page_bytes));
+  const int64_t lines = static_cast<int64_t>(bytes / 64);
+  std::vector<uint32_t> order(static_cast<size_t>(lines));
+  for (int64_t i = 0; i < lines; ++i) order[static_cast<size_t>(i)] = static_cast<uint32_t>(i);
+  uint64_t s = 0x5eed + bytes;
+  for (int64_t i = lines - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[splitmix(&s) % static_cast<uint64_t>(i)]);
+  uint64_t* w = reinterpret_cast<uint64_t*>(buf.get());
+  for (int64_t i = 0; i < lines; ++i)
+    w[static_cast<size_t>(order[static_cast<size_t>(i)]) * 8] = static_cast<uint64_t>(order[static_cast<size_t>((i + 1) % lines)]) * 8;
+  uint64_t x = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(lines, loads); ++i) x = w[x];  // warm the TLB and caches alike
+  const double sec = best_seconds(repeats, [&] {
+    for (int64_t i = 0; i < loads; ++i) x = w[x];
+  });
+  g_sink = g_sink + x;
+  side.ns_per_load = sec / static_cast<double>(loads) * 1e9;
+  return side;
+}
+
+}  // namespace
+
+Result<std::vector<PageWalkPoint>> measure_page_walk(const std::vector<size_t>& buffer_bytes, int64_t loads, int repeats) {
+  if (loads < 1 || repeats < 1) return invalid_argument("page walk: loads and repeats must be >= 1");
+  std::vector<PageWalkPoint> out;
+  for (size_t b : buffer_bytes) {
+    if (b < (size_t{1} << 20) || b > (size_t{64} << 30))
+      return invalid_argument("page walk: buffer sizes must be in [1 MiB, 64 GiB], got " + std::to_string(b) + " bytes");
+    PageWalkPoint p;
+    p.buffer_bytes = b;
+    LEANEMB_ASSIGN_OR_RETURN(p.small, chase(b, /*huge=*/false, loads, repeats));
+    LEANEMB_ASSIGN_OR_RETURN(p.huge, chase(b, /*huge=*/true, loads, repeats));
+    out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+
 Status check_common(size_t buffer_bytes, int nt) {
   if (buffer_bytes < (size_t{64} << 20))
     return invalid_argument("roofline: buffer must be >= 64 MiB (>> L3), got " + std::to_string(buffer_bytes) + " bytes");
@@ -305,7 +378,7 @@ Result<RooflineResult> measure_roofline(const RooflineOptions& o) {
   RooflineResult r;
   r.buffer_bytes = o.buffer_bytes;
   r.num_threads = nt;
-  LEANEMB_ASSIGN_OR_RETURN(Buffer buf, alloc_touched(o.buffer_bytes, nt));
+  LEANEMB_ASSIGN_OR_RETURN(Buffer buf, alloc_touched(o.buffer_bytes, nt, /*huge=*/true, &r.huge_page_bytes));
 
   const int64_t words = static_cast<int64_t>(o.buffer_bytes / 8);
   const uint64_t* w = reinterpret_cast<const uint64_t*>(buf.get());
@@ -348,6 +421,8 @@ Result<RooflineResult> measure_roofline(const RooflineOptions& o) {
     p.stride_bytes = rb;
     r.rows.push_back(gather_on(buf, o.buffer_bytes, p, nt, o.repeats));
   }
+  buf.reset();
+  LEANEMB_ASSIGN_OR_RETURN(r.page_walk, measure_page_walk(o.page_walk_bytes, o.page_walk_loads, std::min(o.repeats, 2)));
   return r;
 }
 
@@ -363,15 +438,29 @@ nlohmann::json to_json(const GatherCeiling& g) {
           {"rows_per_segment_visit", g.per_segment}};
 }
 
+nlohmann::json to_json(const PageWalkPoint& p) {
+  return {{"buffer_bytes", p.buffer_bytes},
+          {"small_pages_ns_per_load", p.small.ns_per_load},
+          {"huge_pages_ns_per_load", p.huge.ns_per_load},
+          {"huge_pages_obtained_bytes", p.huge.huge_page_bytes},
+          {"small_pages_obtained_huge_bytes", p.small.huge_page_bytes}};
+}
+
 nlohmann::json to_json(const RooflineResult& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& g : r.rows) rows.push_back(to_json(g));
+  nlohmann::json walk = nlohmann::json::array();
+  for (const auto& p : r.page_walk) walk.push_back(to_json(p));
   return {{"buffer_bytes", r.buffer_bytes},
           {"threads", r.num_threads},
           {"seq_read_gbs", r.seq_read_gbs},
           {"triad_gbs", r.triad_gbs},
           {"random_rows", rows},
-          {"note", "GB/s = 1e9 bytes/s, best of repeats; rmw counts read + write bytes; triad counts 3 x 8 B per element"}};
+          {"huge_page_bytes", r.huge_page_bytes},
+          {"page_walk", walk},
+          {"note", "GB/s = 1e9 bytes/s, best of repeats; rmw counts read + write bytes; triad counts 3 x 8 B per element; "
+                   "buffers 2 MiB aligned with MADV_HUGEPAGE like the engine's tables (huge_page_bytes: what the kernel "
+                   "granted); page_walk: one-thread pointer chase, ns per dependent load, 4 KiB vs huge pages"}};
 }
 
 }  // namespace leanemb::bench

@@ -37,6 +37,9 @@ struct RooflineOptions {
   int num_threads = 2;                    // OpenMP threads
   std::vector<size_t> row_bytes = {64, 128, 256, 512, 1024};
   int repeats = 3;                        // each probe runs this many times; the best is kept
+  // Pointer-chase buffers of the page-walk probe (measure_page_walk); empty: none.
+  std::vector<size_t> page_walk_bytes = {size_t{64} << 20, size_t{512} << 20, size_t{2} << 30};
+  int64_t page_walk_loads = int64_t{1} << 21;  // dependent loads per pass
 };
 
 // Where a random gather reads: rows of `row_bytes` spaced `stride_bytes` apart, uniform over the
@@ -62,16 +65,39 @@ struct GatherCeiling {
   double rmw_gbs = 0;        // random row read-modify-write, counting read + write bytes
 };
 
+// One buffer size of the page-walk probe: the latency of a dependent random load (pointer chase,
+// one link per cache line) on 4 KiB pages (MADV_NOHUGEPAGE) and on transparent huge pages
+// (MADV_HUGEPAGE, the engine's tables' policy). Their difference is the page walk's cost (nested
+// under a hypervisor) that huge pages save.
+struct PageWalkPoint {
+  struct Side {
+    double ns_per_load = 0;
+    int64_t huge_page_bytes = -1;  // of the buffer on huge pages after its first touch; -1: unknown
+  };
+  size_t buffer_bytes = 0;
+  Side small;  // 4 KiB pages
+  Side huge;   // transparent huge pages, as far as the kernel granted them (huge_page_bytes)
+};
+
 struct RooflineResult {
   size_t buffer_bytes = 0;
   int num_threads = 0;
   double seq_read_gbs = 0;   // sum of a buffer read front to back
   double triad_gbs = 0;      // a[i] = b[i] + s * c[i] over three buffer/3 arrays (STREAM bytes)
   std::vector<GatherCeiling> rows;
+  int64_t huge_page_bytes = -1;  // of the probe buffer (2 MiB aligned, MADV_HUGEPAGE); -1: unknown
+  std::vector<PageWalkPoint> page_walk;
 };
 
 // Errors: InvalidArgument (buffer < 64 MiB, no threads), ResourceExhausted (allocation).
 Result<RooflineResult> measure_roofline(const RooflineOptions& options);
+
+// The page-walk probe alone, one thread, best of `repeats` passes of `loads` loads per buffer size
+// and page size. Errors: InvalidArgument (a size outside [1 MiB, 64 GiB], loads or repeats < 1),
+// ResourceExhausted.
+Result<std::vector<PageWalkPoint>> measure_page_walk(const std::vector<size_t>& buffer_bytes, int64_t loads,
+                                                     int repeats);
+nlohmann::json to_json(const PageWalkPoint& p);
 
 // A buffer kept alive for repeated random-gather probes, so that a workload can measure its
 // ceiling between its own timing blocks (same run, same moment) without re-allocating.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/half.h"
+#include "kernels/kernels.h"
 
 namespace leanemb::amp {
 namespace {
@@ -125,15 +126,8 @@ Status LossScaler::load(std::span<const uint8_t> bytes) {
 }
 
 bool found_nonfinite(std::span<const float> values) {
-  const float* v = values.data();
-  const size_t n = values.size();
   // |x| as bits is >= 0x7f800000 exactly for +-Inf and NaN.
-  uint32_t max_abs_bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t a = f32_bits(v[i]) & 0x7fffffffu;
-    max_abs_bits = a > max_abs_bits ? a : max_abs_bits;
-  }
-  return max_abs_bits >= 0x7f800000u;
+  return kernels::max_abs_bits(values.data(), static_cast<int64_t>(values.size())) >= 0x7f800000u;
 }
 
 }  // namespace leanemb::amp

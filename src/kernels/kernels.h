@@ -149,4 +149,11 @@ uint8_t quant8_code(float x, float inv, bool is_signed);
 // low `row_bits` bits (LSD radix sort, 11-bit digits). scratch: [n].
 void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits);
 
+// ---- scans (scan.cc) ---------------------------------------------------------------------------
+// The largest bit pattern of |x[i]| (x's bits & 0x7fffffff), 0 for n = 0: read as a float it is
+// max |x[i]| when below 0x7f800000, and it is >= 0x7f800000 exactly when some x[i] is +-Inf or NaN.
+uint32_t max_abs_bits(const float* x, int64_t n);
+// How many v[i] lie outside [0, bound) (bound >= 0).
+int64_t count_outside(const int64_t* v, int64_t n, int64_t bound);
+
 }  // namespace leanemb::kernels

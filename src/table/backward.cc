@@ -9,8 +9,10 @@
 // Any failure before the first row update (bad input, allocation failure, non-finite gradient)
 // leaves every row, optimizer state and the step counter unchanged.
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "core/parallel.h"
 #include "kernels/kernels.h"
@@ -35,29 +37,21 @@ Result<T*> step_buffer(StepBuffers& buffers, Allocator* alloc, int t, Slot s, si
   return static_cast<T*>(p);
 }
 
-constexpr int kMaxWorkers = 256;  // per-worker partials of max_abs
-
-// Largest |x| over finite inputs; +Inf if any element is Inf or NaN.
+// Largest |x| over finite inputs; +Inf if any element is Inf or NaN. Chunks of kChunkWork
+// elements over the workers; max is exact and order-free.
 float max_abs(std::span<const float> x, int nt) {
-  // Per-worker partials (max and | are exact and order-free); chunks of kChunkWork elements.
-  float m[kMaxWorkers] = {};
-  int bad[kMaxWorkers] = {};
-  nt = std::min(parallel_threads(nt), kMaxWorkers);
-  parallel_for(static_cast<int64_t>(x.size()), kChunkWork, [&](int64_t b, int64_t e, int w) {
-    float mw = m[w];
-    int bw = bad[w];
-    for (int64_t i = b; i < e; ++i) {
-      bw |= std::isfinite(x[i]) ? 0 : 1;
-      mw = std::max(mw, std::fabs(x[i]));
+  std::atomic<uint32_t> m{0};
+  parallel_for(static_cast<int64_t>(x.size()), kChunkWork, [&](int64_t b, int64_t e, int) {
+    const uint32_t c = kernels::max_abs_bits(x.data() + b, e - b);
+    uint32_t cur = m.load(std::memory_order_relaxed);
+    while (c > cur && !m.compare_exchange_weak(cur, c, std::memory_order_relaxed)) {
     }
-    m[w] = mw;
-    bad[w] = bw;
   }, nt);
-  for (int w = 1; w < nt; ++w) {
-    m[0] = std::max(m[0], m[w]);
-    bad[0] |= bad[w];
-  }
-  return bad[0] ? INFINITY : m[0];
+  const uint32_t bits = m.load();
+  if (bits >= 0x7f800000u) return INFINITY;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 int bit_width(uint64_t x) {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/kernels.h"
+
 namespace leanemb::table_internal {
 
 namespace {
@@ -74,18 +76,18 @@ Status check_batch(const SparseBatch& batch, const std::vector<FeatureMeta>& fea
     const FeatureMeta& f = features[fi];
     LEANEMB_RETURN_IF_ERROR(check_shape(in, batch.batch_size, f, static_cast<int>(fi)));
     if (f.raw_ids) continue;  // any int64 value is a valid raw id
-    int64_t bad = 0;
-    for (size_t i = 0; i < in.ids.size(); ++i) {
-      const int64_t id = in.ids[i];
-      if (id >= 0 && id < f.num_rows) continue;
-      if (mode == BoundsCheckMode::kError)
-        return out_of_range(where(f, static_cast<int>(fi)) + ": bag " +
-                            std::to_string(bag_of(in.offsets, static_cast<int64_t>(i))) + ", position " +
-                            std::to_string(i) + ": id " + std::to_string(id) + " is outside [0, " +
-                            std::to_string(f.num_rows) + ")");
-      ++bad;
+    // Count first (a vectorized scan with no early exit); look for the first bad id only if any.
+    const int64_t bad = kernels::count_outside(in.ids.data(), static_cast<int64_t>(in.ids.size()), f.num_rows);
+    if (bad == 0) continue;
+    if (mode == BoundsCheckMode::kError) {
+      size_t i = 0;
+      while (in.ids[i] >= 0 && in.ids[i] < f.num_rows) ++i;
+      return out_of_range(where(f, static_cast<int>(fi)) + ": bag " +
+                          std::to_string(bag_of(in.offsets, static_cast<int64_t>(i))) + ", position " +
+                          std::to_string(i) + ": id " + std::to_string(in.ids[i]) + " is outside [0, " +
+                          std::to_string(f.num_rows) + ")");
     }
-    if (bad > 0) needs_filter.push_back(static_cast<int>(fi));
+    needs_filter.push_back(static_cast<int>(fi));
   }
   if (needs_filter.empty()) return Status();
 
