@@ -92,7 +92,7 @@ case "$MODE" in
     # runs under a wrapper that records its exit code (mpirun's own status does not tell);
     # rank 1 runs directly (Open MPI ends the whole job when a wrapped MPI process exits without
     # MPI_Finalize while its wrapper exits 0).
-    CRASH=(train "${SETS[@]}" --quiet --steps "$STEPS" --out "$WORK/crash" --set dist.timeout_ms=2000
+    CRASH=(train "${SETS[@]}" --quiet --steps "$STEPS" --out "$WORK/crash" --set dist.timeout_ms=6000
            --set dist.inject_exit_rank=1 --set dist.inject_exit_step=10)
     OMPI_MCA_orte_abort_on_non_zero_status=0 timeout -k 5 120 "$MPIRUN" --oversubscribe \
       -np 1 bash -c '"$@"; echo $? > "$0"' "$WORK/rc.0" "$LEANEMB" "${CRASH[@]}" : -np 1 "$LEANEMB" "${CRASH[@]}" \
@@ -103,7 +103,7 @@ case "$MODE" in
       { cat "$WORK/crash.out"; fail "rank 1 did not crash at step 10"; }
     [[ "$(cat "$WORK/rc.0" 2>/dev/null)" == 1 ]] || { cat "$WORK/crash.out"; fail "rank 0 did not exit 1 after rank 1 crashed"; }
     [[ $elapsed -lt 60 ]] || { cat "$WORK/crash.out"; fail "took $elapsed s (a hang?)"; }
-    grep -qE "rank 0: .*rank 0 of 2: [a-z_ ()]+ timed out after 2000 ms waiting for rank 1" "$WORK/crash.out" ||
+    grep -qE "rank 0: .*rank 0 of 2: [a-z_ ()]+ timed out after 6000 ms waiting for rank 1" "$WORK/crash.out" ||
       { cat "$WORK/crash.out"; fail "rank 0 did not report the unresponsive rank 1"; }
     [[ "$(basename "$(latest "$WORK/crash")")" == "step-0000000008" ]] || fail "the last complete checkpoint is not step 8"
     trainp 2 --steps "$STEPS" --out "$WORK/crash" --resume --json-summary "$WORK/crash.json" > /dev/null

@@ -442,7 +442,8 @@ TEST(ReduceSegmentsTest, FastReduceMatchesReferenceBitwise) {
     SCOPED_TRACE("dim " + std::to_string(dim));
     const Segments sg = make_segments(100, 37, dim, rng);
     const SegmentSource src = sg.source(0.75f);
-    for (auto [u0, u1] : {std::pair<int64_t, int64_t>{0, 37}, {3, 20}, {36, 37}, {5, 5}}) {
+    for (const auto& range : {std::pair<int64_t, int64_t>{0, 37}, {3, 20}, {36, 37}, {5, 5}}) {
+      const int64_t u0 = range.first, u1 = range.second;  // plain locals: C++20 lambdas cannot capture bindings in clang 14
       std::vector<float> want(static_cast<size_t>((u1 - u0) * dim) + 1, -1.0f);
       ASSERT_TRUE(ref_reduce_segments(src, u0, u1, want.data()));
       for_each_isa([&] {

@@ -86,10 +86,11 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   // the packed sort key row << 32 | contribution unless a resident table has 2^32 rows or more.
   const int row_bits = bit_width(static_cast<uint64_t>(view(t).num_rows - 1));
   const bool wide = row_bits > 32 || n >= (int64_t{1} << 32);
-  // Contributions in feature, bag, position order: that order is the summation order.
-  int64_t k = 0;
+  // Contributions in feature, bag, position order: that order is the summation order. Feature
+  // f's position i is contribution base + i (its offsets start at 0), so bags fill in parallel.
+  int64_t base = 0;
   size_t seq_index = 0;
-  float max_scale = 0.0f;
+  std::atomic<uint32_t> max_scale_bits{0};  // of a non-negative float: ordered as the float
   for (size_t f = 0; f < options.features.size(); ++f) {
     const FeatureOptions& fo = options.features[f];
     const bool is_seq = fo.pooling == PoolingMode::kNone;
@@ -97,18 +98,36 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     if (is_seq) ++seq_index;
     if (fo.table != t) continue;
     const FeatureInput& in = batch.features[f];
-    for (int64_t b = 0; b < batch.batch_size; ++b) {
-      const int64_t lo = in.offsets[b], hi = in.offsets[b + 1];
-      const float inv_len = (fo.pooling == PoolingMode::kMean) ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
-      const float* bag_grad = is_seq ? nullptr : grad_pooled.data() + b * pooled_dim + pooled_offset[f];
-      for (int64_t i = lo; i < hi; ++i, ++k) {
-        keys[k] = wide ? static_cast<uint64_t>(in.ids[i]) : (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
-        src[k] = is_seq ? seq_grad + i * dim : bag_grad;
-        const float w = in.weights.empty() ? 1.0f : in.weights[i];
-        scale[k] = fo.pooling == PoolingMode::kMean ? w * inv_len : w;
-        max_scale = std::max(max_scale, std::fabs(scale[k]));
+    const bool mean = fo.pooling == PoolingMode::kMean;
+    const int64_t k0 = base;
+    const int64_t per_bag = std::max<int64_t>(1, static_cast<int64_t>(in.ids.size()) / std::max<int64_t>(1, batch.batch_size));
+    parallel_for(batch.batch_size, grain_for(per_bag * 4), [&](int64_t b0, int64_t b1, int) {
+      float m = 0.0f;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t lo = in.offsets[b], hi = in.offsets[b + 1];
+        const float inv_len = mean ? 1.0f / static_cast<float>(hi - lo) : 1.0f;
+        const float* bag_grad = is_seq ? nullptr : grad_pooled.data() + b * pooled_dim + pooled_offset[f];
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t k = k0 + i;
+          keys[k] = wide ? static_cast<uint64_t>(in.ids[i]) : (static_cast<uint64_t>(in.ids[i]) << 32) | static_cast<uint64_t>(k);
+          src[k] = is_seq ? seq_grad + i * dim : bag_grad;
+          const float w = in.weights.empty() ? 1.0f : in.weights[i];
+          scale[k] = mean ? w * inv_len : w;
+          m = std::max(m, std::fabs(scale[k]));
+        }
       }
-    }
+      uint32_t mb;
+      std::memcpy(&mb, &m, 4);
+      uint32_t cur = max_scale_bits.load(std::memory_order_relaxed);
+      while (mb > cur && !max_scale_bits.compare_exchange_weak(cur, mb, std::memory_order_relaxed)) {
+      }
+    }, num_threads);
+    base += static_cast<int64_t>(in.ids.size());
+  }
+  float max_scale;
+  {
+    const uint32_t mb = max_scale_bits.load();
+    std::memcpy(&max_scale, &mb, 4);
   }
   if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
   backend->sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits, exec());
