@@ -69,8 +69,8 @@ class CpuBackend final : public HostBackend {
     record_lookup(t, nnz, x);
   }
 
-  void sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, const ExecContext&) const override {
-    radix_sort_row_src(keys, scratch, n, row_bits);
+  void sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, const ExecContext& x) const override {
+    radix_sort_row_src(keys, scratch, n, row_bits, x.num_threads);
   }
   bool reduce_segments(const SegmentSource& s, int64_t num_unique, float* out, const ExecContext& x) const override {
     std::atomic<bool> bad{false};

@@ -1,27 +1,56 @@
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "core/parallel.h"
 #include "kernels/kernels.h"
 
 namespace leanemb::kernels {
 
-void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits) {
+void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads) {
   constexpr int kDigitBits = 11;
   constexpr int kBuckets = 1 << kDigitBits;
+  constexpr int64_t kMinPerPart = int64_t{1} << 15;  // below this, one part: a region costs more than it saves
+  const int parts = static_cast<int>(std::clamp<int64_t>(n / kMinPerPart, 1, std::max(1, parallel_threads(num_threads))));
+  // count[p * kBuckets + b]: part p's keys in bucket b, then (after the prefix) where part p's
+  // first key of bucket b goes. Parts are contiguous ranges in order, and a bucket's keys are
+  // placed part by part, each part's in its own order: the sort stays stable.
+  std::vector<int64_t> count(static_cast<size_t>(parts) * kBuckets);
+  auto part_range = [&](int p, int64_t* b, int64_t* e) {
+    *b = n * p / parts;
+    *e = n * (p + 1) / parts;
+  };
   uint64_t* src = keys;
   uint64_t* dst = scratch;
   int passes = 0;
   for (int shift = 0; shift < row_bits; shift += kDigitBits, ++passes) {
-    int64_t count[kBuckets] = {0};
     const int s = 32 + shift;
-    for (int64_t i = 0; i < n; ++i) ++count[(src[i] >> s) & (kBuckets - 1)];
+    auto histogram = [&](int p) {
+      int64_t* c = count.data() + static_cast<size_t>(p) * kBuckets;
+      std::fill(c, c + kBuckets, 0);
+      int64_t b, e;
+      part_range(p, &b, &e);
+      for (int64_t i = b; i < e; ++i) ++c[(src[i] >> s) & (kBuckets - 1)];
+    };
+    auto scatter = [&](int p) {
+      int64_t* c = count.data() + static_cast<size_t>(p) * kBuckets;
+      int64_t b, e;
+      part_range(p, &b, &e);
+      for (int64_t i = b; i < e; ++i) dst[c[(src[i] >> s) & (kBuckets - 1)]++] = src[i];
+    };
+    if (parts == 1) histogram(0);
+    else parallel_for(parts, 1, [&](int64_t p0, int64_t p1, int) { for (int64_t p = p0; p < p1; ++p) histogram(static_cast<int>(p)); }, parts);
     int64_t sum = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      const int64_t c = count[b];
-      count[b] = sum;
-      sum += c;
-    }
-    for (int64_t i = 0; i < n; ++i) dst[count[(src[i] >> s) & (kBuckets - 1)]++] = src[i];
+    for (int b = 0; b < kBuckets; ++b)
+      for (int p = 0; p < parts; ++p) {
+        int64_t& c = count[static_cast<size_t>(p) * kBuckets + b];
+        const int64_t k = c;
+        c = sum;
+        sum += k;
+      }
+    if (parts == 1) scatter(0);
+    else parallel_for(parts, 1, [&](int64_t p0, int64_t p1, int) { for (int64_t p = p0; p < p1; ++p) scatter(static_cast<int>(p)); }, parts);
     std::swap(src, dst);
   }
   if (passes % 2 == 1) std::memcpy(keys, src, static_cast<size_t>(n) * sizeof(uint64_t));

@@ -146,8 +146,10 @@ uint8_t quant8_code(float x, float inv, bool is_signed);
 
 // ---- dedup -----------------------------------------------------------------------------------
 // Sorts `keys` ([n] values row << 32 | src) ascending by the row part, stably, using the row's
-// low `row_bits` bits (LSD radix sort, 11-bit digits). scratch: [n].
-void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits);
+// low `row_bits` bits (LSD radix sort, 11-bit digits). scratch: [n]. Large calls (>= 2^16 keys)
+// split each pass over up to num_threads contiguous parts (histograms per part, then each part
+// scatters its own keys): the same output as one thread.
+void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads = 1);
 
 // ---- scans (scan.cc) ---------------------------------------------------------------------------
 // The largest bit pattern of |x[i]| (x's bits & 0x7fffffff), 0 for n = 0: read as a float it is

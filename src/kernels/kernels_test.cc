@@ -843,6 +843,26 @@ TEST(RadixSortTest, SortsLikeStableSortOnRowPart) {
   }
 }
 
+// Calls large enough to be split over threads (two and three parts, uneven part sizes) give
+// std::stable_sort's order too.
+TEST(RadixSortTest, SplitOverThreadsSortsLikeStableSort) {
+  std::mt19937_64 rng(9);
+  for (int row_bits : {11, 21, 32}) {
+    for (int64_t n : {int64_t{65536}, int64_t{100003}, int64_t{200001}}) {
+      const uint64_t max_row = row_bits == 32 ? 0xffffffffull : (1ull << row_bits) - 1;
+      std::vector<uint64_t> keys0(static_cast<size_t>(n)), scratch(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) keys0[static_cast<size_t>(i)] = ((rng() % 5000 * 7919) & max_row) << 32 | static_cast<uint64_t>(i);
+      std::vector<uint64_t> want = keys0;
+      std::stable_sort(want.begin(), want.end(), [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
+      for (int threads : {1, 2, 3}) {
+        std::vector<uint64_t> keys = keys0;
+        radix_sort_row_src(keys.data(), scratch.data(), n, row_bits, threads);
+        ASSERT_EQ(keys, want) << "row_bits " << row_bits << " n " << n << " threads " << threads;
+      }
+    }
+  }
+}
+
 // A row cache's slot rows as int32 (key_rows32) give the update kernels the same stochastic-
 // rounding keys as the same rows as int64 (key_rows), through a shard's stride and offset.
 TEST(TableViewTest, Int32KeyRowsGiveTheKeysOfInt64KeyRows) {
