@@ -63,7 +63,7 @@ DATASETS = {
 CTR_REF_LRS = [0.0025, 0.005, 0.01, 0.02, 0.05, 0.1]
 CTR_ADAGRAD_LRS = [0.005, 0.01, 0.02, 0.05, 0.1]
 CTR_ROWWISE_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
-CTR_ADAM_LRS = [3e-4, 1e-3, 3e-3]
+CTR_ADAM_LRS = [1e-4, 3e-4, 1e-3, 3e-3]  # 1e-4 added when fp32 Adam was best at 3e-4
 # Sharded runs (mpirun -np 2) take both cores: a short grid around the reference's best.
 CTR_DIST_LRS = [0.005, 0.01, 0.02]
 # Modes new in the 2026-12-03 session (2 shared cores): the three rates around the reference's
@@ -80,7 +80,7 @@ DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
 DATASET_GRIDS = {
     "debpkg": {tuple(CTR_REF_LRS): DEBPKG_LRS, tuple(CTR_ADAGRAD_LRS): DEBPKG_LRS, tuple(CTR_NEW_LRS): DEBPKG_LRS,
                tuple(CTR_ROWWISE_LRS): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4], tuple(CTR_ROWWISE_LRS[1:]): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4],
-               tuple(CTR_ADAM_LRS): [3e-4, 1e-3, 3e-3, 1e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
+               tuple(CTR_ADAM_LRS): [1e-4, 3e-4, 1e-3, 3e-3, 1e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
     # gcloud: SGD's best is 2.0 there (1.0 on debian); full Adagrad's is not known, so higher rates.
     "gcloud": {tuple(TEXT_ADAGRAD_LRS): [0.1, 0.25, 0.5], tuple(TEXT_STATE_LRS): [0.1, 0.25, 0.5]},
     # debian, 2026-12-03 (the package lists changed: 57444 train lines, 57433 before, so the
@@ -120,7 +120,21 @@ MODES = {
                            "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=65536"]},
                            "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     # A 20% row cache over host RAM on every table: bit-identical by design.
+    # Diagnostics of the dynamic-table puzzle (docs/accuracy.md): a dynamic table's uniform init
+    # bound is 1/sqrt(its capacity), a static one's 1/sqrt(table_rows). The dynamic table with
+    # the static bound (1/sqrt(30000)), and the static table with the bound of 128 rows.
+    "ctr-dynamic-cap128-bound30000": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=128",
+                                                              "embedding.init_bound=0.00577350"],
+                                      "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    "ctr-dynamic-cap64-bound30000": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=64",
+                                                             "embedding.init_bound=0.00577350"],
+                                     "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    "ctr-static-bound128": {"task": "ctr", "sets": ["embedding.init_bound=0.08838835"], "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    # On ctr_small every table's 100 values fit the cache (no eviction, no write-back: the
+    # summary's row_cache counters); on debpkg a 10% cache (6553 of 65536 rows) of fields with up
+    # to 36k values evicts and writes back.
     "ctr-row-cache": {"task": "ctr", "sets": ["embedding.cache_fraction=0.2", "embedding.cache_min_rows=1000"],
+                      "dataset_sets": {"debpkg": ["embedding.cache_fraction=0.1", "embedding.cache_min_rows=1000"]},
                       "lrs": [0.05], "refs": ["ctr-fp32-adagrad"], "exact": True},
     # Sharded over 2 ranks (mpirun -np 2, row_modulo, one thread each) with bf16 rows on the
     # wire both ways (forward rows and backward gradients); "np" runs go one at a time.
@@ -496,7 +510,8 @@ def main():
                           "train_seconds": s.get("train_seconds"), "wall_s": s.get("parity_wall_s"),
                           "start_utc": s.get("parity_start_utc"), "load1": s.get("parity_load1"),
                           "outcome": s.get("outcome"), "command": s.get("parity_command"),
-                          "dynamic_rows": s.get("dynamic_rows")} for rid, s in sorted(results.items())}}
+                          "dynamic_rows": s.get("dynamic_rows"), "row_cache": s.get("row_cache")}
+                    for rid, s in sorted(results.items())}}
     metas = {}
     for d in datasets:
         mp = os.path.join(ROOT, DATASETS[d]["meta"])
