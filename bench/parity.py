@@ -63,7 +63,7 @@ DATASETS = {
 CTR_REF_LRS = [0.0025, 0.005, 0.01, 0.02, 0.05, 0.1]
 CTR_ADAGRAD_LRS = [0.005, 0.01, 0.02, 0.05, 0.1]
 CTR_ROWWISE_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
-CTR_ADAM_LRS = [1e-4, 3e-4, 1e-3, 3e-3]  # 1e-4 added when fp32 Adam was best at 3e-4
+CTR_ADAM_LRS = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3]  # 1e-4, 3e-5, then 1e-5 added when fp32 Adam was best at the lowest
 # Sharded runs (mpirun -np 2) take both cores: a short grid around the reference's best.
 CTR_DIST_LRS = [0.005, 0.01, 0.02]
 # Modes new in the 2026-12-03 session (2 shared cores): the three rates around the reference's
@@ -76,16 +76,16 @@ TEXT_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
 TEXT_STATE_LRS = [0.05, 0.1, 0.25]
 
 # Per-dataset grids: "grids" of a dataset names an entry here, keyed by the default grid.
-DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]  # 0.4 added when most modes were best at 0.2
 DATASET_GRIDS = {
     "debpkg": {tuple(CTR_REF_LRS): DEBPKG_LRS, tuple(CTR_ADAGRAD_LRS): DEBPKG_LRS, tuple(CTR_NEW_LRS): DEBPKG_LRS,
                tuple(CTR_ROWWISE_LRS): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4], tuple(CTR_ROWWISE_LRS[1:]): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4],
-               tuple(CTR_ADAM_LRS): [1e-4, 3e-4, 1e-3, 3e-3, 1e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
+               tuple(CTR_ADAM_LRS): [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
     # gcloud: SGD's best is 2.0 there (1.0 on debian); full Adagrad's is not known, so higher rates.
-    "gcloud": {tuple(TEXT_ADAGRAD_LRS): [0.1, 0.25, 0.5], tuple(TEXT_STATE_LRS): [0.1, 0.25, 0.5]},
+    "gcloud": {tuple(TEXT_ADAGRAD_LRS): [0.1, 0.25, 0.5, 1.0], tuple(TEXT_STATE_LRS): [0.1, 0.25, 0.5, 1.0]},
     # debian, 2026-12-03 (the package lists changed: 57444 train lines, 57433 before, so the
     # 2026-12-02 runs were not reused): full Adagrad around its former best (0.1).
-    "debian": {tuple(TEXT_ADAGRAD_LRS): TEXT_STATE_LRS},
+    "debian": {tuple(TEXT_ADAGRAD_LRS): [0.05, 0.1, 0.25, 0.5], tuple(TEXT_STATE_LRS): [0.05, 0.1, 0.25, 0.5]},
 }
 
 # name -> task, --set overrides, learning rates, references (each a mode of the same task), and
