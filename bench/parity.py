@@ -20,7 +20,7 @@ Datasets (built when missing):
 Runs are cached in --work (one summary JSON per run; a rerun skips what is there), so the
 references are trained once for all modes and an interrupted sweep continues.
 
-  bench/parity.py [--leanemb build/release/leanemb] [--datasets ctr,debian,gcloud]
+  bench/parity.py [--leanemb build/release/leanemb] [--datasets ctr,debpkg,debian,gcloud]
                   [--modes NAME,...] [--seeds 1,2,3] [--jobs 2] [--threads 1]
                   [--work runs/parity] [--out bench/results/parity.json] [--list]
 """
@@ -44,21 +44,49 @@ GOAL = {"auc": 0.001, "p@1": 0.003}
 
 DATASETS = {
     "ctr": {"task": "ctr", "config": "examples/ctr_small.toml", "metric": "auc", "sets": [], "meta": "data/ctr_small/meta.json"},
+    # Real CTR-format data: Debian binary packages, label Installed-Size >= median (one epoch of
+    # 57k records, 112 steps: a run takes seconds, so every grid is the wider one below).
+    "debpkg": {"task": "ctr", "config": "examples/ctr_debian.toml", "metric": "auc", "sets": [],
+               "build": ["scripts/debian_ctr_dataset.py", "data/debian-ctr"], "train": "data/debian-ctr/train.tsv",
+               "meta": "data/debian-ctr/meta.json", "grids": "debpkg"},
     "debian": {"task": "text", "config": "examples/text_debian.toml", "metric": "p@1", "sets": [],
                "build": ["scripts/debian_text_dataset.py", "data/debian-text"], "train": "data/debian-text/train.txt",
-               "meta": "data/debian-text/meta.json"},
+               "meta": "data/debian-text/meta.json", "grids": "debian"},
     "gcloud": {"task": "text", "config": "examples/text_debian.toml", "metric": "p@1",
                "sets": ["data.train=\"data/gcloud-text/train.txt\"", "data.eval=\"data/gcloud-text/test.txt\""],
                "build": ["scripts/gcloud_text_dataset.py", "data/gcloud-text"], "train": "data/gcloud-text/train.txt",
-               "meta": "data/gcloud-text/meta.json"},
+               "meta": "data/gcloud-text/meta.json", "grids": "gcloud"},
 }
 
-CTR_ADAGRAD_LRS = [0.01, 0.02, 0.05, 0.1]
-CTR_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.2]
-CTR_ADAM_LRS = [3e-5, 1e-4, 3e-4]
+# CTR grids: the 2026-12-02 session's best rates were at the lowest rate of each grid (0.01
+# Adagrad, 0.02 row-wise): extended downward so that the best is bracketed.
+CTR_REF_LRS = [0.0025, 0.005, 0.01, 0.02, 0.05, 0.1]
+CTR_ADAGRAD_LRS = [0.005, 0.01, 0.02, 0.05, 0.1]
+CTR_ROWWISE_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+CTR_ADAM_LRS = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3]  # 1e-4, 3e-5, then 1e-5 added when fp32 Adam was best at the lowest
+# Sharded runs (mpirun -np 2) take both cores: a short grid around the reference's best.
+CTR_DIST_LRS = [0.005, 0.01, 0.02]
+# Modes new in the 2026-12-03 session (2 shared cores): the three rates around the reference's
+# best (every mode measured before was best at 0.01 or 0.02 and worse above).
+CTR_NEW_LRS = [0.005, 0.01, 0.02]
 TEXT_SGD_LRS = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0]
 TEXT_ADAGRAD_LRS = [0.05, 0.1, 0.25, 0.5, 1.0]
 TEXT_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
+# 16-/8-bit Adagrad state (2026-12-03): the three rates around fp32 Adagrad's best on debian (0.1).
+TEXT_STATE_LRS = [0.05, 0.1, 0.25]
+
+# Per-dataset grids: "grids" of a dataset names an entry here, keyed by the default grid.
+DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]  # 0.4 added when most modes were best at 0.2
+DATASET_GRIDS = {
+    "debpkg": {tuple(CTR_REF_LRS): DEBPKG_LRS, tuple(CTR_ADAGRAD_LRS): DEBPKG_LRS, tuple(CTR_NEW_LRS): DEBPKG_LRS,
+               tuple(CTR_ROWWISE_LRS): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4], tuple(CTR_ROWWISE_LRS[1:]): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4],
+               tuple(CTR_ADAM_LRS): [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
+    # gcloud: SGD's best is 2.0 there (1.0 on debian); full Adagrad's is not known, so higher rates.
+    "gcloud": {tuple(TEXT_ADAGRAD_LRS): [0.1, 0.25, 0.5, 1.0], tuple(TEXT_STATE_LRS): [0.1, 0.25, 0.5, 1.0]},
+    # debian, 2026-12-03 (the package lists changed: 57444 train lines, 57433 before, so the
+    # 2026-12-02 runs were not reused): full Adagrad around its former best (0.1).
+    "debian": {tuple(TEXT_ADAGRAD_LRS): [0.05, 0.1, 0.25, 0.5], tuple(TEXT_STATE_LRS): [0.05, 0.1, 0.25, 0.5]},
+}
 
 # name -> task, --set overrides, learning rates, references (each a mode of the same task), and
 # "tie_dense": text modes set dense.learning_rate to the row rate (fastText has one rate) unless
@@ -66,26 +94,58 @@ TEXT_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
 # reference at the same rate (compared at the same rate, not best-vs-best).
 MODES = {
     # ---- CTR (examples/ctr_small.toml: adagrad rows, adam head)
-    "ctr-fp32-adagrad": {"task": "ctr", "sets": [], "lrs": CTR_ADAGRAD_LRS, "refs": [], "reference": True},
+    "ctr-fp32-adagrad": {"task": "ctr", "sets": [], "lrs": CTR_REF_LRS, "refs": [], "reference": True},
     "ctr-fp32-adam": {"task": "ctr", "sets": ["embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS, "refs": [], "reference": True},
     "ctr-bf16-rows": {"task": "ctr", "sets": ["embedding.dtype=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp16-rows": {"task": "ctr", "sets": ["embedding.dtype=fp16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-rowwise-adagrad": {"task": "ctr", "sets": ["embedding.optimizer=rowwise_adagrad"], "lrs": CTR_ROWWISE_LRS,
                             "refs": ["ctr-fp32-adagrad"]},
     "ctr-bf16-rowwise-adagrad": {"task": "ctr", "sets": ["embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad"],
-                                 "lrs": CTR_ROWWISE_LRS, "refs": ["ctr-fp32-adagrad"]},
-    "ctr-bf16-state": {"task": "ctr", "sets": ["embedding.state_dtype=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
+                                 "lrs": CTR_ROWWISE_LRS[1:], "refs": ["ctr-fp32-adagrad"]},
+    "ctr-bf16-state": {"task": "ctr", "sets": ["embedding.state_dtype=bf16"], "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-int8-state": {"task": "ctr", "sets": ["embedding.state_dtype=int8"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-bf16-activations": {"task": "ctr", "sets": ["train.precision=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
-    "ctr-fp16-activations": {"task": "ctr", "sets": ["train.precision=fp16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
+    "ctr-fp16-activations": {"task": "ctr", "sets": ["train.precision=fp16"], "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-partial-rowwise-adam": {"task": "ctr", "sets": ["embedding.optimizer=partial_rowwise_adam"], "lrs": CTR_ADAM_LRS,
                                  "refs": ["ctr-fp32-adam"]},
     # Dynamic tables of 64 rows for features of 100 values: rows are evicted (age) and re-admitted.
+    # debpkg ("dataset_sets" replace "sets" there): 4096 rows, below the largest fields' 11k-36k
+    # distinct values (evicting) and above the small ones'.
     "ctr-dynamic-cap64": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=64"],
-                          "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
+                          "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=4096"]},
+                          "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
+    # The same with room for every value (no eviction): what the dynamic table itself changes
+    # (raw ids, rows on first touch) apart from eviction.
+    "ctr-dynamic-cap128": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=128"],
+                           "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=65536"]},
+                           "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     # A 20% row cache over host RAM on every table: bit-identical by design.
+    # Diagnostics of the dynamic-table puzzle (docs/accuracy.md): a dynamic table's uniform init
+    # bound is 1/sqrt(its capacity), a static one's 1/sqrt(table_rows). The dynamic table with
+    # the static bound (1/sqrt(30000)), and the static table with the bound of 128 rows.
+    "ctr-dynamic-cap128-bound30000": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=128",
+                                                              "embedding.init_bound=0.00577350"],
+                                      "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    "ctr-dynamic-cap64-bound30000": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=64",
+                                                             "embedding.init_bound=0.00577350"],
+                                     "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    "ctr-static-bound128": {"task": "ctr", "sets": ["embedding.init_bound=0.08838835"], "lrs": [0.01], "refs": ["ctr-fp32-adagrad"]},
+    # On ctr_small every table's 100 values fit the cache (no eviction, no write-back: the
+    # summary's row_cache counters); on debpkg a 10% cache (6553 of 65536 rows) of fields with up
+    # to 36k values evicts and writes back.
     "ctr-row-cache": {"task": "ctr", "sets": ["embedding.cache_fraction=0.2", "embedding.cache_min_rows=1000"],
+                      "dataset_sets": {"debpkg": ["embedding.cache_fraction=0.1", "embedding.cache_min_rows=1000"]},
                       "lrs": [0.05], "refs": ["ctr-fp32-adagrad"], "exact": True},
+    # Sharded over 2 ranks (mpirun -np 2, row_modulo, one thread each) with bf16 rows on the
+    # wire both ways (forward rows and backward gradients); "np" runs go one at a time.
+    "ctr-dist2-bf16-payload": {"task": "ctr", "np": 2,
+                               "sets": ["dist.forward_payload=\"bf16\"", "dist.backward_payload=\"bf16\"", "dist.grad_groups=2"],
+                               "lrs": CTR_DIST_LRS, "refs": ["ctr-fp32-adagrad"]},
+    # fp32 payloads, 2 ranks, grad_groups 2 against one process with grad_groups 2: bit-identical
+    # by design (docs/dist.md, Determinism): compared at the same rate.
+    "ctr-fp32-grad-groups2": {"task": "ctr", "sets": ["dist.grad_groups=2"], "lrs": [0.01], "refs": [], "reference": True},
+    "ctr-dist2-fp32-payload": {"task": "ctr", "np": 2, "sets": ["dist.grad_groups=2"], "lrs": [0.01],
+                               "refs": ["ctr-fp32-grad-groups2"], "exact": True},
     # ---- text (examples/text_debian.toml: fastText's model, SGD, linear decay)
     "text-fp32-sgd": {"task": "text", "sets": [], "lrs": TEXT_SGD_LRS, "refs": [], "reference": True},
     "text-fp32-adagrad": {"task": "text", "sets": ["embedding.optimizer=adagrad"], "lrs": TEXT_ADAGRAD_LRS, "refs": [],
@@ -110,14 +170,25 @@ MODES = {
                                                                "train.lr_schedule=constant"],
                                       "lrs": TEXT_ROWWISE_LRS, "refs": ["text-fp32-adagrad", "text-fp32-sgd"]},
     "text-bf16-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=bf16"],
-                        "lrs": TEXT_ADAGRAD_LRS, "refs": ["text-fp32-adagrad"]},
+                        "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
     "text-int8-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=int8"],
-                        "lrs": TEXT_ADAGRAD_LRS, "refs": ["text-fp32-adagrad"]},
+                        "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
     # Rows on first touch in a table capped at 2^17 rows (evicting: the Debian set touches ~147k).
     "text-bf16-sgd-dynamic-2e17": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
                                                             "embedding.dynamic_rows=131072"],
                                    "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
+    # 2^18 rows: room for every row the Debian set touches (no eviction), issue 21's capped table.
+    "text-bf16-sgd-dynamic-2e18": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
+                                                            "embedding.dynamic_rows=262144"],
+                                   "lrs": TEXT_SGD_LRS, "refs": ["text-bf16-sgd"]},
 }
+
+
+def lrs_of(dataset, mode):
+    """The mode's learning rates on this dataset: a dataset may replace a grid ("grids", keyed by
+    the default grid as a tuple) where its best rates lie elsewhere."""
+    lrs = MODES[mode]["lrs"]
+    return DATASET_GRIDS.get(DATASETS[dataset].get("grids"), {}).get(tuple(lrs), lrs)
 
 
 def sh(cmd):
@@ -147,13 +218,15 @@ def run_id(dataset, mode, lr, seed):
 
 def command(args, dataset, mode, lr, seed, out_dir, summary):
     d, m = DATASETS[dataset], MODES[mode]
-    sets = list(d["sets"]) + list(m["sets"]) + [f"embedding.learning_rate={fmt_lr(lr)}", f"train.seed={seed}",
+    sets = list(d["sets"]) + list(m.get("dataset_sets", {}).get(dataset, m["sets"])) + [f"embedding.learning_rate={fmt_lr(lr)}", f"train.seed={seed}",
                                                 f"train.threads={args.threads}", "train.checkpoint_every=-1"]
-    if m["task"] == "text" and not any(s.startswith("dense.learning_rate=") for s in m["sets"]):
+    if m["task"] == "text" and not any(s.startswith("dense.learning_rate=") for s in sets):
         sets.append(f"dense.learning_rate={fmt_lr(lr)}")  # fastText: one rate for rows and head
     if STEPS.get(dataset):
         sets.append(f"train.steps={STEPS[dataset]}")
     cmd = [args.leanemb, "train", "--config", os.path.join(ROOT, d["config"])]
+    if m.get("np"):  # one thread per rank (the ranks together take np cores)
+        cmd = ["mpirun", "-np", str(m["np"]), "--bind-to", "none"] + cmd
     for s in sets:
         cmd += ["--set", s]
     cmd += ["--out", out_dir, "--json-summary", summary, "--quiet"]
@@ -179,7 +252,10 @@ def run_one(args, dataset, mode, lr, seed):
     t0 = time.time()
     start = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M:%S")
     load_before = os.getloadavg()[0]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    env = dict(os.environ)
+    if MODES[mode].get("np"):
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     wall = time.time() - t0
     load_after = os.getloadavg()[0]
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -217,7 +293,7 @@ def stats(values):
 def sweep_of(results, dataset, mode, seeds):
     """lr -> {"values": {seed: metric}, stats}; and the best lr by mean."""
     out = {}
-    for lr in MODES[mode]["lrs"]:
+    for lr in lrs_of(dataset, mode):
         vals, diverged = {}, 0
         for s in seeds:
             r = results.get(run_id(dataset, mode, lr, s))
@@ -337,7 +413,7 @@ def print_markdown(comparisons, results, datasets, modes, seeds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--leanemb", default=os.path.join(ROOT, "build/release/leanemb"))
-    ap.add_argument("--datasets", default="ctr,debian,gcloud")
+    ap.add_argument("--datasets", default="ctr,debpkg,debian,gcloud")
     ap.add_argument("--modes", default="", help="comma-separated mode names (default: all of the datasets' tasks)")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
@@ -388,7 +464,7 @@ def main():
                 need.append(m)
             compared += [(d, m, r) for r in MODES[m]["refs"]]
         for m in need:
-            for lr in MODES[m]["lrs"]:
+            for lr in lrs_of(d, m):
                 for s in seeds:
                     jobs.append((d, m, lr, s))
     results = {}
@@ -396,11 +472,13 @@ def main():
         for d in datasets:
             ensure_data(args, d)
         # The first CTR run generates the data: alone, before the others.
-        first = [j for j in jobs if DATASETS[j[0]]["task"] == "ctr"][:1]
-        rest = [j for j in jobs if j not in first]
+        first = [j for j in jobs if DATASETS[j[0]]["task"] == "ctr" and not MODES[j[1]].get("np")][:1]
+        # Multi-process runs (mpirun) take a core per rank: one at a time, after the others.
+        multi = [j for j in jobs if MODES[j[1]].get("np")]
+        rest = [j for j in jobs if j not in first and j not in multi]
         done, t0 = 0, time.time()
-        for batch in (first, rest):
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        for batch, width in ((first, 1), (rest, args.jobs), (multi, 1)):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, width)) as ex:
                 futs = [ex.submit(run_one, args, *j) for j in batch]
                 for f in concurrent.futures.as_completed(futs):
                     rid, s, wall, cached = f.result()
@@ -432,7 +510,8 @@ def main():
                           "train_seconds": s.get("train_seconds"), "wall_s": s.get("parity_wall_s"),
                           "start_utc": s.get("parity_start_utc"), "load1": s.get("parity_load1"),
                           "outcome": s.get("outcome"), "command": s.get("parity_command"),
-                          "dynamic_rows": s.get("dynamic_rows")} for rid, s in sorted(results.items())}}
+                          "dynamic_rows": s.get("dynamic_rows"), "row_cache": s.get("row_cache")}
+                    for rid, s in sorted(results.items())}}
     metas = {}
     for d in datasets:
         mp = os.path.join(ROOT, DATASETS[d]["meta"])
