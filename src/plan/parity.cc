@@ -51,7 +51,7 @@ bool safe(Verdict v) { return v == Verdict::kProven || v == Verdict::kExact; }
 std::string_view verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kProven: return "proven";
-    case Verdict::kLoss: return "loss";
+    case Verdict::kLoss: return "outside the goal";  // |difference| above 0.001 AUC / 0.003 P@1 (a gain as well as a loss)
     case Verdict::kNotMeasured: return "not measured";
     case Verdict::kExact: return "exact";
   }

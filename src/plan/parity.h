@@ -41,7 +41,7 @@ enum class Verdict : uint8_t {
   kNotMeasured,  // no measurement for this task
   kExact,        // bit-identical to the reference (by construction, checked by tests)
 };
-std::string_view verdict_name(Verdict v);  // "proven", "loss", "not measured", "exact"
+std::string_view verdict_name(Verdict v);  // "proven", "outside the goal", "not measured", "exact"
 
 struct TaskParity {
   Verdict verdict = Verdict::kNotMeasured;
