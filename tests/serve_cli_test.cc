@@ -21,6 +21,9 @@
 #include "leanemb/checkpoint.h"
 #include "tests/cli_testing.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace leanemb::testing_cli {
 namespace {
 
@@ -358,6 +361,133 @@ TEST(serve_export, ServingCheckpointHasInt8RowsAndPredictsAlmostAsTheModel) {
   const RunResult tt = run_cli("test --run '" + tsrv + "' --data '" + text.test + "' --json '" + js + "'");
   ASSERT_EQ(tt.exit_code, 0) << tt.err;
   EXPECT_NEAR(read_json(js)["precision_at_1"].get<double>(), read_json(text.summary)["eval"]["precision_at_1"].get<double>(), 0.03);
+}
+
+// Every row's occurrences in a Criteo TSV file, computed here from the documented id rule
+// (docs/data.md: a hex value v hashes to XXH3_64bits_withSeed(8 LE bytes of v, seed = feature
+// index); its row is hash % rows), independently of the reader: [feature][row].
+std::vector<std::vector<int64_t>> row_counts(const std::string& tsv, int num_dense, int num_sparse, int64_t rows) {
+  std::vector<std::vector<int64_t>> c(static_cast<size_t>(num_sparse), std::vector<int64_t>(static_cast<size_t>(rows), 0));
+  for (const std::string& l : lines_of(slurp(tsv))) {
+    std::vector<std::string> f;
+    std::istringstream in(l);
+    for (std::string x; std::getline(in, x, '\t');) f.push_back(x);
+    for (int s = 0; s < num_sparse; ++s) {
+      const size_t i = static_cast<size_t>(1 + num_dense + s);
+      if (i >= f.size() || f[i].empty()) continue;  // an empty value (getline drops a trailing one)
+      const std::string& v = f[i];
+      const uint64_t value = std::stoull(v, nullptr, 16);
+      ++c[static_cast<size_t>(s)][XXH3_64bits_withSeed(&value, 8, static_cast<uint64_t>(s)) % static_cast<uint64_t>(rows)];
+    }
+  }
+  return c;
+}
+
+std::vector<uint8_t> table_bytes_of(const std::string& ckpt, const std::string& name, int64_t* rows) {
+  auto r = ckpt::CheckpointReader::open(ckpt);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  const ckpt::EntryInfo* info = r.value()->find("emb/" + name);
+  EXPECT_NE(info, nullptr) << name;
+  *rows = info->total_rows;
+  std::vector<uint8_t> raw(info->row_bytes * static_cast<size_t>(*rows));
+  EXPECT_TRUE(r.value()->read_rows("emb/" + name, 0, *rows, raw).ok());
+  return raw;
+}
+
+// Pruning (--prune-min-count N): each table keeps exactly the rows counted >= N times in the
+// training file (counted here by the documented id rule), stored in ascending order with the
+// same int8 bytes as the unpruned export; predict and test read the pruned export; with N = 1
+// every row the training file uses is kept, so predictions on it equal the unpruned export's.
+TEST(serve_export, PruningKeepsExactlyTheRowsCountedAtLeastNTimes) {
+  const CtrRun& run = ctr_run();
+  const std::string full = scratch("serving_full"), pruned = scratch("serving_pruned"), one = scratch("serving_min1");
+  ASSERT_EQ(run_cli("export --run '" + run.out + "' --out '" + full + "' --serving").exit_code, 0);
+  const RunResult e = run_cli("export --run '" + run.out + "' --out '" + pruned + "' --serving --prune-min-count 30");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("pruned rows seen < 30 times"), std::string::npos) << e.out;
+  const auto counts = row_counts(run.data + "/train.tsv", 13, 4, 64);
+  const std::string step = "/checkpoints/step-0000000016";
+  auto reader = ckpt::CheckpointReader::open(pruned + step);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  int64_t dropped = 0, kept_all = 0;
+  for (int f = 0; f < 4; ++f) {
+    const std::string name = "C" + std::to_string(f + 1);
+    std::vector<int64_t> want;
+    for (int64_t r = 0; r < 64; ++r)
+      if (counts[static_cast<size_t>(f)][static_cast<size_t>(r)] >= 30) want.push_back(r);
+    dropped += 64 - static_cast<int64_t>(want.size());
+    kept_all += static_cast<int64_t>(want.size());
+    auto blob = reader.value()->read_blob("serve/kept/" + name);
+    ASSERT_TRUE(blob.ok()) << blob.status().message();
+    std::vector<int64_t> got(blob.value().size() / 8);
+    std::memcpy(got.data(), blob.value().data(), blob.value().size());
+    EXPECT_EQ(got, want) << name;
+    int64_t rf = 0, rp = 0;
+    const std::vector<uint8_t> fb = table_bytes_of(full + step, name, &rf), pb = table_bytes_of(pruned + step, name, &rp);
+    ASSERT_EQ(rp, std::max<int64_t>(1, static_cast<int64_t>(want.size()))) << name;
+    const size_t rb = fb.size() / static_cast<size_t>(rf);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(pb.data() + i * rb, fb.data() + static_cast<size_t>(want[i]) * rb, rb)) << name << " kept row " << i;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(kept_all, 0);
+  const std::string js = pruned + "/test.json";
+  const RunResult t = run_cli("test --run '" + pruned + "' --data '" + run.data + "/eval.tsv' --json '" + js + "'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("AUC\t"), std::string::npos) << t.out;
+  const double auc = read_json(js)["auc"].get<double>();
+  EXPECT_TRUE(auc > 0.4 && auc < 1.0) << auc;
+  // N = 1 keeps every row the training file touches: the same predictions on that file.
+  ASSERT_EQ(run_cli("export --run '" + run.out + "' --out '" + one + "' --serving --prune-min-count 1").exit_code, 0);
+  const RunResult pf = run_cli("predict --run '" + full + "' --data '" + run.data + "/train.tsv'");
+  const RunResult p1 = run_cli("predict --run '" + one + "' --data '" + run.data + "/train.tsv'");
+  ASSERT_EQ(pf.exit_code, 0) << pf.err;
+  ASSERT_EQ(p1.exit_code, 0) << p1.err;
+  EXPECT_EQ(lines_of(p1.out).size(), 2048u);
+  EXPECT_EQ(p1.out, pf.out);
+}
+
+// Text pruning: rows are the words and n-gram buckets; N = 1 keeps every row the training file
+// uses (P@1 on it equals the unpruned export's), a higher N drops rows and test still reports P@1.
+TEST(serve_export, TextPruningReadsByPredictAndTest) {
+  const TextRun& run = text_run();
+  const std::string full = scratch("tsrv_full"), one = scratch("tsrv_min1"), many = scratch("tsrv_min40");
+  ASSERT_EQ(run_cli("export --run '" + run.out + "' --out '" + full + "' --serving").exit_code, 0);
+  ASSERT_EQ(run_cli("export --run '" + run.out + "' --out '" + one + "' --serving --prune-min-count 1").exit_code, 0);
+  const RunResult e = run_cli("export --run '" + run.out + "' --out '" + many + "' --serving --prune-min-count 40");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.out.find("pruned rows seen < 40 times"), std::string::npos) << e.out;
+  const RunResult pf = run_cli("predict --run '" + full + "' --data '" + run.train + "' --k 2 --prob");
+  const RunResult p1 = run_cli("predict --run '" + one + "' --data '" + run.train + "' --k 2 --prob");
+  ASSERT_EQ(pf.exit_code, 0) << pf.err;
+  ASSERT_EQ(p1.exit_code, 0) << p1.err;
+  EXPECT_EQ(p1.out, pf.out);
+  const std::string js = many + "/test.json";
+  const RunResult t = run_cli("test --run '" + many + "' --data '" + run.test + "' --json '" + js + "'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("P@1\t"), std::string::npos) << t.out;
+  const json r = read_json(js);
+  EXPECT_EQ(r["examples"].get<int64_t>(), 200);
+  const json fmt = [&] {
+    auto rd = ckpt::CheckpointReader::open(many + "/checkpoints/step-" + std::string(10 - std::to_string(r["step"].get<int64_t>()).size(), '0') +
+                                          std::to_string(r["step"].get<int64_t>()));
+    EXPECT_TRUE(rd.ok()) << rd.status().message();
+    auto b = rd.value()->read_blob("serve/format");
+    return parse_json_or_discarded(b.value().data(), b.value().size());
+  }();
+  ASSERT_EQ(fmt["pruned_tables"].size(), 1u);
+  EXPECT_LT(fmt["pruned_tables"][0]["kept"].get<int64_t>(), fmt["pruned_tables"][0]["rows"].get<int64_t>());
+  EXPECT_GT(fmt["pruned_tables"][0]["kept"].get<int64_t>(), 0);
+}
+
+// Bad pruning arguments are refused before anything is written, naming the flag.
+TEST(serve_bad_input, PruneMinCountNeedsServingAndAPositiveCount) {
+  const CtrRun& run = ctr_run();
+  const std::string d = scratch("prune_bad");
+  expect_clean_failure("export --run '" + run.out + "' --out '" + d + "/a' --prune-min-count 3", "add --serving");
+  expect_clean_failure("export --run '" + run.out + "' --out '" + d + "/b' --serving --prune-min-count=-2", "--prune-min-count must be >= 1");
+  expect_clean_failure("export --run '" + run.out + "' --out '" + d + "/c' --serving --prune-min-count x", "--prune-min-count");
+  EXPECT_FALSE(fs::exists(d + "/b/checkpoints"));
 }
 
 // Own data without preparation: categorical values that are any strings (data.categorical =

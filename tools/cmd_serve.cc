@@ -101,11 +101,19 @@ int run_predict(const ServeArgs& a) {
 }
 
 int run_export(const ServeArgs& a) {
+  if (a.prune_min_count < 0)
+    return report_error(invalid_argument("--prune-min-count must be >= 1 (0: no pruning), got " + std::to_string(a.prune_min_count)));
+  if (a.prune_min_count > 0 && !a.serving)
+    return report_error(invalid_argument("--prune-min-count prunes a serving export: add --serving"));
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
   if (a.serving) {
     if (a.with_state) return report_error(invalid_argument("--serving writes no optimizer state: drop --with-state"));
-    auto r = serve::export_serving(run.value(), a.out_dir, a.sets);
+    serve::ServingExportOptions so;
+    so.out_dir = a.out_dir;
+    so.sets = a.sets;
+    so.prune_min_count = a.prune_min_count;
+    auto r = serve::export_serving(run.value(), so);
     if (!r.ok()) return report_error(r.status());
     if (!a.quiet) std::printf("%s", r.value().c_str());
     return kExitOk;

@@ -287,6 +287,9 @@ void add_serve(CLI::App& app, int* result) {
     cmd->add_flag("--with-state", a->with_state, "Also the optimizer state (row and dense)");
     cmd->add_flag("--serving", a->serving,
                   "Instead: a compact serving checkpoint in --out (int8 rows, no optimizer state) that predict and test read");
+    cmd->add_option("--prune-min-count", a->prune_min_count,
+                    "With --serving: drop the rows that occur fewer than N times in one pass over the run's training files "
+                    "(0: keep every row)")->type_name("N")->capture_default_str();
     cmd->callback([a, result] { *result = run_export(*a); });
   }
   {

@@ -27,6 +27,7 @@ struct CtrModel::Buffers {
   Buf group_grads;                // kGradients: [groups here + 1, dense params] (gradient groups)
   std::vector<int64_t> slice_offsets;  // rebased offsets of this rank's slice
   SparseBatch slice;                   // views of this rank's slice
+  data::Batch pruned;                  // predict() on a pruned model: the batch with kept rows
 };
 
 namespace {
@@ -86,6 +87,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   if (!o.table_dynamic.empty() && static_cast<int>(o.table_dynamic.size()) != o.num_sparse)
     return invalid_argument("CtrModel: table_dynamic must be empty or have one entry per sparse feature");
   if (o.bottom_hidden.empty()) return invalid_argument("CtrModel: bottom MLP needs at least one layer");
+  if (!o.pruned_rows.empty() && static_cast<int>(o.pruned_rows.size()) != o.num_sparse)
+    return invalid_argument("CtrModel: pruned_rows must be empty or have one entry per sparse feature");
   std::unique_ptr<CtrModel> m(new CtrModel());
   m->options_ = o;
   m->memory_ = memory;
@@ -275,6 +278,7 @@ Status check_batch_shape(const data::Batch& batch, const CtrModelOptions& o) {
 Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
                                        bool inject_nonfinite) {
   LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
+  if (!options_.pruned_rows.empty()) return failed_precondition("CtrModel: a pruned serving model cannot be trained");
   Buffers& b = *buf_;
   const int64_t B = batch.batch_size;
   const int64_t F = options_.num_sparse, D = options_.embedding_dim;
@@ -368,8 +372,22 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   return st;
 }
 
-Status CtrModel::predict(const data::Batch& batch, std::span<float> probs, int micro_batches) {
-  LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
+Status CtrModel::predict(const data::Batch& in, std::span<float> probs, int micro_batches) {
+  LEANEMB_RETURN_IF_ERROR(check_batch_shape(in, options_));
+  const data::Batch* bp = &in;
+  if (!options_.pruned_rows.empty()) {  // ids of the trained tables -> kept rows, pruned ids dropped
+    data::Batch& pb = buf_->pruned;
+    pb.batch_size = in.batch_size;
+    pb.num_dense = in.num_dense;
+    pb.epoch = in.epoch;
+    pb.labels = in.labels;
+    pb.dense = in.dense;
+    pb.sparse.resize(in.sparse.size());
+    for (size_t f = 0; f < in.sparse.size(); ++f)
+      options_.pruned_rows[f].remap(in.sparse[f].ids, in.sparse[f].offsets, &pb.sparse[f].ids, &pb.sparse[f].offsets);
+    bp = &pb;
+  }
+  const data::Batch& batch = *bp;
   if (probs.size() != static_cast<size_t>(batch.batch_size))
     return invalid_argument("predict: probs has " + std::to_string(probs.size()) + " entries, batch " + std::to_string(batch.batch_size));
   const Slice sl = slice_of(batch.batch_size, micro_batches);

@@ -47,6 +47,7 @@
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
 #include "nn/mlp.h"
+#include "table/pruned_rows.h"
 
 namespace leanemb::model {
 
@@ -76,6 +77,10 @@ struct CtrModelOptions {
   // Serving (src/serve): every table lookup-only (TableOptions::frozen), so that int8 rows
   // (DType::kInt8Rowwise) may be used; train_step leaves the rows unchanged.
   bool frozen_tables = false;
+  // [num_sparse] or empty: a pruned serving export's kept rows per feature (table/pruned_rows.h;
+  // table_rows[f] is then the kept count, at least 1). predict() maps each id (a row of the
+  // trained table) to its kept row and drops pruned ids; train_step refuses a pruned model.
+  std::vector<PrunedRows> pruned_rows;
 
   // Multi-process training (docs/dist.md). With a communicator the tables are sharded over its
   // ranks (create_tables with DistributionOptions: every table option applies); train_step()

@@ -9,7 +9,10 @@
 
 #include "core/json.h"
 
+#include "data/reader.h"
 #include "dist/sharded_checkpoint.h"
+#include "table/pruned_rows.h"
+#include "train/ctr_serving.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::serve {
@@ -129,18 +132,59 @@ Status make_dirs(const std::string& dir) {
 }
 
 // Copies every row of `from` into `to` (same tables and shapes; `to` rounds them to its dtype).
-Status copy_rows(const EmbeddingTables& from, EmbeddingTables& to) {
-  std::vector<float> buf;
+// With `kept` (one PrunedRows per table), table t of `to` gets only the rows kept[t] lists, in
+// order.
+Status copy_rows(const EmbeddingTables& from, EmbeddingTables& to, const std::vector<PrunedRows>& kept) {
+  std::vector<float> buf, out;
   for (int t = 0; t < from.num_tables(); ++t) {
     const int64_t rows = from.options().tables[static_cast<size_t>(t)].num_rows, dim = from.layout(t).dim;
+    const std::vector<int64_t>* k = kept.empty() ? nullptr : &kept[static_cast<size_t>(t)].kept();
+    size_t next = 0;  // the next kept row to write (pruned tables)
     for (int64_t r = 0; r < rows; r += kChunkRows) {
       const int64_t n = std::min(kChunkRows, rows - r);
+      if (k != nullptr && (next == k->size() || (*k)[next] >= r + n)) continue;  // nothing kept here
       buf.resize(static_cast<size_t>(n * dim));
       LEANEMB_RETURN_IF_ERROR(from.read_rows(t, r, n, buf));
-      LEANEMB_RETURN_IF_ERROR(to.write_rows(t, r, n, buf));
+      if (k == nullptr) {
+        LEANEMB_RETURN_IF_ERROR(to.write_rows(t, r, n, buf));
+        continue;
+      }
+      const size_t first = next;
+      out.clear();
+      for (; next < k->size() && (*k)[next] < r + n; ++next) {
+        const float* src = buf.data() + static_cast<size_t>(((*k)[next] - r) * dim);
+        out.insert(out.end(), src, src + dim);
+      }
+      LEANEMB_RETURN_IF_ERROR(to.write_rows(t, static_cast<int64_t>(first), static_cast<int64_t>(next - first), out));
     }
   }
   return Status();
+}
+
+// Occurrences of every row of every table in one pass over the run's training files, read as
+// evaluation reads them (file order, the trainer's schema and id rules).
+Result<std::vector<std::vector<int64_t>>> count_ctr_rows(const train::TrainConfig& c) {
+  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, train::ctr_reader_options(c, c.train_files, false));
+  std::vector<std::vector<int64_t>> counts(ro.schema.sparse.size());
+  for (size_t f = 0; f < counts.size(); ++f) counts[f].assign(static_cast<size_t>(ro.schema.sparse[f].num_rows), 0);
+  LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(std::move(ro)));
+  data::Batch b;
+  for (;;) {
+    LEANEMB_ASSIGN_OR_RETURN(bool more, reader->next(&b));
+    if (!more) break;
+    for (size_t f = 0; f < counts.size(); ++f)
+      for (int64_t id : b.sparse[f].ids) ++counts[f][static_cast<size_t>(id)];
+  }
+  return counts;
+}
+
+// Occurrences of every input row (words, then n-gram buckets) in the training files as the
+// trainer encodes them (text::read_dataset with the rebuilt vocabulary).
+Result<std::vector<int64_t>> count_text_rows(const LoadedText& m) {
+  LEANEMB_ASSIGN_OR_RETURN(text::TextDataset ds, text::read_dataset(m.config.train_files, m.dict, m.config.data));
+  std::vector<int64_t> counts(static_cast<size_t>(m.model->options().input_rows), 0);
+  for (int64_t id : ds.ids) ++counts[static_cast<size_t>(id)];
+  return counts;
 }
 
 size_t table_bytes(const EmbeddingTables& t) {
@@ -159,52 +203,95 @@ Status refuse_dynamic(const EmbeddingTables& t) {
 
 }  // namespace
 
-Result<std::string> export_serving(const SavedRun& run, const std::string& out_dir, std::span<const std::string> sets) {
+Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& o) {
   if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
+  if (o.prune_min_count < 0) return invalid_argument("prune_min_count must be >= 0, got " + std::to_string(o.prune_min_count));
+  const bool prune = o.prune_min_count > 0;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
   for (const char* name : {"train/state", "train/config"}) {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(name));
     blobs.emplace_back(name, std::move(b));
   }
-  const std::string fmt = dump_json(nlohmann::json{{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}});
-  blobs.emplace_back("serve/format", std::vector<uint8_t>(fmt.begin(), fmt.end()));
+  json fmt = {{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}};
   auto add_dense = [&](const std::vector<nn::NamedTensor>& params) {
     for (const auto& t : params) {
       const auto* p = reinterpret_cast<const uint8_t*>(t.values.data());
       blobs.emplace_back("dense/param/" + t.name, std::vector<uint8_t>(p, p + t.values.size() * sizeof(float)));
     }
   };
+  // Pruning: the kept rows of each table from its counts; their lists as blobs and in fmt.
+  std::string pruned_said;
+  auto keep = [&](const std::vector<std::vector<int64_t>>& counts, const EmbeddingTables& from) {
+    std::vector<PrunedRows> out;
+    json tables = json::array();
+    size_t index_bytes = 0;
+    int64_t rows_all = 0, kept_all = 0;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      std::vector<int64_t> kept;
+      for (size_t r = 0; r < counts[t].size(); ++r)
+        if (counts[t][r] >= o.prune_min_count) kept.push_back(static_cast<int64_t>(r));
+      const std::string& name = from.options().tables[t].name;
+      const auto* p = reinterpret_cast<const uint8_t*>(kept.data());
+      blobs.emplace_back("serve/kept/" + name, std::vector<uint8_t>(p, p + kept.size() * sizeof(int64_t)));
+      tables.push_back({{"table", name}, {"rows", static_cast<int64_t>(counts[t].size())}, {"kept", static_cast<int64_t>(kept.size())}});
+      rows_all += static_cast<int64_t>(counts[t].size());
+      kept_all += static_cast<int64_t>(kept.size());
+      out.emplace_back(std::move(kept));
+      index_bytes += out.back().bytes();
+    }
+    fmt["prune_min_count"] = o.prune_min_count;
+    fmt["pruned_tables"] = tables;
+    fmt["kept_index_bytes"] = index_bytes;
+    pruned_said = "; pruned rows seen < " + std::to_string(o.prune_min_count) + " times in the training files: " +
+                  std::to_string(rows_all) + " -> " + std::to_string(kept_all) + " rows, kept-row index " + format_bytes(index_bytes);
+    return out;
+  };
   size_t before = 0, after = 0;
   auto save = [&](EmbeddingTables& tables) -> Result<std::string> {
+    const std::string f = dump_json(fmt);
+    blobs.emplace_back("serve/format", std::vector<uint8_t>(f.begin(), f.end()));
     std::vector<dist::ShardedBlob> sb;
     for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
     dist::TablesSaveOptions so;
     so.keep_last = 1;
-    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out_dir, run.step, tables, sb, so));
+    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(o.out_dir, run.step, tables, sb, so));
     return info.path;
   };
   std::string path;
   if (run.task == "ctr") {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, sets));
+    LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets));
     LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->embeddings()));
     model::CtrModelOptions mo = m->model->options();
     make_serving(&mo.row_dtype, &mo.row_optimizer);
     mo.frozen_tables = true;
     mo.row_cache = TableCacheOptions{};  // resident: the serving copy is small
+    if (prune) {
+      LEANEMB_ASSIGN_OR_RETURN(auto counts, count_ctr_rows(m->config));
+      mo.pruned_rows = keep(counts, m->model->embeddings());
+      for (size_t f = 0; f < mo.pruned_rows.size(); ++f) mo.table_rows[f] = std::max<int64_t>(1, mo.pruned_rows[f].num_kept());
+    }
     LEANEMB_ASSIGN_OR_RETURN(auto serving, model::CtrModel::create(mo, m->memory.get()));
-    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->embeddings(), serving->embeddings()));
+    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->embeddings(), serving->embeddings(), mo.pruned_rows));
     add_dense(m->model->dense_parameters());
     before = table_bytes(m->model->embeddings());
     after = table_bytes(serving->embeddings());
     LEANEMB_ASSIGN_OR_RETURN(path, save(serving->embeddings()));
   } else {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, sets));
+    LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets));
     LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->tables()));
     text::TextModelOptions mo = m->model->options();
     make_serving(&mo.dtype, &mo.row_optimizer);
     mo.frozen = true;
+    std::vector<PrunedRows> pr;
+    if (prune) {
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> counts, count_text_rows(*m));
+      pr = keep({counts}, m->model->tables());
+      mo.pruned = true;
+      mo.pruned_rows = pr[0];
+      mo.input_rows = std::max<int64_t>(1, pr[0].num_kept());
+    }
     LEANEMB_ASSIGN_OR_RETURN(auto serving, text::TextModel::create(mo, m->memory.get()));
-    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->tables(), serving->tables()));
+    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->tables(), serving->tables(), pr));
     add_dense(m->model->dense_parameters());
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pos, run.reader->read_blob("train/reader"));  // the model's shape
     blobs.emplace_back("train/reader", std::move(pos));
@@ -213,7 +300,8 @@ Result<std::string> export_serving(const SavedRun& run, const std::string& out_d
     LEANEMB_ASSIGN_OR_RETURN(path, save(serving->tables()));
   }
   return "serving export of " + run.checkpoint + " (step " + std::to_string(run.step) + "): int8 rows, no optimizer state; tables " +
-         format_bytes(before) + " -> " + format_bytes(after) + "; written to " + path + " (leanemb predict --run " + out_dir + ")\n";
+         format_bytes(before) + " -> " + format_bytes(after) + pruned_said + "; written to " + path + " (leanemb predict --run " +
+         o.out_dir + ")\n";
 }
 
 Status write_npy_header(std::FILE* f, std::span<const int64_t> shape) {

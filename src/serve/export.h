@@ -22,6 +22,15 @@
 // trained row, so predictions differ from the trained model's by that rounding only. Dynamic
 // tables are refused (their rows cannot be frozen).
 //
+// Pruning (prune_min_count N >= 1, docs/serve.md "Pruning"): a counting pass reads the run's
+// training files once, in file order, with the trainer's reader and id rules (CTR: the config's
+// schema, categorical hashing and hash % table_rows; text: the vocabulary rebuilt from the files
+// and text::read_dataset's ids, words and n-gram buckets), and counts every row's occurrences.
+// Rows counted fewer than N times are dropped: each table keeps only its other rows, in
+// ascending order, and its blob "serve/kept/<table>" (int64 little-endian, ascending) lists
+// their trained row numbers; "serve/format" records prune_min_count and per table the trained
+// and kept rows. Lookups map ids through table/pruned_rows.h (pruned ids are dropped).
+//
 // Thread safety: one call at a time per output directory.
 #pragma once
 
@@ -44,8 +53,16 @@ struct ExportOptions {
 // Returns a few lines saying what was written. Errors: open/load errors, IoError.
 Result<std::string> export_model(const SavedRun& run, const ExportOptions& options);
 
-// Returns a line saying what was written (bytes of the tables before and after).
-Result<std::string> export_serving(const SavedRun& run, const std::string& out_dir, std::span<const std::string> sets);
+struct ServingExportOptions {
+  std::string out_dir;
+  std::vector<std::string> sets;  // applied to the saved config
+  int64_t prune_min_count = 0;    // >= 1: drop rows counted fewer times in the training files; 0: keep all
+};
+
+// Returns lines saying what was written (bytes of the tables before and after, rows kept).
+// Errors: as load_ctr / load_text, the reader's, InvalidArgument (dynamic tables, a serving
+// export as input, prune_min_count < 0).
+Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& options);
 
 // One .npy file (format 1.0, '<f4', C order) of `shape` whose data the callback writes in order.
 // Exposed for tests.

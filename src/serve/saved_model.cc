@@ -1,6 +1,7 @@
 // Reading a trained model back from its checkpoint (see saved_model.h).
 #include "serve/saved_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -30,6 +31,35 @@ Status load_tables(const SavedRun& run, EmbeddingTables& tables) {
   lo.collection_step = run.collection_step;
   auto loaded = dist::load_tables_checkpoint(run.checkpoint, tables, lo);
   return with_context(loaded.status(), "loading the tables of " + run.checkpoint);
+}
+
+// A pruned serving export's kept rows (blob "serve/kept/<table>" per table, serve/export.h), in
+// the order of serve/format's "pruned_tables"; empty when the export is not pruned. Each list
+// is checked: ascending and below the table's trained rows (trained_rows[t]).
+Result<std::vector<PrunedRows>> read_pruned(const SavedRun& run, const std::vector<std::string>& names,
+                                            const std::vector<int64_t>& trained_rows) {
+  std::vector<PrunedRows> out;
+  if (!run.serving) return out;
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> fb, run.reader->read_blob("serve/format"));
+  const json fmt = parse_json_or_discarded(fb.data(), fb.size());
+  if (fmt.is_discarded() || !fmt.is_object()) return data_loss(run.checkpoint + ": serve/format is not a JSON object");
+  if (!fmt.contains("pruned_tables")) return out;
+  const json& pt = fmt["pruned_tables"];
+  if (!pt.is_array() || pt.size() != names.size())
+    return data_loss(run.checkpoint + ": serve/format's pruned_tables does not list the model's " + std::to_string(names.size()) +
+                     " tables");
+  for (size_t t = 0; t < names.size(); ++t) {
+    const std::string blob = "serve/kept/" + names[t];
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(blob));
+    if (b.size() % sizeof(int64_t)) return data_loss(run.checkpoint + ": blob " + blob + " is not an int64 array");
+    std::vector<int64_t> kept(b.size() / sizeof(int64_t));
+    std::memcpy(kept.data(), b.data(), b.size());
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (kept[i] < 0 || kept[i] >= trained_rows[t] || (i > 0 && kept[i] <= kept[i - 1]))
+        return data_loss(run.checkpoint + ": blob " + blob + " is not an ascending list of rows below " + std::to_string(trained_rows[t]));
+    out.emplace_back(std::move(kept));
+  }
+  return out;
 }
 
 }  // namespace
@@ -111,6 +141,10 @@ Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const
   if (run.serving) {
     make_serving(&mo.row_dtype, &mo.row_optimizer);
     mo.frozen_tables = true;
+    std::vector<std::string> names;
+    for (int f = 0; f < mo.num_sparse; ++f) names.push_back(std::string("C").append(std::to_string(f + 1)));  // CtrModel's names
+    LEANEMB_ASSIGN_OR_RETURN(mo.pruned_rows, read_pruned(run, names, mo.table_rows));
+    for (size_t f = 0; f < mo.pruned_rows.size(); ++f) mo.table_rows[f] = std::max<int64_t>(1, mo.pruned_rows[f].num_kept());
   }
   LEANEMB_ASSIGN_OR_RETURN(out->model, model::CtrModel::create(mo, out->memory.get()));
   LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->embeddings()));
@@ -145,6 +179,12 @@ Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<con
   if (run.serving) {
     make_serving(&mo.dtype, &mo.row_optimizer);
     mo.frozen = true;
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<PrunedRows> pr, read_pruned(run, {"input"}, {mo.input_rows}));  // TextModel's table
+    if (!pr.empty()) {
+      mo.pruned = true;
+      mo.pruned_rows = std::move(pr[0]);
+      mo.input_rows = std::max<int64_t>(1, mo.pruned_rows.num_kept());
+    }
   }
   LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(c.memory));
   LEANEMB_ASSIGN_OR_RETURN(out->model, text::TextModel::create(mo, out->memory.get()));

@@ -129,6 +129,7 @@ SparseBatch TextModel::slice(std::span<const int64_t> ids, std::span<const int64
 Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   const int64_t B = batch.size();
   if (B < 1) return invalid_argument("text model: empty batch");
+  if (options_.pruned) return failed_precondition("text model: a pruned serving model cannot be trained");
   if (!std::isfinite(lr_scale) || lr_scale < 0.0) return invalid_argument("text model: lr_scale must be finite and >= 0");
   if (batch.targets.offsets.size() != batch.offsets.size()) return invalid_argument("text model: targets for another number of examples");
   dist::Communicator* comm = tables_->communicator();
@@ -192,7 +193,13 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   return loss;
 }
 
-Status TextModel::predict(std::span<const int64_t> ids, std::span<const int64_t> offsets, std::span<float> logits) {
+Status TextModel::predict(std::span<const int64_t> in_ids, std::span<const int64_t> in_offsets, std::span<float> logits) {
+  std::span<const int64_t> ids = in_ids, offsets = in_offsets;
+  if (options_.pruned) {  // ids of the trained table -> kept rows, pruned ids dropped
+    options_.pruned_rows.remap(in_ids, in_offsets, &pruned_ids_, &pruned_offsets_);
+    ids = pruned_ids_;
+    offsets = pruned_offsets_;
+  }
   const int64_t B = static_cast<int64_t>(offsets.size()) - 1;
   if (B < 1) return invalid_argument("text model: empty batch");
   const size_t D = static_cast<size_t>(options_.dim), C = static_cast<size_t>(options_.num_labels);

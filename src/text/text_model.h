@@ -27,6 +27,7 @@
 
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
+#include "table/pruned_rows.h"
 #include "leanemb/tables.h"
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
@@ -63,6 +64,11 @@ struct TextModelOptions {
   uint64_t seed = 1;
   int num_threads = 0;          // 0 = OpenMP's default
   bool frozen = false;          // serving (src/serve): the table lookup-only, int8 rows allowed
+  // A pruned serving export (table/pruned_rows.h): input_rows is then the kept count, and
+  // predict() maps each id (a row of the trained table) to its kept row, dropping pruned ids.
+  // Training a pruned model is refused.
+  bool pruned = false;
+  PrunedRows pruned_rows;
   // Gradient groups of the dense head (nn/grad_groups.h): a multiple of the world size; the
   // same value trains bit-identically at every process count that divides it.
   int grad_groups = 1;
@@ -130,6 +136,7 @@ class TextModel {
   // Per-step buffers (kActivations: pooled, logits; kWorkspace: their gradients), grown on demand.
   Allocation pooled_, logits_, dlogits_, dpooled_;
   std::vector<int64_t> slice_offsets_, group_label_offsets_;
+  std::vector<int64_t> pruned_ids_, pruned_offsets_;  // predict() on a pruned model
   Result<float*> buffer(Allocation* a, size_t floats, Category c);
 };
 
