@@ -16,6 +16,7 @@
 #include "text/text_plan.h"
 #include "tiered/row_store.h"
 #include "tools/commands.h"
+#include "train/table_rows.h"
 #include "train/config.h"
 #include "train/toml_section.h"
 
@@ -110,6 +111,19 @@ int run_plan(const PlanArgs& a) {
       auto c = train::load_config(a.config, a.sets);
       if (!c.ok()) return report_error(c.status());
       cfg = std::move(c).value();
+      if (cfg.table_rows_auto) {  // counted from the training files, as `leanemb train` does (train/table_rows.h)
+        for (const std::string& f : cfg.train_files) {
+          std::error_code ec;
+          if (!std::filesystem::exists(f, ec))
+            return report_error(invalid_argument(
+                a.config + ": model.table_rows = \"auto\" is derived from the training data, and '" + f + "' does not exist" +
+                (cfg.generate ? " (data.generate: `leanemb train` generates it first)" : "") +
+                "; plan needs the data, or the sizes: --set 'model.table_rows=[...]'"));
+        }
+        std::string said;
+        if (Status st = train::resolve_table_rows(&cfg, "", false, false, &said); !st.ok()) return report_error(st);
+        std::fprintf(stderr, "leanemb: %s\n", said.c_str());
+      }
       auto wl = plan::workload_from_config(cfg);
       if (!wl.ok()) return report_error(wl.status());
       w = std::move(wl).value();

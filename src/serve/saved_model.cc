@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -60,6 +61,40 @@ Result<std::vector<PrunedRows>> read_pruned(const SavedRun& run, const std::vect
     out.emplace_back(std::move(kept));
   }
   return out;
+}
+
+// model.table_rows = "auto" (train/table_rows.h): the sizes training chose, from the checkpoint
+// itself: a pruned serving export's "pruned_tables" (trained rows), else each table's rows as
+// stored (emb/C<f>), else the run directory's table_rows.json.
+Status auto_table_rows(const SavedRun& run, train::TrainConfig* c) {
+  if (!c->table_rows_auto) return Status();
+  std::vector<int64_t> rows;
+  if (run.serving) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> fb, run.reader->read_blob("serve/format"));
+    const json fmt = parse_json_or_discarded(fb.data(), fb.size());
+    if (!fmt.is_discarded() && fmt.contains("pruned_tables") && fmt["pruned_tables"].is_array())
+      for (const auto& t : fmt["pruned_tables"]) rows.push_back(t.value("rows", int64_t{0}));
+  }
+  if (rows.empty()) {
+    for (int f = 0; f < c->num_sparse; ++f) {
+      const ckpt::EntryInfo* e = run.reader->find(std::string("emb/C").append(std::to_string(f + 1)));
+      if (e == nullptr) break;
+      rows.push_back(e->total_rows);
+    }
+  }
+  if (static_cast<int>(rows.size()) != c->num_sparse) {
+    rows.clear();
+    const std::filesystem::path run_dir = std::filesystem::path(run.checkpoint).parent_path().parent_path();
+    std::ifstream f(run_dir / "table_rows.json");
+    const json j = parse_json_or_discarded(f);
+    if (!j.is_discarded() && j.is_object() && j.contains("table_rows") && j["table_rows"].is_array())
+      for (const auto& v : j["table_rows"]) rows.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
+  }
+  if (static_cast<int>(rows.size()) != c->num_sparse || std::any_of(rows.begin(), rows.end(), [](int64_t r) { return r < 1; }))
+    return data_loss(run.checkpoint + ": trained with model.table_rows = \"auto\", and neither its tables nor the run "
+                     "directory's table_rows.json give " + std::to_string(c->num_sparse) + " table sizes");
+  c->table_rows = rows;
+  return Status();
 }
 
 }  // namespace
@@ -134,6 +169,7 @@ Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const
   if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
   auto out = std::make_unique<LoadedCtr>();
   LEANEMB_ASSIGN_OR_RETURN(out->config, train::parse_config(run.config_toml, run.origin, sets));
+  LEANEMB_RETURN_IF_ERROR(auto_table_rows(run, &out->config));
   // Serving creates no data and keeps the model's file stores apart from the trainer's.
   out->config.generate = false;
   LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(out->config.memory));

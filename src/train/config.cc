@@ -171,7 +171,16 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   // [model]
   Section m(table("model"), "model", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c.embedding_dim, 1, 4096));
-  LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c.table_rows, 1, (int64_t{1} << 32) - 1));
+  if (const toml::node* tr = m.get("table_rows"); tr && tr->is_string()) {
+    if (tr->value<std::string>() != std::optional<std::string>("auto"))
+      return m.error("table_rows", "expected \"auto\" (sizes derived from the training data), an integer, or one integer per "
+                                   "sparse feature, got \"" + tr->value<std::string>().value_or("") + "\"");
+    c.table_rows_auto = true;
+    c.table_rows.clear();
+    m.note("table_rows", "\"auto\"");
+  } else {
+    LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c.table_rows, 1, (int64_t{1} << 32) - 1));
+  }
   LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c.bottom_mlp, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c.top_mlp, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction, interaction_key));
@@ -246,7 +255,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   if (c.train_files.empty() && !c.generate)
     return invalid_argument(origin + ": data.train is empty (give files, or data.dir with data.generate = true)");
   if (c.generate && c.data_dir.empty()) return invalid_argument(origin + ": data.generate needs data.dir");
-  if (c.table_rows.size() != 1 && c.table_rows.size() != static_cast<size_t>(c.num_sparse))
+  if (!c.table_rows_auto && c.table_rows.size() != 1 && c.table_rows.size() != static_cast<size_t>(c.num_sparse))
     return invalid_argument(origin + ": model.table_rows has " + std::to_string(c.table_rows.size()) +
                             " values; give one, or one per sparse feature (" + std::to_string(c.num_sparse) + ")");
   if (c.interaction == nn::InteractionKind::kDot && c.bottom_mlp.back() != c.embedding_dim)
@@ -263,6 +272,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   if (!layout.ok()) return invalid_argument(origin + ": [embedding]: " + layout.status().message());
   for (const DynamicTableConfig& d : c.dynamic_tables) {
     const size_t f = static_cast<size_t>(std::stoi(d.table.substr(1)) - 1);
+    if (c.table_rows_auto && d.capacity_rows == 0)
+      return invalid_argument(origin + ": embedding.dynamic." + d.table + " needs capacity_rows with model.table_rows = \"auto\" "
+                              "(a dynamic table's capacity is not derived from the data)");
     const int64_t rows = d.capacity_rows > 0 ? d.capacity_rows : c.table_rows[c.table_rows.size() == 1 ? 0 : f];
     if (rows % d.options.partitions != 0)
       return invalid_argument(origin + ": embedding.dynamic." + d.table + ": the capacity (" + std::to_string(rows) +

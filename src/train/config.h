@@ -55,6 +55,10 @@ struct TrainConfig {
   // [model]
   int64_t embedding_dim = 16;
   std::vector<int64_t> table_rows = {100000};  // one value for every feature, or num_sparse
+  // model.table_rows = "auto": table_rows is derived from the training files before training
+  // (derive_table_rows, train/table_rows.h; docs/train.md "Deriving table_rows"); table_rows is
+  // empty until then.
+  bool table_rows_auto = false;
   std::vector<int64_t> bottom_mlp = {64, 16};  // hidden widths..., last = embedding_dim (dot)
   std::vector<int64_t> top_mlp = {64, 32};     // hidden widths; a final 1-wide layer is added
   nn::InteractionKind interaction = nn::InteractionKind::kDot;

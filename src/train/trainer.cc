@@ -17,6 +17,7 @@
 #include "plan/memory_model.h"
 #include "plan/workload.h"
 #include "train/ctr_serving.h"
+#include "train/table_rows.h"
 #include "train/input_check.h"
 #include "tiered/row_store.h"
 #include "train/task.h"
@@ -270,6 +271,8 @@ class CtrTask final : public TrainTask {
   }
   void add_summary(json* sum) const override {
     (*sum)["teacher_auc"] = std::isfinite(teacher_auc_) ? json(teacher_auc_) : json(nullptr);
+    (*sum)["sparse_table_rows"] = ctr_model_options(c_).table_rows;  // per feature (derived with table_rows = "auto")
+    (*sum)["table_rows_derived"] = c_.table_rows_auto;
     (*sum)["data"] = {{"records", reader_->stats().records}, {"malformed", reader_->stats().malformed},
                       {"truncated_values", reader_->stats().truncated_values}};
     (*sum)["config"] = {{"row_dtype", std::string(dtype_name(c_.row_dtype))},
@@ -318,10 +321,19 @@ Result<json> run_training(const RunOptions& ro) {
   ls.record = c.record;
   if (c.row_cache.enabled() && c.row_cache.store == "file") ls.store_dir = c.store_dir;
   auto teacher_auc = std::make_shared<double>(std::nan(""));
-  ls.prepare = [c, teacher_auc, quiet = ro.quiet](dist::Communicator* comm, bool lead) {
-    return prepare_data(c, comm, lead, quiet, teacher_auc.get());
+  // model.table_rows = "auto": sized after the data is there (generated or checked), before the
+  // plan and the model; `shared` carries the sizes to the plan and the task (train/table_rows.h).
+  auto shared = std::make_shared<TrainConfig>(c);
+  ls.prepare = [shared, teacher_auc, quiet = ro.quiet, out = ro.out_dir, resume = ro.resume](dist::Communicator* comm,
+                                                                                              bool lead) -> Status {
+    LEANEMB_RETURN_IF_ERROR(prepare_data(*shared, comm, lead, quiet, teacher_auc.get()));
+    std::string said;
+    LEANEMB_RETURN_IF_ERROR(resolve_table_rows(shared.get(), out, resume, lead, &said));
+    if (!said.empty() && lead && !quiet) std::fprintf(stderr, "[ctr] %s\n", said.c_str());
+    return Status();
   };
-  ls.plan = [c](int world) -> Result<plan::Prediction> {
+  ls.plan = [shared](int world) -> Result<plan::Prediction> {
+    const TrainConfig& c = *shared;
     LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, plan::workload_from_config(c));
     workload.num_shards = world;  // the plan of one rank (its share of the rows; docs/dist.md)
     workload.grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
@@ -334,8 +346,8 @@ Result<json> run_training(const RunOptions& ro) {
   };
   const int world = ro.comm ? ro.comm->size() : 1;
   const int grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
-  ls.make_task = [c, grad_groups, teacher_auc](const TaskContext& tc) {
-    return CtrTask::create(c, grad_groups, *teacher_auc, tc);
+  ls.make_task = [shared, grad_groups, teacher_auc](const TaskContext& tc) {
+    return CtrTask::create(*shared, grad_groups, *teacher_auc, tc);
   };
   return run_loop(ro, std::move(ls));
 }
