@@ -12,6 +12,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -525,6 +527,58 @@ TEST(own_data, StringCategoricalValuesAreHashedByTheReader) {
   // An empty item in a list is still malformed.
   std::ofstream(d + "/bad.tsv") << "1\t3\tdog\tuser_1,,x\n";
   expect_clean_failure("predict --run '" + d + "/run' --data '" + d + "/bad.tsv'", "is empty");
+}
+
+// model.table_rows = "auto": one counting pass over data.train gives each feature's table as many
+// rows as it has distinct values (strings hashed by the reader, list items counted one by one);
+// the sizes are printed, in the summary and in <out>/table_rows.json, and a resumed run reads
+// them back even when the training file has grown since. Other strings are refused.
+TEST(own_data, TableRowsAutoCountsDistinctValuesAndResumeKeepsThem) {
+  const std::string d = scratch("auto_rows");
+  uint64_t s = 5;
+  auto rnd = [&](int n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
+  };
+  const char* colors[5] = {"red", "green", "blue", "dark red", "\xc3\xa9" "cru"};
+  std::set<std::string> users;
+  {
+    std::ofstream f(d + "/train.tsv");
+    for (int i = 0; i < 1000; ++i) {
+      const int c = rnd(5);
+      char u[16], v[16];  // (not "u" + std::to_string: GCC 12 -O3 warns falsely on it, -Wrestrict)
+      std::snprintf(u, sizeof u, "u%d", rnd(45));
+      std::snprintf(v, sizeof v, "u%d", rnd(45));
+      users.insert(u);
+      users.insert(v);
+      f << (c < 2) << '\t' << rnd(10) << '\t' << colors[c] << '\t' << u << ',' << v << '\n';
+    }
+  }
+  const std::string cfg = "--set data.generate=false --set 'data.train=\"" + d + "/train.tsv\"' --set 'data.eval=\"" + d +
+                          "/train.tsv\"' --set data.num_dense=1 --set data.num_sparse=2 --set 'data.categorical=\"string\"' "
+                          "--set model.embedding_dim=8 --set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' "
+                          "--set train.batch_size=50 --set train.threads=2 --set train.checkpoint_every=5 ";
+  expect_clean_failure("train --quiet " + cfg + "--set 'model.table_rows=\"many\"' --out '" + d + "/bad'", "expected \"auto\"");
+  const RunResult t = run_cli("train " + cfg + "--set 'model.table_rows=\"auto\"' --steps 10 --out '" + d + "/run' --json-summary '" +
+                              d + "/s.json'");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::vector<int64_t> want = {5, static_cast<int64_t>(users.size())};
+  const json sum = read_json(d + "/s.json");
+  EXPECT_TRUE(sum["table_rows_derived"].get<bool>());
+  EXPECT_EQ(sum["sparse_table_rows"].get<std::vector<int64_t>>(), want);
+  const std::string said = "model.table_rows = \"auto\": [5, " + std::to_string(users.size()) + "]";
+  EXPECT_NE(t.err.find(said), std::string::npos) << t.err;
+  ASSERT_TRUE(fs::exists(d + "/run/table_rows.json"));
+  // New values in the file do not resize the tables of a resumed run.
+  std::ofstream(d + "/train.tsv", std::ios::app) << "1\t3\tpurple\tnew_user,u1\n";
+  const RunResult r = run_cli("train " + cfg + "--set 'model.table_rows=\"auto\"' --steps 20 --resume --out '" + d +
+                              "/run' --json-summary '" + d + "/s2.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_json(d + "/s2.json")["sparse_table_rows"].get<std::vector<int64_t>>(), want);
+  EXPECT_NE(r.err.find("not counted again"), std::string::npos) << r.err;
+  // test reads the sizes from the checkpoint.
+  const RunResult e = run_cli("test --run '" + d + "/run' --data '" + d + "/train.tsv'");
+  EXPECT_EQ(e.exit_code, 0) << e.err;
 }
 
 // ---- rough edges of training on one's own data (issue 20) ----------------------------------------
