@@ -38,15 +38,13 @@ Trained by examples/ctr_debian.toml.
 """
 import glob
 import hashlib
-import json
 import os
-import random
 import re
 import statistics
 import sys
 
 from debian_text_dataset import LISTS, read_index, stanzas
-from text_dataset import is_test
+from text_dataset import is_test, write_dataset
 
 SEED = 20261203
 SPARSE = ["section", "priority", "maintainer", "architecture", "source", "depends", "recommends", "suggests", "tags",
@@ -147,12 +145,6 @@ def main():
             cols.append(",".join(sparse[f]))
             distinct[k].update(sparse[f])
         (test if is_test(name) else train).append("\t".join(cols) + "\n")
-    random.Random(SEED).shuffle(train)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "train.tsv"), "w") as f:
-        f.writelines(train)
-    with open(os.path.join(out_dir, "eval.tsv"), "w") as f:
-        f.writelines(test)
     positives = sum(1 for _, size, _, _ in rows if size >= median)
     meta = {
         "source": "Debian package index (" + LISTS + ")",
@@ -163,8 +155,7 @@ def main():
         "distinct_values": {f: len(d) for f, d in zip(SPARSE, distinct)},
         "split": f"eval when md5(package name) % 10 == 0; train shuffled with seed {SEED}",
     }
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
+    write_dataset(out_dir, train, test, meta, SEED, names=("train.tsv", "eval.tsv"))
     print(f"debian_ctr_dataset: {len(train)} train, {len(test)} eval records, label rate {meta['label_rate']:.3f} "
           f"(Installed-Size >= {median} KiB) in {out_dir}")
     return 0

@@ -27,13 +27,14 @@ def is_test(key):
     return int(hashlib.md5(key.encode()).hexdigest()[:8], 16) % 10 == 0
 
 
-def write_dataset(out_dir, train, test, meta, seed):
-    """Shuffles the train lines with `seed`, writes train.txt, test.txt and meta.json."""
+def write_dataset(out_dir, train, test, meta, seed, names=("train.txt", "test.txt")):
+    """Shuffles the train lines with `seed`, writes them and the test lines to `names` in
+    out_dir, then meta.json."""
     random.Random(seed).shuffle(train)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "train.txt"), "w") as f:
+    with open(os.path.join(out_dir, names[0]), "w") as f:
         f.writelines(train)
-    with open(os.path.join(out_dir, "test.txt"), "w") as f:
+    with open(os.path.join(out_dir, names[1]), "w") as f:
         f.writelines(test)
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
