@@ -39,6 +39,15 @@ std::string scratch(const std::string& name) {
   return d;
 }
 
+// A seeded linear congruential stream of small ints for the tests' data files: rnd(n) in [0, n).
+struct Lcg {
+  uint64_t s;
+  int operator()(int n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
+  }
+};
+
 json read_json(const std::string& path) {
   std::ifstream f(path);
   return parse_json_or_discarded(f);
@@ -85,11 +94,7 @@ const TextRun& text_run() {
     r.test = d + "/test.txt";
     r.out = d + "/run";
     r.summary = d + "/summary.json";
-    uint64_t s = 3;
-    auto rnd = [&](int n) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
-    };
+    Lcg rnd{3};
     for (const auto& [path, n] : {std::pair{r.train, 800}, std::pair{r.test, 200}}) {
       std::ofstream f(path);
       for (int i = 0; i < n; ++i) {
@@ -496,11 +501,7 @@ TEST(serve_bad_input, PruneMinCountNeedsServingAndAPositiveCount) {
 // "string"), hashed by the reader; the default ("hex") names the setting in its error.
 TEST(own_data, StringCategoricalValuesAreHashedByTheReader) {
   const std::string d = scratch("strings");
-  uint64_t s = 11;
-  auto rnd = [&](int n) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
-  };
+  Lcg rnd{11};
   const char* animals[4] = {"dog", "cat", "bird fly", "\xc3\xbcnicode"};
   for (const auto& [name, n] : {std::pair{"train.tsv", 2000}, std::pair{"eval.tsv", 500}}) {
     std::ofstream f(d + "/" + name);
@@ -535,11 +536,7 @@ TEST(own_data, StringCategoricalValuesAreHashedByTheReader) {
 // them back even when the training file has grown since. Other strings are refused.
 TEST(own_data, TableRowsAutoCountsDistinctValuesAndResumeKeepsThem) {
   const std::string d = scratch("auto_rows");
-  uint64_t s = 5;
-  auto rnd = [&](int n) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((s >> 33) % static_cast<uint64_t>(n));
-  };
+  Lcg rnd{5};
   const char* colors[5] = {"red", "green", "blue", "dark red", "\xc3\xa9" "cru"};
   std::set<std::string> users;
   {

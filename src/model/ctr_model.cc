@@ -97,7 +97,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   CollectionOptions co;
   for (int f = 0; f < o.num_sparse; ++f) {
     TableOptions t;
-    t.name = "C" + std::to_string(f + 1);
+    t.name = ctr_table_name(f);
     t.num_rows = o.table_rows[static_cast<size_t>(f)];
     t.dim = o.embedding_dim;
     t.dtype = o.row_dtype;

@@ -51,6 +51,10 @@
 
 namespace leanemb::model {
 
+// The name of sparse feature f's table (0-based f): "C1", "C2", ... (checkpoint entries emb/<name>,
+// serving blobs serve/kept/<name>).
+inline std::string ctr_table_name(int f) { return std::string("C").append(std::to_string(f + 1)); }
+
 struct CtrModelOptions {
   int num_dense = 13;
   int num_sparse = 26;

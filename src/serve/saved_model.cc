@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <vector>
 
@@ -12,7 +11,9 @@
 
 #include "dist/sharded_checkpoint.h"
 #include "train/config_diff.h"
+#include "model/ctr_model.h"
 #include "train/ctr_serving.h"
+#include "train/table_rows.h"
 
 namespace leanemb::serve {
 
@@ -77,18 +78,15 @@ Status auto_table_rows(const SavedRun& run, train::TrainConfig* c) {
   }
   if (rows.empty()) {
     for (int f = 0; f < c->num_sparse; ++f) {
-      const ckpt::EntryInfo* e = run.reader->find(std::string("emb/C").append(std::to_string(f + 1)));
+      const ckpt::EntryInfo* e = run.reader->find("emb/" + model::ctr_table_name(f));
       if (e == nullptr) break;
       rows.push_back(e->total_rows);
     }
   }
   if (static_cast<int>(rows.size()) != c->num_sparse) {
-    rows.clear();
     const std::filesystem::path run_dir = std::filesystem::path(run.checkpoint).parent_path().parent_path();
-    std::ifstream f(run_dir / "table_rows.json");
-    const json j = parse_json_or_discarded(f);
-    if (!j.is_discarded() && j.is_object() && j.contains("table_rows") && j["table_rows"].is_array())
-      for (const auto& v : j["table_rows"]) rows.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
+    auto from_file = train::read_table_rows_file((run_dir / "table_rows.json").string(), c->num_sparse);
+    rows = from_file.ok() ? from_file.value() : std::vector<int64_t>{};
   }
   if (static_cast<int>(rows.size()) != c->num_sparse || std::any_of(rows.begin(), rows.end(), [](int64_t r) { return r < 1; }))
     return data_loss(run.checkpoint + ": trained with model.table_rows = \"auto\", and neither its tables nor the run "
@@ -178,7 +176,7 @@ Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const
     make_serving(&mo.row_dtype, &mo.row_optimizer);
     mo.frozen_tables = true;
     std::vector<std::string> names;
-    for (int f = 0; f < mo.num_sparse; ++f) names.push_back(std::string("C").append(std::to_string(f + 1)));  // CtrModel's names
+    for (int f = 0; f < mo.num_sparse; ++f) names.push_back(model::ctr_table_name(f));
     LEANEMB_ASSIGN_OR_RETURN(mo.pruned_rows, read_pruned(run, names, mo.table_rows));
     for (size_t f = 0; f < mo.pruned_rows.size(); ++f) mo.table_rows[f] = std::max<int64_t>(1, mo.pruned_rows[f].num_kept());
   }

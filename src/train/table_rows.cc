@@ -43,6 +43,19 @@ std::vector<int64_t> table_rows_of(const DistinctCounts& d) {
   return rows;
 }
 
+Result<std::vector<int64_t>> read_table_rows_file(const std::string& path, int num_sparse) {
+  std::ifstream f(path);
+  if (!f) return not_found("cannot open '" + path + "'");
+  const json j = parse_json_or_discarded(f);
+  std::vector<int64_t> rows;
+  if (!j.is_discarded() && j.is_object() && j.contains("table_rows") && j["table_rows"].is_array())
+    for (const auto& v : j["table_rows"]) rows.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
+  if (static_cast<int>(rows.size()) != num_sparse || std::any_of(rows.begin(), rows.end(), [](int64_t r) { return r < 1; }))
+    return data_loss(path + " does not hold " + std::to_string(num_sparse) + " table sizes >= 1 (written by a run with "
+                     "model.table_rows = \"auto\"); remove it to count again, or start fresh");
+  return rows;
+}
+
 namespace {
 
 std::string list(const std::vector<int64_t>& v) {
@@ -58,14 +71,7 @@ Status resolve_table_rows(TrainConfig* c, const std::string& run_dir, bool resum
   const std::string path = run_dir + "/table_rows.json";
   std::error_code ec;
   if (resume && std::filesystem::exists(path, ec)) {
-    std::ifstream f(path);
-    const json j = parse_json_or_discarded(f);
-    std::vector<int64_t> rows;
-    if (!j.is_discarded() && j.is_object() && j.contains("table_rows") && j["table_rows"].is_array())
-      for (const auto& v : j["table_rows"]) rows.push_back(v.is_number_integer() ? v.get<int64_t>() : 0);
-    if (static_cast<int>(rows.size()) != c->num_sparse || std::any_of(rows.begin(), rows.end(), [](int64_t r) { return r < 1; }))
-      return data_loss(path + " does not hold " + std::to_string(c->num_sparse) + " table sizes >= 1 (written by a run with "
-                       "model.table_rows = \"auto\"); remove it to count again, or start fresh");
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, read_table_rows_file(path, c->num_sparse));
     c->table_rows = rows;
     *said = "model.table_rows = \"auto\": " + list(rows) + " (read from " + path + " on resume; not counted again)";
     return Status();

@@ -43,6 +43,10 @@ Result<DistinctCounts> count_distinct_values(const TrainConfig& c);
 // The table_rows of distinct counts (the rule above).
 std::vector<int64_t> table_rows_of(const DistinctCounts& d);
 
+// The sizes in a table_rows.json written by resolve_table_rows: num_sparse values >= 1.
+// Errors: NotFound (no such file), DataLoss (not such a file).
+Result<std::vector<int64_t>> read_table_rows_file(const std::string& path, int num_sparse);
+
 // For a config with table_rows_auto: fills c->table_rows. With `resume` and a readable
 // <run_dir>/table_rows.json of the same number of features, its sizes are used ("read"); else
 // the counting pass runs and, with `write`, the file is (re)written. *said receives one line
