@@ -16,7 +16,10 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
   // count[p * kBuckets + b]: part p's keys in bucket b, then (after the prefix) where part p's
   // first key of bucket b goes. Parts are contiguous ranges in order, and a bucket's keys are
   // placed part by part, each part's in its own order: the sort stays stable.
-  std::vector<int64_t> count(static_cast<size_t>(parts) * kBuckets);
+  // One part (most calls): the counts on the stack, as before the split; no allocation per call.
+  int64_t one_part[kBuckets];
+  std::vector<int64_t> many_parts(parts > 1 ? static_cast<size_t>(parts) * kBuckets : 0);
+  int64_t* const count = parts > 1 ? many_parts.data() : one_part;
   auto part_range = [&](int p, int64_t* b, int64_t* e) {
     *b = n * p / parts;
     *e = n * (p + 1) / parts;
@@ -27,14 +30,14 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
   for (int shift = 0; shift < row_bits; shift += kDigitBits, ++passes) {
     const int s = 32 + shift;
     auto histogram = [&](int p) {
-      int64_t* c = count.data() + static_cast<size_t>(p) * kBuckets;
+      int64_t* c = count + static_cast<size_t>(p) * kBuckets;
       std::fill(c, c + kBuckets, 0);
       int64_t b, e;
       part_range(p, &b, &e);
       for (int64_t i = b; i < e; ++i) ++c[(src[i] >> s) & (kBuckets - 1)];
     };
     auto scatter = [&](int p) {
-      int64_t* c = count.data() + static_cast<size_t>(p) * kBuckets;
+      int64_t* c = count + static_cast<size_t>(p) * kBuckets;
       int64_t b, e;
       part_range(p, &b, &e);
       for (int64_t i = b; i < e; ++i) dst[c[(src[i] >> s) & (kBuckets - 1)]++] = src[i];
