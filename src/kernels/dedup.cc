@@ -59,4 +59,30 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
   if (passes % 2 == 1) std::memcpy(keys, src, static_cast<size_t>(n) * sizeof(uint64_t));
 }
 
+int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
+                                uint64_t* keys) {
+  for (int64_t i = 0; i < n; ++i) keys[i] = static_cast<uint64_t>(rows[i]) << 32 | static_cast<uint32_t>(i);
+  radix_sort_row_src(keys, keys + n, n, row_bits);
+  // Each run of equal rows is in position order (the sort is stable): its first key holds the
+  // row's first position. inv[i] = that position for now.
+  for (int64_t k = 0; k < n;) {
+    const uint64_t row = keys[k] >> 32;
+    const uint32_t first = static_cast<uint32_t>(keys[k]);
+    for (; k < n && keys[k] >> 32 == row; ++k) inv[static_cast<uint32_t>(keys[k])] = first;
+  }
+  // In position order, a first occurrence takes the next index; a repeat takes its first's,
+  // which is already an index (it lies before i).
+  int64_t u = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t f = inv[i];
+    if (f == static_cast<uint32_t>(i)) {
+      uniq[u] = rows[i];
+      inv[i] = static_cast<uint32_t>(u++);
+    } else {
+      inv[i] = inv[f];
+    }
+  }
+  return u;
+}
+
 }  // namespace leanemb::kernels

@@ -150,6 +150,12 @@ uint8_t quant8_code(float x, float inv, bool is_signed);
 // split each pass over up to num_threads contiguous parts (histograms per part, then each part
 // scatters its own keys): the same output as one thread.
 void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads = 1);
+// The distinct values of rows[0..n) in the order of their first occurrence: writes them to
+// uniq and returns their count U; inv[i] = the position of rows[i] in uniq. Rows lie in
+// [0, 2^row_bits), row_bits <= 32, and n < 2^32. keys: [2n] scratch. One radix sort of
+// (row, position) keys and two passes over the positions: no hashing.
+int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
+                                uint64_t* keys);
 
 // ---- scans (scan.cc) ---------------------------------------------------------------------------
 // The largest bit pattern of |x[i]| (x's bits & 0x7fffffff), 0 for n = 0: read as a float it is

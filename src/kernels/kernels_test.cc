@@ -17,6 +17,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/half.h"
@@ -858,6 +859,40 @@ TEST(RadixSortTest, SplitOverThreadsSortsLikeStableSort) {
         std::vector<uint64_t> keys = keys0;
         radix_sort_row_src(keys.data(), scratch.data(), n, row_bits, threads);
         ASSERT_EQ(keys, want) << "row_bits " << row_bits << " n " << n << " threads " << threads;
+      }
+    }
+  }
+}
+
+// unique_first_occurrence gives the distinct rows in first-occurrence order and each position's
+// index among them, exactly as a hash map filled in order does: rows 0 and 2^row_bits - 1,
+// heavy repeats and all-distinct inputs, n = 0..70000 (the radix sort's split threshold).
+TEST(UniqueFirstOccurrenceTest, MatchesAnOrderedHashMap) {
+  std::mt19937_64 rng(10);
+  for (int row_bits : {1, 11, 24, 32}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{977}, int64_t{70001}}) {
+      const uint64_t max_row = row_bits == 32 ? 0xffffffffull : (1ull << row_bits) - 1;
+      for (int spread : {3, 1000, 0}) {  // 0: every row drawn from the whole range
+        std::vector<int64_t> rows(static_cast<size_t>(n));
+        for (auto& r : rows)
+          r = static_cast<int64_t>(spread == 0 ? rng() & max_row : (rng() % spread == 0 ? max_row : (rng() % spread) & max_row));
+        std::vector<int64_t> want_uniq;
+        std::vector<uint32_t> want_inv(rows.size());
+        std::unordered_map<int64_t, uint32_t> seen;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          auto [it, fresh] = seen.emplace(rows[i], static_cast<uint32_t>(want_uniq.size()));
+          if (fresh) want_uniq.push_back(rows[i]);
+          want_inv[i] = it->second;
+        }
+        std::vector<int64_t> uniq(rows.size() + 1, -7);
+        std::vector<uint32_t> inv(rows.size() + 1);
+        std::vector<uint64_t> keys(2 * rows.size() + 1);
+        const int64_t u = unique_first_occurrence(rows.data(), n, row_bits, uniq.data(), inv.data(), keys.data());
+        ASSERT_EQ(u, static_cast<int64_t>(want_uniq.size())) << "row_bits " << row_bits << " n " << n;
+        uniq.resize(static_cast<size_t>(u));
+        inv.resize(rows.size());
+        ASSERT_EQ(uniq, want_uniq) << "row_bits " << row_bits << " n " << n << " spread " << spread;
+        ASSERT_EQ(inv, want_inv) << "row_bits " << row_bits << " n " << n << " spread " << spread;
       }
     }
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -285,7 +286,7 @@ struct Fixture {
 };
 
 Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr,
-                   int prefetch_nice = 0) {
+                   int prefetch_nice = 0, size_t distinct_min_ids = tiered::RowCacheOptions{}.distinct_min_ids) {
   Fixture f;
   OptimizerOptions opt;
   opt.kind = OptimizerKind::kSgd;
@@ -303,6 +304,7 @@ Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_pt
   co.capacity_rows = cap;
   co.policy = policy;
   co.prefetch_nice = prefetch_nice;
+  co.distinct_min_ids = distinct_min_ids;
   const size_t stride = f.layout.stride_bytes;
   int64_t* inits = &f.inits;
   auto c = tiered::RowCache::create(
@@ -374,6 +376,60 @@ TEST(RowCache, ClockGivesUsedRowsASecondChance) {
   EXPECT_EQ(st.evictions, 2u);
   EXPECT_EQ(tiered::parse_cache_policy("clock").value(), CachePolicy::kClock);
   EXPECT_EQ(tiered::cache_policy_name(CachePolicy::kClock), "clock");
+}
+
+// Large calls are reduced to their distinct rows first: every acquire and prefetch then returns
+// the same slots, and the cache keeps the same rows, flags and counters, as the cache that
+// probes every id (distinct_min_ids above every call), for each policy, through evictions,
+// dirty write-backs and prefetches of steps of 20,000 skewed ids.
+TEST(RowCache, DistinctRowsFirstLeaveTheCacheAsEveryIdDoes) {
+  for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock}) {
+    Fixture every = make_cache(50000, 16000, policy, nullptr, 0, SIZE_MAX);
+    Fixture distinct = make_cache(50000, 16000, policy);
+    std::mt19937_64 rng(77);
+    auto batch = [&] {
+      std::vector<int64_t> ids(20000);
+      // 70% from 3000 hot rows, the rest over the whole table: about 8,600 distinct rows.
+      for (auto& id : ids) id = static_cast<int64_t>(rng() % 10 < 7 ? rng() % 3000 : rng() % 50000);
+      return ids;
+    };
+    std::vector<int64_t> next = batch();
+    for (int step = 0; step < 12; ++step) {
+      const std::vector<int64_t> ids = next;
+      next = batch();
+      std::vector<int64_t> a(ids.size()), b(ids.size());
+      const bool prefetched = step % 3 != 0;
+      for (Fixture* f : {&every, &distinct}) {
+        auto& out = f == &every ? a : b;
+        if (prefetched) {
+          Result<bool> taken = f->cache->take_prefetched(ids, out.data());
+          ASSERT_TRUE(taken.ok() && taken.value()) << "step " << step;
+        } else {
+          ASSERT_TRUE(f->cache->acquire(ids, out.data(), tiered::PinSet::kStep).ok()) << "step " << step;
+        }
+        // A step's update: every other id's slot changes (written back when evicted).
+        std::vector<int64_t> dirty;
+        for (size_t i = 0; i < out.size(); i += 2) dirty.push_back(out[i]);
+        f->cache->mark_dirty(dirty);
+        if (step + 1 < 12 && (step + 1) % 3 != 0) {
+          ASSERT_TRUE(f->cache->start_prefetch(next).ok());
+        }
+        ASSERT_TRUE(f->cache->wait_prefetch().ok());
+        f->cache->release(tiered::PinSet::kStep);
+      }
+      ASSERT_EQ(a, b) << "policy " << tiered::cache_policy_name(policy) << " step " << step;
+      const auto sa = every.cache->stats(), sb = distinct.cache->stats();
+      ASSERT_EQ(sa.lookups, sb.lookups) << "step " << step;
+      ASSERT_EQ(sa.misses, sb.misses) << "step " << step;
+      ASSERT_EQ(sa.evictions, sb.evictions) << "step " << step;
+      ASSERT_EQ(sa.writebacks, sb.writebacks) << "step " << step;
+      ASSERT_EQ(sa.prefetched_rows, sb.prefetched_rows) << "step " << step;
+    }
+    EXPECT_GT(every.cache->stats().evictions, 0u) << "the test must evict";
+    EXPECT_GT(every.cache->stats().writebacks, 0u) << "the test must write back";
+    for (int64_t s = 0; s < every.cache->capacity(); ++s)
+      ASSERT_EQ(every.cache->slot_row(s), distinct.cache->slot_row(s)) << "slot " << s;
+  }
 }
 
 TEST(RowCache, PinnedRowsAreNeverEvictedAndOverflowIsAnError) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/kernels.h"
 #include "kernels/row_access.h"
 #include "tiered/sizes.h"
 
@@ -158,7 +159,35 @@ bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_thr
   return !missing;
 }
 
+std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids) {
+  active = rows.size() >= min_ids && rows.size() < (size_t{1} << 32) && num_rows <= (int64_t{1} << 32);
+  if (!active) return rows;
+  const size_t n = rows.size();
+  int row_bits = 0;
+  while (row_bits < 32 && (int64_t{1} << row_bits) < num_rows) ++row_bits;
+  uniq.resize(n);
+  inv.resize(n);
+  keys.resize(2 * n);
+  const int64_t u = kernels::unique_first_occurrence(rows.data(), static_cast<int64_t>(n), row_bits, uniq.data(),
+                                                     inv.data(), keys.data());
+  slots.resize(static_cast<size_t>(u));
+  return std::span<const int64_t>(uniq.data(), static_cast<size_t>(u));
+}
+
+void RowCache::Distinct::expand(int64_t* out, size_t n) const {
+  for (size_t i = 0; i < n; ++i) out[i] = slots[inv[i]];
+}
+
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
+  Distinct& d = owner_distinct_;
+  const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
+  if (!d.active) return acquire_distinct(rows, slots_out, set, touch);
+  LEANEMB_RETURN_IF_ERROR(acquire_distinct(distinct, d.slots.data(), set, touch));
+  if (slots_out) d.expand(slots_out, rows.size());
+  return Status();
+}
+
+Status RowCache::acquire_distinct(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
@@ -436,7 +465,10 @@ void RowCache::prefetch_main() {
     {
       std::lock_guard<std::mutex> f(fetch_mu_);
       job_slots_.resize(rows.size());
-      st = fetch(rows, job_slots_.data(), PinSet::kPrefetch, true, true);
+      Distinct& d = prefetch_distinct_;
+      const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
+      st = fetch(distinct, d.active ? d.slots.data() : job_slots_.data(), PinSet::kPrefetch, true, true);
+      if (st.ok() && d.active) d.expand(job_slots_.data(), rows.size());
     }
     const bool complete = st.ok();
     // A cache too small for two steps' rows at once: the step fetches the rest itself.

@@ -65,6 +65,9 @@ struct RowCacheOptions {
   // Test hook: the index's 32-bit stamps / ticks are renormalized when they reach this value
   // (>= 16; see cache_index.h). Tests lower it to exercise the renormalization.
   uint32_t renormalize_at = 0xFFFFFFF0u;
+  // Calls of at least this many ids are reduced to their distinct rows first (see Distinct
+  // below); tests raise it to compare with the cache that probes every id.
+  size_t distinct_min_ids = 8192;
 };
 
 // Fills one fat row (stride_bytes) of table row `row` with its initial bytes.
@@ -136,6 +139,22 @@ class RowCache {
  private:
   RowCache() = default;
   struct Plan;
+  // A large call's distinct rows, in the order of their first occurrence, and each row's index
+  // among them: the index is probed, pinned and fetched once per distinct row (a step's ids
+  // repeat several times over). The cache's state after a call is the same as with every id:
+  // repeats are no-ops in each pass. One per thread that calls fetch (the owner, the prefetch).
+  struct Distinct {
+    std::vector<int64_t> uniq, slots;
+    std::vector<uint32_t> inv;
+    std::vector<uint64_t> keys;
+    bool active = false;  // the last of() deduplicated
+    // `rows` itself for calls below min_ids ids or tables of more than 2^32 rows, else the
+    // distinct rows (slots sized to them).
+    std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids);
+    // out[i] = slots[inv[i]] for the n rows of the last of().
+    void expand(int64_t* out, size_t n) const;
+  };
+  Status acquire_distinct(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch);
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   void rollback_locked(PinSet set, bool restore_victims);
@@ -172,6 +191,8 @@ class RowCache {
   Allocation stage_in_, stage_out_;
   std::vector<uint8_t> present_;
   std::vector<int32_t> found_;  // the fast path's lookups (under mu_)
+  Distinct owner_distinct_;     // acquire()'s (the owner's thread)
+  Distinct prefetch_distinct_;  // the prefetch thread's
 
   // The prefetch thread.
   std::thread worker_;
