@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/cli_testing.h"
 
 namespace leanemb::testing_cli {
@@ -185,6 +187,36 @@ TEST(divergence_stop, HugeLearningRateStopsWithExitOneAndASummary) {
   EXPECT_NE(r.err.find("leanemb: error: diverged at step "), std::string::npos) << r.err;
   const std::string s = file_bytes(summary);
   EXPECT_NE(s.find("\"outcome\": \"diverged\""), std::string::npos) << s;
+}
+
+// The counters of dynamic tables reach a CTR run's metrics lines and summary as they reach a
+// text run's (train/loop.cc): a table of 16 rows for 50 values admits and evicts.
+TEST(dynamic_rows_counters, CtrSummaryAndMetricsCountAdmissionsAndEvictions) {
+  const std::string out = scratch("dynamic"), summary = out + ".json";
+  const RunResult r = run_cli(tiny("--steps 8 --out '" + out + "' --json-summary '" + summary +
+                                   "' --set 'embedding.dynamic.tables=[\"C1\"]' --set embedding.dynamic.C1.capacity_rows=16"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(file_bytes(summary));
+  ASSERT_TRUE(s.contains("dynamic_rows")) << s.dump();
+  const nlohmann::json& d = s["dynamic_rows"];
+  EXPECT_EQ(d["live"].get<int64_t>(), 16) << d.dump();
+  EXPECT_GT(d["evicted"].get<int64_t>(), 0) << d.dump();
+  EXPECT_EQ(d["admitted"].get<int64_t>(), d["live"].get<int64_t>() + d["evicted"].get<int64_t>()) << d.dump();
+  EXPECT_GT(d["idmap_bytes"].get<int64_t>(), 0) << d.dump();
+  std::ifstream metrics(out + "/metrics.jsonl");
+  int64_t with_counters = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    if (m.contains("step") && m.contains("loss")) {
+      EXPECT_TRUE(m.contains("dynamic_rows")) << line;
+      with_counters += m.contains("dynamic_rows");
+    }
+  }
+  EXPECT_EQ(with_counters, 4);  // log_every = 2
+  // A run without dynamic tables has no such field.
+  const std::string out2 = scratch("static"), summary2 = out2 + ".json";
+  ASSERT_EQ(run_cli(tiny("--steps 2 --out '" + out2 + "' --json-summary '" + summary2 + "'")).exit_code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(file_bytes(summary2)).contains("dynamic_rows"));
 }
 
 // Exit codes: the table is in --help, and every input is checked before training starts.

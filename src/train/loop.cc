@@ -134,9 +134,10 @@ json memory_peaks(const MemorySystem& mem) {
 }
 
 // Bytes that crossed tiers so far (MemorySystem::transfers: row cache fetches and write-backs,
-// rows and state placed on the host) and, when tables have row caches, their counters summed
-// over the tables: the "transfers" and "row_cache" fields of metrics.jsonl lines and the summary
-// (docs/train.md). Local to this rank (no collective).
+// rows and state placed on the host) and, when tables have row caches or are dynamic, their
+// counters summed over those tables: the "transfers", "row_cache" and "dynamic_rows" fields of
+// metrics.jsonl lines and the summary (docs/train.md), the same for CTR and text models. Local to
+// this rank (no collective).
 void add_transfer_fields(const MemorySystem& mem, const EmbeddingTables& tables, json* j) {
   (*j)["transfers"] = parse_json(mem.transfers().to_json());
   RowCacheStats sum;
@@ -154,6 +155,31 @@ void add_transfer_fields(const MemorySystem& mem, const EmbeddingTables& tables,
   if (cached)
     (*j)["row_cache"] = {{"fetched_bytes", sum.bytes_read}, {"written_back_bytes", sum.bytes_written}, {"hits", sum.hits},
                          {"misses", sum.misses}, {"evictions", sum.evictions}};
+  DynamicTableStats dyn;
+  bool dynamic = false;
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    auto s = tables.dynamic_stats(t);
+    if (!s.ok()) continue;  // a static table
+    dynamic = true;
+    const DynamicTableStats& d = s.value();
+    dyn.live_rows += d.live_rows;
+    dyn.admitted += d.admitted;
+    dyn.readmitted += d.readmitted;
+    dyn.rejected_min_count += d.rejected_min_count;
+    dyn.rejected_capacity += d.rejected_capacity;
+    dyn.evicted += d.evicted;
+    dyn.expired += d.expired;
+    dyn.held_bytes += d.held_bytes;
+  }
+  if (dynamic)
+    (*j)["dynamic_rows"] = {{"live", dyn.live_rows},
+                            {"admitted", dyn.admitted},
+                            {"readmitted", dyn.readmitted},
+                            {"rejected_min_count", dyn.rejected_min_count},
+                            {"rejected_capacity", dyn.rejected_capacity},
+                            {"evicted", dyn.evicted},
+                            {"expired", dyn.expired},
+                            {"idmap_bytes", dyn.held_bytes}};
 }
 
 // {"device": {"planned_peak", "measured_peak", "categories": {cat: {"planned", "measured"}}}, "host": ...}
