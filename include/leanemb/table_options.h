@@ -157,6 +157,18 @@ struct DynamicTableStats {
   int64_t expired = 0;             // rows freed by max_age_steps
   int64_t live_rows = 0;           // rows that hold an id now
   uint64_t held_bytes = 0;         // host bytes of the IdMap (category row_cache)
+  // Adds every counter of `o` (the totals of several tables).
+  DynamicTableStats& operator+=(const DynamicTableStats& o) {
+    admitted += o.admitted;
+    readmitted += o.readmitted;
+    rejected_min_count += o.rejected_min_count;
+    rejected_capacity += o.rejected_capacity;
+    evicted += o.evicted;
+    expired += o.expired;
+    live_rows += o.live_rows;
+    held_bytes += o.held_bytes;
+    return *this;
+  }
 };
 
 struct TableOptions {

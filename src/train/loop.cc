@@ -161,15 +161,7 @@ void add_transfer_fields(const MemorySystem& mem, const EmbeddingTables& tables,
     auto s = tables.dynamic_stats(t);
     if (!s.ok()) continue;  // a static table
     dynamic = true;
-    const DynamicTableStats& d = s.value();
-    dyn.live_rows += d.live_rows;
-    dyn.admitted += d.admitted;
-    dyn.readmitted += d.readmitted;
-    dyn.rejected_min_count += d.rejected_min_count;
-    dyn.rejected_capacity += d.rejected_capacity;
-    dyn.evicted += d.evicted;
-    dyn.expired += d.expired;
-    dyn.held_bytes += d.held_bytes;
+    dyn += s.value();
   }
   if (dynamic)
     (*j)["dynamic_rows"] = {{"live", dyn.live_rows},
