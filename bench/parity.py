@@ -30,7 +30,7 @@ change with `apt-get update`) is trained again. --reuse takes the per-run metric
   bench/parity.py [--leanemb build/release/leanemb] [--datasets ctr,debpkg,debfiles,debian,gcloud]
                   [--modes NAME,...] [--seeds 1,2,3] [--jobs 2] [--threads 1]
                   [--work runs/parity] [--out bench/results/parity.json] [--list]
-                  [--reuse OLD.json --reuse-datasets ctr,gcloud] [--report-only [--markdown]]
+                  [--reuse OLD.json --reuse-datasets ctr,gcloud] [--no-start-after HH:MM] [--report-only [--markdown]]
 """
 import argparse
 import concurrent.futures
@@ -111,7 +111,7 @@ def grid(modes, lrs):
 
 # debpkg: 0.4 added when most modes were best at 0.2 (2026-12-03); 0.8 for fp16 rows (best at
 # 0.4), Adam to 0.1 (both best at 0.03), the sharded grid to 0.4 (bf16 payloads best at 0.1, the
-# reference at 0.2) in the 2026-12-04 pass.
+# reference at 0.2) in the third pass (2026-12-03, afternoon).
 DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]
 # debfiles: a run takes about a second, so the grids are wide from the start.
 DEBFILES_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
@@ -123,7 +123,7 @@ DATASET_GRIDS = {
     "debfiles": {**grid(CTR_ADAGRAD_MODES + CTR_ROWWISE_MODES + CTR_DIST_MODES, DEBFILES_LRS),
                  **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1])},
     # gcloud: SGD's best is 2.0 there (1.0 on debian), full Adagrad's 0.5; the row-wise modes
-    # (not measured before 2026-12-04) around both.
+    # (not measured before the third pass) around both.
     "gcloud": {**grid(TEXT_ADAGRAD_MODES, [0.1, 0.25, 0.5, 1.0]), **grid(TEXT_ROWWISE_MODES, [0.1, 0.25, 0.5, 1.0, 2.0])},
     # debian (the package lists change with every `apt-get update`; runs of another list are
     # not mixed: data_md5 below): full Adagrad around its former best (0.1); SGD without the
@@ -356,6 +356,8 @@ def run_one(args, dataset, mode, lr, seed):
     s = cached_summary(summary, dataset)
     if s is not None:
         return rid, s, 0.0, True
+    if args.no_start_after and datetime.datetime.utcnow().strftime("%H:%M") >= args.no_start_after:
+        return rid, None, 0.0, False  # not started (--no-start-after); a later invocation continues
     out_dir = os.path.join(args.work, "runs", rid)
     shutil.rmtree(out_dir, ignore_errors=True)
     cmd = command(args, dataset, mode, lr, seed, out_dir, summary + ".tmp")
@@ -533,6 +535,8 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "runs/parity"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/parity.json"))
     ap.add_argument("--report-only", action="store_true", help="train nothing; report the cached runs")
+    ap.add_argument("--no-start-after", default="", metavar="HH:MM",
+                    help="start no run at or after this UTC time of day (runs in flight finish; the cache keeps the rest)")
     ap.add_argument("--reuse", default="", help="an earlier --out file: take its runs of --reuse-datasets into --work")
     ap.add_argument("--reuse-datasets", default="", help="the datasets --reuse takes (data checked to be the same)")
     ap.add_argument("--list", action="store_true", help="print the modes and exit")
