@@ -59,8 +59,8 @@ DATASETS = {
     "debpkg": {"task": "ctr", "config": "examples/ctr_debian.toml", "metric": "auc", "sets": [],
                "build": ["scripts/debian_ctr_dataset.py", "data/debian-ctr"], "train": "data/debian-ctr/train.tsv",
                "eval": "data/debian-ctr/eval.tsv", "meta": "data/debian-ctr/meta.json", "grids": "debpkg"},
-    # Real CTR-format data: the installed packages' regular files, label size >= median (one
-    # epoch of 109k records, 214 steps, about a second a run).
+    # Real CTR-format data: the installed packages' regular files, label size >= median (two
+    # epochs of 109k records, 428 steps, about a second a run).
     "debfiles": {"task": "ctr", "config": "examples/ctr_debfiles.toml", "metric": "auc", "sets": [],
                  "build": ["scripts/debian_files_dataset.py", "data/debian-files"], "train": "data/debian-files/train.tsv",
                  "eval": "data/debian-files/eval.tsv", "meta": "data/debian-files/meta.json", "grids": "debfiles"},
@@ -113,15 +113,16 @@ def grid(modes, lrs):
 # 0.4), Adam to 0.1 (both best at 0.03), the sharded grid to 0.4 (bf16 payloads best at 0.1, the
 # reference at 0.2) in the third pass (2026-12-03, afternoon).
 DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]
-# debfiles: a run takes about a second, so the grids are wide from the start.
-DEBFILES_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
+# debfiles: a run takes about a second, so the grids are wide from the start; 1.6 (3.2 row-wise)
+# and Adam's 0.3 and 1.0 added when the first sweep's bests were at 0.8 (0.1 for Adam).
+DEBFILES_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
 DATASET_GRIDS = {
     "debpkg": {**grid(CTR_ADAGRAD_MODES, DEBPKG_LRS), "ctr-fp16-rows": DEBPKG_LRS + [0.8],
                **grid(CTR_ROWWISE_MODES, [0.01, 0.02, 0.05, 0.1, 0.2, 0.4]),
                **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]),
                **grid(CTR_DIST_MODES, [0.01, 0.02, 0.05, 0.1, 0.2, 0.4])},
-    "debfiles": {**grid(CTR_ADAGRAD_MODES + CTR_ROWWISE_MODES + CTR_DIST_MODES, DEBFILES_LRS),
-                 **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1])},
+    "debfiles": {**grid(CTR_ADAGRAD_MODES + CTR_DIST_MODES, DEBFILES_LRS), **grid(CTR_ROWWISE_MODES, DEBFILES_LRS + [3.2]),
+                 **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0])},
     # gcloud: SGD's best is 2.0 there (1.0 on debian), full Adagrad's 0.5; the row-wise modes
     # (not measured before the third pass) around both.
     "gcloud": {**grid(TEXT_ADAGRAD_MODES, [0.1, 0.25, 0.5, 1.0]), **grid(TEXT_ROWWISE_MODES, [0.1, 0.25, 0.5, 1.0, 2.0])},

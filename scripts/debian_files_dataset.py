@@ -142,7 +142,7 @@ def main():
         text = printable(p)
         parent, base = os.path.split(text)
         parts = [c for c in parent.split("/") if c]
-        tokens = dedupe(t.lower() for t in TOKEN_SPLIT.split(base))
+        tokens = dedupe(clean(t.lower()) for t in TOKEN_SPLIT.split(base))  # clean first: " " -> "" -> dropped
         ext = base.rsplit(".", 1)[1].lower() if "." in base.lstrip(".") else ""
         mode = stat.S_IMODE(info.st_mode)
         sparse = {
@@ -157,7 +157,7 @@ def main():
             "parent_dir": [clean(parent)],
             "extension": [clean(ext)] if ext else [],
             "versioned": ["v" if VERSIONED.search(base) else "-"],
-            "name_tokens": [clean(t) for t in tokens],
+            "name_tokens": tokens,
             "mode": [f"{mode:o}"],
             "executable": ["x" if mode & 0o111 else "-"],
             "owner": [clean(owner(info))],
