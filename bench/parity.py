@@ -16,17 +16,26 @@ Datasets (built when missing):
              descriptions labeled by Section); metric P@1
   gcloud     the same text model on scripts/gcloud_text_dataset.py (gcloud man-page paragraphs
              labeled by command group); metric P@1
+  debpkg     examples/ctr_debian.toml on scripts/debian_ctr_dataset.py (Debian binary packages,
+             label Installed-Size >= median); metric eval AUC
+  debfiles   examples/ctr_debfiles.toml on scripts/debian_files_dataset.py (the installed
+             packages' regular files, label size >= median); metric eval AUC
 
 Runs are cached in --work (one summary JSON per run; a rerun skips what is there), so the
-references are trained once for all modes and an interrupted sweep continues.
+references are trained once for all modes and an interrupted sweep continues. Each summary
+records the MD5 of the data it was trained on; a cached run of other data (the Debian lists
+change with `apt-get update`) is trained again. --reuse takes the per-run metrics of an earlier
+--out file into --work for --reuse-datasets whose data is known to be the same.
 
-  bench/parity.py [--leanemb build/release/leanemb] [--datasets ctr,debpkg,debian,gcloud]
+  bench/parity.py [--leanemb build/release/leanemb] [--datasets ctr,debpkg,debfiles,debian,gcloud]
                   [--modes NAME,...] [--seeds 1,2,3] [--jobs 2] [--threads 1]
                   [--work runs/parity] [--out bench/results/parity.json] [--list]
+                  [--reuse OLD.json --reuse-datasets ctr,gcloud] [--no-start-after HH:MM] [--report-only [--markdown]]
 """
 import argparse
 import concurrent.futures
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -43,19 +52,25 @@ ROOT = os.path.dirname(HERE)
 GOAL = {"auc": 0.001, "p@1": 0.003}
 
 DATASETS = {
-    "ctr": {"task": "ctr", "config": "examples/ctr_small.toml", "metric": "auc", "sets": [], "meta": "data/ctr_small/meta.json"},
+    "ctr": {"task": "ctr", "config": "examples/ctr_small.toml", "metric": "auc", "sets": [], "meta": "data/ctr_small/meta.json",
+            "train": "data/ctr_small/train.tsv", "eval": "data/ctr_small/eval.tsv"},
     # Real CTR-format data: Debian binary packages, label Installed-Size >= median (one epoch of
     # 57k records, 112 steps: a run takes seconds, so every grid is the wider one below).
     "debpkg": {"task": "ctr", "config": "examples/ctr_debian.toml", "metric": "auc", "sets": [],
                "build": ["scripts/debian_ctr_dataset.py", "data/debian-ctr"], "train": "data/debian-ctr/train.tsv",
-               "meta": "data/debian-ctr/meta.json", "grids": "debpkg"},
+               "eval": "data/debian-ctr/eval.tsv", "meta": "data/debian-ctr/meta.json", "grids": "debpkg"},
+    # Real CTR-format data: the installed packages' regular files, label size >= median (two
+    # epochs of 109k records, 428 steps, about a second a run).
+    "debfiles": {"task": "ctr", "config": "examples/ctr_debfiles.toml", "metric": "auc", "sets": [],
+                 "build": ["scripts/debian_files_dataset.py", "data/debian-files"], "train": "data/debian-files/train.tsv",
+                 "eval": "data/debian-files/eval.tsv", "meta": "data/debian-files/meta.json", "grids": "debfiles"},
     "debian": {"task": "text", "config": "examples/text_debian.toml", "metric": "p@1", "sets": [],
                "build": ["scripts/debian_text_dataset.py", "data/debian-text"], "train": "data/debian-text/train.txt",
-               "meta": "data/debian-text/meta.json", "grids": "debian"},
+               "eval": "data/debian-text/test.txt", "meta": "data/debian-text/meta.json", "grids": "debian"},
     "gcloud": {"task": "text", "config": "examples/text_debian.toml", "metric": "p@1",
                "sets": ["data.train=\"data/gcloud-text/train.txt\"", "data.eval=\"data/gcloud-text/test.txt\""],
                "build": ["scripts/gcloud_text_dataset.py", "data/gcloud-text"], "train": "data/gcloud-text/train.txt",
-               "meta": "data/gcloud-text/meta.json", "grids": "gcloud"},
+               "eval": "data/gcloud-text/test.txt", "meta": "data/gcloud-text/meta.json", "grids": "gcloud"},
 }
 
 # CTR grids: the 2026-12-02 session's best rates were at the lowest rate of each grid (0.01
@@ -75,17 +90,46 @@ TEXT_ROWWISE_LRS = [0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
 # 16-/8-bit Adagrad state (2026-12-03): the three rates around fp32 Adagrad's best on debian (0.1).
 TEXT_STATE_LRS = [0.05, 0.1, 0.25]
 
-# Per-dataset grids: "grids" of a dataset names an entry here, keyed by the default grid.
-DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]  # 0.4 added when most modes were best at 0.2
+# Per-dataset grids: "grids" of a dataset names an entry here, mode name -> its rates there (the
+# modes not named keep their own). Keyed by mode: until 2026-12-03 they were keyed by the default
+# grid as a tuple, and CTR_NEW_LRS and CTR_DIST_LRS are the same tuple, so the later key (the
+# sharded modes' grid) silently replaced the earlier one and the debpkg runs of bf16 state, fp16
+# activations and the dynamic tables got [0.01 .. 0.1] instead of DEBPKG_LRS.
+CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-int8-state", "ctr-bf16-state",
+                     "ctr-bf16-activations", "ctr-fp16-activations", "ctr-dynamic-cap64", "ctr-dynamic-cap128"]
+CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
+CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam"]
+CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
+TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state"]
+TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18"]
+TEXT_ROWWISE_MODES = ["text-rowwise-adagrad", "text-bf16-rowwise-adagrad"]
+
+
+def grid(modes, lrs):
+    return {m: lrs for m in modes}
+
+
+# debpkg: 0.4 added when most modes were best at 0.2 (2026-12-03); 0.8 for fp16 rows (best at
+# 0.4), Adam to 0.1 (both best at 0.03), the sharded grid to 0.4 (bf16 payloads best at 0.1, the
+# reference at 0.2) in the third pass (2026-12-03, afternoon).
+DEBPKG_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4]
+# debfiles: a run takes about a second, so the grids are wide from the start; 1.6 (3.2 row-wise)
+# and Adam's 0.3 and 1.0 added when the first sweep's bests were at 0.8 (0.1 for Adam).
+DEBFILES_LRS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
 DATASET_GRIDS = {
-    "debpkg": {tuple(CTR_REF_LRS): DEBPKG_LRS, tuple(CTR_ADAGRAD_LRS): DEBPKG_LRS, tuple(CTR_NEW_LRS): DEBPKG_LRS,
-               tuple(CTR_ROWWISE_LRS): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4], tuple(CTR_ROWWISE_LRS[1:]): [0.01, 0.02, 0.05, 0.1, 0.2, 0.4],
-               tuple(CTR_ADAM_LRS): [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2], tuple(CTR_DIST_LRS): [0.01, 0.02, 0.05, 0.1]},
-    # gcloud: SGD's best is 2.0 there (1.0 on debian); full Adagrad's is not known, so higher rates.
-    "gcloud": {tuple(TEXT_ADAGRAD_LRS): [0.1, 0.25, 0.5, 1.0], tuple(TEXT_STATE_LRS): [0.1, 0.25, 0.5, 1.0]},
-    # debian, 2026-12-03 (the package lists changed: 57444 train lines, 57433 before, so the
-    # 2026-12-02 runs were not reused): full Adagrad around its former best (0.1).
-    "debian": {tuple(TEXT_ADAGRAD_LRS): [0.05, 0.1, 0.25, 0.5], tuple(TEXT_STATE_LRS): [0.05, 0.1, 0.25, 0.5]},
+    "debpkg": {**grid(CTR_ADAGRAD_MODES, DEBPKG_LRS), "ctr-fp16-rows": DEBPKG_LRS + [0.8],
+               **grid(CTR_ROWWISE_MODES, [0.01, 0.02, 0.05, 0.1, 0.2, 0.4]),
+               **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]),
+               **grid(CTR_DIST_MODES, [0.01, 0.02, 0.05, 0.1, 0.2, 0.4])},
+    "debfiles": {**grid(CTR_ADAGRAD_MODES + CTR_DIST_MODES, DEBFILES_LRS), **grid(CTR_ROWWISE_MODES, DEBFILES_LRS + [3.2]),
+                 **grid(CTR_ADAM_MODES, [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0])},
+    # gcloud: SGD's best is 2.0 there (1.0 on debian), full Adagrad's 0.5; the row-wise modes
+    # (not measured before the third pass) around both.
+    "gcloud": {**grid(TEXT_ADAGRAD_MODES, [0.1, 0.25, 0.5, 1.0]), **grid(TEXT_ROWWISE_MODES, [0.1, 0.25, 0.5, 1.0, 2.0])},
+    # debian (the package lists change with every `apt-get update`; runs of another list are
+    # not mixed: data_md5 below): full Adagrad around its former best (0.1); SGD without the
+    # far ends of TEXT_SGD_LRS (0.1 was 0.06 P@1 below the best, 4.0 diverged on 2026-12-02).
+    "debian": {**grid(TEXT_ADAGRAD_MODES, [0.05, 0.1, 0.25, 0.5]), **grid(TEXT_SGD_MODES, [0.25, 0.5, 1.0, 2.0])},
 }
 
 # name -> task, --set overrides, learning rates, references (each a mode of the same task), and
@@ -98,7 +142,9 @@ MODES = {
     "ctr-fp32-adam": {"task": "ctr", "sets": ["embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS, "refs": [], "reference": True},
     "ctr-bf16-rows": {"task": "ctr", "sets": ["embedding.dtype=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp16-rows": {"task": "ctr", "sets": ["embedding.dtype=fp16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
-    "ctr-rowwise-adagrad": {"task": "ctr", "sets": ["embedding.optimizer=rowwise_adagrad"], "lrs": CTR_ROWWISE_LRS,
+    # 0.0025 and 0.00125 added when ctr_small's best was at the lowest rate (third pass; the
+    # first runs of this mode).
+    "ctr-rowwise-adagrad": {"task": "ctr", "sets": ["embedding.optimizer=rowwise_adagrad"], "lrs": [0.00125, 0.0025] + CTR_ROWWISE_LRS,
                             "refs": ["ctr-fp32-adagrad"]},
     "ctr-bf16-rowwise-adagrad": {"task": "ctr", "sets": ["embedding.dtype=bf16", "embedding.optimizer=rowwise_adagrad"],
                                  "lrs": CTR_ROWWISE_LRS[1:], "refs": ["ctr-fp32-adagrad"]},
@@ -109,16 +155,20 @@ MODES = {
     "ctr-partial-rowwise-adam": {"task": "ctr", "sets": ["embedding.optimizer=partial_rowwise_adam"], "lrs": CTR_ADAM_LRS,
                                  "refs": ["ctr-fp32-adam"]},
     # Dynamic tables of 64 rows for features of 100 values: rows are evicted (age) and re-admitted.
+    # ctr_small: 0.05 added in the third pass (both dynamic modes were best at 0.02, the top).
     # debpkg ("dataset_sets" replace "sets" there): 4096 rows, below the largest fields' 11k-36k
-    # distinct values (evicting) and above the small ones'.
+    # distinct values (evicting) and above the small ones'; debfiles the same (its largest
+    # fields have 6.7k-25k values).
     "ctr-dynamic-cap64": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=64"],
-                          "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=4096"]},
-                          "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
+                          "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=4096"],
+                                           "debfiles": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=4096"]},
+                          "lrs": CTR_NEW_LRS + [0.05], "refs": ["ctr-fp32-adagrad"]},
     # The same with room for every value (no eviction): what the dynamic table itself changes
     # (raw ids, rows on first touch) apart from eviction.
     "ctr-dynamic-cap128": {"task": "ctr", "sets": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=128"],
-                           "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=65536"]},
-                           "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
+                           "dataset_sets": {"debpkg": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=65536"],
+                                            "debfiles": ["embedding.dynamic.tables=[\"all\"]", "embedding.dynamic.capacity_rows=65536"]},
+                           "lrs": CTR_NEW_LRS + [0.05], "refs": ["ctr-fp32-adagrad"]},
     # A 20% row cache over host RAM on every table: bit-identical by design.
     # Diagnostics of the dynamic-table puzzle (docs/accuracy.md): a dynamic table's uniform init
     # bound is 1/sqrt(its capacity), a static one's 1/sqrt(table_rows). The dynamic table with
@@ -134,7 +184,8 @@ MODES = {
     # summary's row_cache counters); on debpkg a 10% cache (6553 of 65536 rows) of fields with up
     # to 36k values evicts and writes back.
     "ctr-row-cache": {"task": "ctr", "sets": ["embedding.cache_fraction=0.2", "embedding.cache_min_rows=1000"],
-                      "dataset_sets": {"debpkg": ["embedding.cache_fraction=0.1", "embedding.cache_min_rows=1000"]},
+                      "dataset_sets": {"debpkg": ["embedding.cache_fraction=0.1", "embedding.cache_min_rows=1000"],
+                                       "debfiles": ["embedding.cache_fraction=0.1", "embedding.cache_min_rows=1000"]},
                       "lrs": [0.05], "refs": ["ctr-fp32-adagrad"], "exact": True},
     # Sharded over 2 ranks (mpirun -np 2, row_modulo, one thread each) with bf16 rows on the
     # wire both ways (forward rows and backward gradients); "np" runs go one at a time.
@@ -177,6 +228,12 @@ MODES = {
     "text-bf16-sgd-dynamic-2e17": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
                                                             "embedding.dynamic_rows=131072"],
                                    "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
+    # The same with LFU eviction (fewest uses since admission) instead of age (least recently
+    # used): a diagnostic of the 2^17 table's loss (5 epochs cycle over 155k ids in 131k rows, the
+    # worst case for LRU: 210k evictions in a run).
+    "text-bf16-sgd-dynamic-2e17-lfu": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
+                                                                "embedding.dynamic_rows=131072", "embedding.dynamic_eviction=\"lfu\""],
+                                       "lrs": [0.5, 1.0], "refs": ["text-fp32-sgd"]},
     # 2^18 rows: room for every row the Debian set touches (no eviction), issue 21's capped table.
     "text-bf16-sgd-dynamic-2e18": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
                                                             "embedding.dynamic_rows=262144"],
@@ -185,10 +242,9 @@ MODES = {
 
 
 def lrs_of(dataset, mode):
-    """The mode's learning rates on this dataset: a dataset may replace a grid ("grids", keyed by
-    the default grid as a tuple) where its best rates lie elsewhere."""
-    lrs = MODES[mode]["lrs"]
-    return DATASET_GRIDS.get(DATASETS[dataset].get("grids"), {}).get(tuple(lrs), lrs)
+    """The mode's learning rates on this dataset: a dataset may replace a mode's grid ("grids",
+    DATASET_GRIDS) where its best rates lie elsewhere."""
+    return DATASET_GRIDS.get(DATASETS[dataset].get("grids"), {}).get(mode, MODES[mode]["lrs"])
 
 
 def sh(cmd):
@@ -216,6 +272,72 @@ def run_id(dataset, mode, lr, seed):
     return f"{dataset}__{mode}__lr{fmt_lr(lr)}__s{seed}" + (f"__steps{steps}" if steps else "")
 
 
+_DATA_MD5 = {}
+
+
+def data_md5(dataset):
+    """MD5 of the dataset's train and eval files (None while they do not exist: ctr_small's are
+    written by its first run). Every summary records the one it was trained on, and a cached run of
+    other data is trained again: the Debian lists change with `apt-get update`, and runs of two
+    versions of a dataset must not be compared."""
+    if dataset not in _DATA_MD5:
+        d = DATASETS[dataset]
+        paths = [os.path.join(ROOT, d[k]) for k in ("train", "eval")]
+        if not all(os.path.exists(p) for p in paths):
+            return None
+        h = hashlib.md5()
+        for p in paths:
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        _DATA_MD5[dataset] = h.hexdigest()
+    return _DATA_MD5[dataset]
+
+
+def cached_summary(path, dataset):
+    """The summary at `path` when it is a finished run of the current data, else None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        s = json.load(f)
+    if s.get("outcome") not in ("completed", "diverged"):
+        return None
+    fp = data_md5(dataset)
+    if fp is not None and s.get("parity_data_md5") != fp:
+        print(f"parity: {os.path.basename(path)}: trained on other data ({s.get('parity_data_md5')}, now {fp}): "
+              "not used", flush=True)
+        return None
+    return s
+
+
+def reuse(args, datasets):
+    """Writes a cached summary for each run of datasets in an earlier --out file (its per-run
+    metrics) that --work does not have, marked with the current data's MD5 and the file it came
+    from. Only for data known to be the same (the caller checks: the same meta.json, and one run
+    retrained with this binary giving the same metric to the last bit)."""
+    with open(args.reuse) as f:
+        old = json.load(f)
+    n = 0
+    for d in datasets:
+        fp = data_md5(d)
+        if fp is None:
+            sys.exit(f"parity: --reuse {d}: no data yet (build or generate it first)")
+        metric = DATASETS[d]["metric"]
+        for rid, r in old["runs"].items():
+            path = os.path.join(args.work, "summaries", rid + ".json")
+            if rid.split("__")[0] != d or r.get("outcome") not in ("completed", "diverged") or os.path.exists(path):
+                continue
+            ev = {} if r["metric"] is None else ({"auc": r["metric"]} if metric == "auc" else {"precision_at_1": r["metric"]})
+            s = {"outcome": r["outcome"], "eval": ev, "train_seconds": r.get("train_seconds"),
+                 "parity_wall_s": r.get("wall_s"), "parity_command": r.get("command"), "parity_start_utc": r.get("start_utc"),
+                 "parity_load1": r.get("load1"), "dynamic_rows": r.get("dynamic_rows"), "row_cache": r.get("row_cache"),
+                 "parity_data_md5": fp, "parity_reused_from": os.path.relpath(os.path.abspath(args.reuse), ROOT)}
+            with open(path, "w") as f:
+                json.dump(s, f)
+            n += 1
+    print(f"parity: --reuse: {n} runs of {','.join(datasets)} taken from {args.reuse}", flush=True)
+
+
 def command(args, dataset, mode, lr, seed, out_dir, summary):
     d, m = DATASETS[dataset], MODES[mode]
     sets = list(d["sets"]) + list(m.get("dataset_sets", {}).get(dataset, m["sets"])) + [f"embedding.learning_rate={fmt_lr(lr)}", f"train.seed={seed}",
@@ -241,11 +363,11 @@ def metric_of(summary, metric):
 def run_one(args, dataset, mode, lr, seed):
     rid = run_id(dataset, mode, lr, seed)
     summary = os.path.join(args.work, "summaries", rid + ".json")
-    if os.path.exists(summary):
-        with open(summary) as f:
-            s = json.load(f)
-        if s.get("outcome") in ("completed", "diverged"):
-            return rid, s, 0.0, True
+    s = cached_summary(summary, dataset)
+    if s is not None:
+        return rid, s, 0.0, True
+    if args.no_start_after and datetime.datetime.utcnow().strftime("%H:%M") >= args.no_start_after:
+        return rid, None, 0.0, False  # not started (--no-start-after); a later invocation continues
     out_dir = os.path.join(args.work, "runs", rid)
     shutil.rmtree(out_dir, ignore_errors=True)
     cmd = command(args, dataset, mode, lr, seed, out_dir, summary + ".tmp")
@@ -270,6 +392,7 @@ def run_one(args, dataset, mode, lr, seed):
     s["parity_command"] = " ".join(cmd)
     s["parity_start_utc"] = start
     s["parity_load1"] = [load_before, load_after]  # 1-minute load average before and after the run
+    s["parity_data_md5"] = data_md5(dataset)
     with open(summary + ".tmp", "w") as f:
         json.dump(s, f)
     os.replace(summary + ".tmp", summary)
@@ -413,7 +536,7 @@ def print_markdown(comparisons, results, datasets, modes, seeds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--leanemb", default=os.path.join(ROOT, "build/release/leanemb"))
-    ap.add_argument("--datasets", default="ctr,debpkg,debian,gcloud")
+    ap.add_argument("--datasets", default="ctr,debpkg,debfiles,debian,gcloud")
     ap.add_argument("--modes", default="", help="comma-separated mode names (default: all of the datasets' tasks)")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
@@ -422,6 +545,10 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "runs/parity"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/parity.json"))
     ap.add_argument("--report-only", action="store_true", help="train nothing; report the cached runs")
+    ap.add_argument("--no-start-after", default="", metavar="HH:MM",
+                    help="start no run at or after this UTC time of day (runs in flight finish; the cache keeps the rest)")
+    ap.add_argument("--reuse", default="", help="an earlier --out file: take its runs of --reuse-datasets into --work")
+    ap.add_argument("--reuse-datasets", default="", help="the datasets --reuse takes (data checked to be the same)")
     ap.add_argument("--list", action="store_true", help="print the modes and exit")
     ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown (docs/accuracy.md)")
     args = ap.parse_args()
@@ -468,6 +595,8 @@ def main():
                 for s in seeds:
                     jobs.append((d, m, lr, s))
     results = {}
+    if args.reuse:
+        reuse(args, [d for d in args.reuse_datasets.split(",") if d])
     if not args.report_only:
         for d in datasets:
             ensure_data(args, d)
@@ -493,10 +622,9 @@ def main():
                                   flush=True)
     else:
         for j in jobs:
-            p = os.path.join(args.work, "summaries", run_id(*j) + ".json")
-            if os.path.exists(p):
-                with open(p) as f:
-                    results[run_id(*j)] = json.load(f)
+            s = cached_summary(os.path.join(args.work, "summaries", run_id(*j) + ".json"), j[0])
+            if s is not None:
+                results[run_id(*j)] = s
     comparisons = [c for c in (compare(results, d, m, r, seeds) for d, m, r in compared) if c]
     env_after = environment(args.leanemb)
     walls = [s.get("parity_wall_s") for s in results.values() if s.get("parity_wall_s")]
@@ -510,7 +638,8 @@ def main():
                           "train_seconds": s.get("train_seconds"), "wall_s": s.get("parity_wall_s"),
                           "start_utc": s.get("parity_start_utc"), "load1": s.get("parity_load1"),
                           "outcome": s.get("outcome"), "command": s.get("parity_command"),
-                          "dynamic_rows": s.get("dynamic_rows"), "row_cache": s.get("row_cache")}
+                          "dynamic_rows": s.get("dynamic_rows"), "row_cache": s.get("row_cache"),
+                          "data_md5": s.get("parity_data_md5"), "reused_from": s.get("parity_reused_from")}
                     for rid, s in sorted(results.items())}}
     metas = {}
     for d in datasets:
@@ -519,6 +648,7 @@ def main():
             with open(mp) as f:
                 metas[d] = json.load(f)
     out["dataset_meta"] = metas
+    out["data_md5"] = {d: data_md5(d) for d in datasets}
     for d in datasets:
         rs = [s for rid, s in results.items() if rid.startswith(d + "__") and s.get("parity_start_utc")]
         loads = [x for s in rs for x in s["parity_load1"]]

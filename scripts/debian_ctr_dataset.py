@@ -37,14 +37,13 @@ distinct values per field). Exits 2 with a message when no package index is pres
 Trained by examples/ctr_debian.toml.
 """
 import glob
-import hashlib
 import os
 import re
 import statistics
 import sys
 
+from ctr_dataset import clean, dedupe, write_records
 from debian_text_dataset import LISTS, read_index, stanzas
-from text_dataset import is_test, write_dataset
 
 SEED = 20261203
 SPARSE = ["section", "priority", "maintainer", "architecture", "source", "depends", "recommends", "suggests", "tags",
@@ -55,10 +54,6 @@ DENSE = ["n_depends", "n_recommends", "n_suggests", "n_tags", "n_description_wor
 WORD = re.compile(r"[a-z0-9][a-z0-9+#._-]*")
 
 
-def clean(v):
-    return re.sub(r"[\s,\t]+", "_", v.strip())
-
-
 def relation_names(field):
     """'a (>= 1) | b, c:any' -> ['a', 'b', 'c']."""
     out = []
@@ -67,15 +62,6 @@ def relation_names(field):
             name = alt.strip().split(" ")[0].split("(")[0].split(":")[0].strip()
             if name:
                 out.append(clean(name))
-    return out
-
-
-def dedupe(values):
-    seen, out = set(), []
-    for v in values:
-        if v and v not in seen:
-            seen.add(v)
-            out.append(v)
     return out
 
 
@@ -137,26 +123,18 @@ def main():
             seen.add(name)
             rows.append((name, int(st["Installed-Size"]), *record(st)))
     median = statistics.median(r[1] for r in rows)
-    train, test, distinct = [], [], [set() for _ in SPARSE]
-    for name, size, sparse, dense in rows:
-        label = 1 if size >= median else 0
-        cols = [str(label)] + [str(x) for x in dense]
-        for k, f in enumerate(SPARSE):
-            cols.append(",".join(sparse[f]))
-            distinct[k].update(sparse[f])
-        (test if is_test(name) else train).append("\t".join(cols) + "\n")
     positives = sum(1 for _, size, _, _ in rows if size >= median)
     meta = {
         "source": "Debian package index (" + LISTS + ")",
         "index_files": [os.path.basename(p) for p in packages],
-        "packages": len(rows), "train_rows": len(train), "eval_rows": len(test),
+        "packages": len(rows), "train_rows": None, "eval_rows": None,  # filled in by write_records
         "label": f"Installed-Size >= median ({median} KiB)", "label_rate": positives / len(rows),
-        "dense": DENSE, "sparse": SPARSE,
-        "distinct_values": {f: len(d) for f, d in zip(SPARSE, distinct)},
+        "dense": DENSE, "sparse": SPARSE, "distinct_values": None,
         "split": f"eval when md5(package name) % 10 == 0; train shuffled with seed {SEED}",
     }
-    write_dataset(out_dir, train, test, meta, SEED, names=("train.tsv", "eval.tsv"))
-    print(f"debian_ctr_dataset: {len(train)} train, {len(test)} eval records, label rate {meta['label_rate']:.3f} "
+    records = ((name, 1 if size >= median else 0, dense, sparse) for name, size, sparse, dense in rows)
+    n_train, n_eval = write_records(out_dir, records, SPARSE, meta, SEED)
+    print(f"debian_ctr_dataset: {n_train} train, {n_eval} eval records, label rate {meta['label_rate']:.3f} "
           f"(Installed-Size >= {median} KiB) in {out_dir}")
     return 0
 
