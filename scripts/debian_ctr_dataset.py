@@ -123,19 +123,16 @@ def main():
             seen.add(name)
             rows.append((name, int(st["Installed-Size"]), *record(st)))
     median = statistics.median(r[1] for r in rows)
-    positives = sum(1 for _, size, _, _ in rows if size >= median)
     meta = {
         "source": "Debian package index (" + LISTS + ")",
         "index_files": [os.path.basename(p) for p in packages],
-        "packages": len(rows), "train_rows": None, "eval_rows": None,  # filled in by write_records
-        "label": f"Installed-Size >= median ({median} KiB)", "label_rate": positives / len(rows),
+        "packages": len(rows), "train_rows": None, "eval_rows": None,  # these Nones: filled in by write_records
+        "label": f"Installed-Size >= median ({median} KiB)", "label_rate": None,
         "dense": DENSE, "sparse": SPARSE, "distinct_values": None,
         "split": f"eval when md5(package name) % 10 == 0; train shuffled with seed {SEED}",
     }
     records = ((name, 1 if size >= median else 0, dense, sparse) for name, size, sparse, dense in rows)
-    n_train, n_eval = write_records(out_dir, records, SPARSE, meta, SEED)
-    print(f"debian_ctr_dataset: {n_train} train, {n_eval} eval records, label rate {meta['label_rate']:.3f} "
-          f"(Installed-Size >= {median} KiB) in {out_dir}")
+    write_records(out_dir, records, SPARSE, meta, SEED, "debian_ctr_dataset")
     return 0
 
 

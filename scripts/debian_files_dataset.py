@@ -137,7 +137,7 @@ def main():
     median = statistics.median(info.st_size for _, _, _, info, _ in files)
     median = int(median) if median == int(median) else median  # "2044 bytes", not "2044.0"
 
-    records, positives = [], 0
+    records = []
     for p, name, st, info, is_conffile in files:
         text = printable(p)
         parent, base = os.path.split(text)
@@ -165,22 +165,18 @@ def main():
         }
         dense = [len(parts), len(base), len(tokens), sum(c.isdigit() for c in base), per_package[name],
                  len(dirs[name]), per_dir[os.path.dirname(p)], subdirs[os.path.dirname(p)]]
-        label = 1 if info.st_size >= median else 0
-        positives += label
-        records.append((p, label, dense, sparse))
+        records.append((p, 1 if info.st_size >= median else 0, dense, sparse))
     versions = sorted(f"{st['Package']} {st.get('Version', '')} {st.get('Architecture', '')}" for st in status.values())
     meta = {
         "source": f"files of the installed Debian packages ({DPKG}/info/*.list, {DPKG}/status)",
         "installed_packages": len(status),
         "installed_md5": hashlib.md5("\n".join(versions).encode()).hexdigest(),
-        "records": len(records), "train_rows": None, "eval_rows": None,  # filled in by write_records
-        "label": f"file size >= median ({median} bytes)", "label_rate": positives / len(records),
+        "records": len(records), "train_rows": None, "eval_rows": None,  # these Nones: filled in by write_records
+        "label": f"file size >= median ({median} bytes)", "label_rate": None,
         "dense": DENSE, "sparse": SPARSE, "distinct_values": None,
         "split": f"eval when md5(path) % 10 == 0; train shuffled with seed {SEED}",
     }
-    n_train, n_eval = write_records(out_dir, records, SPARSE, meta, SEED)
-    print(f"debian_files_dataset: {n_train} train, {n_eval} eval records, label rate {meta['label_rate']:.3f} "
-          f"(size >= {median} bytes) in {out_dir}")
+    write_records(out_dir, records, SPARSE, meta, SEED, "debian_files_dataset")
     return 0
 
 

@@ -10,8 +10,8 @@
 #include "core/json.h"
 
 #include "dist/sharded_checkpoint.h"
-#include "train/config_diff.h"
 #include "model/ctr_model.h"
+#include "train/config_diff.h"
 #include "train/ctr_serving.h"
 #include "train/table_rows.h"
 

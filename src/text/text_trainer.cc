@@ -283,7 +283,7 @@ class TextTask final : public train::TrainTask {
     (*s)["train_data"] = stats_json(train_stats_);
     (*s)["dataset_bytes"] = train_.memory_bytes() + eval_.memory_bytes();
     (*s)["table_bytes"] = model_->table_bytes();
-    // dynamic_rows: the loop's, as for CTR models (train/loop.cc, add_transfer_fields).
+    // dynamic_rows: the loop's, as for CTR models (train/loop.cc, add_table_counters).
     (*s)["config"] = {{"row_dtype", std::string(dtype_name(mo.dtype))}, {"row_optimizer", std::string(optimizer_name(mo.row_optimizer.kind))},
                       {"dynamic", mo.dynamic.enabled}};
     (*s)["peak_rss_bytes"] = peak_rss_bytes();

@@ -182,13 +182,13 @@ void RowCache::Distinct::expand(int64_t* out, size_t n) const {
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   Distinct& d = owner_distinct_;
   const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
-  if (!d.active) return acquire_distinct(rows, slots_out, set, touch);
-  LEANEMB_RETURN_IF_ERROR(acquire_distinct(distinct, d.slots.data(), set, touch));
+  if (!d.active) return acquire_rows(rows, slots_out, set, touch);
+  LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch));
   if (slots_out) d.expand(slots_out, rows.size());
   return Status();
 }
 
-Status RowCache::acquire_distinct(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
+Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);

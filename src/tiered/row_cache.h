@@ -154,7 +154,8 @@ class RowCache {
     // out[i] = slots[inv[i]] for the n rows of the last of().
     void expand(int64_t* out, size_t n) const;
   };
-  Status acquire_distinct(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch);
+  // acquire() of `rows` as given (the distinct rows of a large call, or a small call's ids).
+  Status acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch);
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
   void rollback_locked(PinSet set, bool restore_victims);

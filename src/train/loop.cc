@@ -138,7 +138,7 @@ json memory_peaks(const MemorySystem& mem) {
 // counters summed over those tables: the "transfers", "row_cache" and "dynamic_rows" fields of
 // metrics.jsonl lines and the summary (docs/train.md), the same for CTR and text models. Local to
 // this rank (no collective).
-void add_transfer_fields(const MemorySystem& mem, const EmbeddingTables& tables, json* j) {
+void add_table_counters(const MemorySystem& mem, const EmbeddingTables& tables, json* j) {
   (*j)["transfers"] = parse_json(mem.transfers().to_json());
   RowCacheStats sum;
   bool cached = false;
@@ -392,7 +392,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       json m = {{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
                 {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}};
-      add_transfer_fields(*mem, task->tables(), &m);
+      add_table_counters(*mem, task->tables(), &m);
       metrics << dump_json(m) << "\n";
       metrics.flush();
       loss_sum = 0;
@@ -457,7 +457,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
   sum["memory"] = memory_peaks(*mem);
   sum["memory_detail"] = parse_json(mem->to_json());
-  add_transfer_fields(*mem, task->tables(), &sum);
+  add_table_counters(*mem, task->tables(), &sum);
   sum["embedding_table_bytes"] = table_bytes;
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
