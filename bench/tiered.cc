@@ -83,6 +83,10 @@ struct Run {
   bool cached = false;
   CachePolicy policy = CachePolicy::kLru;  // cached
   std::vector<double> step_ms;
+  // The measured steps' parts: forward (its wait for the prefetch included), and the rest
+  // (starting the next prefetch, backward_update).
+  std::vector<double> forward_ms, update_ms;
+  bool timing = false;  // record the parts (measured steps only)
   RowCacheStats after_warmup{};
   TransferStats transfers_after_warmup{};
   size_t next = 0;  // next batch index
@@ -105,7 +109,9 @@ Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<f
   SparseBatch sb;
   sb.batch_size = B;
   sb.features.push_back({b.ids, b.offsets, {}});
+  const auto t0 = Clock::now();
   LEANEMB_RETURN_IF_ERROR(r.e.coll->forward(sb, out));
+  const auto t1 = Clock::now();
   if (r.cached && prefetch && r.next + 1 < batches.size()) {
     SparseBatch nb;
     nb.batch_size = B;
@@ -113,6 +119,10 @@ Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<f
     LEANEMB_RETURN_IF_ERROR(r.e.coll->prefetch(nb));
   }
   LEANEMB_RETURN_IF_ERROR(r.e.coll->backward_update(sb, grad).status());
+  if (r.timing) {
+    r.forward_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    r.update_ms.push_back(ms_since(t1));
+  }
   ++r.next;
   return Status();
 }
@@ -335,6 +345,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     if (r.cached) { LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0)); }
     r.transfers_after_warmup = r.e.mem->transfers();
     r.e.mem->reset_peaks();
+    r.timing = true;
   }
   // Measured steps in interleaved rounds of 5, rotating which contender goes first.
   constexpr int kBlock = 5;
@@ -356,7 +367,10 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   for (Run& r : runs) {
     const Summary sm = summarize(r.step_ms);
     median_ms.push_back(sm.median);
-    json j{{"name", r.name}, {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}}};
+    json j{{"name", r.name},
+           {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}},
+           {"forward_ms_median", summarize(r.forward_ms).median},
+           {"update_ms_median", summarize(r.update_ms).median}};
     const TransferStats tr = r.e.mem->transfers();
     json tj;
     for (int from = 0; from < kNumTiers; ++from)

@@ -22,10 +22,11 @@ namespace {
 // ---- dedup radix sort ----------------------------------------------------------------------------
 
 // radix_sort_row_src sorts by the row part exactly like std::stable_sort (equal rows keep their
-// input order, whatever their low 32 bits) for 0-32 row bits, with many duplicates, n = 0..5000.
+// input order, whatever their low 32 bits) for 0-32 row bits (every digit width and pass
+// count the sort picks), with many duplicates, n = 0..5000.
 TEST(RadixSortTest, SortsLikeStableSortOnRowPart) {
   std::mt19937_64 rng(8);
-  for (int row_bits : {0, 1, 5, 11, 12, 22, 23, 32}) {
+  for (int row_bits : {0, 1, 5, 11, 12, 13, 16, 21, 22, 23, 24, 25, 31, 32}) {
     for (int64_t n : {0, 1, 2, 1000, 5000}) {
       const uint64_t max_row = row_bits == 0 ? 0 : (row_bits == 32 ? 0xffffffffull : (1ull << row_bits) - 1);
       // Few distinct rows for many duplicates; include the extremes 0 and max_row.
@@ -47,7 +48,7 @@ TEST(RadixSortTest, SortsLikeStableSortOnRowPart) {
 // std::stable_sort's order too.
 TEST(RadixSortTest, SplitOverThreadsSortsLikeStableSort) {
   std::mt19937_64 rng(9);
-  for (int row_bits : {11, 21, 32}) {
+  for (int row_bits : {11, 21, 24, 32}) {
     for (int64_t n : {int64_t{65536}, int64_t{100003}, int64_t{200001}}) {
       const uint64_t max_row = row_bits == 32 ? 0xffffffffull : (1ull << row_bits) - 1;
       std::vector<uint64_t> keys0(static_cast<size_t>(n)), scratch(static_cast<size_t>(n));
@@ -60,6 +61,19 @@ TEST(RadixSortTest, SplitOverThreadsSortsLikeStableSort) {
         ASSERT_EQ(keys, want) << "row_bits " << row_bits << " n " << n << " threads " << threads;
       }
     }
+  }
+}
+
+// The digit width: at most 12 bits, the fewest passes that cover the row bits.
+TEST(RadixSortTest, DigitWidthTakesTheFewestPassesOfAtMost12Bits) {
+  EXPECT_EQ(radix_digit_bits(24), 12);
+  EXPECT_EQ(radix_digit_bits(21), 11);
+  EXPECT_EQ(radix_digit_bits(32), 11);
+  for (int bits = 1; bits <= 32; ++bits) {
+    const int d = radix_digit_bits(bits);
+    const int passes = (bits + d - 1) / d;
+    EXPECT_LE(d, 12) << bits;
+    EXPECT_EQ(passes, (bits + 11) / 12) << bits;
   }
 }
 
@@ -86,12 +100,16 @@ TEST(UniqueFirstOccurrenceTest, MatchesAnOrderedHashMap) {
         std::vector<int64_t> uniq(rows.size() + 1, -7);
         std::vector<uint32_t> inv(rows.size() + 1);
         std::vector<uint64_t> keys(2 * rows.size() + 1);
-        const int64_t u = unique_first_occurrence(rows.data(), n, row_bits, uniq.data(), inv.data(), keys.data());
-        ASSERT_EQ(u, static_cast<int64_t>(want_uniq.size())) << "row_bits " << row_bits << " n " << n;
-        uniq.resize(static_cast<size_t>(u));
-        inv.resize(rows.size());
-        ASSERT_EQ(uniq, want_uniq) << "row_bits " << row_bits << " n " << n << " spread " << spread;
-        ASSERT_EQ(inv, want_inv) << "row_bits " << row_bits << " n " << n << " spread " << spread;
+        for (int threads : {1, 2}) {
+          std::fill(uniq.begin(), uniq.end(), -7);
+          const int64_t u =
+              unique_first_occurrence(rows.data(), n, row_bits, uniq.data(), inv.data(), keys.data(), threads);
+          ASSERT_EQ(u, static_cast<int64_t>(want_uniq.size())) << "row_bits " << row_bits << " n " << n;
+          std::vector<int64_t> got_uniq(uniq.begin(), uniq.begin() + u);
+          std::vector<uint32_t> got_inv(inv.begin(), inv.begin() + n);
+          ASSERT_EQ(got_uniq, want_uniq) << "row_bits " << row_bits << " n " << n << " spread " << spread << " threads " << threads;
+          ASSERT_EQ(got_inv, want_inv) << "row_bits " << row_bits << " n " << n << " spread " << spread << " threads " << threads;
+        }
       }
     }
   }

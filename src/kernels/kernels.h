@@ -146,16 +146,20 @@ uint8_t quant8_code(float x, float inv, bool is_signed);
 
 // ---- dedup -----------------------------------------------------------------------------------
 // Sorts `keys` ([n] values row << 32 | src) ascending by the row part, stably, using the row's
-// low `row_bits` bits (LSD radix sort, 11-bit digits). scratch: [n]. Large calls (>= 2^16 keys)
-// split each pass over up to num_threads contiguous parts (histograms per part, then each part
-// scatters its own keys): the same output as one thread.
+// low `row_bits` bits (LSD radix sort, radix_digit_bits(row_bits)-bit digits). scratch: [n].
+// Large calls (>= 2^16 keys) split each pass over up to num_threads contiguous parts
+// (histograms per part, then each part scatters its own keys): the same output as one thread.
 void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads = 1);
+// The radix sort's digit width for rows of `row_bits` bits: the fewest passes of at most 12
+// bits, the bits spread evenly over them (24 -> 12, 21 -> 11, 32 -> 11).
+int radix_digit_bits(int row_bits);
 // The distinct values of rows[0..n) in the order of their first occurrence: writes them to
 // uniq and returns their count U; inv[i] = the position of rows[i] in uniq. Rows lie in
 // [0, 2^row_bits), row_bits <= 32, and n < 2^32. keys: [2n] scratch. One radix sort of
-// (row, position) keys and two passes over the positions: no hashing.
+// (row, position) keys (split over up to num_threads threads, as radix_sort_row_src) and two
+// passes over the positions: no hashing. The result does not depend on num_threads.
 int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
-                                uint64_t* keys);
+                                uint64_t* keys, int num_threads = 1);
 
 // ---- scans (scan.cc) ---------------------------------------------------------------------------
 // The largest bit pattern of |x[i]| (x's bits & 0x7fffffff), 0 for n = 0: read as a float it is

@@ -282,11 +282,11 @@ struct Fixture {
   RowLayout layout;
   std::unique_ptr<MemorySystem> mem;
   std::unique_ptr<tiered::RowCache> cache;
-  int64_t inits = 0;
 };
 
 Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr,
-                   int prefetch_nice = 0, size_t distinct_min_ids = tiered::RowCacheOptions{}.distinct_min_ids) {
+                   int prefetch_nice = 0, size_t distinct_min_ids = tiered::RowCacheOptions{}.distinct_min_ids,
+                   int num_threads = 1) {
   Fixture f;
   OptimizerOptions opt;
   opt.kind = OptimizerKind::kSgd;
@@ -305,12 +305,11 @@ Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_pt
   co.policy = policy;
   co.prefetch_nice = prefetch_nice;
   co.distinct_min_ids = distinct_min_ids;
+  co.num_threads = num_threads;
   const size_t stride = f.layout.stride_bytes;
-  int64_t* inits = &f.inits;
   auto c = tiered::RowCache::create(
       co, f.layout, std::move(store),
-      [stride, inits](int64_t row, uint8_t* fat) {
-        ++*inits;
+      [stride](int64_t row, uint8_t* fat) {  // called from several threads at once
         std::memset(fat, 0, stride);
         const float v = static_cast<float>(row);
         std::memcpy(fat, &v, 4);
@@ -429,6 +428,72 @@ TEST(RowCache, DistinctRowsFirstLeaveTheCacheAsEveryIdDoes) {
     EXPECT_GT(every.cache->stats().writebacks, 0u) << "the test must write back";
     for (int64_t s = 0; s < every.cache->capacity(); ++s)
       ASSERT_EQ(every.cache->slot_row(s), distinct.cache->slot_row(s)) << "slot " << s;
+  }
+}
+
+// A fetch split over threads (the distinct rows' sort, the lookups in chunks, the copies and
+// initializations of new rows) leaves the cache exactly as one thread does: the owner's fetches
+// (acquire) always use the cache's threads, a prefetch uses them once the owner waits for it.
+// Large enough for every split: over 16,384 distinct rows per call (two lookup chunks) and
+// thousands of misses and dirty victims.
+TEST(RowCache, FetchOverThreadsLeavesTheCacheAsOneThreadDoes) {
+  for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
+    Fixture one = make_cache(400000, 60000, policy, nullptr, 0, tiered::RowCacheOptions{}.distinct_min_ids, 1);
+    Fixture two = make_cache(400000, 60000, policy, nullptr, 0, tiered::RowCacheOptions{}.distinct_min_ids, 2);
+    std::mt19937_64 rng(78);
+    auto batch = [&] {
+      std::vector<int64_t> ids(50000);
+      // Half from 10,000 hot rows, half over the whole table: about 23,000 distinct rows.
+      for (auto& id : ids) id = static_cast<int64_t>(rng() % 2 == 0 ? rng() % 10000 : rng() % 400000);
+      return ids;
+    };
+    std::vector<int64_t> next = batch();
+    for (int step = 0; step < 10; ++step) {
+      const std::vector<int64_t> ids = next;
+      next = batch();
+      std::vector<int64_t> a(ids.size()), b(ids.size());
+      const bool prefetched = step % 2 == 1;
+      for (Fixture* f : {&one, &two}) {
+        auto& out = f == &one ? a : b;
+        if (prefetched) {
+          Result<bool> taken = f->cache->take_prefetched(ids, out.data());
+          ASSERT_TRUE(taken.ok() && taken.value()) << "step " << step;
+        } else {
+          ASSERT_TRUE(f->cache->acquire(ids, out.data(), tiered::PinSet::kStep).ok()) << "step " << step;
+        }
+        std::vector<int64_t> dirty;
+        for (size_t i = 0; i < out.size(); i += 3) dirty.push_back(out[i]);
+        f->cache->mark_dirty(dirty);
+        for (size_t i = 0; i < out.size(); i += 3) {  // the update changes the dirty rows' bytes
+          float v;
+          uint8_t* p = f->cache->slots() + static_cast<size_t>(out[i]) * f->layout.stride_bytes + 4;
+          std::memcpy(&v, p, 4);
+          v += 1.0f;
+          std::memcpy(p, &v, 4);
+        }
+        if (step % 2 == 0) {
+          ASSERT_TRUE(f->cache->start_prefetch(next).ok());
+        }
+        ASSERT_TRUE(f->cache->wait_prefetch().ok());
+        f->cache->release(tiered::PinSet::kStep);
+      }
+      ASSERT_EQ(a, b) << "policy " << tiered::cache_policy_name(policy) << " step " << step;
+      const auto sa = one.cache->stats(), sb = two.cache->stats();
+      ASSERT_EQ(sa.lookups, sb.lookups) << "step " << step;
+      ASSERT_EQ(sa.misses, sb.misses) << "step " << step;
+      ASSERT_EQ(sa.evictions, sb.evictions) << "step " << step;
+      ASSERT_EQ(sa.writebacks, sb.writebacks) << "step " << step;
+      ASSERT_EQ(sa.initialized_rows, sb.initialized_rows) << "step " << step;
+      ASSERT_EQ(sa.bytes_read, sb.bytes_read) << "step " << step;
+    }
+    EXPECT_GT(one.cache->stats().writebacks, 10000u) << "the test must write back";
+    EXPECT_GT(one.cache->stats().bytes_read, 0u) << "the test must read rows back";
+    const size_t stride = one.layout.stride_bytes;
+    for (int64_t s = 0; s < one.cache->capacity(); ++s) {
+      ASSERT_EQ(one.cache->slot_row(s), two.cache->slot_row(s)) << "slot " << s;
+      ASSERT_EQ(std::memcmp(one.cache->slots() + static_cast<size_t>(s) * stride,
+                            two.cache->slots() + static_cast<size_t>(s) * stride, stride), 0) << "slot " << s;
+    }
   }
 }
 

@@ -1,7 +1,6 @@
 // RowCache: slots, fetch with write-back, prefetch thread (the index is tiered/cache_index.h).
 #include "tiered/row_cache.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/row_access.h"
 #include "tiered/sizes.h"
@@ -24,6 +24,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Slot flags and keys (megabytes for a large cache) are prefetched this many entries ahead by the
 // passes over a step's pins: one pass touches tens of thousands of random slots.
 constexpr size_t kMetaAhead = 32;
+// Rows per chunk of a fetch's copy loops (a few microseconds of copying or initializing).
+constexpr int64_t kCopyGrain = 256;
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
 }  // namespace
@@ -54,6 +56,7 @@ struct RowCache::Plan {
   std::vector<Fresh> fresh;
   std::vector<Victim> victims;
   std::vector<int64_t> wb_rows, rd_rows;
+  std::vector<int32_t> wb_slots;
   std::vector<int32_t> found;
   std::vector<size_t> miss_at;  // positions of the rows pass 1 did not find
 };
@@ -146,21 +149,32 @@ void RowCache::mark_dirty(std::span<const int64_t> slots) {
 }
 
 // found[i] = the slot of rows[i] or -1; true if every row is resident and not in flight. The
-// lookups only read the index: in parallel for large calls, each thread pipelining its share.
+// lookups only read the index: in chunks over the pool's threads for large calls, each chunk
+// pipelining its share.
 bool RowCache::lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags) const {
   const int64_t n = static_cast<int64_t>(rows.size());
-  const int threads = n >= 16384 ? std::max(1, num_threads) : 1;
-  if (threads == 1) return index_.find_batch(rows.data(), n, found, check_flags);
-  int missing = 0;
-#pragma omp parallel for num_threads(threads) reduction(| : missing) schedule(static, 1)
-  for (int t = 0; t < threads; ++t) {
-    const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-    missing |= index_.find_batch(rows.data() + b, e - b, found + b, check_flags) ? 0 : 1;
-  }
-  return !missing;
+  constexpr int64_t kChunk = 8192;
+  if (n < 2 * kChunk || num_threads == 1) return index_.find_batch(rows.data(), n, found, check_flags);
+  std::atomic<bool> ready{true};
+  parallel_for(n, kChunk, [&](int64_t b, int64_t e, int) {
+    if (!index_.find_batch(rows.data() + b, e - b, found + b, check_flags)) ready.store(false, std::memory_order_relaxed);
+  }, num_threads);
+  return ready.load();
 }
 
-std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids) {
+int RowCache::fetch_threads(bool prefetching) const {
+  return !prefetching || owner_waiting_.load(std::memory_order_relaxed) > 0 ? options_.num_threads : 1;
+}
+
+void RowCache::wait_idle_locked(std::unique_lock<std::mutex>& l) {
+  if (!has_job_ && !busy_) return;
+  owner_waiting_.fetch_add(1, std::memory_order_relaxed);
+  cv_.wait(l, [&] { return !has_job_ && !busy_; });
+  owner_waiting_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids,
+                                                int num_threads) {
   active = rows.size() >= min_ids && rows.size() < (size_t{1} << 32) && num_rows <= (int64_t{1} << 32);
   if (!active) return rows;
   const size_t n = rows.size();
@@ -170,7 +184,7 @@ std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, i
   inv.resize(n);
   keys.resize(2 * n);
   const int64_t u = kernels::unique_first_occurrence(rows.data(), static_cast<int64_t>(n), row_bits, uniq.data(),
-                                                     inv.data(), keys.data());
+                                                     inv.data(), keys.data(), num_threads);
   slots.resize(static_cast<size_t>(u));
   return std::span<const int64_t>(uniq.data(), static_cast<size_t>(u));
 }
@@ -181,14 +195,14 @@ void RowCache::Distinct::expand(int64_t* out, size_t n) const {
 
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
   Distinct& d = owner_distinct_;
-  const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
-  if (!d.active) return acquire_rows(rows, slots_out, set, touch);
-  LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch));
+  const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, options_.num_threads);
+  if (!d.active) return acquire_rows(rows, slots_out, set, touch, false);
+  LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch, true));
   if (slots_out) d.expand(slots_out, rows.size());
   return Status();
 }
 
-Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
+Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch, bool distinct) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
@@ -211,7 +225,7 @@ Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out,
   Status st = wait_prefetch();
   if (st.ok()) {
     std::lock_guard<std::mutex> f(fetch_mu_);
-    st = fetch(rows, slots_out, set, false, touch);
+    st = fetch(rows, slots_out, set, false, touch, distinct);
   }
   std::lock_guard<std::mutex> l(mu_);
   stats_.exposed_seconds += seconds_since(t0);
@@ -240,7 +254,7 @@ void RowCache::rollback_locked(PinSet set, bool restore_victims) {
 // Phase A of a fetch (under mu_): hits are pinned; each miss gets a free slot or a victim's.
 // Errors: ResourceExhausted when no slot is left (everything rolled back).
 Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching,
-                                   bool touch) {
+                                   bool touch, bool distinct) {
   CacheIndex& ix = index_;
   Plan& plan = *plan_;
   const uint32_t tick = ix.begin_call();
@@ -256,8 +270,8 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
     if (slots_out) slots_out[i] = s;
   }
   // Pass 3, in order: each miss takes a free slot or a victim's. A row that repeats after its
-  // first miss is found in the map by then. The map lines of later misses and the coming
-  // victims' flags, rows and map lines are prefetched.
+  // first miss is found in the map by then (distinct rows do not repeat: no second probe). The
+  // map lines of later misses and the coming victims' flags, rows and map lines are prefetched.
   plan.miss_at.clear();
   for (size_t i = 0; i < rows.size(); ++i)
     if (found[i] < 0) plan.miss_at.push_back(i);
@@ -270,7 +284,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
     }
     const size_t i = plan.miss_at[k];
     const int64_t r = rows[i];
-    int32_t s = ix.find(r);
+    int32_t s = distinct ? -1 : ix.find(r);
     if (s < 0) {
       const bool from_free = ix.has_free();
       s = from_free ? ix.take_free() : ix.pop_victim();
@@ -295,7 +309,8 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
   return Status();
 }
 
-Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch) {
+Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch,
+                       bool distinct) {
   // Reused between fetches (under fetch_mu_): a step's fetch would otherwise allocate and free
   // megabytes of vectors, and the heap's trim / regrowth faults in fresh zeroed pages each time.
   Plan& plan = *plan_;
@@ -305,10 +320,10 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   // read only the map and the slots' rows, which change only in a fetch, and this thread holds
   // fetch_mu_. In parallel on the owner's thread.
   plan.found.resize(rows.size());
-  (void)lookup(rows, plan.found.data(), prefetching ? 1 : options_.num_threads, /*check_flags=*/false);
+  (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
   {
     std::lock_guard<std::mutex> l(mu_);
-    LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch));
+    LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch, distinct));
   }
   if (plan.fresh.empty()) return Status();
   const auto t0 = Clock::now();
@@ -335,13 +350,18 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   for (const Plan::Victim& v : plan.victims)
     if (v.dirty) wb_rows.push_back(v.row);
   if (!wb_rows.empty()) {
-    size_t k = 0;
-    for (size_t i = 0; i < plan.victims.size(); ++i) {
-      const Plan::Victim& v = plan.victims[i];
-      if (i + 8 < plan.victims.size())
-        kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(plan.victims[i + 8].slot) * stride, stride);
-      if (v.dirty) std::memcpy(stage_out_.as<uint8_t>() + (k++) * stride, slots() + static_cast<size_t>(v.slot) * stride, stride);
-    }
+    std::vector<int32_t>& wb_slots = plan.wb_slots;
+    wb_slots.clear();
+    for (const Plan::Victim& v : plan.victims)
+      if (v.dirty) wb_slots.push_back(v.slot);
+    // In chunks over the pool when the step waits for this prefetch (fetch_threads).
+    parallel_for(static_cast<int64_t>(wb_slots.size()), kCopyGrain, [&](int64_t b, int64_t e, int) {
+      for (int64_t k = b; k < e; ++k) {
+        if (k + 8 < e) kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(wb_slots[static_cast<size_t>(k + 8)]) * stride, stride);
+        std::memcpy(stage_out_.as<uint8_t>() + static_cast<size_t>(k) * stride,
+                    slots() + static_cast<size_t>(wb_slots[static_cast<size_t>(k)]) * stride, stride);
+      }
+    }, fetch_threads(prefetching));
     st = store_->write_rows(wb_rows, stage_out_.as<uint8_t>());
     if (!st.ok()) {
       std::lock_guard<std::mutex> l(mu_);
@@ -361,19 +381,17 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     rollback_locked(set, false);  // the victims are clean in the store now
     return st;
   }
-  uint64_t created = 0, loaded = 0;
-  for (size_t i = 0; i < plan.fresh.size(); ++i) {
-    if (i + 8 < plan.fresh.size())
-      kernels::prefetch_span<1, 0>(slots() + static_cast<size_t>(plan.fresh[i + 8].slot) * stride, stride);
-    uint8_t* dst = slots() + static_cast<size_t>(plan.fresh[i].slot) * stride;
-    if (present_[i]) {
-      std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
-      ++loaded;
-    } else {
-      init_(plan.fresh[i].row, dst);
-      ++created;
+  parallel_for(static_cast<int64_t>(plan.fresh.size()), kCopyGrain, [&](int64_t b, int64_t e, int) {
+    for (int64_t j = b; j < e; ++j) {
+      const size_t i = static_cast<size_t>(j);
+      if (j + 8 < e) kernels::prefetch_span<1, 0>(slots() + static_cast<size_t>(plan.fresh[i + 8].slot) * stride, stride);
+      uint8_t* dst = slots() + static_cast<size_t>(plan.fresh[i].slot) * stride;
+      if (present_[i]) std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
+      else init_(plan.fresh[i].row, dst);
     }
-  }
+  }, fetch_threads(prefetching));
+  const uint64_t loaded = static_cast<uint64_t>(std::count(present_.begin(), present_.end(), uint8_t{1}));
+  const uint64_t created = plan.fresh.size() - loaded;
   if (memory_ && loaded) memory_->record_transfer(store_tier_, Tier::kDevice, loaded * stride);
   // Phase D (locked): the new rows are in.
   std::lock_guard<std::mutex> l(mu_);
@@ -391,7 +409,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
 
 Status RowCache::start_prefetch(std::span<const int64_t> rows) {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return !has_job_ && !busy_; });
+  wait_idle_locked(l);
   if (job_.size_bytes() < rows.size() * 8 || job_.empty()) {
     job_.reset();
     LEANEMB_ASSIGN_OR_RETURN(job_, staging_alloc_->allocate(std::max<size_t>(rows.size() + rows.size() / 4, 64) * 8,
@@ -408,7 +426,7 @@ Status RowCache::start_prefetch(std::span<const int64_t> rows) {
 Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* slots_out) {
   const auto t0 = Clock::now();
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return !has_job_ && !busy_; });
+  wait_idle_locked(l);
   stats_.exposed_seconds += seconds_since(t0);
   if (!prefetch_status_.ok()) {
     Status st = prefetch_status_;
@@ -441,7 +459,7 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
 
 Status RowCache::wait_prefetch() {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return !has_job_ && !busy_; });
+  wait_idle_locked(l);
   Status st = prefetch_status_;
   prefetch_status_ = Status();
   return st;
@@ -469,8 +487,8 @@ void RowCache::prefetch_main() {
       std::lock_guard<std::mutex> f(fetch_mu_);
       job_slots_.resize(rows.size());
       Distinct& d = prefetch_distinct_;
-      const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
-      st = fetch(distinct, d.active ? d.slots.data() : job_slots_.data(), PinSet::kPrefetch, true, true);
+      const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, fetch_threads(true));
+      st = fetch(distinct, d.active ? d.slots.data() : job_slots_.data(), PinSet::kPrefetch, true, true, d.active);
       if (st.ok() && d.active) d.expand(job_slots_.data(), rows.size());
     }
     const bool complete = st.ok();

@@ -19,6 +19,11 @@
 // in). Only one fetch runs at a time. The arithmetic never depends on which rows are cached, so
 // results are bit-identical with any capacity, policy, store and prefetch setting.
 //
+// Threads: a large fetch splits its distinct-row sort, lookups and row copies over the pool
+// (core/parallel.h, num_threads). The prefetch thread does so only while the owner waits for it:
+// while the step computes, its cores are busy and the prefetch runs alone. The split never
+// changes the cache's state (slots, victims, counters).
+//
 // Errors: acquire() returns ResourceExhausted when the distinct rows of one call do not fit in
 // the slots that are not pinned by the other set, and the store's errors (IoError,
 // ResourceExhausted for a full disk); after an error no row's bytes are lost: a failed
@@ -28,6 +33,7 @@
 // work runs on the cache's own thread; stats() from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -60,7 +66,7 @@ struct RowCacheOptions {
   int64_t capacity_rows = 0;  // slots (1 <= capacity <= num_rows)
   CachePolicy policy = CachePolicy::kLru;
   int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
-  int num_threads = 1;            // OpenMP threads for the lookups of large acquires
+  int num_threads = 1;            // pool threads (parallel_for) for the parallel parts of large fetches
   int prefetch_nice = 0;          // the prefetch thread's nice value (TableCacheOptions::prefetch_nice)
   // Test hook: the index's 32-bit stamps / ticks are renormalized when they reach this value
   // (>= 16; see cache_index.h). Tests lower it to exercise the renormalization.
@@ -70,7 +76,8 @@ struct RowCacheOptions {
   size_t distinct_min_ids = 8192;
 };
 
-// Fills one fat row (stride_bytes) of table row `row` with its initial bytes.
+// Fills one fat row (stride_bytes) of table row `row` with its initial bytes. A large fetch
+// calls it from several threads at once (for different rows): it must be thread-safe.
 using RowInitFn = std::function<void(int64_t row, uint8_t* fat)>;
 
 class RowCache {
@@ -150,14 +157,23 @@ class RowCache {
     bool active = false;  // the last of() deduplicated
     // `rows` itself for calls below min_ids ids or tables of more than 2^32 rows, else the
     // distinct rows (slots sized to them).
-    std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids);
+    std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids, int num_threads);
     // out[i] = slots[inv[i]] for the n rows of the last of().
     void expand(int64_t* out, size_t n) const;
   };
   // acquire() of `rows` as given (the distinct rows of a large call, or a small call's ids).
-  Status acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch);
-  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
-  Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch);
+  // `distinct`: no row repeats (the fetch then probes each miss once).
+  Status acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch, bool distinct);
+  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch, bool distinct);
+  Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch,
+                           bool distinct);
+  // Threads for a fetch's parallel parts (distinct rows, lookups, copies): the owner's fetch
+  // uses num_threads; the prefetch thread uses one while the step computes (its cores are
+  // busy), and num_threads once the owner waits for it (the pool is idle then).
+  int fetch_threads(bool prefetching) const;
+  // Waits (under mu_, held by l) until no prefetch is queued or running, counted in
+  // owner_waiting_ meanwhile.
+  void wait_idle_locked(std::unique_lock<std::mutex>& l);
   void rollback_locked(PinSet set, bool restore_victims);
   bool lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags = true) const;
   void pin_locked(int32_t slot, PinSet set);
@@ -198,6 +214,7 @@ class RowCache {
   // The prefetch thread.
   std::thread worker_;
   std::condition_variable cv_;
+  std::atomic<int> owner_waiting_{0};  // threads in wait_idle_locked (the prefetch reads it)
   bool stop_ = false;
   bool has_job_ = false;
   bool busy_ = false;
