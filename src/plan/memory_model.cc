@@ -274,6 +274,9 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
       const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, s.unique, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
       r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
+      // The fetch's per-call scratch (kept between calls): the owner's, as training never
+      // prefetches.
+      r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(s.ids, s.unique)));
       if (w.file_store) {
         r.persist(Item{Tier::kHost, Category::kIoBuffers,
                        tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});

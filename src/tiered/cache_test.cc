@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -286,13 +287,14 @@ struct Fixture {
 
 Fixture make_cache(int64_t rows, int64_t cap, CachePolicy policy, std::unique_ptr<tiered::RowStore> store = nullptr,
                    int prefetch_nice = 0, size_t distinct_min_ids = tiered::RowCacheOptions{}.distinct_min_ids,
-                   int num_threads = 1) {
+                   int num_threads = 1, size_t host_budget_bytes = 0) {
   Fixture f;
   OptimizerOptions opt;
   opt.kind = OptimizerKind::kSgd;
   f.layout = make_row_layout(4, DType::kF32, opt).value();
   MemorySystemOptions mo;
   mo.device_budget_bytes = 8 << 20;
+  mo.host_budget_bytes = host_budget_bytes;
   f.mem = MemorySystem::create(mo).value();
   if (!store) {
     tiered::RowStoreOptions so;
@@ -495,6 +497,53 @@ TEST(RowCache, FetchOverThreadsLeavesTheCacheAsOneThreadDoes) {
                             two.cache->slots() + static_cast<size_t>(s) * stride, stride), 0) << "slot " << s;
     }
   }
+}
+
+// The per-call scratch (distinct rows, lookups, the fetch's plan, pins) is io_buffers memory of
+// the staging tier: counted, predicted by row_cache_scratch_bytes, and held to the tier's budget.
+// A call whose scratch does not fit fails with ResourceExhausted before it changes anything.
+TEST(RowCache, CallScratchIsAccountedAndABudgetTooSmallLeavesTheCacheUnchanged) {
+  std::mt19937_64 rng(79);
+  std::vector<int64_t> small(100), big(50000);
+  for (auto& id : small) id = static_cast<int64_t>(rng() % 1000);
+  for (auto& id : big) id = static_cast<int64_t>(rng() % 2 == 0 ? rng() % 10000 : rng() % 400000);
+  const int64_t big_distinct = static_cast<int64_t>(std::set<int64_t>(big.begin(), big.end()).size());
+  auto io_buffers = [](Fixture& f) { return f.mem->stats()[1][Category::kIoBuffers].current_bytes; };
+  auto host_bytes = [](Fixture& f) { return f.mem->stats()[1].current_bytes; };
+  std::vector<int64_t> slots(big.size());
+  size_t after_small = 0;
+  {  // no budget: what the small call leaves, and the big call's scratch counted
+    Fixture f = make_cache(400000, 60000, CachePolicy::kLru);
+    ASSERT_TRUE(f.cache->acquire(small, slots.data(), tiered::PinSet::kStep).ok());
+    f.cache->release(tiered::PinSet::kStep);
+    after_small = host_bytes(f);
+    const size_t io_small = io_buffers(f);
+    ASSERT_TRUE(f.cache->acquire(big, slots.data(), tiered::PinSet::kStep).ok());
+    EXPECT_GE(io_buffers(f) - io_small, tiered::row_cache_scratch_bytes(static_cast<int64_t>(big.size()), big_distinct))
+        << "the big call's scratch must be counted in io_buffers";
+  }
+  // A budget that holds the small call but not the big call's scratch.
+  Fixture f = make_cache(400000, 60000, CachePolicy::kLru, nullptr, 0, tiered::RowCacheOptions{}.distinct_min_ids, 1,
+                         after_small + (1 << 20));
+  ASSERT_TRUE(f.cache->acquire(small, slots.data(), tiered::PinSet::kStep).ok());
+  std::vector<int64_t> small_slots(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(small.size()));
+  f.cache->release(tiered::PinSet::kStep);
+  const auto before = f.cache->stats();
+  std::vector<int64_t> rows_before(static_cast<size_t>(f.cache->capacity()));
+  for (int64_t s = 0; s < f.cache->capacity(); ++s) rows_before[static_cast<size_t>(s)] = f.cache->slot_row(s);
+  const Status st = f.cache->acquire(big, slots.data(), tiered::PinSet::kStep);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_TRUE(table_testing::contains(st.message(), "io_buffers")) << st.message();
+  const auto after = f.cache->stats();
+  EXPECT_EQ(after.lookups, before.lookups);
+  EXPECT_EQ(after.misses, before.misses);
+  for (int64_t s = 0; s < f.cache->capacity(); ++s)
+    ASSERT_EQ(f.cache->slot_row(s), rows_before[static_cast<size_t>(s)]) << "slot " << s;
+  // Nothing is left pinned: the small call again finds its rows where they were, and every slot
+  // can still be evicted by a call that fits.
+  ASSERT_TRUE(f.cache->acquire(small, slots.data(), tiered::PinSet::kStep).ok());
+  EXPECT_EQ(std::vector<int64_t>(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(small.size())), small_slots);
+  f.cache->release(tiered::PinSet::kStep);
 }
 
 TEST(RowCache, PinnedRowsAreNeverEvictedAndOverflowIsAnError) {

@@ -28,6 +28,26 @@ constexpr size_t kMetaAhead = 32;
 constexpr int64_t kCopyGrain = 256;
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
+// Scratch arrays are grown before a call changes anything (so that a refused allocation leaves
+// the cache as it was) to row_cache_scratch_elems(n), the size the planner predicts.
+// reserve_fresh drops the contents (the old buffer is freed before the new one is taken);
+// reserve_kept keeps them.
+template <typename V>
+void reserve_fresh(V& v, size_t n) {
+  if (v.capacity() >= n) return;
+  V(v.get_allocator()).swap(v);  // frees the old buffer (a swap needs the same resource)
+  v.reserve(row_cache_scratch_elems(n));
+}
+template <typename V>
+void reserve_kept(V& v, size_t n) {
+  if (v.capacity() < n) v.reserve(row_cache_scratch_elems(n));
+}
+
+Status scratch_exhausted() {
+  return resource_exhausted(
+      "row cache: its per-call scratch (category io_buffers) does not fit in the budget of its tier");
+}
+
 }  // namespace
 
 std::string_view cache_policy_name(CachePolicy p) {
@@ -41,7 +61,9 @@ Result<CachePolicy> parse_cache_policy(std::string_view s) {
   return invalid_argument("unknown cache policy '" + std::string(s) + "' (expected lru, lfu or clock)");
 }
 
-// What phase A of a fetch decided: rows to read into new slots and victims to write back.
+// What phase A of a fetch decided: rows to read into new slots and victims to write back. Its
+// arrays are kept between fetches (io_buffers; row_cache_scratch_bytes counts 16 B per new row
+// and per victim).
 struct RowCache::Plan {
   struct Fresh {
     int64_t row;
@@ -49,17 +71,35 @@ struct RowCache::Plan {
     bool from_free;
   };
   struct Victim {
-    int32_t slot;
     int64_t row;
+    int32_t slot;
     bool dirty;
   };
-  std::vector<Fresh> fresh;
-  std::vector<Victim> victims;
-  std::vector<int64_t> wb_rows, rd_rows;
-  std::vector<int32_t> wb_slots;
-  std::vector<int32_t> found;
-  std::vector<size_t> miss_at;  // positions of the rows pass 1 did not find
+  static_assert(sizeof(Fresh) == 16 && sizeof(Victim) == 16, "row_cache_scratch_bytes counts 16 B per new row and victim");
+  explicit Plan(Allocator* a)
+      : res(a, Category::kIoBuffers),
+        fresh(&res), victims(&res), wb_rows(&res), rd_rows(&res), wb_slots(&res), found(&res), miss_at(&res), present(&res) {}
+  AccountedResource res;
+  std::pmr::vector<Fresh> fresh;
+  std::pmr::vector<Victim> victims;
+  std::pmr::vector<int64_t> wb_rows, rd_rows;
+  std::pmr::vector<int32_t> wb_slots;
+  std::pmr::vector<int32_t> found;
+  std::pmr::vector<size_t> miss_at;  // positions of the rows pass 1 did not find
+  std::pmr::vector<uint8_t> present;  // the store's presence of rd_rows
+  // Every array for a fetch of n rows (before anything changes). Throws std::bad_alloc.
+  void reserve(size_t n) {
+    reserve_fresh(fresh, n);
+    reserve_fresh(victims, n);
+    reserve_fresh(wb_rows, n);
+    reserve_fresh(rd_rows, n);
+    reserve_fresh(wb_slots, n);
+    reserve_fresh(found, n);
+    reserve_fresh(miss_at, n);
+    reserve_fresh(present, n);
+  }
 };
+
 
 Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& options, const RowLayout& layout,
                                                     std::unique_ptr<RowStore> store, RowInitFn init, Allocator* device,
@@ -99,7 +139,10 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   c->index_mem_ = std::move(index).value();
 
   c->index_.init(c->index_mem_.data(), cap, n, options.policy, options.renormalize_at);
-  c->plan_ = std::make_unique<Plan>();
+  c->plan_ = std::make_unique<Plan>(staging);
+  c->pins_ = std::make_unique<Pins>(staging);
+  c->owner_ = std::make_unique<CallerScratch>(staging);
+  c->prefetch_ = std::make_unique<CallerScratch>(staging);
   c->stats_.capacity_rows = cap;
   c->worker_ = std::thread([raw = c.get()] { raw->prefetch_main(); });
   return c;
@@ -123,21 +166,21 @@ void RowCache::pin_locked(int32_t s, PinSet set) {
   uint8_t& f = index_.flags(s);
   if (f & bit) return;
   f |= bit;
-  pinned_[static_cast<int>(set)].push_back(s);
+  pinned(set).push_back(s);  // never allocates: reserved for the call (reserve_pins_locked)
 }
 
 void RowCache::release(PinSet set) {
   std::lock_guard<std::mutex> l(mu_);
   CacheIndex& ix = index_;
   const uint8_t bit = pin_bit(set);
-  const auto& pins = pinned_[static_cast<int>(set)];
+  const auto& pins = pinned(set);
   for (size_t i = 0; i < pins.size(); ++i) {
     if (i + kMetaAhead < pins.size()) ix.prefetch_meta(pins[i + kMetaAhead]);
     const int32_t s = pins[i];
     ix.flags(s) &= static_cast<uint8_t>(~bit);
     if (ix.evictable(s)) ix.make_evictable(s);
   }
-  pinned_[static_cast<int>(set)].clear();
+  pinned(set).clear();
 }
 
 void RowCache::mark_dirty(std::span<const int64_t> slots) {
@@ -180,11 +223,15 @@ std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, i
   const size_t n = rows.size();
   int row_bits = 0;
   while (row_bits < 32 && (int64_t{1} << row_bits) < num_rows) ++row_bits;
+  reserve_fresh(uniq, n);
+  reserve_fresh(inv, n);
+  reserve_fresh(keys, 2 * n);
   uniq.resize(n);
   inv.resize(n);
   keys.resize(2 * n);
   const int64_t u = kernels::unique_first_occurrence(rows.data(), static_cast<int64_t>(n), row_bits, uniq.data(),
                                                      inv.data(), keys.data(), num_threads);
+  reserve_fresh(slots, static_cast<size_t>(u));
   slots.resize(static_cast<size_t>(u));
   return std::span<const int64_t>(uniq.data(), static_cast<size_t>(u));
 }
@@ -194,20 +241,33 @@ void RowCache::Distinct::expand(int64_t* out, size_t n) const {
 }
 
 Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch) {
-  Distinct& d = owner_distinct_;
-  const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, options_.num_threads);
-  if (!d.active) return acquire_rows(rows, slots_out, set, touch, false);
-  LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch, true));
-  if (slots_out) d.expand(slots_out, rows.size());
-  return Status();
+  // Every scratch array is grown before the call changes anything (reserve_fresh, reserve_kept),
+  // so a refused one leaves the cache as it was.
+  try {
+    Distinct& d = owner_->distinct;
+    const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, options_.num_threads);
+    if (!d.active) return acquire_rows(rows, slots_out, set, touch, false);
+    LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch, true));
+    if (slots_out) d.expand(slots_out, rows.size());
+    return Status();
+  } catch (const std::bad_alloc&) {
+    return scratch_exhausted();
+  }
+}
+
+void RowCache::reserve_pins_locked(PinSet set, size_t n) {
+  auto& p = pinned(set);
+  reserve_kept(p, std::min(static_cast<size_t>(capacity_), p.size() + n));  // a slot is pinned once per set
 }
 
 Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch, bool distinct) {
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
-    found_.resize(rows.size());
-    int32_t* found = found_.data();
+    reserve_fresh(owner_->found, rows.size());
+    reserve_pins_locked(set, rows.size());
+    owner_->found.resize(rows.size());
+    int32_t* found = owner_->found.data();
     if (lookup(rows, found, options_.num_threads)) {
       CacheIndex& ix = index_;
       const uint32_t tick = touch ? ix.begin_call() : 0;
@@ -248,7 +308,7 @@ void RowCache::rollback_locked(PinSet set, bool restore_victims) {
       ix.make_evictable(v.slot);
     }
   const uint8_t bit = pin_bit(set);
-  std::erase_if(pinned_[static_cast<int>(set)], [&](int32_t s) { return !(ix.flags(s) & bit); });
+  std::erase_if(pinned(set), [&](int32_t s) { return !(ix.flags(s) & bit); });
 }
 
 // Phase A of a fetch (under mu_): hits are pinned; each miss gets a free slot or a victim's.
@@ -296,7 +356,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
                                   "steps, or turn prefetch off)");
       }
       if (!from_free) {
-        plan.victims.push_back({s, ix.slot_row(s), (ix.flags(s) & CacheIndex::kDirty) != 0});
+        plan.victims.push_back({ix.slot_row(s), s, (ix.flags(s) & CacheIndex::kDirty) != 0});
         ix.unassign(s);
       }
       plan.fresh.push_back({r, s, from_free});
@@ -314,6 +374,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   // Reused between fetches (under fetch_mu_): a step's fetch would otherwise allocate and free
   // megabytes of vectors, and the heap's trim / regrowth faults in fresh zeroed pages each time.
   Plan& plan = *plan_;
+  plan.reserve(rows.size());  // nothing below allocates scratch (a refusal throws here)
   plan.fresh.clear();
   plan.victims.clear();
   // Pass 1, without mu_ (the step's thread keeps pinning and releasing meanwhile): lookups
@@ -323,6 +384,7 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
   {
     std::lock_guard<std::mutex> l(mu_);
+    reserve_pins_locked(set, rows.size());
     LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch, distinct));
   }
   if (plan.fresh.empty()) return Status();
@@ -345,12 +407,12 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     return st;
   }
   // Phase B: write back dirty victims.
-  std::vector<int64_t>& wb_rows = plan.wb_rows;
+  auto& wb_rows = plan.wb_rows;
   wb_rows.clear();
   for (const Plan::Victim& v : plan.victims)
     if (v.dirty) wb_rows.push_back(v.row);
   if (!wb_rows.empty()) {
-    std::vector<int32_t>& wb_slots = plan.wb_slots;
+    auto& wb_slots = plan.wb_slots;
     wb_slots.clear();
     for (const Plan::Victim& v : plan.victims)
       if (v.dirty) wb_slots.push_back(v.slot);
@@ -371,11 +433,12 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, wb_rows.size() * stride);
   }
   // Phase C: read the new rows (the initializer makes the ones never written).
-  std::vector<int64_t>& rd_rows = plan.rd_rows;
+  auto& rd_rows = plan.rd_rows;
   rd_rows.resize(plan.fresh.size());
   for (size_t i = 0; i < plan.fresh.size(); ++i) rd_rows[i] = plan.fresh[i].row;
-  present_.resize(rd_rows.size());
-  st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present_.data());
+  std::pmr::vector<uint8_t>& present = plan.present;
+  present.resize(rd_rows.size());
+  st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present.data());
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     rollback_locked(set, false);  // the victims are clean in the store now
@@ -386,11 +449,11 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
       const size_t i = static_cast<size_t>(j);
       if (j + 8 < e) kernels::prefetch_span<1, 0>(slots() + static_cast<size_t>(plan.fresh[i + 8].slot) * stride, stride);
       uint8_t* dst = slots() + static_cast<size_t>(plan.fresh[i].slot) * stride;
-      if (present_[i]) std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
+      if (present[i]) std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
       else init_(plan.fresh[i].row, dst);
     }
   }, fetch_threads(prefetching));
-  const uint64_t loaded = static_cast<uint64_t>(std::count(present_.begin(), present_.end(), uint8_t{1}));
+  const uint64_t loaded = static_cast<uint64_t>(std::count(present.begin(), present.end(), uint8_t{1}));
   const uint64_t created = plan.fresh.size() - loaded;
   if (memory_ && loaded) memory_->record_transfer(store_tier_, Tier::kDevice, loaded * stride);
   // Phase D (locked): the new rows are in.
@@ -433,15 +496,21 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
     prefetch_status_ = Status();
     return st;
   }
-  if (!job_complete_ || rows.size() != job_rows_ || job_slots_.size() != rows.size() ||
+  std::pmr::vector<int64_t>& job_slots = prefetch_->slots;
+  if (!job_complete_ || rows.size() != job_rows_ || job_slots.size() != rows.size() ||
       (!rows.empty() && std::memcmp(rows.data(), job_.data(), rows.size() * 8) != 0))
     return false;
   job_complete_ = false;
   // The prefetch's pins become the step's: every distinct row of the batch, each counted once
   // as a lookup (the prefetch counted none).
   CacheIndex& ix = index_;
-  auto& from = pinned_[static_cast<int>(PinSet::kPrefetch)];
-  auto& to = pinned_[static_cast<int>(PinSet::kStep)];
+  auto& from = pinned(PinSet::kPrefetch);
+  auto& to = pinned(PinSet::kStep);
+  try {
+    reserve_pins_locked(PinSet::kStep, from.size());
+  } catch (const std::bad_alloc&) {
+    return scratch_exhausted();  // nothing changed
+  }
   for (size_t i = 0; i < from.size(); ++i) {
     if (i + kMetaAhead < from.size()) ix.prefetch_touch(from[i + kMetaAhead]);
     uint8_t& f = ix.flags(from[i]);
@@ -453,7 +522,7 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
   }
   stats_.lookups += from.size();
   from.clear();
-  for (size_t i = 0; i < rows.size(); ++i) slots_out[i] = job_slots_[i];
+  for (size_t i = 0; i < rows.size(); ++i) slots_out[i] = job_slots[i];
   return true;
 }
 
@@ -485,11 +554,17 @@ void RowCache::prefetch_main() {
     Status st;
     {
       std::lock_guard<std::mutex> f(fetch_mu_);
-      job_slots_.resize(rows.size());
-      Distinct& d = prefetch_distinct_;
-      const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, fetch_threads(true));
-      st = fetch(distinct, d.active ? d.slots.data() : job_slots_.data(), PinSet::kPrefetch, true, true, d.active);
-      if (st.ok() && d.active) d.expand(job_slots_.data(), rows.size());
+      try {
+        std::pmr::vector<int64_t>& job_slots = prefetch_->slots;
+        reserve_fresh(job_slots, rows.size());
+        job_slots.resize(rows.size());
+        Distinct& d = prefetch_->distinct;
+        const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, fetch_threads(true));
+        st = fetch(distinct, d.active ? d.slots.data() : job_slots.data(), PinSet::kPrefetch, true, true, d.active);
+        if (st.ok() && d.active) d.expand(job_slots.data(), rows.size());
+      } catch (const std::bad_alloc&) {
+        st = scratch_exhausted();
+      }
     }
     const bool complete = st.ok();
     // A cache too small for two steps' rows at once: the step fetches the rest itself.

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <span>
 #include <string>
@@ -49,8 +50,10 @@
 #include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
 #include "leanemb/status.h"
+#include "memory/accounted_resource.h"
 #include "tiered/cache_index.h"
 #include "tiered/row_store.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::tiered {
 
@@ -73,7 +76,7 @@ struct RowCacheOptions {
   uint32_t renormalize_at = 0xFFFFFFF0u;
   // Calls of at least this many ids are reduced to their distinct rows first (see Distinct
   // below); tests raise it to compare with the cache that probes every id.
-  size_t distinct_min_ids = 8192;
+  size_t distinct_min_ids = kRowCacheDistinctMinIds;
 };
 
 // Fills one fat row (stride_bytes) of table row `row` with its initial bytes. A large fetch
@@ -151,15 +154,25 @@ class RowCache {
   // repeat several times over). The cache's state after a call is the same as with every id:
   // repeats are no-ops in each pass. One per thread that calls fetch (the owner, the prefetch).
   struct Distinct {
-    std::vector<int64_t> uniq, slots;
-    std::vector<uint32_t> inv;
-    std::vector<uint64_t> keys;
+    explicit Distinct(std::pmr::memory_resource* r) : uniq(r), slots(r), inv(r), keys(r) {}
+    std::pmr::vector<int64_t> uniq, slots;
+    std::pmr::vector<uint32_t> inv;
+    std::pmr::vector<uint64_t> keys;
     bool active = false;  // the last of() deduplicated
     // `rows` itself for calls below min_ids ids or tables of more than 2^32 rows, else the
-    // distinct rows (slots sized to them).
+    // distinct rows (slots sized to them). Throws std::bad_alloc (the scratch's budget).
     std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids, int num_threads);
     // out[i] = slots[inv[i]] for the n rows of the last of().
     void expand(int64_t* out, size_t n) const;
+  };
+  // One calling thread's scratch (the owner's, the prefetch thread's), kept between calls and
+  // counted in io_buffers (row_cache_scratch_bytes predicts the owner's).
+  struct CallerScratch {
+    explicit CallerScratch(Allocator* a) : res(a, Category::kIoBuffers), distinct(&res), found(&res), slots(&res) {}
+    AccountedResource res;
+    Distinct distinct;
+    std::pmr::vector<int32_t> found;  // the owner's fast-path lookups (under mu_)
+    std::pmr::vector<int64_t> slots;  // the prefetch's slots of job_ (prefetch thread, then mu_)
   };
   // acquire() of `rows` as given (the distinct rows of a large call, or a small call's ids).
   // `distinct`: no row repeats (the fetch then probes each miss once).
@@ -177,6 +190,8 @@ class RowCache {
   void rollback_locked(PinSet set, bool restore_victims);
   bool lookup(std::span<const int64_t> rows, int32_t* found, int num_threads, bool check_flags = true) const;
   void pin_locked(int32_t slot, PinSet set);
+  // Room for n more pins in `set` (at most one per slot). Throws std::bad_alloc.
+  void reserve_pins_locked(PinSet set, size_t n);
   // Calls f(row, slot) for each resident row in [begin, begin + count). Under mu_, with no
   // fetch in flight (fetch_mu_ held).
   template <typename F>
@@ -196,20 +211,26 @@ class RowCache {
   Allocation slots_;
   Allocation index_mem_;  // the index's arrays (row_cache_index_bytes)
   CacheIndex index_;
-  std::unique_ptr<Plan> plan_;  // fetch's reused scratch (under fetch_mu_)
+  std::unique_ptr<Plan> plan_;  // fetch's reused scratch (under fetch_mu_; io_buffers)
 
   mutable std::mutex mu_;        // guards the index, pins, dirty flags and stats
   std::mutex fetch_mu_;          // one fetch at a time
-  std::vector<int32_t> pinned_[2];  // slots pinned per set (step scratch, not per slot)
+  // Slots pinned per set (step scratch, not per slot; io_buffers), under mu_.
+  struct Pins {
+    explicit Pins(Allocator* a)
+        : res(a, Category::kIoBuffers), set{std::pmr::vector<int32_t>(&res), std::pmr::vector<int32_t>(&res)} {}
+    AccountedResource res;
+    std::pmr::vector<int32_t> set[2];
+  };
+  std::unique_ptr<Pins> pins_;
+  std::pmr::vector<int32_t>& pinned(PinSet s) { return pins_->set[static_cast<int>(s)]; }
   CacheStats stats_;
   uint64_t tick_ = 0;
 
   // Staging buffers (io_buffers), grown on demand; used only under fetch_mu_.
   Allocation stage_in_, stage_out_;
-  std::vector<uint8_t> present_;
-  std::vector<int32_t> found_;  // the fast path's lookups (under mu_)
-  Distinct owner_distinct_;     // acquire()'s (the owner's thread)
-  Distinct prefetch_distinct_;  // the prefetch thread's
+  std::unique_ptr<CallerScratch> owner_;     // acquire()'s (the owner's thread)
+  std::unique_ptr<CallerScratch> prefetch_;  // the prefetch thread's
 
   // The prefetch thread.
   std::thread worker_;
@@ -220,7 +241,6 @@ class RowCache {
   bool busy_ = false;
   Allocation job_;  // the prefetch's rows (io_buffers)
   size_t job_rows_ = 0;
-  std::vector<int64_t> job_slots_;  // the prefetch's slots of job_ (prefetch thread, then mu_)
   bool job_complete_ = false;       // the last prefetch fetched every row of job_
   Status prefetch_status_;
 };

@@ -82,6 +82,33 @@ inline size_t file_store_bulk_bytes(int64_t count, size_t row_bytes, size_t bloc
 // chunks of its rows, and allocates nothing.
 inline size_t row_cache_stage_rows(size_t n) { return std::max<size_t>(n + n / 4, 16); }
 
+// Calls of at least this many ids are first reduced to their distinct rows
+// (RowCacheOptions::distinct_min_ids).
+inline constexpr size_t kRowCacheDistinctMinIds = 8192;
+
+// Elements a fetch scratch array of n elements is grown to: the arrays are kept between calls,
+// with 1/8 headroom so that slowly growing calls do not reallocate each time (at least 16).
+inline size_t row_cache_scratch_elems(size_t n) { return std::max<size_t>(n + n / 8, 16); }
+
+// The row cache's per-call scratch (io_buffers, kept between calls) for the owner's calls of
+// `ids_per_call` ids over `rows_per_call` distinct rows: per row of what the fetch sees (the
+// distinct rows of a call of at least kRowCacheDistinctMinIds ids, else every id) its lookups
+// (fast path 4 B, fetch 4 B), the misses' positions (8), new rows (16), victims (16), write-back
+// rows (8) and slots (4), rows read (8), presence (1) and pin (4); for a reduced call, per id
+// its distinct row (8), index (4) and sort keys (2 x 8), and per distinct row its slot (8). A
+// prefetch thread, when used, keeps a second Distinct and its slots of every id (8 B) on top.
+inline size_t row_cache_scratch_bytes(int64_t ids_per_call, int64_t rows_per_call) {
+  const size_t n = static_cast<size_t>(std::max<int64_t>(ids_per_call, 0));
+  const size_t u = std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)));
+  if (n == 0) return 0;
+  auto e = row_cache_scratch_elems;
+  const bool reduced = n >= kRowCacheDistinctMinIds;
+  const size_t r = reduced ? u : n;
+  size_t b = (4 + 4 + 8 + 16 + 16 + 8 + 4 + 8 + 1 + 4) * e(r);  // each array grown on its own
+  if (reduced) b += 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u);
+  return b;
+}
+
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
   size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;
