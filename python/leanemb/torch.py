@@ -837,7 +837,9 @@ class EmbeddingBagCollection(_TablesModule):
 
     forward(kjt) -> KeyedTensor: ``values()`` [B, sum of dims] float32, features in config
     order (each table's feature_names), ``to_dict()`` per feature views. Backward applies each
-    table's fused optimizer in place (see docs/python.md for update_mode and the rest)."""
+    table's fused optimizer in place (see docs/python.md for update_mode and the rest). In
+    ``eval()`` mode the forward is a lookup only: no graph through the tables, and dynamic
+    tables admit, evict and count nothing (an id without a row reads zeros)."""
     _prefix = "embedding_bags"
     _sequence = False
 
@@ -851,7 +853,8 @@ class EmbeddingCollection(_TablesModule):
 
     forward(kjt) -> {feature: JaggedTensor}: ``values()`` [nnz, dim] float32 rows in id order
     (times the per-id weights, if given), ``lengths()`` / ``offsets()`` from the input, and
-    ``to_padded_dense()`` -> [B, L, dim]."""
+    ``to_padded_dense()`` -> [B, L, dim]. ``eval()`` mode: a lookup only, as for
+    EmbeddingBagCollection."""
     _prefix = "embeddings"
     _sequence = True
 

@@ -501,17 +501,17 @@ void expect_same_state(const DynamicState& a, const DynamicState& b) {
   EXPECT_EQ(a.step, b.step);
 }
 
-// A full table (8 rows and 40 ids, or 30 rows in a 20-row cache and 60 ids; min_count 2, lfu,
-// max age 3): evaluation forwards over batches of mostly unseen ids change nothing; known ids
+// A full table (min_count 2, lfu; 8 rows, 40 ids and max age 3, or 30 rows in a 20-row cache
+// and 60 ids): evaluation forwards over batches of mostly unseen ids change nothing; known ids
 // read their rows and unknown ones zeros: the outputs equal a training forward's on a resident
 // copy of the rows where every unknown id reads a zero row (kMean divides by the full bag
 // length).
 void check_eval_changes_nothing(bool cached) {
   SCOPED_TRACE(cached ? "cached" : "plain");
-  CollectionOptions o = dyn_options(cached ? 30 : 8, 2, "lfu", 3, OptimizerKind::kSgd);
+  CollectionOptions o = dyn_options(cached ? 30 : 8, 2, "lfu", cached ? 0 : 3, OptimizerKind::kSgd);
   if (cached) o.tables[0].cache.capacity_rows = 20;
   auto c = must_create(o);
-  for (int s = 0; s < 16; ++s) train(*c, dyn_batch(2, cached ? 60 : 40, 3, 300 + s), 20 + s);
+  for (int s = 0; s < 24; ++s) train(*c, dyn_batch(2, cached ? 60 : 40, 3, 300 + s), 20 + s);
   ASSERT_GT(stats_of(*c).evicted, 0) << "the table must be full";
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < 1200; ++i) ids.push_back(raw(i));
