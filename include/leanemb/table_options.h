@@ -95,10 +95,9 @@ struct RowCacheStats {
 // - forward() maps every id of the batch once (one sighting per occurrence). An evaluation
 //   forward (ForwardMode::kEval) only looks ids up: no sighting, admission, eviction or row
 //   initialization, and an id without a row reads zeros. An id gets a row on its min_count-th
-//   sighting in training forwards, counted in a counting Bloom
-//   filter (an overestimate is possible, never an underestimate). A new row is initialized by
-//   the table's initializer keyed by the raw id, not the row, so an id starts with the same
-//   bytes wherever it lands.
+//   sighting in training forwards, counted in a counting Bloom filter (an overestimate is
+//   possible, never an underestimate). A new row is initialized by the table's initializer
+//   keyed by the raw id, not the row, so an id starts with the same bytes wherever it lands.
 // - An id without a row (below min_count, or no row free that this batch does not use) reads a
 //   zero vector and is not updated. Pooling kMean divides by the bag's full length: a rejected
 //   id counts as a zero vector. Sequence (kNone) outputs hold zeros at its positions.
