@@ -370,14 +370,18 @@ class PyTables {
     check(locked_without_gil([&] { return T().validate(b); }));
   }
 
+  // mode: "train" (a backward_update of the batch may follow) or "eval" (lookup only:
+  // ForwardMode::kEval, dynamic tables admit and count nothing).
   void forward(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
-               const py::object& pooled_out, const py::list& seq_out) {
+               const py::object& pooled_out, const py::list& seq_out, const std::string& mode) {
+    if (mode != "train" && mode != "eval") check(invalid_argument("forward: mode must be 'train' or 'eval', got '" + mode + "'"));
+    const ForwardMode fm = mode == "eval" ? ForwardMode::kEval : ForwardMode::kTrain;
     const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     std::span<float> pooled;
     if (!pooled_out.is_none()) pooled = out_span<float>(pooled_out, "pooled output");
     std::vector<std::span<float>> seq;
     for (size_t i = 0; i < seq_out.size(); ++i) seq.push_back(out_span<float>(seq_out[i], "sequence output " + std::to_string(i)));
-    check(locked_without_gil([&] { return T().forward(b, pooled, seq); }));
+    check(locked_without_gil([&] { return T().forward(b, pooled, seq, fm); }));
   }
 
   py::dict backward_update(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
@@ -679,7 +683,7 @@ void bind_tables(py::module_& m) {
       .def("set_learning_rate", &PyTables::set_learning_rate, py::arg("table"), py::arg("lr"))
       .def("validate", &PyTables::validate, py::arg("batch_size"), py::arg("ids"), py::arg("offsets"), py::arg("weights"))
       .def("forward", &PyTables::forward, py::arg("batch_size"), py::arg("ids"), py::arg("offsets"), py::arg("weights"),
-           py::arg("pooled_out"), py::arg("seq_out"))
+           py::arg("pooled_out"), py::arg("seq_out"), py::arg("mode") = "train")
       .def("backward_update", &PyTables::backward_update, py::arg("batch_size"), py::arg("ids"), py::arg("offsets"),
            py::arg("weights"), py::arg("grad_pooled"), py::arg("grad_seq"), py::arg("grad_multiplier") = 1.0f,
            py::arg("check_finite") = true)

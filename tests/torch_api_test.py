@@ -531,6 +531,35 @@ def test_cache_and_dynamic_tables_train_like_resident():
     assert dyn.dynamic_stats("t")["live_rows"] == 2
 
 
+def test_eval_mode_looks_dynamic_ids_up_and_changes_nothing():
+    base = dict(num_embeddings=4, embedding_dim=DIM, name="t", feature_names=["f"], optimizer="adagrad", learning_rate=0.1)
+    for cls, cfg in ((lt.EmbeddingBagCollection, lt.EmbeddingBagConfig), (lt.EmbeddingCollection, lt.EmbeddingConfig)):
+        m = cls([cfg(**base, dynamic=True)])
+        train_kjt = lt.KeyedJaggedTensor(["f"], torch.tensor([10 ** 12, -5, 7, 8]), lengths=torch.tensor([2, 2]))
+        out = m(train_kjt)
+        vals = out.values() if cls is lt.EmbeddingBagCollection else out["f"].values()
+        (vals ** 2).sum().backward()
+        stats, weight = m.dynamic_stats("t"), m.weight("t")
+        assert stats["live_rows"] == 4  # full
+        m.eval()
+        unseen = lt.KeyedJaggedTensor(["f"], torch.tensor([1, 2, 3, 10 ** 12, 4, 5]), lengths=torch.tensor([4, 2]))
+        out = m(unseen)
+        vals = out.values() if cls is lt.EmbeddingBagCollection else out["f"].values()
+        assert not vals.requires_grad
+        assert m.dynamic_stats("t") == stats
+        assert torch.equal(m.weight("t"), weight)
+        assert m.tables.dynamic_row(0, 1) == -1
+        if cls is lt.EmbeddingBagCollection:  # bag 0: the row of 10**12 alone, bag 1: zeros
+            assert torch.equal(vals[0], weight[m.tables.dynamic_row(0, 10 ** 12)])
+            assert torch.equal(vals[1], torch.zeros(DIM))
+        else:
+            assert torch.equal(vals[3], weight[m.tables.dynamic_row(0, 10 ** 12)])
+            assert torch.equal(vals[:3], torch.zeros(3, DIM))
+        m.train()  # training mode maps (admits) as before
+        m(unseen)
+        assert m.dynamic_stats("t")["admitted"] > stats["admitted"]
+
+
 def test_plan_predicts_table_bytes():
     cfg = lt.EmbeddingConfig(num_embeddings=1000, embedding_dim=16, name="t")
     p = leanemb.plan([cfg], batch_size=4, ids_per_sample=8, dtype="bf16", optimizer="rowwise_adagrad")

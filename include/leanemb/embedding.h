@@ -78,12 +78,16 @@ class EmbeddingCollection final : public EmbeddingTables {
   // feature order, each [nnz_f, dim] fp32. On error nothing is written.
   // Cached tables: forward pins the batch's rows in the cache until backward_update (or the next
   // forward) so that the update finds them; the update marks them changed and unpins them.
+  // mode kEval (ForwardMode): lookup only; dynamic tables find rows without admitting ids, and
+  // a backward_update right after it fails with FailedPrecondition.
   Status forward(const SparseBatch& batch, std::span<float> pooled_out,
-                 std::span<const std::span<float>> seq_out = {}) override;
+                 std::span<const std::span<float>> seq_out = {},
+                 ForwardMode mode = ForwardMode::kTrain) override;
 
   // grad_pooled: [B, pooled_dim()] gradient of the loss w.r.t. the pooled output.
   // grad_seq: one span per kNone feature, [nnz_f, dim]. Applies each table's optimizer to the
-  // unique rows of the batch. On error (bad input, allocation failure) no row changes.
+  // unique rows of the batch. On error (bad input, allocation failure; FailedPrecondition after
+  // a kEval forward) no row changes.
   Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                        std::span<const std::span<const float>> grad_seq = {},
                                        const UpdateOptions& update = {}) override;

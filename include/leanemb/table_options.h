@@ -92,11 +92,12 @@ struct RowCacheStats {
 // raw 64-bit ids (hashed categorical values; any int64 value, negatives included, never
 // bounds-checked: BoundsCheckMode does not apply to them) and an IdMap gives each id a row of
 // the table's num_rows rows (the row capacity) when it is admitted:
-// - forward() maps every id of the batch once (one sighting per occurrence; evaluation forwards
-//   count too). An id gets a row on its min_count-th sighting, counted in a counting Bloom
-//   filter (an overestimate is possible, never an underestimate). A new row is initialized by
-//   the table's initializer keyed by the raw id, not the row, so an id starts with the same
-//   bytes wherever it lands.
+// - forward() maps every id of the batch once (one sighting per occurrence). An evaluation
+//   forward (ForwardMode::kEval) only looks ids up: no sighting, admission, eviction or row
+//   initialization, and an id without a row reads zeros. An id gets a row on its min_count-th
+//   sighting in training forwards, counted in a counting Bloom filter (an overestimate is
+//   possible, never an underestimate). A new row is initialized by the table's initializer
+//   keyed by the raw id, not the row, so an id starts with the same bytes wherever it lands.
 // - An id without a row (below min_count, or no row free that this batch does not use) reads a
 //   zero vector and is not updated. Pooling kMean divides by the bag's full length: a rejected
 //   id counts as a zero vector. Sequence (kNone) outputs hold zeros at its positions.
@@ -216,6 +217,19 @@ struct SparseBatch {
   int64_t batch_size = 0;                // B
   std::vector<FeatureInput> features;    // one per feature, in CollectionOptions order
 };
+
+// What follows a forward (the last parameter of EmbeddingTables::forward):
+//   kTrain  a backward_update of the same batch may follow (training): dynamic tables map the
+//           batch's ids (IdMap::map: sightings counted, new ids admitted and initialized, rows
+//           evicted when the table is full) and keep the mapping for the update.
+//   kEval   no update follows (evaluation, test, prediction, serving): lookup only. Dynamic
+//           tables find each id's row (IdMap::find) and change nothing (no sighting, admission,
+//           eviction, initialization or counter; the kept training mapping stays); an id
+//           without a row reads zeros, as a rejected id does in training. A backward_update
+//           after a kEval forward (with no kTrain forward in between) fails with
+//           FailedPrecondition. Cached tables still bring the batch's rows into the cache.
+// The dense layers (nn::Mlp) take the same enum: kEval saves no activations.
+enum class ForwardMode : uint8_t { kTrain, kEval };
 
 struct UpdateOptions {
   // Gradients are multiplied by this before the optimizer (1 / loss_scale to unscale).

@@ -134,13 +134,18 @@ class EmbeddingTables {
   // Checks a batch under the bounds-check policy without computing anything.
   virtual Status validate(const SparseBatch& batch) const = 0;
   // pooled_out: [B, pooled_dim()] fp32; seq_out: one span per sequence (kNone) feature, in
-  // feature order, [nnz_f, dim]. Errors: InvalidArgument / OutOfRange naming feature, bag and
-  // position (nothing written); the layers' errors (cache I/O, budgets).
+  // feature order, [nnz_f, dim]. mode: kTrain (a backward_update of this batch may follow) or
+  // kEval (evaluation / prediction: lookup only; a dynamic table admits, evicts and counts
+  // nothing and an id without a row reads zeros; see ForwardMode). Sharded: every rank passes
+  // the same mode. Errors: InvalidArgument / OutOfRange naming feature, bag and position
+  // (nothing written); the layers' errors (cache I/O, budgets).
   virtual Status forward(const SparseBatch& batch, std::span<float> pooled_out,
-                         std::span<const std::span<float>> seq_out = {}) = 0;
+                         std::span<const std::span<float>> seq_out = {},
+                         ForwardMode mode = ForwardMode::kTrain) = 0;
   // Gradients of the loss w.r.t. forward's outputs for the same batch; applies each table's
   // fused optimizer to the unique rows (all ranks' contributions, summed in the order of the
-  // global batch). On error no row changes (on any rank).
+  // global batch). On error no row changes (on any rank). Errors: FailedPrecondition when the
+  // most recent forward was a kEval one (nothing changes; run a kTrain forward of the batch).
   virtual Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                                std::span<const std::span<const float>> grad_seq = {},
                                                const UpdateOptions& update = {}) = 0;

@@ -554,7 +554,8 @@ class _TablesModule(torch.nn.Module):
                 w = wd
             ws.append(w)
         w_all = kjt.weights_or_none()
-        twin_on = (not self._sequence and w_all is not None and w_all.requires_grad and torch.is_grad_enabled())
+        twin_on = (self.training and not self._sequence and w_all is not None and w_all.requires_grad
+                   and torch.is_grad_enabled())
         batch = _Batch(B, ids, offs, ws, twin_on, twins=not self._sequence)
         if twin_on:  # where each feature's ids sit in the KJT (its key order, other keys included)
             batch.spans = [kjt._span(f)[:2] for f, _ in self._features]
@@ -580,13 +581,16 @@ class _TablesModule(torch.nn.Module):
                 n = batch.ids[k].numel() if batch.twin_on else 0
                 twin_rows.append(torch.empty((n, d), dtype=torch.float32))
         ids, offs, ws = batch.native(batch.twin_on)
+        # eval(): lookup only (dynamic tables admit, evict and count nothing); no update follows.
         self._tables.forward(B, ids, offs, ws, None if pooled is None else pooled.numpy(),
-                             [t.numpy() for t in seq] + [t.numpy() for t in twin_rows])
+                             [t.numpy() for t in seq] + [t.numpy() for t in twin_rows],
+                             mode="train" if self.training else "eval")
         return outs, (twin_rows if batch.twin_on else None)
 
     def _lookup(self, kjt):
         batch, w_req, seq_w = self._batch(kjt)
-        use_grad = torch.is_grad_enabled() and (self._needs_backward or w_req is not None)
+        # In eval() no graph goes through the tables: the lookup is not followed by an update.
+        use_grad = self.training and torch.is_grad_enabled() and (self._needs_backward or w_req is not None)
         if not use_grad:
             with torch.no_grad():
                 outs, _ = self._native_forward(batch)
@@ -833,7 +837,9 @@ class EmbeddingBagCollection(_TablesModule):
 
     forward(kjt) -> KeyedTensor: ``values()`` [B, sum of dims] float32, features in config
     order (each table's feature_names), ``to_dict()`` per feature views. Backward applies each
-    table's fused optimizer in place (see docs/python.md for update_mode and the rest)."""
+    table's fused optimizer in place (see docs/python.md for update_mode and the rest). In
+    ``eval()`` mode the forward is a lookup only: no graph through the tables, and dynamic
+    tables admit, evict and count nothing (an id without a row reads zeros)."""
     _prefix = "embedding_bags"
     _sequence = False
 
@@ -847,7 +853,8 @@ class EmbeddingCollection(_TablesModule):
 
     forward(kjt) -> {feature: JaggedTensor}: ``values()`` [nnz, dim] float32 rows in id order
     (times the per-id weights, if given), ``lengths()`` / ``offsets()`` from the input, and
-    ``to_padded_dense()`` -> [B, L, dim]."""
+    ``to_padded_dense()`` -> [B, L, dim]. ``eval()`` mode: a lookup only, as for
+    EmbeddingBagCollection."""
     _prefix = "embeddings"
     _sequence = True
 

@@ -140,11 +140,14 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // batch: this rank's slice (B bags per feature); ids are global rows (raw ids for dynamic
   // tables). Collective. Errors: InvalidArgument / OutOfRange for this rank's bad batch
   // (naming feature, bag and position), InvalidArgument "dist: rank(s) ... failed" on the
-  // others, Internal from the communicator.
+  // others, Internal from the communicator. mode: the same on every rank; each owner serves
+  // its ids in that mode (kEval: its dynamic tables look ids up and change nothing).
   Status forward(const SparseBatch& batch, std::span<float> pooled_out,
-                 std::span<const std::span<float>> seq_out = {}) override;
+                 std::span<const std::span<float>> seq_out = {},
+                 ForwardMode mode = ForwardMode::kTrain) override;
   // Gradients for the same slice. Collective. The report counts this rank's work: unique_rows
-  // updated here (as owner), lookups in its slice.
+  // updated here (as owner), lookups in its slice. Errors: FailedPrecondition on every rank
+  // (before any message) when the most recent forward was kEval.
   Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                        std::span<const std::span<const float>> grad_seq = {},
                                        const UpdateOptions& update = {}) override;

@@ -220,6 +220,12 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   const uint64_t sent0 = im.bytes_sent();
   table_internal::CheckedBatch cb;
   Status valid = im.begin_call(input, grad_pooled.size(), grad_seq, "backward_update", &cb);
+  // After a kEval forward: refused through the agreement below, so that the ranks stay in step
+  // even if they disagreed on the mode (the owners' collections refuse the update too).
+  if (valid.ok() && im.eval_forward)
+    valid = failed_precondition(
+        "backward_update: the most recent forward was an evaluation forward (ForwardMode::kEval), which looks ids up "
+        "without mapping them for an update; run a training forward (ForwardMode::kTrain) of the batch first");
   if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
   int64_t nonfinite = 0;
   if (valid.ok() && update.check_finite) {

@@ -93,7 +93,7 @@ SparseBatch ShardedEmbeddingCollection::Impl::rows_batch(std::vector<std::vector
   return lb;
 }
 
-Status ShardedEmbeddingCollection::Impl::serve(Served* out) {
+Status ShardedEmbeddingCollection::Impl::serve(ForwardMode mode, Served* out) {
   // One sequence lookup per table ("rows" features); the global features get empty bags.
   std::vector<std::vector<int64_t>> offsets;
   const SparseBatch lb = rows_batch(&offsets);
@@ -108,7 +108,7 @@ Status ShardedEmbeddingCollection::Impl::serve(Served* out) {
     out->rows += static_cast<int64_t>(n);
   }
   std::vector<float> unused(static_cast<size_t>(local->pooled_dim()));
-  return local->forward(lb, unused, seq_out);
+  return local->forward(lb, unused, seq_out, mode);
 }
 
 Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, PVec<uint8_t>* send,
@@ -201,8 +201,9 @@ Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Re
 // collective this rank no longer makes (its timeout), so the run ends, as an out-of-memory
 // inside a collective must.
 Status ShardedEmbeddingCollection::forward(const SparseBatch& input, std::span<float> pooled_out,
-                                           std::span<const std::span<float>> seq_out) try {
+                                           std::span<const std::span<float>> seq_out, ForwardMode mode) try {
   Impl& im = *impl_;
+  im.eval_forward = mode == ForwardMode::kEval;
   Communicator& comm = *im.comm;
   const auto p = static_cast<size_t>(comm.size());
   const uint64_t sent0 = im.bytes_sent();
@@ -215,8 +216,9 @@ Status ShardedEmbeddingCollection::forward(const SparseBatch& input, std::span<f
   Impl::Served& served = sc.served;
   LEANEMB_RETURN_IF_ERROR(im.exchange_requests(batch, valid.ok(), &served));
 
-  // 2. Serve the requests; every rank learns whether every rank succeeded.
-  const Status lookup = im.serve(&served);
+  // 2. Serve the requests (in this call's mode: every rank passes the same one); every rank
+  // learns whether every rank succeeded.
+  const Status lookup = im.serve(mode, &served);
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? lookup : valid, "forward"));
 
   // 3. Replies: to each requester, per feature, its rows in request order; then pool.

@@ -155,6 +155,8 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<table_internal::FeatureMeta> meta;  // [F] the global features, for check_batch
   ShardedStepStats stats;
   ShardedTotals totals;
+  // The most recent forward was ForwardMode::kEval: backward_update fails (on every rank).
+  bool eval_forward = false;
   size_t id_bytes = 8;  // ids for the owner on the wire (see the wire formats)
 
   bool is_seq(size_t f) const { return pooling[f] == PoolingMode::kNone; }
@@ -256,7 +258,9 @@ struct ShardedEmbeddingCollection::Impl {
   Status exchange_requests(const SparseBatch& batch, bool valid, Served* served);
   // The owner's batch that reads table_ids (one kNone "rows" feature per table).
   SparseBatch rows_batch(std::vector<std::vector<int64_t>>* offsets) const;
-  Status serve(Served* out);
+  // Looks up the rows of table_ids on the local collection in `mode` (kEval: its dynamic tables
+  // find rows and change nothing).
+  Status serve(ForwardMode mode, Served* out);
   Status encode_replies(const Served& served, PVec<uint8_t>* send, std::vector<int64_t>* send_counts) const;
   std::vector<int64_t> reply_counts(const Requests& req) const;  // [P] bytes expected from each owner
   Status pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,

@@ -366,5 +366,94 @@ TEST(HugeTableTest, ATableOf2To33IdsTrainsCheckpointsAndResumesBitIdentically) {
   }
 }
 
+// ---- evaluation forwards (ForwardMode::kEval) through the stack --------------------------------
+
+// Everything an evaluation must leave alone on this rank, as bytes: both dynamic tables' raw
+// rows (collective), IdMap counters (this rank's) and the row of every id (collective).
+Status dynamic_state_bytes(EmbeddingTables& tables, int64_t rows_per_table, std::vector<uint8_t>* out) {
+  out->clear();
+  auto append = [&](int64_t v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out->insert(out->end(), p, p + 8);
+  };
+  for (int t = 0; t < 2; ++t) {
+    std::vector<uint8_t> rows(static_cast<size_t>(rows_per_table) * tables.layout(t).stride_bytes);
+    LEANEMB_RETURN_IF_ERROR(tables.read_raw_rows(t, 0, rows_per_table, rows));
+    out->insert(out->end(), rows.begin(), rows.end());
+    LEANEMB_ASSIGN_OR_RETURN(DynamicTableStats st, tables.dynamic_stats(t));
+    for (int64_t v : {st.admitted, st.readmitted, st.rejected_min_count, st.rejected_capacity, st.evicted, st.expired, st.live_rows})
+      append(v);
+    for (int64_t id = 0; id < kRows[t]; ++id) {
+      LEANEMB_ASSIGN_OR_RETURN(int64_t row, tables.dynamic_row(t, id));
+      append(row);
+    }
+  }
+  return Status();
+}
+
+// One rank: kSteps training steps on full dynamic tables (16 rows, 4 per partition, for 160 and
+// 80 ids), then kSteps evaluation forwards of other batches (their pooled outputs into `outs`,
+// the global batch's layout); checks that they changed nothing here and that an update after
+// one is refused.
+Status eval_rank(Communicator* comm, std::vector<std::vector<float>>* outs, std::mutex* mu) {
+  const Case c{Mode::kDynamic, comm ? comm->size() : 1, PoolingMode::kSum, DType::kF32};
+  const int p = c.world, r = comm ? comm->rank() : 0;
+  constexpr int64_t kCapacity = 16;
+  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(memory_for(c)));
+  DistributionOptions d;
+  d.comm = comm;
+  CollectionOptions o = options_for(c, "");
+  for (TableOptions& to : o.tables) to.num_rows = kCapacity;
+  LEANEMB_ASSIGN_OR_RETURN(auto tables, create_tables(o, mem.get(), d));
+  const int64_t b0 = kBags * r / p, b1 = kBags * (r + 1) / p, ldo = tables->pooled_dim();
+  OwnedBatch mine;
+  std::vector<float> pooled;
+  auto forward = [&](int step, ForwardMode mode) {
+    mine = global_batch(step, c).slice(b0, b1);
+    pooled.assign(static_cast<size_t>((b1 - b0) * ldo), 0.0f);
+    return tables->forward(mine.view(), pooled, {}, mode);
+  };
+  for (int s = 0; s < kSteps; ++s) {
+    LEANEMB_RETURN_IF_ERROR(forward(s, ForwardMode::kTrain));
+    std::vector<float> gp = test_util::normal_grads(900 + static_cast<uint64_t>(s), kBags * ldo);
+    gp = std::vector<float>(gp.begin() + b0 * ldo, gp.begin() + b1 * ldo);
+    LEANEMB_RETURN_IF_ERROR(tables->backward_update(mine.view(), gp).status());
+  }
+  LEANEMB_ASSIGN_OR_RETURN(DynamicTableStats trained, tables->dynamic_stats(0));
+  if (comm == nullptr && trained.evicted == 0) return test_util::mismatch("the table never filled");
+  std::vector<uint8_t> before, after;
+  LEANEMB_RETURN_IF_ERROR(dynamic_state_bytes(*tables, kCapacity, &before));
+  for (int s = 0; s < kSteps; ++s) {
+    LEANEMB_RETURN_IF_ERROR(forward(100 + s, ForwardMode::kEval));
+    std::lock_guard<std::mutex> lock(*mu);
+    std::vector<float>& out = (*outs)[static_cast<size_t>(s)];
+    out.resize(static_cast<size_t>(kBags * ldo));
+    std::copy(pooled.begin(), pooled.end(), out.begin() + b0 * ldo);
+  }
+  LEANEMB_RETURN_IF_ERROR(dynamic_state_bytes(*tables, kCapacity, &after));
+  if (before != after) return test_util::mismatch("evaluation forwards changed rank " + std::to_string(r) + "'s tables");
+  const Status refused = tables->backward_update(mine.view(), std::vector<float>(pooled.size(), 1.0f)).status();
+  if (refused.code() != StatusCode::kFailedPrecondition)
+    return test_util::mismatch("an update after an evaluation forward: " + refused.to_string());
+  LEANEMB_RETURN_IF_ERROR(dynamic_state_bytes(*tables, kCapacity, &after));
+  if (before != after) return test_util::mismatch("the refused update changed rank " + std::to_string(r) + "'s tables");
+  return Status();
+}
+
+// Sharded over 2 and 4 ranks, evaluation forwards of full dynamic tables change nothing on any
+// owner (rows, counters, mapping), give one process's outputs (unknown ids read zeros), and an
+// update after them fails on every rank.
+TEST(ShardedEvalTest, EvaluationForwardsChangeNoOwnerAndMatchOneProcess) {
+  std::mutex mu;
+  std::vector<std::vector<float>> ref(kSteps);
+  const Status st = eval_rank(nullptr, &ref, &mu);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (int world : {2, 4}) {
+    std::vector<std::vector<float>> got(kSteps);
+    test_util::expect_all_ok(run_world(world, [&](Communicator& comm) { return eval_rank(&comm, &got, &mu); }));
+    for (int s = 0; s < kSteps; ++s) EXPECT_EQ(ref[s], got[s]) << "world " << world << " step " << s;
+  }
+}
+
 }  // namespace
 }  // namespace leanemb::dist

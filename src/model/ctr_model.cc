@@ -232,14 +232,14 @@ Status CtrModel::forward_micro(const data::Batch& batch, int64_t begin, int64_t 
 
 // One lookup (a collective when sharded) for this rank's whole slice [lo, hi) into the pooled
 // buffer, before its micro-batches run the dense layers. Fills b.slice, which the update
-// reuses.
-Status CtrModel::lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi) {
+// reuses. mode: kTrain in train_step, kEval in predict (dynamic tables admit no ids).
+Status CtrModel::lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi, ForwardMode mode) {
   Buffers& b = *buf_;
   const int64_t n = hi - lo, F = options_.num_sparse, D = options_.embedding_dim;
   const CtrBufferFloats sz = ctr_buffer_floats(options_, interaction_->output_dim(), n, 1);
   LEANEMB_ASSIGN_OR_RETURN(float* pooled, b.pooled.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.pooled));
   slice_sparse(batch, lo, hi, &b.slice_offsets, &b.slice);
-  return tables_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)));
+  return tables_->forward(b.slice, std::span<float>(pooled, static_cast<size_t>(n * F * D)), {}, mode);
 }
 
 void CtrModel::save_group_grads(int64_t slot) {
@@ -311,7 +311,7 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     dense_opt_->zero_grad();
     return s;
   };
-  if (Status s = lookup_slice(batch, sl.lo, sl.hi); !s.ok()) return fail(s);
+  if (Status s = lookup_slice(batch, sl.lo, sl.hi, ForwardMode::kTrain); !s.ok()) return fail(s);
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     for (int64_t i = 0; i < sl.per_group; ++i) {
       const auto [begin, end] = sl.micro(g, i);
@@ -393,7 +393,7 @@ Status CtrModel::predict(const data::Batch& in, std::span<float> probs, int micr
   const Slice sl = slice_of(batch.batch_size, micro_batches);
   const bool multi = options_.comm && options_.comm->size() > 1;
   if (multi) std::fill(probs.begin(), probs.end(), 0.0f);
-  LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi));
+  LEANEMB_RETURN_IF_ERROR(lookup_slice(batch, sl.lo, sl.hi, ForwardMode::kEval));
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     for (int64_t i = 0; i < sl.per_group; ++i) {
       const auto [begin, end] = sl.micro(g, i);

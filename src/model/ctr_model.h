@@ -161,7 +161,8 @@ class CtrModel {
   // Errors: InvalidArgument (batch shape), ResourceExhausted (nothing was updated).
   Result<StepStats> train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
                                bool inject_nonfinite = false);
-  // probs [B] = sigmoid(logit) of each record (no state changes), computed in `micro_batches`
+  // probs [B] = sigmoid(logit) of each record (no state changes: a ForwardMode::kEval lookup, so
+  // dynamic tables admit, evict and count nothing), computed in `micro_batches`
   // slices as train_step does, so that evaluation needs no more memory than training.
   Status predict(const data::Batch& batch, std::span<float> probs, int micro_batches = 1);
 
@@ -191,7 +192,7 @@ class CtrModel {
   Status reduce_dense_grads(int64_t groups_here);
   // Moves the params' grads into group slot `slot` and zeroes them.
   void save_group_grads(int64_t slot);
-  Status lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi);
+  Status lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi, ForwardMode mode);
   struct Buffers;
   CtrModelOptions options_;
   MemorySystem* memory_ = nullptr;

@@ -32,6 +32,7 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
+#include "leanemb/table_options.h"
 #include "nn/linear.h"
 #include "nn/tensor.h"
 
@@ -64,7 +65,8 @@ MlpCallSizes mlp_call_sizes(const MlpOptions& options, int64_t batch);
 size_t mlp_parameter_floats(const MlpOptions& options);
 
 // Whether forward() saves activations for a backward (kTrain) or not (kEval: inference only).
-enum class ForwardMode : uint8_t { kTrain, kEval };
+// The tables' enum (leanemb/table_options.h): one mode goes from a model to its tables.
+using ForwardMode = ::leanemb::ForwardMode;
 
 class Mlp {
  public:

@@ -216,6 +216,10 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
                                                           std::span<const std::span<const float>> grad_seq,
                                                           const UpdateOptions& update) {
   Impl& im = *impl_;
+  if (im.eval_forward)
+    return failed_precondition(
+        "backward_update: the most recent forward was an evaluation forward (ForwardMode::kEval), which looks ids up "
+        "without mapping them for an update; run a training forward (ForwardMode::kTrain) of the batch first");
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, grad_pooled.size(), grad_seq, "backward_update", &cb));
   // Cached tables: the batch's rows are pinned (already, if forward ran on it) for the update
@@ -229,7 +233,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   // Dynamic tables: the rows of the forward of this batch (no sightings counted), ids without a
   // row dropped (their sequence gradients too); then rows -> cache slots.
   DynamicBatch dyn(im.alloc);
-  LEANEMB_RETURN_IF_ERROR(im.map_dynamic(*cb.batch, /*forward=*/false, &dyn));
+  LEANEMB_RETURN_IF_ERROR(im.map_dynamic(*cb.batch, Impl::DynamicUse::kUpdate, &dyn));
   std::vector<std::span<const float>> dyn_grad_seq;
   if (im.has_dynamic) {
     LEANEMB_RETURN_IF_ERROR(im.compact_seq_grads(&dyn, grad_seq, &dyn_grad_seq));

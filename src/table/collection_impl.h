@@ -211,6 +211,8 @@ struct EmbeddingCollection::Impl {
   StepBuffers dyn_buffers;
   std::vector<int64_t> fwd_ids;
   std::vector<tiered::RowAssignment> assigned_rows;  // map_dynamic: rows a forward gave to ids
+  // The most recent forward was ForwardMode::kEval: backward_update fails until a kTrain one.
+  bool eval_forward = false;
 
   // The backend every kernel call and every copy between tiers goes through (docs/backend.md):
   // CollectionOptions::backend, else the reference backend under use_reference_kernels, else
@@ -257,10 +259,15 @@ struct EmbeddingCollection::Impl {
   Status create_cache(int t);
   // Dynamic tables (dynamic_tables.cc). create_id_map: table t's IdMap.
   Status create_id_map(int t);
-  // Replaces the dynamic tables' raw ids of `b` by rows into `out`. forward: IdMap::map (new rows
-  // initialized and written, the mapping kept for backward_update); otherwise the kept mapping
-  // when `b` has the same ids, else IdMap::find. Without dynamic tables out->batch = b.
-  Status map_dynamic(const SparseBatch& b, bool forward, DynamicBatch* out);
+  // Replaces the dynamic tables' raw ids of `b` by rows into `out`. Without dynamic tables
+  // out->batch = b. The uses:
+  //   kTrainForward  IdMap::map (new rows initialized and written, the mapping kept for
+  //                  backward_update)
+  //   kEvalForward   IdMap::find only: nothing in the IdMaps, the rows or the kept mapping
+  //                  changes (ids without a row are dropped as rejected ones are)
+  //   kUpdate        the kept mapping when `b` has the same ids, else IdMap::find
+  enum class DynamicUse : uint8_t { kTrainForward, kEvalForward, kUpdate };
+  Status map_dynamic(const SparseBatch& b, DynamicUse use, DynamicBatch* out);
   // forward: expands compacted sequence outputs in place (zeros at removed positions).
   void expand_seq_outputs(const DynamicBatch& d, std::span<const std::span<float>> seq_out) const;
   // backward_update: the sequence gradients of the kept positions (copies in d->ws as needed).

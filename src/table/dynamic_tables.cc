@@ -7,6 +7,9 @@
 //   step of the update that follows), initializes every row assigned by that call from its raw
 //   id before any kernel or cache acquire reads it, and keeps (raw ids, rows) in dyn_buffers
 //   slots 4t / 4t + 1 with fwd_ids[t] = their count.
+// - An evaluation forward (ForwardMode::kEval) only calls IdMap::find: no IdMap, row or kept
+//   mapping changes (its scratch is backward_update's slots 4t + 2 / 4t + 3), and ids without a
+//   row are dropped from their bags as rejected ids are.
 // - backward_update() never changes the IdMap's counts: it reuses the kept mapping when the
 //   batch has the same raw ids (this matters when an id is admitted in the middle of a batch:
 //   its earlier occurrences read zeros in the forward and must get no gradient), else find().
@@ -260,7 +263,7 @@ Status rows_for_feature(const FeatureInput& in, int64_t batch_size, PoolingMode 
 
 }  // namespace
 
-Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward, DynamicBatch* out) {
+Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, DynamicUse use, DynamicBatch* out) {
   out->batch = b;
   if (!has_dynamic) return Status();
   out->kept.assign(b.features.size(), {});
@@ -269,10 +272,19 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, bool forward
     if (!ts.id_map) continue;
     const TableOptions& to = options.tables[t];
     const size_t n = table_nnz(options, b, t);
-    if (forward) fwd_ids[t] = -1;
+    if (use == DynamicUse::kTrainForward) fwd_ids[t] = -1;
     if (n == 0) continue;
     int64_t* rows = nullptr;
-    if (forward) {
+    if (use == DynamicUse::kEvalForward) {
+      // Lookup only, in backward_update's scratch slots: the kept mapping of the last training
+      // forward, the IdMap (counts, ages, admission filter) and the rows stay as they are.
+      LEANEMB_ASSIGN_OR_RETURN(void* raw_p, dyn_buffers.get(dyn_slot(t, kBwdRaw), n * 8, Category::kWorkspace, alloc));
+      LEANEMB_ASSIGN_OR_RETURN(void* rows_p, dyn_buffers.get(dyn_slot(t, kBwdRows), n * 8, Category::kWorkspace, alloc));
+      int64_t* raw = static_cast<int64_t*>(raw_p);
+      rows = static_cast<int64_t*>(rows_p);
+      gather_table_ids(options, b, t, raw);
+      for (size_t i = 0; i < n; ++i) rows[i] = ts.id_map->find(raw[i]);
+    } else if (use == DynamicUse::kTrainForward) {
       LEANEMB_ASSIGN_OR_RETURN(void* raw_p, dyn_buffers.get(dyn_slot(t, kFwdRaw), n * 8, Category::kWorkspace, alloc));
       LEANEMB_ASSIGN_OR_RETURN(void* rows_p, dyn_buffers.get(dyn_slot(t, kFwdRows), n * 8, Category::kWorkspace, alloc));
       int64_t* raw = static_cast<int64_t*>(raw_p);

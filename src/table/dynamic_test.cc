@@ -461,5 +461,143 @@ TEST(DynamicTableTest, SplitPlacementMatchesPlainAndKeepsTheIdMapOnTheHost) {
             mem.value()->host()->memory_stats()[Category::kRowCache].current_bytes + 64 * 1);  // one age bucket
 }
 
+// ---- evaluation forwards (ForwardMode::kEval) ----------------------------------------------
+
+// Outputs of a forward of b in `mode` (no update).
+Outputs forward_in(EmbeddingCollection& c, const OwnedBatch& b, ForwardMode mode) {
+  Outputs o;
+  o.pooled.resize(static_cast<size_t>(b.B * c.pooled_dim()));
+  o.seq.resize(b.ids[2].size() * 6);
+  std::span<float> seq_span(o.seq);
+  const Status st = c.forward(b.view(), o.pooled, std::span<const std::span<float>>(&seq_span, 1), mode);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return o;
+}
+
+// Everything an evaluation must leave alone: rows, the IdMap's whole state (counts, ages, the
+// admission filter), its counters, where each id maps, the step.
+struct DynamicState {
+  std::vector<std::vector<uint8_t>> rows;
+  std::vector<uint8_t> id_map;
+  DynamicTableStats stats;
+  std::vector<int64_t> rows_of;
+  int64_t step = 0;
+};
+DynamicState dynamic_state(const EmbeddingCollection& c, const std::vector<int64_t>& ids) {
+  DynamicState s{snapshot(c), c.save_dynamic_state(0).value(), stats_of(c), {}, c.step()};
+  for (int64_t id : ids) s.rows_of.push_back(row_of(c, id));
+  return s;
+}
+void expect_same_state(const DynamicState& a, const DynamicState& b) {
+  EXPECT_TRUE(same_bytes(a.rows, b.rows));
+  EXPECT_TRUE(a.id_map == b.id_map) << "the IdMap changed";
+  EXPECT_EQ(a.stats.admitted, b.stats.admitted);
+  EXPECT_EQ(a.stats.rejected_min_count, b.stats.rejected_min_count);
+  EXPECT_EQ(a.stats.rejected_capacity, b.stats.rejected_capacity);
+  EXPECT_EQ(a.stats.evicted, b.stats.evicted);
+  EXPECT_EQ(a.stats.expired, b.stats.expired);
+  EXPECT_EQ(a.stats.live_rows, b.stats.live_rows);
+  EXPECT_EQ(a.rows_of, b.rows_of);
+  EXPECT_EQ(a.step, b.step);
+}
+
+// A full table (min_count 2, lfu; 8 rows, 40 ids and max age 3, or 30 rows in a 20-row cache
+// and 60 ids): evaluation forwards over batches of mostly unseen ids change nothing; known ids
+// read their rows and unknown ones zeros: the outputs equal a training forward's on a resident
+// copy of the rows where every unknown id reads a zero row (kMean divides by the full bag
+// length).
+void check_eval_changes_nothing(bool cached) {
+  SCOPED_TRACE(cached ? "cached" : "plain");
+  CollectionOptions o = dyn_options(cached ? 30 : 8, 2, "lfu", cached ? 0 : 3, OptimizerKind::kSgd);
+  if (cached) o.tables[0].cache.capacity_rows = 20;
+  auto c = must_create(o);
+  for (int s = 0; s < 24; ++s) train(*c, dyn_batch(2, cached ? 60 : 40, 3, 300 + s), 20 + s);
+  ASSERT_GT(stats_of(*c).evicted, 0) << "the table must be full";
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 1200; ++i) ids.push_back(raw(i));
+  const DynamicState before = dynamic_state(*c, ids);
+  // The reference: table 0 resident with one more row, all zeros, for the unknown ids.
+  CollectionOptions ro = o;
+  ro.tables[0].dynamic.enabled = false;
+  ro.tables[0].cache = {};
+  ro.tables[0].num_rows = o.tables[0].num_rows + 1;
+  auto ref = must_create(ro);
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(ref->write_raw_rows(t, 0, o.tables[t].num_rows, before.rows[t]).ok());
+  ASSERT_TRUE(ref->write_raw_rows(0, o.tables[0].num_rows, 1, std::vector<uint8_t>(ref->layout(0).stride_bytes, 0)).ok());
+  int64_t unknown = 0;
+  for (int s = 0; s < 6; ++s) {
+    const OwnedBatch b = dyn_batch(4, 1200, 4, 800 + s);  // ids 0..1199: most never seen
+    const Outputs got = forward_in(*c, b, ForwardMode::kEval);
+    OwnedBatch rb = b;
+    for (int f = 0; f < 3; ++f)
+      for (int64_t& id : rb.ids[f]) {
+        const int64_t r = row_of(*c, id);
+        unknown += r < 0 ? 1 : 0;
+        id = r < 0 ? o.tables[0].num_rows : r;
+      }
+    const Outputs want = forward_in(*ref, rb, ForwardMode::kTrain);
+    ASSERT_EQ(want.pooled.size(), got.pooled.size());
+    for (size_t i = 0; i < want.pooled.size(); ++i) ASSERT_NEAR(want.pooled[i], got.pooled[i], 1e-6f) << "step " << s << " at " << i;
+    EXPECT_EQ(want.seq, got.seq) << "step " << s;
+  }
+  EXPECT_GT(unknown, 50);
+  expect_same_state(before, dynamic_state(*c, ids));
+  // On a batch of known ids an evaluation forward reads what a training forward reads.
+  OwnedBatch known = explicit_batch({{}}, {{}}, {{}});
+  for (int64_t i = 0; i < 1200 && known.ids[0].size() < 5; ++i)
+    if (row_of(*c, raw(i)) >= 0) known.ids[0].push_back(raw(i)), known.ids[2].push_back(raw(i));
+  known.offsets[0] = {0, 5};
+  known.offsets[2] = {0, 5};
+  const Outputs e = forward_in(*c, known, ForwardMode::kEval), t = forward_in(*c, known, ForwardMode::kTrain);
+  EXPECT_EQ(t.pooled, e.pooled);
+  EXPECT_EQ(t.seq, e.seq);
+}
+
+TEST(DynamicEvalTest, EvaluationForwardsOfAFullTableChangeNothing) { check_eval_changes_nothing(false); }
+TEST(DynamicEvalTest, EvaluationForwardsOfACachedFullTableChangeNothing) { check_eval_changes_nothing(true); }
+
+// A training forward of an unseen id admits it; an evaluation forward reads zeros and leaves
+// it unseen (min_count 1: the first sighting would give it a row).
+TEST(DynamicEvalTest, AnUnseenIdReadsZerosAndGetsNoRow) {
+  auto c = must_create(dyn_options(8));
+  const int64_t x = raw(9);
+  const OwnedBatch b = explicit_batch({{x}}, {{x, x}}, {{x}});
+  const Outputs e = forward_in(*c, b, ForwardMode::kEval);
+  EXPECT_EQ(std::vector<float>(e.pooled.size(), 0.0f), e.pooled);
+  EXPECT_EQ(std::vector<float>(6, 0.0f), e.seq);
+  EXPECT_EQ(-1, row_of(*c, x));
+  EXPECT_EQ(0, stats_of(*c).admitted);
+  EXPECT_EQ(std::vector<float>(6, 0.0f), row_values(*c, 0)) << "no row initialized";
+  const Outputs t = forward_in(*c, b, ForwardMode::kTrain);
+  EXPECT_EQ(0, row_of(*c, x));
+  EXPECT_EQ(init_values(*c, x), f0_out(*c, t, 0));
+}
+
+// backward_update after an evaluation forward is refused (nothing changes); a training forward
+// in between makes it legal again. Tables without dynamic ids follow the same rule.
+TEST(DynamicEvalTest, UpdateAfterAnEvaluationForwardIsRefused) {
+  for (bool dynamic : {true, false}) {
+    SCOPED_TRACE(dynamic ? "dynamic" : "hashed");
+    CollectionOptions o = dyn_options(16);
+    o.tables[0].dynamic.enabled = dynamic;
+    auto c = must_create(o);
+    const OwnedBatch b = explicit_batch({{3, 4}}, {{5}}, {{6}});
+    train(*c, b, 1);
+    const auto rows = snapshot(*c);
+    const Outputs e = forward_in(*c, b, ForwardMode::kEval);
+    const std::vector<float> g = random_floats(e.pooled.size(), 2), gs = random_floats(e.seq.size(), 3);
+    std::span<const float> gs_span(gs);
+    auto r = c->backward_update(b.view(), g, std::span<const std::span<const float>>(&gs_span, 1));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(StatusCode::kFailedPrecondition, r.status().code());
+    EXPECT_TRUE(contains(r.status().message(), "kEval")) << r.status().message();
+    EXPECT_TRUE(same_bytes(rows, snapshot(*c)));
+    EXPECT_EQ(1, c->step());
+    forward_in(*c, b, ForwardMode::kTrain);
+    EXPECT_TRUE(c->backward_update(b.view(), g, std::span<const std::span<const float>>(&gs_span, 1)).ok());
+    EXPECT_EQ(2, c->step());
+  }
+}
+
 }  // namespace
 }  // namespace leanemb

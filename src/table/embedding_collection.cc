@@ -311,14 +311,18 @@ Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t 
 }
 
 Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out,
-                                    std::span<const std::span<float>> seq_out) {
+                                    std::span<const std::span<float>> seq_out, ForwardMode mode) {
   Impl& im = *impl_;
+  const bool eval = mode == ForwardMode::kEval;
+  im.eval_forward = eval;  // whatever happens below: this is the most recent forward
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, pooled_out.size(), seq_out, "forward", &cb));
   if (im.has_cache) im.release_pins(tiered::PinSet::kStep);  // a forward without its update
-  // Dynamic tables: raw ids -> rows (admitting and initializing new ones), then rows -> slots.
+  // Dynamic tables: raw ids -> rows (training: admitting and initializing new ones; evaluation:
+  // the rows ids have now), then rows -> slots.
   DynamicBatch dyn(im.alloc);
-  LEANEMB_RETURN_IF_ERROR(im.map_dynamic(*cb.batch, /*forward=*/true, &dyn));
+  LEANEMB_RETURN_IF_ERROR(
+      im.map_dynamic(*cb.batch, eval ? Impl::DynamicUse::kEvalForward : Impl::DynamicUse::kTrainForward, &dyn));
   SparseBatch remapped;
   LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped));
   if (im.has_cache) im.release_pins(tiered::PinSet::kPrefetch);  // the step holds them now

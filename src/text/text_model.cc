@@ -208,7 +208,9 @@ Status TextModel::predict(std::span<const int64_t> in_ids, std::span<const int64
   const nn::GroupSlice sl = nn::group_slice(B, options_.grad_groups, tables_->rank(), tables_->world_size());
   const int64_t n = sl.hi - sl.lo;
   LEANEMB_ASSIGN_OR_RETURN(float* pooled, buffer(&pooled_, static_cast<size_t>(n) * D, Category::kActivations));
-  LEANEMB_RETURN_IF_ERROR(tables_->forward(slice(ids, offsets, sl.lo, sl.hi), std::span<float>(pooled, static_cast<size_t>(n) * D)));
+  // Lookup only: evaluation and serving admit no ids into dynamic tables.
+  LEANEMB_RETURN_IF_ERROR(tables_->forward(slice(ids, offsets, sl.lo, sl.hi), std::span<float>(pooled, static_cast<size_t>(n) * D), {},
+                                           ForwardMode::kEval));
   const bool multi = comm && comm->size() > 1;
   if (multi) std::fill(logits.begin(), logits.end(), 0.0f);
   for (int64_t g = sl.g0; g < sl.g1; ++g) {  // in the training step's groups

@@ -101,8 +101,9 @@ class TextModel {
   // Errors: InvalidArgument for a bad batch (ids out of range, bad targets); nothing changes then.
   Result<double> train_step(const TextBatch& batch, double lr_scale);
 
-  // logits [B, num_labels] of a global batch, on every rank (no state changes, except a
-  // dynamic table's sightings). Collective when sharded.
+  // logits [B, num_labels] of a global batch, on every rank (no state changes: a
+  // ForwardMode::kEval lookup, so a dynamic table admits, evicts and counts nothing; an id
+  // without a row reads zeros). Collective when sharded.
   Status predict(std::span<const int64_t> ids, std::span<const int64_t> offsets, std::span<float> logits);
 
   const TextModelOptions& options() const { return options_; }

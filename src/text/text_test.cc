@@ -311,6 +311,52 @@ TEST(TextTrainTest, LearnsTinyDatasetToHighAccuracy) {
   }
 }
 
+// Evaluation looks ids up and admits none: with a full dynamic table (24 rows for the words
+// and bigram buckets), the dynamic_rows counters after the final evaluation (the summary) are
+// those of the last training step (its metrics.jsonl line).
+TEST(TextTrainTest, EvaluationLeavesTheDynamicTableAsTrainingLeftIt) {
+  std::mt19937 rng(5);
+  auto make = [&](int lines) {
+    std::string s;
+    for (int i = 0; i < lines; ++i) {
+      const int label = static_cast<int>(rng() % 3);
+      s += "__label__c" + std::to_string(label) + " w" + std::to_string(label) + "_" + std::to_string(rng() % 4) + " n" +
+           std::to_string(rng() % 20) + "\n";
+    }
+    return s;
+  };
+  TempFile train(make(80)), eval(make(60));
+  TextConfig c;
+  c.train_files = {train.path()};
+  c.eval_files = {eval.path()};
+  c.data.word_ngrams = 2;
+  c.data.buckets = 4000;
+  c.model.dim = 8;
+  c.model.dynamic.enabled = true;
+  c.model.dynamic_rows = 24;
+  c.epochs = 1;
+  c.batch_size = 8;  // 10 steps
+  c.log_every = 10;
+  c.checkpoint_every = -1;
+  c.threads = 1;
+  train::RunOptions ro;
+  ro.out_dir = (std::filesystem::path(testing::TempDir()) / "leanemb_text_eval_dynamic").string();
+  std::filesystem::remove_all(ro.out_dir);
+  ro.quiet = true;
+  auto r = run_text_training(ro, c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_FALSE(r.value()["eval"].is_null()) << "the run must evaluate";
+  std::ifstream in(ro.out_dir + "/metrics.jsonl");
+  nlohmann::json logged;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("dynamic_rows") && j["step"] == 10) logged = j["dynamic_rows"];
+  }
+  ASSERT_FALSE(logged.is_null()) << "no metrics line of step 10";
+  EXPECT_GT(logged["evicted"].get<int64_t>(), 0) << "the table must be full";
+  EXPECT_EQ(logged.dump(), r.value()["dynamic_rows"].dump());
+}
+
 // A text run on the one loop (train/task.h): checkpoints every few steps; a run cut short and
 // resumed ends at the uninterrupted run's training digest, and so do 2 and 4 ranks (threads of a
 // LocalWorld) with the same grad_groups, with bf16 rows, row-wise Adagrad and a dynamic table.

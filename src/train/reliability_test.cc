@@ -419,5 +419,27 @@ TEST(ckpt_killpoints, TrainingKilledAtEveryCallOfACommitResumesToTheSameDigest) 
   RecordProperty("killpoints", static_cast<int>(run_end - first_commit_end));
 }
 
+// ---- evaluation and dynamic tables ----------------------------------------------------------
+
+// Evaluation looks ids up and admits none: with every table dynamic and full (16 rows for 50
+// values), the dynamic_rows counters after the final evaluation (the summary) are those of the
+// last training step (its metrics.jsonl line), evaluations during training included.
+TEST(EvaluationTest, EvaluationLeavesDynamicTablesAsTrainingLeftThem) {
+  const std::string out = scratch("eval_dynamic");
+  auto r = train(out, 6, false, nullptr,
+                 {"model.table_rows=16", "embedding.dynamic.tables=\"all\"", "train.log_every=6", "train.eval_every=3"});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_FALSE(r.value()["eval"].is_null()) << "the run must evaluate";
+  std::ifstream in(out + "/metrics.jsonl");
+  nlohmann::json logged;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("dynamic_rows") && j["step"] == 6) logged = j["dynamic_rows"];
+  }
+  ASSERT_FALSE(logged.is_null()) << "no metrics line of step 6";
+  EXPECT_GT(logged["evicted"].get<int64_t>(), 0) << "the tables must be full";
+  EXPECT_EQ(logged.dump(), r.value()["dynamic_rows"].dump());
+}
+
 }  // namespace
 }  // namespace leanemb::train
