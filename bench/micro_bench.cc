@@ -191,22 +191,26 @@ void BM_UpdateRows(benchmark::State& state, OptimizerKind k, DType dt, StateDTyp
   state.counters["rows"] = benchmark::Counter(static_cast<double>(U), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// ---- BM_RadixSortDedup -------------------------------------------------------------------------
-// The dedup sort of one optimizer-workload batch: 4096 x 20 Zipf(1.05) ids over 2M rows.
+// ---- BM_RadixSortDedup/rows:R/ids:N ------------------------------------------------------------
+// The dedup sort of one batch: the optimizer workload's 4096 x 20 Zipf(1.05) ids over 2M rows
+// (21 row bits), and the tiered workload's 8192 x 32 Zipf(1.15) ids over 10M rows (24 bits).
 void BM_RadixSortDedup(benchmark::State& state) {
-  const int64_t rows = 2000000;
-  const IdBatch ids = ids_for(rows, 4096, 20, 1.05, 11);
+  const int64_t rows = state.range(0);
+  const int64_t bag = state.range(1) == 262144 ? 32 : 20, batch = state.range(1) / bag;
+  const IdBatch ids = ids_for(rows, batch, bag, bag == 32 ? 1.15 : 1.05, 11);
+  int row_bits = 0;
+  while ((int64_t{1} << row_bits) < rows) ++row_bits;
   const int64_t n = static_cast<int64_t>(ids.ids.size());
   std::vector<uint64_t> keys0(static_cast<size_t>(n)), keys(keys0.size()), scratch(keys0.size());
   for (int64_t i = 0; i < n; ++i) keys0[static_cast<size_t>(i)] = (static_cast<uint64_t>(ids.ids[static_cast<size_t>(i)]) << 32) | static_cast<uint64_t>(i);
   keys = keys0;
-  kernels::radix_sort_row_src(keys.data(), scratch.data(), n, 21);
+  kernels::radix_sort_row_src(keys.data(), scratch.data(), n, row_bits);
   std::vector<uint64_t> want = keys0;
   std::stable_sort(want.begin(), want.end(), [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
   if (keys != want) return state.SkipWithError("radix_sort_row_src differs from std::stable_sort");
   for (auto _ : state) {
     std::memcpy(keys.data(), keys0.data(), keys.size() * 8);
-    kernels::radix_sort_row_src(keys.data(), scratch.data(), n, 21);
+    kernels::radix_sort_row_src(keys.data(), scratch.data(), n, row_bits);
     benchmark::DoNotOptimize(keys.data());
   }
   state.counters["keys"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
@@ -310,7 +314,12 @@ void register_all() {
                                  BM_UpdateRows, u.k, u.dt, u.sd)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-  benchmark::RegisterBenchmark("BM_RadixSortDedup", BM_RadixSortDedup)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_RadixSortDedup", BM_RadixSortDedup)
+      ->ArgNames({"rows", "ids"})
+      ->Args({2000000, 81920})
+      ->Args({10000000, 262144})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam})
     benchmark::RegisterBenchmark(("BM_CollectionStep/optimizer:" + std::string(optimizer_name(k)) + "/dtype:fp32").c_str(),
                                  BM_CollectionStep, k, DType::kF32)

@@ -20,9 +20,14 @@ int radix_digit_bits(int row_bits) {
   return (row_bits + passes - 1) / passes;
 }
 
-void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads) {
-  constexpr int kMaxBuckets = 1 << 12;
-  const int digit_bits = radix_digit_bits(row_bits);
+namespace {
+
+// The sort with a digit width fixed at compile time (kDigitBits > 0: the common widths, 11 and 12
+// bits, whose shifts and masks the compiler folds) or given at run time (kDigitBits == 0).
+template <int kDigitBits>
+void radix_sort_impl(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads, int run_digit_bits) {
+  constexpr int kMaxBuckets = 1 << (kDigitBits > 0 ? kDigitBits : 12);
+  const int digit_bits = kDigitBits > 0 ? kDigitBits : run_digit_bits;
   const int buckets = 1 << digit_bits;
   const uint64_t mask = static_cast<uint64_t>(buckets - 1);
   constexpr int64_t kMinPerPart = int64_t{1} << 15;  // below this, one part: a region costs more than it saves
@@ -71,6 +76,15 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
     std::swap(src, dst);
   }
   if (passes % 2 == 1) std::memcpy(keys, src, static_cast<size_t>(n) * sizeof(uint64_t));
+}
+
+}  // namespace
+
+void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits, int num_threads) {
+  const int d = radix_digit_bits(row_bits);
+  if (d == 12) radix_sort_impl<12>(keys, scratch, n, row_bits, num_threads, d);
+  else if (d == 11) radix_sort_impl<11>(keys, scratch, n, row_bits, num_threads, d);
+  else radix_sort_impl<0>(keys, scratch, n, row_bits, num_threads, d);
 }
 
 int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
