@@ -546,6 +546,31 @@ TEST(RowCache, CallScratchIsAccountedAndABudgetTooSmallLeavesTheCacheUnchanged) 
   f.cache->release(tiered::PinSet::kStep);
 }
 
+// A step's acquire right after start_prefetch: its fast path looks the rows up before the
+// prefetch evicts some of them, fails (one row is missing) and waits for the prefetch; the fetch
+// must then look the rows up again instead of reusing the stale lookups. Every slot returned
+// holds its row, and no two rows share a slot.
+TEST(RowCache, AcquireAfterAPrefetchChangedTheMapLooksTheRowsUpAgain) {
+  for (int round = 0; round < 20; ++round) {
+    Fixture f = make_cache(100000, 2000, CachePolicy::kLru);
+    std::vector<int64_t> fill(2000), q, p;
+    for (int64_t i = 0; i < 2000; ++i) fill[static_cast<size_t>(i)] = i;
+    touch(*f.cache, fill);  // rows 0..1999 resident, 0 the least recently used
+    for (int64_t i = 0; i < 500; ++i) q.push_back(i);  // the prefetch's first victims
+    q.push_back(5000);                                 // missing: the fast path fails
+    for (int64_t i = 10000; i < 11000; ++i) p.push_back(i);
+    ASSERT_TRUE(f.cache->start_prefetch(p).ok());
+    std::vector<int64_t> slots(q.size());
+    ASSERT_TRUE(f.cache->acquire(q, slots.data(), tiered::PinSet::kStep).ok());
+    std::set<int64_t> used;
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_EQ(f.cache->slot_row(slots[i]), q[i]) << "round " << round << " row " << q[i];
+      ASSERT_TRUE(used.insert(slots[i]).second) << "slot " << slots[i] << " twice";
+    }
+    f.cache->release(tiered::PinSet::kStep);
+  }
+}
+
 TEST(RowCache, PinnedRowsAreNeverEvictedAndOverflowIsAnError) {
   Fixture f = make_cache(100, 3, CachePolicy::kLru);
   std::vector<int64_t> slots(3);

@@ -261,6 +261,7 @@ void RowCache::reserve_pins_locked(PinSet set, size_t n) {
 }
 
 Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch, bool distinct) {
+  uint64_t looked_up_version = 0;
   {
     // Fast path: every row resident (prefetched or hot): pin them without waiting for anyone.
     std::unique_lock<std::mutex> l(mu_);
@@ -268,6 +269,7 @@ Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out,
     reserve_pins_locked(set, rows.size());
     owner_->found.resize(rows.size());
     int32_t* found = owner_->found.data();
+    looked_up_version = map_version_;
     if (lookup(rows, found, options_.num_threads)) {
       CacheIndex& ix = index_;
       const uint32_t tick = touch ? ix.begin_call() : 0;
@@ -285,7 +287,14 @@ Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out,
   Status st = wait_prefetch();
   if (st.ok()) {
     std::lock_guard<std::mutex> f(fetch_mu_);
-    st = fetch(rows, slots_out, set, false, touch, distinct);
+    // The fast path's lookups still hold if no fetch changed the map since (a prefetch waited
+    // for above may have); with fetch_mu_ held none can start.
+    bool still_valid;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      still_valid = map_version_ == looked_up_version;
+    }
+    st = fetch(rows, slots_out, set, false, touch, distinct, still_valid ? owner_->found.data() : nullptr);
   }
   std::lock_guard<std::mutex> l(mu_);
   stats_.exposed_seconds += seconds_since(t0);
@@ -295,6 +304,7 @@ Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out,
 // Undoes phase A of a fetch: new rows leave the map, victims come back (with their dirty
 // flags). Victims not restored (already written back) leave their slots free.
 void RowCache::rollback_locked(PinSet set, bool restore_victims) {
+  ++map_version_;
   CacheIndex& ix = index_;
   Plan& plan = *plan_;
   for (auto it = plan.fresh.rbegin(); it != plan.fresh.rend(); ++it) {
@@ -317,6 +327,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
                                    bool touch, bool distinct) {
   CacheIndex& ix = index_;
   Plan& plan = *plan_;
+  ++map_version_;  // pass 3 changes the map
   const uint32_t tick = ix.begin_call();
   int32_t* found = plan.found.data();  // pass 1's lookups (fetch(), before taking mu_)
   // Pass 2: the hits are counted and pinned, all of them before any victim is chosen, so that
@@ -370,7 +381,7 @@ Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots
 }
 
 Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch,
-                       bool distinct) {
+                       bool distinct, const int32_t* found) {
   // Reused between fetches (under fetch_mu_): a step's fetch would otherwise allocate and free
   // megabytes of vectors, and the heap's trim / regrowth faults in fresh zeroed pages each time.
   Plan& plan = *plan_;
@@ -381,7 +392,8 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   // read only the map and the slots' rows, which change only in a fetch, and this thread holds
   // fetch_mu_. In parallel on the owner's thread.
   plan.found.resize(rows.size());
-  (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
+  if (found) std::copy(found, found + rows.size(), plan.found.begin());
+  else (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
   {
     std::lock_guard<std::mutex> l(mu_);
     reserve_pins_locked(set, rows.size());

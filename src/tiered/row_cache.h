@@ -177,7 +177,10 @@ class RowCache {
   // acquire() of `rows` as given (the distinct rows of a large call, or a small call's ids).
   // `distinct`: no row repeats (the fetch then probes each miss once).
   Status acquire_rows(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch, bool distinct);
-  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch, bool distinct);
+  // `found`: the rows' lookups when the caller has them and no fetch changed the map since
+  // (else null: pass 1 looks the rows up).
+  Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch, bool distinct,
+               const int32_t* found = nullptr);
   Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch,
                            bool distinct);
   // Threads for a fetch's parallel parts (distinct rows, lookups, copies): the owner's fetch
@@ -214,6 +217,7 @@ class RowCache {
   std::unique_ptr<Plan> plan_;  // fetch's reused scratch (under fetch_mu_; io_buffers)
 
   mutable std::mutex mu_;        // guards the index, pins, dirty flags and stats
+  uint64_t map_version_ = 0;     // changes whenever the row -> slot map may change (under mu_)
   std::mutex fetch_mu_;          // one fetch at a time
   // Slots pinned per set (step scratch, not per slot; io_buffers), under mu_.
   struct Pins {
