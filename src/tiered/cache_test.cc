@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <set>
@@ -379,12 +380,67 @@ TEST(RowCache, ClockGivesUsedRowsASecondChance) {
   EXPECT_EQ(tiered::cache_policy_name(CachePolicy::kClock), "clock");
 }
 
+// Drives two caches through the same steps: each step takes its prefetch (prefetched(step)) or
+// acquires its ids, marks every dirty_every-th slot dirty and changes its bytes, starts the next
+// step's prefetch when that one is prefetched, and releases. After every step both gave the same
+// slots and counters; at the end every slot holds the same row and bytes.
+void expect_twin_caches_agree(Fixture& a, Fixture& b, const std::function<std::vector<int64_t>()>& batch, int steps,
+                              const std::function<bool(int)>& prefetched, size_t dirty_every) {
+  std::vector<int64_t> next = batch();
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<int64_t> ids = next;
+    next = batch();
+    std::vector<int64_t> sa(ids.size()), sb(ids.size());
+    for (Fixture* f : {&a, &b}) {
+      auto& out = f == &a ? sa : sb;
+      if (prefetched(step)) {
+        Result<bool> taken = f->cache->take_prefetched(ids, out.data());
+        ASSERT_TRUE(taken.ok() && taken.value()) << "step " << step;
+      } else {
+        ASSERT_TRUE(f->cache->acquire(ids, out.data(), tiered::PinSet::kStep).ok()) << "step " << step;
+      }
+      // The step's update: its dirty rows' bytes change (written back when evicted).
+      std::vector<int64_t> dirty;
+      for (size_t i = 0; i < out.size(); i += dirty_every) dirty.push_back(out[i]);
+      f->cache->mark_dirty(dirty);
+      for (int64_t slot : dirty) {
+        float v;
+        uint8_t* p = f->cache->slots() + static_cast<size_t>(slot) * f->layout.stride_bytes + 4;
+        std::memcpy(&v, p, 4);
+        v += 1.0f;
+        std::memcpy(p, &v, 4);
+      }
+      if (step + 1 < steps && prefetched(step + 1)) {
+        ASSERT_TRUE(f->cache->start_prefetch(next).ok());
+      }
+      ASSERT_TRUE(f->cache->wait_prefetch().ok());
+      f->cache->release(tiered::PinSet::kStep);
+    }
+    ASSERT_EQ(sa, sb) << "step " << step;
+    const auto x = a.cache->stats(), y = b.cache->stats();
+    ASSERT_EQ(x.lookups, y.lookups) << "step " << step;
+    ASSERT_EQ(x.misses, y.misses) << "step " << step;
+    ASSERT_EQ(x.evictions, y.evictions) << "step " << step;
+    ASSERT_EQ(x.writebacks, y.writebacks) << "step " << step;
+    ASSERT_EQ(x.prefetched_rows, y.prefetched_rows) << "step " << step;
+    ASSERT_EQ(x.initialized_rows, y.initialized_rows) << "step " << step;
+    ASSERT_EQ(x.bytes_read, y.bytes_read) << "step " << step;
+  }
+  const size_t stride = a.layout.stride_bytes;
+  for (int64_t s = 0; s < a.cache->capacity(); ++s) {
+    ASSERT_EQ(a.cache->slot_row(s), b.cache->slot_row(s)) << "slot " << s;
+    ASSERT_EQ(std::memcmp(a.cache->slots() + static_cast<size_t>(s) * stride, b.cache->slots() + static_cast<size_t>(s) * stride,
+                          stride), 0) << "slot " << s;
+  }
+}
+
 // Large calls are reduced to their distinct rows first: every acquire and prefetch then returns
 // the same slots, and the cache keeps the same rows, flags and counters, as the cache that
 // probes every id (distinct_min_ids above every call), for each policy, through evictions,
 // dirty write-backs and prefetches of steps of 20,000 skewed ids.
 TEST(RowCache, DistinctRowsFirstLeaveTheCacheAsEveryIdDoes) {
   for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock}) {
+    SCOPED_TRACE(tiered::cache_policy_name(policy));
     Fixture every = make_cache(50000, 16000, policy, nullptr, 0, SIZE_MAX);
     Fixture distinct = make_cache(50000, 16000, policy);
     std::mt19937_64 rng(77);
@@ -394,42 +450,9 @@ TEST(RowCache, DistinctRowsFirstLeaveTheCacheAsEveryIdDoes) {
       for (auto& id : ids) id = static_cast<int64_t>(rng() % 10 < 7 ? rng() % 3000 : rng() % 50000);
       return ids;
     };
-    std::vector<int64_t> next = batch();
-    for (int step = 0; step < 12; ++step) {
-      const std::vector<int64_t> ids = next;
-      next = batch();
-      std::vector<int64_t> a(ids.size()), b(ids.size());
-      const bool prefetched = step % 3 != 0;
-      for (Fixture* f : {&every, &distinct}) {
-        auto& out = f == &every ? a : b;
-        if (prefetched) {
-          Result<bool> taken = f->cache->take_prefetched(ids, out.data());
-          ASSERT_TRUE(taken.ok() && taken.value()) << "step " << step;
-        } else {
-          ASSERT_TRUE(f->cache->acquire(ids, out.data(), tiered::PinSet::kStep).ok()) << "step " << step;
-        }
-        // A step's update: every other id's slot changes (written back when evicted).
-        std::vector<int64_t> dirty;
-        for (size_t i = 0; i < out.size(); i += 2) dirty.push_back(out[i]);
-        f->cache->mark_dirty(dirty);
-        if (step + 1 < 12 && (step + 1) % 3 != 0) {
-          ASSERT_TRUE(f->cache->start_prefetch(next).ok());
-        }
-        ASSERT_TRUE(f->cache->wait_prefetch().ok());
-        f->cache->release(tiered::PinSet::kStep);
-      }
-      ASSERT_EQ(a, b) << "policy " << tiered::cache_policy_name(policy) << " step " << step;
-      const auto sa = every.cache->stats(), sb = distinct.cache->stats();
-      ASSERT_EQ(sa.lookups, sb.lookups) << "step " << step;
-      ASSERT_EQ(sa.misses, sb.misses) << "step " << step;
-      ASSERT_EQ(sa.evictions, sb.evictions) << "step " << step;
-      ASSERT_EQ(sa.writebacks, sb.writebacks) << "step " << step;
-      ASSERT_EQ(sa.prefetched_rows, sb.prefetched_rows) << "step " << step;
-    }
+    expect_twin_caches_agree(every, distinct, batch, 12, [](int step) { return step % 3 != 0; }, 2);
     EXPECT_GT(every.cache->stats().evictions, 0u) << "the test must evict";
     EXPECT_GT(every.cache->stats().writebacks, 0u) << "the test must write back";
-    for (int64_t s = 0; s < every.cache->capacity(); ++s)
-      ASSERT_EQ(every.cache->slot_row(s), distinct.cache->slot_row(s)) << "slot " << s;
   }
 }
 
@@ -440,6 +463,7 @@ TEST(RowCache, DistinctRowsFirstLeaveTheCacheAsEveryIdDoes) {
 // thousands of misses and dirty victims.
 TEST(RowCache, FetchOverThreadsLeavesTheCacheAsOneThreadDoes) {
   for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
+    SCOPED_TRACE(tiered::cache_policy_name(policy));
     Fixture one = make_cache(400000, 60000, policy, nullptr, 0, tiered::RowCacheOptions{}.distinct_min_ids, 1);
     Fixture two = make_cache(400000, 60000, policy, nullptr, 0, tiered::RowCacheOptions{}.distinct_min_ids, 2);
     std::mt19937_64 rng(78);
@@ -449,53 +473,9 @@ TEST(RowCache, FetchOverThreadsLeavesTheCacheAsOneThreadDoes) {
       for (auto& id : ids) id = static_cast<int64_t>(rng() % 2 == 0 ? rng() % 10000 : rng() % 400000);
       return ids;
     };
-    std::vector<int64_t> next = batch();
-    for (int step = 0; step < 10; ++step) {
-      const std::vector<int64_t> ids = next;
-      next = batch();
-      std::vector<int64_t> a(ids.size()), b(ids.size());
-      const bool prefetched = step % 2 == 1;
-      for (Fixture* f : {&one, &two}) {
-        auto& out = f == &one ? a : b;
-        if (prefetched) {
-          Result<bool> taken = f->cache->take_prefetched(ids, out.data());
-          ASSERT_TRUE(taken.ok() && taken.value()) << "step " << step;
-        } else {
-          ASSERT_TRUE(f->cache->acquire(ids, out.data(), tiered::PinSet::kStep).ok()) << "step " << step;
-        }
-        std::vector<int64_t> dirty;
-        for (size_t i = 0; i < out.size(); i += 3) dirty.push_back(out[i]);
-        f->cache->mark_dirty(dirty);
-        for (size_t i = 0; i < out.size(); i += 3) {  // the update changes the dirty rows' bytes
-          float v;
-          uint8_t* p = f->cache->slots() + static_cast<size_t>(out[i]) * f->layout.stride_bytes + 4;
-          std::memcpy(&v, p, 4);
-          v += 1.0f;
-          std::memcpy(p, &v, 4);
-        }
-        if (step % 2 == 0) {
-          ASSERT_TRUE(f->cache->start_prefetch(next).ok());
-        }
-        ASSERT_TRUE(f->cache->wait_prefetch().ok());
-        f->cache->release(tiered::PinSet::kStep);
-      }
-      ASSERT_EQ(a, b) << "policy " << tiered::cache_policy_name(policy) << " step " << step;
-      const auto sa = one.cache->stats(), sb = two.cache->stats();
-      ASSERT_EQ(sa.lookups, sb.lookups) << "step " << step;
-      ASSERT_EQ(sa.misses, sb.misses) << "step " << step;
-      ASSERT_EQ(sa.evictions, sb.evictions) << "step " << step;
-      ASSERT_EQ(sa.writebacks, sb.writebacks) << "step " << step;
-      ASSERT_EQ(sa.initialized_rows, sb.initialized_rows) << "step " << step;
-      ASSERT_EQ(sa.bytes_read, sb.bytes_read) << "step " << step;
-    }
+    expect_twin_caches_agree(one, two, batch, 10, [](int step) { return step % 2 == 1; }, 3);
     EXPECT_GT(one.cache->stats().writebacks, 10000u) << "the test must write back";
     EXPECT_GT(one.cache->stats().bytes_read, 0u) << "the test must read rows back";
-    const size_t stride = one.layout.stride_bytes;
-    for (int64_t s = 0; s < one.cache->capacity(); ++s) {
-      ASSERT_EQ(one.cache->slot_row(s), two.cache->slot_row(s)) << "slot " << s;
-      ASSERT_EQ(std::memcmp(one.cache->slots() + static_cast<size_t>(s) * stride,
-                            two.cache->slots() + static_cast<size_t>(s) * stride, stride), 0) << "slot " << s;
-    }
   }
 }
 
