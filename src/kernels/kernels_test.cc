@@ -774,6 +774,26 @@ TEST(Quant8FastTest, DISABLED_ExhaustiveOverEveryFloatInZeroOne) {
   }
 }
 
+// Every float bit pattern (2^32 values in rows of 64, a key per row) through the fast fp16 store
+// and the scalar one (about a minute per build): run by hand with
+// --gtest_also_run_disabled_tests --gtest_filter='*Exhaustive*' after changing the rounding.
+TEST(StoreRowSrTest, DISABLED_ExhaustiveFastF16StoreOverEveryFloat) {
+  for_each_isa([&] {
+    constexpr int64_t kRow = 64;
+    std::vector<float> w(kRow);
+    std::vector<uint16_t> want(kRow), got(kRow);
+    int64_t mismatches = 0;
+    for (uint64_t start = 0; start < (uint64_t{1} << 32); start += kRow) {
+      for (int64_t k = 0; k < kRow; ++k) w[static_cast<size_t>(k)] = f32_from_bits(static_cast<uint32_t>(start + static_cast<uint64_t>(k)));
+      const uint32_t key = static_cast<uint32_t>(start >> 6) * 2654435761u;
+      store_row_sr<DType::kF16>(reinterpret_cast<uint8_t*>(want.data()), w.data(), kRow, key, 7);
+      store_row_sr_f16_fast(reinterpret_cast<uint8_t*>(got.data()), w.data(), kRow, key, 7);
+      if (want != got && ++mismatches <= 5) ADD_FAILURE() << "row from bits " << start;
+    }
+    EXPECT_EQ(mismatches, 0);
+  });
+}
+
 // The fast fp16 store with stochastic rounding equals store_row_sr<kF16> bit for bit for every
 // row length 1..70 (vector bodies and tails), with ordinary values, exact halves, values
 // between neighbouring halves, fp16 subnormals and fp32 subnormals, values at and beyond 65504,
