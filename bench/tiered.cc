@@ -369,8 +369,8 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     median_ms.push_back(sm.median);
     json j{{"name", r.name},
            {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}},
-           {"forward_ms_median", summarize(r.forward_ms).median},
-           {"update_ms_median", summarize(r.update_ms).median}};
+           {"forward_ms_median", median_of(r.forward_ms)},
+           {"update_ms_median", median_of(r.update_ms)}};
     const TransferStats tr = r.e.mem->transfers();
     json tj;
     for (int from = 0; from < kNumTiers; ++from)

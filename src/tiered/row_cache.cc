@@ -323,13 +323,12 @@ void RowCache::rollback_locked(PinSet set, bool restore_victims) {
 
 // Phase A of a fetch (under mu_): hits are pinned; each miss gets a free slot or a victim's.
 // Errors: ResourceExhausted when no slot is left (everything rolled back).
-Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching,
-                                   bool touch, bool distinct) {
+Status RowCache::plan_fetch_locked(std::span<const int64_t> rows, const int32_t* found, int64_t* slots_out, PinSet set,
+                                   bool prefetching, bool touch, bool distinct) {
   CacheIndex& ix = index_;
   Plan& plan = *plan_;
   ++map_version_;  // pass 3 changes the map
   const uint32_t tick = ix.begin_call();
-  int32_t* found = plan.found.data();  // pass 1's lookups (fetch(), before taking mu_)
   // Pass 2: the hits are counted and pinned, all of them before any victim is chosen, so that
   // no miss can evict a row this call still needs.
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -391,13 +390,15 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   // Pass 1, without mu_ (the step's thread keeps pinning and releasing meanwhile): lookups
   // read only the map and the slots' rows, which change only in a fetch, and this thread holds
   // fetch_mu_. In parallel on the owner's thread.
-  plan.found.resize(rows.size());
-  if (found) std::copy(found, found + rows.size(), plan.found.begin());
-  else (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
+  if (!found) {
+    plan.found.resize(rows.size());
+    (void)lookup(rows, plan.found.data(), fetch_threads(prefetching), /*check_flags=*/false);
+    found = plan.found.data();
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     reserve_pins_locked(set, rows.size());
-    LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, slots_out, set, prefetching, touch, distinct));
+    LEANEMB_RETURN_IF_ERROR(plan_fetch_locked(rows, found, slots_out, set, prefetching, touch, distinct));
   }
   if (plan.fresh.empty()) return Status();
   const auto t0 = Clock::now();

@@ -181,8 +181,9 @@ class RowCache {
   // (else null: pass 1 looks the rows up).
   Status fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch, bool distinct,
                const int32_t* found = nullptr);
-  Status plan_fetch_locked(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool prefetching, bool touch,
-                           bool distinct);
+  // found: pass 1's lookups of the rows (fetch(), before taking mu_).
+  Status plan_fetch_locked(std::span<const int64_t> rows, const int32_t* found, int64_t* slots_out, PinSet set,
+                           bool prefetching, bool touch, bool distinct);
   // Threads for a fetch's parallel parts (distinct rows, lookups, copies): the owner's fetch
   // uses num_threads; the prefetch thread uses one while the step computes (its cores are
   // busy), and num_threads once the owner waits for it (the pool is idle then).
