@@ -19,6 +19,7 @@
 #include "text/text_data.h"
 #include "text/text_model.h"
 #include "text/text_trainer.h"
+#include "train/metrics_testing.h"
 
 namespace leanemb::text {
 namespace {
@@ -346,12 +347,7 @@ TEST(TextTrainTest, EvaluationLeavesTheDynamicTableAsTrainingLeftIt) {
   auto r = run_text_training(ro, c);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_FALSE(r.value()["eval"].is_null()) << "the run must evaluate";
-  std::ifstream in(ro.out_dir + "/metrics.jsonl");
-  nlohmann::json logged;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("dynamic_rows") && j["step"] == 10) logged = j["dynamic_rows"];
-  }
+  const nlohmann::json logged = train::metrics_field_at_step(ro.out_dir, 10, "dynamic_rows");
   ASSERT_FALSE(logged.is_null()) << "no metrics line of step 10";
   EXPECT_GT(logged["evicted"].get<int64_t>(), 0) << "the table must be full";
   EXPECT_EQ(logged.dump(), r.value()["dynamic_rows"].dump());

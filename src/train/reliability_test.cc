@@ -19,6 +19,7 @@
 #include "train/config.h"
 #include "train/config_diff.h"
 #include "train/divergence.h"
+#include "train/metrics_testing.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/toml_section.h"
@@ -430,12 +431,7 @@ TEST(EvaluationTest, EvaluationLeavesDynamicTablesAsTrainingLeftThem) {
                  {"model.table_rows=16", "embedding.dynamic.tables=\"all\"", "train.log_every=6", "train.eval_every=3"});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_FALSE(r.value()["eval"].is_null()) << "the run must evaluate";
-  std::ifstream in(out + "/metrics.jsonl");
-  nlohmann::json logged;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("dynamic_rows") && j["step"] == 6) logged = j["dynamic_rows"];
-  }
+  const nlohmann::json logged = metrics_field_at_step(out, 6, "dynamic_rows");
   ASSERT_FALSE(logged.is_null()) << "no metrics line of step 6";
   EXPECT_GT(logged["evicted"].get<int64_t>(), 0) << "the tables must be full";
   EXPECT_EQ(logged.dump(), r.value()["dynamic_rows"].dump());
