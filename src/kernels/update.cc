@@ -140,15 +140,17 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
                        uint32_t key, Scratch sc) {
   const OptimizerOptions& o = l.optimizer;
   const int64_t d = l.dim;
-  float* __restrict w = sc.w;
-  float* __restrict g = sc.g;
+  // fp32 weights are updated in place (the row is their fp32 copy); other dtypes in scratch,
+  // stored back with stochastic rounding. Without weight decay the rules read gin itself.
+  constexpr bool kInPlace = W == DType::kF32;
+  float* __restrict w = kInPlace ? reinterpret_cast<float*>(row) : sc.w;
+  const float* __restrict g = gin;
   float* __restrict m = sc.m;
   float* __restrict v = sc.v;
-  load_row<W>(w, row, d);
+  if constexpr (!kInPlace) load_row<W>(w, row, d);
   if (c.wd > 0.0f) {
-    for (int64_t j = 0; j < d; ++j) g[j] = gin[j] + c.wd * w[j];
-  } else {
-    std::memcpy(g, gin, static_cast<size_t>(d) * 4);
+    for (int64_t j = 0; j < d; ++j) sc.g[j] = gin[j] + c.wd * w[j];
+    g = sc.g;
   }
   switch (o.kind) {
     case OptimizerKind::kSgd:
@@ -194,7 +196,7 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
       break;
     }
   }
-  store_weights_sr<I, W>(row, w, d, key);
+  if constexpr (!kInPlace) store_weights_sr<I, W>(row, w, d, key);
 }
 
 // The fat-row prefetches of a loop over rows[u0, end): call start() once, then step(u) before

@@ -54,6 +54,33 @@ float max_abs(std::span<const float> x, int nt) {
   return f;
 }
 
+// Contiguous parts of [0, n) for the dedup's passes over sorted keys: one per thread, each of
+// at least kMinPart keys (one part, run inline, below that). first_run[p]: the index of part
+// p's first run once counted and prefixed; first_run[0] = 0.
+struct RunParts {
+  static constexpr int kMaxParts = 64;
+  static constexpr int64_t kMinPart = int64_t{1} << 14;
+  int parts = 1;
+  int64_t n = 0;
+  int64_t first_run[kMaxParts + 1] = {};
+};
+RunParts run_parts(int64_t n, int num_threads) {
+  RunParts rp;
+  rp.n = n;
+  rp.parts = static_cast<int>(std::clamp<int64_t>(n / RunParts::kMinPart, 1,
+                                                  std::min(RunParts::kMaxParts, parallel_threads(num_threads))));
+  return rp;
+}
+// f(p, begin, end) for every part, over the pool when there are several.
+template <typename F>
+void for_each_part(const RunParts& rp, F&& f, int num_threads) {
+  auto one = [&](int64_t p) { f(static_cast<int>(p), rp.n * p / rp.parts, rp.n * (p + 1) / rp.parts); };
+  if (rp.parts == 1) return one(0);
+  parallel_for(rp.parts, 1, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) one(p);
+  }, num_threads);
+}
+
 int bit_width(uint64_t x) {
   int b = 0;
   while (x) {
@@ -131,39 +158,57 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   }
   if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
   backend->sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits, exec());
-  int64_t num_unique = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) ++num_unique;
+  // Runs of equal rows, found in parallel over contiguous parts of the sorted keys: each part
+  // counts the runs that start in it, then (after a prefix over the parts and the rows buffer's
+  // allocation) writes their rows and starts, and gathers its contributions' pointers and
+  // scales into sorted order, so the reduce reads them sequentially. A part's last run may end
+  // in a later part: its length is found by reading on.
+  RunParts rp = run_parts(n, num_threads);
+  auto row_of = [keys](int64_t i) { return keys[i] >> 32; };
+  auto starts_run = [&](int64_t i) { return i == 0 || row_of(i) != row_of(i - 1); };
+  for_each_part(rp, [&](int p, int64_t b, int64_t e) {
+    int64_t c = 0;
+    for (int64_t i = b; i < e; ++i) c += starts_run(i) ? 1 : 0;
+    rp.first_run[p + 1] = c;
+  }, num_threads);
+  for (int p = 0; p < rp.parts; ++p) rp.first_run[p + 1] += rp.first_run[p];
+  const int64_t num_unique = rp.first_run[rp.parts];
   sz = dedup_buffer_bytes(n, num_unique);
   LEANEMB_ASSIGN_OR_RETURN(int64_t* rows, step_buffer<int64_t>(buffers, alloc, t, kRows, sz.rows));
-  int64_t* runs = static_cast<int64_t*>(runs_p);
-  int64_t u = 0, max_run = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) {
-      if (u > 0) max_run = std::max(max_run, i - runs[u - 1]);
-      rows[u] = static_cast<int64_t>(keys[i] >> 32);
-      runs[u++] = i;
-    }
-  }
-  runs[num_unique] = n;
-  max_run = std::max(max_run, n - runs[num_unique - 1]);
-
-  // Gather pointers and scales into sorted order, so the reduce reads them sequentially.
   LEANEMB_ASSIGN_OR_RETURN(const float** sorted_ptr, step_buffer<const float*>(buffers, alloc, t, kSortedPtr, sz.sorted_ptr));
   LEANEMB_ASSIGN_OR_RETURN(float* sorted_scale, step_buffer<float>(buffers, alloc, t, kSortedScale, sz.sorted_scale));
-  parallel_for(n, kChunkWork / 4, [&](int64_t b, int64_t e, int) {
+  // The run starts overwrite the sort's scratch (runs_p), which nothing reads any more.
+  int64_t* runs = static_cast<int64_t*>(runs_p);
+  std::atomic<int64_t> max_run{0};
+  for_each_part(rp, [&](int p, int64_t b, int64_t e) {
+    int64_t u = rp.first_run[p], longest = 0, open = -1;  // open: the start of the run being read
     for (int64_t i = b; i < e; ++i) {
-      if (i + 16 < n) {
+      if (i + 16 < e) {
         const uint32_t ahead = static_cast<uint32_t>(keys[i + 16]);
         __builtin_prefetch(&src[ahead]);
         __builtin_prefetch(&scale[ahead]);
+      }
+      if (starts_run(i)) {
+        if (open >= 0) longest = std::max(longest, i - open);
+        rows[u] = static_cast<int64_t>(row_of(i));
+        runs[u++] = i;
+        open = i;
       }
       const uint32_t src_i = static_cast<uint32_t>(keys[i]);
       sorted_ptr[i] = src[src_i];
       sorted_scale[i] = scale[src_i];
     }
+    if (open >= 0) {
+      int64_t end = e;
+      while (end < n && !starts_run(end)) ++end;
+      longest = std::max(longest, end - open);
+    }
+    int64_t cur = max_run.load(std::memory_order_relaxed);
+    while (longest > cur && !max_run.compare_exchange_weak(cur, longest, std::memory_order_relaxed)) {
+    }
   }, num_threads);
-  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier}, rows, num_unique, n, max_scale, max_run};
+  runs[num_unique] = n;
+  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier}, rows, num_unique, n, max_scale, max_run.load()};
   return Status();
 }
 
