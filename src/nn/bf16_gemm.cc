@@ -16,8 +16,11 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define LEANEMB_HAVE_BF16_KERNELS 1
 #define LEANEMB_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define LEANEMB_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #endif
 
 #include "core/half.h"
@@ -28,6 +31,7 @@ namespace leanemb::nn {
 namespace {
 
 std::atomic<bool> g_native_enabled{true};
+std::atomic<bool> g_amx_enabled{true};
 
 constexpr int64_t kRowBlock = 48;   // rows of C per task (a multiple of both micro-kernel heights)
 constexpr int64_t kColBlock = 64;   // columns of C per task: up to 4 vectors of 16
@@ -101,6 +105,105 @@ void gemm_tile(int64_t r0, int64_t r1, int64_t c0, int64_t n, int64_t pairs, con
     kernel_for(nv, rows)(pairs, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, ncols, accumulate);
   }
 }
+
+// ---- AMX (tile registers; Sapphire Rapids and later) ------------------------------------------
+// A block of C of 16 * MA rows x 16 * NB columns: tiles 0..3 hold C (C[i][j] in tile 2 i + j),
+// 4..5 the A tiles (16 rows x 16 k-pairs), 6..7 the B tiles (16 k-pairs x 16 columns; the packed B
+// is already the pair-interleaved layout the tiles load). Every tile is 16 rows of 64 bytes.
+constexpr int64_t kAmxPairs = 16;  // k-pairs per TDPBF16PS
+
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+LEANEMB_TARGET_AMX void amx_load_config() {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// The block's chunks of 16 k-pairs [0, chunks) in tiles, stored to acc [16 MA][32] (row stride
+// 32 floats), then the remaining pairs by the VDPBF16PS chain, then C = or += acc.
+template <int MA, int NB>
+LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
+                                  float* c, int64_t ldc, int64_t ncols, bool accumulate) {
+  const int64_t chunks = pairs / kAmxPairs;
+  _tile_zero(0);
+  if (NB > 1) _tile_zero(1);
+  if (MA > 1) _tile_zero(2);
+  if (MA > 1 && NB > 1) _tile_zero(3);
+  const int64_t a_stride = lda * 2, b_stride = ldb * 4;
+  for (int64_t q = 0; q < chunks; ++q) {
+    const uint16_t* aq = a + q * 2 * kAmxPairs;
+    const uint32_t* bq = b + q * kAmxPairs * ldb;
+    _tile_loadd(4, aq, a_stride);
+    _tile_loadd(6, bq, b_stride);
+    if (NB > 1) _tile_loadd(7, bq + 16, b_stride);
+    if (MA > 1) _tile_loadd(5, aq + 16 * lda, a_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if (NB > 1) _tile_dpbf16ps(1, 4, 7);
+    if (MA > 1) _tile_dpbf16ps(2, 5, 6);
+    if (MA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float acc[16 * MA][32];
+  _tile_stored(0, &acc[0][0], 128);
+  if (NB > 1) _tile_stored(1, &acc[0][16], 128);
+  if (MA > 1) _tile_stored(2, &acc[16][0], 128);
+  if (MA > 1 && NB > 1) _tile_stored(3, &acc[16][16], 128);
+  for (int r = 0; r < 16 * MA; ++r) {
+    const int32_t* arow = reinterpret_cast<const int32_t*>(a + r * lda);
+    for (int v = 0; v < NB; ++v) {
+      __m512 x = _mm512_load_ps(&acc[r][16 * v]);
+      for (int64_t p = chunks * kAmxPairs; p < pairs; ++p)
+        x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_set1_epi32(arow[p]), (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * v));
+      const int64_t left = ncols - 16 * v;
+      if (left <= 0) break;
+      const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+      float* dst = c + r * ldc + 16 * v;
+      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), x);
+      _mm512_mask_storeu_ps(dst, m, x);
+    }
+  }
+}
+
+// Tasks of 32 x 32 blocks over the rows in whole groups of 16 (m16 = m rounded down to 16); a
+// task configures the tiles, runs its blocks and releases them. The rows past m16 run on the
+// VDPBF16PS kernels.
+LEANEMB_TARGET_AMX void amx_blocks(int64_t t0, int64_t t1, int64_t col_blocks, int64_t m16, int64_t n, int64_t pairs,
+                                   const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, bool accumulate) {
+  amx_load_config();
+  const int64_t lda = 2 * pairs, ldb = bf16_pad_n(n);
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t r = t / col_blocks * 32, col = t % col_blocks * 32;
+    const int64_t ncols = std::min<int64_t>(32, n - col);
+    const bool two_rows = r + 32 <= m16, two_cols = ncols > 16;
+    const uint16_t* ab = a + r * lda;
+    const uint32_t* bb = b + col;
+    float* cb = c + r * ldc + col;
+    if (two_rows && two_cols) amx_block<2, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
+    else if (two_rows) amx_block<2, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
+    else if (two_cols) amx_block<1, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
+    else amx_block<1, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
+  }
+  _tile_release();
+}
+
+// The CPU has AMX-BF16 and the kernel lets this process use the tile data (Linux asks each
+// process to request it once: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
+bool amx_usable() {
+  static const bool ok = [] {
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
 #endif
 
 }  // namespace
@@ -117,6 +220,16 @@ bool bf16_native_supported() {
 
 bool bf16_native_enabled() { return bf16_native_supported() && g_native_enabled.load(std::memory_order_relaxed); }
 void set_bf16_native_enabled(bool enabled) { g_native_enabled.store(enabled, std::memory_order_relaxed); }
+
+bool bf16_amx_supported() {
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+  return bf16_native_supported() && amx_usable();
+#else
+  return false;
+#endif
+}
+bool bf16_amx_enabled() { return bf16_amx_supported() && g_amx_enabled.load(std::memory_order_relaxed); }
+void set_bf16_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
 
 LEANEMB_MULTIVERSION
 void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride, uint16_t* dst) {
@@ -200,6 +313,19 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_
 #ifdef LEANEMB_HAVE_BF16_KERNELS
   if (bf16_native_supported()) {
     const int64_t pairs = bf16_pad_k(k) / 2;
+    const int64_t m16 = m / 16 * 16;
+    if (pairs >= kAmxPairs && m16 > 0 && bf16_amx_enabled()) {
+      // Blocks of 32 x 32 on the tiles, at least about 256k multiply-adds per hand-off; the rows
+      // past m16 on the VDPBF16PS kernels.
+      const int64_t row_blocks = (m16 + 31) / 32, col_blocks = (n + 31) / 32;
+      const int64_t block_work = 32 * 32 * 2 * pairs;
+      parallel_for(row_blocks * col_blocks, grain_for(block_work, int64_t{1} << 18), [&](int64_t t0, int64_t t1, int) {
+        amx_blocks(t0, t1, col_blocks, m16, n, pairs, a, b, c, ldc, accumulate);
+      });
+      for (int64_t c0 = 0; c0 < n && m16 < m; c0 += kColBlock)
+        gemm_tile(m16, m, c0, n, pairs, a, b, c, ldc, accumulate);
+      return;
+    }
     const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock, col_blocks = (n + kColBlock - 1) / kColBlock;
     const int64_t tiles = row_blocks * col_blocks;
     // Tiles of at least about 64k multiply-adds per hand-off (a tile does 48 x 64 per k-pair).

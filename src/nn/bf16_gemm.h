@@ -17,6 +17,17 @@
 // with `accumulate`. An element's chain does not depend on tiling or threads, so results are
 // bit-identical for every thread count and equal to bf16_gemm_reference().
 //
+// AMX contract (CPUs with AMX-BF16 whose OS grants the tile state; bf16_amx_enabled()): for
+// rows in whole groups of 16 (i < m rounded down to 16) and k >= 32, the k-pairs in whole chunks
+// of 16 (p < 16 floor(kp / 32)) are added chunk after chunk by TDPBF16PS, starting from +0;
+// inside a chunk the order and rounding are the hardware's (on the Xeon measured here, not the
+// chain above: about 40% of outputs differ from it in the last bits, and the error to the exact
+// sum is slightly smaller), then the remaining pairs continue by the chain above, then the
+// accumulate step as above. Each output is within (kp + 4) * 2^-24 * sum |A B products| of the
+// exact sum of its daz'd products (tested). Other rows and k < 32 follow the chain bit for bit.
+// The blocks do not depend on threads: results are bit-identical for every thread count on a
+// given CPU.
+//
 // Dispatch: bf16_native_enabled() is true when the CPU has AVX512_BF16 (checked at run time)
 // and set_bf16_native_enabled(false) was not called; Linear and Mlp use this path for
 // Precision::kBf16 then, and the emulation (round, then fp32 sgemm) otherwise. The two paths
@@ -38,6 +49,12 @@ bool bf16_native_supported();
 bool bf16_native_enabled();
 // Switches the native path on (where supported) or off (the emulation then runs everywhere).
 void set_bf16_native_enabled(bool enabled);
+// The CPU has AMX-BF16 (tile registers) and the OS lets this process use them (see the AMX
+// contract above); enabled: supported and not switched off. The switch picks between the tile
+// kernels and the VDPBF16PS kernels inside the native path (tests, benchmarks).
+bool bf16_amx_supported();
+bool bf16_amx_enabled();
+void set_bf16_amx_enabled(bool enabled);
 
 inline int64_t bf16_pad_k(int64_t k) { return (k + 1) / 2 * 2; }
 inline int64_t bf16_pad_n(int64_t n) { return (n + 15) / 16 * 16; }

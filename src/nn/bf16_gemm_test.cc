@@ -1,8 +1,10 @@
 // Tests of the native bf16 path: the VDPBF16PS kernels against the scalar reference of the
 // same contract (bit for bit, over tile and tail shapes, special values, 1 and 2 threads), the
-// reference against double precision, packing, the Linear layer on the native path (bit for
-// bit against the reference composition, gradients against central differences) and the
-// run-time switch to the emulation. Kernel tests skip on CPUs without AVX512_BF16.
+// AMX tile kernels against the error bound of their contract (and bit for bit where they hand
+// over to the VDPBF16PS chain), the reference against double precision, packing, the Linear
+// layer on the native path (bit for bit against the reference composition, gradients against
+// central differences) and the run-time switches. Kernel tests skip on CPUs without AVX512_BF16
+// (AMX tests: without AMX-BF16).
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -55,6 +57,7 @@ bool same_values(const std::vector<float>& x, const std::vector<float>& y) {
 // every micro-kernel height and width and the padding of odd k and of n % 16.
 TEST(NnBf16GemmTest, KernelMatchesScalarReferenceBitForBit) {
   SKIP_WITHOUT_NATIVE_BF16();
+  const AmxBf16Scope vdpbf16ps(false);
   const int64_t ms[] = {1, 5, 6, 7, 9, 48, 50, 97}, ns[] = {1, 15, 16, 17, 47, 64, 65, 130}, ks[] = {1, 2, 3, 13, 64, 367};
   uint64_t seed = 1;
   for (int64_t m : ms)
@@ -75,6 +78,7 @@ TEST(NnBf16GemmTest, KernelMatchesScalarReferenceBitForBit) {
 // Subnormal inputs and results, overflow to infinity, infinities and NaN: as the reference says.
 TEST(NnBf16GemmTest, SpecialValuesFollowTheContract) {
   SKIP_WITHOUT_NATIVE_BF16();
+  const AmxBf16Scope vdpbf16ps(false);
   const int64_t m = 13, n = 33, k = 40;
   auto a = random_floats(static_cast<size_t>(m * k), 50), b = random_floats(static_cast<size_t>(k * n), 51);
   const float specials[] = {1e-39f, -3e-39f, 1e-20f, -1e-20f, 3e38f, -3e38f, std::numeric_limits<float>::infinity(),
@@ -140,6 +144,85 @@ TEST(NnBf16GemmTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(bit_equal(one, two));
 }
 
+#define SKIP_WITHOUT_AMX_BF16() \
+  if (!bf16_amx_supported()) GTEST_SKIP() << "CPU (or OS) without AMX-BF16"
+
+// The AMX kernels: every output within the contract's bound of the exact sum of its (daz'd)
+// bf16 products, over shapes with row groups of 16 and tail rows, one and two column tiles,
+// k-pairs in whole and partial chunks of 16; storing and accumulating. Rows past the last
+// whole group of 16 and k < 32 run the VDPBF16PS chain: bit for bit the reference.
+TEST(NnBf16GemmTest, AmxKernelIsWithinItsErrorBoundOfTheExactSum) {
+  SKIP_WITHOUT_AMX_BF16();
+  const int64_t ms[] = {1, 16, 17, 32, 47, 64, 100}, ns[] = {1, 16, 17, 33, 64, 130}, ks[] = {13, 32, 33, 64, 201, 1024};
+  uint64_t seed = 500;
+  int64_t checked = 0, exact_tail = 0;
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int64_t k : ks) {
+        const auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
+        const Packed p = pack(a, b, m, n, k);
+        const auto c0 = random_floats(static_cast<size_t>(m * n), seed++);
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, false);
+        for (bool acc : {false, true}) {
+          std::vector<float> fast = c0;
+          bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
+          const int64_t kp = bf16_pad_k(k), pairs = kp / 2, m16 = m / 16 * 16;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const size_t o = static_cast<size_t>(i * n + j);
+              const float got = acc ? fast[o] - c0[o] : fast[o];  // exact enough: checked below
+              if (pairs < 16 || i >= m16) {
+                const float want = acc ? c0[o] + ref[o] : ref[o];
+                ASSERT_EQ(f32_bits(fast[o]), f32_bits(want)) << m << "x" << n << "x" << k << " (" << i << "," << j << ")";
+                ++exact_tail;
+                continue;
+              }
+              double exact = 0.0, magnitude = 0.0;
+              for (int64_t q = 0; q < k; ++q) {
+                const double x = static_cast<double>(bf16_to_f32(p.a[static_cast<size_t>(i * kp + q)]));
+                const uint32_t w = p.b[static_cast<size_t>(q / 2 * bf16_pad_n(n) + j)];
+                const double y = static_cast<double>(bf16_to_f32(static_cast<uint16_t>(q % 2 == 0 ? w : w >> 16)));
+                exact += x * y;
+                magnitude += std::fabs(x * y);
+              }
+              // fp32 accumulation over kp products (2^-24 per addition), plus the rounding of the
+              // accumulating add and of got's subtraction.
+              const double bound = (static_cast<double>(kp) + 4.0) * 0x1p-24 * magnitude +
+                                   (acc ? 0x1p-22 * (std::fabs(c0[o]) + std::fabs(exact)) : 0.0) + 1e-30;
+              ASSERT_LE(std::fabs(static_cast<double>(got) - exact), bound)
+                  << m << "x" << n << "x" << k << " (" << i << "," << j << ") accumulate " << acc;
+              ++checked;
+            }
+        }
+      }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(exact_tail, 0);
+}
+
+// The AMX path differs from the VDPBF16PS chain in the last bits (its own order inside a chunk of
+// 16 k-pairs), so the switch is observable; both stay deterministic.
+TEST(NnBf16GemmTest, AmxSwitchSelectsTheVdpbf16psKernels) {
+  SKIP_WITHOUT_AMX_BF16();
+  const int64_t m = 64, n = 64, k = 367;
+  const auto a = random_floats(static_cast<size_t>(m * k), 600), b = random_floats(static_cast<size_t>(k * n), 601);
+  const Packed p = pack(a, b, m, n, k);
+  std::vector<float> amx(static_cast<size_t>(m * n)), amx2(amx.size()), chain(amx.size()), ref(amx.size());
+  EXPECT_TRUE(bf16_amx_enabled());
+  bf16_gemm(m, n, k, p.a.data(), p.b.data(), amx.data(), n, false);
+  bf16_gemm(m, n, k, p.a.data(), p.b.data(), amx2.data(), n, false);
+  {
+    const AmxBf16Scope off(false);
+    EXPECT_FALSE(bf16_amx_enabled());
+    bf16_gemm(m, n, k, p.a.data(), p.b.data(), chain.data(), n, false);
+  }
+  EXPECT_TRUE(bf16_amx_enabled());
+  bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, false);
+  EXPECT_TRUE(bit_equal(amx, amx2));
+  EXPECT_TRUE(bit_equal(chain, ref));
+  EXPECT_FALSE(bit_equal(amx, ref));
+}
+
 Linear make_bf16_linear(Allocator* alloc, int64_t in, int64_t out) {
   auto l = Linear::create({.in_features = in, .out_features = out, .precision = Precision::kBf16, .seed = 3}, alloc);
   EXPECT_TRUE(l.ok());
@@ -150,6 +233,7 @@ Linear make_bf16_linear(Allocator* alloc, int64_t in, int64_t out) {
 // reference composes them from the packed operands.
 TEST(NnBf16GemmTest, LinearNativePathEqualsReferenceComposition) {
   SKIP_WITHOUT_NATIVE_BF16();
+  const AmxBf16Scope vdpbf16ps(false);  // the composition; the AMX GEMM is tested on its own
   TrackingAllocator alloc;
   const int64_t B = 37, in = 13, out = 21;
   Linear l = make_bf16_linear(&alloc, in, out);

@@ -24,6 +24,15 @@ struct NativeBf16Scope {
   NativeBf16Scope& operator=(const NativeBf16Scope&) = delete;
 };
 
+// Selects the AMX tile kernels (where the CPU has them) or the VDPBF16PS kernels of the native
+// path for a scope, then restores the default (AMX where supported).
+struct AmxBf16Scope {
+  explicit AmxBf16Scope(bool amx) { set_bf16_amx_enabled(amx); }
+  ~AmxBf16Scope() { set_bf16_amx_enabled(true); }
+  AmxBf16Scope(const AmxBf16Scope&) = delete;
+  AmxBf16Scope& operator=(const AmxBf16Scope&) = delete;
+};
+
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<float> u(lo, hi);
