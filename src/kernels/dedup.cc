@@ -48,12 +48,24 @@ void radix_sort_impl(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits,
   int passes = 0;
   for (int shift = 0; shift < row_bits; shift += digit_bits, ++passes) {
     const int s = 32 + shift;
+    // Four interleaved sub-counts: a skewed stream puts runs of equal digits next to each other,
+    // and one counter per digit would chain every increment of a run through memory.
     auto histogram = [&](int p) {
       int64_t* c = count + static_cast<size_t>(p) * buckets;
-      std::fill(c, c + buckets, 0);
+      uint32_t sub[4][kMaxBuckets];
+      for (auto& q : sub) std::fill(q, q + buckets, 0u);
       int64_t b, e;
       part_range(p, &b, &e);
-      for (int64_t i = b; i < e; ++i) ++c[(src[i] >> s) & mask];
+      int64_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        ++sub[0][(src[i] >> s) & mask];
+        ++sub[1][(src[i + 1] >> s) & mask];
+        ++sub[2][(src[i + 2] >> s) & mask];
+        ++sub[3][(src[i + 3] >> s) & mask];
+      }
+      for (; i < e; ++i) ++sub[0][(src[i] >> s) & mask];
+      for (int d = 0; d < buckets; ++d)
+        c[d] = static_cast<int64_t>(sub[0][d]) + sub[1][d] + sub[2][d] + sub[3][d];
     };
     auto scatter = [&](int p) {
       int64_t* c = count + static_cast<size_t>(p) * buckets;
