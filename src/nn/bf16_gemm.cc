@@ -39,11 +39,47 @@ constexpr int64_t kColBlock = 64;   // columns of C per task: up to 4 vectors of
 float daz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
 float bf16_in(uint16_t h) { return daz(bf16_to_f32(h)); }
 
+// The epilogue of the scalar reference: C = s, C + s, or round(s + bias) (bias optional).
+void finish_scalar(float s, const Bf16Epilogue& e, int64_t col, float* out) {
+  if (e.accumulate) {
+    *out = *out + s;
+    return;
+  }
+  if (e.bias != nullptr) s = s + e.bias[col];
+  if (e.round_bf16) s = bf16_to_f32(f32_to_bf16_rne(s));
+  *out = s;
+}
+
 #ifdef LEANEMB_HAVE_BF16_KERNELS
+// x rounded to the bf16 grid in fp32, to nearest even, NaN kept quiet: the bits of
+// bf16_to_f32(f32_to_bf16_rne(x)) per lane.
+LEANEMB_TARGET_BF16 inline __m512 round_bf16_v(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  // (the maskz form: GCC 12 warns of an uninitialized pass-through operand in the plain one here)
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), hi);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                 _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// Stores one vector of sums (m: its valid lanes) at dst, columns col.. of C, per the epilogue.
+LEANEMB_TARGET_BF16 inline void finish_vector(__m512 x, const Bf16Epilogue& e, int64_t col, __mmask16 m, float* dst) {
+  if (e.accumulate) {
+    x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), x);
+  } else {
+    if (e.bias != nullptr) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, e.bias + col));
+    if (e.round_bf16) x = round_bf16_v(x);
+  }
+  _mm512_mask_storeu_ps(dst, m, x);
+}
+
 // C rows [0, MR) x vectors [0, NV) of 16 columns (ncols valid) from `pairs` k-pairs.
 template <int MR, int NV>
 LEANEMB_TARGET_BF16 void micro_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
-                                      float* c, int64_t ldc, int64_t ncols, bool accumulate) {
+                                      float* c, int64_t ldc, int64_t ncols, const Bf16Epilogue& e, int64_t col0) {
   __m512 acc[MR][NV];
   const int32_t* arow[MR];
   for (int r = 0; r < MR; ++r) {
@@ -61,16 +97,12 @@ LEANEMB_TARGET_BF16 void micro_kernel(int64_t pairs, const uint16_t* a, int64_t 
   for (int v = 0; v < NV; ++v) {
     const int64_t left = ncols - 16 * v;
     const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-    for (int r = 0; r < MR; ++r) {
-      float* dst = c + r * ldc + 16 * v;
-      __m512 out = acc[r][v];
-      if (accumulate) out = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), out);
-      _mm512_mask_storeu_ps(dst, m, out);
-    }
+    for (int r = 0; r < MR; ++r) finish_vector(acc[r][v], e, col0 + 16 * v, m, c + r * ldc + 16 * v);
   }
 }
 
-using MicroKernel = void (*)(int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int64_t, bool);
+using MicroKernel = void (*)(int64_t, const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int64_t,
+                             const Bf16Epilogue&, int64_t);
 
 // Heights per width: 6 rows of 4 vectors or 8 rows of 1..3 (24 accumulators at most, of 32 registers).
 constexpr int max_rows(int nv) { return nv == 4 ? 6 : 8; }
@@ -95,14 +127,14 @@ MicroKernel kernel_for(int nv, int rows) {
 
 // Rows [r0, r1) x columns [c0, c0 + 64) of C.
 void gemm_tile(int64_t r0, int64_t r1, int64_t c0, int64_t n, int64_t pairs, const uint16_t* a, const uint32_t* b,
-               float* c, int64_t ldc, bool accumulate) {
+               float* c, int64_t ldc, const Bf16Epilogue& e) {
   const int64_t lda = 2 * pairs, ldb = bf16_pad_n(n);
   const int64_t ncols = std::min(kColBlock, n - c0);
   const int nv = static_cast<int>((ncols + 15) / 16);
   const int64_t mr = max_rows(nv);
   for (int64_t r = r0; r < r1; r += mr) {
     const int rows = static_cast<int>(std::min(mr, r1 - r));
-    kernel_for(nv, rows)(pairs, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, ncols, accumulate);
+    kernel_for(nv, rows)(pairs, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, ncols, e, c0);
   }
 }
 
@@ -132,7 +164,7 @@ LEANEMB_TARGET_AMX void amx_load_config() {
 // 32 floats), then the remaining pairs by the VDPBF16PS chain, then C = or += acc.
 template <int MA, int NB>
 LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
-                                  float* c, int64_t ldc, int64_t ncols, bool accumulate) {
+                                  float* c, int64_t ldc, int64_t ncols, const Bf16Epilogue& e, int64_t col0) {
   const int64_t chunks = pairs / kAmxPairs;
   _tile_zero(0);
   if (NB > 1) _tile_zero(1);
@@ -165,9 +197,7 @@ LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda,
       const int64_t left = ncols - 16 * v;
       if (left <= 0) break;
       const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-      float* dst = c + r * ldc + 16 * v;
-      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), x);
-      _mm512_mask_storeu_ps(dst, m, x);
+      finish_vector(x, e, col0 + 16 * v, m, c + r * ldc + 16 * v);
     }
   }
 }
@@ -176,7 +206,7 @@ LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda,
 // task configures the tiles, runs its blocks and releases them. The rows past m16 run on the
 // VDPBF16PS kernels.
 LEANEMB_TARGET_AMX void amx_blocks(int64_t t0, int64_t t1, int64_t col_blocks, int64_t m16, int64_t n, int64_t pairs,
-                                   const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, bool accumulate) {
+                                   const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, const Bf16Epilogue& e) {
   amx_load_config();
   const int64_t lda = 2 * pairs, ldb = bf16_pad_n(n);
   for (int64_t t = t0; t < t1; ++t) {
@@ -186,10 +216,10 @@ LEANEMB_TARGET_AMX void amx_blocks(int64_t t0, int64_t t1, int64_t col_blocks, i
     const uint16_t* ab = a + r * lda;
     const uint32_t* bb = b + col;
     float* cb = c + r * ldc + col;
-    if (two_rows && two_cols) amx_block<2, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
-    else if (two_rows) amx_block<2, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
-    else if (two_cols) amx_block<1, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
-    else amx_block<1, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, accumulate);
+    if (two_rows && two_cols) amx_block<2, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, e, col);
+    else if (two_rows) amx_block<2, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, e, col);
+    else if (two_cols) amx_block<1, 2>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, e, col);
+    else amx_block<1, 1>(pairs, ab, lda, bb, ldb, cb, ldc, ncols, e, col);
   }
   _tile_release();
 }
@@ -291,7 +321,7 @@ void bf16_pack_b_bf16(const uint16_t* src, int64_t k, int64_t n, int64_t row_str
 }
 
 void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c,
-                         int64_t ldc, bool accumulate) {
+                         int64_t ldc, const Bf16Epilogue& e) {
   const int64_t kp = bf16_pad_k(k), pairs = kp / 2, np = bf16_pad_n(n);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -302,14 +332,13 @@ void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, con
         const float b0 = bf16_in(static_cast<uint16_t>(w)), b1 = bf16_in(static_cast<uint16_t>(w >> 16));
         acc = daz(std::fma(a0, b0, daz(std::fma(a1, b1, acc))));
       }
-      float& out = c[i * ldc + j];
-      out = accumulate ? out + acc : acc;
+      finish_scalar(acc, e, j, &c[i * ldc + j]);
     }
   }
 }
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc,
-               bool accumulate) {
+               const Bf16Epilogue& e) {
 #ifdef LEANEMB_HAVE_BF16_KERNELS
   if (bf16_native_supported()) {
     const int64_t pairs = bf16_pad_k(k) / 2;
@@ -320,10 +349,10 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_
       const int64_t row_blocks = (m16 + 31) / 32, col_blocks = (n + 31) / 32;
       const int64_t block_work = 32 * 32 * 2 * pairs;
       parallel_for(row_blocks * col_blocks, grain_for(block_work, int64_t{1} << 18), [&](int64_t t0, int64_t t1, int) {
-        amx_blocks(t0, t1, col_blocks, m16, n, pairs, a, b, c, ldc, accumulate);
+        amx_blocks(t0, t1, col_blocks, m16, n, pairs, a, b, c, ldc, e);
       });
       for (int64_t c0 = 0; c0 < n && m16 < m; c0 += kColBlock)
-        gemm_tile(m16, m, c0, n, pairs, a, b, c, ldc, accumulate);
+        gemm_tile(m16, m, c0, n, pairs, a, b, c, ldc, e);
       return;
     }
     const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock, col_blocks = (n + kColBlock - 1) / kColBlock;
@@ -333,13 +362,13 @@ void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_
     parallel_for(tiles, grain_for(tile_work, int64_t{1} << 16), [&](int64_t t0, int64_t t1, int) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t rb = t / col_blocks, cb = t % col_blocks;
-        gemm_tile(rb * kRowBlock, std::min(m, (rb + 1) * kRowBlock), cb * kColBlock, n, pairs, a, b, c, ldc, accumulate);
+        gemm_tile(rb * kRowBlock, std::min(m, (rb + 1) * kRowBlock), cb * kColBlock, n, pairs, a, b, c, ldc, e);
       }
     });
     return;
   }
 #endif
-  bf16_gemm_reference(m, n, k, a, b, c, ldc, accumulate);
+  bf16_gemm_reference(m, n, k, a, b, c, ldc, e);
 }
 
 }  // namespace leanemb::nn

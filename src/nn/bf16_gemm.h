@@ -72,13 +72,31 @@ void bf16_pack_b(const float* src, int64_t k, int64_t n, int64_t row_stride, int
 // B [k, n] from bf16 bit patterns: B[i][j] = bf16 src[i * row_stride + j] (no rounding).
 void bf16_pack_b_bf16(const uint16_t* src, int64_t k, int64_t n, int64_t row_stride, uint32_t* dst);
 
+// What the GEMM does with each output's fp32 sum s (column j): C = s; C = C + s (accumulate); or,
+// not accumulating, C = s + bias[j] (fp32 add) when bias is set, then rounded to the bf16 grid in
+// fp32 (round to nearest even, NaN kept quiet: bf16_to_f32(f32_to_bf16_rne(.))) when round_bf16
+// is set. The epilogue runs on the sums in registers (no second pass over C).
+struct Bf16Epilogue {
+  bool accumulate = false;
+  const float* bias = nullptr;  // [n]; only without accumulate
+  bool round_bf16 = false;      // only without accumulate
+};
+
 // C [m, n] (row stride ldc >= n) = or += A B from packed operands (contract above).
 // pseudocode: for each tile of rows x 16..64 columns of C (in parallel), for each k-pair:
 //               acc[rows][cols] = vdpbf16ps(acc, broadcast(A[row] pair), B pair row)
 // Without native support it runs the reference. REQUIRES: m, n, k >= 1.
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc,
-               bool accumulate);
+               const Bf16Epilogue& epilogue);
 void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c,
-                         int64_t ldc, bool accumulate);
+                         int64_t ldc, const Bf16Epilogue& epilogue);
+inline void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc,
+                      bool accumulate) {
+  bf16_gemm(m, n, k, a, b, c, ldc, Bf16Epilogue{.accumulate = accumulate});
+}
+inline void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c,
+                                int64_t ldc, bool accumulate) {
+  bf16_gemm_reference(m, n, k, a, b, c, ldc, Bf16Epilogue{.accumulate = accumulate});
+}
 
 }  // namespace leanemb::nn

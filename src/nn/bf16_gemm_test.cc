@@ -75,6 +75,46 @@ TEST(NnBf16GemmTest, KernelMatchesScalarReferenceBitForBit) {
       }
 }
 
+// The epilogues (bias add and rounding to the bf16 grid, rounding alone) in the kernels equal the
+// reference's, and the reference's equal the two-pass composition they replace (the fp32 sum,
+// then + bias, then bf16_to_f32(f32_to_bf16_rne(.))); the AMX kernels' equal that composition of
+// their own stored sums. NaN and an overflow to infinity pass through the rounding.
+TEST(NnBf16GemmTest, EpiloguesAddTheBiasAndRoundLikeTheTwoPassComposition) {
+  SKIP_WITHOUT_NATIVE_BF16();
+  auto rnd = [](float v) { return bf16_to_f32(f32_to_bf16_rne(v)); };
+  uint64_t seed = 700;
+  for (bool amx : {false, true}) {
+    if (amx && !bf16_amx_supported()) continue;
+    const AmxBf16Scope scope(amx);
+    for (int64_t m : {1, 7, 16, 33, 64})
+      for (int64_t n : {1, 17, 64, 367})
+        for (int64_t k : {3, 64, 367}) {
+          auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
+          auto bias = random_floats(static_cast<size_t>(n), seed++);
+          bias[0] = std::numeric_limits<float>::quiet_NaN();
+          if (n > 1) bias[1] = 3.4e38f;  // sum + bias may overflow to infinity
+          const Packed p = pack(a, b, m, n, k);
+          std::vector<float> sum(static_cast<size_t>(m * n)), want_br(sum.size()), want_r(sum.size());
+          bf16_gemm(m, n, k, p.a.data(), p.b.data(), sum.data(), n, false);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const size_t o = static_cast<size_t>(i * n + j);
+              want_br[o] = rnd(sum[o] + bias[static_cast<size_t>(j)]);
+              want_r[o] = rnd(sum[o]);
+            }
+          std::vector<float> got_br(sum.size()), got_r(sum.size()), ref_br(sum.size());
+          bf16_gemm(m, n, k, p.a.data(), p.b.data(), got_br.data(), n, Bf16Epilogue{.bias = bias.data(), .round_bf16 = true});
+          bf16_gemm(m, n, k, p.a.data(), p.b.data(), got_r.data(), n, Bf16Epilogue{.round_bf16 = true});
+          ASSERT_TRUE(same_values(got_br, want_br)) << m << "x" << n << "x" << k << " amx " << amx;
+          ASSERT_TRUE(same_values(got_r, want_r)) << m << "x" << n << "x" << k << " amx " << amx;
+          if (amx) continue;
+          bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref_br.data(), n,
+                              Bf16Epilogue{.bias = bias.data(), .round_bf16 = true});
+          ASSERT_TRUE(same_values(ref_br, want_br)) << m << "x" << n << "x" << k;
+        }
+  }
+}
+
 // Subnormal inputs and results, overflow to infinity, infinities and NaN: as the reference says.
 TEST(NnBf16GemmTest, SpecialValuesFollowTheContract) {
   SKIP_WITHOUT_NATIVE_BF16();

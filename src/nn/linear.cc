@@ -105,8 +105,8 @@ const float* Linear::gemm_weight(float* w_scratch) const {
   return w_scratch;
 }
 
-// y = round(x W'^T + b'): C = A B with A = x [B, in], B[k][j] = W[j][k]; then the bias b'
-// (rounded into the scratch after the packed operands).
+// y = round(x W'^T + b'): C = A B with A = x [B, in], B[k][j] = W[j][k]; the bias b' (rounded
+// into the scratch after the packed operands) is added and y rounded in the GEMM's epilogue.
 void Linear::forward_native_bf16(int64_t batch, const float* x, float* y, float* w_scratch) const {
   const int64_t in = options_.in_features, out = options_.out_features;
   const size_t a_floats = part_floats(bf16_packed_a_bytes(batch, in));
@@ -116,10 +116,7 @@ void Linear::forward_native_bf16(int64_t batch, const float* x, float* y, float*
   bf16_pack_a(x, batch, in, in, 1, a);
   bf16_pack_b(weight_.as<const float>(), in, out, 1, in, b);
   amp::copy_rounded(bias(), Precision::kBf16, rb);
-  bf16_gemm(batch, out, in, a, b, y, out, false);
-  for (int64_t r = 0; r < batch; ++r)
-    for (int64_t o = 0; o < out; ++o) y[r * out + o] = y[r * out + o] + rb[o];
-  amp::round_to_precision({y, static_cast<size_t>(batch * out)}, Precision::kBf16);
+  bf16_gemm(batch, out, in, a, b, y, out, Bf16Epilogue{.bias = rb, .round_bf16 = true});
 }
 
 // dW += dy^T x (A = dy^T [out, B], B = x [B, in]); dx = round(dy W') (A = dy, B = W [out, in]).
@@ -140,8 +137,7 @@ void Linear::backward_native_bf16(int64_t batch, const float* x, const uint16_t*
   b = reinterpret_cast<uint32_t*>(w_scratch + part_floats(bf16_packed_a_bytes(batch, out)));
   bf16_pack_a(dy, batch, out, out, 1, a);
   bf16_pack_b(weight_.as<const float>(), out, in, in, 1, b);
-  bf16_gemm(batch, in, out, a, b, dx, in, false);
-  amp::round_to_precision({dx, static_cast<size_t>(batch * in)}, options_.precision);
+  bf16_gemm(batch, in, out, a, b, dx, in, Bf16Epilogue{.round_bf16 = true});  // the native path is bf16's
 }
 
 void Linear::backward_compute_bf16(int64_t batch, const uint16_t* x, const float* dy, float* dx, float* w_scratch) {
