@@ -2,6 +2,7 @@
 #include "nn/interaction.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/parallel.h"
@@ -64,18 +65,20 @@ Status Interaction::forward(int64_t batch, std::span<const float> z, std::span<c
   // Chunks of about 2^17 multiply-adds (the kernel does several per nanosecond): 23 samples at
   // the main job's shape.
   parallel_for(batch, grain_for(out_dim * (dot ? d : 1), int64_t{1} << 17), [&](int64_t b0, int64_t b1, int) {
+    // Each sample's row [z, interaction] is written unrounded, then the chunk's rows are rounded
+    // in one pass (rounding is per element, so this equals rounding each part on its own).
     for (int64_t b = b0; b < b1; ++b) {
       const float* z_b = zr + b * dd;
       const float* e_b = er + b * F * d;
       float* o = out.data() + b * out_dim;
-      amp::copy_rounded({z_b, static_cast<size_t>(dd)}, p, o);
+      std::memcpy(o, z_b, static_cast<size_t>(dd) * sizeof(float));
       if (!dot) {
-        amp::copy_rounded({e_b, static_cast<size_t>(F * d)}, p, o + dd);
+        std::memcpy(o + dd, e_b, static_cast<size_t>(F * d) * sizeof(float));
         continue;
       }
       dot_forward_sample(shape, z_b, e_b, o + dd);
-      amp::round_to_precision({o + dd, static_cast<size_t>(out_dim - dd)}, p);
     }
+    amp::round_to_precision({out.data() + b0 * out_dim, static_cast<size_t>((b1 - b0) * out_dim)}, p);
   });
   return Status();
 }
@@ -101,14 +104,15 @@ Status Interaction::backward(int64_t batch, std::span<const float> z, std::span<
       float* dz_b = dz.data() + b * dd;
       float* de_b = demb.data() + b * F * d;
       if (!dot) {
-        amp::copy_rounded({g_b, static_cast<size_t>(dd)}, p, dz_b);
-        amp::copy_rounded({g_b + dd, static_cast<size_t>(F * d)}, p, de_b);
+        std::memcpy(dz_b, g_b, static_cast<size_t>(dd) * sizeof(float));
+        std::memcpy(de_b, g_b + dd, static_cast<size_t>(F * d) * sizeof(float));
         continue;
       }
       dot_backward_sample(shape, zr + b * dd, er + b * F * d, g_b, g_b + dd, dz_b, de_b);
-      amp::round_to_precision({dz_b, static_cast<size_t>(dd)}, p);
-      amp::round_to_precision({de_b, static_cast<size_t>(F * d)}, p);
     }
+    // The chunk's gradients rounded in one pass each (as in forward).
+    amp::round_to_precision({dz.data() + b0 * dd, static_cast<size_t>((b1 - b0) * dd)}, p);
+    amp::round_to_precision({demb.data() + b0 * F * d, static_cast<size_t>((b1 - b0) * F * d)}, p);
   });
   return Status();
 }
