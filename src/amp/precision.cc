@@ -30,15 +30,6 @@ size_t precision_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 namespace {
 
-// f32 -> bf16 -> f32 (round to nearest even) in the 32-bit domain, so that loops vectorize without
-// 16-bit packing: the same bits as bf16_to_f32(f32_to_bf16_rne(x)), NaN kept quiet.
-inline float round_bf16(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
-  return bits_f32(select_bits(mask_if((u & 0x7fffffffu) > 0x7f800000u), nan, rounded));
-}
-
 // out[i] = x[i] rounded to p's grid (out may equal x).
 LEANEMB_MULTIVERSION
 void round_into(const float* x, size_t n, Precision p, float* out) {
@@ -47,10 +38,10 @@ void round_into(const float* x, size_t n, Precision p, float* out) {
       if (out != x && n != 0) std::memmove(out, x, n * sizeof(float));
       return;
     case Precision::kBf16:
-      for (size_t i = 0; i < n; ++i) out[i] = round_bf16(x[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = rounded_value(x[i], Precision::kBf16);
       return;
     case Precision::kFp16:
-      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(f32_to_f16_rne(x[i]));
+      for (size_t i = 0; i < n; ++i) out[i] = rounded_value(x[i], Precision::kFp16);
       return;
   }
 }

@@ -94,18 +94,28 @@ int64_t rounded_floats(const DotShape& s, bool backward) {
   return R * s.dim + (backward ? s.dim + dot_pair_count(s) : 0);
 }
 
+// The copies are loops over amp::rounded_value, inlined into the multiversioned sample kernels
+// (a call into amp per input of every sample cost more than the rounding).
+template <amp::Precision P>
+inline void copy_rounded_inline(const float* __restrict x, size_t n, float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = amp::rounded_value(x[i], P);
+}
+inline void copy_rounded_to(const float* x, size_t n, amp::Precision p, float* out) {
+  if (p == amp::Precision::kBf16) copy_rounded_inline<amp::Precision::kBf16>(x, n, out);
+  else copy_rounded_inline<amp::Precision::kFp16>(x, n, out);
+}
 // Rounded copies of the inputs in buf when the precision asks for them; the pointers then point
 // there. T's rows stay in the z / e layout (z first, then e contiguous).
 void round_inputs(const DotShape& s, const float** z, const float** e, const float** gz, const float** g, float* buf) {
   if (s.precision == amp::Precision::kFp32) return;
   const size_t d = static_cast<size_t>(s.dim), ed = static_cast<size_t>(s.num_features) * d;
-  amp::copy_rounded({*z, d}, s.precision, buf);
-  amp::copy_rounded({*e, ed}, s.precision, buf + d);
+  copy_rounded_to(*z, d, s.precision, buf);
+  copy_rounded_to(*e, ed, s.precision, buf + d);
   *z = buf;
   *e = buf + d;
   if (gz == nullptr) return;
-  amp::copy_rounded({*gz, d}, s.precision, buf + d + ed);
-  amp::copy_rounded({*g, static_cast<size_t>(dot_pair_count(s))}, s.precision, buf + 2 * d + ed);
+  copy_rounded_to(*gz, d, s.precision, buf + d + ed);
+  copy_rounded_to(*g, static_cast<size_t>(dot_pair_count(s)), s.precision, buf + 2 * d + ed);
   *gz = buf + d + ed;
   *g = buf + 2 * d + ed;
 }
