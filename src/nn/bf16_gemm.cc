@@ -151,53 +151,69 @@ struct alignas(64) AmxConfig {
   uint8_t rows[16] = {};
 };
 
+// GCC 12's tile intrinsics are asm statements that take only the address of the memory they read
+// or write (ldtilecfg: the first 8 bytes), so stores to a local buffer before a tile load, and
+// loads after a tile store, need a compiler barrier to stay where they are.
+inline void memory_barrier() { asm volatile("" ::: "memory"); }
+
 LEANEMB_TARGET_AMX void amx_load_config() {
   AmxConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
+  memory_barrier();
   _tile_loadconfig(&cfg);
 }
 
-// The block's chunks of 16 k-pairs [0, chunks) in tiles, stored to acc [16 MA][32] (row stride
-// 32 floats), then the remaining pairs by the VDPBF16PS chain, then C = or += acc.
+// The block's k-pairs in chunks of 16 on the tiles (a last partial chunk from zero-padded copies
+// of its A rows and B pairs: zero products), stored to acc [16 MA][32] (row stride 32 floats),
+// then C = or += acc per the epilogue.
 template <int MA, int NB>
 LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
                                   float* c, int64_t ldc, int64_t ncols, const Bf16Epilogue& e, int64_t col0) {
-  const int64_t chunks = pairs / kAmxPairs;
+  const int64_t full = pairs / kAmxPairs, rest = pairs % kAmxPairs;
   _tile_zero(0);
   if (NB > 1) _tile_zero(1);
   if (MA > 1) _tile_zero(2);
   if (MA > 1 && NB > 1) _tile_zero(3);
-  const int64_t a_stride = lda * 2, b_stride = ldb * 4;
-  for (int64_t q = 0; q < chunks; ++q) {
-    const uint16_t* aq = a + q * 2 * kAmxPairs;
-    const uint32_t* bq = b + q * kAmxPairs * ldb;
-    _tile_loadd(4, aq, a_stride);
-    _tile_loadd(6, bq, b_stride);
-    if (NB > 1) _tile_loadd(7, bq + 16, b_stride);
-    if (MA > 1) _tile_loadd(5, aq + 16 * lda, a_stride);
+  auto chunk = [&](const void* a0, const void* a1, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride) {
+    _tile_loadd(4, a0, a_stride);
+    _tile_loadd(6, b0, b_stride);
+    if (NB > 1) _tile_loadd(7, b1, b_stride);
+    if (MA > 1) _tile_loadd(5, a1, a_stride);
     _tile_dpbf16ps(0, 4, 6);
     if (NB > 1) _tile_dpbf16ps(1, 4, 7);
     if (MA > 1) _tile_dpbf16ps(2, 5, 6);
     if (MA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+  };
+  for (int64_t q = 0; q < full; ++q) {
+    const uint16_t* aq = a + q * 2 * kAmxPairs;
+    const uint32_t* bq = b + q * kAmxPairs * ldb;
+    chunk(aq, aq + 16 * lda, lda * 2, bq, bq + 16, ldb * 4);
+  }
+  if (rest > 0) {
+    alignas(64) uint32_t at[16 * MA][kAmxPairs] = {};  // A rows x the chunk's pairs
+    alignas(64) uint32_t bt[kAmxPairs][32] = {};       // the chunk's pairs x 32 columns
+    const int64_t p0 = full * kAmxPairs;
+    for (int r = 0; r < 16 * MA; ++r)
+      std::memcpy(at[r], reinterpret_cast<const uint32_t*>(a + r * lda) + p0, static_cast<size_t>(rest) * 4);
+    for (int64_t p = 0; p < rest; ++p) std::memcpy(bt[p], b + (p0 + p) * ldb, static_cast<size_t>(16 * NB) * 4);
+    memory_barrier();
+    chunk(at[0], at[MA > 1 ? 16 : 0], 64, &bt[0][0], &bt[0][16], 128);
   }
   alignas(64) float acc[16 * MA][32];
   _tile_stored(0, &acc[0][0], 128);
   if (NB > 1) _tile_stored(1, &acc[0][16], 128);
   if (MA > 1) _tile_stored(2, &acc[16][0], 128);
   if (MA > 1 && NB > 1) _tile_stored(3, &acc[16][16], 128);
+  memory_barrier();
   for (int r = 0; r < 16 * MA; ++r) {
-    const int32_t* arow = reinterpret_cast<const int32_t*>(a + r * lda);
     for (int v = 0; v < NB; ++v) {
-      __m512 x = _mm512_load_ps(&acc[r][16 * v]);
-      for (int64_t p = chunks * kAmxPairs; p < pairs; ++p)
-        x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_set1_epi32(arow[p]), (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * v));
       const int64_t left = ncols - 16 * v;
       if (left <= 0) break;
       const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-      finish_vector(x, e, col0 + 16 * v, m, c + r * ldc + 16 * v);
+      finish_vector(_mm512_load_ps(&acc[r][16 * v]), e, col0 + 16 * v, m, c + r * ldc + 16 * v);
     }
   }
 }

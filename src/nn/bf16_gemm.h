@@ -18,12 +18,11 @@
 // bit-identical for every thread count and equal to bf16_gemm_reference().
 //
 // AMX contract (CPUs with AMX-BF16 whose OS grants the tile state; bf16_amx_enabled()): for
-// rows in whole groups of 16 (i < m rounded down to 16) and k >= 32, the k-pairs in whole chunks
-// of 16 (p < 16 floor(kp / 32)) are added chunk after chunk by TDPBF16PS, starting from +0;
-// inside a chunk the order and rounding are the hardware's (on the Xeon measured here, not the
-// chain above: about 40% of outputs differ from it in the last bits, and the error to the exact
-// sum is slightly smaller), then the remaining pairs continue by the chain above, then the
-// accumulate step as above. Each output is within (kp + 4) * 2^-24 * sum |A B products| of the
+// rows in whole groups of 16 (i < m rounded down to 16) and k >= 32, the k-pairs in chunks
+// of 16 are added chunk after chunk by TDPBF16PS, starting from +0, a last partial chunk padded
+// with zero pairs; inside a chunk the order and rounding are the hardware's (on the Xeon
+// measured here, not the chain above: about 40% of outputs differ from it in the last bits, and
+// the error to the exact sum is slightly smaller); then the epilogue as above. Each output is within (kp + 4) * 2^-24 * sum |A B products| of the
 // exact sum of its daz'd products (tested). Other rows and k < 32 follow the chain bit for bit.
 // The blocks do not depend on threads: results are bit-identical for every thread count on a
 // given CPU.
