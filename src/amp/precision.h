@@ -17,7 +17,8 @@
 // inside the GEMM differs (docs/nn.md, "bf16 compute").
 //
 // Ownership: functions only read and write caller buffers. Thread safety: all functions are
-// pure; loops run on the calling thread (compiled for AVX2 and the baseline ISA, picked at run time).
+// pure; loops run on the calling thread (compiled for AVX-512, AVX2 and the baseline ISA, picked
+// at run time).
 #pragma once
 
 #include <cstddef>

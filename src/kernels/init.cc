@@ -1,7 +1,7 @@
 // Row initialization kernels: the uniform initializer's counter-based draws and the
 // round-to-nearest store of initial weights. Tables initialize every row at creation and cached
 // tables create rows on first touch (each miss of a never-written row), so these run per row in
-// the fetch path. Both compile for AVX2 and for the baseline ISA (LEANEMB_MULTIVERSION); the
+// the fetch path. Both compile for AVX-512, AVX2 and the baseline ISA (LEANEMB_MULTIVERSION); the
 // loops are the reference's arithmetic with no reassociation, so every clone gives its bits.
 #include "core/rng.h"
 #include "kernels/kernels.h"

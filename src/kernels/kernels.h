@@ -1,8 +1,9 @@
 // Internal kernel interface: pooled/sequence lookup and fused per-row optimizer updates over
 // fat rows (see include/leanemb/optimizer.h for the layout), each in two implementations:
 //   ref_*   scalar, element by element, written for clarity: the test oracle;
-//   (plain) the fast kernels: vectorizable loops compiled for AVX2+FMA+F16C and for the
-//           baseline ISA, picked at run time (GCC target_clones), parallel over bags / rows.
+//   (plain) the fast kernels: vectorizable loops compiled for AVX-512, AVX2+FMA+F16C and the
+//           baseline ISA, picked at run time (GCC target_clones, or isa.h's builds), parallel
+//           over bags / rows.
 // Both follow the same arithmetic order, so for identical inputs they agree bit for bit
 // (the build uses -ffp-contract=off so no FMA contraction changes rounding).
 //
