@@ -3,7 +3,6 @@
 // choosing at load time (ifunc) by CPU. `flatten` inlines every helper into each clone so the
 // helpers get the clone's ISA too. FMA contraction is disabled project-wide (-ffp-contract=off)
 // and the loops keep the reference's order per output, so every clone rounds the same.
-// (The v4 clone: the main job 1.028x samples/s on the Intel host, the same AUC bits.)
 #pragma once
 
 // Not at -O0 (no __OPTIMIZE__): there `flatten` inlines nothing, and the AVX2 clone's calls into
