@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/isa.h"
 #include "kernels/multiversion.h"
+#include "kernels/vec16.h"
 #include "kernels/vec8.h"
 
 namespace leanemb::nn {
@@ -27,6 +29,7 @@ inline const float* t_row(const float* z, const float* e, int64_t d, int64_t r) 
 inline float* t_row(float* z, float* e, int64_t d, int64_t r) { return r == 0 ? z : e + (r - 1) * d; }
 
 inline int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
+inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 inline int64_t pair_index(int64_t i, int64_t j) { return i * (i - 1) / 2 + j; }  // j < i
 
 // Forward, rows i0..i0+NR-1 against the 8 columns j0.. of tt (T^T, row stride rp).
@@ -163,9 +166,11 @@ void dot_backward_sample_reference(const DotShape& s, const float* z, const floa
   }
 }
 
+namespace {
+
+// The 8-lane kernels (x86-64-v3 and baseline clones).
 LEANEMB_MULTIVERSION
-void dot_forward_sample(const DotShape& s, const float* z, const float* e, float* pairs) {
-  if (!dot_fast_path_fits(s)) return dot_forward_sample_reference(s, z, e, pairs);
+void forward_sample_v8(const DotShape& s, const float* z, const float* e, float* pairs) {
   const int64_t R = s.num_features + 1, d = s.dim, rp = round_up8(R);
   alignas(32) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
@@ -187,9 +192,8 @@ void dot_forward_sample(const DotShape& s, const float* z, const float* e, float
 }
 
 LEANEMB_MULTIVERSION
-void dot_backward_sample(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
-                         float* dz, float* de) {
-  if (!dot_fast_path_fits(s)) return dot_backward_sample_reference(s, z, e, gz, g, dz, de);
+void backward_sample_v8(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
+                        float* dz, float* de) {
   const int64_t R = s.num_features + 1, d = s.dim;
   alignas(32) float stack[kStackFloats];
   float* sm = stack;  // S [R, R]; then the rounded inputs
@@ -212,6 +216,115 @@ void dot_backward_sample(const DotShape& s, const float* z, const float* e, cons
       dst[c] = acc;
     }
   }
+}
+
+#ifdef LEANEMB_HAVE_V4
+// The 16-lane kernels (x86-64-v4): the same blocks with 16 outputs per vector (forward: 16
+// columns j of T^T; backward: 16 columns c of dT, the last block masked), the same additions in
+// the same order per output.
+constexpr int kForwardRowsV4 = 8, kBackwardRowsV4 = 8;
+
+template <int NR>
+LEANEMB_TARGET_V4 inline void forward_block_v4(const float* z, const float* e, int64_t d, const float* tt, int64_t rp,
+                                               int64_t i0, int64_t j0, float* pairs) {
+  __m512 acc[NR];
+  const float* rows[NR];
+  for (int q = 0; q < NR; ++q) {
+    acc[q] = _mm512_setzero_ps();
+    rows[q] = t_row(z, e, d, i0 + q);
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    const __m512 t = _mm512_loadu_ps(tt + c * rp + j0);
+    for (int q = 0; q < NR; ++q) acc[q] = _mm512_add_ps(acc[q], _mm512_mul_ps(_mm512_set1_ps(rows[q][c]), t));
+  }
+  for (int q = 0; q < NR; ++q) {
+    const int64_t i = i0 + q;
+    _mm512_mask_storeu_ps(pairs + pair_index(i, j0), kernels::lane_mask16(i - j0), acc[q]);  // lanes j < i
+  }
+}
+
+template <int NR>
+LEANEMB_TARGET_V4 inline void backward_block_v4(const float* z, const float* e, int64_t d, int64_t R, const float* s,
+                                                const float* gz, int64_t r0, int64_t c0, __mmask16 m, float* dz,
+                                                float* de) {
+  __m512 acc[NR];
+  for (int q = 0; q < NR; ++q) acc[q] = r0 + q == 0 ? _mm512_maskz_loadu_ps(m, gz + c0) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < R; ++j) {
+    const __m512 t = _mm512_maskz_loadu_ps(m, t_row(z, e, d, j) + c0);
+    for (int q = 0; q < NR; ++q) acc[q] = _mm512_add_ps(acc[q], _mm512_mul_ps(_mm512_set1_ps(s[(r0 + q) * R + j]), t));
+  }
+  for (int q = 0; q < NR; ++q) _mm512_mask_storeu_ps(t_row(dz, de, d, r0 + q) + c0, m, acc[q]);
+}
+
+// Stack floats the v4 kernels need (forward: T^T padded to 16 columns).
+bool fits_v4(const DotShape& s) {
+  const int64_t R = s.num_features + 1;
+  return s.dim * round_up16(R) + rounded_floats(s, false) <= kStackFloats &&
+         R * R + rounded_floats(s, true) <= kStackFloats;
+}
+
+LEANEMB_TARGET_V4 void forward_sample_v4(const DotShape& s, const float* z, const float* e, float* pairs) {
+  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up16(R);
+  alignas(64) float stack[kStackFloats];
+  float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
+  round_inputs(s, &z, &e, nullptr, nullptr, stack + d * rp);
+  for (int64_t c = 0; c < d; ++c) {
+    float* col = tt + c * rp;
+    for (int64_t j = R; j < rp; ++j) col[j] = 0.0f;
+  }
+  for (int64_t j = 0; j < R; ++j) {
+    const float* tj = t_row(z, e, d, j);
+    for (int64_t c = 0; c < d; ++c) tt[c * rp + j] = tj[c];
+  }
+  for (int64_t j0 = 0; j0 < rp; j0 += 16) {
+    for_row_blocks<kForwardRowsV4>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
+      forward_block_v4<decltype(nr)::value>(z, e, d, tt, rp, i0, j0, pairs);
+    });
+  }
+}
+
+LEANEMB_TARGET_V4 void backward_sample_v4(const DotShape& s, const float* z, const float* e, const float* gz,
+                                          const float* g, float* dz, float* de) {
+  const int64_t R = s.num_features + 1, d = s.dim;
+  alignas(64) float stack[kStackFloats];
+  float* sm = stack;  // S [R, R]; then the rounded inputs
+  round_inputs(s, &z, &e, &gz, &g, stack + R * R);
+  for (int64_t r = 0; r < R; ++r) {
+    sm[r * R + r] = 0.0f;
+    for (int64_t j = 0; j < r; ++j) sm[r * R + j] = sm[j * R + r] = g[pair_index(r, j)];
+  }
+  for (int64_t c0 = 0; c0 < d; c0 += 16) {
+    const __mmask16 m = kernels::lane_mask16(d - c0);
+    for_row_blocks<kBackwardRowsV4>(0, R, [&](int64_t r0, auto nr) {
+      backward_block_v4<decltype(nr)::value>(z, e, d, R, sm, gz, r0, c0, m, dz, de);
+    });
+  }
+}
+#endif  // LEANEMB_HAVE_V4
+
+#ifdef LEANEMB_HAVE_V4
+// The v4 kernels run when the kernels' ISA (kernels/isa.h: the CPU, capped by LEANEMB_ISA and
+// set_isa_limit) is x86-64-v4 and the shape fits their stack buffer.
+bool use_v4(const DotShape& s) { return kernels::active_isa() == kernels::Isa::kV4 && fits_v4(s); }
+#endif
+
+}  // namespace
+
+void dot_forward_sample(const DotShape& s, const float* z, const float* e, float* pairs) {
+#ifdef LEANEMB_HAVE_V4
+  if (use_v4(s)) return forward_sample_v4(s, z, e, pairs);
+#endif
+  if (!dot_fast_path_fits(s)) return dot_forward_sample_reference(s, z, e, pairs);
+  forward_sample_v8(s, z, e, pairs);
+}
+
+void dot_backward_sample(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
+                         float* dz, float* de) {
+#ifdef LEANEMB_HAVE_V4
+  if (use_v4(s)) return backward_sample_v4(s, z, e, gz, g, dz, de);
+#endif
+  if (!dot_fast_path_fits(s)) return dot_backward_sample_reference(s, z, e, gz, g, dz, de);
+  backward_sample_v8(s, z, e, gz, g, dz, de);
 }
 
 }  // namespace leanemb::nn

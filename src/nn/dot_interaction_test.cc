@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/isa.h"
 #include "leanemb/memory.h"
 #include "nn/dot_interaction.h"
 #include "nn/interaction.h"
@@ -43,20 +44,25 @@ SampleData sample_data(const DotShape& s, uint64_t seed) {
 // Forward and backward of the fast kernel equal the reference bit for bit, in fp32 and with the
 // inputs rounded to bf16 / fp16 as they are read.
 TEST(NnDotInteractionTest, FastKernelMatchesScalarReferenceBitForBit) {
+  // Every kernel build the CPU runs: the 16-lane kernels (x86-64-v4), the 8-lane ones below it.
+  for (kernels::Isa isa : {kernels::Isa::kV4, kernels::Isa::kV3, kernels::Isa::kBaseline})
   for (DotShape s : shapes())
     for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    kernels::set_isa_limit(isa);
     s.precision = p;
     const SampleData d = sample_data(s, 100 + static_cast<uint64_t>(s.num_features * 1000 + s.dim));
     std::vector<float> fast(static_cast<size_t>(dot_pair_count(s)), -1.0f), ref(fast.size(), -2.0f);
     dot_forward_sample(s, d.z.data(), d.e.data(), fast.data());
     dot_forward_sample_reference(s, d.z.data(), d.e.data(), ref.data());
-    EXPECT_TRUE(bit_equal(fast, ref)) << "forward F=" << s.num_features << " d=" << s.dim << " " << amp::precision_name(p);
+    EXPECT_TRUE(bit_equal(fast, ref)) << "forward F=" << s.num_features << " d=" << s.dim << " " << amp::precision_name(p)
+                                      << " " << kernels::isa_name(isa);
     std::vector<float> dz(d.z.size(), -1.0f), de(d.e.size(), -1.0f), rdz(dz.size(), -2.0f), rde(de.size(), -2.0f);
     dot_backward_sample(s, d.z.data(), d.e.data(), d.gz.data(), d.g.data(), dz.data(), de.data());
     dot_backward_sample_reference(s, d.z.data(), d.e.data(), d.gz.data(), d.g.data(), rdz.data(), rde.data());
     EXPECT_TRUE(bit_equal(dz, rdz) && bit_equal(de, rde)) << "backward F=" << s.num_features << " d=" << s.dim << " "
-                                                          << amp::precision_name(p);
+                                                          << amp::precision_name(p) << " " << kernels::isa_name(isa);
   }
+  kernels::set_isa_limit(kernels::Isa::kV4);
   EXPECT_FALSE(dot_fast_path_fits({140, 4}));  // the last shape exercises the fallback
   EXPECT_TRUE(dot_fast_path_fits({26, 16}));
 }
