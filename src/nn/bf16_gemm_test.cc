@@ -50,6 +50,20 @@ bool same_values(const std::vector<float>& x, const std::vector<float>& y) {
   return true;
 }
 
+// Calls f(m, n, k, a, b, packed, c0) for every shape of ms x ns x ks: random A [m, k], B [k, n]
+// (packed) and a starting C [m, n], seeded from `seed` on.
+template <size_t M, size_t N, size_t K, typename F>
+void for_each_gemm_case(const int64_t (&ms)[M], const int64_t (&ns)[N], const int64_t (&ks)[K], uint64_t seed, F&& f) {
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int64_t k : ks) {
+        const auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
+        const Packed p = pack(a, b, m, n, k);
+        const auto c0 = random_floats(static_cast<size_t>(m * n), seed++);
+        f(m, n, k, a, b, p, c0);
+      }
+}
+
 #define SKIP_WITHOUT_NATIVE_BF16() \
   if (!bf16_native_supported()) GTEST_SKIP() << "CPU without AVX512_BF16"
 
@@ -59,20 +73,14 @@ TEST(NnBf16GemmTest, KernelMatchesScalarReferenceBitForBit) {
   SKIP_WITHOUT_NATIVE_BF16();
   const AmxBf16Scope vdpbf16ps(false);
   const int64_t ms[] = {1, 5, 6, 7, 9, 48, 50, 97}, ns[] = {1, 15, 16, 17, 47, 64, 65, 130}, ks[] = {1, 2, 3, 13, 64, 367};
-  uint64_t seed = 1;
-  for (int64_t m : ms)
-    for (int64_t n : ns)
-      for (int64_t k : ks) {
-        const auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
-        const Packed p = pack(a, b, m, n, k);
-        const auto c0 = random_floats(static_cast<size_t>(m * n), seed++);
-        for (bool acc : {false, true}) {
-          std::vector<float> fast = c0, ref = c0;
-          bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
-          bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, acc);
-          ASSERT_TRUE(bit_equal(fast, ref)) << m << "x" << n << "x" << k << " accumulate " << acc;
-        }
-      }
+  for_each_gemm_case(ms, ns, ks, 1, [](int64_t m, int64_t n, int64_t k, auto&, auto&, const Packed& p, const auto& c0) {
+    for (bool acc : {false, true}) {
+      std::vector<float> fast = c0, ref = c0;
+      bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
+      bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, acc);
+      ASSERT_TRUE(bit_equal(fast, ref)) << m << "x" << n << "x" << k << " accumulate " << acc;
+    }
+  });
 }
 
 // The epilogues (bias add and rounding to the bf16 grid, rounding alone) in the kernels equal the
@@ -194,48 +202,42 @@ TEST(NnBf16GemmTest, ResultsDoNotDependOnThreadCount) {
 TEST(NnBf16GemmTest, AmxKernelIsWithinItsErrorBoundOfTheExactSum) {
   SKIP_WITHOUT_AMX_BF16();
   const int64_t ms[] = {1, 16, 17, 32, 47, 64, 100}, ns[] = {1, 16, 17, 33, 64, 130}, ks[] = {13, 32, 33, 64, 201, 1024};
-  uint64_t seed = 500;
   int64_t checked = 0, exact_tail = 0;
-  for (int64_t m : ms)
-    for (int64_t n : ns)
-      for (int64_t k : ks) {
-        const auto a = random_floats(static_cast<size_t>(m * k), seed++), b = random_floats(static_cast<size_t>(k * n), seed++);
-        const Packed p = pack(a, b, m, n, k);
-        const auto c0 = random_floats(static_cast<size_t>(m * n), seed++);
-        std::vector<float> ref(static_cast<size_t>(m * n));
-        bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, false);
-        for (bool acc : {false, true}) {
-          std::vector<float> fast = c0;
-          bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
-          const int64_t kp = bf16_pad_k(k), pairs = kp / 2, m16 = m / 16 * 16;
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              const size_t o = static_cast<size_t>(i * n + j);
-              const float got = acc ? fast[o] - c0[o] : fast[o];  // exact enough: checked below
-              if (pairs < 16 || i >= m16) {
-                const float want = acc ? c0[o] + ref[o] : ref[o];
-                ASSERT_EQ(f32_bits(fast[o]), f32_bits(want)) << m << "x" << n << "x" << k << " (" << i << "," << j << ")";
-                ++exact_tail;
-                continue;
-              }
-              double exact = 0.0, magnitude = 0.0;
-              for (int64_t q = 0; q < k; ++q) {
-                const double x = static_cast<double>(bf16_to_f32(p.a[static_cast<size_t>(i * kp + q)]));
-                const uint32_t w = p.b[static_cast<size_t>(q / 2 * bf16_pad_n(n) + j)];
-                const double y = static_cast<double>(bf16_to_f32(static_cast<uint16_t>(q % 2 == 0 ? w : w >> 16)));
-                exact += x * y;
-                magnitude += std::fabs(x * y);
-              }
-              // fp32 accumulation over kp products (2^-24 per addition), plus the rounding of the
-              // accumulating add and of got's subtraction.
-              const double bound = (static_cast<double>(kp) + 4.0) * 0x1p-24 * magnitude +
-                                   (acc ? 0x1p-22 * (std::fabs(c0[o]) + std::fabs(exact)) : 0.0) + 1e-30;
-              ASSERT_LE(std::fabs(static_cast<double>(got) - exact), bound)
-                  << m << "x" << n << "x" << k << " (" << i << "," << j << ") accumulate " << acc;
-              ++checked;
-            }
+  for_each_gemm_case(ms, ns, ks, 500, [&](int64_t m, int64_t n, int64_t k, auto&, auto&, const Packed& p, const auto& c0) {
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    bf16_gemm_reference(m, n, k, p.a.data(), p.b.data(), ref.data(), n, false);
+    for (bool acc : {false, true}) {
+      std::vector<float> fast = c0;
+      bf16_gemm(m, n, k, p.a.data(), p.b.data(), fast.data(), n, acc);
+      const int64_t kp = bf16_pad_k(k), pairs = kp / 2, m16 = m / 16 * 16;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t o = static_cast<size_t>(i * n + j);
+          const float got = acc ? fast[o] - c0[o] : fast[o];  // exact enough: checked below
+          if (pairs < 16 || i >= m16) {
+            const float want = acc ? c0[o] + ref[o] : ref[o];
+            ASSERT_EQ(f32_bits(fast[o]), f32_bits(want)) << m << "x" << n << "x" << k << " (" << i << "," << j << ")";
+            ++exact_tail;
+            continue;
+          }
+          double exact = 0.0, magnitude = 0.0;
+          for (int64_t q = 0; q < k; ++q) {
+            const double x = static_cast<double>(bf16_to_f32(p.a[static_cast<size_t>(i * kp + q)]));
+            const uint32_t w = p.b[static_cast<size_t>(q / 2 * bf16_pad_n(n) + j)];
+            const double y = static_cast<double>(bf16_to_f32(static_cast<uint16_t>(q % 2 == 0 ? w : w >> 16)));
+            exact += x * y;
+            magnitude += std::fabs(x * y);
+          }
+          // fp32 accumulation over kp products (2^-24 per addition), plus the rounding of the
+          // accumulating add and of got's subtraction.
+          const double bound = (static_cast<double>(kp) + 4.0) * 0x1p-24 * magnitude +
+                               (acc ? 0x1p-22 * (std::fabs(c0[o]) + std::fabs(exact)) : 0.0) + 1e-30;
+          ASSERT_LE(std::fabs(static_cast<double>(got) - exact), bound)
+              << m << "x" << n << "x" << k << " (" << i << "," << j << ") accumulate " << acc;
+          ++checked;
         }
-      }
+    }
+  });
   EXPECT_GT(checked, 0);
   EXPECT_GT(exact_tail, 0);
 }

@@ -123,6 +123,35 @@ void round_inputs(const DotShape& s, const float** z, const float** e, const flo
   *g = buf + 2 * d + ed;
 }
 
+// The forward's scratch in `stack`: the rounded inputs after T^T (z, e then point there), and
+// tt[c * rp + j] = T_j[c], zero for R <= j < rp.
+inline void prepare_forward(const DotShape& s, int64_t rp, float* stack, const float** z, const float** e) {
+  const int64_t R = s.num_features + 1, d = s.dim;
+  float* tt = stack;
+  round_inputs(s, z, e, nullptr, nullptr, stack + d * rp);
+  for (int64_t c = 0; c < d; ++c) {
+    float* col = tt + c * rp;
+    for (int64_t j = R; j < rp; ++j) col[j] = 0.0f;
+  }
+  for (int64_t j = 0; j < R; ++j) {
+    const float* tj = t_row(*z, *e, d, j);
+    for (int64_t c = 0; c < d; ++c) tt[c * rp + j] = tj[c];
+  }
+}
+
+// The backward's scratch in `stack`: S [R, R] (symmetric, zero diagonal, from the pair
+// gradients), then the rounded inputs (the pointers then point there).
+inline void prepare_backward(const DotShape& s, float* stack, const float** z, const float** e, const float** gz,
+                             const float** g) {
+  const int64_t R = s.num_features + 1;
+  float* sm = stack;
+  round_inputs(s, z, e, gz, g, stack + R * R);
+  for (int64_t r = 0; r < R; ++r) {
+    sm[r * R + r] = 0.0f;
+    for (int64_t j = 0; j < r; ++j) sm[r * R + j] = sm[j * R + r] = (*g)[pair_index(r, j)];
+  }
+}
+
 // The reference reads through this: x rounded to the shape's precision.
 float in_value(const DotShape& s, float x) {
   float out = x;
@@ -174,15 +203,7 @@ void forward_sample_v8(const DotShape& s, const float* z, const float* e, float*
   const int64_t R = s.num_features + 1, d = s.dim, rp = round_up8(R);
   alignas(32) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
-  round_inputs(s, &z, &e, nullptr, nullptr, stack + d * rp);
-  for (int64_t c = 0; c < d; ++c) {
-    float* col = tt + c * rp;
-    for (int64_t j = R; j < rp; ++j) col[j] = 0.0f;
-  }
-  for (int64_t j = 0; j < R; ++j) {
-    const float* tj = t_row(z, e, d, j);
-    for (int64_t c = 0; c < d; ++c) tt[c * rp + j] = tj[c];
-  }
+  prepare_forward(s, rp, stack, &z, &e);
   for (int64_t j0 = 0; j0 < rp; j0 += 8) {
     // Rows i > j0 have outputs in this chunk; row 0 has none.
     for_row_blocks<kForwardRows>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
@@ -197,11 +218,7 @@ void backward_sample_v8(const DotShape& s, const float* z, const float* e, const
   const int64_t R = s.num_features + 1, d = s.dim;
   alignas(32) float stack[kStackFloats];
   float* sm = stack;  // S [R, R]; then the rounded inputs
-  round_inputs(s, &z, &e, &gz, &g, stack + R * R);
-  for (int64_t r = 0; r < R; ++r) {
-    sm[r * R + r] = 0.0f;
-    for (int64_t j = 0; j < r; ++j) sm[r * R + j] = sm[j * R + r] = g[pair_index(r, j)];
-  }
+  prepare_backward(s, stack, &z, &e, &gz, &g);
   const int64_t d8 = d / 8 * 8;
   for (int64_t c0 = 0; c0 < d8; c0 += 8) {
     for_row_blocks<kBackwardRows>(0, R, [&](int64_t r0, auto nr) {
@@ -267,15 +284,7 @@ LEANEMB_TARGET_V4 void forward_sample_v4(const DotShape& s, const float* z, cons
   const int64_t R = s.num_features + 1, d = s.dim, rp = round_up16(R);
   alignas(64) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
-  round_inputs(s, &z, &e, nullptr, nullptr, stack + d * rp);
-  for (int64_t c = 0; c < d; ++c) {
-    float* col = tt + c * rp;
-    for (int64_t j = R; j < rp; ++j) col[j] = 0.0f;
-  }
-  for (int64_t j = 0; j < R; ++j) {
-    const float* tj = t_row(z, e, d, j);
-    for (int64_t c = 0; c < d; ++c) tt[c * rp + j] = tj[c];
-  }
+  prepare_forward(s, rp, stack, &z, &e);
   for (int64_t j0 = 0; j0 < rp; j0 += 16) {
     for_row_blocks<kForwardRowsV4>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
       forward_block_v4<decltype(nr)::value>(z, e, d, tt, rp, i0, j0, pairs);
@@ -288,11 +297,7 @@ LEANEMB_TARGET_V4 void backward_sample_v4(const DotShape& s, const float* z, con
   const int64_t R = s.num_features + 1, d = s.dim;
   alignas(64) float stack[kStackFloats];
   float* sm = stack;  // S [R, R]; then the rounded inputs
-  round_inputs(s, &z, &e, &gz, &g, stack + R * R);
-  for (int64_t r = 0; r < R; ++r) {
-    sm[r * R + r] = 0.0f;
-    for (int64_t j = 0; j < r; ++j) sm[r * R + j] = sm[j * R + r] = g[pair_index(r, j)];
-  }
+  prepare_backward(s, stack, &z, &e, &gz, &g);
   for (int64_t c0 = 0; c0 < d; c0 += 16) {
     const __mmask16 m = kernels::lane_mask16(d - c0);
     for_row_blocks<kBackwardRowsV4>(0, R, [&](int64_t r0, auto nr) {
