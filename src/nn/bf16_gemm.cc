@@ -224,6 +224,7 @@ LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda,
 LEANEMB_TARGET_AMX void amx_blocks(int64_t t0, int64_t t1, int64_t col_blocks, int64_t m16, int64_t n, int64_t pairs,
                                    const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, const Bf16Epilogue& e) {
   amx_load_config();
+  memory_barrier();  // the packed operands are complete before the first tile load
   const int64_t lda = 2 * pairs, ldb = bf16_pad_n(n);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t r = t / col_blocks * 32, col = t % col_blocks * 32;
