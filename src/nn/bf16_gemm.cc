@@ -15,6 +15,7 @@
 #include <utility>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -166,6 +167,22 @@ LEANEMB_TARGET_AMX void amx_load_config() {
   _tile_loadconfig(&cfg);
 }
 
+// One chunk of 16 k-pairs into the C tiles: A rows at a0 (and a1 for the second 16 rows), B pairs
+// at b0 (and b1 for the second 16 columns). (A function, not a lambda: clang does not give a
+// lambda its enclosing function's target features.)
+template <int MA, int NB>
+LEANEMB_TARGET_AMX inline void amx_chunk(const void* a0, const void* a1, int64_t a_stride, const void* b0, const void* b1,
+                                         int64_t b_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(6, b0, b_stride);
+  if (NB > 1) _tile_loadd(7, b1, b_stride);
+  if (MA > 1) _tile_loadd(5, a1, a_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  if (NB > 1) _tile_dpbf16ps(1, 4, 7);
+  if (MA > 1) _tile_dpbf16ps(2, 5, 6);
+  if (MA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+}
+
 // The block's k-pairs in chunks of 16 on the tiles (a last partial chunk from zero-padded copies
 // of its A rows and B pairs: zero products), stored to acc [16 MA][32] (row stride 32 floats),
 // then C = or += acc per the epilogue.
@@ -177,20 +194,10 @@ LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda,
   if (NB > 1) _tile_zero(1);
   if (MA > 1) _tile_zero(2);
   if (MA > 1 && NB > 1) _tile_zero(3);
-  auto chunk = [&](const void* a0, const void* a1, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride) {
-    _tile_loadd(4, a0, a_stride);
-    _tile_loadd(6, b0, b_stride);
-    if (NB > 1) _tile_loadd(7, b1, b_stride);
-    if (MA > 1) _tile_loadd(5, a1, a_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    if (NB > 1) _tile_dpbf16ps(1, 4, 7);
-    if (MA > 1) _tile_dpbf16ps(2, 5, 6);
-    if (MA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
-  };
   for (int64_t q = 0; q < full; ++q) {
     const uint16_t* aq = a + q * 2 * kAmxPairs;
     const uint32_t* bq = b + q * kAmxPairs * ldb;
-    chunk(aq, aq + 16 * lda, lda * 2, bq, bq + 16, ldb * 4);
+    amx_chunk<MA, NB>(aq, aq + 16 * lda, lda * 2, bq, bq + 16, ldb * 4);
   }
   if (rest > 0) {
     alignas(64) uint32_t at[16 * MA][kAmxPairs] = {};  // A rows x the chunk's pairs
@@ -200,7 +207,7 @@ LEANEMB_TARGET_AMX void amx_block(int64_t pairs, const uint16_t* a, int64_t lda,
       std::memcpy(at[r], reinterpret_cast<const uint32_t*>(a + r * lda) + p0, static_cast<size_t>(rest) * 4);
     for (int64_t p = 0; p < rest; ++p) std::memcpy(bt[p], b + (p0 + p) * ldb, static_cast<size_t>(16 * NB) * 4);
     memory_barrier();
-    chunk(at[0], at[MA > 1 ? 16 : 0], 64, &bt[0][0], &bt[0][16], 128);
+    amx_chunk<MA, NB>(at[0], at[MA > 1 ? 16 : 0], 64, &bt[0][0], &bt[0][16], 128);
   }
   alignas(64) float acc[16 * MA][32];
   _tile_stored(0, &acc[0][0], 128);
@@ -245,7 +252,11 @@ LEANEMB_TARGET_AMX void amx_blocks(int64_t t0, int64_t t1, int64_t col_blocks, i
 // process to request it once: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
 bool amx_usable() {
   static const bool ok = [] {
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+    // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE (__builtin_cpu_supports does not know
+    // these names in clang 14).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
