@@ -133,6 +133,25 @@ TEST(StrictConfigTest, NonAsciiOutsideStringsIsRefusedNotUndefined) {
   EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
+// Also found by fuzz/fuzz_toml: toml++ 3.3.0 fails an assertion on a '}' where an array's value
+// may stand ("a = [1, }"; undefined behaviour in a build without assertions). A closing bracket
+// of the other kind is never valid TOML and is refused, naming the line and both brackets;
+// matched nesting, brackets in strings and comments and table headers stay fine.
+TEST(StrictConfigTest, MismatchedBracketsAreRefusedNotAsserted) {
+  for (const char* bad : {"a = [1, }", "a = [}]", "a = [ {} , } ]", "a = [1,#c\n}]", "a = {x = 1]", "x = 1\na = [\n [1, 2}\n]"}) {
+    auto c = config_task(bad, "cfg");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("closes the"), std::string::npos) << c.status().message();
+  }
+  auto where = config_task("x = 1\na = [\n 1, }", "cfg");
+  ASSERT_FALSE(where.ok());
+  EXPECT_NE(where.status().message().find("cfg:3: '}' closes the '[' of an array (expected ']')"), std::string::npos)
+      << where.status().message();
+  const char* fine = "a = [{x = [1, 2]}, {y = {z = [3]}}]\nb = \"[}\"\nc = '{]' # [}\n[t]\nd = [\n [1], # }\n]\n";
+  auto ok = config_task(fine, "cfg");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+}
+
 // Every key is recorded with its effective value, defaults included, and a default written out
 // explicitly records the same value.
 TEST(ConfigRecordTest, RecordsEveryKeyWithDefaultsCanonically) {

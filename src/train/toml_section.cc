@@ -22,7 +22,8 @@ namespace {
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 Status check_before_tomlpp(std::string_view t, const std::string& origin) {
-  int depth = 0;  // open [ and { of values
+  int depth = 0;     // open [ and { of values
+  std::string open;  // those brackets, innermost last
   int64_t line_no = 1;
   bool line_start = true;
   bool header = false;  // inside a table header line: its brackets are not values
@@ -97,8 +98,24 @@ Status check_before_tomlpp(std::string_view t, const std::string& origin) {
       line_start = false;
       continue;
     }
-    if (!header && (c == '[' || c == '{')) ++depth;
-    if (!header && (c == ']' || c == '}') && depth > 0) --depth;
+    if (!header && (c == '[' || c == '{')) {
+      open.push_back(c);
+      ++depth;
+    }
+    if (!header && (c == ']' || c == '}') && depth > 0) {
+      // A closing bracket of the other kind is invalid TOML; toml++ 3.3.0 fails an assertion
+      // (undefined behaviour without assertions) on a '}' where an array's value may stand
+      // (found by fuzz_toml), so both mismatches stop here.
+      const char want = open.back() == '[' ? ']' : '}';
+      if (c != want) {
+        return invalid_argument(origin + ":" + std::to_string(line_no) + ": '" + std::string(1, c) +
+                                "' closes the '" + std::string(1, open.back()) + "' of " +
+                                (open.back() == '[' ? "an array" : "an inline table") + " (expected '" +
+                                std::string(1, want) + "')");
+      }
+      open.pop_back();
+      --depth;
+    }
     line_start = false;
   }
   return Status();
