@@ -12,13 +12,16 @@
 //     with S symmetric, S_ij = S_ji = g_ij for j < i and S_ii = 0, for every row r and column c,
 //     rows of T added in order:  dT_r[c] = ((init + S_r0 * T_0[c]) + S_r1 * T_1[c]) + ... + S_rF * T_F[c],
 //     init = gz[c] for r = 0 (dT_0 is dz) and +0 otherwise.
-// The fast kernel computes exactly these operations (lanes run over j in forward and over c in
-// backward), so every thread count and both ISA clones give the reference's bits.
+// The fast kernels compute exactly these operations (lanes run over j in forward and over c in
+// backward), so every thread count and every build give the reference's bits. Two builds, chosen
+// per call by kernels::active_isa() (kernels/isa.h): 16 lanes for x86-64-v4, 8 lanes (AVX2 and
+// baseline clones) otherwise.
 //
-// Pseudocode of the fast forward: Tt = T^T zero-padded to R8 = R rounded up to 8 columns; for
-// each chunk of 8 columns j0.. of Tt and each block of 4 rows i: acc[4] (8 lanes) += T_i[c] *
-// Tt[c, j0..j0+8) over c; store the lanes j < i. Backward: S built once; for each chunk of 8
-// columns c0 and block of 4 rows r: acc[4] += S_rj * T_j[c0..c0+8) over j.
+// Pseudocode of the fast forward: Tt = T^T zero-padded to R rounded up to the lane count L (8
+// or 16) columns; for each chunk of L columns j0.. of Tt and each block of rows i (8 per block):
+// acc[8] (L lanes) += T_i[c] * Tt[c, j0..j0+L) over c; store the lanes j < i. Backward: S built
+// once; for each chunk of L columns c0 (16 lanes: the last chunk masked) and block of rows r (4
+// per block with 8 lanes, 8 with 16): acc += S_rj * T_j[c0..c0+L) over j.
 //
 // Limits: the fast kernel works in a fixed stack buffer (dot_fast_path_fits); larger shapes run
 // the reference (same bits, slower). Thread safety: pure functions on caller buffers.
