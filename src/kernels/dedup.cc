@@ -49,7 +49,8 @@ void radix_sort_impl(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bits,
   for (int shift = 0; shift < row_bits; shift += digit_bits, ++passes) {
     const int s = 32 + shift;
     // Four interleaved sub-counts: a skewed stream puts runs of equal digits next to each other,
-    // and one counter per digit would chain every increment of a run through memory.
+    // and one counter per digit would chain every increment of a run through memory. 32 bits
+    // suffice: a key's low half numbers it, so n < 2^32.
     auto histogram = [&](int p) {
       int64_t* c = count + static_cast<size_t>(p) * buckets;
       uint32_t sub[4][kMaxBuckets];

@@ -27,6 +27,7 @@
 #include "core/half.h"
 #include "core/parallel.h"
 #include "kernels/multiversion.h"
+#include "leanemb/status.h"
 
 namespace leanemb::nn {
 namespace {
@@ -367,6 +368,8 @@ void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, con
 
 void bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc,
                const Bf16Epilogue& e) {
+  LEANEMB_DCHECK(!e.accumulate || (e.bias == nullptr && !e.round_bf16),
+                 "bf16_gemm: an accumulating epilogue with a bias or rounding");
 #ifdef LEANEMB_HAVE_BF16_KERNELS
   if (bf16_native_supported()) {
     const int64_t pairs = bf16_pad_k(k) / 2;

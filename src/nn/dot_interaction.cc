@@ -28,8 +28,8 @@ constexpr int kForwardRows = 8, kBackwardRows = 4;
 inline const float* t_row(const float* z, const float* e, int64_t d, int64_t r) { return r == 0 ? z : e + (r - 1) * d; }
 inline float* t_row(float* z, float* e, int64_t d, int64_t r) { return r == 0 ? z : e + (r - 1) * d; }
 
-inline int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
-inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+// n rounded up to a multiple of the kernel's lane count (8 or 16): T^T's padded row length.
+inline int64_t round_up(int64_t n, int64_t lanes) { return (n + lanes - 1) / lanes * lanes; }
 inline int64_t pair_index(int64_t i, int64_t j) { return i * (i - 1) / 2 + j; }  // j < i
 
 // Forward, rows i0..i0+NR-1 against the 8 columns j0.. of tt (T^T, row stride rp).
@@ -161,10 +161,17 @@ float in_value(const DotShape& s, float x) {
 
 }  // namespace
 
-bool dot_fast_path_fits(const DotShape& s) {
-  const int64_t R = s.num_features + 1, rp = round_up8(R);
-  return s.dim * rp + rounded_floats(s, false) <= kStackFloats && R * R + rounded_floats(s, true) <= kStackFloats;
+namespace {
+// The stack scratch of the kernels with `lanes` lanes holds T^T padded to them (forward) and S
+// (backward), each with the rounded inputs.
+bool fits_with_lanes(const DotShape& s, int64_t lanes) {
+  const int64_t R = s.num_features + 1;
+  return s.dim * round_up(R, lanes) + rounded_floats(s, false) <= kStackFloats &&
+         R * R + rounded_floats(s, true) <= kStackFloats;
 }
+}  // namespace
+
+bool dot_fast_path_fits(const DotShape& s) { return fits_with_lanes(s, 8); }
 
 void dot_forward_sample_reference(const DotShape& s, const float* z, const float* e, float* pairs) {
   const int64_t F = s.num_features, d = s.dim;
@@ -200,7 +207,7 @@ namespace {
 // The 8-lane kernels (x86-64-v3 and baseline clones).
 LEANEMB_MULTIVERSION
 void forward_sample_v8(const DotShape& s, const float* z, const float* e, float* pairs) {
-  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up8(R);
+  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up(R, 8);
   alignas(32) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
   prepare_forward(s, rp, stack, &z, &e);
@@ -273,15 +280,8 @@ LEANEMB_TARGET_V4 inline void backward_block_v4(const float* z, const float* e, 
   for (int q = 0; q < NR; ++q) _mm512_mask_storeu_ps(t_row(dz, de, d, r0 + q) + c0, m, acc[q]);
 }
 
-// Stack floats the v4 kernels need (forward: T^T padded to 16 columns).
-bool fits_v4(const DotShape& s) {
-  const int64_t R = s.num_features + 1;
-  return s.dim * round_up16(R) + rounded_floats(s, false) <= kStackFloats &&
-         R * R + rounded_floats(s, true) <= kStackFloats;
-}
-
 LEANEMB_TARGET_V4 void forward_sample_v4(const DotShape& s, const float* z, const float* e, float* pairs) {
-  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up16(R);
+  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up(R, 16);
   alignas(64) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
   prepare_forward(s, rp, stack, &z, &e);
@@ -305,13 +305,11 @@ LEANEMB_TARGET_V4 void backward_sample_v4(const DotShape& s, const float* z, con
     });
   }
 }
-#endif  // LEANEMB_HAVE_V4
 
-#ifdef LEANEMB_HAVE_V4
 // The v4 kernels run when the kernels' ISA (kernels/isa.h: the CPU, capped by LEANEMB_ISA and
 // set_isa_limit) is x86-64-v4 and the shape fits their stack buffer.
-bool use_v4(const DotShape& s) { return kernels::active_isa() == kernels::Isa::kV4 && fits_v4(s); }
-#endif
+bool use_v4(const DotShape& s) { return kernels::active_isa() == kernels::Isa::kV4 && fits_with_lanes(s, 16); }
+#endif  // LEANEMB_HAVE_V4
 
 }  // namespace
 

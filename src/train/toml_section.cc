@@ -22,8 +22,7 @@ namespace {
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 Status check_before_tomlpp(std::string_view t, const std::string& origin) {
-  int depth = 0;     // open [ and { of values
-  std::string open;  // those brackets, innermost last
+  std::string open;  // the open [ and { of values, innermost last
   int64_t line_no = 1;
   bool line_start = true;
   bool header = false;  // inside a table header line: its brackets are not values
@@ -77,7 +76,7 @@ Status check_before_tomlpp(std::string_view t, const std::string& origin) {
       line_start = false;
       continue;
     }
-    if (c == '[' && line_start && depth == 0) {  // a table header
+    if (c == '[' && line_start && open.empty()) {  // a table header
       size_t k = i + 1;
       if (k < t.size() && t[k] == '[') ++k;
       while (k < t.size() && (t[k] == ' ' || t[k] == '\t')) ++k;
@@ -98,11 +97,8 @@ Status check_before_tomlpp(std::string_view t, const std::string& origin) {
       line_start = false;
       continue;
     }
-    if (!header && (c == '[' || c == '{')) {
-      open.push_back(c);
-      ++depth;
-    }
-    if (!header && (c == ']' || c == '}') && depth > 0) {
+    if (!header && (c == '[' || c == '{')) open.push_back(c);
+    if (!header && (c == ']' || c == '}') && !open.empty()) {
       // A closing bracket of the other kind is invalid TOML; toml++ 3.3.0 fails an assertion
       // (undefined behaviour without assertions) on a '}' where an array's value may stand
       // (found by fuzz_toml), so both mismatches stop here.
@@ -114,7 +110,6 @@ Status check_before_tomlpp(std::string_view t, const std::string& origin) {
                                 std::string(1, want) + "')");
       }
       open.pop_back();
-      --depth;
     }
     line_start = false;
   }
