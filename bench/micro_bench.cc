@@ -216,6 +216,24 @@ void BM_RadixSortDedup(benchmark::State& state) {
   state.counters["keys"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ---- BM_UniqueFirstOccurrence/rows:R/ids:N ----------------------------------------------------
+// The row cache's distinct rows of one batch (the same two batch shapes as BM_RadixSortDedup).
+void BM_UniqueFirstOccurrence(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int64_t bag = state.range(1) == 262144 ? 32 : 20, batch = state.range(1) / bag;
+  const IdBatch ids = ids_for(rows, batch, bag, bag == 32 ? 1.15 : 1.05, 11);
+  const int64_t n = static_cast<int64_t>(ids.ids.size());
+  std::vector<int64_t> uniq(static_cast<size_t>(n));
+  std::vector<uint32_t> inv(static_cast<size_t>(n));
+  std::vector<uint64_t> keys(2 * static_cast<size_t>(n));
+  int64_t u = 0;
+  for (auto _ : state) {
+    u = kernels::unique_first_occurrence(ids.ids.data(), n, uniq.data(), inv.data(), keys.data());
+    benchmark::DoNotOptimize(uniq.data());
+  }
+  state.counters["distinct"] = static_cast<double>(u);
+}
+
 // ---- BM_CollectionStep/optimizer:K/dtype:T -----------------------------------------------------
 // One EmbeddingCollection training step (forward + backward_update) of the optimizer workload's
 // batch shape on a 1M-row table: validation, lookup, dedup, segment reduce and fused update.
@@ -315,6 +333,12 @@ void register_all() {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   benchmark::RegisterBenchmark("BM_RadixSortDedup", BM_RadixSortDedup)
+      ->ArgNames({"rows", "ids"})
+      ->Args({2000000, 81920})
+      ->Args({10000000, 262144})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_UniqueFirstOccurrence", BM_UniqueFirstOccurrence)
       ->ArgNames({"rows", "ids"})
       ->Args({2000000, 81920})
       ->Args({10000000, 262144})

@@ -100,29 +100,46 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
   else radix_sort_impl<0>(keys, scratch, n, row_bits, num_threads, d);
 }
 
-int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
-                                uint64_t* keys, int num_threads) {
-  parallel_for(n, int64_t{1} << 14, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) keys[i] = static_cast<uint64_t>(rows[i]) << 32 | static_cast<uint32_t>(i);
-  }, num_threads);
-  radix_sort_row_src(keys, keys + n, n, row_bits, num_threads);
-  // Each run of equal rows is in position order (the sort is stable): its first key holds the
-  // row's first position. inv[i] = that position for now.
-  for (int64_t k = 0; k < n;) {
-    const uint64_t row = keys[k] >> 32;
-    const uint32_t first = static_cast<uint32_t>(keys[k]);
-    for (; k < n && keys[k] >> 32 == row; ++k) inv[static_cast<uint32_t>(keys[k])] = first;
-  }
-  // In position order, a first occurrence takes the next index; a repeat takes its first's,
-  // which is already an index (it lies before i).
+int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int64_t* uniq, uint32_t* inv, uint64_t* keys) {
+  if (n == 0) return 0;
+  // Open addressing with linear probing over `cap` entries of keys (row << 32 | index + 1; 0 is
+  // empty), at most half full: sized for a quarter of the ids first and rebuilt twice as large
+  // from uniq when half full, never beyond the scratch's 2n entries.
+  const size_t limit = static_cast<size_t>(2 * n);
+  size_t cap = std::min(limit, std::max<size_t>(4096, static_cast<size_t>(n) / 2));
+  auto home = [&](uint64_t row) {
+    return static_cast<size_t>((static_cast<unsigned __int128>(row * 0x9e3779b97f4a7c15ull) * cap) >> 64);
+  };
+  std::memset(keys, 0, cap * sizeof(uint64_t));
   int64_t u = 0;
+  constexpr int64_t kAhead = 16;
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t f = inv[i];
-    if (f == static_cast<uint32_t>(i)) {
-      uniq[u] = rows[i];
-      inv[i] = static_cast<uint32_t>(u++);
-    } else {
-      inv[i] = inv[f];
+    if (i + kAhead < n) __builtin_prefetch(&keys[home(static_cast<uint64_t>(rows[i + kAhead]))]);
+    const uint64_t row = static_cast<uint64_t>(rows[i]);
+    size_t h = home(row);
+    for (;;) {
+      const uint64_t e = keys[h];
+      if (e == 0) {
+        keys[h] = row << 32 | static_cast<uint64_t>(u + 1);
+        uniq[u] = rows[i];
+        inv[i] = static_cast<uint32_t>(u++);
+        break;
+      }
+      if (e >> 32 == row) {
+        inv[i] = static_cast<uint32_t>(e) - 1;
+        break;
+      }
+      h = h + 1 == cap ? 0 : h + 1;
+    }
+    if (static_cast<size_t>(u) * 2 > cap && cap < limit) {
+      cap = std::min(limit, cap * 2);
+      std::memset(keys, 0, cap * sizeof(uint64_t));
+      for (int64_t j = 0; j < u; ++j) {
+        const uint64_t r = static_cast<uint64_t>(uniq[j]);
+        size_t g = home(r);
+        while (keys[g] != 0) g = g + 1 == cap ? 0 : g + 1;
+        keys[g] = r << 32 | static_cast<uint64_t>(j + 1);
+      }
     }
   }
   return u;

@@ -156,11 +156,13 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
 int radix_digit_bits(int row_bits);
 // The distinct values of rows[0..n) in the order of their first occurrence: writes them to
 // uniq and returns their count U; inv[i] = the position of rows[i] in uniq. Rows lie in
-// [0, 2^row_bits), row_bits <= 32, and n < 2^32. keys: [2n] scratch. One radix sort of
-// (row, position) keys (split over up to num_threads threads, as radix_sort_row_src) and two
-// passes over the positions: no hashing. The result does not depend on num_threads.
-int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int row_bits, int64_t* uniq, uint32_t* inv,
-                                uint64_t* keys, int num_threads = 1);
+// [0, 2^32) and n < 2^32 - 1. keys: [2n] scratch. One serial pass of a linear-probing hash set
+// kept at most half full (row << 32 | index + 1 per entry), sized for n / 2 ids first and
+// rebuilt twice as large from uniq when half full. Measured against the radix-sort version it
+// replaced (BM_UniqueFirstOccurrence, one thread, Intel Xeon with AMX): 1.21 ms against 2.28
+// ms for 262,144 Zipf(1.15) ids over 1e7 rows, 0.56 against 0.68 ms for 81,920 Zipf(1.05) ids
+// over 2e6 rows.
+int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int64_t* uniq, uint32_t* inv, uint64_t* keys);
 
 // ---- scans (scan.cc) ---------------------------------------------------------------------------
 // The largest bit pattern of |x[i]| (x's bits & 0x7fffffff), 0 for n = 0: read as a float it is

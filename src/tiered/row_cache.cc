@@ -216,21 +216,18 @@ void RowCache::wait_idle_locked(std::unique_lock<std::mutex>& l) {
   owner_waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids,
-                                                int num_threads) {
-  active = rows.size() >= min_ids && rows.size() < (size_t{1} << 32) && num_rows <= (int64_t{1} << 32);
+std::span<const int64_t> RowCache::Distinct::of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids) {
+  active = rows.size() >= min_ids && rows.size() < (size_t{1} << 32) - 1 && num_rows <= (int64_t{1} << 32);
   if (!active) return rows;
   const size_t n = rows.size();
-  int row_bits = 0;
-  while (row_bits < 32 && (int64_t{1} << row_bits) < num_rows) ++row_bits;
   reserve_fresh(uniq, n);
   reserve_fresh(inv, n);
   reserve_fresh(keys, 2 * n);
   uniq.resize(n);
   inv.resize(n);
   keys.resize(2 * n);
-  const int64_t u = kernels::unique_first_occurrence(rows.data(), static_cast<int64_t>(n), row_bits, uniq.data(),
-                                                     inv.data(), keys.data(), num_threads);
+  const int64_t u =
+      kernels::unique_first_occurrence(rows.data(), static_cast<int64_t>(n), uniq.data(), inv.data(), keys.data());
   reserve_fresh(slots, static_cast<size_t>(u));
   slots.resize(static_cast<size_t>(u));
   return std::span<const int64_t>(uniq.data(), static_cast<size_t>(u));
@@ -245,7 +242,7 @@ Status RowCache::acquire(std::span<const int64_t> rows, int64_t* slots_out, PinS
   // so a refused one leaves the cache as it was.
   try {
     Distinct& d = owner_->distinct;
-    const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, options_.num_threads);
+    const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
     if (!d.active) return acquire_rows(rows, slots_out, set, touch, false);
     LEANEMB_RETURN_IF_ERROR(acquire_rows(distinct, d.slots.data(), set, touch, true));
     if (slots_out) d.expand(slots_out, rows.size());
@@ -572,7 +569,7 @@ void RowCache::prefetch_main() {
         reserve_fresh(job_slots, rows.size());
         job_slots.resize(rows.size());
         Distinct& d = prefetch_->distinct;
-        const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids, fetch_threads(true));
+        const std::span<const int64_t> distinct = d.of(rows, num_rows(), options_.distinct_min_ids);
         st = fetch(distinct, d.active ? d.slots.data() : job_slots.data(), PinSet::kPrefetch, true, true, d.active);
         if (st.ok() && d.active) d.expand(job_slots.data(), rows.size());
       } catch (const std::bad_alloc&) {

@@ -19,10 +19,10 @@
 // in). Only one fetch runs at a time. The arithmetic never depends on which rows are cached, so
 // results are bit-identical with any capacity, policy, store and prefetch setting.
 //
-// Threads: a large fetch splits its distinct-row sort, lookups and row copies over the pool
-// (core/parallel.h, num_threads). The prefetch thread does so only while the owner waits for it:
-// while the step computes, its cores are busy and the prefetch runs alone. The split never
-// changes the cache's state (slots, victims, counters).
+// Threads: a large fetch splits its lookups and row copies over the pool (core/parallel.h,
+// num_threads; finding its distinct rows is one serial pass). The prefetch thread does so only
+// while the owner waits for it: while the step computes, its cores are busy and the prefetch
+// runs alone. The split never changes the cache's state (slots, victims, counters).
 //
 // Errors: acquire() returns ResourceExhausted when the distinct rows of one call do not fit in
 // the slots that are not pinned by the other set, and the store's errors (IoError,
@@ -161,7 +161,7 @@ class RowCache {
     bool active = false;  // the last of() deduplicated
     // `rows` itself for calls below min_ids ids or tables of more than 2^32 rows, else the
     // distinct rows (slots sized to them). Throws std::bad_alloc (the scratch's budget).
-    std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids, int num_threads);
+    std::span<const int64_t> of(std::span<const int64_t> rows, int64_t num_rows, size_t min_ids);
     // out[i] = slots[inv[i]] for the n rows of the last of().
     void expand(int64_t* out, size_t n) const;
   };

@@ -118,8 +118,9 @@ class HostRowStore final : public RowStore {
     const uint8_t* base = rows_.as<uint8_t>();
     uint64_t copied = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
-      // Rows are random in a buffer of gigabytes: fetch a few ahead so the copies overlap.
-      if (i + kRowsAhead < rows.size())
+      // Rows are random in a buffer of gigabytes: fetch a few ahead so the copies overlap (only
+      // rows that were written: most misses of a young table are rows never written).
+      if (i + kRowsAhead < rows.size() && presence_.test(rows[i + kRowsAhead]))
         kernels::prefetch_span<0, 0>(base + static_cast<size_t>(rows[i + kRowsAhead]) * row_bytes_, row_bytes_);
       const int64_t r = rows[i];
       present[i] = presence_.test(r) ? 1 : 0;
