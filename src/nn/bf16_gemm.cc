@@ -290,6 +290,68 @@ bool bf16_amx_supported() {
 bool bf16_amx_enabled() { return bf16_amx_supported() && g_amx_enabled.load(std::memory_order_relaxed); }
 void set_bf16_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
 
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+// GCC 12's AVX-512 intrinsics (unpack, shuffle, shift) pass an undefined vector as their unused
+// merge operand, which -Wmaybe-uninitialized reports once the vectors live in an array.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+namespace {
+
+// The 16 x 16 transpose of 32-bit lanes: afterwards v[r] lane c = the old v[c] lane r.
+LEANEMB_TARGET_BF16 inline void transpose16x16_epi32(__m512i v[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Each 128-bit lane q of v[i] now holds rows 4q.. of a 4 x 4 block; the two shuffles gather
+  // the blocks across lanes.
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(v[h + i], v[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(v[h + i], v[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; ++i) {
+    v[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    v[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// bf16_pack_a's transpose case (A[i][j] = src[j * cs + i]) for rows [0, m16) and columns
+// [0, k32) (multiples of 16 and 32): per block of 16 rows and 32 columns, 32 column loads of 16
+// floats, rounded as f32_to_bf16_rne (round_bf16_v: the same bits), paired into 32-bit lanes
+// (column 2p low, 2p + 1 high), transposed, and stored as 16 row pieces of 64 bytes.
+LEANEMB_TARGET_BF16 void pack_a_transposed_v(const float* src, int64_t m16, int64_t k32, int64_t cs, int64_t kp,
+                                            uint16_t* dst) {
+  const __m512i lo_half = _mm512_set1_epi32(0xffff);
+  for (int64_t i0 = 0; i0 < m16; i0 += 16)
+    for (int64_t j0 = 0; j0 < k32; j0 += 32) {
+      __m512i v[16];
+      for (int p = 0; p < 16; ++p) {
+        const float* s = src + (j0 + 2 * p) * cs + i0;
+        const __m512i lo = _mm512_castps_si512(round_bf16_v(_mm512_loadu_ps(s)));
+        const __m512i hi = _mm512_castps_si512(round_bf16_v(_mm512_loadu_ps(s + cs)));
+        v[p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 16), lo_half), hi);
+      }
+      transpose16x16_epi32(v);
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r) * kp + j0, v[r]);
+    }
+}
+
+}  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 LEANEMB_MULTIVERSION
 void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride, uint16_t* dst) {
   const int64_t kp = bf16_pad_k(k);
@@ -305,10 +367,20 @@ void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int
   // A transpose (src rows are A's columns). 16 rows of A at a time, each filled left to right:
   // writing a whole column of A per source row would touch m lines whose addresses differ by
   // multiples of 2 kp bytes, which map to few L1 sets (for kp = 1024, two) and thrash.
+  // Where the CPU has AVX-512 BF16 (the native path's CPUs), whole blocks of 16 rows and 32
+  // columns are transposed in registers; the rest as below.
+  int64_t m16 = 0, k32 = 0;
+#ifdef LEANEMB_HAVE_BF16_KERNELS
+  if (bf16_native_supported()) {
+    m16 = m / 16 * 16;
+    k32 = k / 32 * 32;
+    pack_a_transposed_v(src, m16, k32, col_stride, kp, dst);
+  }
+#endif
   constexpr int64_t kRows = 16;
   for (int64_t i0 = 0; i0 < m; i0 += kRows) {
     const int64_t rows = std::min(kRows, m - i0);
-    for (int64_t j = 0; j < k; ++j) {
+    for (int64_t j = i0 < m16 ? k32 : 0; j < k; ++j) {
       const float* s = src + j * col_stride + i0;
       for (int64_t r = 0; r < rows; ++r) dst[(i0 + r) * kp + j] = f32_to_bf16_rne(s[r]);
     }
