@@ -10,6 +10,7 @@
 #include "amp/loss_scaler.h"
 #include "amp/precision.h"
 #include "core/half.h"
+#include "kernels/isa_testing.h"
 
 namespace leanemb::amp {
 namespace {
@@ -160,25 +161,41 @@ TEST(AmpPrecisionTest, RoundingAndStorageMatchHalfConversions) {
   EXPECT_EQ(parse_precision("int8").status().code(), StatusCode::kInvalidArgument);
 }
 
-// The vectorized rounding equals the scalar conversions of src/core/half.h on every kind of bit
-// pattern (random words: NaNs, infinities, subnormals, ties), in place and as a copy.
+// The vectorized rounding, packing and unpacking equal the scalar conversions of src/core/half.h
+// on every kind of bit pattern (random words: NaNs, infinities, subnormals, ties), rounding in
+// place and as a copy, in every kernel build the CPU runs (kernels/isa.h).
 TEST(AmpPrecisionTest, VectorizedRoundingEqualsScalarConversionsOnAnyBits) {
   std::mt19937 gen(3);
   std::vector<float> x(4099);
   for (float& v : x) v = bits_f32(static_cast<uint32_t>(gen()));
   for (size_t i = 0; i < 64; ++i) x[i] = bits_f32(0x3f808000u + static_cast<uint32_t>(i) * 0x10000u);  // ties
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
-    std::vector<float> in_place = x, copy(x.size());
-    round_to_precision(in_place, p);
-    copy_rounded(x, p, copy.data());
-    for (size_t i = 0; i < x.size(); ++i) {
-      const float want = p == Precision::kFp32   ? x[i]
-                         : p == Precision::kBf16 ? bf16_to_f32(f32_to_bf16_rne(x[i]))
-                                                 : f16_to_f32(f32_to_f16_rne(x[i]));
-      ASSERT_EQ(f32_bits(in_place[i]), f32_bits(want)) << precision_name(p) << " " << i;
-      ASSERT_EQ(f32_bits(copy[i]), f32_bits(want)) << precision_name(p) << " " << i;
+  std::vector<uint16_t> halves(x.size());
+  for (uint16_t& h : halves) h = static_cast<uint16_t>(gen());
+  kernels::for_each_isa([&] {
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      std::vector<float> in_place = x, copy(x.size());
+      round_to_precision(in_place, p);
+      copy_rounded(x, p, copy.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = p == Precision::kFp32   ? x[i]
+                           : p == Precision::kBf16 ? bf16_to_f32(f32_to_bf16_rne(x[i]))
+                                                   : f16_to_f32(f32_to_f16_rne(x[i]));
+        ASSERT_EQ(f32_bits(in_place[i]), f32_bits(want)) << precision_name(p) << " " << i;
+        ASSERT_EQ(f32_bits(copy[i]), f32_bits(want)) << precision_name(p) << " " << i;
+      }
+      if (p == Precision::kFp32) continue;
+      std::vector<uint16_t> packed(x.size());
+      pack(x, p, packed.data());
+      std::vector<float> unpacked(x.size());
+      unpack(halves.data(), p, unpacked);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(packed[i], p == Precision::kBf16 ? f32_to_bf16_rne(x[i]) : f32_to_f16_rne(x[i]))
+            << precision_name(p) << " " << i;
+        ASSERT_EQ(f32_bits(unpacked[i]), f32_bits(p == Precision::kBf16 ? bf16_to_f32(halves[i]) : f16_to_f32(halves[i])))
+            << precision_name(p) << " " << i;
+      }
     }
-  }
+  });
 }
 
 }  // namespace

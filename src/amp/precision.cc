@@ -1,12 +1,13 @@
 // Rounding and 16-bit storage for the Precision enum. Loops call the inline branch-free
-// converters of src/core/half.h, so GCC vectorizes them.
+// converters of src/core/half.h, so GCC vectorizes them, in one build per ISA
+// (kernels/isa_builds.h, LEANEMB_ISA_KERNEL).
 #include "amp/precision.h"
 
 #include <cstring>
 #include <string>
 
 #include "core/half.h"
-#include "kernels/multiversion.h"
+#include "kernels/isa_builds.h"
 
 namespace leanemb::amp {
 
@@ -31,8 +32,7 @@ size_t precision_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 namespace {
 
 // out[i] = x[i] rounded to p's grid (out may equal x).
-LEANEMB_MULTIVERSION
-void round_into(const float* x, size_t n, Precision p, float* out) {
+inline void round_into_impl(const float* x, size_t n, Precision p, float* out) {
   switch (p) {
     case Precision::kFp32:
       if (out != x && n != 0) std::memmove(out, x, n * sizeof(float));
@@ -46,14 +46,9 @@ void round_into(const float* x, size_t n, Precision p, float* out) {
   }
 }
 
-}  // namespace
+LEANEMB_ISA_KERNEL(void, round_into, (const float* x, size_t n, Precision p, float* out), (x, n, p, out))
 
-void round_to_precision(std::span<float> x, Precision p) { round_into(x.data(), x.size(), p, x.data()); }
-
-void copy_rounded(std::span<const float> x, Precision p, float* out) { round_into(x.data(), x.size(), p, out); }
-
-LEANEMB_MULTIVERSION
-void pack(std::span<const float> x, Precision p, void* out) {
+inline void pack_impl(std::span<const float> x, Precision p, void* out) {
   const float* v = x.data();
   const size_t n = x.size();
   switch (p) {
@@ -73,8 +68,7 @@ void pack(std::span<const float> x, Precision p, void* out) {
   }
 }
 
-LEANEMB_MULTIVERSION
-void unpack(const void* in, Precision p, std::span<float> out) {
+inline void unpack_impl(const void* in, Precision p, std::span<float> out) {
   float* o = out.data();
   const size_t n = out.size();
   switch (p) {
@@ -93,5 +87,14 @@ void unpack(const void* in, Precision p, std::span<float> out) {
     }
   }
 }
+
+}  // namespace
+
+void round_to_precision(std::span<float> x, Precision p) { round_into(x.data(), x.size(), p, x.data()); }
+
+void copy_rounded(std::span<const float> x, Precision p, float* out) { round_into(x.data(), x.size(), p, out); }
+
+LEANEMB_ISA_KERNEL(void, pack, (std::span<const float> x, Precision p, void* out), (x, p, out))
+LEANEMB_ISA_KERNEL(void, unpack, (const void* in, Precision p, std::span<float> out), (in, p, out))
 
 }  // namespace leanemb::amp

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa_testing.h"
 #include "kernels/kernels.h"
 
 namespace leanemb::kernels {
@@ -114,48 +115,51 @@ TEST(UniqueFirstOccurrenceTest, MatchesAnOrderedHashMap) {
   }
 }
 
-// The scans against plain scalar loops: every length up to 70 (vector bodies and tails of both
-// builds), a non-finite value or an out-of-range id at every position, and the edge values.
+// The scans against plain scalar loops, in every build the CPU runs: every length up to 70
+// (vector bodies and tails), a non-finite value or an out-of-range id at every position, and
+// the edge values.
 TEST(ScanTest, MaxAbsBitsAndCountOutsideMatchScalarLoops) {
-  std::mt19937 g(3);
-  std::normal_distribution<float> nd(0.0f, 3.0f);
-  auto ref_max = [](const std::vector<float>& v) {
-    uint32_t m = 0;
-    for (float x : v) m = std::max(m, f32_bits(x) & 0x7fffffffu);
-    return m;
-  };
-  for (int n = 0; n <= 70; ++n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = nd(g);
-    const uint32_t m = max_abs_bits(v.data(), n);
-    EXPECT_EQ(m, ref_max(v)) << n;
-    float as_float;
-    std::memcpy(&as_float, &m, 4);
-    float want = 0.0f;
-    for (float x : v) want = std::max(want, std::fabs(x));
-    EXPECT_EQ(as_float, want) << n;
-    for (int i = 0; i < n; ++i) {
-      for (float bad : {INFINITY, -INFINITY, std::nanf(""), -std::nanf("")}) {
+  for_each_isa([] {
+    std::mt19937 g(3);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    auto ref_max = [](const std::vector<float>& v) {
+      uint32_t m = 0;
+      for (float x : v) m = std::max(m, f32_bits(x) & 0x7fffffffu);
+      return m;
+    };
+    for (int n = 0; n <= 70; ++n) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = nd(g);
+      const uint32_t m = max_abs_bits(v.data(), n);
+      EXPECT_EQ(m, ref_max(v)) << n;
+      float as_float;
+      std::memcpy(&as_float, &m, 4);
+      float want = 0.0f;
+      for (float x : v) want = std::max(want, std::fabs(x));
+      EXPECT_EQ(as_float, want) << n;
+      for (int i = 0; i < n; ++i) {
+        for (float bad : {INFINITY, -INFINITY, std::nanf(""), -std::nanf("")}) {
+          std::vector<float> w = v;
+          w[static_cast<size_t>(i)] = bad;
+          EXPECT_GE(max_abs_bits(w.data(), n), 0x7f800000u) << n << " at " << i;
+        }
         std::vector<float> w = v;
-        w[static_cast<size_t>(i)] = bad;
-        EXPECT_GE(max_abs_bits(w.data(), n), 0x7f800000u) << n << " at " << i;
+        w[static_cast<size_t>(i)] = -FLT_MAX;
+        EXPECT_EQ(max_abs_bits(w.data(), n), 0x7f7fffffu) << n << " at " << i;
       }
-      std::vector<float> w = v;
-      w[static_cast<size_t>(i)] = -FLT_MAX;
-      EXPECT_EQ(max_abs_bits(w.data(), n), 0x7f7fffffu) << n << " at " << i;
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i % 17;
+      EXPECT_EQ(count_outside(ids.data(), n, 17), 0) << n;
+      for (int i = 0; i < n; ++i)
+        for (int64_t bad : {int64_t{-1}, int64_t{17}, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
+          std::vector<int64_t> w = ids;
+          w[static_cast<size_t>(i)] = bad;
+          w[static_cast<size_t>(n - 1 - i)] = bad;
+          EXPECT_EQ(count_outside(w.data(), n, 17), i == n - 1 - i ? 1 : 2) << n << " at " << i;
+        }
+      EXPECT_EQ(count_outside(ids.data(), n, 0), n);
     }
-    std::vector<int64_t> ids(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i % 17;
-    EXPECT_EQ(count_outside(ids.data(), n, 17), 0) << n;
-    for (int i = 0; i < n; ++i)
-      for (int64_t bad : {int64_t{-1}, int64_t{17}, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
-        std::vector<int64_t> w = ids;
-        w[static_cast<size_t>(i)] = bad;
-        w[static_cast<size_t>(n - 1 - i)] = bad;
-        EXPECT_EQ(count_outside(w.data(), n, 17), i == n - 1 - i ? 1 : 2) << n << " at " << i;
-      }
-    EXPECT_EQ(count_outside(ids.data(), n, 0), n);
-  }
+  });
 }
 
 }  // namespace

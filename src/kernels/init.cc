@@ -1,11 +1,12 @@
 // Row initialization kernels: the uniform initializer's counter-based draws and the
 // round-to-nearest store of initial weights. Tables initialize every row at creation and cached
 // tables create rows on first touch (each miss of a never-written row), so these run per row in
-// the fetch path. Both compile for AVX-512, AVX2 and the baseline ISA (LEANEMB_MULTIVERSION); the
-// loops are the reference's arithmetic with no reassociation, so every clone gives its bits.
+// the fetch path. Both compile for AVX-512, AVX2 and the baseline ISA (isa_builds.h,
+// LEANEMB_ISA_KERNEL); the loops are the reference's arithmetic with no reassociation, so every
+// build gives its bits.
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "kernels/multiversion.h"
+#include "kernels/isa_builds.h"
 #include "kernels/row_access.h"
 
 namespace leanemb::kernels {
@@ -29,13 +30,13 @@ void ref_uniform_fill(uint32_t key, int64_t d, float bound, float* out) {
   }
 }
 
-LEANEMB_MULTIVERSION
-void uniform_fill(uint32_t key, int64_t d, float bound, float* __restrict out) {
+namespace {
+
+inline void uniform_fill_impl(uint32_t key, int64_t d, float bound, float* __restrict out) {
   for (int64_t j = 0; j < d; ++j) out[j] = uniform_value(key, j, bound);
 }
 
-LEANEMB_MULTIVERSION
-void store_weights_rne(const RowLayout& l, uint8_t* __restrict row, const float* __restrict w) {
+inline void store_weights_rne_impl(const RowLayout& l, uint8_t* __restrict row, const float* __restrict w) {
   const int64_t d = l.dim;
   switch (l.weight_dtype) {
     case DType::kF32:
@@ -52,5 +53,11 @@ void store_weights_rne(const RowLayout& l, uint8_t* __restrict row, const float*
       break;
   }
 }
+
+}  // namespace
+
+LEANEMB_ISA_KERNEL(void, uniform_fill, (uint32_t key, int64_t d, float bound, float* __restrict out), (key, d, bound, out))
+LEANEMB_ISA_KERNEL(void, store_weights_rne, (const RowLayout& l, uint8_t* __restrict row, const float* __restrict w),
+                   (l, row, w))
 
 }  // namespace leanemb::kernels

@@ -46,6 +46,29 @@
     BODY(::leanemb::kernels::Isa::kV4)                                                                   \
   })
 
+// LEANEMB_ISA_KERNEL(R, name, params, args) defines the entry point `R name params` of a kernel
+// whose body is the inline function `R name##_impl params` (defined before it): three builds
+// of the body (name##_build_base / _v3 / _v4, file-local, each `flatten` with its ISA's target
+// attribute, so name##_impl and its helpers are compiled for that ISA) and the call of the one
+// active_isa() selects. `args` names the parameters, in parentheses: for example
+//   inline int64_t count_outside_impl(const int64_t* v, int64_t n, int64_t bound) { ... }
+//   LEANEMB_ISA_KERNEL(int64_t, count_outside, (const int64_t* v, int64_t n, int64_t bound), (v, n, bound))
+// For kernels whose body GCC vectorizes on its own (plain loops); the cap of active_isa()
+// (LEANEMB_ISA, set_isa_limit) selects their builds like every other kernel's, so the tests run
+// each build the CPU has.
+#define LEANEMB_ISA_UNPAREN_(...) __VA_ARGS__
+#define LEANEMB_ISA_KERNEL(R, name, params, args)                                                       \
+  __attribute__((flatten)) static R name##_build_base params { return name##_impl args; }              \
+  LEANEMB_ISA_IF_V3_(LEANEMB_TARGET_V3 __attribute__((flatten)) static R name##_build_v3 params {      \
+    return name##_impl args;                                                                           \
+  })                                                                                                   \
+  LEANEMB_ISA_IF_V4_(LEANEMB_TARGET_V4 __attribute__((flatten)) static R name##_build_v4 params {      \
+    return name##_impl args;                                                                           \
+  })                                                                                                   \
+  R name params {                                                                                      \
+    LEANEMB_RETURN_ISA_CALL(::leanemb::kernels::active_isa(), name##_build, LEANEMB_ISA_UNPAREN_ args); \
+  }
+
 #define LEANEMB_RETURN_ISA_CALL(isa, name, ...)                                                         \
   LEANEMB_ISA_IF_V4_(if ((isa) == ::leanemb::kernels::Isa::kV4) return name##_v4(__VA_ARGS__);)        \
   LEANEMB_ISA_IF_V3_(if ((isa) >= ::leanemb::kernels::Isa::kV3) return name##_v3(__VA_ARGS__);)        \

@@ -21,6 +21,7 @@
 
 #include "core/half.h"
 #include "kernels/isa.h"
+#include "kernels/isa_testing.h"
 #include "kernels/kernels.h"
 #include "kernels/row_access.h"
 #include "leanemb/optimizer.h"
@@ -114,19 +115,6 @@ Bags make_bags(CornerCase c, std::mt19937_64& rng) {
 }
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
-
-// Runs fn() once per kernel build this CPU supports (isa.h), with the dispatch capped to it.
-template <typename Fn>
-void for_each_isa(Fn&& fn) {
-  for (Isa isa : {Isa::kBaseline, Isa::kV3, Isa::kV4}) {
-    if (static_cast<int>(isa) > static_cast<int>(cpu_isa())) break;
-    SCOPED_TRACE(std::string("isa ") + std::string(isa_name(isa)));
-    set_isa_limit(isa);
-    fn();
-    set_isa_limit(Isa::kV4);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-}
 
 // ---- pooled and sequence lookup ------------------------------------------------------------------
 
@@ -227,27 +215,29 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, PooledLookupTest, ::testing::ValuesIn(all_lo
                                   (i.param.weighted ? "_weighted" : "_unweighted");
                          });
 
-// The fast sequence lookup copies each id's row exactly like the reference, for every dtype,
-// dims 1..130, duplicate ids and 1-3 threads.
+// The fast sequence lookup copies each id's row exactly like the reference, in every build, for
+// every dtype, dims 1..130, duplicate ids and 1-3 threads.
 TEST(SequenceLookupTest, FastKernelMatchesReferenceBitwise) {
-  std::mt19937_64 rng(7);
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
-    for (int64_t dim : {1, 3, 13, 130}) {
-      SCOPED_TRACE(dtype_label(d) + " dim " + std::to_string(dim));
-      HostTable t = make_table(20, dim, d, OptimizerOptions{}, rng());
-      std::vector<int64_t> ids = {0, 19, 5, 5, 5, 7, 0, 12};
-      std::vector<float> want(ids.size() * dim), got(want.size());
-      ref_sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), want.data());
-      std::vector<float> row(dim);
-      ref_load_weights(t.layout, t.base() + 19 * t.layout.stride_bytes, row.data());
-      ASSERT_EQ(std::memcmp(want.data() + dim, row.data(), dim * 4), 0);
-      for (int threads : {1, 2, 3}) {
-        std::fill(got.begin(), got.end(), -1.0f);
-        sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), got.data(), threads);
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << threads << " threads";
+  for_each_isa([&] {
+    std::mt19937_64 rng(7);
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
+      for (int64_t dim : {1, 3, 13, 130}) {
+        SCOPED_TRACE(dtype_label(d) + " dim " + std::to_string(dim));
+        HostTable t = make_table(20, dim, d, OptimizerOptions{}, rng());
+        std::vector<int64_t> ids = {0, 19, 5, 5, 5, 7, 0, 12};
+        std::vector<float> want(ids.size() * dim), got(want.size());
+        ref_sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), want.data());
+        std::vector<float> row(dim);
+        ref_load_weights(t.layout, t.base() + 19 * t.layout.stride_bytes, row.data());
+        ASSERT_EQ(std::memcmp(want.data() + dim, row.data(), dim * 4), 0);
+        for (int threads : {1, 2, 3}) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          sequence_lookup(t.view(), ids.data(), static_cast<int64_t>(ids.size()), got.data(), threads);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << threads << " threads";
+        }
       }
     }
-  }
+  });
 }
 
 // Int8 rowwise rows store min as bias and (max - min) / 255 as scale, so every weight loads back
@@ -273,52 +263,56 @@ TEST(Int8RowwiseTest, StoreLoadsBackWithinHalfAQuantizationStep) {
 
 // ---- row initialization ------------------------------------------------------------------------
 
-// The vectorized uniform draws give the reference's bits for every dim (vector body and tail) and
-// stay inside (-bound, bound).
+// The vectorized uniform draws give the reference's bits in every build, for every dim (vector
+// body and tail), and stay inside (-bound, bound).
 TEST(InitKernelsTest, UniformFillMatchesReferenceBitForBit) {
-  std::mt19937 rng(11);
-  for (int64_t d : {1, 7, 8, 13, 64, 128, 129}) {
-    for (int k = 0; k < 50; ++k) {
-      const uint32_t key = static_cast<uint32_t>(rng());
-      const float bound = k % 2 ? 0.05f : 1.0f / std::sqrt(1e7f);
-      std::vector<float> fast(static_cast<size_t>(d)), ref(static_cast<size_t>(d));
-      uniform_fill(key, d, bound, fast.data());
-      ref_uniform_fill(key, d, bound, ref.data());
-      ASSERT_EQ(0, std::memcmp(fast.data(), ref.data(), fast.size() * 4)) << "d=" << d << " key=" << key;
-      for (float x : fast) ASSERT_TRUE(x > -bound && x < bound) << x;
+  for_each_isa([&] {
+    std::mt19937 rng(11);
+    for (int64_t d : {1, 7, 8, 13, 64, 128, 129}) {
+      for (int k = 0; k < 50; ++k) {
+        const uint32_t key = static_cast<uint32_t>(rng());
+        const float bound = k % 2 ? 0.05f : 1.0f / std::sqrt(1e7f);
+        std::vector<float> fast(static_cast<size_t>(d)), ref(static_cast<size_t>(d));
+        uniform_fill(key, d, bound, fast.data());
+        ref_uniform_fill(key, d, bound, ref.data());
+        ASSERT_EQ(0, std::memcmp(fast.data(), ref.data(), fast.size() * 4)) << "d=" << d << " key=" << key;
+        for (float x : fast) ASSERT_TRUE(x > -bound && x < bound) << x;
+      }
     }
-  }
+  });
 }
 
-// The vectorized round-to-nearest store writes the reference's bytes for fp32, fp16 and bf16
-// rows, including ties, values that overflow fp16, subnormals, infinities and NaN.
+// The vectorized round-to-nearest store writes the reference's bytes in every build for fp32,
+// fp16 and bf16 rows, including ties, values that overflow fp16, subnormals, infinities and NaN.
 TEST(InitKernelsTest, StoreWeightsRneMatchesReference) {
-  std::mt19937_64 rng(5);
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
-    for (int64_t d : {1, 9, 16, 37, 128}) {
-      auto l = make_row_layout(d, dt, OptimizerOptions{});
-      ASSERT_TRUE(l.ok());
-      std::vector<float> w(static_cast<size_t>(d));
-      for (size_t j = 0; j < w.size(); ++j) {
-        uint32_t bits = static_cast<uint32_t>(rng());
-        if (j % 5 == 1) bits = (bits & 0xffff0000u) | 0x8000u;  // a bf16 tie
-        if (j % 5 == 2) bits = (bits & 0x807fffffu) | (static_cast<uint32_t>(100 + rng() % 60) << 23);
-        std::memcpy(&w[j], &bits, 4);
-        if (dt == DType::kInt8Rowwise && !std::isfinite(w[j])) w[j] = 0.5f;
+  for_each_isa([&] {
+    std::mt19937_64 rng(5);
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise}) {
+      for (int64_t d : {1, 9, 16, 37, 128}) {
+        auto l = make_row_layout(d, dt, OptimizerOptions{});
+        ASSERT_TRUE(l.ok());
+        std::vector<float> w(static_cast<size_t>(d));
+        for (size_t j = 0; j < w.size(); ++j) {
+          uint32_t bits = static_cast<uint32_t>(rng());
+          if (j % 5 == 1) bits = (bits & 0xffff0000u) | 0x8000u;  // a bf16 tie
+          if (j % 5 == 2) bits = (bits & 0x807fffffu) | (static_cast<uint32_t>(100 + rng() % 60) << 23);
+          std::memcpy(&w[j], &bits, 4);
+          if (dt == DType::kInt8Rowwise && !std::isfinite(w[j])) w[j] = 0.5f;
+        }
+        if (d >= 9 && dt != DType::kInt8Rowwise) {
+          w[3] = 70000.0f;                                 // overflows fp16
+          w[4] = std::numeric_limits<float>::infinity();
+          w[5] = std::numeric_limits<float>::quiet_NaN();
+          w[6] = 1e-40f;                                   // fp32 subnormal
+          w[7] = 3e-6f;                                    // fp16 subnormal
+        }
+        std::vector<uint8_t> fast(l->stride_bytes, 0xab), ref(l->stride_bytes, 0xab);
+        store_weights_rne(*l, fast.data(), w.data());
+        ref_store_weights_rne(*l, ref.data(), w.data());
+        EXPECT_EQ(fast, ref) << dtype_name(dt) << " d=" << d;
       }
-      if (d >= 9 && dt != DType::kInt8Rowwise) {
-        w[3] = 70000.0f;                                 // overflows fp16
-        w[4] = std::numeric_limits<float>::infinity();
-        w[5] = std::numeric_limits<float>::quiet_NaN();
-        w[6] = 1e-40f;                                   // fp32 subnormal
-        w[7] = 3e-6f;                                    // fp16 subnormal
-      }
-      std::vector<uint8_t> fast(l->stride_bytes, 0xab), ref(l->stride_bytes, 0xab);
-      store_weights_rne(*l, fast.data(), w.data());
-      ref_store_weights_rne(*l, ref.data(), w.data());
-      EXPECT_EQ(fast, ref) << dtype_name(dt) << " d=" << d;
     }
-  }
+  });
 }
 
 // ---- fused optimizer updates ---------------------------------------------------------------------

@@ -21,7 +21,6 @@
 #include "kernels/isa.h"
 #include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
-#include "kernels/multiversion.h"
 #include "kernels/row_access.h"
 #include "kernels/vec16.h"
 #include "kernels/vec8.h"
@@ -269,8 +268,7 @@ inline void copy_rows(const TableView& t, const int64_t* ids, int64_t i0, int64_
   }
 }
 
-LEANEMB_MULTIVERSION
-void copy_rows_any(const TableView& t, const int64_t* ids, int64_t i0, int64_t i1, int64_t nnz, float* out) {
+inline void copy_rows_any_impl(const TableView& t, const int64_t* ids, int64_t i0, int64_t i1, int64_t nnz, float* out) {
   switch (t.layout->weight_dtype) {
     case DType::kF32: copy_rows<DType::kF32>(t, ids, i0, i1, nnz, out); break;
     case DType::kF16: copy_rows<DType::kF16>(t, ids, i0, i1, nnz, out); break;
@@ -278,6 +276,9 @@ void copy_rows_any(const TableView& t, const int64_t* ids, int64_t i0, int64_t i
     case DType::kInt8Rowwise: copy_rows<DType::kInt8Rowwise>(t, ids, i0, i1, nnz, out); break;
   }
 }
+// The sequence lookup's row copies: plain loops GCC vectorizes in each build.
+LEANEMB_ISA_KERNEL(void, copy_rows_any, (const TableView& t, const int64_t* ids, int64_t i0, int64_t i1, int64_t nnz, float* out),
+                   (t, ids, i0, i1, nnz, out))
 
 }  // namespace
 

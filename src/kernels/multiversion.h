@@ -1,8 +1,9 @@
-// LEANEMB_MULTIVERSION marks a hot kernel entry point that GCC compiles three times, for
-// x86-64-v4 (AVX-512: Zen 4, Sapphire Rapids), x86-64-v3 (AVX2, FMA, F16C) and the baseline ISA,
-// choosing at load time (ifunc) by CPU. `flatten` inlines every helper into each clone so the
-// helpers get the clone's ISA too. FMA contraction is disabled project-wide (-ffp-contract=off)
-// and the loops keep the reference's order per output, so every clone rounds the same.
+// LEANEMB_MULTIVERSION marks a function that GCC compiles three times, for x86-64-v4 (AVX-512:
+// Zen 4, Sapphire Rapids), x86-64-v3 (AVX2, FMA, F16C) and the baseline ISA, choosing at load
+// time (ifunc) by CPU. `flatten` inlines every helper into each clone so the helpers get the
+// clone's ISA too. The library's kernels do not use it: their builds go through isa.h's dispatch
+// (kernels/isa_builds.h), which LEANEMB_ISA and set_isa_limit cap, so the tests run every build;
+// a clone chosen by the loader cannot be capped. Only the roofline benchmark's loops use it.
 #pragma once
 
 // Not at -O0 (no __OPTIMIZE__): there `flatten` inlines nothing, and the AVX2 clone's calls into

@@ -18,7 +18,6 @@
 #include "kernels/isa.h"
 #include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
-#include "kernels/multiversion.h"
 #include "kernels/quant8_vec.h"
 #include "kernels/row_access.h"
 #include "kernels/vec16.h"

@@ -26,7 +26,7 @@
 
 #include "core/half.h"
 #include "core/parallel.h"
-#include "kernels/multiversion.h"
+#include "kernels/isa_builds.h"
 #include "leanemb/status.h"
 
 namespace leanemb::nn {
@@ -352,8 +352,12 @@ LEANEMB_TARGET_BF16 void pack_a_transposed_v(const float* src, int64_t m16, int6
 #endif
 #endif
 
-LEANEMB_MULTIVERSION
-void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride, uint16_t* dst) {
+// The packs: plain loops GCC vectorizes, one build per ISA (kernels/isa_builds.h,
+// LEANEMB_ISA_KERNEL).
+namespace {
+
+inline void bf16_pack_a_impl(const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride,
+                             uint16_t* dst) {
   const int64_t kp = bf16_pad_k(k);
   if (col_stride == 1 || row_stride != 1) {
     for (int64_t i = 0; i < m; ++i) {
@@ -389,8 +393,8 @@ void bf16_pack_a(const float* src, int64_t m, int64_t k, int64_t row_stride, int
     for (int64_t i = 0; i < m; ++i) dst[i * kp + k] = 0;
 }
 
-LEANEMB_MULTIVERSION
-void bf16_pack_b(const float* src, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, uint32_t* dst) {
+inline void bf16_pack_b_impl(const float* src, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride,
+                             uint32_t* dst) {
   const int64_t pairs = bf16_pad_k(k) / 2, np = bf16_pad_n(n);
   for (int64_t p = 0; p < pairs; ++p) {
     uint32_t* d = dst + p * np;
@@ -405,8 +409,7 @@ void bf16_pack_b(const float* src, int64_t k, int64_t n, int64_t row_stride, int
   }
 }
 
-LEANEMB_MULTIVERSION
-void bf16_pack_b_bf16(const uint16_t* src, int64_t k, int64_t n, int64_t row_stride, uint32_t* dst) {
+inline void bf16_pack_b_bf16_impl(const uint16_t* src, int64_t k, int64_t n, int64_t row_stride, uint32_t* dst) {
   const int64_t pairs = bf16_pad_k(k) / 2, np = bf16_pad_n(n);
   for (int64_t p = 0; p < pairs; ++p) {
     uint32_t* d = dst + p * np;
@@ -420,6 +423,17 @@ void bf16_pack_b_bf16(const uint16_t* src, int64_t k, int64_t n, int64_t row_str
     for (int64_t j = n; j < np; ++j) d[j] = 0;
   }
 }
+
+}  // namespace
+
+LEANEMB_ISA_KERNEL(void, bf16_pack_a,
+                   (const float* src, int64_t m, int64_t k, int64_t row_stride, int64_t col_stride, uint16_t* dst),
+                   (src, m, k, row_stride, col_stride, dst))
+LEANEMB_ISA_KERNEL(void, bf16_pack_b,
+                   (const float* src, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, uint32_t* dst),
+                   (src, k, n, row_stride, col_stride, dst))
+LEANEMB_ISA_KERNEL(void, bf16_pack_b_bf16, (const uint16_t* src, int64_t k, int64_t n, int64_t row_stride, uint32_t* dst),
+                   (src, k, n, row_stride, dst))
 
 void bf16_gemm_reference(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint32_t* b, float* c,
                          int64_t ldc, const Bf16Epilogue& e) {

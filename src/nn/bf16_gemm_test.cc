@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa_testing.h"
 #include "leanemb/memory.h"
 #include "nn/bf16_gemm.h"
 #include "nn/linear.h"
@@ -158,56 +159,61 @@ TEST(NnBf16GemmTest, ReferenceMatchesDoublePrecisionOfRoundedOperands) {
     }
 }
 
-// Packing rounds to nearest even, honours both strides and zero-pads odd k and n % 16.
+// Packing rounds to nearest even, honours both strides and zero-pads odd k and n % 16, in every
+// kernel build the CPU runs.
 TEST(NnBf16GemmTest, PackingRoundsToNearestEvenAndZeroPads) {
-  const int64_t m = 3, k = 5, n = 18;
-  const auto src = random_floats(static_cast<size_t>(k * n), 70);
-  std::vector<uint16_t> a(bf16_packed_a_bytes(m, k) / 2, 0xffff);
-  bf16_pack_a(src.data(), m, k, 1, n, a.data());  // A[i][j] = src[j * n + i] (a transpose)
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(a[static_cast<size_t>(i * 6 + j)], f32_to_bf16_rne(src[static_cast<size_t>(j * n + i)]));
-    EXPECT_EQ(a[static_cast<size_t>(i * 6 + 5)], 0);
-  }
-  std::vector<uint32_t> b(bf16_packed_b_bytes(k, n) / 4, 0xffffffffu);
-  bf16_pack_b(src.data(), k, n, n, 1, b.data());
-  ASSERT_EQ(b.size(), 3u * 32u);
-  for (int64_t p = 0; p < 3; ++p)
-    for (int64_t j = 0; j < 32; ++j) {
-      const uint32_t w = b[static_cast<size_t>(p * 32 + j)];
-      const bool col = j < n;
-      EXPECT_EQ(w & 0xffffu, col ? f32_to_bf16_rne(src[static_cast<size_t>(2 * p * n + j)]) : 0u);
-      EXPECT_EQ(w >> 16, col && 2 * p + 1 < k ? f32_to_bf16_rne(src[static_cast<size_t>((2 * p + 1) * n + j)]) : 0u);
+  kernels::for_each_isa([&] {
+    const int64_t m = 3, k = 5, n = 18;
+    const auto src = random_floats(static_cast<size_t>(k * n), 70);
+    std::vector<uint16_t> a(bf16_packed_a_bytes(m, k) / 2, 0xffff);
+    bf16_pack_a(src.data(), m, k, 1, n, a.data());  // A[i][j] = src[j * n + i] (a transpose)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(a[static_cast<size_t>(i * 6 + j)], f32_to_bf16_rne(src[static_cast<size_t>(j * n + i)]));
+      EXPECT_EQ(a[static_cast<size_t>(i * 6 + 5)], 0);
     }
+    std::vector<uint32_t> b(bf16_packed_b_bytes(k, n) / 4, 0xffffffffu);
+    bf16_pack_b(src.data(), k, n, n, 1, b.data());
+    ASSERT_EQ(b.size(), 3u * 32u);
+    for (int64_t p = 0; p < 3; ++p)
+      for (int64_t j = 0; j < 32; ++j) {
+        const uint32_t w = b[static_cast<size_t>(p * 32 + j)];
+        const bool col = j < n;
+        EXPECT_EQ(w & 0xffffu, col ? f32_to_bf16_rne(src[static_cast<size_t>(2 * p * n + j)]) : 0u);
+        EXPECT_EQ(w >> 16, col && 2 * p + 1 < k ? f32_to_bf16_rne(src[static_cast<size_t>((2 * p + 1) * n + j)]) : 0u);
+      }
+  });
 }
 
 // The transposed pack (dW's A = dy^T) in whole 16 x 32 blocks (transposed in registers where the
 // CPU has AVX-512 BF16) and its edges: every element is f32_to_bf16_rne of its source, with
 // ties, NaNs, infinities and subnormals among the values, and the pad column zero.
 TEST(NnBf16GemmTest, TransposedPackingMatchesTheScalarRoundingInBlocksAndEdges) {
-  for (auto [m, k] : {std::pair<int64_t, int64_t>{37, 70}, {32, 64}, {16, 33}, {15, 31}}) {
-    const int64_t n = m + 3;  // the source's row stride (A's column stride)
-    auto src = random_floats(static_cast<size_t>(k * n), 71);
-    const float specials[] = {std::nanf(""), -INFINITY, INFINITY, 1e-40f, -1e-41f, 0.0f, -0.0f};
-    for (size_t i = 0; i < src.size(); i += 5) src[i] = specials[(i / 5) % std::size(specials)];
-    for (size_t i = 2; i < src.size(); i += 7) {  // exact ties between two bf16 values
-      uint32_t u;
-      std::memcpy(&u, &src[i], 4);
-      u = (u & 0xffff0000u) | 0x8000u;
-      std::memcpy(&src[i], &u, 4);
-    }
-    const int64_t kp = bf16_pad_k(k);
-    std::vector<uint16_t> a(bf16_packed_a_bytes(m, k) / 2, 0xffff);
-    bf16_pack_a(src.data(), m, k, 1, n, a.data());
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < k; ++j) {
-        ASSERT_EQ(a[static_cast<size_t>(i * kp + j)], f32_to_bf16_rne(src[static_cast<size_t>(j * n + i)]))
-            << "m " << m << " k " << k << " at " << i << "," << j;
+  kernels::for_each_isa([&] {
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{37, 70}, {32, 64}, {16, 33}, {15, 31}}) {
+      const int64_t n = m + 3;  // the source's row stride (A's column stride)
+      auto src = random_floats(static_cast<size_t>(k * n), 71);
+      const float specials[] = {std::nanf(""), -INFINITY, INFINITY, 1e-40f, -1e-41f, 0.0f, -0.0f};
+      for (size_t i = 0; i < src.size(); i += 5) src[i] = specials[(i / 5) % std::size(specials)];
+      for (size_t i = 2; i < src.size(); i += 7) {  // exact ties between two bf16 values
+        uint32_t u;
+        std::memcpy(&u, &src[i], 4);
+        u = (u & 0xffff0000u) | 0x8000u;
+        std::memcpy(&src[i], &u, 4);
       }
-      if (kp != k) {
-        EXPECT_EQ(a[static_cast<size_t>(i * kp + k)], 0);
+      const int64_t kp = bf16_pad_k(k);
+      std::vector<uint16_t> a(bf16_packed_a_bytes(m, k) / 2, 0xffff);
+      bf16_pack_a(src.data(), m, k, 1, n, a.data());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          ASSERT_EQ(a[static_cast<size_t>(i * kp + j)], f32_to_bf16_rne(src[static_cast<size_t>(j * n + i)]))
+              << "m " << m << " k " << k << " at " << i << "," << j;
+        }
+        if (kp != k) {
+          EXPECT_EQ(a[static_cast<size_t>(i * kp + k)], 0);
+        }
       }
     }
-  }
+  });
 }
 
 // 1 and 2 threads give the same bits on a shape with many tiles.

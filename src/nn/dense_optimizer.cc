@@ -7,7 +7,7 @@
 
 #include "amp/loss_scaler.h"
 #include "core/parallel.h"
-#include "kernels/multiversion.h"
+#include "kernels/isa_builds.h"
 
 namespace leanemb::nn {
 namespace {
@@ -57,10 +57,10 @@ struct UpdateArgs {
 // Elements [begin, end) of one parameter. std::fma exactly where torch's CPU kernels fuse:
 // add(other, alpha) is vec::fmadd(other, alpha, self) and addcmul(t1, t2, value) is
 // self + (value * t1) * t2 contracted to fma(value * t1, t2, self); mul, sqrt, division and
-// addcdiv are not fused. std::fma is exactly rounded, so the AVX2 clone (a vfmadd instruction)
-// and the baseline clone (a libm call) give the same bits.
-LEANEMB_MULTIVERSION
-void update_range(const UpdateArgs& a, int64_t begin, int64_t end) {
+// addcdiv are not fused. std::fma is exactly rounded, so the AVX2 build (a vfmadd instruction)
+// and the baseline build (a libm call) give the same bits (one build per ISA:
+// kernels/isa_builds.h, LEANEMB_ISA_KERNEL).
+inline void update_range_impl(const UpdateArgs& a, int64_t begin, int64_t end) {
   float* p = a.p;
   const float* grad = a.grad;
   switch (a.kind) {
@@ -92,6 +92,8 @@ void update_range(const UpdateArgs& a, int64_t begin, int64_t end) {
       return;
   }
 }
+
+LEANEMB_ISA_KERNEL(void, update_range, (const UpdateArgs& a, int64_t begin, int64_t end), (a, begin, end))
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/isa_testing.h"
 #include "nn/dense_optimizer.h"
 #include "nn/nn_testing.h"
 
@@ -75,32 +76,35 @@ DenseOptimizerOptions options_for(DenseOptimizerKind kind) {
 }
 
 // kSteps steps of a 2-parameter optimizer against the fp32 scalar reference (bit-for-bit) and the
-// double textbook rules (1e-5 relative), with a loss-scale multiplier of 1/1024.
+// double textbook rules (1e-5 relative), with a loss-scale multiplier of 1/1024, in every kernel
+// build the CPU runs (kernels/isa.h).
 TEST(NnDenseOptimizerTest, StepsMatchReferenceFormulas) {
-  for (DenseOptimizerKind kind : kKinds) {
-    TrackingAllocator alloc;
-    const DenseOptimizerOptions o = options_for(kind);
-    auto w = random_floats(40, 1), b = random_floats(5, 2);
-    std::vector<float> gw(40), gb(5);
-    std::vector<RefElem> ref;
-    std::vector<TextbookElem> book;
-    for (float v : w) ref.push_back({v}), book.push_back({v});
-    auto opt = DenseOptimizer::create(o, {{"w", w, gw}, {"b", b, gb}}, &alloc);
-    ASSERT_TRUE(opt.ok()) << opt.status().to_string();
-    for (int t = 1; t <= kSteps; ++t) {
-      const auto g = random_floats(45, 100 + t, -1024.0f, 1024.0f);  // scaled gradients
-      std::copy(g.begin(), g.begin() + 40, gw.begin());
-      std::copy(g.begin() + 40, g.end(), gb.begin());
-      ASSERT_TRUE(opt->step(1.0f / 1024).ok());
-      for (size_t i = 0; i < 40; ++i) {
-        ref_step(ref[i], gw[i], o, t, 1.0f / 1024);
-        textbook_step(book[i], gw[i], o, t, 1.0 / 1024);
-        ASSERT_EQ(w[i], ref[i].p) << "step " << t << " element " << i;
-        ASSERT_TRUE(testing::close(w[i], book[i].p, 1e-5, 1e-6)) << "step " << t << " element " << i;
+  kernels::for_each_isa([] {
+    for (DenseOptimizerKind kind : kKinds) {
+      TrackingAllocator alloc;
+      const DenseOptimizerOptions o = options_for(kind);
+      auto w = random_floats(40, 1), b = random_floats(5, 2);
+      std::vector<float> gw(40), gb(5);
+      std::vector<RefElem> ref;
+      std::vector<TextbookElem> book;
+      for (float v : w) ref.push_back({v}), book.push_back({v});
+      auto opt = DenseOptimizer::create(o, {{"w", w, gw}, {"b", b, gb}}, &alloc);
+      ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+      for (int t = 1; t <= kSteps; ++t) {
+        const auto g = random_floats(45, 100 + t, -1024.0f, 1024.0f);  // scaled gradients
+        std::copy(g.begin(), g.begin() + 40, gw.begin());
+        std::copy(g.begin() + 40, g.end(), gb.begin());
+        ASSERT_TRUE(opt->step(1.0f / 1024).ok());
+        for (size_t i = 0; i < 40; ++i) {
+          ref_step(ref[i], gw[i], o, t, 1.0f / 1024);
+          textbook_step(book[i], gw[i], o, t, 1.0 / 1024);
+          ASSERT_EQ(w[i], ref[i].p) << "step " << t << " element " << i;
+          ASSERT_TRUE(testing::close(w[i], book[i].p, 1e-5, 1e-6)) << "step " << t << " element " << i;
+        }
       }
+      EXPECT_EQ(opt->step_count(), kSteps);
     }
-    EXPECT_EQ(opt->step_count(), kSteps);
-  }
+  });
 }
 
 // state() / load_state() round-trip: a run restored after 3 steps continues bit-identically.

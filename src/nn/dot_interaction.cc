@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "kernels/isa.h"
-#include "kernels/multiversion.h"
+#include "kernels/isa_builds.h"
 #include "kernels/vec16.h"
 #include "kernels/vec8.h"
 
@@ -204,9 +204,9 @@ void dot_backward_sample_reference(const DotShape& s, const float* z, const floa
 
 namespace {
 
-// The 8-lane kernels (x86-64-v3 and baseline clones).
-LEANEMB_MULTIVERSION
-void forward_sample_v8(const DotShape& s, const float* z, const float* e, float* pairs) {
+// The 8-lane kernels (their x86-64-v3 and baseline builds run below x86-64-v4, and their v4
+// build for shapes the 16-lane kernels' stack buffer does not fit).
+inline void forward_sample_v8_impl(const DotShape& s, const float* z, const float* e, float* pairs) {
   const int64_t R = s.num_features + 1, d = s.dim, rp = round_up(R, 8);
   alignas(32) float stack[kStackFloats];
   float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
@@ -219,9 +219,11 @@ void forward_sample_v8(const DotShape& s, const float* z, const float* e, float*
   }
 }
 
-LEANEMB_MULTIVERSION
-void backward_sample_v8(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
-                        float* dz, float* de) {
+LEANEMB_ISA_KERNEL(void, forward_sample_v8, (const DotShape& s, const float* z, const float* e, float* pairs),
+                   (s, z, e, pairs))
+
+inline void backward_sample_v8_impl(const DotShape& s, const float* z, const float* e, const float* gz, const float* g,
+                                    float* dz, float* de) {
   const int64_t R = s.num_features + 1, d = s.dim;
   alignas(32) float stack[kStackFloats];
   float* sm = stack;  // S [R, R]; then the rounded inputs
@@ -241,6 +243,10 @@ void backward_sample_v8(const DotShape& s, const float* z, const float* e, const
     }
   }
 }
+LEANEMB_ISA_KERNEL(void, backward_sample_v8,
+                   (const DotShape& s, const float* z, const float* e, const float* gz, const float* g, float* dz,
+                    float* de),
+                   (s, z, e, gz, g, dz, de))
 
 #ifdef LEANEMB_HAVE_V4
 // The 16-lane kernels (x86-64-v4): the same blocks with 16 outputs per vector (forward: 16

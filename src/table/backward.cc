@@ -16,7 +16,6 @@
 
 #include "core/parallel.h"
 #include "kernels/kernels.h"
-#include "kernels/multiversion.h"
 #include "table/collection_impl.h"
 
 namespace leanemb {
