@@ -2,7 +2,7 @@
 // fat rows (see include/leanemb/optimizer.h for the layout), each in two implementations:
 //   ref_*   scalar, element by element, written for clarity: the test oracle;
 //   (plain) the fast kernels: vectorizable loops compiled for AVX-512, AVX2+FMA+F16C and the
-//           baseline ISA, picked at run time (GCC target_clones, or isa.h's builds), parallel
+//           baseline ISA, picked at run time (isa.h; LEANEMB_ISA caps the choice), parallel
 //           over bags / rows.
 // Both follow the same arithmetic order, so for identical inputs they agree bit for bit
 // (the build uses -ffp-contract=off so no FMA contraction changes rounding).

@@ -1,5 +1,5 @@
 // Eight-lane fp32 vectors (GCC vector extensions) for the register-blocked kernels. The same
-// source compiles to AVX2 in the x86-64-v3 clone and to pairs of SSE ops in the baseline one.
+// source compiles to AVX2 in the x86-64-v3 build and to pairs of SSE ops in the baseline one.
 // Conversions compute exactly what the scalar functions in core/half.h compute, lane by lane.
 #pragma once
 

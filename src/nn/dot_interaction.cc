@@ -97,7 +97,7 @@ int64_t rounded_floats(const DotShape& s, bool backward) {
   return R * s.dim + (backward ? s.dim + dot_pair_count(s) : 0);
 }
 
-// The copies are loops over amp::rounded_value, inlined into the multiversioned sample kernels
+// The copies are loops over amp::rounded_value, inlined into each build of the sample kernels
 // (a call into amp per input of every sample cost more than the rounding).
 template <amp::Precision P>
 inline void copy_rounded_inline(const float* __restrict x, size_t n, float* __restrict out) {

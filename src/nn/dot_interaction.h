@@ -15,7 +15,7 @@
 // The fast kernels compute exactly these operations (lanes run over j in forward and over c in
 // backward), so every thread count and every build give the reference's bits. Two builds, chosen
 // per call by kernels::active_isa() (kernels/isa.h): 16 lanes for x86-64-v4, 8 lanes (AVX2 and
-// baseline clones) otherwise.
+// baseline builds) otherwise.
 //
 // Pseudocode of the fast forward: Tt = T^T zero-padded to R rounded up to the lane count L (8
 // or 16) columns; for each chunk of L columns j0.. of Tt and each block of rows i (8 per block):
