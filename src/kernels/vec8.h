@@ -114,27 +114,24 @@ LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i col) {
 }
 
 // f32_to_f16_sr (core/half.h) of eight values with random bits `bits`, as eight halves in the
-// low 16 bits of 32-bit lanes. Every step is the scalar's: the truncation f32_to_f16_rtz, the
-// neighbours' values (VCVTPH2PS is exact; it quiets signaling NaNs, which only arise where the
-// truncated half is Inf/NaN or 65504, whose result the scalar keeps regardless), the fraction by
-// the same IEEE division, and the comparison with the same 24-bit uniform.
+// low 16 bits of 32-bit lanes. Every step is the scalar's: the truncation f32_to_f16_rtz is
+// VCVTPS2PH with round-toward-zero (F16C; the same halves for every finite input and for
+// infinities, and a NaN set to the scalar's quiet 0x7e00 with its sign, where the instruction
+// would keep payload bits), the neighbours' values (VCVTPH2PS is exact; it quiets signaling
+// NaNs, which only arise where the truncated half is Inf/NaN or 65504, whose result the scalar
+// keeps regardless), the fraction by the same IEEE division, and the comparison with the same
+// 24-bit uniform. Checked over every float bit pattern by
+// StoreRowSrTest.DISABLED_ExhaustiveFastF16StoreOverEveryFloat.
 LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
   const __m256i u = _mm256_castps_si256(f);
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
-  const __m256i ua = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));  // < 2^31: signed compares are exact
-  const __m256 sub_in = _mm256_castsi256_ps(_mm256_min_epu32(ua, _mm256_set1_epi32(0x38800000)));
-  const __m256i sub = _mm256_cvttps_epi32(_mm256_mul_ps(sub_in, _mm256_set1_ps(16777216.0f)));
-  const __m256i normal = _mm256_srli_epi32(_mm256_sub_epi32(ua, _mm256_set1_epi32(0x38000000)), 13);
-  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x38800000), ua);
-  __m256i out = _mm256_blendv_epi8(normal, sub, is_sub);
-  out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7bff), _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x477fefff)));
-  const __m256i inf_nan = _mm256_blendv_epi8(_mm256_set1_epi32(0x7c00), _mm256_set1_epi32(0x7e00),
-                                             _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x7f800000)));
-  out = _mm256_blendv_epi8(out, inf_nan, _mm256_cmpgt_epi32(ua, _mm256_set1_epi32(0x7f7fffff)));
-  const __m256i lo = _mm256_or_si256(out, sign);
-  const __m256i hi = _mm256_add_epi32(lo, _mm256_set1_epi32(1));
-  const __m128i lo16 = _mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-  const __m128i hi16 = _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  const __m128i sign16 = _mm_packus_epi32(_mm256_castsi256_si128(sign), _mm256_extracti128_si256(sign, 1));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+  const __m128i lo16 = _mm_blendv_epi8(_mm256_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC),
+                                       _mm_or_si128(sign16, _mm_set1_epi16(0x7e00)), nan16);
+  const __m128i hi16 = _mm_add_epi16(lo16, _mm_set1_epi16(1));
+  const __m256i lo = _mm256_cvtepu16_epi32(lo16);
   const __m256 lo_f = _mm256_cvtph_ps(lo16), hi_f = _mm256_cvtph_ps(hi16);
   const __m256 frac = _mm256_div_ps(_mm256_sub_ps(f, lo_f), _mm256_sub_ps(hi_f, lo_f));
   const __m256 u01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
