@@ -103,8 +103,8 @@ void radix_sort_row_src(uint64_t* keys, uint64_t* scratch, int64_t n, int row_bi
 int64_t unique_first_occurrence(const int64_t* rows, int64_t n, int64_t* uniq, uint32_t* inv, uint64_t* keys) {
   if (n == 0) return 0;
   // Open addressing with linear probing over `cap` entries of keys (row << 32 | index + 1; 0 is
-  // empty), at most half full: sized for a quarter of the ids first and rebuilt twice as large
-  // from uniq when half full, never beyond the scratch's 2n entries.
+  // empty), at most half full: n / 2 entries first (room for n / 4 distinct rows), rebuilt twice
+  // as large from uniq when half full, never beyond the scratch's 2n entries (which hold n).
   const size_t limit = static_cast<size_t>(2 * n);
   size_t cap = std::min(limit, std::max<size_t>(4096, static_cast<size_t>(n) / 2));
   auto home = [&](uint64_t row) {
