@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -191,13 +192,19 @@ void BM_UpdateRows(benchmark::State& state, OptimizerKind k, DType dt, StateDTyp
   state.counters["rows"] = benchmark::Counter(static_cast<double>(U), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The dedup benchmarks' batch: 4096 x 20 Zipf(1.05) ids for range(1) = 81,920, else 8192 x 32
+// Zipf(1.15) ids (range(1) = 262,144), over range(0) rows.
+IdBatch dedup_bench_ids(const benchmark::State& state) {
+  const int64_t bag = state.range(1) == 262144 ? 32 : 20, batch = state.range(1) / bag;
+  return ids_for(state.range(0), batch, bag, bag == 32 ? 1.15 : 1.05, 11);
+}
+
 // ---- BM_RadixSortDedup/rows:R/ids:N ------------------------------------------------------------
 // The dedup sort of one batch: the optimizer workload's 4096 x 20 Zipf(1.05) ids over 2M rows
 // (21 row bits), and the tiered workload's 8192 x 32 Zipf(1.15) ids over 10M rows (24 bits).
 void BM_RadixSortDedup(benchmark::State& state) {
   const int64_t rows = state.range(0);
-  const int64_t bag = state.range(1) == 262144 ? 32 : 20, batch = state.range(1) / bag;
-  const IdBatch ids = ids_for(rows, batch, bag, bag == 32 ? 1.15 : 1.05, 11);
+  const IdBatch ids = dedup_bench_ids(state);
   int row_bits = 0;
   while ((int64_t{1} << row_bits) < rows) ++row_bits;
   const int64_t n = static_cast<int64_t>(ids.ids.size());
@@ -219,14 +226,22 @@ void BM_RadixSortDedup(benchmark::State& state) {
 // ---- BM_UniqueFirstOccurrence/rows:R/ids:N ----------------------------------------------------
 // The row cache's distinct rows of one batch (the same two batch shapes as BM_RadixSortDedup).
 void BM_UniqueFirstOccurrence(benchmark::State& state) {
-  const int64_t rows = state.range(0);
-  const int64_t bag = state.range(1) == 262144 ? 32 : 20, batch = state.range(1) / bag;
-  const IdBatch ids = ids_for(rows, batch, bag, bag == 32 ? 1.15 : 1.05, 11);
+  const IdBatch ids = dedup_bench_ids(state);
   const int64_t n = static_cast<int64_t>(ids.ids.size());
   std::vector<int64_t> uniq(static_cast<size_t>(n));
   std::vector<uint32_t> inv(static_cast<size_t>(n));
   std::vector<uint64_t> keys(2 * static_cast<size_t>(n));
-  int64_t u = 0;
+  // Gate: each id maps back to itself, and a new distinct row takes the next index (first
+  // occurrence order).
+  int64_t u = kernels::unique_first_occurrence(ids.ids.data(), n, uniq.data(), inv.data(), keys.data());
+  int64_t next = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = inv[static_cast<size_t>(i)];
+    if (k > next || uniq[static_cast<size_t>(k)] != ids.ids[static_cast<size_t>(i)])
+      return state.SkipWithError("unique_first_occurrence breaks its contract");
+    if (k == next) ++next;
+  }
+  if (next != u) return state.SkipWithError("unique_first_occurrence miscounts its distinct rows");
   for (auto _ : state) {
     u = kernels::unique_first_occurrence(ids.ids.data(), n, uniq.data(), inv.data(), keys.data());
     benchmark::DoNotOptimize(uniq.data());
@@ -332,18 +347,15 @@ void register_all() {
                                  BM_UpdateRows, u.k, u.dt, u.sd)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-  benchmark::RegisterBenchmark("BM_RadixSortDedup", BM_RadixSortDedup)
-      ->ArgNames({"rows", "ids"})
-      ->Args({2000000, 81920})
-      ->Args({10000000, 262144})
-      ->Unit(benchmark::kMicrosecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark("BM_UniqueFirstOccurrence", BM_UniqueFirstOccurrence)
-      ->ArgNames({"rows", "ids"})
-      ->Args({2000000, 81920})
-      ->Args({10000000, 262144})
-      ->Unit(benchmark::kMicrosecond)
-      ->UseRealTime();
+  // The two dedup batch shapes (dedup_bench_ids).
+  for (auto [name, fn] : {std::pair{"BM_RadixSortDedup", &BM_RadixSortDedup},
+                          std::pair{"BM_UniqueFirstOccurrence", &BM_UniqueFirstOccurrence}})
+    benchmark::RegisterBenchmark(name, fn)
+        ->ArgNames({"rows", "ids"})
+        ->Args({2000000, 81920})
+        ->Args({10000000, 262144})
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam})
     benchmark::RegisterBenchmark(("BM_CollectionStep/optimizer:" + std::string(optimizer_name(k)) + "/dtype:fp32").c_str(),
                                  BM_CollectionStep, k, DType::kF32)
