@@ -139,6 +139,19 @@ inline void prepare_forward(const DotShape& s, int64_t rp, float* stack, const f
   }
 }
 
+// The forward of one sample with kLanes outputs per block: the scratch prepared in `stack`
+// (prepare_forward; T^T padded to rp = R rounded up to kLanes), then for each chunk j0 of kLanes
+// columns of T^T the rows i > j0 (row 0 has no outputs) in blocks of kRows:
+// block(z, e, rp, i0, j0, rows) with z, e the inputs to read (the rounded copies when the
+// precision asks for them) and rows a std::integral_constant.
+template <int kLanes, int kRows, typename Block>
+inline void forward_sample_blocks(const DotShape& s, const float* z, const float* e, float* stack, Block&& block) {
+  const int64_t R = s.num_features + 1, rp = round_up(R, kLanes);
+  prepare_forward(s, rp, stack, &z, &e);
+  for (int64_t j0 = 0; j0 < rp; j0 += kLanes)
+    for_row_blocks<kRows>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) { block(z, e, rp, i0, j0, nr); });
+}
+
 // The backward's scratch in `stack`: S [R, R] (symmetric, zero diagonal, from the pair
 // gradients), then the rounded inputs (the pointers then point there).
 inline void prepare_backward(const DotShape& s, float* stack, const float** z, const float** e, const float** gz,
@@ -207,16 +220,11 @@ namespace {
 // The 8-lane kernels (their x86-64-v3 and baseline builds run below x86-64-v4, and their v4
 // build for shapes the 16-lane kernels' stack buffer does not fit).
 inline void forward_sample_v8_impl(const DotShape& s, const float* z, const float* e, float* pairs) {
-  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up(R, 8);
-  alignas(32) float stack[kStackFloats];
-  float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
-  prepare_forward(s, rp, stack, &z, &e);
-  for (int64_t j0 = 0; j0 < rp; j0 += 8) {
-    // Rows i > j0 have outputs in this chunk; row 0 has none.
-    for_row_blocks<kForwardRows>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
-      forward_block<decltype(nr)::value>(z, e, d, tt, rp, i0, j0, pairs);
-    });
-  }
+  alignas(64) float stack[kStackFloats];
+  forward_sample_blocks<8, kForwardRows>(s, z, e, stack, [&](const float* zr, const float* er, int64_t rp, int64_t i0,
+                                                            int64_t j0, auto nr) {
+    forward_block<decltype(nr)::value>(zr, er, s.dim, stack, rp, i0, j0, pairs);
+  });
 }
 
 LEANEMB_ISA_KERNEL(void, forward_sample_v8, (const DotShape& s, const float* z, const float* e, float* pairs),
@@ -287,15 +295,11 @@ LEANEMB_TARGET_V4 inline void backward_block_v4(const float* z, const float* e, 
 }
 
 LEANEMB_TARGET_V4 void forward_sample_v4(const DotShape& s, const float* z, const float* e, float* pairs) {
-  const int64_t R = s.num_features + 1, d = s.dim, rp = round_up(R, 16);
   alignas(64) float stack[kStackFloats];
-  float* tt = stack;  // tt[c * rp + j] = T_j[c], zero for j >= R; then the rounded inputs
-  prepare_forward(s, rp, stack, &z, &e);
-  for (int64_t j0 = 0; j0 < rp; j0 += 16) {
-    for_row_blocks<kForwardRowsV4>(std::max<int64_t>(1, j0 + 1), R, [&](int64_t i0, auto nr) {
-      forward_block_v4<decltype(nr)::value>(z, e, d, tt, rp, i0, j0, pairs);
-    });
-  }
+  forward_sample_blocks<16, kForwardRowsV4>(s, z, e, stack, [&](const float* zr, const float* er, int64_t rp,
+                                                               int64_t i0, int64_t j0, auto nr) {
+    forward_block_v4<decltype(nr)::value>(zr, er, s.dim, stack, rp, i0, j0, pairs);
+  });
 }
 
 LEANEMB_TARGET_V4 void backward_sample_v4(const DotShape& s, const float* z, const float* e, const float* gz,
