@@ -43,17 +43,11 @@ size_t precision_bytes(Precision p);
 // x[i] := the nearest value of p's grid (round to nearest even), kept in fp32. kFp32: no-op.
 // NaN stays NaN; fp16: |x| >= 65520 becomes +-Inf.
 void round_to_precision(std::span<float> x, Precision p);
-// x rounded to p's grid in fp32 (the value round_to_precision stores), branch-free and inline, so
-// that a kernel's own loop over a few values vectorizes it in the kernel's ISA (no call per
-// array). bf16: round to nearest even in the 32-bit domain, the bits of
-// bf16_to_f32(f32_to_bf16_rne(x)), NaN kept quiet.
+// x rounded to p's grid in fp32 (the value round_to_precision stores), inline over core/half.h's
+// branch-free conversions, so that a kernel's own loop over a few values vectorizes it in the
+// kernel's ISA (no call per array). NaN stays a quiet NaN.
 inline float rounded_value(float x, Precision p) {
-  if (p == Precision::kBf16) {
-    const uint32_t u = f32_bits(x);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
-    return bits_f32(select_bits(mask_if((u & 0x7fffffffu) > 0x7f800000u), nan, r));
-  }
+  if (p == Precision::kBf16) return bf16_to_f32(f32_to_bf16_rne(x));
   if (p == Precision::kFp16) return f16_to_f32(f32_to_f16_rne(x));
   return x;
 }

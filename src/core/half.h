@@ -24,15 +24,21 @@ inline float bits_f32(uint32_t u) {
   return f;
 }
 
+// ---- masks -----------------------------------------------------------------------------------
+// Masks: all ones when `cond`, else zero. Selecting with masks keeps loops branch-free, which
+// is what lets GCC vectorize them.
+inline uint32_t mask_if(bool cond) { return 0u - static_cast<uint32_t>(cond); }
+inline uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
+
 // ---- bf16 -----------------------------------------------------------------------------------
 inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
+// Branch-free (a NaN is selected, not branched to), so that loops over it vectorize.
 inline uint16_t f32_to_bf16_rne(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t u = f32_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>(select_bits(mask_if((u & 0x7fffffffu) > 0x7f800000u), quiet_nan, rounded));
 }
 
 // Stochastic rounding: add 16 random bits below the kept mantissa and truncate.
@@ -46,11 +52,6 @@ inline uint16_t f32_to_bf16_sr(float f, uint32_t rand_bits) {
 }
 
 // ---- fp16 -----------------------------------------------------------------------------------
-// Masks: all ones when `cond`, else zero. Selecting with masks keeps loops branch-free, which
-// is what lets GCC vectorize them.
-inline uint32_t mask_if(bool cond) { return 0u - static_cast<uint32_t>(cond); }
-inline uint32_t select_bits(uint32_t mask, uint32_t a, uint32_t b) { return (a & mask) | (b & ~mask); }
-
 // Half -> float (zero, subnormals, Inf, NaN), the "magic multiply" form: shifting the half's
 // exponent and mantissa into a float and scaling by 2^112 rebiases the exponent; subnormal
 // halves become normal floats exactly.
