@@ -76,41 +76,57 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, const RowA
   }
 }
 
-// store_row_sr<DType::kF16> (row_access.h), sixteen columns at a time; each step is the
-// scalar's (see f32_to_f16_sr8_v3 in vec8.h). The truncation f32_to_f16_rtz is VCVTPS2PH with
-// round-toward-zero (AVX-512F): the same halves for every finite input (the 2^-24 grid below
-// 2^-14, 65504 for finite values beyond it) and for infinities; a NaN becomes the scalar's quiet
-// 0x7e00 with its sign (the instruction would keep payload bits). Checked over every float bit
-// pattern by StoreRowSrTest.DISABLED_ExhaustiveFastF16StoreOverEveryFloat.
+// store_row_sr<DType::kF16> (row_access.h), sixteen columns at a time; each step gives the scalar's
+// result (see f32_to_f16_sr8_v3 in vec8.h). The truncation f32_to_f16_rtz is VCVTPS2PH with round-
+// toward-zero (AVX-512F): the same halves for every finite input (the 2^-24 grid below 2^-14, 65504
+// for finite values beyond it) and for infinities; a NaN becomes the scalar's quiet 0x7e00 with its
+// sign (the instruction would keep payload bits). The comparison of the draw with the fraction is
+// integer where it can be (explained above f32_to_f16_sr8_v3 in vec8.h), and the scalar's float
+// arithmetic in a sixteen-column block holding a value of the fp16 subnormal range. Checked over
+// every float bit pattern by StoreRowSrTest.DISABLED_ExhaustiveFastF16StoreOverEveryFloat.
 LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const float* __restrict w, int64_t d,
                                                   uint32_t key, uint32_t column0) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m256i one16 = _mm256_set1_epi16(1);
+  __m512i col_term = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0)), iota),
+                         _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))),
+      _mm512_set1_epi32(0x7f4a7c15));
+  const __m512i col_step = _mm512_set1_epi32(static_cast<int>(16u * 0x9e3779b9u));
   for (int64_t j = 0; j < d; j += 16) {
     const __mmask16 m = lane_mask16(d - j);
     const __m512 f = _mm512_maskz_loadu_ps(m, w + j);
+    const __m512i u = _mm512_castps_si512(f);
     // f32_to_f16_rtz
     __m256i lo = _mm512_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    const __m256i sign = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
+    const __m256i sign = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
     lo = _mm256_mask_blend_epi16(nan, lo, _mm256_or_si256(_mm256_and_si256(sign, _mm256_set1_epi16(static_cast<short>(0x8000))),
                                                           _mm256_set1_epi16(0x7e00)));
-    // The neighbours, the fraction and the draw.
-    const __m512 lo_f = _mm512_cvtph_ps(lo);
-    const __m512 hi_f = _mm512_cvtph_ps(_mm256_add_epi16(lo, one16));
-    const __m512 frac = _mm512_div_ps(_mm512_sub_ps(f, lo_f), _mm512_sub_ps(hi_f, lo_f));
-    const __m512i col = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0 + static_cast<uint32_t>(j))), iota);
-    __m512i h = _mm512_add_epi32(_mm512_mullo_epi32(col, _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))),
-                                 _mm512_set1_epi32(0x7f4a7c15));
-    h = _mm512_xor_si512(h, _mm512_set1_epi32(static_cast<int>(key)));
+    // The draw: column_bits (core/rng.h) of the sixteen columns, from their term (see
+    // column_bits8_v3 in vec8.h).
+    __m512i h = _mm512_xor_si512(col_term, _mm512_set1_epi32(static_cast<int>(key)));
+    col_term = _mm512_add_epi32(col_term, col_step);
     h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
     h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
     h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
     h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
     h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-    const __m512 u01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
-    const __mmask16 up = _mm256_cmplt_epu16_mask(_mm256_and_si256(lo, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7bff)) &
-                         _mm512_cmp_ps_mask(u01, frac, _CMP_LT_OQ);
+    // Lanes with 0 < |f| < 2^-14 (fp16 subnormals): the fraction is not the low 13 mantissa bits.
+    const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 small =
+        _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(mag, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x387fffff));
+    __mmask16 below;
+    if (small == 0) {
+      below = _mm512_cmplt_epu32_mask(_mm512_srli_epi32(h, 19), _mm512_and_si512(u, _mm512_set1_epi32(0x1fff)));
+    } else {  // the scalar's arithmetic: the neighbours, the fraction and the uniform
+      const __m512 lo_f = _mm512_cvtph_ps(lo);
+      const __m512 hi_f = _mm512_cvtph_ps(_mm256_add_epi16(lo, one16));
+      const __m512 frac = _mm512_div_ps(_mm512_sub_ps(f, lo_f), _mm512_sub_ps(hi_f, lo_f));
+      const __m512 u01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
+      below = _mm512_cmp_ps_mask(u01, frac, _CMP_LT_OQ);
+    }
+    const __mmask16 up = _mm256_cmplt_epu16_mask(_mm256_and_si256(lo, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7bff)) & below;
     _mm256_mask_storeu_epi16(row + 2 * j, m, _mm256_mask_add_epi16(lo, up, lo, one16));
   }
 }

@@ -101,11 +101,15 @@ LEANEMB_TARGET_V3 inline v8f load8_v3(const uint8_t* row, int64_t j, int64_t d) 
   }
 }
 
-// column_bits(key, col) (core/rng.h) of eight columns col.
-LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i col) {
-  __m256i h = _mm256_add_epi32(_mm256_mullo_epi32(col, _mm256_set1_epi32(static_cast<int>(0x9e3779b9u))),
-                               _mm256_set1_epi32(0x7f4a7c15));
-  h = _mm256_xor_si256(h, _mm256_set1_epi32(static_cast<int>(key)));
+// column_bits(key, col) (core/rng.h) of eight columns, from their term col * 0x9e3779b9 +
+// 0x7f4a7c15 (column_term8_v3): a loop over consecutive columns adds 8 * 0x9e3779b9 to the term
+// per block instead of multiplying again (the same value mod 2^32).
+LEANEMB_TARGET_V3 inline __m256i column_term8_v3(__m256i col) {
+  return _mm256_add_epi32(_mm256_mullo_epi32(col, _mm256_set1_epi32(static_cast<int>(0x9e3779b9u))),
+                          _mm256_set1_epi32(0x7f4a7c15));
+}
+LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i term) {
+  __m256i h = _mm256_xor_si256(term, _mm256_set1_epi32(static_cast<int>(key)));
   h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
   h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(0x85ebca6bu)));
   h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
@@ -113,14 +117,25 @@ LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i col) {
   return _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
 }
 
+// The stochastic rounding's decision u01 < frac (f32_to_f16_sr, core/half.h) in integers, for a
+// value f with 2^-14 <= |f| < 65504 (a normal half after truncation). There the truncation drops
+// exactly the low 13 bits c of f's mantissa, and the neighbours' gap is 2^13 units of them, so frac
+// = c / 2^13 exactly (the scalar's subtraction and division are exact); u01 = a / 2^24 with a =
+// bits >> 8, also exact. a / 2^24 < c / 2^13 <=> a < c * 2^11 <=> (a >> 11) < c, since c * 2^11 has
+// no low bits: the decision is (bits >> 19) < (bits of f & 0x1fff). Zero gives c = 0 (never up), as
+// the scalar. Values of the fp16 subnormal range (0 < |f| < 2^-14) have a different grid; the
+// vector stores take the scalar's float arithmetic for a block that holds one. The other lanes
+// (Inf, NaN, |f| >= 65504) keep the truncated value whatever the decision.
+
 // f32_to_f16_sr (core/half.h) of eight values with random bits `bits`, as eight halves in the
-// low 16 bits of 32-bit lanes. Every step is the scalar's: the truncation f32_to_f16_rtz is
-// VCVTPS2PH with round-toward-zero (F16C; the same halves for every finite input and for
-// infinities, and a NaN set to the scalar's quiet 0x7e00 with its sign, where the instruction
-// would keep payload bits), the neighbours' values (VCVTPH2PS is exact; it quiets signaling
-// NaNs, which only arise where the truncated half is Inf/NaN or 65504, whose result the scalar
-// keeps regardless), the fraction by the same IEEE division, and the comparison with the same
-// 24-bit uniform. Checked over every float bit pattern by
+// low 16 bits of 32-bit lanes. Each step gives the scalar's result: the truncation
+// f32_to_f16_rtz is VCVTPS2PH with round-toward-zero (F16C; the same halves for every finite
+// input and for infinities, and a NaN set to the scalar's quiet 0x7e00 with its sign, where the
+// instruction would keep payload bits); the decision is the integer one above unless a value is in
+// the fp16 subnormal range, and then the scalar's: the neighbours' values (VCVTPH2PS is exact;
+// it quiets signaling NaNs, which only arise where the truncated half is Inf/NaN or 65504, whose
+// result the scalar keeps regardless), the fraction by the same IEEE division, and the
+// comparison with the same 24-bit uniform. Checked over every float bit pattern by
 // StoreRowSrTest.DISABLED_ExhaustiveFastF16StoreOverEveryFloat.
 LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
   const __m256i u = _mm256_castps_si256(f);
@@ -130,24 +145,34 @@ LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
   const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
   const __m128i lo16 = _mm_blendv_epi8(_mm256_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC),
                                        _mm_or_si128(sign16, _mm_set1_epi16(0x7e00)), nan16);
-  const __m128i hi16 = _mm_add_epi16(lo16, _mm_set1_epi16(1));
   const __m256i lo = _mm256_cvtepu16_epi32(lo16);
-  const __m256 lo_f = _mm256_cvtph_ps(lo16), hi_f = _mm256_cvtph_ps(hi16);
-  const __m256 frac = _mm256_div_ps(_mm256_sub_ps(f, lo_f), _mm256_sub_ps(hi_f, lo_f));
-  const __m256 u01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+  // 0 < |f| < 2^-14 (a signed comparison: the magnitudes are below 2^31).
+  const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i small = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x38800000), mag),
+                                         _mm256_cmpgt_epi32(mag, _mm256_setzero_si256()));
+  __m256i below;
+  if (_mm256_testz_si256(small, small)) {
+    below = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x1fff)), _mm256_srli_epi32(bits, 19));
+  } else {
+    const __m128i hi16 = _mm_add_epi16(lo16, _mm_set1_epi16(1));
+    const __m256 lo_f = _mm256_cvtph_ps(lo16), hi_f = _mm256_cvtph_ps(hi16);
+    const __m256 frac = _mm256_div_ps(_mm256_sub_ps(f, lo_f), _mm256_sub_ps(hi_f, lo_f));
+    const __m256 u01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+    below = _mm256_castps_si256(_mm256_cmp_ps(u01, frac, _CMP_LT_OQ));
+  }
   const __m256i finite = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7bff), _mm256_and_si256(lo, _mm256_set1_epi32(0x7fff)));
-  const __m256i up = _mm256_and_si256(finite, _mm256_castps_si256(_mm256_cmp_ps(u01, frac, _CMP_LT_OQ)));
-  return _mm256_sub_epi32(lo, up);  // up is -1 where the value rounds up
+  return _mm256_sub_epi32(lo, _mm256_and_si256(finite, below));  // -1 where the value rounds up
 }
 
 // store_row_sr<DType::kF16> (row_access.h), eight columns at a time.
 LEANEMB_TARGET_V3 inline void store_row_sr_f16_v3(uint8_t* __restrict row, const float* __restrict w, int64_t d,
                                                   uint32_t key, uint32_t column0) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i term = column_term8_v3(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(column0)), iota));
+  const __m256i step = _mm256_set1_epi32(static_cast<int>(8u * 0x9e3779b9u));
   int64_t j = 0;
-  for (; j + 8 <= d; j += 8) {
-    const __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(column0 + static_cast<uint32_t>(j))), iota);
-    const __m256i h = f32_to_f16_sr8_v3(_mm256_loadu_ps(w + j), column_bits8_v3(key, col));
+  for (; j + 8 <= d; j += 8, term = _mm256_add_epi32(term, step)) {
+    const __m256i h = f32_to_f16_sr8_v3(_mm256_loadu_ps(w + j), column_bits8_v3(key, term));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 2 * j),
                      _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
   }
