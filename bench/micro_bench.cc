@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/row_access.h"
 #include "leanemb/embedding.h"
 #include "leanemb/device_arena.h"
 #include "leanemb/memory.h"
@@ -249,6 +250,36 @@ void BM_UniqueFirstOccurrence(benchmark::State& state) {
   state.counters["distinct"] = static_cast<double>(u);
 }
 
+// ---- BM_StoreRowSrF16 ---------------------------------------------------------------------------
+// The fp16 rows' stochastic-rounding store alone (kernels::store_row_sr_f16_fast, the build the
+// CPU runs; LEANEMB_ISA caps it): 512 rows of 128 weights drawn from U(-0.05, 0.05), which stay
+// in L2, so this times the arithmetic, not memory. Gate: bit-identical to store_row_sr<kF16>.
+void BM_StoreRowSrF16(benchmark::State& state) {
+  constexpr int64_t kDim = 128, kRows = 512;
+  std::vector<float> w(static_cast<size_t>(kDim * kRows));
+  uint64_t x = 88172645463325252ull;
+  for (float& v : w) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = (static_cast<float>(x >> 40) / 16777216.0f - 0.5f) * 0.1f;
+  }
+  std::vector<uint16_t> got(w.size()), want(w.size());
+  for (int64_t r = 0; r < kRows; ++r) {
+    const size_t o = static_cast<size_t>(r * kDim);
+    kernels::store_row_sr_f16_fast(reinterpret_cast<uint8_t*>(got.data() + o), w.data() + o, kDim, static_cast<uint32_t>(r), 0);
+    kernels::store_row_sr<DType::kF16>(reinterpret_cast<uint8_t*>(want.data() + o), w.data() + o, kDim, static_cast<uint32_t>(r), 0);
+  }
+  if (got != want) return state.SkipWithError("store_row_sr_f16_fast differs from store_row_sr<kF16>");
+  uint32_t key = 0;
+  for (auto _ : state) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      const size_t o = static_cast<size_t>(r * kDim);
+      kernels::store_row_sr_f16_fast(reinterpret_cast<uint8_t*>(got.data() + o), w.data() + o, kDim, key++, 0);
+    }
+    benchmark::DoNotOptimize(got.data());
+  }
+  state.counters["rows"] = benchmark::Counter(static_cast<double>(kRows), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // ---- BM_CollectionStep/optimizer:K/dtype:T -----------------------------------------------------
 // One EmbeddingCollection training step (forward + backward_update) of the optimizer workload's
 // batch shape on a 1M-row table: validation, lookup, dedup, segment reduce and fused update.
@@ -356,6 +387,7 @@ void register_all() {
         ->Args({10000000, 262144})
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_StoreRowSrF16", BM_StoreRowSrF16)->Unit(benchmark::kMicrosecond)->UseRealTime();
   for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam})
     benchmark::RegisterBenchmark(("BM_CollectionStep/optimizer:" + std::string(optimizer_name(k)) + "/dtype:fp32").c_str(),
                                  BM_CollectionStep, k, DType::kF32)
