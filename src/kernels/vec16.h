@@ -97,12 +97,8 @@ LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const
     const __mmask16 m = lane_mask16(d - j);
     const __m512 f = _mm512_maskz_loadu_ps(m, w + j);
     const __m512i u = _mm512_castps_si512(f);
-    // f32_to_f16_rtz
+    // f32_to_f16_rtz (before the NaN fix below)
     __m256i lo = _mm512_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    const __m256i sign = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
-    lo = _mm256_mask_blend_epi16(nan, lo, _mm256_or_si256(_mm256_and_si256(sign, _mm256_set1_epi16(static_cast<short>(0x8000))),
-                                                          _mm256_set1_epi16(0x7e00)));
     // The draw: column_bits (core/rng.h) of the sixteen columns, from their term (see
     // column_bits8_v3 in vec8.h).
     __m512i h = _mm512_xor_si512(col_term, _mm512_set1_epi32(static_cast<int>(key)));
@@ -112,21 +108,37 @@ LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const
     h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
     h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
     h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-    // Lanes with 0 < |f| < 2^-14 (fp16 subnormals): the fraction is not the low 13 mantissa bits.
+    // The integer decision, right for lanes with 2^-14 <= |f| < 65504 and for zeros.
+    const __mmask16 below_int =
+        _mm512_cmplt_epu32_mask(_mm512_srli_epi32(h, 19), _mm512_and_si512(u, _mm512_set1_epi32(0x1fff)));
     const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 small =
-        _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(mag, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x387fffff));
-    __mmask16 below;
-    if (small == 0) {
-      below = _mm512_cmplt_epu32_mask(_mm512_srli_epi32(h, 19), _mm512_and_si512(u, _mm512_set1_epi32(0x1fff)));
-    } else {  // the scalar's arithmetic: the neighbours, the fraction and the uniform
-      const __m512 lo_f = _mm512_cvtph_ps(lo);
-      const __m512 hi_f = _mm512_cvtph_ps(_mm256_add_epi16(lo, one16));
-      const __m512 frac = _mm512_div_ps(_mm512_sub_ps(f, lo_f), _mm512_sub_ps(hi_f, lo_f));
-      const __m512 u01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
-      below = _mm512_cmp_ps_mask(u01, frac, _CMP_LT_OQ);
+    // Lanes that are zero or in [2^-14, 65504): no NaN to fix, no saturation, the integer decision.
+    const __mmask16 plain = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(0x38800000)),
+                                                    _mm512_set1_epi32(0x477fe000 - 0x38800000)) |
+                            _mm512_cmpeq_epi32_mask(mag, _mm512_setzero_si512());
+    __mmask16 up;
+    if ((m & ~plain) == 0) {
+      up = below_int;
+    } else {
+      // NaNs become 0x7e00 with their sign.
+      const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+      const __m256i sign = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+      lo = _mm256_mask_blend_epi16(nan, lo, _mm256_or_si256(_mm256_and_si256(sign, _mm256_set1_epi16(static_cast<short>(0x8000))),
+                                                            _mm256_set1_epi16(0x7e00)));
+      // Lanes with 0 < |f| < 2^-14 (fp16 subnormals): the fraction is not the low 13 mantissa bits.
+      const __mmask16 small =
+          _mm512_mask_cmplt_epu32_mask(m, _mm512_sub_epi32(mag, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x387fffff));
+      __mmask16 below = below_int;
+      if (small != 0) {  // the scalar's arithmetic: the neighbours, the fraction and the uniform
+        const __m512 lo_f = _mm512_cvtph_ps(lo);
+        const __m512 hi_f = _mm512_cvtph_ps(_mm256_add_epi16(lo, one16));
+        const __m512 frac = _mm512_div_ps(_mm512_sub_ps(f, lo_f), _mm512_sub_ps(hi_f, lo_f));
+        const __m512 u01 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
+        below = _mm512_cmp_ps_mask(u01, frac, _CMP_LT_OQ);
+      }
+      // Inf, NaN and the largest finite half keep the truncated value.
+      up = _mm256_cmplt_epu16_mask(_mm256_and_si256(lo, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7bff)) & below;
     }
-    const __mmask16 up = _mm256_cmplt_epu16_mask(_mm256_and_si256(lo, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7bff)) & below;
     _mm256_mask_storeu_epi16(row + 2 * j, m, _mm256_mask_add_epi16(lo, up, lo, one16));
   }
 }
