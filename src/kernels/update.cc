@@ -133,6 +133,22 @@ inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w,
   store_row_sr<W>(row, w, d, key, column0);
 }
 
+// The weights' load into the fp32 scratch (load_row), with the hardware conversion for fp16 rows
+// in the x86-64-v3 and v4 builds (load_row_f16_v3 / _v4: VCVTPH2PS, exact for every half; it
+// sets the quiet bit of a signaling NaN, which the arithmetic that follows sets anyway, and a
+// NaN is stored back as 0x7e00 with its sign either way). The generic code converts with
+// integer arithmetic.
+template <Isa I, DType W>
+inline void load_weights(float* __restrict w, const uint8_t* __restrict row, int64_t d) {
+#ifdef LEANEMB_HAVE_V4
+  if constexpr (W == DType::kF16 && I == Isa::kV4) return load_row_f16_v4(w, row, d);
+#endif
+#ifdef LEANEMB_HAVE_V3
+  if constexpr (W == DType::kF16 && I == Isa::kV3) return load_row_f16_v3(w, row, d);
+#endif
+  load_row<W>(w, row, d);
+}
+
 // Applies the optimizer to one fat row with gradient gin [dim], in ref_update_row's order.
 template <Isa I, DType W, StateDType S>
 inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, const float* __restrict gin,
@@ -146,7 +162,7 @@ inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, 
   const float* __restrict g = gin;
   float* __restrict m = sc.m;
   float* __restrict v = sc.v;
-  if constexpr (!kInPlace) load_row<W>(w, row, d);
+  if constexpr (!kInPlace) load_weights<I, W>(w, row, d);
   if (c.wd > 0.0f) {
     for (int64_t j = 0; j < d; ++j) sc.g[j] = gin[j] + c.wd * w[j];
     g = sc.g;

@@ -76,6 +76,16 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, const RowA
   }
 }
 
+// load_row<DType::kF16> (row_access.h), sixteen columns at a time (VCVTPH2PS; as load8_v3, a
+// signaling NaN comes out quiet).
+LEANEMB_TARGET_V4 inline void load_row_f16_v4(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
+  const RowAffine none{};
+  for (int64_t j = 0; j < d; j += 16) {
+    const __mmask16 m = lane_mask16(d - j);
+    _mm512_mask_storeu_ps(out + j, m, load16<DType::kF16>(row, j, m, none));
+  }
+}
+
 // store_row_sr<DType::kF16> (row_access.h), sixteen columns at a time; each step gives the scalar's
 // result (see f32_to_f16_sr8_v3 in vec8.h). The truncation f32_to_f16_rtz is VCVTPS2PH with round-
 // toward-zero (AVX-512F): the same halves for every finite input (the 2^-24 grid below 2^-14, 65504

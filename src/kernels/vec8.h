@@ -164,6 +164,14 @@ LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
   return _mm256_sub_epi32(lo, _mm256_and_si256(finite, below));  // -1 where the value rounds up
 }
 
+// load_row<DType::kF16> (row_access.h), eight columns at a time (load8_v3).
+LEANEMB_TARGET_V3 inline void load_row_f16_v3(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) _mm256_storeu_ps(out + j, reinterpret_cast<__m256>(load8_v3<DType::kF16>(row, j, d)));
+  const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
+  for (; j < d; ++j) out[j] = f16_to_f32(r[j]);
+}
+
 // store_row_sr<DType::kF16> (row_access.h), eight columns at a time.
 LEANEMB_TARGET_V3 inline void store_row_sr_f16_v3(uint8_t* __restrict row, const float* __restrict w, int64_t d,
                                                   uint32_t key, uint32_t column0) {
