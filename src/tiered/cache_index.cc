@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/kernels.h"
 #include "tiered/sizes.h"
 
 namespace leanemb::tiered {
@@ -341,6 +342,41 @@ void CacheIndex::clock_scout(size_t ahead) const {
 // a cut (found by histogram passes that narrow a key range until the keys below the cut fill at
 // least a quarter of the batch, or the range is one key) and, when the cut is one key with more
 // slots than room, the first of its slots in slot order.
+void CacheIndex::sort_candidates() {
+  if (cand_n_ < 2) return;
+  uint64_t kmin = UINT64_MAX, kmax = 0;
+  for (size_t i = 0; i < cand_n_; ++i) {
+    kmin = std::min(kmin, cand_key_[i]);
+    kmax = std::max(kmax, cand_key_[i]);
+  }
+  if (kmax == kmin) return;  // one key: slot order already
+  const int64_t n = static_cast<int64_t>(cand_n_);
+  if (kmax - kmin < (uint64_t{1} << 32)) {
+    // The candidates were collected in slot order, so a stable sort by key gives (key, slot)
+    // order: the dedup's radix sort of (key - kmin) << 32 | slot (transient: 16 B per candidate).
+    std::vector<uint64_t> packed(cand_n_), scratch(cand_n_);
+    for (size_t i = 0; i < cand_n_; ++i) packed[i] = (cand_key_[i] - kmin) << 32 | cand_slot_[i];
+    kernels::radix_sort_row_src(packed.data(), scratch.data(), n, std::bit_width(kmax - kmin));
+    for (size_t i = 0; i < cand_n_; ++i) {
+      cand_key_[i] = kmin + (packed[i] >> 32);
+      cand_slot_[i] = static_cast<uint32_t>(packed[i]);
+    }
+    return;
+  }
+  struct Entry {
+    uint64_t key;
+    uint32_t slot;
+  };
+  std::vector<Entry> sorted(cand_n_);  // transient: 16 B per candidate
+  for (size_t i = 0; i < cand_n_; ++i) sorted[i] = {cand_key_[i], cand_slot_[i]};
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.slot < b.slot; });
+  for (size_t i = 0; i < cand_n_; ++i) {
+    cand_key_[i] = sorted[i].key;
+    cand_slot_[i] = sorted[i].slot;
+  }
+}
+
 void CacheIndex::rescan() {
   cand_n_ = cand_head_ = heap_n_ = 0;
   cand_valid_ = true;
@@ -395,18 +431,7 @@ void CacheIndex::rescan() {
       ++cand_n_;
     }
   }
-  struct Entry {
-    uint64_t key;
-    uint32_t slot;
-  };
-  std::vector<Entry> sorted(cand_n_);  // transient: 16 B per candidate
-  for (size_t i = 0; i < cand_n_; ++i) sorted[i] = {cand_key_[i], cand_slot_[i]};
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.slot < b.slot; });
-  for (size_t i = 0; i < cand_n_; ++i) {
-    cand_key_[i] = sorted[i].key;
-    cand_slot_[i] = sorted[i].slot;
-  }
+  sort_candidates();
   if (cand_n_ > 0) {
     // T = the largest selected (key, slot). With a cut at a bucket boundary every slot of a key
     // below the cut is in, so T covers all slots of the last key.

@@ -165,6 +165,9 @@ class CacheIndex {
     return k < thr_key_ || (k == thr_key_ && static_cast<int64_t>(s) <= thr_slot_);
   }
   void rescan();
+  // Sorts [0, cand_n_) by (key, slot); they arrive in slot order. A radix sort when the keys
+  // span less than 2^32 (LRU stamps), else std::sort (LFU's frequency and tick).
+  void sort_candidates();
   void heap_push(uint64_t k, int32_t s);
   void heap_pop();
   bool heap_less(size_t a, size_t b) const {
