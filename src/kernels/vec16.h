@@ -86,6 +86,20 @@ LEANEMB_TARGET_V4 inline void load_row_f16_v4(float* __restrict out, const uint8
   }
 }
 
+// column_term8_v3 / column_bits8_v3 (vec8.h), sixteen columns.
+LEANEMB_TARGET_V4 inline __m512i column_term16_v4(__m512i col) {
+  return _mm512_add_epi32(_mm512_mullo_epi32(col, _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))),
+                          _mm512_set1_epi32(0x7f4a7c15));
+}
+LEANEMB_TARGET_V4 inline __m512i column_bits16_v4(uint32_t key, __m512i term) {
+  __m512i h = _mm512_xor_si512(term, _mm512_set1_epi32(static_cast<int>(key)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
+  return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+}
+
 // store_row_sr<DType::kF16> (row_access.h), sixteen columns at a time; each step gives the scalar's
 // result (see f32_to_f16_sr8_v3 in vec8.h). The truncation f32_to_f16_rtz is VCVTPS2PH with round-
 // toward-zero (AVX-512F): the same halves for every finite input (the 2^-24 grid below 2^-14, 65504
@@ -98,10 +112,7 @@ LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const
                                                   uint32_t key, uint32_t column0) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m256i one16 = _mm256_set1_epi16(1);
-  __m512i col_term = _mm512_add_epi32(
-      _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0)), iota),
-                         _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))),
-      _mm512_set1_epi32(0x7f4a7c15));
+  __m512i col_term = column_term16_v4(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0)), iota));
   const __m512i col_step = _mm512_set1_epi32(static_cast<int>(16u * 0x9e3779b9u));
   for (int64_t j = 0; j < d; j += 16) {
     const __mmask16 m = lane_mask16(d - j);
@@ -109,15 +120,8 @@ LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const
     const __m512i u = _mm512_castps_si512(f);
     // f32_to_f16_rtz (before the NaN fix below)
     __m256i lo = _mm512_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    // The draw: column_bits (core/rng.h) of the sixteen columns, from their term (see
-    // column_bits8_v3 in vec8.h).
-    __m512i h = _mm512_xor_si512(col_term, _mm512_set1_epi32(static_cast<int>(key)));
+    const __m512i h = column_bits16_v4(key, col_term);
     col_term = _mm512_add_epi32(col_term, col_step);
-    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
-    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
-    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
     // The integer decision, right for lanes with 2^-14 <= |f| < 65504 and for zeros.
     const __mmask16 below_int =
         _mm512_cmplt_epu32_mask(_mm512_srli_epi32(h, 19), _mm512_and_si512(u, _mm512_set1_epi32(0x1fff)));

@@ -21,6 +21,7 @@
 
 #include "core/half.h"
 #include "core/rng.h"
+#include "kernels/row_access.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::kernels {
@@ -168,8 +169,7 @@ LEANEMB_TARGET_V3 inline __m256i f32_to_f16_sr8_v3(__m256 f, __m256i bits) {
 LEANEMB_TARGET_V3 inline void load_row_f16_v3(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
   int64_t j = 0;
   for (; j + 8 <= d; j += 8) _mm256_storeu_ps(out + j, reinterpret_cast<__m256>(load8_v3<DType::kF16>(row, j, d)));
-  const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
-  for (; j < d; ++j) out[j] = f16_to_f32(r[j]);
+  load_row<DType::kF16>(out + j, row + 2 * j, d - j);
 }
 
 // store_row_sr<DType::kF16> (row_access.h), eight columns at a time.
@@ -184,8 +184,7 @@ LEANEMB_TARGET_V3 inline void store_row_sr_f16_v3(uint8_t* __restrict row, const
     _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 2 * j),
                      _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
   }
-  uint16_t* r = reinterpret_cast<uint16_t*>(row);
-  for (; j < d; ++j) r[j] = f32_to_f16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
+  store_row_sr<DType::kF16>(row + 2 * j, w + j, d - j, key, column0 + static_cast<uint32_t>(j));
 }
 
 // True when the CPU runs x86-64-v3 code (AVX2, FMA, F16C, BMI2).
