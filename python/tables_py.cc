@@ -472,6 +472,7 @@ class PyTables {
     d["hits"] = c.hits;
     d["misses"] = c.misses;
     d["prefetched_rows"] = c.prefetched_rows;
+    d["prefetches_taken"] = c.prefetches_taken;
     d["evictions"] = c.evictions;
     d["writebacks"] = c.writebacks;
     d["bytes_read"] = c.bytes_read;

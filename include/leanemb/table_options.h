@@ -72,6 +72,7 @@ struct RowCacheStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t prefetched_rows = 0;   // of the misses, fetched ahead by prefetch()
+  uint64_t prefetches_taken = 0;  // prefetches whose mapping a forward took whole (no lookup again)
   uint64_t evictions = 0;
   uint64_t writebacks = 0;        // dirty rows written to the store
   uint64_t initialized_rows = 0;  // rows created by the initializer on first touch

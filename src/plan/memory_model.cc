@@ -271,12 +271,13 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
     if (cached) {
       const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
-      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, s.unique, w.cache_policy);
+      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
-      r.persist(r.item(Category::kIoBuffers, cs.staging_bytes));
-      // The fetch's per-call scratch (kept between calls): the owner's, as training never
-      // prefetches.
-      r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(s.ids, s.unique)));
+      // The fetch's per-call scratch: the owner's, as training never prefetches. Its arrays are
+      // kept between calls at the largest call's size, so they are planned for the most ids a
+      // step can bring (each sample's most), over the step's expected distinct rows.
+      const int64_t most_ids = ids_per_step(t, slice, Estimate::kWorstCase);
+      r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(most_ids, s.unique)));
       if (w.file_store) {
         r.persist(Item{Tier::kHost, Category::kIoBuffers,
                        tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});

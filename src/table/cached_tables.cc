@@ -88,6 +88,7 @@ Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, 
   *out = b;
   if (!has_cache) return Status();
   step_mapped.resize(tables.size(), 0);
+  if (touch) took_prefetch = false;
   for (size_t t = 0; t < tables.size(); ++t) {
     TableState& ts = tables[t];
     if (!ts.cache) continue;
@@ -113,6 +114,7 @@ Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, 
       // A forward right after prefetch() of this batch takes the prefetch's mapping as it is.
       Result<bool> taken = touch ? ts.cache->take_prefetched(std::span<const int64_t>(rows, n), slots) : false;
       Status st = taken.status();
+      if (st.ok() && taken.value()) took_prefetch = true;
       if (st.ok() && !taken.value())
         st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
       if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
@@ -134,13 +136,17 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
   if (!im.has_cache) return Status();
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check(next, &cb));
+  // Called before the forward that takes the outstanding prefetch's rows: this one waits for
+  // that forward (its rows stay in the buffer), so that each fetch overlaps a whole step.
+  const bool defer = im.prefetch_outstanding;
+  im.prefetch_pending.assign(im.tables.size(), 0);
   for (int t = 0; t < num_tables(); ++t) {
     TableState& ts = im.tables[t];
     if (!ts.cache) continue;
     const size_t n = table_nnz(im.options, *cb.batch, t);
     if (n == 0) continue;
-    // The ids are copied by start_prefetch (into the cache's own buffer), so a temporary here
-    // would do; the workspace buffer avoids a heap allocation per step.
+    // The ids are copied by start_prefetch (into the cache's own buffer); the workspace buffer
+    // avoids a heap allocation per step and holds a deferred prefetch's rows.
     LEANEMB_ASSIGN_OR_RETURN(void* rows_p, im.remap_buffers.get(2 * im.tables.size() + static_cast<size_t>(t), n * 8,
                                                                 Category::kWorkspace, im.alloc));
     int64_t* rows = static_cast<int64_t*>(rows_p);
@@ -154,7 +160,33 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
       }
       if (m == 0) continue;
     }
+    if (defer) {
+      im.prefetch_pending[static_cast<size_t>(t)] = m;
+      continue;
+    }
     LEANEMB_RETURN_IF_ERROR(ts.cache->start_prefetch(std::span<const int64_t>(rows, m)));
+    im.prefetch_outstanding = true;
+    im.prefetch_age = 0;
+  }
+  return Status();
+}
+
+Status EmbeddingCollection::Impl::finish_prefetch_after_remap() {
+  if (prefetch_outstanding && !took_prefetch && prefetch_age == 0) {
+    prefetch_age = 1;
+    return Status();
+  }
+  release_pins(tiered::PinSet::kPrefetch);  // taken (the step holds them now), or dropped
+  prefetch_outstanding = false;
+  prefetch_age = 0;
+  for (size_t t = 0; t < prefetch_pending.size(); ++t) {
+    const size_t m = prefetch_pending[t];
+    if (m == 0) continue;
+    prefetch_pending[t] = 0;
+    LEANEMB_ASSIGN_OR_RETURN(void* rows_p, remap_buffers.get(2 * tables.size() + t, m * 8, Category::kWorkspace, alloc));
+    LEANEMB_RETURN_IF_ERROR(tables[t].cache->start_prefetch(std::span<const int64_t>(static_cast<int64_t*>(rows_p), m)));
+    prefetch_outstanding = true;
+    prefetch_age = 0;
   }
   return Status();
 }

@@ -205,6 +205,15 @@ struct EmbeddingCollection::Impl {
   bool has_cache = false;        // some table has a row cache
   StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
   std::vector<size_t> step_mapped;  // per table: ids the pinned step mapping holds (0 = none)
+  // prefetch(): a prefetch was started and no forward has dealt with it yet (taken its rows, or
+  // dropped it); the forwards that passed it without taking it (0 or 1: see
+  // finish_prefetch_after_remap); whether the last remap took a prefetch's rows; and, per table,
+  // the rows of a prefetch called while one was outstanding (in remap_buffers slot 2T + t;
+  // 0 = none), which starts once a forward has dealt with the outstanding one.
+  bool prefetch_outstanding = false;
+  int prefetch_age = 0;
+  bool took_prefetch = false;
+  std::vector<size_t> prefetch_pending;
   bool has_dynamic = false;      // some table is dynamic
   // Dynamic tables: per table t, slots 4t (raw ids) and 4t + 1 (rows) hold the last forward's
   // mapping (fwd_ids[t] ids; -1 when none), 4t + 2 / 4t + 3 backward_update's scratch.
@@ -255,6 +264,12 @@ struct EmbeddingCollection::Impl {
   // `touch` false (backward_update): rows already resident are not counted again as lookups.
   Status remap(const SparseBatch& b, SparseBatch* out, bool touch = true);
   void release_pins(tiered::PinSet set);
+  // After a forward's remap. The outstanding prefetch is over when the forward took its rows, or
+  // when it is older than one forward (its pins are dropped); a prefetch started since the
+  // previous forward and not taken is kept, pinned, for the next forward (a caller that
+  // prefetches batch k + 1 before forward(k) starts so). Once it is over, a deferred prefetch
+  // starts.
+  Status finish_prefetch_after_remap();
   // Creates table t's store and cache (no rows are allocated or initialized up front).
   Status create_cache(int t);
   // Dynamic tables (dynamic_tables.cc). create_id_map: table t's IdMap.

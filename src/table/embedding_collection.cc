@@ -272,6 +272,7 @@ void EmbeddingCollection::release_step_buffers() {
   impl_->dyn_buffers.release();
   std::fill(impl_->fwd_ids.begin(), impl_->fwd_ids.end(), -1);  // the kept mapping lived there
   std::fill(impl_->step_mapped.begin(), impl_->step_mapped.end(), size_t{0});  // and the slots
+  std::fill(impl_->prefetch_pending.begin(), impl_->prefetch_pending.end(), size_t{0});  // and a deferred prefetch
 }
 void EmbeddingCollection::set_step(int64_t step) {
   LEANEMB_CHECK(step >= 0, "negative step");
@@ -325,7 +326,9 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
       im.map_dynamic(*cb.batch, eval ? Impl::DynamicUse::kEvalForward : Impl::DynamicUse::kTrainForward, &dyn));
   SparseBatch remapped;
   LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped));
-  if (im.has_cache) im.release_pins(tiered::PinSet::kPrefetch);  // the step holds them now
+  if (im.has_cache) {
+    LEANEMB_RETURN_IF_ERROR(im.finish_prefetch_after_remap());
+  }
   const SparseBatch& b = remapped;
   if (cb.num_dropped > 0) {
     im.skipped_lookups += cb.num_dropped;

@@ -157,9 +157,11 @@ size_t seq_floats(const EmbeddingCollection& c, const OwnedBatch& b, int f) {
 }
 
 // One step on both collections: forward (outputs must agree), optional prefetch of the next
-// batch, backward with the same gradients.
+// batch (after the forward, or before it when `prefetch_first`: the pipelined order, in which
+// the collection defers it until the forward has taken the outstanding prefetch), backward with
+// the same gradients.
 void step_both(EmbeddingCollection& cached, EmbeddingCollection& ref, const OwnedBatch& b, const OwnedBatch* next,
-               bool integer, uint64_t seed) {
+               bool integer, uint64_t seed, bool prefetch_first = false) {
   const size_t P = static_cast<size_t>(b.B * cached.pooled_dim());
   std::vector<float> out_c(P), out_r(P);
   std::vector<std::vector<float>> seq_c, seq_r, gseq;
@@ -171,11 +173,14 @@ void step_both(EmbeddingCollection& cached, EmbeddingCollection& ref, const Owne
   }
   std::vector<std::span<float>> sc(seq_c.begin(), seq_c.end()), sr(seq_r.begin(), seq_r.end());
   std::vector<std::span<const float>> gs(gseq.begin(), gseq.end());
+  if (next && prefetch_first) {
+    ASSERT_TRUE(cached.prefetch(next->view()).ok());
+  }
   ASSERT_TRUE(cached.forward(b.view(), out_c, sc).ok());
   ASSERT_TRUE(ref.forward(b.view(), out_r, sr).ok());
   ASSERT_TRUE(P == 0 || std::memcmp(out_c.data(), out_r.data(), P * 4) == 0) << "pooled forward differs";
   for (size_t s = 0; s < seq_c.size(); ++s) ASSERT_EQ(seq_c[s], seq_r[s]) << "sequence forward differs";
-  if (next) {
+  if (next && !prefetch_first) {
     ASSERT_TRUE(cached.prefetch(next->view()).ok());
   }
   const auto G = grads(P, seed, integer);
@@ -190,7 +195,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   TempDir dir;
   constexpr int kConfigs = 48;
   constexpr int64_t kB = 4, kMaxLen = 3;
-  int with_evictions = 0, file_configs = 0, prefetch_configs = 0, clock_evicting = 0;
+  int with_evictions = 0, file_configs = 0, prefetch_configs = 0, prefetch_first_configs = 0, clock_evicting = 0;
   for (int cfg = 0; cfg < kConfigs; ++cfg) {
     const Config c = random_config(1000 + static_cast<uint64_t>(cfg), dir, kB, kMaxLen);
     SCOPED_TRACE(c.describe);
@@ -215,7 +220,8 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
     std::vector<OwnedBatch> batches;
     for (int s = 0; s < 13; ++s) batches.push_back(skewed_batch(c.options, kB, kMaxLen, 77 * static_cast<uint64_t>(cfg) + static_cast<uint64_t>(s)));
     for (size_t s = 0; s + 1 < batches.size(); ++s) {
-      step_both(C, *ref, batches[s], c.prefetch ? &batches[s + 1] : nullptr, c.integer_data, 5 * s + 1);
+      step_both(C, *ref, batches[s], c.prefetch ? &batches[s + 1] : nullptr, c.integer_data, 5 * s + 1,
+                /*prefetch_first=*/cfg % 3 == 0);
       if (HasFatalFailure()) return;
       ASSERT_TRUE(same_bytes(snapshot(C), snapshot(*ref))) << "after step " << s;
     }
@@ -229,6 +235,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
     }
     with_evictions += evicted ? 1 : 0;
     prefetch_configs += c.prefetch ? 1 : 0;
+    prefetch_first_configs += c.prefetch && cfg % 3 == 0 ? 1 : 0;
     // A flush changes nothing visible.
     ASSERT_TRUE(C.flush().ok());
     ASSERT_TRUE(same_bytes(snapshot(C), snapshot(*ref)));
@@ -237,6 +244,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   EXPECT_GE(with_evictions, kConfigs * 3 / 4);
   EXPECT_GE(file_configs, 10);
   EXPECT_GE(prefetch_configs, 10);
+  EXPECT_GE(prefetch_first_configs, 4);
   EXPECT_GE(clock_evicting, 8);  // CLOCK tables that evicted
 }
 
@@ -248,7 +256,9 @@ TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
   TempDir dir;
   for (const char* store : {"host", "file"}) {
     for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
-      SCOPED_TRACE(std::string(store) + " " + std::string(tiered::cache_policy_name(policy)));
+      const bool prefetch_first = policy == CachePolicy::kClock;  // the pipelined order
+      SCOPED_TRACE(std::string(store) + " " + std::string(tiered::cache_policy_name(policy)) +
+                   (prefetch_first ? " prefetch first" : ""));
       CollectionOptions o;
       TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
       o.tables = {t};
@@ -267,7 +277,7 @@ TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
       std::vector<OwnedBatch> batches;
       for (int s = 0; s < 31; ++s) batches.push_back(skewed_batch(o, 16, 5, 900 + static_cast<uint64_t>(s)));
       for (size_t s = 0; s + 1 < batches.size(); ++s) {
-        step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 7);
+        step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 7, prefetch_first);
         if (HasFatalFailure()) return;
       }
       ASSERT_TRUE(same_bytes(snapshot(*cached.value()), snapshot(*ref)));
@@ -276,6 +286,40 @@ TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
       EXPECT_GT(st.prefetched_rows, 100u);
     }
   }
+}
+
+// The pipelined order (prefetch(k + 1) before forward(k), from the first step on): every forward
+// after the first takes the prefetch that the forward before it started, and after the first
+// forward, which fetches its own rows, every miss is fetched by a prefetch. A collection that
+// started prefetch(k + 1) at once would make every forward miss its prefetch (its rows then
+// found by lookups or fetched by the step).
+TEST(CachePipeline, PrefetchBeforeForwardOverlapsTheNextStep) {
+  CollectionOptions o;
+  o.tables = {table_testing::table("t0", 5000, 8, OptimizerKind::kAdagrad, DType::kF32)};
+  o.features = {{"f0", 0, PoolingMode::kSum}};
+  o.seed = 5;
+  o.num_threads = 1;
+  CollectionOptions cached_opts = o;
+  cached_opts.tables[0].cache.capacity_rows = 600;
+  auto cached = EmbeddingCollection::create(cached_opts);
+  ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+  auto ref = table_testing::must_create(o);
+  std::vector<OwnedBatch> batches;
+  for (int s = 0; s < 12; ++s) batches.push_back(skewed_batch(o, 32, 6, 4100 + static_cast<uint64_t>(s)));
+  uint64_t first_step_misses = 0;
+  for (size_t s = 0; s + 1 < batches.size(); ++s) {
+    step_both(*cached.value(), *ref, batches[s], &batches[s + 1], false, s + 3, /*prefetch_first=*/true);
+    if (HasFatalFailure()) return;
+    const RowCacheStats st = cached.value()->cache_stats(0).value();
+    if (s == 0) first_step_misses = st.misses - st.prefetched_rows;
+    EXPECT_EQ(st.misses - st.prefetched_rows, first_step_misses) << "forward " << s << " fetched rows itself";
+    EXPECT_EQ(st.prefetches_taken, s) << "forward " << s;
+  }
+  ASSERT_TRUE(same_bytes(snapshot(*cached.value()), snapshot(*ref)));
+  const RowCacheStats st = cached.value()->cache_stats(0).value();
+  EXPECT_GT(first_step_misses, 0u);
+  EXPECT_GT(st.prefetched_rows, 500u);
+  EXPECT_GT(st.evictions, 0u);
 }
 
 // ---- RowCache directly -------------------------------------------------------------------
@@ -378,6 +422,32 @@ TEST(RowCache, ClockGivesUsedRowsASecondChance) {
   EXPECT_EQ(st.evictions, 2u);
   EXPECT_EQ(tiered::parse_cache_policy("clock").value(), CachePolicy::kClock);
   EXPECT_EQ(tiered::cache_policy_name(CachePolicy::kClock), "clock");
+}
+
+// A prefetch whose pins were released can no longer be taken: its slots may have been given to
+// other rows since (here a later acquire evicts every row it fetched).
+TEST(RowCache, ReleasedPrefetchIsNotTaken) {
+  Fixture f = make_cache(100, 4, CachePolicy::kLru);
+  const std::vector<int64_t> x = {10, 11, 12, 13};
+  ASSERT_TRUE(f.cache->start_prefetch(x).ok());
+  ASSERT_TRUE(f.cache->wait_prefetch().ok());
+  f.cache->release(tiered::PinSet::kPrefetch);
+  touch(*f.cache, {20, 21, 22, 23});  // evicts 10..13
+  std::vector<int64_t> slots(x.size(), -1);
+  Result<bool> taken = f.cache->take_prefetched(x, slots.data());
+  ASSERT_TRUE(taken.ok());
+  EXPECT_FALSE(taken.value());
+  EXPECT_EQ(f.cache->stats().prefetches_taken, 0u);
+  // Not released: taken, with the slots that hold the rows.
+  const std::vector<int64_t> y = {30, 31};
+  ASSERT_TRUE(f.cache->start_prefetch(y).ok());
+  ASSERT_TRUE(f.cache->wait_prefetch().ok());
+  taken = f.cache->take_prefetched(y, slots.data());
+  ASSERT_TRUE(taken.ok());
+  EXPECT_TRUE(taken.value());
+  EXPECT_EQ(f.cache->slot_row(slots[0]), 30);
+  EXPECT_EQ(f.cache->slot_row(slots[1]), 31);
+  EXPECT_EQ(f.cache->stats().prefetches_taken, 1u);
 }
 
 // Drives two caches through the same steps: each step takes its prefetch (prefetched(step)) or
@@ -499,7 +569,11 @@ TEST(RowCache, CallScratchIsAccountedAndABudgetTooSmallLeavesTheCacheUnchanged) 
     after_small = host_bytes(f);
     const size_t io_small = io_buffers(f);
     ASSERT_TRUE(f.cache->acquire(big, slots.data(), tiered::PinSet::kStep).ok());
-    EXPECT_GE(io_buffers(f) - io_small, tiered::row_cache_scratch_bytes(static_cast<int64_t>(big.size()), big_distinct))
+    // The big call's arrays replace the small call's (row_cache_scratch_bytes is exact: the
+    // fetch stages nothing else).
+    const size_t small_scratch = tiered::row_cache_scratch_bytes(static_cast<int64_t>(small.size()), static_cast<int64_t>(small.size()));
+    EXPECT_EQ(io_buffers(f) - io_small + small_scratch,
+              tiered::row_cache_scratch_bytes(static_cast<int64_t>(big.size()), big_distinct))
         << "the big call's scratch must be counted in io_buffers";
   }
   // A budget that holds the small call but not the big call's scratch.
@@ -604,7 +678,7 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
   EXPECT_EQ(st.lookups, 40u);
   EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
   const auto dev = f.mem->stats()[0];
-  const auto sz = tiered::row_cache_sizes(64, 1000, f.layout.stride_bytes, 0, CachePolicy::kLru);
+  const auto sz = tiered::row_cache_sizes(64, 1000, f.layout.stride_bytes, CachePolicy::kLru);
   EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());
   EXPECT_GT(f.mem->stats()[1][Category::kIoBuffers].current_bytes, 0u);
 }
@@ -616,18 +690,18 @@ class FailingStore : public tiered::RowStore {
   tiered::StoreKind kind() const override { return tiered::StoreKind::kHost; }
   int64_t num_rows() const override { return rows_; }
   size_t row_bytes() const override { return bytes_; }
-  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+  Status read_rows(std::span<const int64_t> rows, tiered::RowsAt<uint8_t> dst, uint8_t* present) override {
     if (fail_reads) return Status(StatusCode::kIoError, "injected read error");
     for (size_t i = 0; i < rows.size(); ++i) {
-      std::memcpy(dst + i * bytes_, data_.data() + static_cast<size_t>(rows[i]) * bytes_, bytes_);
+      std::memcpy(dst.row(i, bytes_), data_.data() + static_cast<size_t>(rows[i]) * bytes_, bytes_);
       present[i] = present_[static_cast<size_t>(rows[i])];
     }
     return Status();
   }
-  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+  Status write_rows(std::span<const int64_t> rows, tiered::RowsAt<const uint8_t> src) override {
     if (fail_writes) return Status(StatusCode::kResourceExhausted, "injected ENOSPC");
     for (size_t i = 0; i < rows.size(); ++i) {
-      std::memcpy(data_.data() + static_cast<size_t>(rows[i]) * bytes_, src + i * bytes_, bytes_);
+      std::memcpy(data_.data() + static_cast<size_t>(rows[i]) * bytes_, src.row(i, bytes_), bytes_);
       present_[static_cast<size_t>(rows[i])] = 1;
     }
     return Status();

@@ -112,7 +112,7 @@ class FileRowStore final : public RowStore {
   int64_t num_rows() const override { return num_rows_; }
   size_t row_bytes() const override { return row_bytes_; }
 
-  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+  Status read_rows(std::span<const int64_t> rows, RowsAt<uint8_t> dst, uint8_t* present) override {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "read_rows"));
     const StopWatch watch;
     std::vector<RowRef> refs;
@@ -141,12 +141,12 @@ class FileRowStore final : public RowStore {
       release_read_staging(std::move(staging));
       LEANEMB_RETURN_IF_ERROR(st);
     }
-    for (const auto& [pos, from] : repeats) std::memcpy(dst + pos * row_bytes_, dst + from * row_bytes_, row_bytes_);
+    for (const auto& [pos, from] : repeats) std::memcpy(dst.row(pos, row_bytes_), dst.row(from, row_bytes_), row_bytes_);
     counters_.add_read(rows.size(), bytes, ops, watch.ns());
     return Status();
   }
 
-  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+  Status write_rows(std::span<const int64_t> rows, RowsAt<const uint8_t> src) override {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "write_rows"));
     std::lock_guard<std::mutex> lock(write_mu_);
     const StopWatch watch;
@@ -181,7 +181,7 @@ class FileRowStore final : public RowStore {
         const Piece& p = pieces[k];
         uint8_t* slot = slots + (k - g) * slot_bytes_;
         for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
-          std::memcpy(slot + (lo - p.offset), src + r.pos * row_bytes_ + (lo - row_start), hi - lo);
+          std::memcpy(slot + (lo - p.offset), src.row(r.pos, row_bytes_) + (lo - row_start), hi - lo);
         });
         writes.push_back({true, p.offset, slot, p.len, 0});
         write_piece.push_back(&p);
@@ -408,7 +408,7 @@ class FileRowStore final : public RowStore {
     if (b < end) add(align_down(b, block_), end - align_down(b, block_));
   }
 
-  Status read_pieces(const std::vector<RowRef>& uniq, uint8_t* slots, uint8_t* dst, uint64_t* ops, uint64_t* bytes) {
+  Status read_pieces(const std::vector<RowRef>& uniq, uint8_t* slots, RowsAt<uint8_t> dst, uint64_t* ops, uint64_t* bytes) {
     const std::vector<Piece> pieces = make_pieces(uniq);
     std::vector<IoOp> reads;
     std::vector<const Piece*> read_piece;
@@ -427,7 +427,7 @@ class FileRowStore final : public RowStore {
         const Piece& p = pieces[k];
         const uint8_t* slot = slots + (k - g) * slot_bytes_;
         for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
-          std::memcpy(dst + r.pos * row_bytes_ + (lo - row_start), slot + (lo - p.offset), hi - lo);
+          std::memcpy(dst.row(r.pos, row_bytes_) + (lo - row_start), slot + (lo - p.offset), hi - lo);
         });
       }
     }

@@ -26,6 +26,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 constexpr size_t kMetaAhead = 32;
 // Rows per chunk of a fetch's copy loops (a few microseconds of copying or initializing).
 constexpr int64_t kCopyGrain = 256;
+// Dirty rows per store call of flush().
+constexpr size_t kFlushChunkRows = 8192;
 uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
 // Scratch arrays are grown before a call changes anything (so that a refused allocation leaves
@@ -78,12 +80,13 @@ struct RowCache::Plan {
   static_assert(sizeof(Fresh) == 16 && sizeof(Victim) == 16, "row_cache_scratch_bytes counts 16 B per new row and victim");
   explicit Plan(Allocator* a)
       : res(a, Category::kIoBuffers),
-        fresh(&res), victims(&res), wb_rows(&res), rd_rows(&res), wb_slots(&res), found(&res), miss_at(&res), present(&res) {}
+        fresh(&res), victims(&res), wb_rows(&res), rd_rows(&res), wb_slots(&res), rd_slots(&res), found(&res), miss_at(&res),
+        present(&res) {}
   AccountedResource res;
   std::pmr::vector<Fresh> fresh;
   std::pmr::vector<Victim> victims;
   std::pmr::vector<int64_t> wb_rows, rd_rows;
-  std::pmr::vector<int32_t> wb_slots;
+  std::pmr::vector<int32_t> wb_slots, rd_slots;  // the slots of wb_rows and rd_rows
   std::pmr::vector<int32_t> found;
   std::pmr::vector<size_t> miss_at;  // positions of the rows pass 1 did not find
   std::pmr::vector<uint8_t> present;  // the store's presence of rd_rows
@@ -94,6 +97,7 @@ struct RowCache::Plan {
     reserve_fresh(wb_rows, n);
     reserve_fresh(rd_rows, n);
     reserve_fresh(wb_slots, n);
+    reserve_fresh(rd_slots, n);
     reserve_fresh(found, n);
     reserve_fresh(miss_at, n);
     reserve_fresh(present, n);
@@ -127,7 +131,7 @@ Result<std::unique_ptr<RowCache>> RowCache::create(const RowCacheOptions& option
   c->store_tier_ = c->store_->kind() == StoreKind::kFile ? Tier::kDisk : Tier::kHost;
   c->capacity_ = options.capacity_rows;
   const int64_t cap = c->capacity_;
-  const RowCacheSizes sz = row_cache_sizes(cap, n, layout.stride_bytes, options.max_rows_per_step, options.policy);
+  const RowCacheSizes sz = row_cache_sizes(cap, n, layout.stride_bytes, options.policy);
   auto fail = [&](const Status& s, const char* what) {
     return Status(s.code(), std::string("row cache ") + what + " (" + std::to_string(cap) + " rows): " + s.message());
   };
@@ -181,6 +185,12 @@ void RowCache::release(PinSet set) {
     if (ix.evictable(s)) ix.make_evictable(s);
   }
   pinned(set).clear();
+  // The prefetch's slots are no longer pinned (a later fetch may reuse them): its mapping can no
+  // longer be taken, and one still in flight completes untakeable (prefetch_epoch_).
+  if (set == PinSet::kPrefetch) {
+    job_complete_ = false;
+    ++prefetch_epoch_;
+  }
 }
 
 void RowCache::mark_dirty(std::span<const int64_t> slots) {
@@ -400,67 +410,48 @@ Status RowCache::fetch(std::span<const int64_t> rows, int64_t* slots_out, PinSet
   if (plan.fresh.empty()) return Status();
   const auto t0 = Clock::now();
   const size_t stride = layout_.stride_bytes;
-  auto grow = [&](Allocation& a, size_t n) -> Status {
-    if (a.size_bytes() >= n * stride) return Status();
-    a.reset();
-    LEANEMB_ASSIGN_OR_RETURN(a, staging_alloc_->allocate(row_cache_stage_rows(n) * stride, Category::kIoBuffers, 4096));
-    return Status();
-  };
-  // Both staging buffers grow together to the fetch's rows (its dirty victims are at most its
-  // rows read in): a run reaches its staging memory at its first fetch, as row_cache_sizes
-  // predicts it, not later when evictions start.
-  Status st = grow(stage_in_, plan.fresh.size());
-  if (st.ok()) st = grow(stage_out_, plan.fresh.size());
-  if (!st.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
-    rollback_locked(set, true);  // nothing written back: the victims keep their dirty bytes
-    return st;
-  }
-  // Phase B: write back dirty victims.
+  // Phase B: write back dirty victims, straight from their slots (the store reads them there).
+  Status st;
   auto& wb_rows = plan.wb_rows;
+  auto& wb_slots = plan.wb_slots;
   wb_rows.clear();
+  wb_slots.clear();
   for (const Plan::Victim& v : plan.victims)
-    if (v.dirty) wb_rows.push_back(v.row);
+    if (v.dirty) {
+      wb_rows.push_back(v.row);
+      wb_slots.push_back(v.slot);
+    }
   if (!wb_rows.empty()) {
-    auto& wb_slots = plan.wb_slots;
-    wb_slots.clear();
-    for (const Plan::Victim& v : plan.victims)
-      if (v.dirty) wb_slots.push_back(v.slot);
-    // In chunks over the pool when the step waits for this prefetch (fetch_threads).
-    parallel_for(static_cast<int64_t>(wb_slots.size()), kCopyGrain, [&](int64_t b, int64_t e, int) {
-      for (int64_t k = b; k < e; ++k) {
-        if (k + 8 < e) kernels::prefetch_span<0, 0>(slots() + static_cast<size_t>(wb_slots[static_cast<size_t>(k + 8)]) * stride, stride);
-        std::memcpy(stage_out_.as<uint8_t>() + static_cast<size_t>(k) * stride,
-                    slots() + static_cast<size_t>(wb_slots[static_cast<size_t>(k)]) * stride, stride);
-      }
-    }, fetch_threads(prefetching));
-    st = store_->write_rows(wb_rows, stage_out_.as<uint8_t>());
+    st = store_->write_rows(wb_rows, RowsAt<const uint8_t>(slots(), wb_slots.data(), stride));
     if (!st.ok()) {
       std::lock_guard<std::mutex> l(mu_);
-      rollback_locked(set, true);
+      rollback_locked(set, true);  // the slots still hold the victims' bytes (only read)
       return st;
     }
     if (memory_) memory_->record_transfer(Tier::kDevice, store_tier_, wb_rows.size() * stride);
   }
-  // Phase C: read the new rows (the initializer makes the ones never written).
+  // Phase C: read the new rows straight into their slots; the initializer makes the ones never
+  // written (in parallel when the step waits for this fetch: fetch_threads).
   auto& rd_rows = plan.rd_rows;
+  auto& rd_slots = plan.rd_slots;
   rd_rows.resize(plan.fresh.size());
-  for (size_t i = 0; i < plan.fresh.size(); ++i) rd_rows[i] = plan.fresh[i].row;
+  rd_slots.resize(plan.fresh.size());
+  for (size_t i = 0; i < plan.fresh.size(); ++i) {
+    rd_rows[i] = plan.fresh[i].row;
+    rd_slots[i] = plan.fresh[i].slot;
+  }
   std::pmr::vector<uint8_t>& present = plan.present;
   present.resize(rd_rows.size());
-  st = store_->read_rows(rd_rows, stage_in_.as<uint8_t>(), present.data());
+  st = store_->read_rows(rd_rows, RowsAt<uint8_t>(slots(), rd_slots.data(), stride), present.data());
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
-    rollback_locked(set, false);  // the victims are clean in the store now
+    rollback_locked(set, false);  // the victims are clean in the store now; their slots are free
     return st;
   }
   parallel_for(static_cast<int64_t>(plan.fresh.size()), kCopyGrain, [&](int64_t b, int64_t e, int) {
     for (int64_t j = b; j < e; ++j) {
       const size_t i = static_cast<size_t>(j);
-      if (j + 8 < e) kernels::prefetch_span<1, 0>(slots() + static_cast<size_t>(plan.fresh[i + 8].slot) * stride, stride);
-      uint8_t* dst = slots() + static_cast<size_t>(plan.fresh[i].slot) * stride;
-      if (present[i]) std::memcpy(dst, stage_in_.as<uint8_t>() + i * stride, stride);
-      else init_(plan.fresh[i].row, dst);
+      if (!present[i]) init_(plan.fresh[i].row, slots() + static_cast<size_t>(plan.fresh[i].slot) * stride);
     }
   }, fetch_threads(prefetching));
   const uint64_t loaded = static_cast<uint64_t>(std::count(present.begin(), present.end(), uint8_t{1}));
@@ -531,6 +522,7 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
     }
   }
   stats_.lookups += from.size();
+  ++stats_.prefetches_taken;
   from.clear();
   for (size_t i = 0; i < rows.size(); ++i) slots_out[i] = job_slots[i];
   return true;
@@ -553,11 +545,13 @@ void RowCache::prefetch_main() {
     (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.prefetch_nice);
   for (;;) {
     std::span<const int64_t> rows;
+    uint64_t epoch = 0;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return stop_ || has_job_; });
       if (stop_) return;
       rows = std::span<const int64_t>(job_.as<int64_t>(), job_rows_);
+      epoch = prefetch_epoch_;
       has_job_ = false;
       busy_ = true;
     }
@@ -582,7 +576,7 @@ void RowCache::prefetch_main() {
     {
       std::lock_guard<std::mutex> l(mu_);
       busy_ = false;
-      job_complete_ = complete;
+      job_complete_ = complete && epoch == prefetch_epoch_;
       if (prefetch_status_.ok()) prefetch_status_ = st;
     }
     cv_.notify_all();
@@ -599,23 +593,14 @@ Status RowCache::flush() {
     for (int32_t s = 0; s < capacity_; ++s)
       if ((index_.flags(s) & CacheIndex::kDirty) && index_.slot_row(s) >= 0) dirty_slots.push_back(s);
   }
-  // Through the larger of the fetch's two staging buffers (both idle under fetch_mu_), in chunks
-  // of its rows: a flush allocates nothing beyond what a step holds (row_cache_sizes). A row is
-  // resident only after a fetch, so a dirty row implies a staging buffer of at least 16 rows.
-  Allocation& stage = stage_in_.size_bytes() >= stage_out_.size_bytes() ? stage_in_ : stage_out_;
-  if (!dirty_slots.empty() && stage.size_bytes() < stride) {
-    stage.reset();
-    LEANEMB_ASSIGN_OR_RETURN(stage, staging_alloc_->allocate(row_cache_stage_rows(1) * stride, Category::kIoBuffers, 4096));
-  }
-  const size_t chunk = dirty_slots.empty() ? 1 : stage.size_bytes() / stride;
-  for (size_t b = 0; b < dirty_slots.size(); b += chunk) {
-    const size_t n = std::min(chunk, dirty_slots.size() - b);
-    std::vector<int64_t> rows(n);
-    for (size_t i = 0; i < n; ++i) {
-      rows[i] = index_.slot_row(dirty_slots[b + i]);
-      std::memcpy(stage.as<uint8_t>() + i * stride, slots() + static_cast<size_t>(dirty_slots[b + i]) * stride, stride);
-    }
-    LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, stage.as<uint8_t>()));
+  // Straight from the slots, in chunks of kFlushChunkRows (each chunk's rows are clean once it
+  // is written, so a failed flush keeps only the rest dirty).
+  std::vector<int64_t> rows;
+  for (size_t b = 0; b < dirty_slots.size(); b += kFlushChunkRows) {
+    const size_t n = std::min(kFlushChunkRows, dirty_slots.size() - b);
+    rows.resize(n);
+    for (size_t i = 0; i < n; ++i) rows[i] = index_.slot_row(dirty_slots[b + i]);
+    LEANEMB_RETURN_IF_ERROR(store_->write_rows(rows, RowsAt<const uint8_t>(slots(), dirty_slots.data() + b, stride)));
     std::lock_guard<std::mutex> l(mu_);
     for (size_t i = 0; i < n; ++i) index_.flags(dirty_slots[b + i]) &= static_cast<uint8_t>(~CacheIndex::kDirty);
     stats_.writebacks += n;

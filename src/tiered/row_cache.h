@@ -68,7 +68,6 @@ using CacheStats = RowCacheStats;  // include/leanemb/embedding.h
 struct RowCacheOptions {
   int64_t capacity_rows = 0;  // slots (1 <= capacity <= num_rows)
   CachePolicy policy = CachePolicy::kLru;
-  int64_t max_rows_per_step = 0;  // sizes the staging buffers up front (grown on demand)
   int num_threads = 1;            // pool threads (parallel_for) for the parallel parts of large fetches
   int prefetch_nice = 0;          // the prefetch thread's nice value (TableCacheOptions::prefetch_nice)
   // Test hook: the index's 32-bit stamps / ticks are renormalized when they reach this value
@@ -110,7 +109,8 @@ class RowCache {
   // `touch` false: resident rows are not counted as lookups and keep their recency and
   // frequency (the update of a step whose forward already acquired its rows).
   Status acquire(std::span<const int64_t> rows, int64_t* slots_out, PinSet set, bool touch = true);
-  // Unpins every slot of `set`.
+  // Unpins every slot of `set`. Releasing the prefetch set also makes the last prefetch's
+  // mapping untakeable (take_prefetched returns false), even one still in flight.
   void release(PinSet set);
   // Marks slots as changed (written back on eviction or flush). REQUIRES: pinned.
   void mark_dirty(std::span<const int64_t> slots);
@@ -232,8 +232,6 @@ class RowCache {
   CacheStats stats_;
   uint64_t tick_ = 0;
 
-  // Staging buffers (io_buffers), grown on demand; used only under fetch_mu_.
-  Allocation stage_in_, stage_out_;
   std::unique_ptr<CallerScratch> owner_;     // acquire()'s (the owner's thread)
   std::unique_ptr<CallerScratch> prefetch_;  // the prefetch thread's
 
@@ -246,7 +244,8 @@ class RowCache {
   bool busy_ = false;
   Allocation job_;  // the prefetch's rows (io_buffers)
   size_t job_rows_ = 0;
-  bool job_complete_ = false;       // the last prefetch fetched every row of job_
+  bool job_complete_ = false;       // the last prefetch fetched every row of job_, still pinned
+  uint64_t prefetch_epoch_ = 0;     // release(kPrefetch) calls (a prefetch in flight across one is not takeable)
   Status prefetch_status_;
 };
 

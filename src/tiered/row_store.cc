@@ -112,7 +112,7 @@ class HostRowStore final : public RowStore {
   int64_t num_rows() const override { return num_rows_; }
   size_t row_bytes() const override { return row_bytes_; }
 
-  Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) override {
+  Status read_rows(std::span<const int64_t> rows, RowsAt<uint8_t> dst, uint8_t* present) override {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "read_rows"));
     const StopWatch watch;
     const uint8_t* base = rows_.as<uint8_t>();
@@ -125,7 +125,7 @@ class HostRowStore final : public RowStore {
       const int64_t r = rows[i];
       present[i] = presence_.test(r) ? 1 : 0;
       if (present[i]) {
-        std::memcpy(dst + i * row_bytes_, base + static_cast<size_t>(r) * row_bytes_, row_bytes_);
+        std::memcpy(dst.row(i, row_bytes_), base + static_cast<size_t>(r) * row_bytes_, row_bytes_);
         ++copied;
       }
     }
@@ -133,7 +133,7 @@ class HostRowStore final : public RowStore {
     return Status();
   }
 
-  Status write_rows(std::span<const int64_t> rows, const uint8_t* src) override {
+  Status write_rows(std::span<const int64_t> rows, RowsAt<const uint8_t> src) override {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "write_rows"));
     std::lock_guard<std::mutex> lock(write_mu_);  // write_rows calls are serialized
     const StopWatch watch;
@@ -142,7 +142,7 @@ class HostRowStore final : public RowStore {
     for (size_t i = 0; i < rows.size(); ++i) {
       if (i + kRowsAhead < rows.size())
         kernels::prefetch_span<1, 0>(base + static_cast<size_t>(rows[i + kRowsAhead]) * row_bytes_, row_bytes_);
-      std::memcpy(base + static_cast<size_t>(rows[i]) * row_bytes_, src + i * row_bytes_, row_bytes_);
+      std::memcpy(base + static_cast<size_t>(rows[i]) * row_bytes_, src.row(i, row_bytes_), row_bytes_);
       presence_.set(rows[i]);
     }
     counters_.add_write(rows.size(), rows.size() * row_bytes_, rows.size(), watch.ns());

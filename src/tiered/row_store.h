@@ -71,6 +71,23 @@ struct RowStoreStats {
   size_t block_bytes = 0;      // file: the alignment unit of an access (logical block size)
 };
 
+// Where the rows of a read_rows / write_rows call are in the caller's memory: row i of the call
+// at base + (slots ? slots[i] : i) * stride. A plain pointer converts to a packed buffer
+// (slots null, stride 0 = the store's row_bytes()); the row cache passes its slots and the slot
+// of each row, so rows move between the store and their slots with no staging copy.
+template <typename Byte>
+struct RowsAt {
+  Byte* base = nullptr;
+  const int32_t* slots = nullptr;
+  size_t stride = 0;
+  RowsAt(Byte* packed) : base(packed) {}  // NOLINT: implicit on purpose (a packed buffer)
+  RowsAt(Byte* b, const int32_t* s, size_t st) : base(b), slots(s), stride(st) {}
+  // Row i's bytes, for rows of row_bytes bytes (the stride when none is given).
+  Byte* row(size_t i, size_t row_bytes) const {
+    return base + (slots ? static_cast<size_t>(slots[i]) : i) * (stride ? stride : row_bytes);
+  }
+};
+
 class RowStore {
  public:
   virtual ~RowStore() = default;
@@ -78,18 +95,18 @@ class RowStore {
   virtual int64_t num_rows() const = 0;
   virtual size_t row_bytes() const = 0;
 
-  // For i < rows.size(): copies row rows[i] into dst + i * row_bytes() and sets present[i] to 1
-  // if the row was ever written, else leaves those bytes unspecified and sets present[i] to 0.
-  // Rows need not be sorted or distinct. Errors: OutOfRange (bad row), IoError / DataLoss
-  // (short read); on error the contents of dst are unspecified.
-  virtual Status read_rows(std::span<const int64_t> rows, uint8_t* dst, uint8_t* present) = 0;
-  // For i < rows.size(): stores src + i * row_bytes() as row rows[i] (rows distinct). Calls of
-  // write_rows are serialized against each other. On error (IoError, ResourceExhausted for
-  // ENOSPC, a short write that cannot be completed) the call returns it and the store stays
-  // usable: rows outside the call are unchanged; rows of the call may hold old, new or torn
-  // bytes, so the caller keeps its copies (the row cache keeps them dirty and reports the
-  // error) and a later successful write_rows of those rows repairs them.
-  virtual Status write_rows(std::span<const int64_t> rows, const uint8_t* src) = 0;
+  // For i < rows.size(): copies row rows[i] into dst.row(i) and sets present[i] to 1 if the row
+  // was ever written, else leaves those bytes unspecified and sets present[i] to 0. Rows need
+  // not be sorted or distinct. Errors: OutOfRange (bad row), IoError / DataLoss (short read); on
+  // error the contents of dst's rows are unspecified.
+  virtual Status read_rows(std::span<const int64_t> rows, RowsAt<uint8_t> dst, uint8_t* present) = 0;
+  // For i < rows.size(): stores src.row(i) as row rows[i] (rows distinct). Calls of write_rows
+  // are serialized against each other. On error (IoError, ResourceExhausted for ENOSPC, a short
+  // write that cannot be completed) the call returns it and the store stays usable: rows outside
+  // the call are unchanged; rows of the call may hold old, new or torn bytes, so the caller keeps
+  // its copies (the row cache keeps them dirty and reports the error) and a later successful
+  // write_rows of those rows repairs them.
+  virtual Status write_rows(std::span<const int64_t> rows, RowsAt<const uint8_t> src) = 0;
   // Bulk forms for contiguous rows (restoring and saving whole tables). write_range stores rows
   // [begin, begin + count) from src [count, row_bytes()] exactly as write_rows of those rows would
   // (same errors, same guarantees after an error); read_range reads them into dst [count,

@@ -76,12 +76,6 @@ inline size_t file_store_bulk_bytes(int64_t count, size_t row_bytes, size_t bloc
   return std::min(span, cap);
 }
 
-// The fetch's staging buffers (io_buffers) grow on demand to hold n rows with headroom:
-// max(n + n/4, 16) rows: one for the rows read in, one for the dirty victims written back (at
-// most the rows read in). flush() writes dirty rows back through the larger of the two, in
-// chunks of its rows, and allocates nothing.
-inline size_t row_cache_stage_rows(size_t n) { return std::max<size_t>(n + n / 4, 16); }
-
 // Calls of at least this many ids are first reduced to their distinct rows
 // (RowCacheOptions::distinct_min_ids).
 inline constexpr size_t kRowCacheDistinctMinIds = 8192;
@@ -94,7 +88,7 @@ inline size_t row_cache_scratch_elems(size_t n) { return std::max<size_t>(n + n 
 // `ids_per_call` ids over `rows_per_call` distinct rows: per row of what the fetch sees (the
 // distinct rows of a call of at least kRowCacheDistinctMinIds ids, else every id) its lookups
 // (fast path 4 B, fetch 4 B), the misses' positions (8), new rows (16), victims (16), write-back
-// rows (8) and slots (4), rows read (8), presence (1) and pin (4); for a reduced call, per id
+// rows (8) and slots (4), rows read (8) and slots (4), presence (1) and pin (4); for a reduced call, per id
 // its distinct row (8), index (4) and sort keys (2 x 8), and per distinct row its slot (8). A
 // prefetch thread, when used, keeps a second Distinct and its slots of every id (8 B) on top.
 inline size_t row_cache_scratch_bytes(int64_t ids_per_call, int64_t rows_per_call) {
@@ -104,7 +98,7 @@ inline size_t row_cache_scratch_bytes(int64_t ids_per_call, int64_t rows_per_cal
   auto e = row_cache_scratch_elems;
   const bool reduced = n >= kRowCacheDistinctMinIds;
   const size_t r = reduced ? u : n;
-  size_t b = (4 + 4 + 8 + 16 + 16 + 8 + 4 + 8 + 1 + 4) * e(r);  // each array grown on its own
+  size_t b = (4 + 4 + 8 + 16 + 16 + 8 + 4 + 8 + 4 + 1 + 4) * e(r);  // each array grown on its own
   if (reduced) b += 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u);
   return b;
 }
@@ -113,7 +107,6 @@ struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
   size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;
                              // eviction candidates (row_cache_index_bytes)
-  size_t staging_bytes = 0;  // io_buffers: one fetch's rows read, plus victims written back
   size_t device_bytes() const { return slot_bytes + index_bytes; }
 };
 
@@ -162,17 +155,14 @@ inline size_t row_cache_index_bytes(int64_t capacity_rows, int64_t num_rows, Cac
              kRowCacheCandidateBytes;
 }
 
-// `num_rows`: the table's rows (the width of the slots' rows). `max_rows_per_step`: the most distinct rows one fetch of this table moves (bounded by the
-// batch's ids of the table); the staging buffers hold that many rows in and out, and grow on
-// demand if a step needs more.
-inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, int64_t num_rows, size_t row_bytes,
-                                     int64_t max_rows_per_step, CachePolicy policy) {
+// The device-tier bytes of a cache of `capacity_rows` slots of `row_bytes` over a table of
+// `num_rows` rows (the width of the slots' rows). Rows move between the store and the slots
+// directly (RowStore's RowsAt), so a fetch has no staging buffers.
+inline RowCacheSizes row_cache_sizes(int64_t capacity_rows, int64_t num_rows, size_t row_bytes, CachePolicy policy) {
   RowCacheSizes s;
   const size_t cap = static_cast<size_t>(capacity_rows > 0 ? capacity_rows : 0);
   s.slot_bytes = cap * row_bytes;
   s.index_bytes = row_cache_index_bytes(capacity_rows, num_rows, policy);
-  const size_t per_step = static_cast<size_t>(max_rows_per_step > 0 ? max_rows_per_step : 0);
-  s.staging_bytes = 2 * row_cache_stage_rows(per_step) * row_bytes;  // in, and out (victims <= rows in)
   return s;
 }
 
