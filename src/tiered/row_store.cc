@@ -120,8 +120,11 @@ class HostRowStore final : public RowStore {
     for (size_t i = 0; i < rows.size(); ++i) {
       // Rows are random in a buffer of gigabytes: fetch a few ahead so the copies overlap (only
       // rows that were written: most misses of a young table are rows never written).
-      if (i + kRowsAhead < rows.size() && presence_.test(rows[i + kRowsAhead]))
+      // The destination too when the caller's rows are scattered (a cache's slots).
+      if (i + kRowsAhead < rows.size() && presence_.test(rows[i + kRowsAhead])) {
         kernels::prefetch_span<0, 0>(base + static_cast<size_t>(rows[i + kRowsAhead]) * row_bytes_, row_bytes_);
+        if (dst.slots) kernels::prefetch_span<1, 0>(dst.row(i + kRowsAhead, row_bytes_), row_bytes_);
+      }
       const int64_t r = rows[i];
       present[i] = presence_.test(r) ? 1 : 0;
       if (present[i]) {
@@ -140,8 +143,10 @@ class HostRowStore final : public RowStore {
     for (int64_t r : rows) LEANEMB_RETURN_IF_ERROR(presence_.prepare(r));
     uint8_t* base = rows_.as<uint8_t>();
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (i + kRowsAhead < rows.size())
+      if (i + kRowsAhead < rows.size()) {
         kernels::prefetch_span<1, 0>(base + static_cast<size_t>(rows[i + kRowsAhead]) * row_bytes_, row_bytes_);
+        if (src.slots) kernels::prefetch_span<0, 0>(src.row(i + kRowsAhead, row_bytes_), row_bytes_);
+      }
       std::memcpy(base + static_cast<size_t>(rows[i]) * row_bytes_, src.row(i, row_bytes_), row_bytes_);
       presence_.set(rows[i]);
     }
