@@ -150,6 +150,9 @@ class EmbeddingTables {
                                                std::span<const std::span<const float>> grad_seq = {},
                                                const UpdateOptions& update = {}) = 0;
   // Starts fetching the rows `next` will touch (tables with a row cache); a no-op otherwise.
+  // Call it after forward(current), or before it (the pipelined order): while an earlier
+  // prefetch is outstanding, this one starts once forward(current) has taken that prefetch's
+  // rows, so that it overlaps the whole step (docs/tiered.md, Pipelining).
   virtual Status prefetch(const SparseBatch& next) = 0;
   // Writes every changed cached row back to its store and makes the store durable.
   virtual Status flush() = 0;
