@@ -450,6 +450,47 @@ TEST(RowCache, ReleasedPrefetchIsNotTaken) {
   EXPECT_EQ(f.cache->stats().prefetches_taken, 1u);
 }
 
+// A taken prefetch's rows are pinned by the step set, and only by it, whichever way the pins
+// moved: the sets trading roles (the step set empty) or one slot at a time (the step holding
+// rows of its own). Pinned rows are never victims; each release unpins exactly its set's rows.
+TEST(RowCache, TakenPrefetchIsPinnedByTheStepSetOnly) {
+  Fixture f = make_cache(100, 4, CachePolicy::kLru);
+  std::vector<int64_t> slots(4, -1);
+  auto take = [&](const std::vector<int64_t>& rows) {
+    ASSERT_TRUE(f.cache->start_prefetch(rows).ok());
+    ASSERT_TRUE(f.cache->wait_prefetch().ok());
+    Result<bool> taken = f.cache->take_prefetched(rows, slots.data());
+    ASSERT_TRUE(taken.ok() && taken.value());
+  };
+  auto acquire = [&](const std::vector<int64_t>& rows, tiered::PinSet set) {
+    return f.cache->acquire(rows, slots.data(), set);
+  };
+  // Roles traded: 1 and 2 are the step's; a prefetch of 3 and 4 fills the cache.
+  take({1, 2});
+  ASSERT_TRUE(f.cache->start_prefetch(std::vector<int64_t>{3, 4}).ok());
+  ASSERT_TRUE(f.cache->wait_prefetch().ok());
+  // Releasing the prefetch set unpins 3 and 4 only: 5 and 6 take their slots, not 1's or 2's
+  // (which LRU would pick first: never released, their keys are the oldest).
+  f.cache->release(tiered::PinSet::kPrefetch);
+  ASSERT_TRUE(acquire({5, 6}, tiered::PinSet::kStep).ok());
+  EXPECT_TRUE(resident(*f.cache, 1) && resident(*f.cache, 2) && resident(*f.cache, 5) && resident(*f.cache, 6));
+  EXPECT_FALSE(resident(*f.cache, 3) || resident(*f.cache, 4));
+  // Everything is pinned by the step: no room for a prefetch.
+  EXPECT_FALSE(acquire({7}, tiered::PinSet::kPrefetch).ok());
+  f.cache->release(tiered::PinSet::kStep);  // 1, 2, 5 and 6 evictable again
+  // One slot at a time: the step holds 1 when the prefetch of 2 and 7 is taken.
+  ASSERT_TRUE(acquire({1}, tiered::PinSet::kStep).ok());
+  take({2, 7});
+  f.cache->release(tiered::PinSet::kPrefetch);  // nothing of the step's
+  ASSERT_TRUE(acquire({8}, tiered::PinSet::kPrefetch).ok());  // the only unpinned row goes
+  EXPECT_TRUE(resident(*f.cache, 1) && resident(*f.cache, 2) && resident(*f.cache, 7) && resident(*f.cache, 8));
+  f.cache->release(tiered::PinSet::kStep);
+  f.cache->release(tiered::PinSet::kPrefetch);
+  touch(*f.cache, {20, 21, 22, 23});  // every slot is evictable
+  for (int64_t r : {20, 21, 22, 23}) EXPECT_TRUE(resident(*f.cache, r)) << r;
+  EXPECT_EQ(f.cache->stats().prefetches_taken, 2u);
+}
+
 // Drives two caches through the same steps: each step takes its prefetch (prefetched(step)) or
 // acquires its ids, marks every dirty_every-th slot dirty and changes its bytes, starts the next
 // step's prefetch when that one is prefetched, and releases. After every step both gave the same

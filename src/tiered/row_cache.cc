@@ -28,7 +28,6 @@ constexpr size_t kMetaAhead = 32;
 constexpr int64_t kCopyGrain = 256;
 // Dirty rows per store call of flush().
 constexpr size_t kFlushChunkRows = 8192;
-uint8_t pin_bit(PinSet s) { return s == PinSet::kStep ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
 
 // Scratch arrays are grown before a call changes anything (so that a refused allocation leaves
 // the cache as it was) to row_cache_scratch_elems(n), the size the planner predicts.
@@ -507,23 +506,31 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
   CacheIndex& ix = index_;
   auto& from = pinned(PinSet::kPrefetch);
   auto& to = pinned(PinSet::kStep);
-  try {
-    reserve_pins_locked(PinSet::kStep, from.size());
-  } catch (const std::bad_alloc&) {
-    return scratch_exhausted();  // nothing changed
-  }
-  for (size_t i = 0; i < from.size(); ++i) {
-    if (i + kMetaAhead < from.size()) ix.prefetch_touch(from[i + kMetaAhead]);
-    uint8_t& f = ix.flags(from[i]);
-    f &= static_cast<uint8_t>(~CacheIndex::kPinPrefetch);
-    if (!(f & CacheIndex::kPinStep)) {
-      f |= CacheIndex::kPinStep;
-      to.push_back(from[i]);
+  const size_t taken = from.size();
+  if (to.empty()) {
+    // The usual case (the step released its pins before this forward): the two sets trade
+    // roles, flag bit and list, so no slot's flags change; the prefetch set is then the empty one.
+    pins_swapped_ = !pins_swapped_;
+  } else {
+    try {
+      reserve_pins_locked(PinSet::kStep, from.size());
+    } catch (const std::bad_alloc&) {
+      return scratch_exhausted();  // nothing changed
     }
+    const uint8_t from_bit = pin_bit(PinSet::kPrefetch), to_bit = pin_bit(PinSet::kStep);
+    for (size_t i = 0; i < from.size(); ++i) {
+      if (i + kMetaAhead < from.size()) ix.prefetch_touch(from[i + kMetaAhead]);
+      uint8_t& f = ix.flags(from[i]);
+      f &= static_cast<uint8_t>(~from_bit);
+      if (!(f & to_bit)) {
+        f |= to_bit;
+        to.push_back(from[i]);
+      }
+    }
+    from.clear();
   }
-  stats_.lookups += from.size();
+  stats_.lookups += taken;
   ++stats_.prefetches_taken;
-  from.clear();
   for (size_t i = 0; i < rows.size(); ++i) slots_out[i] = job_slots[i];
   return true;
 }

@@ -228,7 +228,13 @@ class RowCache {
     std::pmr::vector<int32_t> set[2];
   };
   std::unique_ptr<Pins> pins_;
-  std::pmr::vector<int32_t>& pinned(PinSet s) { return pins_->set[static_cast<int>(s)]; }
+  // Which flag bit and which of pins_->set a PinSet uses: the two swap when a forward takes a
+  // prefetch while the step set is empty (take_prefetched), so the prefetch's pins become the
+  // step's without touching a slot. Under mu_.
+  bool pins_swapped_ = false;
+  int pin_index(PinSet s) const { return static_cast<int>(s) ^ (pins_swapped_ ? 1 : 0); }
+  uint8_t pin_bit(PinSet s) const { return pin_index(s) == 0 ? CacheIndex::kPinStep : CacheIndex::kPinPrefetch; }
+  std::pmr::vector<int32_t>& pinned(PinSet s) { return pins_->set[pin_index(s)]; }
   CacheStats stats_;
   uint64_t tick_ = 0;
 
