@@ -114,6 +114,12 @@ class EmbeddingCollection final : public EmbeddingTables {
   // RowCacheStats::exposed_seconds). A no-op without cached tables. Errors: the batch's
   // validation errors (nothing is fetched); a fetch's own error is returned by the next forward.
   Status prefetch(const SparseBatch& next) override;
+  // Waits until the outstanding prefetch, if any, has fetched its rows (they stay pinned for the
+  // forward that takes them); a prefetch deferred behind it has not started and is not waited
+  // for. The wait counts in RowCacheStats::exposed_seconds: a benchmark that stops stepping
+  // calls it so that the fetch is timed as the step's, not as whatever runs next. Returns (and
+  // clears) the prefetch's own error, if any; the forward then fetches the rows itself.
+  Status wait_prefetch();
   // Writes every changed cached row back to its store and makes the store durable.
   Status flush() override;
   // Errors: OutOfRange (table), FailedPrecondition (the table has no cache).

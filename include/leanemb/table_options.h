@@ -79,7 +79,7 @@ struct RowCacheStats {
   uint64_t bytes_read = 0;        // store -> cache
   uint64_t bytes_written = 0;     // cache -> store
   double fetch_seconds = 0;       // all fetch work (write-backs and reads)
-  double exposed_seconds = 0;     // of it, time forward/backward_update waited for it
+  double exposed_seconds = 0;     // of it, time the caller waited for it (forward, backward_update, wait_prefetch, flush)
   // The store's own counters: I/O requests (file) or row copies (host) and time inside them.
   uint64_t store_read_ops = 0, store_write_ops = 0;
   double store_read_seconds = 0, store_write_seconds = 0;

@@ -171,6 +171,12 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
   return Status();
 }
 
+Status EmbeddingCollection::wait_prefetch() {
+  for (TableState& ts : impl_->tables)
+    if (ts.cache) LEANEMB_RETURN_IF_ERROR(ts.cache->wait_prefetch());
+  return Status();
+}
+
 Status EmbeddingCollection::Impl::finish_prefetch_after_remap() {
   if (prefetch_outstanding && !took_prefetch && prefetch_age == 0) {
     prefetch_age = 1;

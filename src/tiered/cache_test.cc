@@ -322,6 +322,33 @@ TEST(CachePipeline, PrefetchBeforeForwardOverlapsTheNextStep) {
   EXPECT_GT(st.evictions, 0u);
 }
 
+// wait_prefetch() returns once the prefetch has fetched every row (counted in the stats before
+// the forward runs); the forward then takes the rows and fetches none itself.
+TEST(CachePipeline, WaitPrefetchFinishesTheFetchTheForwardTakes) {
+  CollectionOptions o;
+  o.tables = {table_testing::table("t0", 5000, 8, OptimizerKind::kAdagrad, DType::kF32)};
+  o.features = {{"f0", 0, PoolingMode::kSum}};
+  o.seed = 5;
+  o.num_threads = 1;
+  o.tables[0].cache.capacity_rows = 600;
+  o.tables[0].cache.prefetch_nice = 19;  // the fetch is slow to get a core: the wait must wait
+  auto c = EmbeddingCollection::create(o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EmbeddingCollection& coll = *c.value();
+  EXPECT_TRUE(coll.wait_prefetch().ok());  // nothing outstanding: returns at once
+  const OwnedBatch b = skewed_batch(o, 64, 6, 77);
+  ASSERT_TRUE(coll.prefetch(b.view()).ok());
+  ASSERT_TRUE(coll.wait_prefetch().ok());
+  const RowCacheStats waited = coll.cache_stats(0).value();
+  EXPECT_GT(waited.prefetched_rows, 0u);
+  EXPECT_EQ(waited.misses, waited.prefetched_rows);  // the batch's every row, all by the prefetch
+  std::vector<float> out(static_cast<size_t>(b.B * 8));
+  ASSERT_TRUE(coll.forward(b.view(), out).ok());
+  const RowCacheStats st = coll.cache_stats(0).value();
+  EXPECT_EQ(st.prefetches_taken, 1u);
+  EXPECT_EQ(st.misses, waited.misses);
+}
+
 // ---- RowCache directly -------------------------------------------------------------------
 
 struct Fixture {
@@ -711,13 +738,14 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
   for (int i = 0; i < 40; ++i) next[i] = 500 + i;
   ASSERT_TRUE(f.cache->start_prefetch(next).ok());
   ASSERT_TRUE(f.cache->wait_prefetch().ok());
+  const double waited = f.cache->stats().exposed_seconds;  // wait_prefetch's own wait
   std::vector<int64_t> slots(40);
   ASSERT_TRUE(f.cache->acquire(next, slots.data(), tiered::PinSet::kStep).ok());
   const auto st = f.cache->stats();
   EXPECT_EQ(st.prefetched_rows, 40u);
   EXPECT_EQ(st.misses, 40u);
   EXPECT_EQ(st.lookups, 40u);
-  EXPECT_EQ(st.exposed_seconds, 0.0);  // the step's acquire took the fast path
+  EXPECT_EQ(st.exposed_seconds, waited);  // the step's acquire took the fast path: no wait
   const auto dev = f.mem->stats()[0];
   const auto sz = tiered::row_cache_sizes(64, 1000, f.layout.stride_bytes, CachePolicy::kLru);
   EXPECT_EQ(dev[Category::kRowCache].current_bytes, sz.device_bytes());

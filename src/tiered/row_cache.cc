@@ -289,8 +289,8 @@ Status RowCache::acquire_rows(std::span<const int64_t> rows, int64_t* slots_out,
       return Status();
     }
   }
+  Status st = wait_prefetch();  // counts its own wait as exposed
   const auto t0 = Clock::now();
-  Status st = wait_prefetch();
   if (st.ok()) {
     std::lock_guard<std::mutex> f(fetch_mu_);
     // The fast path's lookups still hold if no fetch changed the map since (a prefetch waited
@@ -536,8 +536,10 @@ Result<bool> RowCache::take_prefetched(std::span<const int64_t> rows, int64_t* s
 }
 
 Status RowCache::wait_prefetch() {
+  const auto t0 = Clock::now();
   std::unique_lock<std::mutex> l(mu_);
   wait_idle_locked(l);
+  stats_.exposed_seconds += seconds_since(t0);
   Status st = prefetch_status_;
   prefetch_status_ = Status();
   return st;

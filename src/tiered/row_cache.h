@@ -118,6 +118,8 @@ class RowCache {
   // cache's thread; waits for an earlier prefetch first. The prefetch's own error, if any, is
   // returned by the next wait_prefetch() / acquire(). Errors: ResourceExhausted (the copy).
   Status start_prefetch(std::span<const int64_t> rows);
+  // Waits until no prefetch is running (the wait counts in exposed_seconds); returns and clears
+  // the last prefetch's error.
   Status wait_prefetch();
   // After a prefetch of exactly `rows` completed: hands its pins to the step set (each distinct
   // row counted as one lookup), writes its slots to slots_out and returns true, without looking
