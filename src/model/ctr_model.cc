@@ -27,6 +27,8 @@ struct CtrModel::Buffers {
   Buf group_grads;                // kGradients: [groups here + 1, dense params] (gradient groups)
   std::vector<int64_t> slice_offsets;  // rebased offsets of this rank's slice
   SparseBatch slice;                   // views of this rank's slice
+  std::vector<int64_t> next_offsets;   // prefetch(): the next batch's slice (the ids are copied
+  SparseBatch next_slice;              // by the tables' prefetch, so nothing of it is kept)
   data::Batch pruned;                  // predict() on a pruned model: the batch with kept rows
 };
 
@@ -274,6 +276,14 @@ Status check_batch_shape(const data::Batch& batch, const CtrModelOptions& o) {
   return Status();
 }
 }  // namespace
+
+Status CtrModel::prefetch(const data::Batch& next, int micro_batches) {
+  LEANEMB_RETURN_IF_ERROR(check_batch_shape(next, options_));
+  Buffers& b = *buf_;
+  const Slice sl = slice_of(next.batch_size, micro_batches);
+  slice_sparse(next, sl.lo, sl.hi, &b.next_offsets, &b.next_slice);
+  return tables_->prefetch(b.next_slice);
+}
 
 Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
                                        bool inject_nonfinite) {

@@ -165,6 +165,12 @@ class CtrModel {
   // dynamic tables admit, evict and count nothing), computed in `micro_batches`
   // slices as train_step does, so that evaluation needs no more memory than training.
   Status predict(const data::Batch& batch, std::span<float> probs, int micro_batches = 1);
+  // Starts fetching the rows that train_step(next, micro_batches) will touch (tables with a row
+  // cache; a no-op otherwise): EmbeddingTables::prefetch of this rank's slice of `next`. Call it
+  // before train_step of the current batch (the pipelined order: the fetch then overlaps that
+  // whole step, docs/tiered.md). A hint: results do not depend on it. Collective when sharded.
+  // Errors: those of EmbeddingTables::prefetch (`next`'s ids checked as a forward checks them).
+  Status prefetch(const data::Batch& next, int micro_batches);
 
   // The tables (leanemb/tables.h): local, or sharded over the communicator.
   EmbeddingTables& embeddings();

@@ -273,11 +273,13 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
       const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
       const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, w.cache_policy);
       r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
-      // The fetch's per-call scratch: the owner's, as training never prefetches. Its arrays are
-      // kept between calls at the largest call's size, so they are planned for the most ids a
-      // step can bring (each sample's most), over the step's expected distinct rows.
+      // The fetch's per-call scratch: the owner's, and the prefetch thread's when the trainer
+      // prefetches (embedding.cache_prefetch). Its arrays are kept between calls at the largest
+      // call's size, so they are planned for the most ids a step can bring (each sample's
+      // most), over the step's expected distinct rows.
       const int64_t most_ids = ids_per_step(t, slice, Estimate::kWorstCase);
       r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(most_ids, s.unique)));
+      if (w.cache_prefetch) r.persist(r.item(Category::kIoBuffers, tiered::row_cache_prefetch_scratch_bytes(most_ids, s.unique)));
       if (w.file_store) {
         r.persist(Item{Tier::kHost, Category::kIoBuffers,
                        tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
@@ -285,7 +287,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
                                                                       s.layout.stride_bytes, w.file_block_bytes));
       }
       if (s.ids > 0)
-        for (int b = 0; b < kCacheRemapBuffers; ++b)
+        for (int b = 0; b < kCacheRemapBuffers + (w.cache_prefetch ? 1 : 0); ++b)
           r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
       const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
       out.cache_hit_rate = std::min(out.cache_hit_rate, hit);

@@ -86,6 +86,7 @@ struct Workload {
   int file_queue_depth = 64;       // file store: requests in flight (RowStoreOptions::queue_depth)
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
+  bool cache_prefetch = false;  // cached: the trainer prefetches the next batch's rows (its buffers)
   int num_shards = 1;           // row-wise shards; per-device figures
   PayloadDType forward_payload = PayloadDType::kF32;   // shards > 1: rows on the wire
   PayloadDType backward_payload = PayloadDType::kF32;  // shards > 1: gradients on the wire

@@ -29,6 +29,7 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
     w.file_store = c.row_cache.store == "file";
     w.cache_min_rows = c.cache_min_rows;
     w.cache_policy = c.row_cache.policy;
+    w.cache_prefetch = c.cache_prefetch;
   }
   w.num_threads = c.threads;
   w.forward_payload = c.forward_payload;
@@ -142,6 +143,7 @@ std::string config_to_toml(const train::TrainConfig& c) {
     o << "\ncache_fraction = " << num(c.row_cache.fraction)
       << "\ncache_policy = " << str(std::string(tiered::cache_policy_name(c.row_cache.policy)))
       << "\ncache_prefetch_nice = " << c.row_cache.prefetch_nice
+      << "\ncache_prefetch = " << (c.cache_prefetch ? "true" : "false")
       << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)

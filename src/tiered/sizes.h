@@ -103,6 +103,23 @@ inline size_t row_cache_scratch_bytes(int64_t ids_per_call, int64_t rows_per_cal
   return b;
 }
 
+// What a prefetch thread keeps on top (io_buffers, kept between calls) for prefetches of
+// `ids_per_call` ids over `rows_per_call` distinct rows: the copy of the ids it was given
+// (RowCache::start_prefetch: 1/4 headroom, at least 64), the slot of every id (8 B), its pin
+// set (4 B per row of what the fetch sees) and, for a reduced call, its own distinct rows (as
+// the owner's above). The fetch's other arrays are the owner's (one fetch at a time).
+inline size_t row_cache_prefetch_scratch_bytes(int64_t ids_per_call, int64_t rows_per_call) {
+  const size_t n = static_cast<size_t>(std::max<int64_t>(ids_per_call, 0));
+  const size_t u = std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)));
+  if (n == 0) return 0;
+  auto e = row_cache_scratch_elems;
+  const bool reduced = n >= kRowCacheDistinctMinIds;
+  const size_t r = reduced ? u : n;
+  size_t b = std::max<size_t>(n + n / 4, 64) * 8 + 8 * e(n) + 4 * e(r);
+  if (reduced) b += 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u);
+  return b;
+}
+
 struct RowCacheSizes {
   size_t slot_bytes = 0;     // row_cache: capacity fat rows
   size_t index_bytes = 0;    // row_cache: per-slot row, flags and policy key; row -> slot map;

@@ -196,6 +196,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy, tiered::cache_policy_name));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch_nice", &c.row_cache.prefetch_nice, -20, 19));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch", &c.cache_prefetch));
   LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
   if (auto kind = tiered::parse_store_kind(c.row_cache.store); !kind.ok())
     return invalid_argument(origin + ": embedding.store: " + kind.status().message());

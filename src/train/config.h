@@ -73,6 +73,8 @@ struct TrainConfig {
   // that fraction of its rows (cache_policy = lru | lfu | clock).
   TableCacheOptions row_cache;
   int64_t cache_min_rows = 1000000;  // tables with fewer rows stay resident
+  // Cached tables: read one batch ahead and prefetch its rows during the current step.
+  bool cache_prefetch = true;
   std::string store_dir;
   // [embedding.dynamic] (and [embedding.dynamic.C<k>] per table): dynamic vocabularies.
   std::vector<DynamicTableConfig> dynamic_tables;

@@ -18,6 +18,7 @@ constexpr const char* kMayChange[] = {
     "train.log_every", "train.threads", "train.max_consecutive_skipped", "train.inject_nonfinite_steps",
     "data.eval", "data.eval_rows", "data.train", "data.dir", "data.generate",
     "embedding.cache_fraction", "embedding.cache_policy", "embedding.cache_min_rows", "embedding.cache_prefetch_nice",
+    "embedding.cache_prefetch",
     "embedding.store", "embedding.store_dir",
 };
 

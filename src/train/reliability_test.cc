@@ -336,6 +336,79 @@ TEST(graceful_stop, StopAfterAStepCheckpointsAndResumesToTheSameDigest) {
   EXPECT_EQ(digest_of(out, 6), digest_of(ref, 6));
 }
 
+// Cached tables with the trainer's look-ahead (embedding.cache_prefetch: one batch read ahead,
+// its rows prefetched during the current step). The look-ahead changes only when rows are
+// fetched: against a run without it, the same loss, evaluation, data counts, reader position
+// and dense parameters. A run stopped after step 3 (its look-ahead batch already read and
+// prefetched) resumes to the digest of an uninterrupted run.
+TEST(cache_prefetch_lookahead, InvisibleToResultsAndResumesToTheSameDigest) {
+  static const std::string data = scratch("prefetch_data");
+  auto sets = [&](bool prefetch) {
+    return std::vector<std::string>{"data.dir=\"" + data + "\"", "data.gen.vocab=300", "model.table_rows=400",
+                                    "train.batch_size=64", "embedding.cache_fraction=0.2", "embedding.cache_min_rows=0",
+                                    std::string("embedding.cache_prefetch=") + (prefetch ? "true" : "false")};
+  };
+  const std::string ref = scratch("pf_ref"), off = scratch("pf_off"), out = scratch("pf");
+  auto on_run = train(ref, 6, false, nullptr, sets(true));
+  ASSERT_TRUE(on_run.ok()) << on_run.status().to_string();
+  auto off_run = train(off, 6, false, nullptr, sets(false));
+  ASSERT_TRUE(off_run.ok()) << off_run.status().to_string();
+  const nlohmann::json& on = on_run.value();
+  const nlohmann::json& no = off_run.value();
+  EXPECT_EQ(on["cache_prefetch"], true);
+  EXPECT_EQ(no["cache_prefetch"], false);
+  // The look-ahead really ran: steps after the first found their rows fetched, and the caches
+  // evicted (two steps' rows do not fit in one cache at once).
+  EXPECT_GT(on["row_cache"]["prefetches_taken"].get<int64_t>(), 0);
+  EXPECT_GT(on["row_cache"]["prefetched_rows"].get<int64_t>(), 0);
+  EXPECT_GT(on["row_cache"]["evictions"].get<int64_t>(), 0) << on["row_cache"].dump();
+  EXPECT_EQ(no["row_cache"]["prefetches_taken"].get<int64_t>(), 0);
+  EXPECT_EQ(on["loss"], no["loss"]);
+  EXPECT_EQ(on["eval"], no["eval"]);
+  EXPECT_EQ(on["data"], no["data"]);
+  EXPECT_EQ(on["data"]["records"].get<int64_t>(), 6 * 64);  // not the batch read ahead
+  // Every entry of the step-6 checkpoints but the saved configuration (which differs by the
+  // key): blobs (reader position, dense parameters and state, ...) and the tables' rows.
+  auto entries = [](const std::string& run) {
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+    auto r = ckpt::CheckpointReader::open(ckpt::checkpoints_dir(run) + "/" + ckpt::step_dir_name(6));
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return out;
+    for (const ckpt::EntryInfo& e : r.value()->entries()) {
+      if (e.name == "train/config") continue;
+      std::vector<uint8_t> bytes;
+      if (e.kind == ckpt::EntryKind::kBlob) {
+        auto b = r.value()->read_blob(e.name);
+        EXPECT_TRUE(b.ok()) << e.name << ": " << b.status().to_string();
+        if (b.ok()) bytes = std::move(b).value();
+      } else {
+        bytes.resize(e.size_bytes);
+        EXPECT_TRUE(r.value()->read_rows(e.name, 0, e.total_rows, bytes).ok()) << e.name;
+      }
+      out.emplace_back(e.name, std::move(bytes));
+    }
+    return out;
+  };
+  const auto on_entries = entries(ref);
+  EXPECT_GT(on_entries.size(), 4u);
+  EXPECT_TRUE(on_entries == entries(off));
+
+  auto stop = StopSignal::install();
+  ASSERT_TRUE(stop.ok());
+  StopSignal* s = stop.value().get();
+  auto r = train(out, 6, false, nullptr, sets(true), s, [s](int64_t step) {
+    if (step == 3) s->request();
+  });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["steps"], 3);
+  EXPECT_EQ(r.value()["data"]["records"].get<int64_t>(), 3 * 64);
+  stop.value().reset();
+  auto resumed = train(out, 6, true, nullptr, sets(true));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed.value()["resumed_from_step"], 3);
+  EXPECT_EQ(digest_of(out, 6), digest_of(ref, 6));
+}
+
 // N consecutive skipped steps stop the run: outcome "diverged" naming the step; the step that
 // diverged is not checkpointed (nor is a final checkpoint written): the last one, of step 4, stays.
 TEST(divergence_stop, ConsecutiveSkippedStepsStopTheRun) {

@@ -234,7 +234,27 @@ class CtrTask final : public TrainTask {
   }
 
   EmbeddingTables& tables() override { return model_->embeddings(); }
-  Result<bool> next_batch() override { return reader_->next(&batch_); }
+  // With a row cache (and embedding.cache_prefetch), the task reads one batch ahead and starts
+  // fetching its rows before the current batch's step, so that the fetch overlaps the step
+  // (CtrModel::prefetch, the pipelined order of docs/tiered.md). The look-ahead is invisible
+  // to the run: the checkpointed reader position, the data statistics and a read error are
+  // those of the batches handed out (an error of the batch read ahead surfaces when that batch
+  // is due), and the prefetch is a hint (its error is dropped: the step's forward fetches the
+  // rows itself and reports what it finds).
+  Result<bool> next_batch() override {
+    if (!lookahead_) return reader_->next(&batch_);
+    if (!primed_) {
+      primed_ = true;
+      read_ahead();
+    }
+    if (!ahead_.ok()) return ahead_.status();
+    if (!ahead_.value()) return false;
+    std::swap(batch_, next_);
+    position_ = reader_->save_state();
+    stats_ = reader_->stats();
+    read_ahead();
+    return true;
+  }
   Result<TaskStep> train_step(int64_t, bool inject_nonfinite) override {
     LEANEMB_ASSIGN_OR_RETURN(model::StepStats s, model_->train_step(batch_, c_.micro_batches, *scaler_, inject_nonfinite));
     return TaskStep{s.loss, s.samples, s.skipped};
@@ -246,7 +266,7 @@ class CtrTask final : public TrainTask {
   }
   Result<Blobs> checkpoint_blobs() const override {
     Blobs b;
-    b.emplace_back("train/reader", reader_->save_state());
+    b.emplace_back("train/reader", primed_ ? position_ : reader_->save_state());
     b.emplace_back("amp/loss_scaler", scaler_->save());
     auto floats = [](std::span<const float> v) {
       const auto bytes = as_bytes(v);
@@ -261,6 +281,7 @@ class CtrTask final : public TrainTask {
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> sc, r.read_blob("amp/loss_scaler"));
     LEANEMB_RETURN_IF_ERROR(scaler_->load(sc));
     LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> rd, r.read_blob("train/reader"));
+    primed_ = false;  // the next batch is read from the restored position
     return reader_->restore_state(rd);
   }
   std::vector<nn::NamedTensor> dense_parameters() const override { return model_->dense_parameters(); }
@@ -273,8 +294,9 @@ class CtrTask final : public TrainTask {
     (*sum)["teacher_auc"] = std::isfinite(teacher_auc_) ? json(teacher_auc_) : json(nullptr);
     (*sum)["sparse_table_rows"] = ctr_model_options(c_).table_rows;  // per feature (derived with table_rows = "auto")
     (*sum)["table_rows_derived"] = c_.table_rows_auto;
-    (*sum)["data"] = {{"records", reader_->stats().records}, {"malformed", reader_->stats().malformed},
-                      {"truncated_values", reader_->stats().truncated_values}};
+    const data::DataStats& ds = primed_ ? stats_ : reader_->stats();
+    (*sum)["data"] = {{"records", ds.records}, {"malformed", ds.malformed}, {"truncated_values", ds.truncated_values}};
+    (*sum)["cache_prefetch"] = lookahead_;
     (*sum)["config"] = {{"row_dtype", std::string(dtype_name(c_.row_dtype))},
                         {"row_optimizer", std::string(optimizer_name(c_.row_optimizer.kind))},
                         {"state_dtype", std::string(state_dtype_name(c_.row_optimizer.state_dtype))},
@@ -288,13 +310,26 @@ class CtrTask final : public TrainTask {
   }
 
  private:
-  CtrTask(const TrainConfig& c, double teacher_auc) : c_(c), teacher_auc_(teacher_auc) {}
+  CtrTask(const TrainConfig& c, double teacher_auc)
+      : c_(c), teacher_auc_(teacher_auc), lookahead_(c.row_cache.enabled() && c.cache_prefetch) {}
+  // Reads the batch after batch_ into next_ and starts its prefetch.
+  void read_ahead() {
+    ahead_ = reader_->next(&next_);
+    if (ahead_.ok() && ahead_.value()) (void)model_->prefetch(next_, c_.micro_batches);
+  }
   TrainConfig c_;
   double teacher_auc_;
   std::unique_ptr<model::CtrModel> model_;
   std::unique_ptr<data::DataReader> reader_;
   std::unique_ptr<amp::LossScaler> scaler_;
   data::Batch batch_;
+  // The look-ahead (next_batch): on, started, the batch after batch_ and its read's result, and
+  // the reader's position and statistics after batch_.
+  bool lookahead_ = false, primed_ = false;
+  data::Batch next_;
+  Result<bool> ahead_ = false;
+  std::vector<uint8_t> position_;
+  data::DataStats stats_;
 };
 
 }  // namespace
