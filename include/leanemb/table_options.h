@@ -78,8 +78,11 @@ struct RowCacheStats {
   uint64_t initialized_rows = 0;  // rows created by the initializer on first touch
   uint64_t bytes_read = 0;        // store -> cache
   uint64_t bytes_written = 0;     // cache -> store
-  double fetch_seconds = 0;       // all fetch work (write-backs and reads)
-  double exposed_seconds = 0;     // of it, time the caller waited for it (forward, backward_update, wait_prefetch, flush)
+  double fetch_seconds = 0;       // the fetches' store transfers (write-backs and reads), on any thread
+  // Time the caller waited in the cache (forward, backward_update, wait_prefetch, flush): its own
+  // fetches whole (lookups, eviction plan, transfers) and waits for a prefetch. Not a part of
+  // fetch_seconds: without prefetch it exceeds it by the lookups and plans.
+  double exposed_seconds = 0;
   // The store's own counters: I/O requests (file) or row copies (host) and time inside them.
   uint64_t store_read_ops = 0, store_write_ops = 0;
   double store_read_seconds = 0, store_write_seconds = 0;
