@@ -531,6 +531,30 @@ def test_cache_and_dynamic_tables_train_like_resident():
     assert dyn.dynamic_stats("t")["live_rows"] == 2
 
 
+def test_prefetch_of_the_next_batch_trains_like_resident():
+    # prefetch(next) before forward(current), TorchRec's pipeline order: the same rows as a
+    # resident table, and the forwards after the first found their rows fetched ahead.
+    rng = np.random.default_rng(18)
+    rows = 200  # ids in [0, 100): a cache of 64 rows holds two batches (<= 30 ids each) and evicts
+    base = dict(num_embeddings=rows, embedding_dim=DIM, name="t", feature_names=["f"], optimizer="adagrad",
+                learning_rate=0.1)
+    res = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(**base)])
+    cached = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(**base, cache_rows=64)])
+    batches = [batch(rng, ["f"], rows=rows) for _ in range(8)]
+    cached.prefetch(batches[0])
+    for k, kjt in enumerate(batches):
+        if k + 1 < len(batches):
+            cached.prefetch(batches[k + 1])
+        G = torch.tensor(rng.standard_normal((B, DIM)), dtype=torch.float32)
+        for m in (res, cached):
+            (m(kjt).values() * G).sum().backward()
+    assert torch.equal(res.weight("t"), cached.weight("t"))
+    st = cached.cache_stats("t")
+    assert st["prefetches_taken"] >= len(batches) - 1, st
+    assert st["prefetched_rows"] > 0 and st["evictions"] > 0, st
+    res.prefetch(batches[0])  # no cache: nothing to do
+
+
 def test_eval_mode_looks_dynamic_ids_up_and_changes_nothing():
     base = dict(num_embeddings=4, embedding_dim=DIM, name="t", feature_names=["f"], optimizer="adagrad", learning_rate=0.1)
     for cls, cfg in ((lt.EmbeddingBagCollection, lt.EmbeddingBagConfig), (lt.EmbeddingCollection, lt.EmbeddingConfig)):
