@@ -24,6 +24,28 @@ constexpr int64_t kScoutStepsMax = 256;  // CLOCK: slots the scout looks at per 
 
 }  // namespace
 
+void demote_marks_reference(uint8_t* flags, int64_t n) {
+  for (int64_t s = 0; s < n; ++s) {
+    const uint8_t f = flags[s];
+    flags[s] = static_cast<uint8_t>((f & ~kMarkMask) | ((f & kMarkMask) ? kMarkOld : 0));
+  }
+}
+
+void demote_marks(uint8_t* flags, int64_t n) {
+  // Per byte: bit 5 := bit 5 | bit 6 | bit 7 (shifts by 1 and 2 bring a byte's bits 6 and 7 to
+  // its bit 5; what they carry in from the next byte lands on bits masked off), bits 6..7 := 0.
+  static_assert(kMarkMask == 0xE0 && kMarkOld == 0x20, "demote_marks assumes the mark in bits 5..7");
+  constexpr uint64_t kKeep = 0x1F1F1F1F1F1F1F1FULL, kOld = 0x2020202020202020ULL;
+  int64_t s = 0;
+  for (; s + 8 <= n; s += 8) {
+    uint64_t x;
+    std::memcpy(&x, flags + s, 8);
+    x = (x & kKeep) | ((x | (x >> 1) | (x >> 2)) & kOld);
+    std::memcpy(flags + s, &x, 8);
+  }
+  demote_marks_reference(flags + s, n - s);
+}
+
 void CacheIndex::init(void* mem, int64_t capacity, int64_t num_rows, CachePolicy policy, uint32_t renormalize_at) {
   policy_ = policy;
   cap_ = capacity;
@@ -141,11 +163,7 @@ bool CacheIndex::find_batch(const int64_t* rows, int64_t n, int32_t* found, bool
 uint32_t CacheIndex::begin_call() {
   ++calls_;
   mark_ = static_cast<uint8_t>(kFirstCallMark + calls_ % kCallMarks);
-  if (mark_ == kFirstCallMark)  // the marks wrap: the last six calls' marks become "used before"
-    for (int64_t s = 0; s < cap_; ++s) {
-      const uint8_t f = flags_[s];
-      flags_[s] = static_cast<uint8_t>((f & ~kMarkMask) | ((f & kMarkMask) ? kMarkOld : 0));
-    }
+  if (mark_ == kFirstCallMark) demote_marks(flags_, cap_);  // the marks wrap: the last six calls' marks become "used before"
   if (policy_ == CachePolicy::kLfu && tick_ >= renormalize_at_) renormalize(last_use_, &tick_);
   scout_dist_ = 0;
   scout_lead_ = 0;

@@ -214,4 +214,10 @@ class CacheIndex {
   std::vector<int32_t> freed_;  // slots freed by a rollback (few; reused first)
 };
 
+// The marks' demotion of CacheIndex::begin_call over n flag bytes: each byte's mark (bits
+// 5..7) becomes 1 ("used before") when it was set, else stays 0; bits 0..4 are kept. Eight
+// bytes per word operation; demote_marks_reference is the byte-at-a-time definition.
+void demote_marks(uint8_t* flags, int64_t n);
+void demote_marks_reference(uint8_t* flags, int64_t n);
+
 }  // namespace leanemb::tiered

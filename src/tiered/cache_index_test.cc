@@ -257,6 +257,25 @@ TEST(CacheIndexTest, RenormalizedKeysKeepTheOrder) {
 // The index of a large cache, nothing per table row: for tables of at most 2^31 rows 10 bytes
 // per slot for CLOCK (4 row, 1 flags, 5 map: 40-byte rows cost 1.25x their bytes), 14.75 for LRU,
 // 19.1 for LFU; 4 more with int64 slot rows; at most 24 for any.
+// The word-at-a-time demotion equals the byte-at-a-time reference for every flag byte value,
+// at every start offset and length around the 8-byte words.
+TEST(CacheIndexTest, DemoteMarksMatchesTheReference) {
+  std::vector<uint8_t> all(256 + 40);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (int64_t off = 0; off < 9; ++off)
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{15}, int64_t{17}, int64_t{256}}) {
+      std::vector<uint8_t> a = all, b = all;
+      demote_marks(a.data() + off, n);
+      demote_marks_reference(b.data() + off, n);
+      ASSERT_EQ(a, b) << "offset " << off << " length " << n;
+    }
+  // Every byte value: the mark (bits 5..7) becomes 1 when set, the low bits stay.
+  std::vector<uint8_t> v(256);
+  for (int i = 0; i < 256; ++i) v[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  demote_marks(v.data(), 256);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(v[static_cast<size_t>(i)], (i & 0x1F) | ((i & 0xE0) ? 0x20 : 0)) << i;
+}
+
 TEST(CacheIndexTest, IndexBytesPerSlot) {
   for (int64_t cap : {int64_t{100000}, int64_t{2000000}}) {
     const int64_t rows = 10 * cap;
