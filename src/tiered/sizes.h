@@ -84,40 +84,48 @@ inline constexpr size_t kRowCacheDistinctMinIds = 8192;
 // with 1/8 headroom so that slowly growing calls do not reallocate each time (at least 16).
 inline size_t row_cache_scratch_elems(size_t n) { return std::max<size_t>(n + n / 8, 16); }
 
+// One fetch call as the scratch sees it: n ids over u distinct rows; a call of at least
+// kRowCacheDistinctMinIds ids is reduced to its distinct rows first, so the fetch works on r
+// rows (u when reduced, else n). `distinct_bytes` is a Distinct's arrays for a reduced call
+// (nothing otherwise): per id its distinct row (8), index (4) and sort keys (2 x 8), and per
+// distinct row its slot (8).
+struct FetchCallScratch {
+  size_t n = 0, u = 0, r = 0;
+  bool reduced = false;
+  FetchCallScratch(int64_t ids_per_call, int64_t rows_per_call)
+      : n(static_cast<size_t>(std::max<int64_t>(ids_per_call, 0))),
+        u(std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)))),
+        r(n >= kRowCacheDistinctMinIds ? u : n),
+        reduced(n >= kRowCacheDistinctMinIds) {}
+  size_t distinct_bytes() const {
+    auto e = row_cache_scratch_elems;
+    return reduced ? 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u) : 0;
+  }
+};
+
 // The row cache's per-call scratch (io_buffers, kept between calls) for the owner's calls of
-// `ids_per_call` ids over `rows_per_call` distinct rows: per row of what the fetch sees (the
-// distinct rows of a call of at least kRowCacheDistinctMinIds ids, else every id) its lookups
-// (fast path 4 B, fetch 4 B), the misses' positions (8), new rows (16), victims (16), write-back
-// rows (8) and slots (4), rows read (8) and slots (4), presence (1) and pin (4); for a reduced call, per id
-// its distinct row (8), index (4) and sort keys (2 x 8), and per distinct row its slot (8). A
-// prefetch thread, when used, keeps a second Distinct and its slots of every id (8 B) on top.
+// `ids_per_call` ids over `rows_per_call` distinct rows: per row of what the fetch sees its
+// lookups (fast path 4 B, fetch 4 B), the misses' positions (8), new rows (16), victims (16),
+// write-back rows (8) and slots (4), rows read (8) and slots (4), presence (1) and pin (4); and
+// the owner's Distinct (FetchCallScratch). A prefetch thread, when used, keeps more on top
+// (row_cache_prefetch_scratch_bytes).
 inline size_t row_cache_scratch_bytes(int64_t ids_per_call, int64_t rows_per_call) {
-  const size_t n = static_cast<size_t>(std::max<int64_t>(ids_per_call, 0));
-  const size_t u = std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)));
-  if (n == 0) return 0;
-  auto e = row_cache_scratch_elems;
-  const bool reduced = n >= kRowCacheDistinctMinIds;
-  const size_t r = reduced ? u : n;
-  size_t b = (4 + 4 + 8 + 16 + 16 + 8 + 4 + 8 + 4 + 1 + 4) * e(r);  // each array grown on its own
-  if (reduced) b += 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u);
-  return b;
+  const FetchCallScratch c(ids_per_call, rows_per_call);
+  if (c.n == 0) return 0;
+  // Each array grown on its own.
+  return (4 + 4 + 8 + 16 + 16 + 8 + 4 + 8 + 4 + 1 + 4) * row_cache_scratch_elems(c.r) + c.distinct_bytes();
 }
 
 // What a prefetch thread keeps on top (io_buffers, kept between calls) for prefetches of
 // `ids_per_call` ids over `rows_per_call` distinct rows: the copy of the ids it was given
 // (RowCache::start_prefetch: 1/4 headroom, at least 64), the slot of every id (8 B), its pin
-// set (4 B per row of what the fetch sees) and, for a reduced call, its own distinct rows (as
-// the owner's above). The fetch's other arrays are the owner's (one fetch at a time).
+// set (4 B per row of what the fetch sees) and its own Distinct. The fetch's other arrays are
+// the owner's (one fetch at a time).
 inline size_t row_cache_prefetch_scratch_bytes(int64_t ids_per_call, int64_t rows_per_call) {
-  const size_t n = static_cast<size_t>(std::max<int64_t>(ids_per_call, 0));
-  const size_t u = std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)));
-  if (n == 0) return 0;
+  const FetchCallScratch c(ids_per_call, rows_per_call);
+  if (c.n == 0) return 0;
   auto e = row_cache_scratch_elems;
-  const bool reduced = n >= kRowCacheDistinctMinIds;
-  const size_t r = reduced ? u : n;
-  size_t b = std::max<size_t>(n + n / 4, 64) * 8 + 8 * e(n) + 4 * e(r);
-  if (reduced) b += 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u);
-  return b;
+  return std::max<size_t>(c.n + c.n / 4, 64) * 8 + 8 * e(c.n) + 4 * e(c.r) + c.distinct_bytes();
 }
 
 struct RowCacheSizes {
