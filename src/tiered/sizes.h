@@ -90,13 +90,14 @@ inline size_t row_cache_scratch_elems(size_t n) { return std::max<size_t>(n + n 
 // (nothing otherwise): per id its distinct row (8), index (4) and sort keys (2 x 8), and per
 // distinct row its slot (8).
 struct FetchCallScratch {
-  size_t n = 0, u = 0, r = 0;
+  size_t n = 0, u = 0;
   bool reduced = false;
+  size_t r = 0;
   FetchCallScratch(int64_t ids_per_call, int64_t rows_per_call)
       : n(static_cast<size_t>(std::max<int64_t>(ids_per_call, 0))),
         u(std::min(n, static_cast<size_t>(std::max<int64_t>(rows_per_call, 0)))),
-        r(n >= kRowCacheDistinctMinIds ? u : n),
-        reduced(n >= kRowCacheDistinctMinIds) {}
+        reduced(n >= kRowCacheDistinctMinIds),
+        r(reduced ? u : n) {}
   size_t distinct_bytes() const {
     auto e = row_cache_scratch_elems;
     return reduced ? 8 * e(n) + 4 * e(n) + 8 * e(2 * n) + 8 * e(u) : 0;
