@@ -55,6 +55,19 @@ class UringFileIo final : public RowFileIo {
 
   std::string_view engine_name() const override { return "io_uring"; }
 
+  void run_jobs(IoJobs& jobs, size_t slots) override {
+    std::unique_ptr<Ring> ring = acquire();
+    if (ring == nullptr) {  // no ring now (memlock limit): every op synchronously
+      run_jobs_sync(jobs, slots);
+      return;
+    }
+    const bool healthy = stream(&ring->ring, jobs, std::min<size_t>(slots, static_cast<size_t>(qd_)));
+    if (healthy) {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(std::move(ring));
+    }
+  }
+
   void submit_and_wait(std::span<IoOp> ops) override {
     std::unique_ptr<Ring> ring = acquire();
     if (ring == nullptr) {  // no ring could be created now (memlock limit): do it synchronously
@@ -143,6 +156,123 @@ class UringFileIo final : public RowFileIo {
     return hard_error == 0;
   }
 
+  // Jobs one op at a time on this thread (the engine's fallback when the ring is unusable).
+  void run_jobs_sync(IoJobs& jobs, size_t slots) {
+    (void)slots;  // one job at a time uses slot 0
+    for (size_t j = 0; j < jobs.num_jobs() && !jobs.aborted(); ++j) finish_sync(jobs, j, 0, jobs.start(j, 0));
+  }
+  void finish_sync(IoJobs& jobs, size_t job, size_t slot, IoOp op) {
+    do {
+      op.result = do_sync_op(fd_, op);
+    } while (jobs.next(job, slot, &op));
+  }
+
+  // Streams the jobs through `ring`: a job's next op is issued as soon as its last one completes
+  // and a finished job's slot is given to the next job at once, with up to `slots` ops in
+  // flight. Returns false when the ring failed (submission or reaping error): the jobs then
+  // finish synchronously and the ring is dropped.
+  bool stream(io_uring* ring, IoJobs& jobs, size_t slots) {
+    const size_t n = jobs.num_jobs();
+    std::vector<IoOp> op_of(slots);
+    std::vector<size_t> job_of(slots);
+    std::vector<size_t> free_slots;
+    std::vector<size_t> queued;  // slots whose op is prepared but not yet submitted
+    for (size_t s = slots; s-- > 0;) free_slots.push_back(s);
+    std::vector<size_t> done;    // slots whose op completed in this reap
+    size_t next_job = 0, in_flight = 0;
+    auto prep = [&](size_t slot) {
+      io_uring_sqe* sqe = io_uring_get_sqe(ring);  // never null: in flight + queued <= slots <= qd_
+      const IoOp& op = op_of[slot];
+      if (op.write) {
+        io_uring_prep_write(sqe, fd_, op.buf, op.len, op.offset);
+      } else {
+        io_uring_prep_read(sqe, fd_, op.buf, op.len, op.offset);
+      }
+      io_uring_sqe_set_data64(sqe, slot);
+      queued.push_back(slot);
+    };
+    // After a ring failure: the prepared ops and every job not yet started finish synchronously.
+    auto fail_over = [&] {
+      for (size_t slot : queued) finish_sync(jobs, job_of[slot], slot, op_of[slot]);
+      queued.clear();
+      const size_t slot = free_slots.empty() ? 0 : free_slots.back();  // every op has finished
+      for (; next_job < n && !jobs.aborted(); ++next_job) finish_sync(jobs, next_job, slot, jobs.start(next_job, slot));
+      return false;
+    };
+    for (;;) {
+      while (!free_slots.empty() && next_job < n && !jobs.aborted()) {
+        const size_t slot = free_slots.back();
+        free_slots.pop_back();
+        job_of[slot] = next_job;
+        op_of[slot] = jobs.start(next_job, slot);
+        ++next_job;
+        prep(slot);
+      }
+      if (!queued.empty()) {
+        int rc;
+        do {
+          rc = io_uring_submit(ring);
+        } while (rc == -EINTR);
+        if (rc < 0) {
+          // Ops in flight still complete into their buffers: reap them before failing over.
+          drain(ring, &in_flight, jobs, job_of, op_of);
+          return fail_over();
+        }
+        in_flight += queued.size();
+        queued.clear();
+      }
+      if (in_flight == 0) return true;
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(ring, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) {
+        // Cannot reap: the ops in flight are lost to this ring (their buffers may stay busy), so
+        // their jobs fail with EIO rather than retry into those buffers.
+        std::vector<bool> idle(slots, false);
+        for (size_t slot : free_slots) idle[slot] = true;
+        for (size_t slot = 0; slot < slots; ++slot) {
+          if (idle[slot]) continue;
+          op_of[slot].result = -EIO;
+          while (jobs.next(job_of[slot], slot, &op_of[slot])) op_of[slot].result = -EIO;
+        }
+        return fail_over();
+      }
+      unsigned head;
+      unsigned count = 0;
+      done.clear();
+      io_uring_for_each_cqe(ring, head, cqe) {
+        const size_t slot = io_uring_cqe_get_data64(cqe);
+        op_of[slot].result = cqe->res;
+        done.push_back(slot);
+        ++count;
+      }
+      io_uring_cq_advance(ring, count);
+      in_flight -= count;
+      for (size_t slot : done) {
+        if (jobs.next(job_of[slot], slot, &op_of[slot])) {
+          prep(slot);
+        } else {
+          free_slots.push_back(slot);
+        }
+      }
+    }
+  }
+  // Waits for every op in flight (their results go to their jobs, whose follow-ups run
+  // synchronously).
+  void drain(io_uring* ring, size_t* in_flight, IoJobs& jobs, const std::vector<size_t>& job_of, std::vector<IoOp>& op_of) {
+    while (*in_flight > 0) {
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(ring, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) return;
+      const size_t slot = io_uring_cqe_get_data64(cqe);
+      op_of[slot].result = cqe->res;
+      io_uring_cqe_seen(ring, cqe);
+      --*in_flight;
+      if (jobs.next(job_of[slot], slot, &op_of[slot])) finish_sync(jobs, job_of[slot], slot, op_of[slot]);
+    }
+  }
+
   int fd_;
   int qd_;
   std::mutex mu_;
@@ -212,6 +342,42 @@ class ThreadPoolFileIo final : public RowFileIo {
 };
 
 }  // namespace
+
+// ---- the default: waves over submit_and_wait ----------------------------------------------
+void RowFileIo::run_jobs(IoJobs& jobs, size_t slots) {
+  struct Active {
+    size_t job, slot;
+  };
+  std::vector<size_t> free_slots;
+  for (size_t s = slots; s-- > 0;) free_slots.push_back(s);
+  std::vector<Active> active;
+  std::vector<IoOp> ops;
+  size_t next_job = 0;
+  const size_t n = jobs.num_jobs();
+  for (;;) {
+    while (!free_slots.empty() && next_job < n && !jobs.aborted()) {
+      const size_t slot = free_slots.back();
+      free_slots.pop_back();
+      active.push_back({next_job, slot});
+      ops.push_back(jobs.start(next_job, slot));
+      ++next_job;
+    }
+    if (active.empty()) return;
+    submit_and_wait(ops);
+    size_t k = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      if (jobs.next(active[i].job, active[i].slot, &ops[i])) {
+        active[k] = active[i];
+        ops[k] = ops[i];
+        ++k;
+      } else {
+        free_slots.push_back(active[i].slot);
+      }
+    }
+    active.resize(k);
+    ops.resize(k);
+  }
+}
 
 Result<std::unique_ptr<RowFileIo>> make_uring_file_io(int fd, int queue_depth) {
   LEANEMB_ASSIGN_OR_RETURN(auto ring, UringFileIo::new_ring(queue_depth));

@@ -35,12 +35,36 @@ struct IoOp {
   int64_t result = 0;   // out: bytes transferred (<= len) or -errno
 };
 
+// A stream of jobs for RowFileIo::run_jobs. A job is a chain of ops that uses one staging slot
+// (an index in [0, slots)) from its first op to its last: a read; a read-modify-write (reads, then
+// the write); any of them followed by the retry of a short transfer. The engine starts jobs in
+// index order while a slot is free and fewer than its queue depth of ops are in flight, and calls
+// next() on the caller's thread as each op completes, so the queue stays full across jobs instead
+// of draining at the end of every batch.
+class IoJobs {
+ public:
+  virtual ~IoJobs() = default;
+  virtual size_t num_jobs() const = 0;
+  // The first op of `job`, which owns staging slot `slot` until next() returns false.
+  virtual IoOp start(size_t job, size_t slot) = 0;
+  // `op` (the job's op that just completed, with its result) becomes the job's next op: returns
+  // true to issue it, false when the job is finished (done, or failed: the caller keeps the error).
+  virtual bool next(size_t job, size_t slot, IoOp* op) = 0;
+  // True once the caller wants no more jobs started (after an error); ops in flight still finish.
+  virtual bool aborted() const = 0;
+};
+
 class RowFileIo {
  public:
   virtual ~RowFileIo() = default;
   virtual std::string_view engine_name() const = 0;  // "io_uring" | "threads"
   // Issues every op and waits for all of them; sets each op's result.
   virtual void submit_and_wait(std::span<IoOp> ops) = 0;
+  // Runs every job of `jobs` (until aborted()) with at most `slots` jobs at once; returns when
+  // none is in flight. The default runs waves of the jobs' current ops through submit_and_wait
+  // (the thread pool and the fault wrapper use it: same jobs, same results, a barrier per wave);
+  // the io_uring engine streams them.
+  virtual void run_jobs(IoJobs& jobs, size_t slots);
 };
 
 // io_uring with `queue_depth` entries per ring. Errors: Unimplemented when io_uring_queue_init

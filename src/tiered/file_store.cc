@@ -165,31 +165,10 @@ class FileRowStore final : public RowStore {
     }
     for (const RowRef& r : uniq) LEANEMB_RETURN_IF_ERROR(presence_.prepare(r.row));
     const std::vector<Piece> pieces = make_pieces(uniq);
-    uint8_t* slots = write_staging_.as<uint8_t>();
-    uint64_t ops = 0, bytes = 0;
-    std::vector<IoOp> reads, writes;
-    std::vector<const Piece*> read_piece, write_piece;
-    for (size_t g = 0; g < pieces.size(); g += num_slots_) {
-      const size_t end = std::min(pieces.size(), g + num_slots_);
-      reads.clear();
-      read_piece.clear();
-      for (size_t k = g; k < end; ++k) add_rmw_reads(pieces[k], uniq, slots + (k - g) * slot_bytes_, &reads, &read_piece);
-      LEANEMB_RETURN_IF_ERROR(run_piece_ops(reads, read_piece, uniq));
-      writes.clear();
-      write_piece.clear();
-      for (size_t k = g; k < end; ++k) {
-        const Piece& p = pieces[k];
-        uint8_t* slot = slots + (k - g) * slot_bytes_;
-        for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
-          std::memcpy(slot + (lo - p.offset), src.row(r.pos, row_bytes_) + (lo - row_start), hi - lo);
-        });
-        writes.push_back({true, p.offset, slot, p.len, 0});
-        write_piece.push_back(&p);
-      }
-      LEANEMB_RETURN_IF_ERROR(run_piece_ops(writes, write_piece, uniq));
-      ops += reads.size() + writes.size();
-      for (const IoOp& op : writes) bytes += op.len;  // write_ops also counts the RMW reads
-    }
+    WriteJobs jobs(this, pieces, uniq, src, write_staging_.as<uint8_t>());
+    io_->run_jobs(jobs, num_slots_);
+    LEANEMB_RETURN_IF_ERROR(jobs.status());
+    const uint64_t ops = jobs.ops(), bytes = jobs.bytes();
     for (const RowRef& r : uniq) presence_.set(r.row);
     counters_.add_write(rows.size(), bytes, ops, watch.ns());
     return Status();
@@ -377,65 +356,163 @@ class FileRowStore final : public RowStore {
       if (lo < hi) f(uniq[j], lo, hi, rs);
     }
   }
-  // The reads a write of piece p needs before patching its rows in: none when the call's rows
-  // cover it; the first and / or last block when they cover one interval inside it (a run of
-  // adjacent rows: a sequential fill reads at most two blocks per piece); else the whole piece.
-  void add_rmw_reads(const Piece& p, const std::vector<RowRef>& uniq, uint8_t* slot, std::vector<IoOp>* reads,
-                     std::vector<const Piece*>* read_piece) const {
-    uint64_t a = 0, b = 0;
-    bool one_interval = true, any = false;
-    for_each_part(p, uniq, [&](const RowRef&, uint64_t lo, uint64_t hi, uint64_t) {
-      if (!any) {
-        a = lo;
-        b = hi;
-        any = true;
-      } else if (lo == b) {
-        b = hi;
-      } else {
-        one_interval = false;
-      }
-    });
+  // The bytes of piece p a write must read before patching its rows in: the span from the first
+  // to the last block holding a byte of a present row that the call does not write (the other
+  // bytes of the piece belong to the call's rows, to rows never written, which are never read,
+  // or to no row). {offset, 0}: nothing to read. Writers are serialized (write_mu_), so no row's
+  // presence changes meanwhile.
+  std::pair<uint64_t, uint32_t> rmw_span(const Piece& p, const std::vector<RowRef>& uniq) const {
+    uint64_t lo = 0, hi = 0;
+    bool any = false;
+    size_t j = p.first;
     const uint64_t end = p.offset + p.len;
-    auto add = [&](uint64_t off, uint64_t len) {
-      reads->push_back({false, off, slot + (off - p.offset), static_cast<uint32_t>(len), 0});
-      read_piece->push_back(&p);
-    };
-    if (!any || !one_interval || (a > p.offset && b < end && align_down(a, block_) == align_down(b - 1, block_))) {
-      add(p.offset, p.len);
-      return;
+    for (uint64_t b0 = p.offset; b0 < end; b0 += block_) {
+      const int64_t r_lo = static_cast<int64_t>(b0 / row_bytes_);
+      const int64_t r_hi = std::min<int64_t>(num_rows_ - 1, static_cast<int64_t>((b0 + block_ - 1) / row_bytes_));
+      bool need = false;
+      for (int64_t r = r_lo; r <= r_hi && !need; ++r) {
+        while (j <= p.last && uniq[j].row < r) ++j;
+        if (j <= p.last && uniq[j].row == r) continue;  // written by this call
+        need = presence_.test(r);
+      }
+      if (!need) continue;
+      if (!any) lo = b0;
+      hi = b0 + block_;
+      any = true;
     }
-    if (a > p.offset) add(p.offset, block_);  // a lies in the first block (pieces start at a row)
-    if (b < end) add(align_down(b, block_), end - align_down(b, block_));
+    return {any ? lo : p.offset, static_cast<uint32_t>(any ? hi - lo : 0)};
   }
+
+  // The result of `op` (one transfer of a job): kDone when it moved all its bytes; kAgain with
+  // `op` advanced past the whole blocks it moved (direct I/O needs aligned offsets; the staging
+  // buffer still holds the bytes) when it was short; kFailed with *error set. Errors name the
+  // file, `row` (a row of the job's piece) and the offset.
+  enum class OpOutcome { kDone, kAgain, kFailed };
+  OpOutcome settle(IoOp* op, int64_t row, int* no_progress, Status* error) const {
+    const int64_t res = op->result;
+    if (res == static_cast<int64_t>(op->len)) return OpOutcome::kDone;
+    if (res < 0 && res != -EINTR && res != -EAGAIN) {
+      *error = op_error(*op, row, static_cast<int>(-res));
+      return OpOutcome::kFailed;
+    }
+    if (res == 0 && !op->write) {
+      *error = data_loss("short read of '" + path_ + "' at offset " + std::to_string(op->offset) + " (row " +
+                         std::to_string(row) + "): the file ends early");
+      return OpOutcome::kFailed;
+    }
+    const uint64_t advance = res > 0 ? align_down(static_cast<uint64_t>(res), block_) : 0;
+    if (advance == 0 && ++*no_progress >= kMaxNoProgressTries) {
+      *error = io_error(std::string(op->write ? "short write to '" : "short read of '") + path_ + "' at offset " +
+                        std::to_string(op->offset) + " (row " + std::to_string(row) + "): no progress after " +
+                        std::to_string(kMaxNoProgressTries) + " tries");
+      return OpOutcome::kFailed;
+    }
+    op->offset += advance;
+    op->buf += advance;
+    op->len -= static_cast<uint32_t>(advance);
+    op->result = 0;
+    return OpOutcome::kAgain;
+  }
+
+  // What ReadJobs and WriteJobs share: the pieces, the call's rows, the staging slots, the first
+  // error (which stops new jobs) and each job's count of transfers that made no progress.
+  struct PieceJobs : IoJobs {
+    PieceJobs(const FileRowStore* st, const std::vector<Piece>& ps, const std::vector<RowRef>& u, uint8_t* sl)
+        : store(st), pieces(ps), uniq(u), slots(sl), no_progress(ps.size(), 0) {}
+    size_t num_jobs() const override { return pieces.size(); }
+    bool aborted() const override { return !error.ok(); }
+    Status status() const { return error; }
+    uint8_t* slot_of(size_t slot) const { return slots + slot * store->slot_bytes_; }
+    int64_t row_of(size_t job) const { return uniq[pieces[job].first].row; }
+    // Settles `op`: true when the job issues `op` again (the rest of a short transfer). Once the
+    // call has failed, no job issues anything more (the requests in flight finish), as a call
+    // that stops at its first error: a write whose read-modify-write read completed is dropped.
+    bool retry(size_t job, IoOp* op, bool* done) {
+      Status e;
+      const OpOutcome o = store->settle(op, row_of(job), &no_progress[job], &e);
+      *done = o == OpOutcome::kDone && error.ok();
+      if (o == OpOutcome::kFailed && error.ok()) error = std::move(e);
+      return o == OpOutcome::kAgain && error.ok();
+    }
+    const FileRowStore* store;
+    const std::vector<Piece>& pieces;
+    const std::vector<RowRef>& uniq;
+    uint8_t* slots;
+    std::vector<int> no_progress;
+    Status error;
+  };
+
+  // One read of each piece into its slot, then the piece's parts of the call's rows to `dst`.
+  struct ReadJobs final : PieceJobs {
+    ReadJobs(const FileRowStore* st, const std::vector<Piece>& ps, const std::vector<RowRef>& u, RowsAt<uint8_t> d,
+             uint8_t* sl)
+        : PieceJobs(st, ps, u, sl), dst(d) {}
+    IoOp start(size_t job, size_t slot) override {
+      return IoOp{false, pieces[job].offset, slot_of(slot), pieces[job].len, 0};
+    }
+    bool next(size_t job, size_t slot, IoOp* op) override {
+      bool done = false;
+      if (retry(job, op, &done)) return true;
+      if (!done) return false;
+      const Piece& p = pieces[job];
+      const uint8_t* base = slot_of(slot);
+      const size_t rb = store->row_bytes_;
+      store->for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
+        std::memcpy(dst.row(r.pos, rb) + (lo - row_start), base + (lo - p.offset), hi - lo);
+      });
+      return false;
+    }
+    RowsAt<uint8_t> dst;
+  };
+
+  // Each piece: the read of its rmw_span (when not empty), the call's rows patched in, the write
+  // of the whole piece.
+  struct WriteJobs final : PieceJobs {
+    WriteJobs(const FileRowStore* st, const std::vector<Piece>& ps, const std::vector<RowRef>& u,
+              RowsAt<const uint8_t> s, uint8_t* sl)
+        : PieceJobs(st, ps, u, sl), src(s), writing(ps.size(), 0) {}
+    IoOp start(size_t job, size_t slot) override {
+      const Piece& p = pieces[job];
+      const auto [off, len] = store->rmw_span(p, uniq);
+      if (len == 0) return write_op(job, slot);
+      ++reads;
+      return IoOp{false, off, slot_of(slot) + (off - p.offset), len, 0};
+    }
+    bool next(size_t job, size_t slot, IoOp* op) override {
+      bool done = false;
+      if (retry(job, op, &done)) return true;
+      if (!done || writing[job]) return false;
+      *op = write_op(job, slot);
+      return true;
+    }
+    IoOp write_op(size_t job, size_t slot) {
+      const Piece& p = pieces[job];
+      uint8_t* base = slot_of(slot);
+      const size_t rb = store->row_bytes_;
+      store->for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
+        std::memcpy(base + (lo - p.offset), src.row(r.pos, rb) + (lo - row_start), hi - lo);
+      });
+      writing[job] = 1;
+      return IoOp{true, p.offset, base, p.len, 0};
+    }
+    uint64_t ops() const { return reads + pieces.size(); }  // write_ops also counts the RMW reads
+    uint64_t bytes() const {
+      uint64_t b = 0;
+      for (const Piece& p : pieces) b += p.len;
+      return b;
+    }
+    RowsAt<const uint8_t> src;
+    std::vector<uint8_t> writing;  // the job's write is issued
+    uint64_t reads = 0;
+  };
 
   Status read_pieces(const std::vector<RowRef>& uniq, uint8_t* slots, RowsAt<uint8_t> dst, uint64_t* ops, uint64_t* bytes) {
     const std::vector<Piece> pieces = make_pieces(uniq);
-    std::vector<IoOp> reads;
-    std::vector<const Piece*> read_piece;
-    for (size_t g = 0; g < pieces.size(); g += num_slots_) {
-      const size_t end = std::min(pieces.size(), g + num_slots_);
-      reads.clear();
-      read_piece.clear();
-      for (size_t k = g; k < end; ++k) {
-        reads.push_back({false, pieces[k].offset, slots + (k - g) * slot_bytes_, pieces[k].len, 0});
-        read_piece.push_back(&pieces[k]);
-        *bytes += pieces[k].len;
-      }
-      *ops += reads.size();
-      LEANEMB_RETURN_IF_ERROR(run_piece_ops(reads, read_piece, uniq));
-      for (size_t k = g; k < end; ++k) {
-        const Piece& p = pieces[k];
-        const uint8_t* slot = slots + (k - g) * slot_bytes_;
-        for_each_part(p, uniq, [&](const RowRef& r, uint64_t lo, uint64_t hi, uint64_t row_start) {
-          std::memcpy(dst.row(r.pos, row_bytes_) + (lo - row_start), slot + (lo - p.offset), hi - lo);
-        });
-      }
-    }
-    return Status();
-  }
-
-  Status run_piece_ops(std::vector<IoOp>& ops, const std::vector<const Piece*>& piece, const std::vector<RowRef>& uniq) {
-    return run_ops(ops, [&](size_t i) { return uniq[piece[i]->first].row; });
+    ReadJobs jobs(this, pieces, uniq, dst, slots);
+    io_->run_jobs(jobs, num_slots_);
+    *ops += pieces.size();
+    for (const Piece& p : pieces) *bytes += p.len;
+    return jobs.status();
   }
 
   // Runs ops until each has moved all its bytes: a short transfer is retried from the last
@@ -528,7 +605,11 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
   if (host_alloc == nullptr) host_alloc = default_host_allocator();
   LEANEMB_RETURN_IF_ERROR(check_row_store_options(options));
   if (options.kind != StoreKind::kFile) return invalid_argument("make_file_row_store: kind is not file");
-  const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+  // No O_TRUNC: a file left by an earlier run is reused as it is (its bytes are never read: a
+  // store starts with no row present) and only resized by init(). Truncating it would free every
+  // block it holds, and on a file system mounted with `discard` that is one synchronous discard
+  // per extent: minutes for the millions of scattered extents of a large table's file.
+  const int flags = O_RDWR | O_CREAT | O_CLOEXEC;
   bool direct = options.direct_io;
   int fd = direct ? ::open(options.path.c_str(), flags | O_DIRECT, 0644) : -1;
   if (direct && fd < 0 && errno == EINVAL) {
@@ -546,6 +627,26 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
     if (err == ENOENT) return not_found(std::move(msg));
     if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
     return io_error(std::move(msg));
+  }
+  // One run per table file: a write lock over the whole file (fcntl record lock, so the holder's
+  // pid can be named; it dies with the process). Two runs sharing a file would overwrite each
+  // other's rows silently.
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &lk) != 0) {
+    const int err = errno;
+    struct flock who {};
+    who.l_type = F_WRLCK;
+    who.l_whence = SEEK_SET;
+    const bool known = ::fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK;
+    ::close(fd);
+    if (err == EACCES || err == EAGAIN) {
+      return failed_precondition("row file '" + options.path + "' is in use by another process" +
+                                 (known ? " (pid " + std::to_string(who.l_pid) + ")" : std::string()) +
+                                 ": two runs cannot share a file store (give each its own embedding.store_dir)");
+    }
+    return io_error("lock of row file '" + options.path + "': " + errno_text(err));
   }
   const uint32_t block = direct ? query_block_bytes(fd) : kDefaultBlockBytes;
   auto store = std::make_unique<FileRowStore>(options, host_alloc, fd, direct, block);
