@@ -602,8 +602,11 @@ Status RowCache::flush() {
     for (int32_t s = 0; s < capacity_; ++s)
       if ((index_.flags(s) & CacheIndex::kDirty) && index_.slot_row(s) >= 0) dirty_slots.push_back(s);
   }
-  // Straight from the slots, in chunks of kFlushChunkRows (each chunk's rows are clean once it
-  // is written, so a failed flush keeps only the rest dirty).
+  // In row order (a chunk's rows then share blocks where they can, and the file is written front
+  // to back), straight from the slots, in chunks of kFlushChunkRows (each chunk's rows are clean
+  // once it is written, so a failed flush keeps only the rest dirty).
+  std::sort(dirty_slots.begin(), dirty_slots.end(),
+            [&](int32_t a, int32_t b) { return index_.slot_row(a) < index_.slot_row(b); });
   std::vector<int64_t> rows;
   for (size_t b = 0; b < dirty_slots.size(); b += kFlushChunkRows) {
     const size_t n = std::min(kFlushChunkRows, dirty_slots.size() - b);
