@@ -110,5 +110,46 @@ TEST(writers_own_their_dirs, ServingExportOntoATrainingRunIsRefusedAndOverwriteM
   EXPECT_FALSE(fs::exists(d + "/c/checkpoints"));
 }
 
+// ---- outputs_never_alias_inputs ---------------------------------------------------------------
+
+// Before: `predict --output F` with F its own --data file truncated F before reading it (exit 0,
+// the data gone); convert compared the strings only. Now every writer refuses (exit 2, naming
+// both) an output that is an input by path, symbolic link or hard link, before writing a byte.
+TEST(outputs_never_alias_inputs, OutputThatIsAnInputIsRefusedBeforeAnythingIsWritten) {
+  const std::string d = scratch("alias");
+  ASSERT_EQ(run_cli(tiny("--steps 2 --out '" + d + "/run'")).exit_code, 0);
+  const std::string data = d + "/eval.tsv";
+  fs::copy_file(data_dir() + "/eval.tsv", data);
+  fs::create_symlink(data, d + "/soft.tsv");
+  fs::create_hard_link(data, d + "/hard.tsv");
+  const std::string before = slurp(data);
+  ASSERT_FALSE(before.empty());
+  for (const std::string& out : {data, d + "/soft.tsv", d + "/hard.tsv", d + "/./eval.tsv"}) {
+    SCOPED_TRACE(out);
+    const RunResult p = run_cli("predict --run '" + d + "/run' --data '" + data + "' --output '" + out + "'");
+    EXPECT_EQ(p.exit_code, 2) << p.err;
+    EXPECT_NE(p.err.find("--output '" + out + "' is --data '" + data + "'"), std::string::npos) << p.err;
+    const RunResult t = run_cli("test --run '" + d + "/run' --data '" + data + "' --json '" + out + "'");
+    EXPECT_EQ(t.exit_code, 2) << t.err;
+    const RunResult c = run_cli("convert --in '" + data + "' --out '" + out + "' --num-sparse 4 --quiet");
+    EXPECT_EQ(c.exit_code, 2) << c.err;
+    EXPECT_EQ(slurp(data), before) << "the input was written";
+  }
+  // train --json-summary naming its own training file (it would be overwritten at the end).
+  const std::string train_file = data_dir() + "/train.tsv";
+  const std::string train_before = slurp(train_file);
+  const RunResult s = run_cli(tiny("--steps 2 --out '" + d + "/run2' --json-summary '" + train_file + "'"));
+  EXPECT_EQ(s.exit_code, 2) << s.err;
+  EXPECT_NE(s.err.find("--json-summary '" + train_file + "' is data.train"), std::string::npos) << s.err;
+  EXPECT_EQ(slurp(train_file), train_before);
+  // report --output naming the run's metrics.jsonl.
+  const std::string metrics_before = slurp(d + "/run/metrics.jsonl");
+  const RunResult r = run_cli("report '" + d + "/run' --output '" + d + "/run/metrics.jsonl'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(slurp(d + "/run/metrics.jsonl"), metrics_before);
+  // A different output still works.
+  EXPECT_EQ(run_cli("predict --run '" + d + "/run' --data '" + data + "' --output '" + d + "/p.txt' --quiet").exit_code, 0);
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli

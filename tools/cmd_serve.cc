@@ -8,6 +8,8 @@
 
 #include "core/json.h"
 
+#include "data/io.h"
+
 #include "serve/export.h"
 #include "serve/predict.h"
 #include "serve/report.h"
@@ -29,6 +31,11 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
 }  // namespace
 
 int run_test(const ServeArgs& a) {
+  if (!a.json_out.empty()) {
+    const data::NamedPath in{"--data", a.data};
+    if (Status s = data::check_output_not_input({"--json", a.json_out}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
+      return report_error(s);
+  }
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
   nlohmann::json r;
@@ -67,6 +74,10 @@ int run_predict(const ServeArgs& a) {
   std::FILE* out = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
   if (!a.output.empty()) {
+    // outputs_never_alias_inputs: fopen("w") would truncate the data file before it is read.
+    const data::NamedPath in{"--data", a.data};
+    if (Status s = data::check_output_not_input({"--output", a.output}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
+      return report_error(s);
     file.reset(std::fopen(a.output.c_str(), "w"));
     if (!file) return report_error(invalid_argument("--output '" + a.output + "' cannot be written"));
     out = file.get();
@@ -147,6 +158,8 @@ int run_report(const ServeArgs& a) {
   auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary);
   if (!html.ok()) return report_error(html.status());
   const std::string out = a.output.empty() ? a.run + "/report.html" : a.output;
+  const data::NamedPath ins[] = {{"the metrics file", a.run + "/metrics.jsonl"}, {"--summary", a.summary}};
+  if (Status s = data::check_output_not_input({"--output", out}, ins); !s.ok()) return report_error(s);
   std::ofstream f(out);
   f << html.value();
   if (!f) return report_error(io_error("cannot write '" + out + "'"));

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/io.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
 #include "text/text_trainer.h"
@@ -134,15 +135,18 @@ Result<DistSetup> setup_dist(const std::string& backend, int64_t timeout_ms) {
 
 // Runs one parsed config of either task on the one loop: the flags, the communicator, the stop
 // signal, the summary. `run` calls the task's entry point, `print` its own lines.
+// `inputs`: the files the run reads (config, data), which --json-summary must not be.
 int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_timeout_ms,
             const std::function<Result<nlohmann::json>(const train::RunOptions&)>& run,
-            const std::function<void(const nlohmann::json&)>& print) {
+            const std::function<void(const nlohmann::json&)>& print, const std::vector<data::NamedPath>& inputs) {
   int64_t steps = -1;
   if (!a.steps.empty()) {
     auto st = parse_steps(a.steps);
     if (!st.ok()) return report_error(st.status());
     steps = st.value();
   }
+  if (!a.json_summary.empty())
+    if (Status st = data::check_output_not_input({"--json-summary", a.json_summary}, inputs); !st.ok()) return report_error(st);
   if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
   auto dist_setup = setup_dist(dist_backend, dist_timeout_ms);
   if (!dist_setup.ok()) return report_error(dist_setup.status());
@@ -210,6 +214,16 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   return code;
 }
 
+// The files a run reads, named for outputs_never_alias_inputs.
+std::vector<data::NamedPath> run_inputs(const std::string& config, const std::vector<std::string>& train_files,
+                                        const std::vector<std::string>& eval_files) {
+  std::vector<data::NamedPath> in;
+  if (!config.empty()) in.push_back({"--config", config});
+  for (const std::string& f : train_files) in.push_back({"data.train", f});
+  for (const std::string& f : eval_files) in.push_back({"data.eval", f});
+  return in;
+}
+
 // --out's default: runs/<the config file's stem> (runs/ctr_small for the embedded default).
 std::string default_out(const std::string& config) {
   if (config.empty()) return "runs/ctr_small";
@@ -264,7 +278,8 @@ int run_train(const TrainArgs& args) {
       if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), a.config, shown));
       const text::TextConfig c = std::move(cfg).value();
       return execute(a, c.dist_backend, c.dist_timeout_ms,
-                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary);
+                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary,
+                     run_inputs(a.config, c.train_files, c.eval_files));
     }
     if (task.value() != "ctr")
       return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
@@ -280,7 +295,7 @@ int run_train(const TrainArgs& args) {
                    ro.config = c;
                    return train::run_training(ro);
                  },
-                 print_ctr_summary);
+                 print_ctr_summary, run_inputs(a.config, c.train_files, c.eval_files));
 }
 
 }  // namespace leanemb::tools
