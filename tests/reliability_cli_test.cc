@@ -151,5 +151,31 @@ TEST(outputs_never_alias_inputs, OutputThatIsAnInputIsRefusedBeforeAnythingIsWri
   EXPECT_EQ(run_cli("predict --run '" + d + "/run' --data '" + data + "' --output '" + d + "/p.txt' --quiet").exit_code, 0);
 }
 
+// ---- no_silent_write_errors -------------------------------------------------------------------
+
+// Before: with checkpoints off and a full disk, metrics.jsonl was cut mid-line and the run exited
+// 0. Now the failed write is a warning at once, the summary says "metrics_lost" and the run
+// exits 4; `leanemb report` reads the cut last line with a warning instead of failing. (A
+// file-size limit stands in for the full disk: EFBIG and ENOSPC take the same path.)
+TEST(no_silent_write_errors, MetricsWriteFailureExitsFourAndReportReadsTheCutLine) {
+  const std::string d = scratch("full");
+  ASSERT_EQ(run_cli(tiny("--steps 1 --out '" + d + "/warm'")).exit_code, 0);  // the data exists
+  const RunResult r = run_cli(tiny("--steps 16 --set train.log_every=1 --set train.checkpoint_every=-1 --out '" + d + "/run'"),
+                              "trap '' XFSZ; ulimit -f 4; ");
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("metrics.jsonl: writing a line at step"), std::string::npos) << r.err;
+  const std::string metrics = slurp(d + "/run/metrics.jsonl");
+  ASSERT_FALSE(metrics.empty());
+  EXPECT_LE(metrics.size(), 4u * 512u);
+  const RunResult rep = run_cli("report '" + d + "/run' --output '" + d + "/report.html'");
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  if (metrics.back() != '\n') {
+    EXPECT_NE(rep.err.find("is cut short"), std::string::npos) << rep.err;
+  }
+  // --resume drops the cut line before appending (no line follows a cut one).
+  const RunResult resumed = run_cli(tiny("--steps 2 --resume --out '" + d + "/run'"));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli

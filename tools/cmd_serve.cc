@@ -24,6 +24,7 @@ namespace {
 Status write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream f(path);
   f << dump_json(j, 2) << "\n";
+  f.close();  // flushes: a write error shows here
   if (!f) return io_error("cannot write --json file '" + path + "'");
   return Status();
 }
@@ -100,7 +101,8 @@ int run_predict(const ServeArgs& a) {
   }
   if (!ps.ok()) return report_error(ps.status());
   if (file) {
-    if (std::fclose(file.release()) != 0) return report_error(io_error("cannot write --output '" + a.output + "'"));
+    const bool failed = std::ferror(file.get()) != 0;  // a write that failed before the last flush
+    if (std::fclose(file.release()) != 0 || failed) return report_error(io_error("cannot write --output '" + a.output + "'"));
   }
   const serve::PredictStats& s = ps.value();
   if (!a.quiet)
@@ -155,13 +157,16 @@ int run_report(const ServeArgs& a) {
     ss << s.rdbuf();
     summary = ss.str();
   }
-  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary);
+  std::vector<std::string> warnings;
+  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "leanemb: warning: %s\n", w.c_str());
   if (!html.ok()) return report_error(html.status());
   const std::string out = a.output.empty() ? a.run + "/report.html" : a.output;
   const data::NamedPath ins[] = {{"the metrics file", a.run + "/metrics.jsonl"}, {"--summary", a.summary}};
   if (Status s = data::check_output_not_input({"--output", out}, ins); !s.ok()) return report_error(s);
   std::ofstream f(out);
   f << html.value();
+  f.close();  // flushes: a write error shows here
   if (!f) return report_error(io_error("cannot write '" + out + "'"));
   if (!a.quiet) std::printf("wrote %s\n", out.c_str());
   return kExitOk;

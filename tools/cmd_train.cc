@@ -63,7 +63,8 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   std::ofstream f(path);
   f << dump_json(out, 2) << "\n";
-  if (!f) return io_error("cannot write --json-summary file '" + path + "'");
+  f.close();  // flushes: a full disk shows here, not in the destructor where it would be lost
+  if (!f) return io_error("cannot write --json-summary file '" + path + "' (disk full or a write error)");
   return Status();
 }
 
@@ -174,7 +175,11 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   }
   const nlohmann::json& s = r.value();
   const std::string outcome = s.value("outcome", std::string("completed"));
-  const int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  // no_silent_write_errors: a completed run whose metrics.jsonl lost lines is an I/O failure
+  // (the warning came when it happened; the summary has "metrics_lost").
+  const bool metrics_lost = s.contains("metrics_lost");
+  if (metrics_lost && code == kExitOk) code = kExitIo;
   if (!lead) return code;
   if (comm && comm->size() > 1)
     std::printf("\n%d ranks (%s), tables sharded%s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n", comm->size(),
@@ -211,6 +216,11 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   if (outcome == "diverged")
     std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
                  ckpt.c_str());
+  if (metrics_lost)
+    std::fprintf(stderr, "leanemb: error: %s (%lld lines lost); the training itself completed%s (exit code 4)\n",
+                 s["metrics_lost"]["error"].get<std::string>().c_str(),
+                 static_cast<long long>(s["metrics_lost"]["lines_lost"].get<int64_t>()),
+                 ckpt_on ? "; its checkpoint is valid" : "");
   return code;
 }
 

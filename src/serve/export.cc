@@ -404,6 +404,7 @@ Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   const std::string mpath = o.out_dir + "/manifest.json";
   std::ofstream mf(mpath);
   mf << dump_json(manifest, 2) << "\n";
+  mf.close();  // flushes: a full disk shows here, not in the destructor
   if (!mf) return io_error("cannot write '" + mpath + "'");
   return "exported " + said + (o.with_state ? " with optimizer state" : "") + " of " + run.checkpoint + " (step " +
          std::to_string(run.step) + ") to " + o.out_dir + " (manifest.json lists every file)\n";

@@ -11,6 +11,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/loop.cc
   ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cc
   ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
   ${CMAKE_CURRENT_LIST_DIR}/divergence.cc
   ${CMAKE_CURRENT_LIST_DIR}/input_check.cc

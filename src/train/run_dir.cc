@@ -189,6 +189,14 @@ Status trim_metrics(const std::string& out, int64_t step) {
   size_t dropped = 0;
   while (std::getline(in, line)) {
     const auto j = parse_json_or_discarded(line);
+    // A line that is not JSON was cut short (a write that failed: disk full, a kill while
+    // appending): dropped, or the lines this run appends would follow it.
+    if (j.is_discarded() && !line.empty()) {
+      std::fprintf(stderr, "leanemb: note: %s: dropping a line cut short (%zu bytes; a write that did not complete)\n",
+                   path.c_str(), line.size());
+      ++dropped;
+      continue;
+    }
     if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
         j["step"].get<int64_t>() > step) {
       ++dropped;
