@@ -177,5 +177,23 @@ TEST(no_silent_write_errors, MetricsWriteFailureExitsFourAndReportReadsTheCutLin
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
+// ---- resume and keep_checkpoints --------------------------------------------------------------
+
+// Before: `--resume --steps 10` on a step-20 checkpoint printed "steps 21-20 in this run" and
+// exited 0. Now fewer steps than the checkpoint's are refused (exit 2) with the reason; as many
+// exits 0 saying nothing was left to train.
+TEST(exit_code_table, ResumeWithFewerStepsThanTheCheckpointSaysNothingIsLeft) {
+  const std::string d = scratch("resume_past");
+  ASSERT_EQ(run_cli(tiny("--steps 4 --out '" + d + "'")).exit_code, 0);
+  const RunResult fewer = run_cli(tiny("--steps 2 --resume --out '" + d + "'"));
+  EXPECT_EQ(fewer.exit_code, 2) << fewer.err;
+  EXPECT_NE(fewer.err.find("is at step 4, --steps 2 leaves nothing to train"), std::string::npos) << fewer.err;
+  EXPECT_EQ(fewer.out.find("steps 5-"), std::string::npos) << fewer.out;
+  const RunResult same = run_cli(tiny("--steps 4 --resume --out '" + d + "'"));
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.out.find("resumed at step 4: nothing left to train"), std::string::npos) << same.out;
+  EXPECT_EQ(same.out.find("steps 5-4"), std::string::npos) << same.out;
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli

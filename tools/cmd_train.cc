@@ -74,6 +74,9 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
 std::string resumed_part(const nlohmann::json& s, const char* unit) {
   if (s["resumed_from_step"].is_null()) return "";
   const int64_t from = s["resumed_from_step"].get<int64_t>(), to = s["steps"].get<int64_t>();
+  if (to <= from)  // resumed at the run's last step: only the final evaluation ran
+    return "resumed at step " + std::to_string(from) + ": nothing left to train (the checkpoint is at the run's last step; " +
+           "give more --steps to continue); ";
   return "resumed at step " + std::to_string(from) + ": steps " + std::to_string(from + 1) + "-" + std::to_string(to) + " in this run (" +
          std::to_string(s["samples_this_run"].get<int64_t>()) + " " + unit + "; " + std::to_string(to) + " steps, " +
          std::to_string(s["samples"].get<int64_t>()) + " " + unit + " in all); ";

@@ -269,6 +269,13 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   // The output directory, locked for the run, and where the run starts (train/run_dir.h).
   std::unique_ptr<RunDir> run_dir;
   LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
+  // A run never goes back: a step count below the checkpoint's leaves nothing to do, and saying
+  // "steps 21-20 in this run" with exit 0 hid that the flag was wrong (docs/train.md "Resuming").
+  if (ls.steps > 0 && resume_at.step > ls.steps)
+    return invalid_argument("--resume: the checkpoint " + resume_at.dir + " is at step " + std::to_string(resume_at.step) + ", " +
+                            (ro.steps >= 0 ? "--steps " : "train.steps = ") + std::to_string(ls.steps) +
+                            " leaves nothing to train (a run does not go back): give more steps than " +
+                            std::to_string(resume_at.step) + " to continue, or --overwrite to train again from step 0");
   if (ls.prepare) LEANEMB_RETURN_IF_ERROR(ls.prepare(comm, lead));
 
   // The memory plan of this run (src/plan): one rank's share at this world size.
