@@ -195,5 +195,15 @@ TEST(exit_code_table, ResumeWithFewerStepsThanTheCheckpointSaysNothingIsLeft) {
   EXPECT_EQ(same.out.find("steps 5-4"), std::string::npos) << same.out;
 }
 
+// keep_checkpoints = 0 keeps every checkpoint (documented in docs/train.md); 2 keeps the newest 2.
+TEST(keep_checkpoints, ZeroKeepsEveryCheckpoint) {
+  const std::string d = scratch("keep");
+  ASSERT_EQ(run_cli(tiny("--steps 8 --set train.keep_checkpoints=0 --out '" + d + "/all'")).exit_code, 0);
+  EXPECT_EQ(checkpoints_in(d + "/all"),
+            (std::set<std::string>{"step-0000000002", "step-0000000004", "step-0000000006", "step-0000000008"}));
+  ASSERT_EQ(run_cli(tiny("--steps 8 --out '" + d + "/two'")).exit_code, 0);
+  EXPECT_EQ(checkpoints_in(d + "/two"), (std::set<std::string>{"step-0000000006", "step-0000000008"}));
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli
