@@ -205,5 +205,26 @@ TEST(keep_checkpoints, ZeroKeepsEveryCheckpoint) {
   EXPECT_EQ(checkpoints_in(d + "/two"), (std::set<std::string>{"step-0000000006", "step-0000000008"}));
 }
 
+// ---- row caches -------------------------------------------------------------------------------
+
+// Before: embedding.cache_fraction = 0.1 with every table below embedding.cache_min_rows (the
+// default 1,000,000) cached nothing without a word ("row_cache": null). Now a warning says so;
+// with caches made, the run names the tables that got one.
+TEST(row_cache_notes, CacheAskedForButNoneMadeIsAWarning) {
+  const std::string d = scratch("cache");
+  const RunResult none = run_cli(tiny("--steps 2 --set embedding.cache_fraction=0.1 --out '" + d + "/none'"));
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("warning: embedding.cache_fraction = 0.1 asks for row caches, but no table got one: every table is "
+                          "below embedding.cache_min_rows = 1000000 rows (the largest, C1, has 64)"),
+            std::string::npos) << none.err;
+  std::string loud = tiny("--steps 2 --set embedding.cache_fraction=0.9 --set embedding.cache_min_rows=0 --out '" + d + "/some'");
+  loud.replace(loud.find("--quiet "), 8, "");
+  const RunResult some = run_cli(loud);
+  EXPECT_EQ(some.exit_code, 0) << some.err;
+  EXPECT_NE(some.err.find("row caches (embedding.cache_fraction = 0.9): C1 ("), std::string::npos) << some.err;
+  EXPECT_NE(some.err.find("of 64 rows), C4 ("), std::string::npos) << some.err;
+  EXPECT_EQ(some.err.find("no table got one"), std::string::npos) << some.err;
+}
+
 }  // namespace
 }  // namespace leanemb::testing_cli
