@@ -192,17 +192,25 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
                 s["dist"]["bytes_sent_per_step"].get<double>());
   std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
   if (s.contains("plan")) {
-    std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
+    // The lines first, the header only above some: a header with nothing under it (every tier
+    // zero) said nothing.
+    std::string lines;
+    char buf[512];
     for (const auto& [tier, t] : s["plan"].items()) {
       if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
       const std::string label = tier == "device" ? "device (cpu)" : tier;  // tier_label(): this build's device is the CPU
-      std::printf("  %-12s %-16s planned %-12s measured %s%s\n", label.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
-                  format_bytes(t["measured_peak"].get<size_t>()).c_str(),
-                  tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
-      for (const auto& [cat, v] : t["categories"].items())
-        std::printf("  %-12s %-16s planned %-12s measured %s\n", label.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
-                    format_bytes(v["measured"].get<size_t>()).c_str());
+      std::snprintf(buf, sizeof buf, "  %-12s %-16s planned %-12s measured %s%s\n", label.c_str(), "total",
+                    format_bytes(t["planned_peak"].get<size_t>()).c_str(), format_bytes(t["measured_peak"].get<size_t>()).c_str(),
+                    tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
+      lines += buf;
+      for (const auto& [cat, v] : t["categories"].items()) {
+        std::snprintf(buf, sizeof buf, "  %-12s %-16s planned %-12s measured %s\n", label.c_str(), cat.c_str(),
+                      format_bytes(v["planned"].get<size_t>()).c_str(), format_bytes(v["measured"].get<size_t>()).c_str());
+        lines += buf;
+      }
     }
+    if (!lines.empty())
+      std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n%s", lines.c_str());
   }
   print(s);
   const bool ckpt_on = s.value("checkpoints_enabled", true);
