@@ -97,10 +97,12 @@ TEST(writers_own_their_dirs, ServingExportOntoATrainingRunIsRefusedAndOverwriteM
   EXPECT_TRUE(fs::exists(replaced + "/metrics.jsonl"));
   EXPECT_EQ(checkpoints_in(d + "/b"), std::set<std::string>{"step-0000000004"});
 
-  const RunResult self = run_cli("export --run '" + d + "/a' --out '" + d + "/a' --serving --overwrite");
-  EXPECT_EQ(self.exit_code, 2) << self.err;
-  EXPECT_NE(self.err.find("holds the checkpoint being exported"), std::string::npos) << self.err;
-  EXPECT_EQ(checkpoints_in(d + "/a").size(), 2u);
+  for (const std::string& self_out : {d + "/a", d + "/a/", d + "/b/../a"}) {
+    const RunResult self = run_cli("export --run '" + d + "/a' --out '" + self_out + "' --serving --overwrite");
+    EXPECT_EQ(self.exit_code, 2) << self.err;
+    EXPECT_NE(self.err.find("holds the checkpoint being exported"), std::string::npos) << self.err;
+    EXPECT_EQ(checkpoints_in(d + "/a").size(), 2u) << self_out;
+  }
 
   HeldLock lock(d + "/c");
   const RunResult locked = run_cli("export --run '" + d + "/a' --out '" + d + "/c' --serving");

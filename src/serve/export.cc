@@ -211,10 +211,11 @@ Result<std::string> export_serving(const SavedRun& run, const ServingExportOptio
   // export, and without it the directory is refused anyway; say what is wrong instead.
   {
     std::error_code ec1, ec2;
-    const std::filesystem::path out = std::filesystem::weakly_canonical(o.out_dir, ec1);
+    std::filesystem::path out = std::filesystem::weakly_canonical(o.out_dir, ec1);
     const std::filesystem::path ck = std::filesystem::weakly_canonical(run.checkpoint, ec2);
+    if (out.has_parent_path() && out.filename().empty()) out = out.parent_path();  // "dir/": no empty last element
     if (!ec1 && !ec2) {
-      const auto [o_end, c_end] = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end());
+      const auto o_end = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first;
       if (o_end == out.end())
         return invalid_argument("export --serving: the output directory '" + o.out_dir + "' holds the checkpoint being exported (" +
                                 run.checkpoint + "); write the export into another directory");
