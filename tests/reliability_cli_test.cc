@@ -149,6 +149,14 @@ TEST(outputs_never_alias_inputs, OutputThatIsAnInputIsRefusedBeforeAnythingIsWri
   const RunResult r = run_cli("report '" + d + "/run' --output '" + d + "/run/metrics.jsonl'");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(slurp(d + "/run/metrics.jsonl"), metrics_before);
+  // plan --write-config naming its own --config.
+  const RunResult cfg = run_cli("train --print-default-config");
+  ASSERT_EQ(cfg.exit_code, 0);
+  std::ofstream(d + "/cfg.toml") << cfg.out;
+  const RunResult plan = run_cli("plan --config '" + d + "/cfg.toml' --write-config '" + d + "/cfg.toml'");
+  EXPECT_EQ(plan.exit_code, 2) << plan.err;
+  EXPECT_NE(plan.err.find("--write-config '" + d + "/cfg.toml' is --config"), std::string::npos) << plan.err;
+  EXPECT_EQ(slurp(d + "/cfg.toml"), cfg.out);
   // A different output still works.
   EXPECT_EQ(run_cli("predict --run '" + d + "/run' --data '" + data + "' --output '" + d + "/p.txt' --quiet").exit_code, 0);
 }
