@@ -538,6 +538,23 @@ def test_writers_own_their_dirs_module_save(tmp_path):
         with pytest.raises(RuntimeError, match="in use by another leanemb run .pid 4242 on host testhost"):
             b.save(locked)
     assert not (locked / "checkpoints").exists()
+    # The case of the issue: a `leanemb train --out` (its checkpoints and metrics.jsonl).
+    exe = cli()
+    if exe:
+        train_out = tmp_path / "trainrun"
+        sets = ["data.dir=\"%s\"" % (tmp_path / "data"), "data.gen.train_rows=512", "data.gen.eval_rows=64",
+                "data.gen.vocab=20", "data.num_sparse=2", "model.table_rows=32", "model.embedding_dim=4",
+                "model.bottom_mlp=[8, 4]", "model.top_mlp=[8]", "train.batch_size=64", "train.threads=1",
+                "train.checkpoint_every=2"]
+        args = [exe, "train", "--quiet", "--steps", "4", "--out", str(train_out)]
+        for kv in sets:
+            args += ["--set", kv]
+        subprocess.run(args, capture_output=True, text=True, check=True)
+        trained = sorted(os.listdir(train_out / "checkpoints"))
+        assert trained and trained[-1] == "step-0000000004"
+        with pytest.raises(ValueError, match=r"holds .*checkpoint director.* and metrics.jsonl"):
+            b.save(train_out)
+        assert sorted(os.listdir(train_out / "checkpoints")) == trained
 
 
 def test_zero_copy_and_memory_summary():
