@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tests/cli_testing.h"
 
@@ -20,10 +21,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The scratch directories of this process, removed when the tests end (data, runs).
+std::vector<std::string>& scratch_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+class RemoveScratch : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const std::string& d : scratch_dirs()) fs::remove_all(d, ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
+
 std::string scratch(const std::string& name) {
   const std::string d = ::testing::TempDir() + "leanemb_rel_cli_" + std::to_string(getpid()) + "_" + name;
   fs::remove_all(d);
   fs::create_directories(d);
+  scratch_dirs().push_back(d);
   return d;
 }
 
