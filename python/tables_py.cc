@@ -18,6 +18,8 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +37,7 @@
 #include "leanemb/tables.h"
 #include "plan/memory_model.h"
 #include "plan/planner.h"
+#include "train/run_dir.h"
 #include "tables_py.h"
 
 namespace py = pybind11;
@@ -318,6 +321,7 @@ class PyTables {
   // raise RuntimeError.
   void close() {
     live_sharded().erase(this);
+    owned_.clear();  // releases the output directories' locks
     t_.reset();  // before the communicator and the memory system it uses
     comm_.reset();
     mem_.reset();
@@ -499,10 +503,18 @@ class PyTables {
   int64_t dynamic_row(int table, int64_t raw_id) const { return value_or_raise(T().dynamic_row(table, raw_id)); }
 
   // Crash-safe checkpoint <out_dir>/checkpoints/step-<step> (dist::save_tables_checkpoint).
-  std::string save(const std::string& out_dir, int64_t step, int keep_last) {
+  // writers_own_their_dirs: the first save into out_dir opens it as a train::RunDir (its lock,
+  // held until close(); a directory holding checkpoints, shards/ or metrics.jsonl that this
+  // object did not write is refused unless `overwrite`, which moves them aside) and later saves
+  // into it write on: the commit's cleanup then only ever removes this object's checkpoints.
+  // Sharded: collective (rank 0 holds the lock; every rank learns its verdict).
+  std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite) {
     dist::TablesSaveOptions so;
     so.keep_last = keep_last;
-    Result<dist::TablesSaveInfo> r = locked_without_gil([&] { return dist::save_tables_checkpoint(out_dir, step, T(), {}, so); });
+    Result<dist::TablesSaveInfo> r = locked_without_gil([&]() -> Result<dist::TablesSaveInfo> {
+      LEANEMB_RETURN_IF_ERROR(own_dir(out_dir, overwrite));
+      return dist::save_tables_checkpoint(out_dir, step, T(), {}, so);
+    });
     return value_or_raise(std::move(r)).path;
   }
 
@@ -569,9 +581,28 @@ class PyTables {
     return *t_;
   }
 
+  // Claims out_dir for save() once (see there). Called with mu_ held.
+  Status own_dir(const std::string& out_dir, bool overwrite) {
+    std::error_code ec;
+    std::string key = std::filesystem::weakly_canonical(out_dir, ec).string();
+    if (ec) key = out_dir;
+    if (owned_.count(key)) return Status();
+    train::RunDirOptions ro;
+    ro.out_dir = out_dir;
+    ro.overwrite = overwrite;
+    ro.writer = "module.save()";
+    ro.overwrite_flag = "overwrite=True";
+    std::unique_ptr<train::RunDir> held;
+    LEANEMB_RETURN_IF_ERROR(train::open_run_dir(ro, comm_.get(), &held).status());
+    owned_[key] = std::move(held);  // null on ranks other than 0: the claim is still this object's
+    return Status();
+  }
+
   std::unique_ptr<MemorySystem> mem_;
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<EmbeddingTables> t_;
+  // The directories save() owns (canonical path -> its RunDir, holding the lock).
+  std::map<std::string, std::unique_ptr<train::RunDir>> owned_;
   mutable std::mutex mu_;
 };
 
@@ -701,7 +732,7 @@ void bind_tables(py::module_& m) {
       .def("cache_stats", &PyTables::cache_stats, py::arg("table"))
       .def("dynamic_stats", &PyTables::dynamic_stats, py::arg("table"))
       .def("dynamic_row", &PyTables::dynamic_row, py::arg("table"), py::arg("raw_id"))
-      .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3)
+      .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3, py::arg("overwrite") = false)
       .def("load", &PyTables::load, py::arg("dir"), py::arg("collection_step") = -1)
       .def("digest", &PyTables::digest)
       .def("release_step_buffers", &PyTables::release_step_buffers);

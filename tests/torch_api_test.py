@@ -497,6 +497,66 @@ def test_save_load_checkpoint_digest(tmp_path):
         c.load(path)
 
 
+def test_writers_own_their_dirs_module_save(tmp_path):
+    """writers_own_their_dirs: save() into a directory holding checkpoints this module did not
+    write (a training run's --out, an earlier module's) raises and changes nothing, unless
+    overwrite=True, which moves them aside; a directory locked by a run raises naming the
+    holder; a module saving repeatedly into its own directory keeps working."""
+    import fcntl
+    import gc
+    rng = np.random.default_rng(15)
+    cfgs = [lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t0", feature_names=["a"], optimizer="adagrad")]
+    run = tmp_path / "run"
+    ck = run / "checkpoints"
+    a = lt.EmbeddingBagCollection(cfgs)
+    for step in (2, 4):
+        for _ in range(2):
+            (a(batch(rng, ["a"])).values() ** 2).sum().backward()
+        assert a.save(run).endswith(f"step-{step:010d}")  # its own directory: writes on
+    theirs = sorted(os.listdir(ck))
+    assert theirs == ["step-0000000002", "step-0000000004"]
+    del a
+    gc.collect()  # releases run/LOCK
+    # A new module at step 0: its commit would have deleted every step >= 0 (both of a's).
+    b = lt.EmbeddingBagCollection(cfgs, seed=5)
+    with pytest.raises(ValueError, match=r"module.save\(\): output directory .*run.* holds 2 checkpoint directories"):
+        b.save(run)
+    assert sorted(os.listdir(ck)) == theirs
+    assert leanemb.checkpoint_verify(str(ck / theirs[-1]))["step"] == 4
+    # overwrite=True moves them aside, then writes.
+    path = b.save(run, overwrite=True)
+    assert path.endswith("step-0000000000")
+    replaced = [d for d in os.listdir(run) if d.startswith("replaced-")]
+    assert len(replaced) == 1 and sorted(os.listdir(run / replaced[0] / "checkpoints")) == theirs
+    # A directory locked by a running `leanemb train` (its LOCK held with flock) is refused.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    with open(locked / "LOCK", "w") as f:
+        f.write("pid 4242 on host testhost since 2026-01-01 00:00:00\n")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RuntimeError, match="in use by another leanemb run .pid 4242 on host testhost"):
+            b.save(locked)
+    assert not (locked / "checkpoints").exists()
+    # The case of the issue: a `leanemb train --out` (its checkpoints and metrics.jsonl).
+    exe = cli()
+    if exe:
+        train_out = tmp_path / "trainrun"
+        sets = ["data.dir=\"%s\"" % (tmp_path / "data"), "data.gen.train_rows=512", "data.gen.eval_rows=64",
+                "data.gen.vocab=20", "data.num_sparse=2", "model.table_rows=32", "model.embedding_dim=4",
+                "model.bottom_mlp=[8, 4]", "model.top_mlp=[8]", "train.batch_size=64", "train.threads=1",
+                "train.checkpoint_every=2"]
+        args = [exe, "train", "--quiet", "--steps", "4", "--out", str(train_out)]
+        for kv in sets:
+            args += ["--set", kv]
+        subprocess.run(args, capture_output=True, text=True, check=True)
+        trained = sorted(os.listdir(train_out / "checkpoints"))
+        assert trained and trained[-1] == "step-0000000004"
+        with pytest.raises(ValueError, match=r"holds .*checkpoint director.* and metrics.jsonl"):
+            b.save(train_out)
+        assert sorted(os.listdir(train_out / "checkpoints")) == trained
+
+
 def test_zero_copy_and_memory_summary():
     rng = np.random.default_rng(15)
     ebc = ebc_one("sgd", "sum", 0.1)

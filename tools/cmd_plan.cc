@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "data/io.h"
 #include "plan/memory_model.h"
 #include "plan/parity.h"
 #include "plan/planner.h"
@@ -86,6 +87,11 @@ int run_plan(const PlanArgs& a) {
   plan::ReportContext ctx;
   train::TrainConfig cfg;
   const bool from_config = !a.config.empty();
+  // outputs_never_alias_inputs: --write-config or --html naming the --config read (data/io.h).
+  const data::NamedPath config_in{"--config", a.config};
+  for (const data::NamedPath& out : {data::NamedPath{"--write-config", a.write_config}, data::NamedPath{"--html", a.html}})
+    if (!out.path.empty() && from_config)
+      if (Status s = data::check_output_not_input(out, std::span<const data::NamedPath>(&config_in, 1)); !s.ok()) return report_error(s);
   if (from_config) {
     if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
       return report_error(invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)"));
@@ -173,6 +179,7 @@ int run_plan(const PlanArgs& a) {
   if (!a.html.empty()) {  // also when nothing fits: the page shows the smallest plan
     std::ofstream f(a.html);
     f << plan::plan_report_html(w, po, res, ctx);
+    f.close();  // flushes: a write error shows here
     if (!f) return report_error(io_error("cannot write --html file '" + a.html + "'"));
     std::fprintf(stderr, "wrote %s\n", a.html.c_str());
   }
@@ -201,6 +208,7 @@ int run_plan(const PlanArgs& a) {
     if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
     std::ofstream f(a.write_config);
     f << plan::config_to_toml(out);
+    f.close();  // flushes: a write error shows here
     if (!f) return report_error(io_error("cannot write --write-config file '" + a.write_config + "'"));
     std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
   }

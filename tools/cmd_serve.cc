@@ -8,6 +8,8 @@
 
 #include "core/json.h"
 
+#include "data/io.h"
+
 #include "serve/export.h"
 #include "serve/predict.h"
 #include "serve/report.h"
@@ -22,6 +24,7 @@ namespace {
 Status write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream f(path);
   f << dump_json(j, 2) << "\n";
+  f.close();  // flushes: a write error shows here
   if (!f) return io_error("cannot write --json file '" + path + "'");
   return Status();
 }
@@ -29,6 +32,11 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
 }  // namespace
 
 int run_test(const ServeArgs& a) {
+  if (!a.json_out.empty()) {
+    const data::NamedPath in{"--data", a.data};
+    if (Status s = data::check_output_not_input({"--json", a.json_out}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
+      return report_error(s);
+  }
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
   nlohmann::json r;
@@ -67,6 +75,10 @@ int run_predict(const ServeArgs& a) {
   std::FILE* out = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
   if (!a.output.empty()) {
+    // outputs_never_alias_inputs: fopen("w") would truncate the data file before it is read.
+    const data::NamedPath in{"--data", a.data};
+    if (Status s = data::check_output_not_input({"--output", a.output}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
+      return report_error(s);
     file.reset(std::fopen(a.output.c_str(), "w"));
     if (!file) return report_error(invalid_argument("--output '" + a.output + "' cannot be written"));
     out = file.get();
@@ -89,7 +101,8 @@ int run_predict(const ServeArgs& a) {
   }
   if (!ps.ok()) return report_error(ps.status());
   if (file) {
-    if (std::fclose(file.release()) != 0) return report_error(io_error("cannot write --output '" + a.output + "'"));
+    const bool failed = std::ferror(file.get()) != 0;  // a write that failed before the last flush
+    if (std::fclose(file.release()) != 0 || failed) return report_error(io_error("cannot write --output '" + a.output + "'"));
   }
   const serve::PredictStats& s = ps.value();
   if (!a.quiet)
@@ -105,6 +118,8 @@ int run_export(const ServeArgs& a) {
     return report_error(invalid_argument("--prune-min-count must be >= 1 (0: no pruning), got " + std::to_string(a.prune_min_count)));
   if (a.prune_min_count > 0 && !a.serving)
     return report_error(invalid_argument("--prune-min-count prunes a serving export: add --serving"));
+  if (a.overwrite && !a.serving)
+    return report_error(invalid_argument("--overwrite applies to --serving (a plain export replaces its own files only)"));
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
   if (a.serving) {
@@ -113,6 +128,7 @@ int run_export(const ServeArgs& a) {
     so.out_dir = a.out_dir;
     so.sets = a.sets;
     so.prune_min_count = a.prune_min_count;
+    so.overwrite = a.overwrite;
     auto r = serve::export_serving(run.value(), so);
     if (!r.ok()) return report_error(r.status());
     if (!a.quiet) std::printf("%s", r.value().c_str());
@@ -141,11 +157,16 @@ int run_report(const ServeArgs& a) {
     ss << s.rdbuf();
     summary = ss.str();
   }
-  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary);
+  std::vector<std::string> warnings;
+  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "leanemb: warning: %s\n", w.c_str());
   if (!html.ok()) return report_error(html.status());
   const std::string out = a.output.empty() ? a.run + "/report.html" : a.output;
+  const data::NamedPath ins[] = {{"the metrics file", a.run + "/metrics.jsonl"}, {"--summary", a.summary}};
+  if (Status s = data::check_output_not_input({"--output", out}, ins); !s.ok()) return report_error(s);
   std::ofstream f(out);
   f << html.value();
+  f.close();  // flushes: a write error shows here
   if (!f) return report_error(io_error("cannot write '" + out + "'"));
   if (!a.quiet) std::printf("wrote %s\n", out.c_str());
   return kExitOk;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/io.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
 #include "text/text_trainer.h"
@@ -62,7 +63,8 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   std::ofstream f(path);
   f << dump_json(out, 2) << "\n";
-  if (!f) return io_error("cannot write --json-summary file '" + path + "'");
+  f.close();  // flushes: a full disk shows here, not in the destructor where it would be lost
+  if (!f) return io_error("cannot write --json-summary file '" + path + "' (disk full or a write error)");
   return Status();
 }
 
@@ -72,6 +74,9 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
 std::string resumed_part(const nlohmann::json& s, const char* unit) {
   if (s["resumed_from_step"].is_null()) return "";
   const int64_t from = s["resumed_from_step"].get<int64_t>(), to = s["steps"].get<int64_t>();
+  if (to <= from)  // resumed at the run's last step: only the final evaluation ran
+    return "resumed at step " + std::to_string(from) + ": nothing left to train (the checkpoint is at the run's last step; " +
+           "give more --steps to continue); ";
   return "resumed at step " + std::to_string(from) + ": steps " + std::to_string(from + 1) + "-" + std::to_string(to) + " in this run (" +
          std::to_string(s["samples_this_run"].get<int64_t>()) + " " + unit + "; " + std::to_string(to) + " steps, " +
          std::to_string(s["samples"].get<int64_t>()) + " " + unit + " in all); ";
@@ -134,15 +139,18 @@ Result<DistSetup> setup_dist(const std::string& backend, int64_t timeout_ms) {
 
 // Runs one parsed config of either task on the one loop: the flags, the communicator, the stop
 // signal, the summary. `run` calls the task's entry point, `print` its own lines.
+// `inputs`: the files the run reads (config, data), which --json-summary must not be.
 int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_timeout_ms,
             const std::function<Result<nlohmann::json>(const train::RunOptions&)>& run,
-            const std::function<void(const nlohmann::json&)>& print) {
+            const std::function<void(const nlohmann::json&)>& print, const std::vector<data::NamedPath>& inputs) {
   int64_t steps = -1;
   if (!a.steps.empty()) {
     auto st = parse_steps(a.steps);
     if (!st.ok()) return report_error(st.status());
     steps = st.value();
   }
+  if (!a.json_summary.empty())
+    if (Status st = data::check_output_not_input({"--json-summary", a.json_summary}, inputs); !st.ok()) return report_error(st);
   if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
   auto dist_setup = setup_dist(dist_backend, dist_timeout_ms);
   if (!dist_setup.ok()) return report_error(dist_setup.status());
@@ -170,7 +178,11 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   }
   const nlohmann::json& s = r.value();
   const std::string outcome = s.value("outcome", std::string("completed"));
-  const int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  int code = outcome == "diverged" ? kExitRuntime : outcome == "stopped" ? kExitStopped : kExitOk;
+  // no_silent_write_errors: a completed run whose metrics.jsonl lost lines is an I/O failure
+  // (the warning came when it happened; the summary has "metrics_lost").
+  const bool metrics_lost = s.contains("metrics_lost");
+  if (metrics_lost && code == kExitOk) code = kExitIo;
   if (!lead) return code;
   if (comm && comm->size() > 1)
     std::printf("\n%d ranks (%s), tables sharded%s; largest rank's tables %s; rank 0 sent %.0f bytes per step\n", comm->size(),
@@ -180,17 +192,25 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
                 s["dist"]["bytes_sent_per_step"].get<double>());
   std::printf("\nmemory (peak per tier and category):\n%s", s["memory_summary_text"].get<std::string>().c_str());
   if (s.contains("plan")) {
-    std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n");
+    // The lines first, the header only above some: a header with nothing under it (every tier
+    // zero) said nothing.
+    std::string lines;
+    char buf[512];
     for (const auto& [tier, t] : s["plan"].items()) {
       if (t["measured_peak"].get<size_t>() == 0 && t["planned_peak"].get<size_t>() == 0) continue;
       const std::string label = tier == "device" ? "device (cpu)" : tier;  // tier_label(): this build's device is the CPU
-      std::printf("  %-12s %-16s planned %-12s measured %s%s\n", label.c_str(), "total", format_bytes(t["planned_peak"].get<size_t>()).c_str(),
-                  format_bytes(t["measured_peak"].get<size_t>()).c_str(),
-                  tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
-      for (const auto& [cat, v] : t["categories"].items())
-        std::printf("  %-12s %-16s planned %-12s measured %s\n", label.c_str(), cat.c_str(), format_bytes(v["planned"].get<size_t>()).c_str(),
-                    format_bytes(v["measured"].get<size_t>()).c_str());
+      std::snprintf(buf, sizeof buf, "  %-12s %-16s planned %-12s measured %s%s\n", label.c_str(), "total",
+                    format_bytes(t["planned_peak"].get<size_t>()).c_str(), format_bytes(t["measured_peak"].get<size_t>()).c_str(),
+                    tier == "device" ? ("  (a budget of " + format_bytes(t["planned_budget"].get<size_t>()) + " holds it)").c_str() : "");
+      lines += buf;
+      for (const auto& [cat, v] : t["categories"].items()) {
+        std::snprintf(buf, sizeof buf, "  %-12s %-16s planned %-12s measured %s\n", label.c_str(), cat.c_str(),
+                      format_bytes(v["planned"].get<size_t>()).c_str(), format_bytes(v["measured"].get<size_t>()).c_str());
+        lines += buf;
+      }
     }
+    if (!lines.empty())
+      std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n%s", lines.c_str());
   }
   print(s);
   const bool ckpt_on = s.value("checkpoints_enabled", true);
@@ -207,7 +227,22 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   if (outcome == "diverged")
     std::fprintf(stderr, "leanemb: error: %s; the last finite checkpoint is %s\n", s["diverged"]["message"].get<std::string>().c_str(),
                  ckpt.c_str());
+  if (metrics_lost)
+    std::fprintf(stderr, "leanemb: error: %s (%lld lines lost); the training itself completed%s (exit code 4)\n",
+                 s["metrics_lost"]["error"].get<std::string>().c_str(),
+                 static_cast<long long>(s["metrics_lost"]["lines_lost"].get<int64_t>()),
+                 ckpt_on ? "; its checkpoint is valid" : "");
   return code;
+}
+
+// The files a run reads, named for outputs_never_alias_inputs.
+std::vector<data::NamedPath> run_inputs(const std::string& config, const std::vector<std::string>& train_files,
+                                        const std::vector<std::string>& eval_files) {
+  std::vector<data::NamedPath> in;
+  if (!config.empty()) in.push_back({"--config", config});
+  for (const std::string& f : train_files) in.push_back({"data.train", f});
+  for (const std::string& f : eval_files) in.push_back({"data.eval", f});
+  return in;
 }
 
 // --out's default: runs/<the config file's stem> (runs/ctr_small for the embedded default).
@@ -264,7 +299,8 @@ int run_train(const TrainArgs& args) {
       if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), a.config, shown));
       const text::TextConfig c = std::move(cfg).value();
       return execute(a, c.dist_backend, c.dist_timeout_ms,
-                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary);
+                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary,
+                     run_inputs(a.config, c.train_files, c.eval_files));
     }
     if (task.value() != "ctr")
       return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
@@ -280,7 +316,7 @@ int run_train(const TrainArgs& args) {
                    ro.config = c;
                    return train::run_training(ro);
                  },
-                 print_ctr_summary);
+                 print_ctr_summary, run_inputs(a.config, c.train_files, c.eval_files));
 }
 
 }  // namespace leanemb::tools

@@ -96,7 +96,7 @@ struct ServeArgs {
   std::vector<std::string> sets;
   int64_t k = 1, rows = 0, prune_min_count = 0;
   double threshold = 0.0;
-  bool probs = false, quiet = false, with_state = false, serving = false;
+  bool probs = false, quiet = false, with_state = false, serving = false, overwrite = false;
 };
 int run_test(const ServeArgs& a);
 int run_predict(const ServeArgs& a);

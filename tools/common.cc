@@ -20,7 +20,8 @@ const char* exit_code_table() {
          "  0  success\n"
          "  1  runtime failure: training diverged, a rank failed, the output directory is in use, internal error\n"
          "  2  bad input: arguments, config, data files, a checkpoint that does not fit the config, an output\n"
-         "     directory holding another run (train: --resume or --overwrite)\n"
+         "     directory holding another run (train: --resume or --overwrite; export --serving: --overwrite), an\n"
+         "     output file that is one of the inputs\n"
          "  3  a memory budget is exhausted (device or host tier)\n"
          "  4  I/O failure: disk full, a read or write error, a corrupt file (checkpoint or data)\n"
          "  5  stopped by SIGTERM, SIGINT or SIGHUP after writing a checkpoint (train: --resume continues)";

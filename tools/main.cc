@@ -290,6 +290,9 @@ void add_serve(CLI::App& app, int* result) {
     cmd->add_option("--prune-min-count", a->prune_min_count,
                     "With --serving: drop the rows that occur fewer than N times in one pass over the run's training files "
                     "(0: keep every row)")->type_name("N")->capture_default_str();
+    cmd->add_flag("--overwrite", a->overwrite,
+                  "With --serving: an --out holding checkpoints, shards/ or metrics.jsonl (a training run, an earlier export) is "
+                  "moved into --out/replaced-<time>/ first (without it such an --out is refused, exit 2)");
     cmd->callback([a, result] { *result = run_export(*a); });
   }
   {

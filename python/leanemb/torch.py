@@ -596,10 +596,16 @@ class _TablesModule(torch.nn.Module):
         if strict:  # the module has no children: every other key under its prefix is unexpected
             unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k not in mine)
 
-    def save(self, out_dir, keep_last=3):
+    def save(self, out_dir, keep_last=3, overwrite=False):
         """Writes a crash-safe checkpoint <out_dir>/checkpoints/step-<N> (N = step_count) in leanemb's
-        format (leanemb ckpt verify / digest read it). Returns its directory."""
-        return self._tables.save(os.fspath(out_dir), int(self._tables.step), int(keep_last))
+        format (leanemb ckpt verify / digest read it). Returns its directory.
+
+        The module owns out_dir from its first save until it is deleted: it holds out_dir/LOCK (a
+        directory locked by a running `leanemb train` raises RuntimeError naming the holder), and
+        a directory holding checkpoints, shards/ or metrics.jsonl it did not write raises
+        ValueError naming them, unless overwrite=True, which moves them into
+        out_dir/replaced-<time>/ first. Later saves into the same out_dir write on."""
+        return self._tables.save(os.fspath(out_dir), int(self._tables.step), int(keep_last), bool(overwrite))
 
     def load(self, path):
         """Loads a checkpoint: a step-<N> directory, or the newest under <path>/checkpoints. The

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "ckpt/ckpt_testing.h"
@@ -60,6 +61,26 @@ TEST_F(CkptCliTest, VerifyOfACorruptCheckpointNamesFileAndBlock) {
   EXPECT_EQ(r.exit_code, 4);  // I/O: a corrupt file
   EXPECT_NE(r.err.find(std::string(kDataFileName) + "' block 0"), std::string::npos) << r.err;
   EXPECT_EQ(run_cli("ckpt digest '" + dir_ + "'").exit_code, 4);
+}
+
+// The exit code docs/formats/checkpoint.md gives for a bad block is the one verify returns
+// (issue 37 item 12: the page said 1, the command exits 4, the I/O code of the exit table).
+TEST_F(CkptCliTest, DocumentedVerifyExitCodeIsTheReturnedOne) {
+  std::ifstream doc(std::string(LEANEMB_SOURCE_DIR) + "/docs/formats/checkpoint.md");
+  ASSERT_TRUE(doc.good());
+  const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  const std::string said = "and exits 0, or exits ";
+  const size_t at = text.find(said);
+  ASSERT_NE(at, std::string::npos) << "the Verify section's sentence moved";
+  const int documented = text[at + said.size()] - '0';
+  {
+    std::fstream f(dir_ + "/" + kDataFileName, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(10);
+    const int old = f.get();
+    f.seekp(10);
+    f.put(static_cast<char>(~old));
+  }
+  EXPECT_EQ(run_cli("ckpt verify '" + dir_ + "'").exit_code, documented);
 }
 
 // Not a checkpoint, or no argument: exit 2 with a message.

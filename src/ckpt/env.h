@@ -55,6 +55,10 @@ class Env {
   // Creates `path` (or truncates an existing file) and opens it for appending.
   // Errors: NotFound (parent directory missing), IoError.
   virtual Result<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) = 0;
+  // Opens `path` for appending, creating it when missing; its bytes are kept (logs such as a
+  // run's metrics.jsonl). Errors: NotFound (parent directory missing), IoError; Unimplemented
+  // by an Env that has no such operation (the default).
+  virtual Result<std::unique_ptr<WritableFile>> new_appendable_file(const std::string& path);
   // Opens an existing file for reading. Errors: NotFound, IoError.
   virtual Result<std::unique_ptr<RandomAccessFile>> new_random_access_file(const std::string& path) = 0;
   // The whole content of a file. Errors: NotFound, IoError.

@@ -106,6 +106,12 @@ class PosixEnv final : public Env {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
 
+  Result<std::unique_ptr<WritableFile>> new_appendable_file(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return posix_error("cannot open for appending", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
   Result<std::unique_ptr<RandomAccessFile>> new_random_access_file(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return posix_error("cannot open", path, errno);
@@ -189,6 +195,10 @@ class PosixEnv final : public Env {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<WritableFile>> Env::new_appendable_file(const std::string& path) {
+  return unimplemented("this file system cannot open '" + path + "' for appending");
+}
 
 Result<std::vector<uint8_t>> Env::read_file(const std::string& path) {
   LEANEMB_ASSIGN_OR_RETURN(uint64_t size, file_size(path));

@@ -173,6 +173,18 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::new_writable_file(const
   return std::unique_ptr<WritableFile>(new File(this, path, slot, epoch_));
 }
 
+Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::new_appendable_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LEANEMB_RETURN_IF_ERROR(check_alive(epoch_));
+  LEANEMB_RETURN_IF_ERROR(begin_op("append-open '" + path + "'"));
+  std::string name;
+  LEANEMB_ASSIGN_OR_RETURN(std::shared_ptr<Inode> dir, lookup_parent(path, &name));
+  std::shared_ptr<Inode>& slot = dir->entries[name];
+  if (slot && slot->is_dir) return io_error("cannot open '" + path + "' for appending: is a directory");
+  if (!slot) slot = std::make_shared<Inode>(false);
+  return std::unique_ptr<WritableFile>(new File(this, path, slot, epoch_));
+}
+
 Result<std::unique_ptr<RandomAccessFile>> FaultInjectionEnv::new_random_access_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   LEANEMB_RETURN_IF_ERROR(check_alive(epoch_));

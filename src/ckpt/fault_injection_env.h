@@ -10,7 +10,7 @@
 // creation, rename or removal that was not followed by sync_dir() of its directory. Reads see the
 // current (pre-crash) state, like reads through a page cache.
 //
-// Killpoints. Every mutating call (new_writable_file, append, sync, close, create_dir,
+// Killpoints. Every mutating call (new_writable_file, new_appendable_file, append, sync, close, create_dir,
 // remove_file, rename, sync_dir) gets the next index 0, 1, 2, ... (num_mutating_ops());
 // remove_all gets one index per file and directory it removes (children first, as the POSIX
 // env unlinks them), so a crash can stop it half-way. set_fault(n, kind) makes call n fail: kFailOnce fails only that call;
@@ -55,6 +55,8 @@ class FaultInjectionEnv final : public Env {
   ~FaultInjectionEnv() override;
 
   Result<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override;
+  // Counts as a mutating call ("append-open"); the file's bytes (and its synced prefix) are kept.
+  Result<std::unique_ptr<WritableFile>> new_appendable_file(const std::string& path) override;
   Result<std::unique_ptr<RandomAccessFile>> new_random_access_file(const std::string& path) override;
   Result<uint64_t> file_size(const std::string& path) override;
   bool file_exists(const std::string& path) override;

@@ -24,6 +24,7 @@ target_sources(leanemb_cli PRIVATE tools/cmd_ckpt.cc)
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(ckpt_test src/ckpt/ckpt_test.cc src/ckpt/ckpt_crash_test.cc)
   leanemb_add_test(ckpt_cli_test src/ckpt/ckpt_cli_test.cc)
-  target_compile_definitions(ckpt_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
+  target_compile_definitions(ckpt_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>"
+                                                  LEANEMB_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   add_dependencies(ckpt_cli_test leanemb_cli)
 endif()

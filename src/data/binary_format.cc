@@ -5,6 +5,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace leanemb::data {
@@ -180,6 +181,25 @@ Status BinaryFileReader::load_block() {
   return Status::ok_status();
 }
 
+// After the last block the header announces the file must end: bytes after it were ignored
+// before, so `cat a.bin b.bin > c.bin` read as a.bin alone and a damaged tail went unnoticed.
+Status BinaryFileReader::check_end() {
+  const std::string& path = file_.path();
+  LEANEMB_ASSIGN_OR_RETURN(uint64_t file_bytes, file_.size());
+  const uint64_t end = static_cast<uint64_t>(bytes_read_);
+  if (file_bytes <= end) return Status::ok_status();
+  const std::string at = "byte offset " + std::to_string(end);
+  uint8_t head[kBinaryHeaderBytes] = {};
+  bool full = false;
+  LEANEMB_RETURN_IF_ERROR(file_.read_full(std::span<uint8_t>(head, std::min<uint64_t>(sizeof head, file_bytes - end)), &full));
+  if (file_bytes - end >= kBinaryHeaderBytes && has_binary_magic(head))
+    return invalid_argument("data: " + path + ": another binary data file starts at " + at + ", after the " +
+                            std::to_string(header_.num_blocks) + " blocks its header announces (files joined with cat?): "
+                            "a binary data file holds one file's records; list each file in data.train instead");
+  return data_loss(path, std::to_string(file_bytes - end) + " bytes of trailing garbage at " + at + ", after the " +
+                             std::to_string(header_.num_blocks) + " blocks its header announces");
+}
+
 Result<bool> BinaryFileReader::next(const DataSchema& schema, Record* r, int64_t* truncated) {
   const std::string& path = file_.path();
   while (block_left_ == 0) {
@@ -189,6 +209,7 @@ Result<bool> BinaryFileReader::next(const DataSchema& schema, Record* r, int64_t
       if (records_read_ != header_.num_records)
         return data_loss(path, "holds " + std::to_string(records_read_) + " records, the header says " +
                                    std::to_string(header_.num_records));
+      LEANEMB_RETURN_IF_ERROR(check_end());
       return false;
     }
     LEANEMB_RETURN_IF_ERROR(load_block());

@@ -93,13 +93,18 @@ class BinaryFileReader {
   // feature (the rest added to *truncated). false after the last record.
   // REQUIRES: schema.num_dense / num_sparse equal the header's.
   // Errors: DataLoss naming file and block (checksum mismatch, truncated file, a payload that
-  // does not decode, a record count other than the header's), IoError.
+  // does not decode, a record count other than the header's) or the byte offset of bytes after
+  // the last block; InvalidArgument naming the byte offset where a second binary file starts
+  // (files concatenated); IoError.
   Result<bool> next(const DataSchema& schema, Record* r, int64_t* truncated);
   int64_t bytes_read() const { return bytes_read_; }
 
  private:
   BinaryFileReader(InputFile file, BinaryHeader header) : file_(std::move(file)), header_(header) {}
   Status load_block();
+  // Errors: InvalidArgument (another binary file follows the last block: concatenated files),
+  // DataLoss (other bytes follow it), both naming the byte offset.
+  Status check_end();
   InputFile file_;
   BinaryHeader header_;
   std::vector<uint8_t> payload_;

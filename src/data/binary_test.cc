@@ -124,6 +124,30 @@ TEST(DataBinaryFormatTest, TruncatedFileAndBadHeaderAreDataLoss) {
   EXPECT_EQ(DataReader::open(options({bin}, schema(2, 3), 16)).status().code(), StatusCode::kDataLoss);
 }
 
+// Two binary files joined with cat are refused naming the byte offset where the second starts
+// (before, the reader stopped after the first file's blocks and ignored the rest); any other
+// bytes after the last block are DataLoss naming their offset.
+TEST(DataBinaryFormatTest, ConcatenatedFilesAndTrailingBytesAreRefusedAtTheirOffset) {
+  ScratchDir dir;
+  const std::string bin = dir.file("d.bin");
+  ASSERT_TRUE(convert_to_binary(convert_options(dir.write("d.tsv", mixed_tsv(100)), bin)).ok());
+  const std::string bytes = slurp(bin);
+  const std::string at = "byte offset " + std::to_string(bytes.size());
+  const std::string joined = dir.write("joined.bin", bytes + bytes);
+  Status error;
+  read_batches(open_reader(options({joined}, schema(2, 3), 16)).get(), -1, &error);
+  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(error.message().find(joined + ": another binary data file starts at " + at), std::string::npos) << error.message();
+  for (const std::string& tail : {std::string("\n"), std::string(100, 'x')}) {
+    const std::string bad = dir.write("tail.bin", bytes + tail);
+    error = Status();
+    read_batches(open_reader(options({bad}, schema(2, 3), 16)).get(), -1, &error);
+    EXPECT_EQ(error.code(), StatusCode::kDataLoss);
+    EXPECT_NE(error.message().find(std::to_string(tail.size()) + " bytes of trailing garbage at " + at), std::string::npos)
+        << error.message();
+  }
+}
+
 // A writer that never finishes leaves no file under the final name.
 TEST(DataBinaryFormatTest, UnfinishedWriterLeavesNoFile) {
   ScratchDir dir;

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "data/binary_format.h"
+#include "data/io.h"
 #include "data/source.h"
 
 namespace leanemb::data {
@@ -10,7 +11,10 @@ namespace leanemb::data {
 Result<ConvertReport> convert_to_binary(const ConvertOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.input.empty() || o.output.empty()) return invalid_argument("convert: input and output paths are required");
-  if (o.input == o.output) return invalid_argument("convert: input and output are the same file");
+  // outputs_never_alias_inputs: the same file by name, symlink or hard link (data/io.h).
+  if (o.input == o.output) return invalid_argument("convert: --out '" + o.output + "' is --in '" + o.input + "'; choose another --out");
+  const NamedPath in{"--in", o.input};
+  LEANEMB_RETURN_IF_ERROR(check_output_not_input({"--out", o.output}, std::span<const NamedPath>(&in, 1)));
   DataSchema schema;
   schema.num_dense = o.num_dense;
   schema.num_sparse = o.num_sparse;

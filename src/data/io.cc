@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 
@@ -155,6 +157,27 @@ Status make_dirs(const std::string& path) {
   std::filesystem::create_directories(path, ec);
   if (ec) return Status(StatusCode::kIoError, "data: cannot create directory '" + path + "': " + ec.message());
   return Status::ok_status();
+}
+
+Status check_output_not_input(const NamedPath& output, std::span<const NamedPath> inputs) {
+  struct stat out_st {};
+  if (::stat(output.path.c_str(), &out_st) != 0) return Status();  // not there yet: it can alias nothing
+  char buf[PATH_MAX];
+  const std::string out_real = ::realpath(output.path.c_str(), buf) ? std::string(buf) : output.path;
+  for (const NamedPath& in : inputs) {
+    if (in.path.empty()) continue;
+    struct stat in_st {};
+    if (::stat(in.path.c_str(), &in_st) != 0) continue;
+    const std::string in_real = ::realpath(in.path.c_str(), buf) ? std::string(buf) : in.path;
+    const bool same_inode = in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino;
+    if (!same_inode && in_real != out_real) continue;
+    const std::string how = in_real == out_real ? "both resolve to '" + out_real + "'"
+                                                : "the same file, device " + std::to_string(out_st.st_dev) + " inode " +
+                                                      std::to_string(out_st.st_ino) + ": a hard link";
+    return invalid_argument(output.name + " '" + output.path + "' is " + in.name + " '" + in.path + "' (" + how +
+                            "); writing it would destroy the input being read: choose another " + output.name);
+  }
+  return Status();
 }
 
 }  // namespace leanemb::data

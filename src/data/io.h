@@ -70,4 +70,18 @@ class OutputFile {
 // Creates a directory (and its parents) if missing. Errors: IoError.
 Status make_dirs(const std::string& path);
 
+// A path a command was given and what named it in messages ("--output", "--data").
+struct NamedPath {
+  std::string name;
+  std::string path;
+};
+
+// outputs_never_alias_inputs (docs/train.md "Exit codes"): InvalidArgument naming both paths when
+// `output` is the same file as one of `inputs`: equal realpaths, or the same st_dev and st_ino
+// (a symlink or a hard link to the input; a symlink at `output` is followed, as opening it for
+// writing would). An output that does not exist yet is no input; an input that does not exist
+// is left to its reader. Call before anything opens the output for writing (fopen "w"
+// truncates the input the command is about to read).
+Status check_output_not_input(const NamedPath& output, std::span<const NamedPath> inputs);
+
 }  // namespace leanemb::data

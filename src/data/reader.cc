@@ -8,6 +8,9 @@
 
 #include <xxhash.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -84,8 +87,39 @@ Result<std::unique_ptr<DataReader>> DataReader::open(ReaderOptions o) {
     o.malformed.total_input_bytes += static_cast<int64_t>(bytes);
   }
   auto r = std::unique_ptr<DataReader>(new DataReader(std::move(o)));
+  for (const std::string& f : r->options_.files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return io_error("data reader: cannot stat '" + f + "': " + std::strerror(errno));
+    r->stamps_.push_back({static_cast<uint64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+  }
   r->begin_epoch(0);
   return r;
+}
+
+Status DataReader::check_files_unchanged() const {
+  for (size_t i = 0; i < stamps_.size(); ++i) {
+    const std::string& f = options_.files[i];
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0)
+      return Status(StatusCode::kDataLoss, "data file '" + f + "' is gone since the run started (" + std::strerror(errno) +
+                                               "): every epoch must read the same data");
+    const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    const uint64_t bytes = static_cast<uint64_t>(st.st_size);
+    if (bytes != stamps_[i].bytes || mtime_ns != stamps_[i].mtime_ns)
+      return Status(StatusCode::kDataLoss,
+                    "data file '" + f + "' changed during the run (epoch " + std::to_string(epoch_) + "): " +
+                        (bytes != stamps_[i].bytes ? "it " + std::string(bytes < stamps_[i].bytes ? "shrank" : "grew") + " from " +
+                                                         std::to_string(stamps_[i].bytes) + " to " + std::to_string(bytes) + " bytes"
+                                                   : "it was modified (same size, " + std::to_string(bytes) + " bytes)") +
+                        "; every epoch must read the same data: restore the file or start the run afresh");
+  }
+  return Status::ok_status();
+}
+
+std::string DataReader::file_list() const {
+  std::string s;
+  for (size_t i = 0; i < options_.files.size(); ++i) s += (i ? ", '" : "'") + options_.files[i] + "'";
+  return s;
 }
 
 void DataReader::begin_epoch(int64_t epoch) {
@@ -169,10 +203,16 @@ Result<bool> DataReader::next(Batch* batch) {
       ++emitted_in_epoch_;
       continue;
     }
-    // End of epoch.
-    if (emitted_in_epoch_ == 0) return fail(invalid_argument("data reader: epoch " + std::to_string(epoch_) + " has no valid records"));
+    // End of epoch. A file that changed since open() explains anything below: said first.
+    if (Status s = check_files_unchanged(); !s.ok()) return fail(std::move(s));
+    if (emitted_in_epoch_ == 0) {
+      const DataStats& st = tracker_.stats();
+      return fail(invalid_argument("data reader: epoch " + std::to_string(epoch_) + " has no valid records in " + file_list() +
+                                   " (" + std::to_string(st.lines) + " lines read in all, " + std::to_string(st.malformed) +
+                                   " malformed)"));
+    }
     if (options_.drop_last && emitted_in_epoch_ < options_.batch_size)
-      return fail(invalid_argument("data reader: epoch " + std::to_string(epoch_) + " has " +
+      return fail(invalid_argument("data reader: epoch " + std::to_string(epoch_) + " of " + file_list() + " has " +
                                    std::to_string(emitted_in_epoch_) + " records, fewer than batch_size " +
                                    std::to_string(options_.batch_size) + " (drop_last would yield nothing)"));
     begin_epoch(epoch_ + 1);

@@ -57,8 +57,10 @@ class DataReader {
 
   // Fills *batch (cleared first, capacity kept) with the next batch; false when all epochs are
   // done. Errors (sticky: later calls return the same one): IoError, DataLoss naming file and
-  // block, InvalidArgument for a malformed rate above the limit (naming file, line and rate)
-  // or an epoch with no records (or, with drop_last, fewer than batch_size).
+  // block, or naming a file whose size or modification time changed since open() (checked at
+  // the end of every epoch), InvalidArgument for a malformed rate above the limit (naming file,
+  // line and rate) or an epoch with no records (or, with drop_last, fewer than batch_size),
+  // naming the files.
   Result<bool> next(Batch* batch);
 
   // The position after the last batch returned, as bytes (see "Resume" above).
@@ -83,7 +85,17 @@ class DataReader {
   uint64_t next_random(uint64_t n);  // uniform in [0, n)
   uint64_t fingerprint() const;
 
+  // Each file's size and modification time when the reader opened (checked at every epoch
+  // end: a file that changed during the run would silently give another epoch's data).
+  struct FileStamp {
+    uint64_t bytes = 0;
+    int64_t mtime_ns = 0;
+  };
+  Status check_files_unchanged() const;
+  std::string file_list() const;  // "'a.tsv'" or "'a.tsv', 'b.tsv'", for messages
+
   ReaderOptions options_;
+  std::vector<FileStamp> stamps_;
   IdMapper id_mapper_;
   MalformedTracker tracker_;
   std::unique_ptr<RecordSource> source_;

@@ -2,6 +2,8 @@
 // truncation, categorical hashing, jagged batches, batch reuse, shuffling and epochs, and
 // save/restore exactness.
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <xxhash.h>
 
 #include <cstring>
@@ -389,6 +391,46 @@ TEST(DataShuffleTest, EmptyInputIsAnError) {
   o.num_epochs = 0;
   Batch b;
   EXPECT_EQ(open_reader(o)->next(&b).status().code(), StatusCode::kInvalidArgument);
+}
+
+// "epoch N has no valid records" names the files read (issue 37 item 10): a run of many files
+// must say which ones held nothing.
+TEST(DataShuffleTest, EpochWithoutRecordsNamesTheFiles) {
+  ScratchDir dir;
+  const std::string a = dir.write("only_garbage.tsv", "garbage line\nmore garbage\n");
+  const std::string b = dir.write("empty.tsv", "");
+  Batch batch;
+  const Status s = open_reader(options({a, b}, schema(2, 3), 4))->next(&batch).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("epoch 0 has no valid records in '" + a + "', '" + b + "'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("2 malformed"), std::string::npos) << s.message();
+}
+
+// A data file that changes during a run (it shrank, grew or was rewritten between epochs) is
+// DataLoss naming it at the next epoch end, instead of a silently different epoch.
+TEST(DataShuffleTest, FileChangedDuringTheRunIsNamedAtTheEpochEnd) {
+  for (const char* how : {"shrank", "grew", "modified"}) {
+    SCOPED_TRACE(how);
+    ScratchDir dir;
+    const std::string path = dir.write("d.tsv", good_lines(40));
+    auto o = options({path}, schema(2, 3), 8);
+    o.num_epochs = 3;
+    auto reader = open_reader(o);
+    ASSERT_EQ(read_batches(reader.get(), 2).size(), 2u);  // epoch 0 under way
+    const std::string now = std::string(how) == "shrank" ? good_lines(20) : std::string(how) == "grew" ? good_lines(60) : good_lines(40, 1000);
+    dir.write("d.tsv", now);
+    if (std::string(how) == "modified") {  // same size, a later time stamp
+      const auto t = std::filesystem::last_write_time(path);
+      std::filesystem::last_write_time(path, t + std::chrono::seconds(5));
+    }
+    Status error;
+    read_batches(reader.get(), -1, &error);
+    EXPECT_EQ(error.code(), StatusCode::kDataLoss);
+    EXPECT_NE(error.message().find("data file '" + path + "' changed during the run"), std::string::npos) << error.message();
+    if (std::string(how) != "modified") {
+      EXPECT_NE(error.message().find(how), std::string::npos) << error.message();
+    }
+  }
 }
 
 // ---- save / restore ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "dist/sharded_checkpoint.h"
 #include "table/pruned_rows.h"
 #include "train/ctr_serving.h"
+#include "train/run_dir.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::serve {
@@ -206,6 +207,28 @@ Status refuse_dynamic(const EmbeddingTables& t) {
 Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& o) {
   if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
   if (o.prune_min_count < 0) return invalid_argument("prune_min_count must be >= 0, got " + std::to_string(o.prune_min_count));
+  // The exported checkpoint inside out_dir: --overwrite would move it away from under the
+  // export, and without it the directory is refused anyway; say what is wrong instead.
+  {
+    std::error_code ec1, ec2;
+    std::filesystem::path out = std::filesystem::weakly_canonical(o.out_dir, ec1);
+    const std::filesystem::path ck = std::filesystem::weakly_canonical(run.checkpoint, ec2);
+    if (out.has_parent_path() && out.filename().empty()) out = out.parent_path();  // "dir/": no empty last element
+    if (!ec1 && !ec2) {
+      const auto o_end = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first;
+      if (o_end == out.end())
+        return invalid_argument("export --serving: the output directory '" + o.out_dir + "' holds the checkpoint being exported (" +
+                                run.checkpoint + "); write the export into another directory");
+    }
+  }
+  // writers_own_their_dirs: the export holds out_dir's lock (a running `leanemb train` there
+  // refuses it) and never replaces work it did not write unless told to (moved aside then).
+  train::RunDirOptions ro;
+  ro.out_dir = o.out_dir;
+  ro.overwrite = o.overwrite;
+  ro.say = o.say;
+  ro.writer = "export --serving";
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::RunDir> owned, train::RunDir::open(ro));
   const bool prune = o.prune_min_count > 0;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
   for (const char* name : {"train/state", "train/config"}) {
@@ -382,6 +405,7 @@ Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   const std::string mpath = o.out_dir + "/manifest.json";
   std::ofstream mf(mpath);
   mf << dump_json(manifest, 2) << "\n";
+  mf.close();  // flushes: a full disk shows here, not in the destructor
   if (!mf) return io_error("cannot write '" + mpath + "'");
   return "exported " + said + (o.with_state ? " with optimizer state" : "") + " of " + run.checkpoint + " (step " +
          std::to_string(run.step) + ") to " + o.out_dir + " (manifest.json lists every file)\n";

@@ -15,7 +15,7 @@
 // .npy files are NumPy format 1.0, little-endian, C order.
 //
 // export_serving() writes a compact serving checkpoint into <out_dir>/checkpoints/step-<N> (so
-// out_dir reads as a run directory): the same model with int8 rows (DType::kInt8Rowwise: dim
+// out_dir reads as a run directory; it owns out_dir as `leanemb train` does, see below): the same model with int8 rows (DType::kInt8Rowwise: dim
 // codes, an fp32 scale and an fp32 bias per row), no row or dense optimizer state, the tables
 // lookup-only; blobs train/state, train/config (the run's), dense/param/*, serve/format.
 // `leanemb predict` and `test` read it like any checkpoint. Each row is the int8 rounding of the
@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,11 +58,18 @@ struct ServingExportOptions {
   std::string out_dir;
   std::vector<std::string> sets;  // applied to the saved config
   int64_t prune_min_count = 0;    // >= 1: drop rows counted fewer times in the training files; 0: keep all
+  // out_dir holding checkpoints, shards/ or metrics.jsonl (a training run's, an earlier
+  // export's) is refused unless set; then they are moved into <out_dir>/replaced-<time>/.
+  bool overwrite = false;
+  std::function<void(const std::string&)> say;  // notes ("moved FROM -> TO"); null: stderr
 };
 
 // Returns lines saying what was written (bytes of the tables before and after, rows kept).
+// out_dir is opened as a train::RunDir (writers_own_their_dirs): locked for the export, and
+// refused when it holds work this process did not write, unless options.overwrite.
 // Errors: as load_ctr / load_text, the reader's, InvalidArgument (dynamic tables, a serving
-// export as input, prune_min_count < 0).
+// export as input, prune_min_count < 0, out_dir holding earlier work, out_dir being the
+// exported run's own directory), FailedPrecondition (out_dir locked by a run).
 Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& options);
 
 // One .npy file (format 1.0, '<f4', C order) of `shape` whose data the callback writes in order.

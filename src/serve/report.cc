@@ -28,6 +28,7 @@ struct Run {
   chart::Series skipped{"skipped_steps", "", {}, {}}, eval{"eval", "", {}, {}}, logloss{"eval_logloss", "", {}, {}};
   chart::Series ckpt_seconds{"checkpoint_seconds", "", {}, {}};
   std::string eval_name = "Eval metric";
+  int64_t cut_last_line = 0;  // the last line's number when it was cut short (left out)
   std::vector<std::pair<std::string, chart::Series>> transfers;  // direction -> cumulative bytes
   std::vector<std::pair<std::string, chart::Series>> row_cache;  // fetched / written back bytes
   std::vector<Checkpoint> checkpoints;
@@ -50,17 +51,28 @@ std::string direction_label(std::string key) {  // "host_to_device" -> "host->de
   return at == std::string::npos ? key : key.substr(0, at) + "->" + key.substr(at + 4);
 }
 
-Result<Run> parse_metrics(const std::string& metrics_jsonl) {
+Result<Run> parse_metrics(const std::string& metrics_jsonl, std::vector<std::string>* warnings) {
   Run r;
   std::istringstream in(metrics_jsonl);
   int64_t line_no = 0;
   double last_skipped = 0;
+  // The last line, when it is not JSON and has no newline: a write cut short (disk full, a
+  // kill while appending; a line is appended with its newline in one write). It is left out
+  // with a warning; a bad line anywhere else (or a whole bad last line) is an error.
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     if (line.empty()) continue;
     const json j = parse_json_or_discarded(line);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number())
-      return invalid_argument("metrics.jsonl line " + std::to_string(line_no) + " is not a JSON object with a step");
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number()) {
+      const bool last = in.eof() && j.is_discarded();  // getline ran into the end before a newline
+      if (!last) return invalid_argument("metrics.jsonl line " + std::to_string(line_no) + " is not a JSON object with a step");
+      if (warnings)
+        warnings->push_back("metrics.jsonl line " + std::to_string(line_no) + " (the last, " + std::to_string(line.size()) +
+                            " bytes) is cut short: a write that did not complete (disk full, or the run was killed while "
+                            "writing it); the report leaves it out");
+      r.cut_last_line = line_no;
+      continue;
+    }
     const double step = j["step"].get<double>();
     auto number = [&](const char* key, chart::Series* s) {
       if (j.contains(key) && j[key].is_number()) {
@@ -202,8 +214,9 @@ std::string checkpoint_table(const Run& r) {
 
 }  // namespace
 
-Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json) {
-  LEANEMB_ASSIGN_OR_RETURN(Run r, parse_metrics(metrics_jsonl));
+Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json,
+                                  std::vector<std::string>* warnings) {
+  LEANEMB_ASSIGN_OR_RETURN(Run r, parse_metrics(metrics_jsonl, warnings));
   json sum;
   if (!summary_json.empty()) {
     sum = parse_json_or_discarded(summary_json);
@@ -213,6 +226,12 @@ Result<std::string> render_report(const std::string& title, const std::string& m
   o << chart::page_begin(title);
   o << "<p class=\"note\">Dashed lines mark checkpoints (green), skipped steps (red) and ends of epochs (grey) on every chart over "
        "steps; hover a point or a line for its value.</p>\n";
+  if (r.cut_last_line > 0)
+    o << "<p class=\"note\">metrics.jsonl line " << r.cut_last_line
+      << " (the last) is cut short (a write that did not complete) and is left out.</p>\n";
+  if (!sum.is_null() && sum.contains("metrics_lost"))
+    o << "<p class=\"note\">The run lost metrics.jsonl lines from step " << sum["metrics_lost"].value("step", int64_t{-1})
+      << " on (a write failed): the charts end there.</p>\n";
   if (!sum.is_null()) o << summary_table(sum);
   o << "<h2>Training</h2>\n";
   o << chart::draw_line_chart(step_chart(r, "loss", "Training loss (mean over log_every steps)", {r.loss}));

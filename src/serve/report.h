@@ -16,14 +16,18 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "leanemb/status.h"
 
 namespace leanemb::serve {
 
 // metrics_jsonl: the text of metrics.jsonl; summary_json: the --json-summary text or empty.
-// Errors: InvalidArgument for a line that is not a JSON object with a numeric step, or a
+// A last line that is not JSON and has no newline (a write cut short: disk full, a kill while
+// appending) is left out with a note on the page and a warning in *warnings (when given).
+// Errors: InvalidArgument for another line that is not a JSON object with a numeric step, or a
 // summary that is not a JSON object.
-Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json);
+Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json,
+                                  std::vector<std::string>* warnings = nullptr);
 
 }  // namespace leanemb::serve

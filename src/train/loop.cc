@@ -16,6 +16,7 @@
 #include "dist/sharded_checkpoint.h"
 #include "tiered/sizes.h"
 #include "train/divergence.h"
+#include "train/metrics_log.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
@@ -268,6 +269,13 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   // The output directory, locked for the run, and where the run starts (train/run_dir.h).
   std::unique_ptr<RunDir> run_dir;
   LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
+  // A run never goes back: a step count below the checkpoint's leaves nothing to do, and saying
+  // "steps 21-20 in this run" with exit 0 hid that the flag was wrong (docs/train.md "Resuming").
+  if (ls.steps > 0 && resume_at.step > ls.steps)
+    return invalid_argument("--resume: the checkpoint " + resume_at.dir + " is at step " + std::to_string(resume_at.step) + ", " +
+                            (ro.steps >= 0 ? "--steps " : "train.steps = ") + std::to_string(ls.steps) +
+                            " leaves nothing to train (a run does not go back): give more steps than " +
+                            std::to_string(resume_at.step) + " to continue, or --overwrite to train again from step 0");
   if (ls.prepare) LEANEMB_RETURN_IF_ERROR(ls.prepare(comm, lead));
 
   // The memory plan of this run (src/plan): one rank's share at this world size.
@@ -306,8 +314,14 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   std::error_code ec;
   std::filesystem::create_directories(ro.out_dir, ec);
   if (ec) return io_error("cannot create output directory '" + ro.out_dir + "': " + ec.message());
-  std::ofstream metrics;  // rank 0's
-  if (lead) metrics.open(ro.out_dir + "/metrics.jsonl", std::ios::app);
+  // rank 0's metrics.jsonl: every write checked (no_silent_write_errors, train/metrics_log.h).
+  std::unique_ptr<MetricsLog> metrics;
+  if (lead) {
+    LEANEMB_ASSIGN_OR_RETURN(metrics, MetricsLog::open(ro.log_env, ro.out_dir + "/metrics.jsonl"));
+  }
+  auto log_metrics = [&](const json& j) {
+    if (metrics) metrics->append(dump_json(j), k.step);
+  };
 
   const auto embedding_bytes = [&] {
     size_t b = 0;
@@ -351,8 +365,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     }
     if (ls.eval_every_epochs > 0 && (epoch + 1) % ls.eval_every_epochs == 0 && task->has_eval()) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      metrics << dump_json(json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}}) << "\n";
-      metrics.flush();
+      log_metrics(json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}});
       say("epoch " + std::to_string(epoch + 1) + " (step " + std::to_string(k.step) + "): eval " + task->eval_headline(last_eval));
     }
     return Status();
@@ -361,10 +374,9 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   auto checkpoint = [&]() -> Status {
     const auto c0 = Clock::now();
     LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
-    metrics << dump_json(json{{"step", k.step}, {"checkpoint", last_ckpt},
-                              {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}})
-            << "\n";
-    metrics.flush();
+    log_metrics(json{{"step", k.step}, {"checkpoint", last_ckpt},
+                     {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
+    if (metrics) metrics->sync(k.step);  // the log is durable up to the checkpoint it names
     return Status();
   };
   DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
@@ -399,15 +411,13 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
       json m = {{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
                 {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}};
       add_table_counters(*mem, task->tables(), &m);
-      metrics << dump_json(m) << "\n";
-      metrics.flush();
+      log_metrics(m);
       loss_sum = 0;
       loss_n = 0;
     }
     if (ls.eval_every > 0 && k.step % ls.eval_every == 0 && task->has_eval()) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}}) << "\n";
-      metrics.flush();
+      log_metrics(json{{"step", k.step}, {"eval", last_eval}});
     }
     if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
       LEANEMB_RETURN_IF_ERROR(checkpoint());
@@ -441,9 +451,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   if (task->has_eval() && !stopped && diverged.empty()) {
     say("evaluating");
     LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-    metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}, {"final", true}}) << "\n";
+    log_metrics(json{{"step", k.step}, {"eval", last_eval}, {"final", true}});
   }
   line(true);
+  if (metrics) (void)metrics->close(k.step);  // a failure is in metrics->summary(), below
 
   json sum;
   sum["task"] = ls.task;
@@ -468,6 +479,8 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   sum["weights_and_state_bytes"] = embedding_bytes;
   sum["checkpoint"] = last_ckpt;
   sum["checkpoints_enabled"] = ls.checkpoint_every >= 0;
+  // A run whose metrics.jsonl lost lines says so (leanemb train then exits 4).
+  if (metrics && metrics->lost()) sum["metrics_lost"] = metrics->summary();
   const int64_t steps_run = k.step - std::max<int64_t>(0, resumed_from);
   sum["dist"] = dist_summary(ls, *task, steps_run, table_bytes, train_comm_bytes, train_comm_seconds, train_emb);
   if (task->tables().communicator()) {  // the largest rank's table bytes

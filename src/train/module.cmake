@@ -11,6 +11,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/loop.cc
   ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cc
   ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
   ${CMAKE_CURRENT_LIST_DIR}/divergence.cc
   ${CMAKE_CURRENT_LIST_DIR}/input_check.cc
@@ -29,6 +30,11 @@ if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(train_cli_test ${PROJECT_SOURCE_DIR}/tests/train_cli_test.cc)
   target_compile_definitions(train_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
   add_dependencies(train_cli_test leanemb_cli)
+  # Issue 37: writers_own_their_dirs, outputs_never_alias_inputs, no_silent_write_errors and
+  # the rough edges of resume, keep_checkpoints and row caches, through the CLI.
+  leanemb_add_test(reliability_cli_test ${PROJECT_SOURCE_DIR}/tests/reliability_cli_test.cc)
+  target_compile_definitions(reliability_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")
+  add_dependencies(reliability_cli_test leanemb_cli)
 endif()
 
 if(LEANEMB_BUILD_TESTS)

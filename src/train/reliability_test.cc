@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/fault_injection_env.h"
@@ -510,6 +511,60 @@ TEST(ckpt_killpoints, TrainingKilledAtEveryCallOfACommitResumesToTheSameDigest) 
   EXPECT_GT(from_2, 10);
   EXPECT_GT(from_4, 0);
   RecordProperty("killpoints", static_cast<int>(run_end - first_commit_end));
+}
+
+// ---- no_silent_write_errors -------------------------------------------------------------------
+
+// metrics.jsonl through a fault-injecting Env: a write that fails from the k-th on (a disk that
+// filled up) does not end the run, but the summary says "metrics_lost" with the step of the
+// first lost line and how many were lost, and the file holds exactly the lines written before
+// (whole lines: no line follows a failed one). Before issue 37 the file was a std::ofstream
+// whose errors nobody checked: a cut file and a clean summary.
+TEST(no_silent_write_errors, FailedMetricsWritesAreMarkedInTheSummaryAndEndTheLog) {
+  auto run = [](const std::string& out, ckpt::FaultInjectionEnv* env) {
+    RunOptions ro;
+    ro.config = tiny_config({"train.log_every=1", "train.checkpoint_every=-1"});
+    ro.out_dir = out;
+    ro.steps = 8;
+    ro.quiet = true;
+    ro.log_env = env;
+    return run_training(ro);
+  };
+  auto lines_in = [](ckpt::FaultInjectionEnv& env, const std::string& path) {
+    auto bytes = env.read_file(path);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
+    std::vector<std::string> lines;
+    std::string cur;
+    for (uint8_t b : bytes.ok() ? bytes.value() : std::vector<uint8_t>{}) {
+      if (b == '\n') lines.push_back(std::exchange(cur, ""));
+      else cur += static_cast<char>(b);
+    }
+    EXPECT_TRUE(cur.empty()) << "a cut last line: " << cur;
+    return lines;
+  };
+  const std::string clean_out = scratch("metrics_clean"), failing_out = scratch("metrics_fail");
+  ckpt::FaultInjectionEnv clean;
+  make_dirs(clean, clean_out);
+  auto ok = run(clean_out, &clean);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_FALSE(ok.value().contains("metrics_lost"));
+  const size_t all = lines_in(clean, clean_out + "/metrics.jsonl").size();
+  ASSERT_GE(all, 8u);  // a line per step, and the final evaluation's
+
+  ckpt::FaultInjectionEnv env;
+  make_dirs(env, failing_out);
+  const uint64_t open_op = env.num_mutating_ops();
+  env.set_fault(open_op + 4, ckpt::FaultKind::kFailFromNow);  // the open, 3 lines, then the 4th fails
+  auto r = run(failing_out, &env);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE(r.value().contains("metrics_lost")) << r.value().dump();
+  const nlohmann::json& lost = r.value()["metrics_lost"];
+  EXPECT_EQ(lost["step"].get<int64_t>(), 4);
+  EXPECT_EQ(lost["lines_lost"].get<size_t>(), all - 3);
+  EXPECT_NE(lost["error"].get<std::string>().find("metrics.jsonl: writing a line at step 4 failed"), std::string::npos) << lost;
+  const std::vector<std::string> kept = lines_in(env, failing_out + "/metrics.jsonl");
+  ASSERT_EQ(kept.size(), 3u);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_NE(kept[i].find("\"step\":" + std::to_string(i + 1)), std::string::npos) << kept[i];
 }
 
 // ---- evaluation and dynamic tables ----------------------------------------------------------

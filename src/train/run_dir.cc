@@ -189,6 +189,14 @@ Status trim_metrics(const std::string& out, int64_t step) {
   size_t dropped = 0;
   while (std::getline(in, line)) {
     const auto j = parse_json_or_discarded(line);
+    // A line that is not JSON was cut short (a write that failed: disk full, a kill while
+    // appending): dropped, or the lines this run appends would follow it.
+    if (j.is_discarded() && !line.empty()) {
+      std::fprintf(stderr, "leanemb: note: %s: dropping a line cut short (%zu bytes; a write that did not complete)\n",
+                   path.c_str(), line.size());
+      ++dropped;
+      continue;
+    }
     if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
         j["step"].get<int64_t>() > step) {
       ++dropped;
@@ -212,6 +220,7 @@ Status trim_metrics(const std::string& out, int64_t step) {
 Result<std::unique_ptr<RunDir>> RunDir::open(const RunDirOptions& o) {
   if (o.resume && o.overwrite) return invalid_argument("--resume and --overwrite contradict each other: give one");
   if (o.start_fresh && !o.resume) return invalid_argument("--start-fresh applies to --resume only");
+  if (o.resume && !o.writer.empty()) return invalid_argument(o.writer + " cannot resume a run directory");
   auto say = [&](const std::string& s) {
     if (o.say) o.say(s);
     else std::fprintf(stderr, "leanemb: note: %s\n", s.c_str());
@@ -228,10 +237,15 @@ Result<std::unique_ptr<RunDir>> RunDir::open(const RunDirOptions& o) {
     for (const std::string& m : rd->moved_) say("moved " + m);
   };
   if (!o.resume) {
-    if (!inv.empty() && !o.overwrite)
+    if (!inv.empty() && !o.overwrite && o.writer.empty())
       return invalid_argument("output directory '" + o.out_dir + "' holds an earlier run's " + describe(inv) +
                               "; a fresh run would replace them: give --resume to continue that run, --overwrite to "
                               "move them aside (into " + o.out_dir + "/replaced-<time>/), or another --out");
+    if (!inv.empty() && !o.overwrite)
+      return invalid_argument(o.writer + ": output directory '" + o.out_dir + "' holds " + describe(inv) +
+                              " that this process did not write (a training run's or an earlier export's); writing there "
+                              "could replace them: give " + o.overwrite_flag + " to move them aside (into " + o.out_dir +
+                              "/replaced-<time>/), or another output directory");
     LEANEMB_RETURN_IF_ERROR(mover.replace_all(inv));
     report_moves();
     return rd;

@@ -20,6 +20,12 @@
 // metrics.jsonl keeps the lines of steps up to the resume point (later lines belong to the
 // part of the run that is redone) and moves aside on a start at step 0.
 //
+// Other checkpoint writers (writers_own_their_dirs, docs/train.md "The output directory"):
+// `export --serving` and leanemb.torch's module.save() open their output directory as a RunDir
+// too (options.writer names them): the same lock, and the same consent rule for a fresh start
+// (an earlier run's or an earlier writer's work is refused unless the writer was told to
+// overwrite, which moves it aside), so no writer deletes a checkpoint it did not write itself.
+//
 // Ownership: a RunDir owns the lock until it is destroyed.
 // Thread safety: one thread at a time; the lock excludes other processes and other RunDirs
 // of this process.
@@ -70,6 +76,11 @@ struct RunDirOptions {
   // The file system of the checkpoints (tests: a FaultInjectionEnv); null: the real one. The
   // lock and metrics.jsonl always use the real file system.
   ckpt::Env* env = nullptr;
+  // Who writes the directory, in messages: empty for `leanemb train` (the refusal offers
+  // --resume and --overwrite); else e.g. "export --serving" or "module.save()", whose refusal
+  // offers only `overwrite_flag` (such writers never resume: resume must stay false).
+  std::string writer;
+  std::string overwrite_flag = "--overwrite";
 };
 
 // Where the run starts.

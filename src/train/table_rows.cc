@@ -89,6 +89,7 @@ Status resolve_table_rows(TrainConfig* c, const std::string& run_dir, bool resum
     {
       std::ofstream f(tmp);
       f << dump_json(j, 2) << "\n";
+      f.close();  // flushes: a full disk shows here, not in the destructor
       if (!f) return io_error("cannot write '" + tmp + "'");
     }
     std::filesystem::rename(tmp, path, ec);

@@ -20,6 +20,7 @@
 #include "train/table_rows.h"
 #include "train/input_check.h"
 #include "tiered/row_store.h"
+#include "tiered/sizes.h"
 #include "train/task.h"
 #include "core/json.h"
 
@@ -214,6 +215,43 @@ Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, b
   return check_data_files(c);  // every input before the first step
 }
 
+// Which tables embedding.cache_fraction gave a row cache (a note), and a warning when a cache
+// was asked for and no table got one: every table below embedding.cache_min_rows used to
+// leave the run silently resident ("row_cache": null).
+void say_row_caches(const model::CtrModelOptions& mo, const TaskContext& tc) {
+  const double fraction = mo.row_cache.fraction;
+  if (!(fraction > 0.0)) return;
+  std::string cached, resident;
+  int64_t largest = -1;
+  std::string largest_name;
+  for (size_t f = 0; f < mo.table_rows.size(); ++f) {
+    const int64_t rows = mo.table_rows[f];
+    const std::string name = model::ctr_table_name(static_cast<int>(f));
+    if (rows > largest) {
+      largest = rows;
+      largest_name = name;
+    }
+    if (tiered::cache_applies(rows, fraction, mo.cache_min_rows))
+      cached += (cached.empty() ? "" : ", ") + name + " (" + std::to_string(tiered::cache_capacity_rows(rows, fraction)) + " of " +
+                std::to_string(rows) + " rows)";
+    else
+      resident += (resident.empty() ? "" : ", ") + name;
+  }
+  if (cached.empty()) {
+    std::fprintf(stderr,
+                 "leanemb: warning: embedding.cache_fraction = %g asks for row caches, but no table got one: every table is "
+                 "below embedding.cache_min_rows = %lld rows (the largest, %s, has %lld); lower embedding.cache_min_rows to "
+                 "cache them, or drop embedding.cache_fraction\n",
+                 fraction, static_cast<long long>(mo.cache_min_rows), largest_name.c_str(), static_cast<long long>(largest));
+    return;
+  }
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%g", fraction);
+  if (tc.say)
+    tc.say("row caches (embedding.cache_fraction = " + std::string(frac) + "): " + cached +
+           (resident.empty() ? "" : "; resident (below embedding.cache_min_rows = " + std::to_string(mo.cache_min_rows) + "): " + resident));
+}
+
 // The CTR model over the Criteo-format reader.
 class CtrTask final : public TrainTask {
  public:
@@ -224,6 +262,7 @@ class CtrTask final : public TrainTask {
     mo.grad_groups = grad_groups;
     mo.comm = tc.comm;
     LEANEMB_ASSIGN_OR_RETURN(t->model_, model::CtrModel::create(mo, tc.memory));
+    if (tc.comm == nullptr || tc.comm->rank() == 0) say_row_caches(mo, tc);
     LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, ctr_reader_options(c, c.train_files, true));
     LEANEMB_ASSIGN_OR_RETURN(t->reader_, data::DataReader::open(tro));
     amp::LossScalerOptions lso;

@@ -47,6 +47,8 @@ struct RunOptions {
   // Null: signals keep their default action.
   StopSignal* stop = nullptr;
   ckpt::Env* ckpt_env = nullptr;  // tests: the checkpoints' file system (null: the real one)
+  // tests: the file system of metrics.jsonl (null: the real one; train/metrics_log.h)
+  ckpt::Env* log_env = nullptr;
   int64_t steps = -1;              // >= 0 overrides config.steps
   bool progress_tty = false;       // rewrite one progress line (\r) instead of printing lines
   bool quiet = false;              // no progress at all
