@@ -651,3 +651,65 @@ def test_native_tables_refuse_conversions_and_unknown_options():
     skip = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=10, embedding_dim=2, name="t")], bounds_check="skip")
     v = skip(lt.KeyedJaggedTensor(["t"], torch.tensor([1, 99]), lengths=torch.tensor([2]))).values()
     assert close(v.detach(), skip.weight("t")[1:2])
+
+
+# ---- issue 37 item 9: refusals that used to be silent --------------------------------------------
+
+def test_failed_load_state_dict_changes_nothing():
+    # A state dict with one bad entry (a NaN weight, a wrong fat_rows shape) is refused whole:
+    # rows, optimizer state and step_count stay as they were (they used to take the good parts
+    # and the step).
+    rng = np.random.default_rng(40)
+    cfgs = [lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name=n, feature_names=[f], optimizer="adagrad")
+            for n, f in (("t0", "a"), ("t1", "b"))]
+    a = lt.EmbeddingBagCollection(cfgs)
+    for _ in range(3):
+        (a(batch(rng, ["a", "b"])).values() ** 2).sum().backward()
+    sd = a.state_dict()
+    b = lt.EmbeddingBagCollection(cfgs, seed=3)
+    (b(batch(rng, ["a", "b"])).values() ** 2).sum().backward()
+    before = b.digest()
+    bad = dict(sd)
+    bad["embedding_bags.t1.fat_rows"] = bad["embedding_bags.t1.fat_rows"][:, :4]
+    with pytest.raises(RuntimeError, match="t1.fat_rows"):
+        b.load_state_dict(bad)
+    assert b.step_count == 1 and b.digest() == before
+    bad = {k: v for k, v in sd.items() if k != "embedding_bags.t1.fat_rows"}
+    bad["embedding_bags.t1.weight"] = bad["embedding_bags.t1.weight"].clone()
+    bad["embedding_bags.t1.weight"][2, 3] = float("nan")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        b.load_state_dict(bad)
+    assert b.step_count == 1 and b.digest() == before
+    b.load_state_dict(sd)
+    assert b.step_count == 3 and b.digest() == a.digest()
+
+
+def test_kjt_refuses_lengths_and_offsets_that_disagree():
+    v = torch.tensor([1, 2, 3])
+    with pytest.raises(ValueError, match="disagree"):
+        lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([1, 2]), offsets=torch.tensor([0, 2, 3]))
+    with pytest.raises(ValueError, match="disagree"):
+        lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([3]), offsets=torch.tensor([0, 2, 3]))
+    k = lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([2, 1]), offsets=torch.tensor([0, 2, 3]))  # agreeing: fine
+    assert torch.equal(k.lengths(), torch.tensor([2, 1]))
+
+
+@pytest.mark.parametrize("field,value", [("num_embeddings", 1.5), ("embedding_dim", 8.9), ("num_embeddings", True),
+                                         ("embedding_dim", False), ("embedding_dim", 8.0), ("cache_rows", 2.5)])
+def test_config_refuses_non_integer_sizes(field, value):
+    kw = {"num_embeddings": ROWS, "embedding_dim": DIM, field: value}
+    with pytest.raises(TypeError, match=field):
+        lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(name="t", **kw)])
+    ok = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=np.int64(ROWS), embedding_dim=DIM, name="t")])
+    assert ok.weight("t").shape == (ROWS, DIM)
+
+
+def test_set_weight_refuses_non_finite():
+    ebc = ebc_one("sgd")
+    w0 = ebc.weight("t")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        w = w0.clone()
+        w[5, 1] = bad
+        with pytest.raises(ValueError, match="row 5, column 1"):
+            ebc.set_weight("t", w)
+        assert torch.equal(ebc.weight("t"), w0)
