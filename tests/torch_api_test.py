@@ -713,3 +713,26 @@ def test_set_weight_refuses_non_finite():
         with pytest.raises(ValueError, match="row 5, column 1"):
             ebc.set_weight("t", w)
         assert torch.equal(ebc.weight("t"), w0)
+
+
+def test_load_mismatch_names_each_differing_field(tmp_path):
+    # issue 37 item 15: the error names every field that differs, the saved and the new value
+    # (it used to say "rows, dim, dtype or optimizer changed?").
+    cfg = dict(name="t", feature_names=["f"], optimizer="adam", dtype="fp16")
+    a = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **cfg)])
+    path = a.save(tmp_path / "a")
+    other = dict(cfg, optimizer="adagrad")
+    b = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=31, embedding_dim=5, **other)])
+    with pytest.raises(ValueError) as e:
+        b.load(path)
+    msg = str(e.value)
+    for part in ("rows 30 in the checkpoint, 31 in the config", "dim 4 in the checkpoint, 5 in the config",
+                 "optimizer adam in the checkpoint, adagrad in the config"):
+        assert part in msg, msg
+    assert "dtype" not in msg.replace("state dtype", "")  # only what differs
+    c = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **dict(cfg, dtype="bf16"))])
+    with pytest.raises(ValueError, match="dtype fp16 in the checkpoint, bf16 in the config"):
+        c.load(path)
+    d = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **dict(cfg, name="u"))])
+    with pytest.raises(ValueError, match="table u is not in the checkpoint.*it has tables t"):
+        d.load(path)
