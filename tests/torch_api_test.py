@@ -736,3 +736,29 @@ def test_load_mismatch_names_each_differing_field(tmp_path):
     d = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **dict(cfg, name="u"))])
     with pytest.raises(ValueError, match="table u is not in the checkpoint.*it has tables t"):
         d.load(path)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam", "rowwise_adagrad"])
+def test_huge_finite_gradient_skips_update_before_state_overflows(optimizer):
+    # issue 37 item 6: a 1e20 output gradient used to make Adagrad / Adam state infinite while
+    # found_nonfinite stayed False (those rows then stop learning). Now the update is skipped
+    # and reported; with the bound off (max_abs_grad=inf) the old failure shows.
+    rng = np.random.default_rng(41)
+    kjt = batch(rng, ["f"], empty_bag=False)
+    G = torch.ones(B, DIM)
+    G[0, 0] = 1e20
+    ebc = ebc_one(optimizer, "sum", 0.01)
+    w0, s0 = ebc.weight("t"), ebc.optimizer_state("t")
+    (ebc(kjt).values() * G).sum().backward()
+    assert ebc.found_nonfinite and ebc.last_update["skipped_huge_grad"] and ebc.num_skipped_nonfinite == 1
+    assert ebc.step_count == 0
+    assert torch.equal(ebc.weight("t"), w0) and torch.equal(ebc.optimizer_state("t"), s0)
+    (ebc(kjt).values() * torch.ones(B, DIM)).sum().backward()  # the next clean step trains
+    assert not ebc.found_nonfinite and ebc.step_count == 1
+    cfg = lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t", feature_names=["f"],
+                                optimizer=optimizer, learning_rate=0.01)
+    off = lt.EmbeddingBagCollection([cfg], num_threads=2, max_abs_grad=float("inf"))
+    (off(kjt).values() * G).sum().backward()
+    assert not off.found_nonfinite and not bool(torch.isfinite(off.optimizer_state("t")).all())
+    with pytest.raises(ValueError, match="max_abs_grad"):
+        lt.EmbeddingBagCollection([cfg], max_abs_grad=0.0)

@@ -228,7 +228,7 @@ class _TablesModule(torch.nn.Module):
     def __init__(self, tables, update_mode="per_backward", loss_scale=1.0, check_finite=True,
                  placement="", device_budget_bytes=0, host_budget_bytes=0, seed=0, num_threads=0,
                  bounds_check="error", use_reference_kernels=False, sharding=None, forward_payload="fp32",
-                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000):
+                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000, max_abs_grad=1e15):
         super().__init__()
         if update_mode not in ("per_backward", "accumulate"):
             raise ValueError(f"update_mode must be 'per_backward' or 'accumulate', got '{update_mode}'")
@@ -278,6 +278,9 @@ class _TablesModule(torch.nn.Module):
         self._dims = [int(self._configs[t].embedding_dim) for _, t in self._features]
         self.loss_scale = float(loss_scale)
         self.check_finite = bool(check_finite)
+        if not float(max_abs_grad) > 0:
+            raise ValueError(f"max_abs_grad must be > 0 (inf: no bound), got {max_abs_grad}")
+        self.max_abs_grad = float(max_abs_grad)  # a reduced row gradient above it skips the update
         self._anchor = torch.zeros(0, requires_grad=True)  # makes backward run (weights get no .grad)
         self._pending = []         # accumulate mode: (batch, grads) until step()
         self._grads = {}           # optimizer="none": table name -> sparse gradient
@@ -285,7 +288,7 @@ class _TablesModule(torch.nn.Module):
         self.last_update = None    # the last native update's report
         self.num_updates = 0
         self.num_skipped_nonfinite = 0
-        self.found_nonfinite = False  # the last update was skipped (Inf/NaN gradient)
+        self.found_nonfinite = False  # the last update was skipped (Inf/NaN gradient, or one above max_abs_grad)
         self.copies = {"inputs": 0, "grads": 0}  # conversions that were not zero-copy
 
     # ---- configuration ----
@@ -496,7 +499,7 @@ class _TablesModule(torch.nn.Module):
                 n = batch.ids[k].numel() if batch.twin_on else 0
                 zeros.append(np.zeros((n, d), np.float32))
         rep = self._tables.backward_update(batch.B, ids, offs, ws, g_pooled, g_seq + zeros,
-                                           1.0 / self.loss_scale, self.check_finite)
+                                           1.0 / self.loss_scale, self.check_finite, self.max_abs_grad)
         self.last_update = rep
         self.found_nonfinite = bool(rep["skipped_nonfinite"])
         if self.found_nonfinite:
