@@ -189,6 +189,24 @@ TEST(divergence_stop, HugeLearningRateStopsWithExitOneAndASummary) {
   EXPECT_NE(s.find("\"outcome\": \"diverged\""), std::string::npos) << s;
 }
 
+// Before (issue 37): dense.learning_rate = 1e6 alone skipped no step, ended "completed" with a
+// loss of 2.85e35, AUC 0.5 and exit 0. Now the loss growing past train.max_loss_growth (1e6x
+// the first step's) stops the run: "diverged at step N", exit 1, the summary written; with the
+// check off (0) the run completes as before.
+TEST(divergence_stop, ExplodingLossStopsWithExitOne) {
+  const std::string out = scratch("explode"), summary = out + ".json";
+  const RunResult r = run_cli(tiny("--steps 32 --out '" + out + "' --json-summary '" + summary + "' --set dense.learning_rate=1e6"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("leanemb: error: diverged at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("times its start"), std::string::npos) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(file_bytes(summary));
+  EXPECT_EQ(s["outcome"], "diverged") << s.dump();
+  EXPECT_LT(s["steps"].get<int64_t>(), 32);
+  const std::string off = scratch("explode_off");
+  const RunResult o = run_cli(tiny("--steps 32 --out '" + off + "' --set dense.learning_rate=1e6 --set train.max_loss_growth=0"));
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+}
+
 // The counters of dynamic tables reach a CTR run's metrics lines and summary as they reach a
 // text run's (train/loop.cc): a table of 16 rows for 50 values admits and evicts.
 TEST(dynamic_rows_counters, CtrSummaryAndMetricsCountAdmissionsAndEvictions) {

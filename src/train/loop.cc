@@ -367,7 +367,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     metrics.flush();
     return Status();
   };
-  DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
+  DivergenceOptions dopt;
+  dopt.max_consecutive_skipped = ls.max_consecutive_skipped;
+  dopt.max_loss_growth = ls.max_loss_growth;
+  DivergenceMonitor divergence(dopt);
   std::string diverged;  // "diverged at step N: ..." once the run diverged
   bool stopped = false;  // a signal (StopSignal) stopped the run after a step
   while (ls.steps == 0 || k.step < ls.steps) {
@@ -378,7 +381,13 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     LEANEMB_ASSIGN_OR_RETURN(bool more, task->next_batch());
     if (!more) break;
     if (const int64_t e = task->batch_epoch(); e >= 0) {
-      if (cur_epoch >= 0 && e > cur_epoch) LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
+      if (cur_epoch >= 0 && e > cur_epoch) {
+        LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
+        if (auto why = divergence.observe_eval(k.step, last_eval)) {
+          diverged = *why;
+          break;
+        }
+      }
       cur_epoch = e;
     }
     const int64_t step_no = k.step + 1;
@@ -389,7 +398,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (s.skipped) ++k.skipped;
     loss_sum += s.loss;
     ++loss_n;
-    if (auto why = divergence.observe(k.step, s.skipped, task->dense_parameters())) {
+    if (auto why = divergence.observe(k.step, s.skipped, s.loss, task->dense_parameters())) {
       diverged = *why;
       break;
     }
@@ -408,6 +417,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
       metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}}) << "\n";
       metrics.flush();
+      if (auto why = divergence.observe_eval(k.step, last_eval)) {
+        diverged = *why;
+        break;
+      }
     }
     if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
       LEANEMB_RETURN_IF_ERROR(checkpoint());
@@ -442,6 +455,9 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     say("evaluating");
     LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
     metrics << dump_json(json{{"step", k.step}, {"eval", last_eval}, {"final", true}}) << "\n";
+    // The final checkpoint is written by now (its parameters are finite; a later run may
+    // resume it with a lower learning rate); the run still ends "diverged", exit 1.
+    if (auto why = divergence.observe_eval(k.step, last_eval)) diverged = *why;
   }
   line(true);
 
