@@ -586,13 +586,16 @@ void mpi_finalize() {
 // ---- checkpoints on disk ------------------------------------------------------------------------
 
 py::dict checkpoint_verify(const std::string& dir) {
-  const ckpt::VerifyReport r = value_or_raise(ckpt::verify(dir));
+  const ckpt::VerifyReport r = value_or_raise(dist::verify_tables_checkpoint(dir));  // every shard too
   py::dict d;
   d["step"] = r.step;
   d["num_entries"] = r.num_entries;
   d["entry_bytes"] = r.entry_bytes;
   d["num_files"] = r.num_files;
   d["num_blocks"] = r.num_blocks;
+  d["num_shards"] = r.num_shards;
+  d["format_version"] = r.format_version;
+  d["checkpoint_id"] = r.checkpoint_id;
   return d;
 }
 
