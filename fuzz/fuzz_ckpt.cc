@@ -30,10 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mlen = std::min<uint32_t>(mlen, static_cast<uint32_t>(size - 4));
   const uint8_t* manifest = data + 4;
   // The decoder alone.
-  (void)ckpt::decode_manifest(std::span<const uint8_t>(manifest, mlen), "MANIFEST");
-  // The reader over a directory holding the two files.
+  auto decoded = ckpt::decode_manifest(std::span<const uint8_t>(manifest, mlen), "MANIFEST");
+  // The reader over a directory holding the two files, named for the manifest's step (a
+  // step-<N> directory must hold checkpoint N: under another name the reader stops at once).
   ckpt::FaultInjectionEnv env;
-  const std::string dir = "/c/checkpoints/" + ckpt::step_dir_name(7);
+  const std::string dir = "/c/checkpoints/" + ckpt::step_dir_name(decoded.ok() ? decoded->step : 7);
   for (const char* d : {"/c", "/c/checkpoints"}) (void)env.create_dir(d);
   (void)env.create_dir(dir);
   put_file(env, dir + "/" + ckpt::kManifestName, manifest, mlen);

@@ -390,7 +390,7 @@ class PyTables {
 
   py::dict backward_update(int64_t batch_size, const py::list& ids, const py::list& offsets, const py::list& weights,
                            const py::object& grad_pooled, const py::list& grad_seq, float grad_multiplier,
-                           bool check_finite) {
+                           bool check_finite, float max_abs_grad) {
     const SparseBatch b = make_batch(T(), batch_size, ids, offsets, weights);
     std::span<const float> pooled;
     if (!grad_pooled.is_none()) pooled = in_span<float>(grad_pooled, "pooled gradient");
@@ -399,10 +399,12 @@ class PyTables {
     UpdateOptions u;
     u.grad_multiplier = grad_multiplier;
     u.check_finite = check_finite;
+    u.max_abs_grad = max_abs_grad;
     Result<UpdateReport> r = locked_without_gil([&] { return T().backward_update(b, pooled, seq, u); });
     const UpdateReport rep = value_or_raise(std::move(r));
     py::dict d;
     d["skipped_nonfinite"] = rep.skipped_nonfinite;
+    d["skipped_huge_grad"] = rep.skipped_huge_grad;
     d["unique_rows"] = rep.unique_rows;
     d["lookups"] = rep.lookups;
     return d;
@@ -615,13 +617,16 @@ void mpi_finalize() {
 // ---- checkpoints on disk ------------------------------------------------------------------------
 
 py::dict checkpoint_verify(const std::string& dir) {
-  const ckpt::VerifyReport r = value_or_raise(ckpt::verify(dir));
+  const ckpt::VerifyReport r = value_or_raise(dist::verify_tables_checkpoint(dir));  // every shard too
   py::dict d;
   d["step"] = r.step;
   d["num_entries"] = r.num_entries;
   d["entry_bytes"] = r.entry_bytes;
   d["num_files"] = r.num_files;
   d["num_blocks"] = r.num_blocks;
+  d["num_shards"] = r.num_shards;
+  d["format_version"] = r.format_version;
+  d["checkpoint_id"] = r.checkpoint_id;
   return d;
 }
 
@@ -718,7 +723,7 @@ void bind_tables(py::module_& m) {
            py::arg("pooled_out"), py::arg("seq_out"), py::arg("mode") = "train")
       .def("backward_update", &PyTables::backward_update, py::arg("batch_size"), py::arg("ids"), py::arg("offsets"),
            py::arg("weights"), py::arg("grad_pooled"), py::arg("grad_seq"), py::arg("grad_multiplier") = 1.0f,
-           py::arg("check_finite") = true)
+           py::arg("check_finite") = true, py::arg("max_abs_grad") = UpdateOptions{}.max_abs_grad)
       .def("prefetch", &PyTables::prefetch, py::arg("batch_size"), py::arg("ids"), py::arg("offsets"), py::arg("weights"))
       .def("flush", &PyTables::flush)
       .def("read_rows", &PyTables::read_rows, py::arg("table"), py::arg("begin"), py::arg("count"))

@@ -711,3 +711,114 @@ def test_native_tables_refuse_conversions_and_unknown_options():
     skip = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=10, embedding_dim=2, name="t")], bounds_check="skip")
     v = skip(lt.KeyedJaggedTensor(["t"], torch.tensor([1, 99]), lengths=torch.tensor([2]))).values()
     assert close(v.detach(), skip.weight("t")[1:2])
+
+
+# ---- issue 37 item 9: refusals that used to be silent --------------------------------------------
+
+def test_failed_load_state_dict_changes_nothing():
+    # A state dict with one bad entry (a NaN weight, a wrong fat_rows shape) is refused whole:
+    # rows, optimizer state and step_count stay as they were (they used to take the good parts
+    # and the step).
+    rng = np.random.default_rng(40)
+    cfgs = [lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name=n, feature_names=[f], optimizer="adagrad")
+            for n, f in (("t0", "a"), ("t1", "b"))]
+    a = lt.EmbeddingBagCollection(cfgs)
+    for _ in range(3):
+        (a(batch(rng, ["a", "b"])).values() ** 2).sum().backward()
+    sd = a.state_dict()
+    b = lt.EmbeddingBagCollection(cfgs, seed=3)
+    (b(batch(rng, ["a", "b"])).values() ** 2).sum().backward()
+    before = b.digest()
+    bad = dict(sd)
+    bad["embedding_bags.t1.fat_rows"] = bad["embedding_bags.t1.fat_rows"][:, :4]
+    with pytest.raises(RuntimeError, match="t1.fat_rows"):
+        b.load_state_dict(bad)
+    assert b.step_count == 1 and b.digest() == before
+    bad = {k: v for k, v in sd.items() if k != "embedding_bags.t1.fat_rows"}
+    bad["embedding_bags.t1.weight"] = bad["embedding_bags.t1.weight"].clone()
+    bad["embedding_bags.t1.weight"][2, 3] = float("nan")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        b.load_state_dict(bad)
+    assert b.step_count == 1 and b.digest() == before
+    b.load_state_dict(sd)
+    assert b.step_count == 3 and b.digest() == a.digest()
+
+
+def test_kjt_refuses_lengths_and_offsets_that_disagree():
+    v = torch.tensor([1, 2, 3])
+    with pytest.raises(ValueError, match="disagree"):
+        lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([1, 2]), offsets=torch.tensor([0, 2, 3]))
+    with pytest.raises(ValueError, match="disagree"):
+        lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([3]), offsets=torch.tensor([0, 2, 3]))
+    k = lt.KeyedJaggedTensor(["f"], v, lengths=torch.tensor([2, 1]), offsets=torch.tensor([0, 2, 3]))  # agreeing: fine
+    assert torch.equal(k.lengths(), torch.tensor([2, 1]))
+
+
+@pytest.mark.parametrize("field,value", [("num_embeddings", 1.5), ("embedding_dim", 8.9), ("num_embeddings", True),
+                                         ("embedding_dim", False), ("embedding_dim", 8.0), ("cache_rows", 2.5)])
+def test_config_refuses_non_integer_sizes(field, value):
+    kw = {"num_embeddings": ROWS, "embedding_dim": DIM, field: value}
+    with pytest.raises(TypeError, match=field):
+        lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(name="t", **kw)])
+    ok = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=np.int64(ROWS), embedding_dim=DIM, name="t")])
+    assert ok.weight("t").shape == (ROWS, DIM)
+
+
+def test_set_weight_refuses_non_finite():
+    ebc = ebc_one("sgd")
+    w0 = ebc.weight("t")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        w = w0.clone()
+        w[5, 1] = bad
+        with pytest.raises(ValueError, match="row 5, column 1"):
+            ebc.set_weight("t", w)
+        assert torch.equal(ebc.weight("t"), w0)
+
+
+def test_load_mismatch_names_each_differing_field(tmp_path):
+    # issue 37 item 15: the error names every field that differs, the saved and the new value
+    # (it used to say "rows, dim, dtype or optimizer changed?").
+    cfg = dict(name="t", feature_names=["f"], optimizer="adam", dtype="fp16")
+    a = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **cfg)])
+    path = a.save(tmp_path / "a")
+    other = dict(cfg, optimizer="adagrad")
+    b = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=31, embedding_dim=5, **other)])
+    with pytest.raises(ValueError) as e:
+        b.load(path)
+    msg = str(e.value)
+    for part in ("rows 30 in the checkpoint, 31 in the config", "dim 4 in the checkpoint, 5 in the config",
+                 "optimizer adam in the checkpoint, adagrad in the config"):
+        assert part in msg, msg
+    assert "dtype" not in msg.replace("state dtype", "")  # only what differs
+    c = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **dict(cfg, dtype="bf16"))])
+    with pytest.raises(ValueError, match="dtype fp16 in the checkpoint, bf16 in the config"):
+        c.load(path)
+    d = lt.EmbeddingBagCollection([lt.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, **dict(cfg, name="u"))])
+    with pytest.raises(ValueError, match="table u is not in the checkpoint.*it has tables t"):
+        d.load(path)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam", "rowwise_adagrad"])
+def test_huge_finite_gradient_skips_update_before_state_overflows(optimizer):
+    # issue 37 item 6: a 1e20 output gradient used to make Adagrad / Adam state infinite while
+    # found_nonfinite stayed False (those rows then stop learning). Now the update is skipped
+    # and reported; with the bound off (max_abs_grad=inf) the old failure shows.
+    rng = np.random.default_rng(41)
+    kjt = batch(rng, ["f"], empty_bag=False)
+    G = torch.ones(B, DIM)
+    G[0, 0] = 1e20
+    ebc = ebc_one(optimizer, "sum", 0.01)
+    w0, s0 = ebc.weight("t"), ebc.optimizer_state("t")
+    (ebc(kjt).values() * G).sum().backward()
+    assert ebc.found_nonfinite and ebc.last_update["skipped_huge_grad"] and ebc.num_skipped_nonfinite == 1
+    assert ebc.step_count == 0
+    assert torch.equal(ebc.weight("t"), w0) and torch.equal(ebc.optimizer_state("t"), s0)
+    (ebc(kjt).values() * torch.ones(B, DIM)).sum().backward()  # the next clean step trains
+    assert not ebc.found_nonfinite and ebc.step_count == 1
+    cfg = lt.EmbeddingBagConfig(num_embeddings=ROWS, embedding_dim=DIM, name="t", feature_names=["f"],
+                                optimizer=optimizer, learning_rate=0.01)
+    off = lt.EmbeddingBagCollection([cfg], num_threads=2, max_abs_grad=float("inf"))
+    (off(kjt).values() * G).sum().backward()
+    assert not off.found_nonfinite and not bool(torch.isfinite(off.optimizer_state("t")).all())
+    with pytest.raises(ValueError, match="max_abs_grad"):
+        lt.EmbeddingBagCollection([cfg], max_abs_grad=0.0)

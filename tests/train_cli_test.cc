@@ -28,8 +28,12 @@ std::string scratch(const std::string& name) {
 
 // A tiny CTR run over synthetic data (generated once per test binary): 4 sparse features,
 // 2048 rows, batch 128 (16 steps per epoch), a checkpoint every 2 steps.
-std::string tiny(const std::string& extra = "") {
+const std::string& tiny_data() {
   static const std::string data = scratch("data");
+  return data;
+}
+std::string tiny(const std::string& extra = "") {
+  const std::string& data = tiny_data();
   return "train --quiet --set 'data.dir=\"" + data + "\"' --set data.gen.train_rows=2048 --set data.gen.eval_rows=256 "
          "--set data.gen.vocab=50 --set data.num_sparse=4 --set model.table_rows=64 --set model.embedding_dim=8 "
          "--set 'model.bottom_mlp=[16, 8]' --set 'model.top_mlp=[16]' --set train.batch_size=128 --set train.threads=2 "
@@ -160,6 +164,60 @@ TEST(corrupt_checkpoints_kept, ResumeWithEveryCheckpointCorruptFailsAndKeepsThem
   EXPECT_TRUE(fs::exists(step_dir(out, 6) + "/MANIFEST"));
 }
 
+// Flips the byte at `offset` of `path`.
+void flip(const std::string& path, std::streamoff offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  const int old = f.get();
+  f.seekp(offset);
+  f.put(static_cast<char>(old ^ 0x20));
+}
+
+// Before (issue 37): step 4's data file copied over step 6's (same name and size, blocks valid
+// on their own) passed `ckpt verify` and `ckpt list`; `test --run` served step 4's rows under
+// step 6's name and `--resume` exited 4 without falling back (--start-fresh did not help).
+// Now the checkpoint id bound into every block checksum fails it: verify exits 4 naming the
+// cause, list marks it bad, `test --run OUT` and `--resume` fall back to step 4 with a warning,
+// the same way as for a corrupt block or manifest, and a checkpoint named directly is refused.
+TEST(verify_means_resume_trusts, ADataFileOfAnotherStepIsCaughtAndEveryCorruptionFallsBackAlike) {
+  const std::string out = scratch("swap"), eval = tiny_data() + "/eval.tsv";
+  ASSERT_EQ(run_cli(tiny("--steps 6 --out '" + out + "'")).exit_code, 0);
+  const std::string d4 = step_dir(out, 4) + "/data-00000.dat", d6 = step_dir(out, 6) + "/data-00000.dat";
+  ASSERT_EQ(fs::file_size(d4), fs::file_size(d6));
+  const RunResult want = run_cli("test --run '" + step_dir(out, 4) + "' --data '" + eval + "'");
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  const std::string good6 = file_bytes(d6), manifest6 = file_bytes(step_dir(out, 6) + "/MANIFEST");
+  for (const char* damage : {"block", "manifest", "swap"}) {  // --resume below sees the swap
+    SCOPED_TRACE(damage);
+    {
+      std::ofstream(d6, std::ios::binary | std::ios::trunc) << good6;
+      std::ofstream(step_dir(out, 6) + "/MANIFEST", std::ios::binary | std::ios::trunc) << manifest6;
+    }
+    if (std::string(damage) == "swap") fs::copy_file(d4, d6, fs::copy_options::overwrite_existing);
+    if (std::string(damage) == "block") flip(d6, 100);
+    if (std::string(damage) == "manifest") flip(step_dir(out, 6) + "/MANIFEST", 50);
+    const RunResult v = run_cli("ckpt verify '" + step_dir(out, 6) + "'");
+    EXPECT_EQ(v.exit_code, 4) << v.out << v.err;
+    if (std::string(damage) == "swap") {
+      EXPECT_NE(v.err.find("another checkpoint"), std::string::npos) << v.err;
+    }
+    const RunResult l = run_cli("ckpt list '" + out + "'");
+    EXPECT_NE(l.out.find(step_dir(out, 6) + "  bad: DataLoss"), std::string::npos) << l.out;
+    EXPECT_NE(l.out.find(step_dir(out, 4) + "  step 4, "), std::string::npos) << l.out;
+    const RunResult t = run_cli("test --run '" + out + "' --data '" + eval + "'");
+    EXPECT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_EQ(t.out, want.out);
+    EXPECT_NE(t.err.find("warning"), std::string::npos) << t.err;
+    EXPECT_NE(t.err.find(step_dir(out, 6)), std::string::npos) << t.err;
+    EXPECT_EQ(run_cli("test --run '" + step_dir(out, 6) + "' --data '" + eval + "'").exit_code, 4);
+  }
+  const std::string summary = out + ".json";
+  const RunResult r = run_cli(tiny("--steps 8 --out '" + out + "' --resume --json-summary '" + summary + "'"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("checkpoint " + step_dir(out, 6) + " is not valid"), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(file_bytes(summary))["resumed_from_step"], 4);
+}
+
 // Before: adam -> sgd on resume dropped the Adam state silently, sgd -> adam failed with "has no
 // entry 'dense/opt/...'", a changed pooling went unnoticed. Now each changed key is named with
 // its old and new value (exit 2); a changed step count is only a note.
@@ -187,6 +245,24 @@ TEST(divergence_stop, HugeLearningRateStopsWithExitOneAndASummary) {
   EXPECT_NE(r.err.find("leanemb: error: diverged at step "), std::string::npos) << r.err;
   const std::string s = file_bytes(summary);
   EXPECT_NE(s.find("\"outcome\": \"diverged\""), std::string::npos) << s;
+}
+
+// Before (issue 37): dense.learning_rate = 1e6 alone skipped no step, ended "completed" with a
+// loss of 2.85e35, AUC 0.5 and exit 0. Now the loss growing past train.max_loss_growth (1e6x
+// the first step's) stops the run: "diverged at step N", exit 1, the summary written; with the
+// check off (0) the run completes as before.
+TEST(divergence_stop, ExplodingLossStopsWithExitOne) {
+  const std::string out = scratch("explode"), summary = out + ".json";
+  const RunResult r = run_cli(tiny("--steps 32 --out '" + out + "' --json-summary '" + summary + "' --set dense.learning_rate=1e6"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("leanemb: error: diverged at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("times its start"), std::string::npos) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(file_bytes(summary));
+  EXPECT_EQ(s["outcome"], "diverged") << s.dump();
+  EXPECT_LT(s["steps"].get<int64_t>(), 32);
+  const std::string off = scratch("explode_off");
+  const RunResult o = run_cli(tiny("--steps 32 --out '" + off + "' --set dense.learning_rate=1e6 --set train.max_loss_growth=0"));
+  EXPECT_EQ(o.exit_code, 0) << o.err;
 }
 
 // The counters of dynamic tables reach a CTR run's metrics lines and summary as they reach a

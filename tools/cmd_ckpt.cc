@@ -7,18 +7,29 @@
 #include <memory>
 #include <string>
 
+#include "dist/sharded_checkpoint.h"
 #include "dist/training_digest.h"
 #include "leanemb/checkpoint.h"
 #include "tools/commands.h"
 
 namespace leanemb::tools {
 
+// "ok: ..." of a verified checkpoint (plain or sharded: every shard).
+std::string verified_line(const ckpt::VerifyReport& r) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "ok: %zu entries, %llu bytes (step %lld, %zu data files%s, %llu blocks checked; format %u, id %s)",
+                r.num_entries, static_cast<unsigned long long>(r.entry_bytes), static_cast<long long>(r.step), r.num_files,
+                r.num_shards ? (" in " + std::to_string(r.num_shards) + " shards").c_str() : "",
+                static_cast<unsigned long long>(r.num_blocks), r.format_version, r.checkpoint_id.c_str());
+  return buf;
+}
+
+// Checks what `--resume`, `test` and `predict` would read: the manifest, every block, and of a
+// sharded checkpoint every shard (a global manifest alone verifying is not enough).
 int run_ckpt_verify(const std::string& dir) {
-  auto rep = ckpt::verify(dir);
+  auto rep = dist::verify_tables_checkpoint(dir);
   if (!rep.ok()) return report_error(rep.status());
-  std::printf("ok: %zu entries, %llu bytes (step %lld, %zu data files, %llu blocks checked)\n", rep->num_entries,
-              static_cast<unsigned long long>(rep->entry_bytes), static_cast<long long>(rep->step), rep->num_files,
-              static_cast<unsigned long long>(rep->num_blocks));
+  std::printf("%s\n", verified_line(*rep).c_str());
   return 0;
 }
 
@@ -29,7 +40,9 @@ int run_ckpt_digest(const std::string& dir, bool training) {
   return 0;
 }
 
-// One line per step directory: complete (manifest and file sizes check out) or why not.
+// One line per step directory: "ok" only when `ckpt verify` would say ok (manifest, every
+// block, every shard), else "incomplete" (no manifest) or "bad" with the reason. The newest ok
+// one is what `--resume` and `test --run` take.
 int run_ckpt_list(const std::string& out_dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(out_dir, ec))
@@ -38,15 +51,16 @@ int run_ckpt_list(const std::string& out_dir) {
   if (!refs.ok()) return report_error(refs.status());
   if (refs->empty()) std::printf("no checkpoints under %s\n", ckpt::checkpoints_dir(out_dir).c_str());
   for (const ckpt::CheckpointRef& ref : *refs) {
-    auto r = ckpt::CheckpointReader::open(ref.path);
+    auto r = dist::verify_tables_checkpoint(ref.path);
     if (!r.ok()) {
-      std::printf("%s  incomplete: %s\n", ref.path.c_str(), r.status().to_string().c_str());
+      const char* what = r.status().code() == StatusCode::kNotFound ? "incomplete" : "bad";
+      std::printf("%s  %s: %s\n", ref.path.c_str(), what, r.status().to_string().c_str());
       continue;
     }
-    uint64_t bytes = 0;
-    for (const ckpt::EntryInfo& e : (*r)->entries()) bytes += e.size_bytes;
-    std::printf("%s  step %lld, %zu entries, %llu bytes\n", ref.path.c_str(), static_cast<long long>((*r)->step()),
-                (*r)->entries().size(), static_cast<unsigned long long>(bytes));
+    std::printf("%s  step %lld, %zu entries, %llu bytes; verified: %zu data files%s, %llu blocks; format %u, id %s\n",
+                ref.path.c_str(), static_cast<long long>(r->step), r->num_entries, static_cast<unsigned long long>(r->entry_bytes),
+                r->num_files, r->num_shards ? (" in " + std::to_string(r->num_shards) + " shards").c_str() : "",
+                static_cast<unsigned long long>(r->num_blocks), r->format_version, r->checkpoint_id.c_str());
   }
   return 0;
 }

@@ -50,6 +50,9 @@ struct WriterOptions {
   uint32_t block_bytes = 1u << 20;   // payload bytes per checksummed block, in [1, 64 MiB]
   // Complete checkpoints kept after a commit, this one included; 0 keeps all of them.
   int keep_last = 3;
+  // The format written: 2 (a random checkpoint id in the manifest, bound into every block
+  // checksum) or 1 (the previous format, no id: for tests of reading old checkpoints).
+  uint32_t format_version = 2;
 };
 
 struct CommitInfo {
@@ -132,6 +135,9 @@ struct VerifyReport {
   size_t num_files = 0;         // data files
   uint64_t file_bytes = 0;      // bytes of the data files on disk (checksums included)
   uint64_t num_blocks = 0;      // blocks checked
+  size_t num_shards = 0;        // a sharded checkpoint's shards, each verified (0: not sharded)
+  uint32_t format_version = 0;  // the manifest's (docs/formats/checkpoint.md)
+  std::string checkpoint_id;    // 32 hex digits (format version 2), "none" for version 1
 };
 
 class CheckpointReader {
@@ -148,6 +154,9 @@ class CheckpointReader {
 
   int64_t step() const;
   const std::string& dir() const;
+  uint32_t format_version() const;
+  // The checkpoint id bound into every block checksum: 32 hex digits, "none" (version 1).
+  std::string id_hex() const;
   const std::vector<EntryInfo>& entries() const;   // sorted by name (bytewise)
   const EntryInfo* find(std::string_view name) const;  // nullptr if there is no such entry
 

@@ -241,6 +241,14 @@ struct UpdateOptions {
   // Check every incoming gradient for Inf/NaN before any row changes; if one is found the step
   // is skipped entirely (no row, no state, no step counter changes).
   bool check_finite = true;
+  // With check_finite: the step is also skipped (skipped_nonfinite and skipped_huge_grad set)
+  // when a row's reduced gradient (summed over the batch, times grad_multiplier) has an element
+  // larger than this in magnitude. A finite but huge gradient (1e20) would otherwise make
+  // Adagrad's and Adam's state (which add g^2) infinite, and those rows would stop learning
+  // silently. 1e15 leaves g^2 far below FLT_MAX; +Inf turns the bound off. REQUIRES: > 0.
+  // Sharded collections (dist::ShardedEmbeddingCollection) bound each bag's incoming gradient
+  // instead (every rank must agree before any owner updates), not the reduced sum.
+  float max_abs_grad = 1e15f;
   // When the summed gradients are provably finite (bounded by the inputs), reduce each row's
   // gradient and update it in one pass, without a [unique rows, dim] buffer. false forces the
   // two-pass path (reduce all, check, update). Both give bit-identical results.
@@ -249,6 +257,7 @@ struct UpdateOptions {
 
 struct UpdateReport {
   bool skipped_nonfinite = false;  // true: nothing was updated
+  bool skipped_huge_grad = false;  // the skip was for a gradient above max_abs_grad (finite)
   int64_t unique_rows = 0;         // rows updated, all tables
   int64_t lookups = 0;             // ids processed, all tables
 };

@@ -40,7 +40,8 @@ __all__ = ["Tables", "checkpoint_verify", "checkpoint_digest", "latest_checkpoin
 def checkpoint_verify(path):
     """Checks every checksum of checkpoint directory ``path`` (as ``leanemb ckpt verify``).
 
-    Returns a dict (step, num_entries, entry_bytes, num_files, num_blocks); raises OSError
+    A sharded checkpoint's shards are verified too. Returns a dict (step, num_entries,
+    entry_bytes, num_files, num_blocks, num_shards, format_version, checkpoint_id); raises OSError
     (corrupt data) or FileNotFoundError (no checkpoint)."""
     return _C.checkpoint_verify(str(path))
 

@@ -85,7 +85,8 @@ class KeyedJaggedTensor(_Jagged):
     """Several features' ids in TorchRec's KeyedJaggedTensor layout (no TorchRec dependency).
 
     ``values`` [nnz] holds the ids of feature keys[0]'s B bags, then keys[1]'s, ...;
-    ``lengths`` [len(keys) * B] (or ``offsets`` [len(keys) * B + 1]) the bags' lengths;
+    ``lengths`` [len(keys) * B] (or ``offsets`` [len(keys) * B + 1]; both: they must agree, else
+    ValueError) the bags' lengths;
     ``weights`` [nnz] optional per-id weights (floats; may require grad). B is ``stride``, or
     len(lengths) // len(keys).
     """
@@ -97,6 +98,12 @@ class KeyedJaggedTensor(_Jagged):
         self._values = _as_index_tensor(values, "values")
         if lengths is None and offsets is None:
             raise ValueError("KeyedJaggedTensor needs lengths or offsets")
+        given_lengths = None
+        if lengths is not None and offsets is not None:
+            # Both given: they must describe the same bags (using either silently would hide
+            # a caller's bug: TorchRec trusts whichever it reads first).
+            given_lengths = _as_index_tensor(lengths, "lengths")
+            lengths = None
         if offsets is None:
             lengths = _as_index_tensor(lengths, "lengths")
             if lengths.numel() and int(lengths.min()) < 0:
@@ -111,6 +118,12 @@ class KeyedJaggedTensor(_Jagged):
                 raise ValueError("KeyedJaggedTensor: offsets must be non-decreasing")
             if int(offsets[0]) != 0:
                 raise ValueError(f"KeyedJaggedTensor: offsets[0] must be 0, got {int(offsets[0])}")
+            if given_lengths is not None and not torch.equal(given_lengths, lengths):
+                bad = (given_lengths != lengths).nonzero() if given_lengths.numel() == lengths.numel() else None
+                where = (f" (first at bag {int(bad[0])}: length {int(given_lengths[int(bad[0])])}, offsets give "
+                         f"{int(lengths[int(bad[0])])})") if bad is not None and bad.numel() else \
+                    f" ({given_lengths.numel()} lengths, {lengths.numel()} bags in offsets)"
+                raise ValueError(f"KeyedJaggedTensor: lengths and offsets disagree{where}; pass one of them")
         self._lengths = lengths
         self._offsets = offsets
         nk = len(self._keys)

@@ -14,6 +14,7 @@ The full contract (autograd, several backward calls per step, optimizer="none", 
 zero-copy, limits) is docs/python.md.
 """
 import dataclasses
+import numbers
 import os
 import weakref
 from typing import List, Optional
@@ -60,6 +61,11 @@ from .sparse import JaggedTensor, KeyedJaggedTensor, KeyedTensor  # noqa: F401 (
 
 # ---- table configs -------------------------------------------------------------------------------
 
+# The config fields that must be ints (bools and floats are refused, not truncated).
+_INT_FIELDS = ("num_embeddings", "embedding_dim", "cache_rows", "dynamic_min_count", "dynamic_max_age_steps",
+               "dynamic_partitions", "dynamic_bloom_counters")
+
+
 @dataclasses.dataclass
 class EmbeddingBagConfig:
     """One table and the features that look it up (TorchRec's EmbeddingBagConfig + leanemb options).
@@ -103,6 +109,11 @@ class EmbeddingBagConfig:
         opt = str(self.optimizer).lower()
         if opt not in _OPTIMIZERS:
             raise ValueError(f"table '{self.name}': optimizer must be one of {_OPTIMIZERS}, got '{self.optimizer}'")
+        # int() would truncate 1.5 rows to 1 and take True as 1: the integer fields must be ints.
+        for field in _INT_FIELDS:
+            v = getattr(self, field)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"table '{self.name}': {field} must be an int, got {type(v).__name__} {v!r}")
         d = {
             "name": self.name, "num_rows": int(self.num_embeddings), "dim": int(self.embedding_dim),
             "dtype": _le._dtype_word(self.dtype), "optimizer": "sgd" if opt == "none" else opt,
@@ -217,7 +228,7 @@ class _TablesModule(torch.nn.Module):
     def __init__(self, tables, update_mode="per_backward", loss_scale=1.0, check_finite=True,
                  placement="", device_budget_bytes=0, host_budget_bytes=0, seed=0, num_threads=0,
                  bounds_check="error", use_reference_kernels=False, sharding=None, forward_payload="fp32",
-                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000):
+                 backward_payload="fp32", table_assign="round_robin", comm_timeout_ms=60000, max_abs_grad=1e15):
         super().__init__()
         if update_mode not in ("per_backward", "accumulate"):
             raise ValueError(f"update_mode must be 'per_backward' or 'accumulate', got '{update_mode}'")
@@ -267,6 +278,9 @@ class _TablesModule(torch.nn.Module):
         self._dims = [int(self._configs[t].embedding_dim) for _, t in self._features]
         self.loss_scale = float(loss_scale)
         self.check_finite = bool(check_finite)
+        if not float(max_abs_grad) > 0:
+            raise ValueError(f"max_abs_grad must be > 0 (inf: no bound), got {max_abs_grad}")
+        self.max_abs_grad = float(max_abs_grad)  # a reduced row gradient above it skips the update
         self._anchor = torch.zeros(0, requires_grad=True)  # makes backward run (weights get no .grad)
         self._pending = []         # accumulate mode: (batch, grads) until step()
         self._grads = {}           # optimizer="none": table name -> sparse gradient
@@ -274,7 +288,7 @@ class _TablesModule(torch.nn.Module):
         self.last_update = None    # the last native update's report
         self.num_updates = 0
         self.num_skipped_nonfinite = 0
-        self.found_nonfinite = False  # the last update was skipped (Inf/NaN gradient)
+        self.found_nonfinite = False  # the last update was skipped (Inf/NaN gradient, or one above max_abs_grad)
         self.copies = {"inputs": 0, "grads": 0}  # conversions that were not zero-copy
 
     # ---- configuration ----
@@ -485,7 +499,7 @@ class _TablesModule(torch.nn.Module):
                 n = batch.ids[k].numel() if batch.twin_on else 0
                 zeros.append(np.zeros((n, d), np.float32))
         rep = self._tables.backward_update(batch.B, ids, offs, ws, g_pooled, g_seq + zeros,
-                                           1.0 / self.loss_scale, self.check_finite)
+                                           1.0 / self.loss_scale, self.check_finite, self.max_abs_grad)
         self.last_update = rep
         self.found_nonfinite = bool(rep["skipped_nonfinite"])
         if self.found_nonfinite:
@@ -549,9 +563,19 @@ class _TablesModule(torch.nn.Module):
         i = self._table_index(table)[0]
         c = self._configs[i]
         w = torch.as_tensor(w).detach().to(torch.float32).contiguous()
+        self._check_weight(c, w)
+        self._tables.write_rows(i, 0, w.numpy())
+
+    @staticmethod
+    def _check_weight(c, w):
+        """ValueError unless ``w`` (float32) has table ``c``'s shape and only finite values."""
         if tuple(w.shape) != (c.num_embeddings, c.embedding_dim):
             raise ValueError(f"weight of table '{c.name}' must have shape {(c.num_embeddings, c.embedding_dim)}, got {tuple(w.shape)}")
-        self._tables.write_rows(i, 0, w.numpy())
+        bad = (~torch.isfinite(w)).nonzero()
+        if bad.numel():
+            r, d = int(bad[0][0]), int(bad[0][1])
+            raise ValueError(f"weight of table '{c.name}' has {bad.shape[0]} non-finite values "
+                             f"(first at row {r}, column {d}: {float(w[r, d])})")
 
     def optimizer_state(self, table):
         """Optimizer state as float32 [num_embeddings, state floats per row] (per-element states, then
@@ -569,6 +593,12 @@ class _TablesModule(torch.nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
+        # Two phases: check every table's entry and the step first, change nothing unless all of
+        # them (and, when strict, the key sets) are right; then write. A failed load_state_dict
+        # leaves rows, optimizer state and step_count as they were.
+        writes = []  # (table index, "raw" | "weight", tensor)
+        errors = []
+        missing = []
         for i, c in enumerate(self._configs):
             wk = f"{prefix}{self._prefix}.{c.name}.weight"
             rk = f"{prefix}{self._prefix}.{c.name}.fat_rows"
@@ -577,24 +607,43 @@ class _TablesModule(torch.nn.Module):
                     raw = state_dict[rk].detach().to(torch.uint8).contiguous()
                     stride = self._layouts[i]["stride_bytes"]
                     if tuple(raw.shape) != (c.num_embeddings, stride):
-                        error_msgs.append(f"{rk}: shape {tuple(raw.shape)} != {(c.num_embeddings, stride)} "
-                                          "(a table of another dtype, optimizer or state dtype)")
+                        errors.append(f"{rk}: shape {tuple(raw.shape)} != {(c.num_embeddings, stride)} "
+                                      "(a table of another dtype, optimizer or state dtype)")
                         continue
-                    self._tables.write_raw_rows(i, 0, raw.numpy())
+                    writes.append((i, "raw", raw))
                 elif wk in state_dict:
-                    self.set_weight(i, state_dict[wk])
+                    w = torch.as_tensor(state_dict[wk]).detach().to(torch.float32).contiguous()
+                    self._check_weight(c, w)
+                    writes.append((i, "weight", w))
                 else:
-                    missing_keys.append(wk)
-            except (ValueError, IndexError, TypeError) as e:
-                error_msgs.append(f"{wk}: {e}")
+                    missing.append(wk)
+            except (ValueError, IndexError, TypeError, RuntimeError) as e:
+                errors.append(f"{wk}: {e}")
         sk = f"{prefix}step"
+        step = None
         if sk in state_dict:
-            self._tables.set_step(int(state_dict[sk]))
+            try:
+                step = int(state_dict[sk])
+                if step < 0:
+                    errors.append(f"{sk}: must be >= 0, got {step}")
+            except (ValueError, TypeError, RuntimeError) as e:
+                errors.append(f"{sk}: {e}")
         elif strict:
-            missing_keys.append(sk)
+            missing.append(sk)
         mine = {f"{prefix}{self._prefix}.{c.name}.{s}" for c in self._configs for s in ("weight", "fat_rows")} | {sk}
-        if strict:  # the module has no children: every other key under its prefix is unexpected
-            unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k not in mine)
+        unexpected = [k for k in state_dict if k.startswith(prefix) and k not in mine] if strict else []
+        missing_keys.extend(missing)
+        unexpected_keys.extend(unexpected)  # the module has no children: every other key is unexpected
+        error_msgs.extend(errors)
+        if errors or (strict and (missing or unexpected)):
+            return  # torch raises with these; nothing was changed
+        for i, kind, t in writes:
+            if kind == "raw":
+                self._tables.write_raw_rows(i, 0, t.numpy())
+            else:
+                self._tables.write_rows(i, 0, t.numpy())
+        if step is not None:
+            self._tables.set_step(step)
 
     def save(self, out_dir, keep_last=3, overwrite=False):
         """Writes a crash-safe checkpoint <out_dir>/checkpoints/step-<N> (N = step_count) in leanemb's

@@ -6,18 +6,21 @@
 
 namespace leanemb::ckpt {
 
-BlockFileWriter::BlockFileWriter(std::unique_ptr<WritableFile> file, std::string name, uint32_t block_bytes)
-    : file_(std::move(file)), name_(std::move(name)), block_bytes_(block_bytes), buf_(block_bytes + kChecksumBytes) {}
+BlockFileWriter::BlockFileWriter(std::unique_ptr<WritableFile> file, std::string name, uint32_t block_bytes,
+                                 std::vector<uint8_t> id)
+    : file_(std::move(file)), name_(std::move(name)), key_{name_, std::move(id)}, block_bytes_(block_bytes),
+      buf_(block_bytes + kChecksumBytes) {}
 
 Result<std::unique_ptr<BlockFileWriter>> BlockFileWriter::create(Env* env, const std::string& dir,
-                                                                 const std::string& name, uint32_t block_bytes) {
+                                                                 const std::string& name, uint32_t block_bytes,
+                                                                 std::vector<uint8_t> checkpoint_id) {
   LEANEMB_CHECK(block_bytes >= 1 && block_bytes <= kMaxBlockBytes, "block size out of range");
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, env->new_writable_file(join_path(dir, name)));
-  return std::unique_ptr<BlockFileWriter>(new BlockFileWriter(std::move(f), name, block_bytes));
+  return std::unique_ptr<BlockFileWriter>(new BlockFileWriter(std::move(f), name, block_bytes, std::move(checkpoint_id)));
 }
 
 Status BlockFileWriter::flush_block() {
-  const uint64_t sum = block_checksum(name_, next_block_, std::span<const uint8_t>(buf_.data(), fill_));
+  const uint64_t sum = block_checksum(key_, next_block_, std::span<const uint8_t>(buf_.data(), fill_));
   for (size_t i = 0; i < kChecksumBytes; ++i) buf_[fill_ + i] = static_cast<uint8_t>(sum >> (8 * i));
   // One append per block: the checksum travels with its payload.
   LEANEMB_RETURN_IF_ERROR(file_->append(std::span<const uint8_t>(buf_.data(), fill_ + kChecksumBytes)));
@@ -44,10 +47,11 @@ Status BlockFileWriter::finish() {
   return file_->close();
 }
 
-BlockFileReader::BlockFileReader(std::unique_ptr<RandomAccessFile> file, FileRecord rec)
-    : file_(std::move(file)), rec_(std::move(rec)) {}
+BlockFileReader::BlockFileReader(std::unique_ptr<RandomAccessFile> file, FileRecord rec, std::vector<uint8_t> id)
+    : file_(std::move(file)), rec_(std::move(rec)), key_{rec_.name, std::move(id)} {}
 
-Result<std::unique_ptr<BlockFileReader>> BlockFileReader::open(Env* env, const std::string& dir, const FileRecord& rec) {
+Result<std::unique_ptr<BlockFileReader>> BlockFileReader::open(Env* env, const std::string& dir, const FileRecord& rec,
+                                                               std::vector<uint8_t> checkpoint_id) {
   const std::string path = join_path(dir, rec.name);
   const uint64_t want = physical_file_bytes(rec.payload_bytes, rec.block_bytes);
   auto size = env->file_size(path);
@@ -61,7 +65,7 @@ Result<std::unique_ptr<BlockFileReader>> BlockFileReader::open(Env* env, const s
                                              " bytes, the manifest says " + std::to_string(want) +
                                              (*size < want ? " (truncated)" : " (appended to)"));
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, env->new_random_access_file(path));
-  return std::unique_ptr<BlockFileReader>(new BlockFileReader(std::move(f), rec));
+  return std::unique_ptr<BlockFileReader>(new BlockFileReader(std::move(f), rec, std::move(checkpoint_id)));
 }
 
 uint64_t BlockFileReader::block_end(uint64_t index) const {
@@ -78,11 +82,11 @@ Status BlockFileReader::load_block(uint64_t index) const {
   LEANEMB_RETURN_IF_ERROR(file_->read_at(file_offset, cache_));
   const uint64_t stored = get_u64(cache_.data() + len);
 #ifndef LEANEMB_FUZZING  // the fuzz build reads on behind a bad checksum (fuzz/)
-  if (block_checksum(rec_.name, index, std::span<const uint8_t>(cache_.data(), len)) != stored)
+  if (block_checksum(key_, index, std::span<const uint8_t>(cache_.data(), len)) != stored)
     return Status(StatusCode::kDataLoss, "file '" + rec_.name + "' block " + std::to_string(index) + " (file bytes [" +
                                              std::to_string(file_offset) + ", " +
-                                             std::to_string(file_offset + len + kChecksumBytes) +
-                                             ")): checksum mismatch");
+                                             std::to_string(file_offset + len + kChecksumBytes) + ")): checksum mismatch" +
+                                             (key_.checkpoint_id.empty() ? "" : " (corrupt, or a data file of another checkpoint)"));
 #else
   (void)stored;
 #endif

@@ -25,10 +25,11 @@ namespace leanemb::ckpt {
 
 class BlockFileWriter {
  public:
-  // Creates (truncates) `dir`/`name`. REQUIRES: 1 <= block_bytes <= kMaxBlockBytes.
+  // Creates (truncates) `dir`/`name`, whose block checksums are seeded with `checkpoint_id`
+  // (format.h ChecksumKey; empty: version 1). REQUIRES: 1 <= block_bytes <= kMaxBlockBytes.
   // Errors: as Env::new_writable_file.
   static Result<std::unique_ptr<BlockFileWriter>> create(Env* env, const std::string& dir, const std::string& name,
-                                                         uint32_t block_bytes);
+                                                         uint32_t block_bytes, std::vector<uint8_t> checkpoint_id = {});
 
   // Appends payload bytes; every full block is written with its checksum.
   // Errors: IoError (from the Env).
@@ -40,11 +41,12 @@ class BlockFileWriter {
   FileRecord record() const { return {name_, payload_bytes_, block_bytes_}; }
 
  private:
-  BlockFileWriter(std::unique_ptr<WritableFile> file, std::string name, uint32_t block_bytes);
+  BlockFileWriter(std::unique_ptr<WritableFile> file, std::string name, uint32_t block_bytes, std::vector<uint8_t> id);
   Status flush_block();
 
   std::unique_ptr<WritableFile> file_;
   std::string name_;
+  ChecksumKey key_;
   uint32_t block_bytes_;
   std::vector<uint8_t> buf_;  // [block_bytes + 8]: payload of the current block, then room for its checksum
   size_t fill_ = 0;           // payload bytes in buf_
@@ -54,9 +56,12 @@ class BlockFileWriter {
 
 class BlockFileReader {
  public:
-  // Opens `dir`/`rec.name` and checks that its size is physical_file_bytes(rec).
+  // Opens `dir`/`rec.name` and checks that its size is physical_file_bytes(rec). Its block
+  // checksums are checked against `checkpoint_id` (the manifest's; empty: version 1), so a
+  // file of another checkpoint fails them.
   // Errors: DataLoss (missing file, or wrong size: truncated or appended to), IoError.
-  static Result<std::unique_ptr<BlockFileReader>> open(Env* env, const std::string& dir, const FileRecord& rec);
+  static Result<std::unique_ptr<BlockFileReader>> open(Env* env, const std::string& dir, const FileRecord& rec,
+                                                       std::vector<uint8_t> checkpoint_id = {});
 
   // Copies payload bytes [offset, offset + out.size()) into out, checking every block touched.
   // Errors: DataLoss ("file 'x' block b at byte o: checksum mismatch"), OutOfRange (beyond the
@@ -72,12 +77,13 @@ class BlockFileReader {
   uint64_t block_end(uint64_t index) const;
 
  private:
-  BlockFileReader(std::unique_ptr<RandomAccessFile> file, FileRecord rec);
+  BlockFileReader(std::unique_ptr<RandomAccessFile> file, FileRecord rec, std::vector<uint8_t> id);
   // Loads block `index` into the cache (if not there) and checks it. REQUIRES: mu_ held.
   Status load_block(uint64_t index) const;
 
   std::unique_ptr<RandomAccessFile> file_;
   FileRecord rec_;
+  ChecksumKey key_;
   mutable std::mutex mu_;
   mutable std::vector<uint8_t> cache_;  // block cached_ with its checksum
   mutable uint64_t cached_ = UINT64_MAX;

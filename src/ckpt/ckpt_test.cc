@@ -192,6 +192,77 @@ TEST(CheckpointDirectoryTest, FindLatestSaysNotFoundWhenNothingIsComplete) {
   EXPECT_NE(latest.status().message().find(step_dir_name(9)), std::string::npos);
 }
 
+// ---- checkpoint ids (format version 2) ----------------------------------------------------------
+
+// Copies file `from` over `to` (same name in another checkpoint: what a bad restore or a
+// mixed-up copy does).
+void copy_over(Env* env, const std::string& from, const std::string& to) {
+  const std::vector<uint8_t> bytes = env->read_file(from).value();
+  auto f = env->new_writable_file(to).value();
+  ASSERT_TRUE(f->append(bytes).ok());
+  ASSERT_TRUE(f->sync().ok());
+  ASSERT_TRUE(f->close().ok());
+}
+
+// Step 20's data file copied over step 30's (same name, same size, valid blocks of its own):
+// version 1 cannot tell (verify says ok and step 30 would serve step 20's bytes); version 2
+// binds the checkpoint id into every block checksum, so verify fails naming the cause and
+// find_latest_complete (what --resume uses) falls back to step 20.
+TEST(CheckpointIdTest, ADataFileOfAnotherCheckpointFailsVerifyAndIsSkipped) {
+  for (uint32_t version : {1u, 2u}) {
+    SCOPED_TRACE("format version " + std::to_string(version));
+    FaultInjectionEnv env;
+    WriterOptions o = options_for(&env);
+    o.format_version = version;
+    const Content c20 = make_content(20, 1), c30 = make_content(30, 2);
+    ASSERT_TRUE(write_content(kOut, c20, o).ok());
+    ASSERT_TRUE(write_content(kOut, c30, o).ok());
+    copy_over(&env, dir_of(20) + "/" + kDataFileName, dir_of(30) + "/" + kDataFileName);
+    auto v = verify(dir_of(30), &env);
+    auto latest = find_latest_complete(kOut, {.env = &env, .warn_to_stderr = false});
+    ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+    if (version == 1) {  // the failure the id fixes
+      EXPECT_TRUE(v.ok());
+      EXPECT_EQ(latest->ref.step, 30);
+      continue;
+    }
+    EXPECT_EQ(v.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(v.status().message().find("a data file of another checkpoint"), std::string::npos) << v.status().to_string();
+    EXPECT_EQ(latest->ref.step, 20);
+    EXPECT_EQ(latest->skipped.size(), 1u);
+    EXPECT_TRUE(check_content(dir_of(20), &env, c20).ok());
+  }
+}
+
+// Version 1 checkpoints (no id) still read, verify and digest as before; the digest does not
+// depend on the format; every version 2 checkpoint gets its own id.
+TEST(CheckpointIdTest, VersionOneCheckpointsStillLoadAndIdsDiffer) {
+  FaultInjectionEnv env;
+  WriterOptions o = options_for(&env, 100, 0);
+  o.format_version = 1;
+  const Content c = make_content(5, 3);
+  ASSERT_TRUE(write_content(kOut, c, o).ok());
+  EXPECT_TRUE(check_content(dir_of(5), &env, c).ok());
+  const VerifyReport v1 = verify(dir_of(5), &env).value();
+  EXPECT_EQ(v1.format_version, 1u);
+  EXPECT_EQ(v1.checkpoint_id, "none");
+  const std::string d1 = digest(dir_of(5), &env).value();
+  std::vector<std::string> ids;
+  for (int64_t step : {6, 7}) {
+    Content c2 = c;
+    c2.step = step;
+    ASSERT_TRUE(write_content(kOut, c2, options_for(&env, 100, 0)).ok());
+    const VerifyReport v2 = verify(dir_of(step), &env).value();
+    EXPECT_EQ(v2.format_version, 2u);
+    EXPECT_EQ(v2.checkpoint_id.size(), 32u);
+    ids.push_back(v2.checkpoint_id);
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(d1, digest(dir_of(6), &env).value());  // the step differs
+  o.format_version = 3;
+  EXPECT_EQ(CheckpointWriter::create(kOut, 8, o).status().code(), StatusCode::kInvalidArgument);
+}
+
 // ---- errors ---------------------------------------------------------------------------------
 
 // The writer rejects bad names, duplicates, sizes and ranges with the right codes, and stays

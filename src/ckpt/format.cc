@@ -8,8 +8,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <random>
 
 namespace leanemb::ckpt {
 
@@ -183,6 +185,7 @@ uint64_t get_u64(const uint8_t* p) {
 
 std::vector<uint8_t> encode_manifest(const Manifest& m) {
   std::vector<uint8_t> body;
+  if (m.version >= 2) body.insert(body.end(), m.id.begin(), m.id.end());  // REQUIRES: kCheckpointIdBytes
   put_u32(&body, static_cast<uint32_t>(m.files.size()));
   for (const FileRecord& f : m.files) {
     put_str32(&body, f.name);
@@ -211,7 +214,7 @@ std::vector<uint8_t> encode_manifest(const Manifest& m) {
     }
   }
   std::vector<uint8_t> out(kManifestMagic, kManifestMagic + 8);
-  put_u32(&out, kFormatVersion);
+  put_u32(&out, m.version);
   put_u32(&out, 0);  // flags, reserved
   put_u64(&out, static_cast<uint64_t>(m.step));
   put_u64(&out, body.size());
@@ -233,14 +236,24 @@ Result<Manifest> decode_manifest(std::span<const uint8_t> bytes, const std::stri
   const uint64_t stored = get_u64(bytes.data() + bytes.size() - kChecksumBytes);
   if (XXH3_64bits(bytes.data(), bytes.size() - kChecksumBytes) != stored) return whole.error("checksum mismatch");
 #endif
-  if (version != kFormatVersion)
+  if (version > kFormatVersion)
     return unimplemented("manifest '" + path + "' has format version " + std::to_string(version) +
-                         "; this build reads version " + std::to_string(kFormatVersion));
+                         "; this build reads versions " + std::to_string(kOldestFormatVersion) + " to " +
+                         std::to_string(kFormatVersion));
+  if (version < kOldestFormatVersion) return whole.error("has format version " + std::to_string(version));
   if (get_u32(bytes.data() + 12) != 0) return whole.error("has unknown flags");
   Manifest m;
   m.step = static_cast<int64_t>(get_u64(bytes.data() + 16));
   if (m.step < 0) return whole.error("has a negative step");
   Cursor c(bytes.subspan(kHeaderBytes, body_bytes), path);
+  m.version = version;
+  if (version >= 2) {
+    uint64_t lo = 0, hi = 0;
+    LEANEMB_RETURN_IF_ERROR(c.u64(&lo));
+    LEANEMB_RETURN_IF_ERROR(c.u64(&hi));
+    m.id.resize(kCheckpointIdBytes);
+    std::memcpy(m.id.data(), bytes.data() + kHeaderBytes, kCheckpointIdBytes);
+  }
   LEANEMB_RETURN_IF_ERROR(decode_files(c, &m));
   LEANEMB_RETURN_IF_ERROR(decode_entries(c, &m));
   if (c.left() != 0) return c.error(std::to_string(c.left()) + " bytes after the last entry");
@@ -255,9 +268,41 @@ uint64_t physical_file_bytes(uint64_t payload_bytes, uint32_t block_bytes) {
   return payload_bytes + kChecksumBytes * num_blocks(payload_bytes, block_bytes);
 }
 
-uint64_t block_checksum(std::string_view file_name, uint64_t block_index, std::span<const uint8_t> payload) {
-  const uint64_t seed = XXH3_64bits_withSeed(file_name.data(), file_name.size(), block_index);
+uint64_t block_checksum(const ChecksumKey& key, uint64_t block_index, std::span<const uint8_t> payload) {
+  uint64_t seed = 0;
+  if (key.checkpoint_id.empty()) {  // version 1: the file name
+    seed = XXH3_64bits_withSeed(key.file_name.data(), key.file_name.size(), block_index);
+  } else {  // version 2: the file name, then the id
+    std::string k = key.file_name;
+    k.append(reinterpret_cast<const char*>(key.checkpoint_id.data()), key.checkpoint_id.size());
+    seed = XXH3_64bits_withSeed(k.data(), k.size(), block_index);
+  }
   return XXH3_64bits_withSeed(payload.data(), payload.size(), seed);
+}
+
+std::vector<uint8_t> new_checkpoint_id(int64_t step) {
+  std::random_device rd;
+  uint64_t parts[6];
+  for (int i = 0; i < 4; ++i) parts[i] = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  parts[4] = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) ^
+             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  parts[5] = static_cast<uint64_t>(step);
+  const XXH128_hash_t h = XXH3_128bits(parts, sizeof parts);
+  std::vector<uint8_t> id;
+  put_u64(&id, h.low64);
+  put_u64(&id, h.high64);
+  return id;
+}
+
+std::string checkpoint_id_hex(std::span<const uint8_t> id) {
+  if (id.empty()) return "none";
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : id) {
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
 }
 
 Status check_entry_name(std::string_view name) {

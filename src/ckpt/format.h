@@ -18,7 +18,12 @@
 namespace leanemb::ckpt {
 
 inline constexpr char kManifestMagic[8] = {'L', 'E', 'A', 'N', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 (written): the manifest body starts with the checkpoint's 128-bit id, and every
+// block checksum is seeded with it, so a data file of another checkpoint (another step's
+// data-00000.dat copied or swapped in) fails its checksums. Version 1 (no id) is still read.
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestFormatVersion = 1;
+inline constexpr size_t kCheckpointIdBytes = 16;
 inline constexpr char kManifestName[] = "MANIFEST";
 inline constexpr char kDataFileName[] = "data-00000.dat";
 inline constexpr char kTmpSuffix[] = ".tmp";
@@ -59,7 +64,18 @@ struct EntryRecord {
   std::vector<ChunkRecord> chunks;
 };
 
+// What a data file's block checksums are seeded with: the file name, then (version 2) the
+// checkpoint id. Empty id: version 1.
+struct ChecksumKey {
+  std::string file_name;
+  std::vector<uint8_t> checkpoint_id;  // kCheckpointIdBytes bytes, or empty (version 1)
+};
+
 struct Manifest {
+  uint32_t version = kFormatVersion;
+  // A random id of this checkpoint (version 2; empty for version 1), written in the manifest
+  // and bound into every block checksum of its data files.
+  std::vector<uint8_t> id;
   int64_t step = 0;
   std::vector<FileRecord> files;
   std::vector<EntryRecord> entries;  // sorted by name (bytewise), names unique
@@ -78,9 +94,16 @@ Result<Manifest> decode_manifest(std::span<const uint8_t> bytes, const std::stri
 uint64_t num_blocks(uint64_t payload_bytes, uint32_t block_bytes);
 uint64_t physical_file_bytes(uint64_t payload_bytes, uint32_t block_bytes);
 
-// XXH3-64 of one block's payload, seeded by the file name and block index so that swapped
-// blocks or swapped files do not verify.
-uint64_t block_checksum(std::string_view file_name, uint64_t block_index, std::span<const uint8_t> payload);
+// XXH3-64 of one block's payload, seeded by the file name, the checkpoint id (version 2) and
+// the block index so that swapped blocks, swapped files and files of another checkpoint do not
+// verify.
+uint64_t block_checksum(const ChecksumKey& key, uint64_t block_index, std::span<const uint8_t> payload);
+
+// A fresh random checkpoint id (kCheckpointIdBytes bytes: std::random_device, the clock and
+// `step` hashed together; unique in practice, not a secret).
+std::vector<uint8_t> new_checkpoint_id(int64_t step);
+// "0f3a..." (32 hex digits), or "none" for an empty id.
+std::string checkpoint_id_hex(std::span<const uint8_t> id);
 
 // Entry names: 1..kMaxNameBytes bytes, no control characters. Errors: InvalidArgument.
 Status check_entry_name(std::string_view name);

@@ -73,7 +73,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     return data_loss("checkpoint '" + dir + "': the directory is named for step " + std::to_string(*named) +
                      " but its manifest says step " + std::to_string(impl->manifest.step) + " (renamed?)");
   for (const FileRecord& f : impl->manifest.files) {
-    LEANEMB_ASSIGN_OR_RETURN(auto reader, BlockFileReader::open(impl->env, dir, f));
+    LEANEMB_ASSIGN_OR_RETURN(auto reader, BlockFileReader::open(impl->env, dir, f, impl->manifest.id));
     impl->files.push_back(std::move(reader));
   }
   for (const EntryRecord& e : impl->manifest.entries) {
@@ -92,6 +92,8 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
 
 int64_t CheckpointReader::step() const { return impl_->manifest.step; }
 const std::string& CheckpointReader::dir() const { return impl_->dir; }
+uint32_t CheckpointReader::format_version() const { return impl_->manifest.version; }
+std::string CheckpointReader::id_hex() const { return checkpoint_id_hex(impl_->manifest.id); }
 const std::vector<EntryInfo>& CheckpointReader::entries() const { return impl_->infos; }
 
 const EntryInfo* CheckpointReader::find(std::string_view name) const {
@@ -176,6 +178,8 @@ Result<VerifyReport> CheckpointReader::verify() const {
   const Impl& r = *impl_;
   VerifyReport rep;
   rep.step = r.manifest.step;
+  rep.format_version = r.manifest.version;
+  rep.checkpoint_id = checkpoint_id_hex(r.manifest.id);
   rep.num_entries = r.infos.size();
   for (const EntryInfo& e : r.infos) rep.entry_bytes += e.size_bytes;
   rep.num_files = r.files.size();

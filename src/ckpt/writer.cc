@@ -55,6 +55,7 @@ struct CheckpointWriter::Impl {
   Env* env = nullptr;
   WriterOptions options;
   int64_t step = 0;
+  std::vector<uint8_t> id;  // the checkpoint id (format version 2), empty for version 1
   std::string out_dir;
   std::string root;       // <out>/checkpoints
   std::string tmp_dir;    // <root>/step-<N>.tmp
@@ -106,10 +107,14 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::st
     return invalid_argument("checkpoint block_bytes must be in [1, " + std::to_string(kMaxBlockBytes) + "], got " +
                             std::to_string(options.block_bytes));
   if (options.keep_last < 0) return invalid_argument("checkpoint keep_last must be >= 0 (0 keeps all)");
+  if (options.format_version < kOldestFormatVersion || options.format_version > kFormatVersion)
+    return invalid_argument("checkpoint format_version must be in [" + std::to_string(kOldestFormatVersion) + ", " +
+                            std::to_string(kFormatVersion) + "], got " + std::to_string(options.format_version));
   auto impl = std::make_unique<Impl>();
   impl->env = env_or_default(options.env);
   impl->options = options;
   impl->step = step;
+  if (options.format_version >= 2) impl->id = new_checkpoint_id(step);
   impl->out_dir = out_dir;
   impl->root = checkpoints_dir(out_dir);
   impl->final_dir = join_path(impl->root, step_dir_name(step));
@@ -121,7 +126,7 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::st
   LEANEMB_RETURN_IF_ERROR(env->sync_dir(out_dir));
   LEANEMB_RETURN_IF_ERROR(env->remove_all(impl->tmp_dir));
   LEANEMB_RETURN_IF_ERROR(env->create_dir(impl->tmp_dir));
-  LEANEMB_ASSIGN_OR_RETURN(impl->data, BlockFileWriter::create(env, impl->tmp_dir, kDataFileName, options.block_bytes));
+  LEANEMB_ASSIGN_OR_RETURN(impl->data, BlockFileWriter::create(env, impl->tmp_dir, kDataFileName, options.block_bytes, impl->id));
   return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(impl)));
 }
 
@@ -218,6 +223,8 @@ Status CheckpointWriter::Impl::check_complete() const {
 
 Manifest CheckpointWriter::Impl::build_manifest() const {
   Manifest m;
+  m.version = options.format_version;
+  m.id = id;
   m.step = step;
   m.files.push_back(data->record());
   // Blobs and tables have distinct names; merge both sorted maps into name order.

@@ -239,6 +239,25 @@ Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env, 
   return Status();
 }
 
+Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env) {
+  LEANEMB_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::open(dir, env));
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, reader->verify());
+  if (!is_sharded_checkpoint(*reader)) return rep;
+  LEANEMB_ASSIGN_OR_RETURN(OpenedGlobal g, open_global(dir, env));
+  for (int r = 0; r < g.layout.world_size; ++r) {
+    LEANEMB_ASSIGN_OR_RETURN(auto shard, open_shard(g.out_dir, g.layout, g.plan, r, env));
+    auto s = shard->verify();
+    if (!s.ok()) return Status(s.status().code(), "shard " + std::to_string(r) + ": " + s.status().message());
+    rep.num_entries += s->num_entries;
+    rep.entry_bytes += s->entry_bytes;
+    rep.num_files += s->num_files;
+    rep.file_bytes += s->file_bytes;
+    rep.num_blocks += s->num_blocks;
+    ++rep.num_shards;
+  }
+  return rep;
+}
+
 Result<ckpt::LatestCheckpoint> find_latest_complete_sharded(const std::string& out_dir, const ckpt::FindOptions& options) {
   LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> refs, ckpt::list_checkpoints(out_dir, options.env));
   ckpt::LatestCheckpoint latest;

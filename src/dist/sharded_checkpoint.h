@@ -85,6 +85,13 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
 // Errors: NotFound (no manifest or a missing shard), DataLoss (corrupt or mismatched), IoError.
 Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env = nullptr, bool verify_blocks = true);
 
+// Everything `--resume`, `leanemb test` / `predict` and `load_tables_checkpoint` would read of
+// checkpoint `dir`, checked: its manifest and every block, and when it is the global directory
+// of a sharded checkpoint every shard it names (verify_sharded_checkpoint). The report is the
+// global directory's with the shards' files, bytes and blocks added (num_shards set).
+// Errors: as ckpt::verify and verify_sharded_checkpoint; a shard's name it.
+Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env = nullptr);
+
 // The newest complete sharded checkpoint under <out_dir>/checkpoints (FindOptions as for
 // ckpt::find_latest_complete; skipped directories are listed with the reason).
 // Errors: NotFound (none complete), IoError.

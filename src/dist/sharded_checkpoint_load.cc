@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dist/sharded_checkpoint.h"
+#include "core/json.h"
 #include "dist/sharded_checkpoint_internal.h"
 
 namespace leanemb::dist {
@@ -95,7 +96,8 @@ Status copy_dynamic(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckp
   return Status();
 }
 
-// InvalidArgument naming the first difference between the saved tables and the collection's.
+// InvalidArgument naming every difference of the first table that differs between the saved
+// tables and the collection's.
 Status check_tables(const Layout& saved, const EmbeddingCollection& local, const ShardPlan& plan, const std::string& where) {
   if (saved.tables.size() != static_cast<size_t>(local.num_tables()))
     return invalid_argument(where + ": it has " + std::to_string(saved.tables.size()) + " tables, the collection " +
@@ -105,7 +107,7 @@ Status check_tables(const Layout& saved, const EmbeddingCollection& local, const
     const TableLayout b = table_layout(local, plan, t);
     std::string diff;
     auto cmp = [&](const char* field, const std::string& x, const std::string& y) {
-      if (diff.empty() && x != y) diff = std::string(field) + " " + x + " in the checkpoint, " + y + " in the collection";
+      if (x != y) diff += (diff.empty() ? "" : "; ") + std::string(field) + " " + x + " in the checkpoint, " + y + " in the collection";
     };
     cmp("name", a.name, b.name);
     cmp("rows", std::to_string(a.num_rows), std::to_string(b.num_rows));
@@ -119,6 +121,44 @@ Status check_tables(const Layout& saved, const EmbeddingCollection& local, const
   return Status();
 }
 
+// ", it has tables a, b" (the plain checkpoint's tables), or "" when it has none.
+std::string saved_tables(const ckpt::CheckpointReader& r) {
+  std::string names;
+  for (const ckpt::EntryInfo& e : r.entries()) {
+    if (e.kind != ckpt::EntryKind::kTable || e.name.rfind(kPlainPrefix, 0) != 0) continue;
+    names += (names.empty() ? "" : ", ") + e.name.substr(std::strlen(kPlainPrefix));
+  }
+  return names.empty() ? "" : " (it has tables " + names + ")";
+}
+
+// Every field of a plain checkpoint's table that differs from the collection's, "field saved in
+// the checkpoint, now in the config; ..." (empty when the rows can be copied). The entry's meta
+// (write_plain: dim, dtype, optimizer, state dtype, row stride) names the cause; the row count
+// and stride come from the entry itself, so a checkpoint without meta is still checked.
+std::string plain_table_diff(const ckpt::EntryInfo& e, const RowLayout& l, const TableOptions& to) {
+  std::string diff;
+  auto cmp = [&](const char* field, const std::string& saved, const std::string& now) {
+    if (saved != now) diff += (diff.empty() ? "" : "; ") + std::string(field) + " " + saved + " in the checkpoint, " + now + " in the config";
+  };
+  cmp("rows", std::to_string(e.total_rows), std::to_string(to.num_rows));
+  const nlohmann::json m = parse_json_or_discarded(e.meta.data(), e.meta.size());
+  auto str = [&](const char* key) -> std::string {
+    if (!m.is_object() || !m.contains(key)) return "";
+    const nlohmann::json& v = m[key];
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  const size_t rows_only = diff.size();
+  const std::string dim = str("dim"), dtype = str("dtype"), opt = str("optimizer"), sdt = str("state_dtype");
+  if (!dim.empty()) cmp("dim", dim, std::to_string(l.dim));
+  if (!dtype.empty()) cmp("dtype", dtype, std::string(dtype_name(l.weight_dtype)));
+  if (!opt.empty()) cmp("optimizer", opt, std::string(optimizer_name(l.optimizer.kind)));
+  if (!sdt.empty()) cmp("state dtype", sdt, std::string(state_dtype_name(l.optimizer.state_dtype)));
+  // The row stride follows from the fields above; it is named only when they do not explain it
+  // (no meta, or another build's layout).
+  if (diff.size() == rows_only) cmp("row bytes", std::to_string(e.row_bytes), std::to_string(l.stride_bytes));
+  return diff;
+}
+
 // The tables "emb/<name>" (and dynamic partitions) of a plain checkpoint into `tables`, local or
 // sharded: rows go through the global-row writer (each rank keeps the rows it owns).
 Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
@@ -128,8 +168,9 @@ Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, cons
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     const std::string name = kPlainPrefix + to.name;
     const ckpt::EntryInfo* e = r.find(name);
-    if (!e || e->row_bytes != l.stride_bytes || e->total_rows != to.num_rows)
-      return invalid_argument("table " + to.name + " in the checkpoint does not match the config (rows, dim, dtype or optimizer changed?)");
+    if (!e) return invalid_argument("table " + to.name + " is not in the checkpoint" + saved_tables(r));
+    const std::string diff = plain_table_diff(*e, l, to);
+    if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
     for (int64_t r0 = 0; r0 < to.num_rows; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, to.num_rows - r0);
       rows.resize(static_cast<size_t>(n) * l.stride_bytes);

@@ -261,6 +261,40 @@ TEST(ShardedCheckpointTest, CheckpointWithAMissingOrCorruptShardIsSkipped) {
   }
 }
 
+// verify_tables_checkpoint (what `leanemb ckpt verify` and leanemb.checkpoint_verify run)
+// checks every shard: a deleted shard, a corrupt shard block, and a shard data file swapped in
+// from another step's shard (same name and size, valid blocks of its own: only the checkpoint
+// id in its checksums tells) all fail it, while the global directory alone still verifies
+// (all `ckpt verify` looked at before).
+TEST(ShardedCheckpointTest, VerifyChecksEveryShardAndItsDataFiles) {
+  const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  for (const char* damage : {"none", "delete", "corrupt_rows", "swap_data"}) {
+    SCOPED_TRACE(damage);
+    TempDir dir;
+    train_and_save(2, sharded(o, ShardingKind::kRowModulo), 1, dir.path);
+    train_and_save(2, sharded(o, ShardingKind::kRowModulo), 2, dir.path);
+    const fs::path shard = fs::path(dir.path) / "shards/step-0000000002/rank-1-of-2/checkpoints/step-0000000002";
+    const fs::path old = fs::path(dir.path) / "shards/step-0000000001/rank-1-of-2/checkpoints/step-0000000001";
+    if (std::string(damage) == "delete") fs::remove_all(shard);
+    if (std::string(damage) == "corrupt_rows") flip_byte((shard / "data-00000.dat").string(), 40);
+    if (std::string(damage) == "swap_data") {
+      ASSERT_EQ(fs::file_size(old / "data-00000.dat"), fs::file_size(shard / "data-00000.dat"));
+      fs::copy_file(old / "data-00000.dat", shard / "data-00000.dat", fs::copy_options::overwrite_existing);
+    }
+    const std::string global = (fs::path(dir.path) / "checkpoints/step-0000000002").string();
+    EXPECT_TRUE(ckpt::verify(global).ok());  // the global directory alone
+    auto v = verify_tables_checkpoint(global);
+    if (std::string(damage) == "none") {
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      EXPECT_EQ(v->num_shards, 2u);
+      EXPECT_EQ(v->num_files, 3u);  // the global data file and one per shard
+      continue;
+    }
+    ASSERT_FALSE(v.ok());
+    EXPECT_NE(v.status().message().find("shard 1"), std::string::npos) << v.status().to_string();
+  }
+}
+
 // The real file system, except that creating files fails (a full or broken disk on one rank).
 class FailingEnv final : public ckpt::Env {
  public:

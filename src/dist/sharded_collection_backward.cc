@@ -13,6 +13,7 @@
 namespace leanemb::dist {
 
 using sharded_internal::all_finite;
+using sharded_internal::max_abs_of;
 using sharded_internal::append_bytes;
 using sharded_internal::append_uint;
 using sharded_internal::displacements;
@@ -227,10 +228,20 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
         "backward_update: the most recent forward was an evaluation forward (ForwardMode::kEval), which looks ids up "
         "without mapping them for an update; run a training forward (ForwardMode::kTrain) of the batch first");
   if (valid.ok() && !std::isfinite(update.grad_multiplier)) valid = invalid_argument("grad_multiplier is not finite");
+  if (valid.ok() && !(update.max_abs_grad > 0)) valid = invalid_argument("max_abs_grad must be > 0 (+Inf: no bound)");
+  // nonfinite: 1 an Inf/NaN gradient, 2 a finite one above max_abs_grad (summed over ranks: > 0
+  // skips the step everywhere). The bound applies to each given gradient here, before the
+  // exchange, so that every rank agrees before any owner updates; the owners' collections do
+  // not apply it again (one rank skipping alone would put the ranks out of step).
   int64_t nonfinite = 0;
   if (valid.ok() && update.check_finite) {
     nonfinite = all_finite(grad_pooled) ? 0 : 1;
     for (const auto& s : grad_seq) nonfinite |= all_finite(s) ? 0 : 1;
+    if (nonfinite == 0 && std::isfinite(update.max_abs_grad)) {
+      const double lim = static_cast<double>(update.max_abs_grad) / std::fabs(static_cast<double>(update.grad_multiplier));
+      nonfinite = max_abs_of(grad_pooled) > lim ? 2 : 0;
+      for (const auto& s : grad_seq) nonfinite = max_abs_of(s) > lim ? 2 : nonfinite;
+    }
   }
   const SparseBatch& batch = Impl::batch_or_none(valid, cb);
 
@@ -251,17 +262,20 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
   std::vector<Impl::BagGradients>& in = sc.in_bags;
   Status parsed = im.parse_gradients(sc.recv, sc.recv_counts, &in);
   if (parsed.ok() && valid.ok()) parsed = im.assemble_local(in, update.check_finite, &nonfinite);
-  std::vector<int64_t> extra = {nonfinite};
+  std::vector<int64_t> extra = {nonfinite & 1, nonfinite >> 1};
   LEANEMB_RETURN_IF_ERROR(im.agree(valid.ok() ? parsed : valid, "backward_update", &extra));
   UpdateReport report;
-  if (extra[0]) {
+  if (extra[0] || extra[1]) {
     report.skipped_nonfinite = true;  // on every rank: no row, no state, no step changes
+    report.skipped_huge_grad = extra[0] == 0;
   } else {
     // 3. The owner's update over the received bags, requesters in rank order.
     const std::vector<std::span<const float>> no_seq_grads(static_cast<size_t>(im.num_tables));
     // A local failure here (a budget, a cache's I/O) is this rank's alone: the others have
     // updated. Agreement keeps the ranks in step; the run must stop (the error is returned).
-    auto local = im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, update);
+    UpdateOptions owner = update;
+    owner.max_abs_grad = INFINITY;  // checked above, on every rank alike
+    auto local = im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, owner);
     LEANEMB_RETURN_IF_ERROR(im.agree(local.status(), "backward_update"));
     report = local.value();
     report.lookups = 0;

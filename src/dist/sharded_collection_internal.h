@@ -36,6 +36,7 @@
 // Thread safety: as ShardedEmbeddingCollection (one call at a time).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -125,6 +126,13 @@ inline std::vector<int64_t> displacements(const std::vector<int64_t>& counts) {
   std::vector<int64_t> d(counts.size() + 1, 0);
   for (size_t i = 0; i < counts.size(); ++i) d[i + 1] = d[i] + counts[i];
   return d;
+}
+
+// Largest |x| of v (0 when empty; only called on finite values).
+inline double max_abs_of(std::span<const float> v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
 }
 
 inline bool all_finite(std::span<const float> v) {

@@ -353,6 +353,26 @@ TEST(ShardedCollectionTest, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
   expect_all_ok(st);
 }
 
+// A finite but huge gradient (1e20: its square overflows Adagrad's state) on one rank makes
+// every rank skip the step, reported as huge (issue 37; it used to turn the owners' state
+// infinite silently).
+TEST(ShardedCollectionTest, HugeGradientOnOneRankSkipsTheStepEverywhere) {
+  ShardedCollectionOptions so;
+  so.collection = global_options(OptimizerKind::kAdagrad);
+  auto st = run_world(4, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+    const OwnedBatch mine = global_batch(0, so.collection).slice(comm.rank() * 4, comm.rank() * 4 + 4);
+    std::vector<float> grads(static_cast<size_t>(4 * sc->pooled_dim()), 0.5f);
+    if (comm.rank() == 2) grads[3] = 1e20f;
+    LEANEMB_ASSIGN_OR_RETURN(UpdateReport rep, sc->backward_update(mine.view(), grads));
+    if (!rep.skipped_nonfinite || !rep.skipped_huge_grad || sc->step() != 0) return mismatch("not skipped as huge");
+    grads[3] = 0.5f;
+    LEANEMB_ASSIGN_OR_RETURN(rep, sc->backward_update(mine.view(), grads));
+    return !rep.skipped_nonfinite && sc->step() == 1 ? Status::ok_status() : mismatch("the next step did not train");
+  });
+  expect_all_ok(st);
+}
+
 // A finite gradient that overflows its fp16 payload (1e6 > 65504) arrives as Inf at its owner.
 // It goes to one owner only (a bag of rank 1 whose ids all live on rank 0), so only the owner's
 // check of the decoded gradients can see it: every rank must still skip the step.

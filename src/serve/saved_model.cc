@@ -125,15 +125,24 @@ Result<SavedRun> open_saved_run(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return not_found("no checkpoint or run directory '" + path + "'");
   SavedRun run;
+  // Every kind of corruption is handled alike, the way `train --resume` does (docs/serve.md):
+  // the checkpoint is verified whole (manifest, every block, every shard; a data file of another
+  // checkpoint fails its checksums) before anything is read. A run directory falls back to its
+  // newest checkpoint that verifies, with a warning per newer one skipped; a checkpoint named
+  // directly is used or refused (DataLoss, exit 4), never replaced by another.
   if (std::filesystem::exists(path + "/MANIFEST", ec)) {
+    auto verified = dist::verify_tables_checkpoint(path);
+    if (!verified.ok()) return with_context(verified.status(), "checkpoint " + path + " does not verify");
     run.checkpoint = path;
   } else {
-    ckpt::FindOptions fo;
-    fo.verify_blocks = false;  // the reads below check every block they use
-    auto latest = dist::find_latest_tables_checkpoint(path, fo);
-    if (!latest.ok())
-      return Status(latest.status().code(), "'" + path + "' is neither a checkpoint directory (no MANIFEST) nor a run "
-                                            "directory with a complete checkpoint: " + latest.status().message());
+    auto latest = dist::find_latest_tables_checkpoint(path);  // verify_blocks: every block, every shard
+    if (!latest.ok()) {
+      auto refs = ckpt::list_checkpoints(path);
+      const bool some = refs.ok() && !refs->empty();
+      return Status(some && latest.status().code() == StatusCode::kNotFound ? StatusCode::kDataLoss : latest.status().code(),
+                    "'" + path + "' is neither a checkpoint directory (no MANIFEST) nor a run directory with a complete "
+                    "checkpoint: " + latest.status().message());
+    }
     run.checkpoint = latest.value().ref.path;
   }
   auto reader = ckpt::CheckpointReader::open(run.checkpoint);

@@ -2,12 +2,14 @@
 //   0. check the batch and the incoming gradients (finite; their largest magnitude);
 //   1. per trainable table, group the batch's ids by row (dedup): contributions sorted by row
 //      with a stable radix sort, runs of equal rows found, all in reusable step buffers;
-//   2. if the summed gradients are provably finite (|g| * |scale| * run length * |multiplier|
-//      far below FLT_MAX), reduce each row's gradient and apply the optimizer in one fused
-//      pass; otherwise reduce every table into a [unique, dim] buffer, check it, and only then
-//      update. Either way the arithmetic is the same, so the result is too.
-// Any failure before the first row update (bad input, allocation failure, non-finite gradient)
-// leaves every row, optimizer state and the step counter unchanged.
+//   2. if the summed gradients are provably finite and within UpdateOptions::max_abs_grad
+//      (|g| * |scale| * run length * |multiplier| below both the bound and FLT_MAX / 1024),
+//      reduce each row's gradient and apply the optimizer in one fused pass; otherwise reduce
+//      every table into a [unique, dim] buffer, check it (finite, and no element above
+//      max_abs_grad), and only then update. Either way the arithmetic is the same, so the
+//      result is too: the bound only chooses the path for normal gradients.
+// Any failure before the first row update (bad input, allocation failure, non-finite or huge
+// gradient) leaves every row, optimizer state and the step counter unchanged.
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
@@ -287,6 +289,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped, /*touch=*/false));
   const SparseBatch& b = remapped;
   if (!std::isfinite(update.grad_multiplier)) return invalid_argument("grad_multiplier is not finite");
+  if (!(update.max_abs_grad > 0)) return invalid_argument("max_abs_grad must be > 0 (+Inf: no bound)");
   if (cb.num_dropped > 0) {
     im.skipped_ids += cb.num_dropped;
     im.warn_dropped(cb.num_dropped, "backward_update");
@@ -315,6 +318,9 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       const double bound = static_cast<double>(dd[t].max_run) * dd[t].max_abs_scale * max_grad *
                            std::fabs(static_cast<double>(update.grad_multiplier));
       if (!(bound < static_cast<double>(FLT_MAX) / 1024.0)) fused = false;
+      // Above the bound on reduced gradients the reduced values must be looked at (the bound is
+      // an upper bound: most such steps still pass the check below).
+      if (!(bound <= static_cast<double>(update.max_abs_grad))) fused = false;
     }
   }
   // Phase 1b: a table split across tiers is updated in a device staging buffer of its touched
@@ -388,6 +394,20 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
     if (update.check_finite && !finite) {
       report.skipped_nonfinite = true;
       return report;
+    }
+    // Finite but huge: g^2 in Adagrad's and Adam's state would overflow (the state turns
+    // infinite and its rows stop learning). Only this path sees such gradients, so normal
+    // steps pay nothing.
+    if (update.check_finite && std::isfinite(update.max_abs_grad)) {
+      for (int t = 0; t < num_tables(); ++t) {
+        if (dd[t].num_unique == 0) continue;
+        const size_t n = static_cast<size_t>(dd[t].num_unique * im.tables[t].layout.dim);
+        if (max_abs(std::span<const float>(grads[t], n), im.num_threads) > update.max_abs_grad) {
+          report.skipped_nonfinite = true;
+          report.skipped_huge_grad = true;
+          return report;
+        }
+      }
     }
     for (int t = 0; t < num_tables(); ++t) {
       if (dd[t].num_unique == 0) continue;

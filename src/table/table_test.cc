@@ -510,6 +510,85 @@ TEST(NonFiniteGradientTest, OverflowInTheRowSumSkipsTheStep) {
   EXPECT_EQ(c->step(), 0);
 }
 
+// True if any optimizer state float of any table is Inf or NaN.
+bool any_state_non_finite(const EmbeddingCollection& c) {
+  for (int t = 0; t < c.num_tables(); ++t) {
+    const int64_t rows = c.options().tables[static_cast<size_t>(t)].num_rows, k = c.state_floats_per_row(t);
+    std::vector<float> s(static_cast<size_t>(rows * k));
+    EXPECT_TRUE(c.read_state(t, 0, rows, s).ok());
+    for (float x : s)
+      if (!std::isfinite(x)) return true;
+  }
+  return false;
+}
+
+// A finite but huge gradient (1e20: g^2 overflows float) used to turn Adagrad's and Adam's
+// state infinite while skipped_nonfinite stayed false, so those rows stopped learning
+// silently. Now a reduced gradient above UpdateOptions::max_abs_grad skips the step like a
+// non-finite one (nothing changes); with the bound off (+Inf) the old failure shows.
+TEST(NonFiniteGradientTest, HugeFiniteGradientSkipsTheStepBeforeStateOverflows) {
+  for (OptimizerKind kind : {OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kRowwiseAdagrad}) {
+    SCOPED_TRACE(std::string(optimizer_name(kind)));
+    auto c = must_create(standard_options(kind));
+    const OwnedBatch b = standard_batch();
+    const auto before = snapshot(*c);
+    std::vector<float> G = random_floats(pooled_size(*c, b), 7);
+    G[5] = 1e20f;
+    auto r = c->backward_update(b.view(), G);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(r->skipped_nonfinite);
+    EXPECT_TRUE(r->skipped_huge_grad);
+    EXPECT_TRUE(same_bytes(snapshot(*c), before));
+    EXPECT_EQ(c->step(), 0);
+    UpdateOptions off;
+    off.max_abs_grad = std::numeric_limits<float>::infinity();
+    r = c->backward_update(b.view(), G, {}, off);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_FALSE(r->skipped_nonfinite);
+    EXPECT_TRUE(any_state_non_finite(*c));  // what the bound prevents
+  }
+  auto c = must_create(standard_options());
+  UpdateOptions bad;
+  bad.max_abs_grad = 0.0f;
+  const OwnedBatch b = standard_batch();
+  EXPECT_EQ(c->backward_update(b.view(), random_floats(pooled_size(*c, b), 7), {}, bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The bound only picks the path for gradients near it: a step whose upper bound exceeds
+// max_abs_grad but whose reduced gradients do not goes through the two-pass path and gives the
+// same bytes as the fused path without the bound.
+TEST(NonFiniteGradientTest, GradientsBelowTheBoundTrainBitIdentically) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(std::string(optimizer_name(kind)));
+    auto near = must_create(standard_options(kind));
+    auto free = must_create(standard_options(kind));
+    const OwnedBatch b = standard_batch();
+    const std::vector<float> G = random_floats(pooled_size(*near, b), 8);
+    float m = 0;
+    for (float x : G) m = std::max(m, std::fabs(x));
+    // Row 2 of t0 is in two bags of f0 (scale 1): the step's upper bound is >= 2m, so a bound in
+    // [m, 2m) makes the step take the checked path; the first such bound the reduced values stay
+    // under is used (with random values one of these always is).
+    UpdateOptions tight, off;
+    off.max_abs_grad = std::numeric_limits<float>::infinity();
+    bool trained = false;
+    for (float f : {1.01f, 1.3f, 1.6f, 1.95f}) {
+      tight.max_abs_grad = m * f;
+      auto r = near->backward_update(b.view(), G, {}, tight);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      if (!r->skipped_nonfinite) {
+        trained = true;
+        break;
+      }
+      EXPECT_TRUE(r->skipped_huge_grad);
+      EXPECT_EQ(near->step(), 0);
+    }
+    ASSERT_TRUE(trained);
+    ASSERT_TRUE(free->backward_update(b.view(), G, {}, off).ok());
+    EXPECT_TRUE(same_bytes(snapshot(*near), snapshot(*free)));
+  }
+}
+
 // ---- sequence and shared-table features --------------------------------------------------------------
 
 // Sequence (pooling none) features return each id's row, take one gradient row per id, and

@@ -94,6 +94,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, -1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("max_loss_growth", &c.max_loss_growth, 0, 1e300));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());
 
   // [memory], [dist]: as a CTR config's.

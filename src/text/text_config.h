@@ -43,6 +43,7 @@ struct TextConfig {
   int64_t checkpoint_every = 0;  // steps; 0 = only at the end; -1 = never (checkpoints off)
   int keep_checkpoints = 3;
   int64_t max_consecutive_skipped = 100;  // divergence (train/divergence.h)
+  double max_loss_growth = 1e6;            // divergence: loss / first step's loss (0 = no check)
   // [memory] (as a CTR config's: budgets, placement) and [dist] (several processes).
   MemorySystemOptions memory;
   std::string dist_backend = "auto";

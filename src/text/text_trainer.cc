@@ -328,6 +328,7 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.log_every = c.log_every > 0 ? c.log_every : 1000;
   ls.log_every_s = c.log_every_s;
   ls.max_consecutive_skipped = c.max_consecutive_skipped;
+  ls.max_loss_growth = c.max_loss_growth;
   ls.threads = c.threads;
   ls.grad_groups = c.grad_groups;
   ls.memory = c.memory;

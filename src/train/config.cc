@@ -244,6 +244,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("max_loss_growth", &c.max_loss_growth, 0, 1e300));
   LEANEMB_RETURN_IF_ERROR(t.check_unknown());
 
   // [memory], [dist]

@@ -99,6 +99,7 @@ struct TrainConfig {
   int64_t log_every = 100;         // steps between progress / metrics lines
   std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient
   int64_t max_consecutive_skipped = 100;  // diverged after this many skipped steps in a row (0 = never)
+  double max_loss_growth = 1e6;  // diverged when a step's loss exceeds this times the first step's (0 = no check)
 
   // [memory]
   MemorySystemOptions memory;

@@ -379,7 +379,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (metrics) metrics->sync(k.step);  // the log is durable up to the checkpoint it names
     return Status();
   };
-  DivergenceMonitor divergence({ls.max_consecutive_skipped, true});
+  DivergenceOptions dopt;
+  dopt.max_consecutive_skipped = ls.max_consecutive_skipped;
+  dopt.max_loss_growth = ls.max_loss_growth;
+  DivergenceMonitor divergence(dopt);
   std::string diverged;  // "diverged at step N: ..." once the run diverged
   bool stopped = false;  // a signal (StopSignal) stopped the run after a step
   while (ls.steps == 0 || k.step < ls.steps) {
@@ -390,7 +393,13 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     LEANEMB_ASSIGN_OR_RETURN(bool more, task->next_batch());
     if (!more) break;
     if (const int64_t e = task->batch_epoch(); e >= 0) {
-      if (cur_epoch >= 0 && e > cur_epoch) LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
+      if (cur_epoch >= 0 && e > cur_epoch) {
+        LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
+        if (auto why = divergence.observe_eval(k.step, last_eval)) {
+          diverged = *why;
+          break;
+        }
+      }
       cur_epoch = e;
     }
     const int64_t step_no = k.step + 1;
@@ -401,7 +410,7 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (s.skipped) ++k.skipped;
     loss_sum += s.loss;
     ++loss_n;
-    if (auto why = divergence.observe(k.step, s.skipped, task->dense_parameters())) {
+    if (auto why = divergence.observe(k.step, s.skipped, s.loss, task->dense_parameters())) {
       diverged = *why;
       break;
     }
@@ -418,6 +427,10 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     if (ls.eval_every > 0 && k.step % ls.eval_every == 0 && task->has_eval()) {
       LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
       log_metrics(json{{"step", k.step}, {"eval", last_eval}});
+      if (auto why = divergence.observe_eval(k.step, last_eval)) {
+        diverged = *why;
+        break;
+      }
     }
     if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
       LEANEMB_RETURN_IF_ERROR(checkpoint());
@@ -452,6 +465,9 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     say("evaluating");
     LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
     log_metrics(json{{"step", k.step}, {"eval", last_eval}, {"final", true}});
+    // The final checkpoint is written by now (its parameters are finite; a later run may
+    // resume it with a lower learning rate); the run still ends "diverged", exit 1.
+    if (auto why = divergence.observe_eval(k.step, last_eval)) diverged = *why;
   }
   line(true);
   if (metrics) (void)metrics->close(k.step);  // a failure is in metrics->summary(), below

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -432,10 +433,45 @@ TEST(divergence_stop, NonFiniteDenseParameterIsNamed) {
   std::vector<float> ok = {1.0f, 2.0f}, bad = {1.0f, std::nanf("")};
   const nn::NamedTensor good[] = {{"top.0.weight", ok}};
   const nn::NamedTensor broken[] = {{"top.0.weight", ok}, {"top.1.bias", bad}};
-  EXPECT_FALSE(m.observe(1, false, good).has_value());
-  const auto why = m.observe(2, false, broken);
+  EXPECT_FALSE(m.observe(1, false, 0.7, good).has_value());
+  const auto why = m.observe(2, false, 0.7, broken);
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("diverged at step 2: dense parameter top.1.bias[1] is nan"), std::string::npos) << *why;
+}
+
+// A finite loss that explodes (here 1e6x the first step's) stops the run, as does a non-finite
+// loss; the factor is an option (0: off). Before issue 37 only skipped steps and non-finite dense
+// parameters were caught, and a learning rate of 1e6 ended "completed" with a loss of 2.85e35.
+TEST(divergence_stop, ExplodingOrNonFiniteLossIsNamed) {
+  const nn::NamedTensor none[] = {{"w", std::span<const float>()}};
+  DivergenceOptions o;
+  o.max_loss_growth = 1e6;
+  DivergenceMonitor m(o);
+  EXPECT_FALSE(m.observe(1, false, 0.5, none).has_value());
+  EXPECT_FALSE(m.observe(2, false, 4.9e5, none).has_value());  // 0.98e6 times the start
+  const auto why = m.observe(3, false, 5.1e5, none);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("diverged at step 3: the training loss 510000 is more than 1e+06 times its start 0.5"), std::string::npos) << *why;
+  DivergenceMonitor n(o);
+  EXPECT_FALSE(n.observe(1, false, 0.5, none).has_value());
+  const auto inf = n.observe(2, true, INFINITY, none);
+  ASSERT_TRUE(inf.has_value());
+  EXPECT_NE(inf->find("diverged at step 2: the training loss is inf"), std::string::npos) << *inf;
+  o.max_loss_growth = 0;  // off: any finite loss passes
+  DivergenceMonitor off(o);
+  EXPECT_FALSE(off.observe(1, false, 0.5, none).has_value());
+  EXPECT_FALSE(off.observe(2, false, 1e30, none).has_value());
+  EXPECT_TRUE(off.observe(3, false, NAN, none).has_value());
+}
+
+// A non-finite evaluation metric (nested too) is named with the step; finite ones pass.
+TEST(divergence_stop, NonFiniteEvalMetricIsNamed) {
+  DivergenceMonitor m({});
+  EXPECT_FALSE(m.observe_eval(5, nlohmann::json{{"auc", 0.5}, {"logloss", 0.69}, {"rows", 10}}).has_value());
+  EXPECT_FALSE(m.observe_eval(5, nlohmann::json()).has_value());  // no evaluation yet
+  const auto why = m.observe_eval(7, nlohmann::json{{"auc", 0.5}, {"per", {{"logloss", NAN}}}});
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("diverged at step 7: evaluation metric per.logloss is nan"), std::string::npos) << *why;
 }
 
 // ---- the planner's device peak is a budget that runs --------------------------------------

@@ -97,6 +97,7 @@ struct LoopSettings {
   int64_t log_every = 100;         // steps between progress / metrics lines
   double log_every_s = 0;          // > 0: also a progress line when this many seconds passed
   int64_t max_consecutive_skipped = 0;  // divergence (train/divergence.h)
+  double max_loss_growth = 0;           // divergence: 0 = no loss-growth check
   int threads = 0;
   int grad_groups = 0;             // 0: the world size
   MemorySystemOptions memory;

@@ -386,6 +386,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.log_every = c.log_every;
   ls.max_consecutive_skipped = c.max_consecutive_skipped;
+  ls.max_loss_growth = c.max_loss_growth;
   ls.threads = c.threads;
   ls.grad_groups = c.grad_groups;
   ls.memory = c.memory;
