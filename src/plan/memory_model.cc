@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "dist/comm_sizes.h"
 #include "kernels/kernels.h"
@@ -289,6 +291,17 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
       if (s.ids > 0)
         for (int b = 0; b < kCacheRemapBuffers + (w.cache_prefetch ? 1 : 0); ++b)
           r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
+      // The store's traffic: the step's ids over every shard, the caches of every shard.
+      const int64_t step_ids = static_cast<int64_t>(std::llround(t.mean_ids_per_sample * static_cast<double>(w.batch_size)));
+      // Ids hashed into fewer rows than the vocabulary are taken as ranks of their own (the
+      // collisions are ignored: a few percent at the example configs' vocab / rows).
+      const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
+      out.store_rows_read_per_step += misses;
+      out.store_rows_written_per_step += misses;
+      if (w.file_store) {
+        out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
+        out.store_requests_per_step += 3.0 * misses;
+      }
       const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
       out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
       out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
@@ -561,6 +574,45 @@ double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows) {
     if (r <= cached_rows) head += static_cast<double>(std::min<int64_t>(cnt, cached_rows - r + 1)) * p;
   });
   return h > 0 ? head / h : 0.0;
+}
+
+double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capacity) {
+  if (n <= 0 || vocab <= 0 || capacity >= vocab) return 0.0;
+  struct Bucket {
+    double cnt, log_miss;  // ranks in the bucket, log(1 - q) of each
+  };
+  // Ranks in buckets of width r / 256 (about 256 per factor e of rank: a few thousand for 1e9
+  // ranks; the planner calls this for every candidate), each at its middle rank's probability.
+  std::vector<std::pair<double, double>> raw;  // (ranks, probability of each, unnormalized)
+  double h = 0.0;
+  for (int64_t r = 1; r <= vocab;) {
+    const int64_t cnt = std::min(std::max<int64_t>(1, r / 256), vocab - r + 1);
+    const double p = zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r) + 0.5 * static_cast<double>(cnt - 1), -zipf);
+    raw.emplace_back(static_cast<double>(cnt), p);
+    h += static_cast<double>(cnt) * p;
+    r += cnt;
+  }
+  std::vector<Bucket> buckets;
+  buckets.reserve(raw.size());
+  // log(1 - q) = n log(1 - p / h), where q = 1 - (1 - p/h)^n.
+  for (const auto& [cnt, p] : raw) buckets.push_back({cnt, static_cast<double>(n) * std::log1p(-p / h)});
+  // Rows cached after T steps: sum cnt (1 - (1 - q)^T), increasing in T; bisect on log T.
+  const double cap = static_cast<double>(std::max<int64_t>(capacity, 0));
+  auto occupied = [&](double t) {
+    double s = 0.0;
+    for (const Bucket& b : buckets) s += b.cnt * -std::expm1(t * b.log_miss);
+    return s;
+  };
+  double lo = 0.0, hi = 1.0;
+  while (occupied(hi) < cap && hi < 1e18) hi *= 2;
+  for (int it = 0; it < 100 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (occupied(mid) < cap ? lo : hi) = mid;
+  }
+  const double t = 0.5 * (lo + hi);
+  double misses = 0.0;
+  for (const Bucket& b : buckets) misses += b.cnt * -std::expm1(b.log_miss) * std::exp(t * b.log_miss);
+  return misses;
 }
 
 }  // namespace leanemb::plan

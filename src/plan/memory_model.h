@@ -55,6 +55,7 @@ struct TableSpec {
   double mean_ids_per_sample = 1.0;    // mean ids per sample (what sizes a typical step)
   double expected_unique_rows = -1.0;  // distinct rows per step; < 0: unknown (worst case used)
   double zipf = 0.0;                   // id skew (0 = uniform), for the cache hit rate
+  int64_t vocab = 0;                   // distinct ids drawn (0: num_rows), for the cache's misses
   TableDynamicOptions dynamic;         // enabled: a dynamic vocabulary of num_rows rows (docs/tiered.md)
 };
 
@@ -126,6 +127,16 @@ struct Prediction {
   int64_t ids_per_step = 0;      // all tables
   int64_t unique_per_step = 0;   // all tables
   size_t table_bytes = 0;        // rows of every table (weights + state), all tiers
+  // Cached tables, per device, in the cache's steady state (the LRU model lru_misses_per_step
+  // over the step's ids, capacity and the table's zipf): rows the store reads (one per miss) and
+  // writes back (one per miss: every fetched row is updated, so every victim is dirty).
+  double store_rows_read_per_step = 0;
+  double store_rows_written_per_step = 0;
+  // File-store tables: the table files' sizes (num_rows x row bytes rounded up to the block: the
+  // most they can hold on disk), and the I/O requests per step at most (a read per miss, a write
+  // per write-back and the read-modify-write read before it; docs/tiered.md "Writes").
+  size_t disk_bytes = 0;
+  double store_requests_per_step = 0;
 };
 
 // Validates and predicts. Errors: InvalidArgument (empty tables, dims, batch, bad micro-batches,
@@ -142,5 +153,13 @@ Result<Prediction> predict_naive_baseline(const Workload& w);
 double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows);
 // Share of the id mass on the `cached_rows` hottest of `vocab` ranks (the cache's hit rate).
 double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows);
+// Rows an LRU row cache of `capacity` rows misses per step in its steady state, when each step
+// draws `n` ids from Zipf(zipf) over `vocab` ranks (one row each) and asks the cache for the
+// step's distinct rows, as the row cache does. Che's approximation of LRU under independent
+// references, per step: rank i is requested in a step with probability q_i = 1 - (1 - p_i)^n;
+// a row stays cached for T steps after its last request, where T solves
+// sum_i 1 - (1 - q_i)^T = capacity; a request misses when the row's previous one was more than
+// T steps before, so misses per step = sum_i q_i (1 - q_i)^T. 0 when capacity >= vocab.
+double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capacity);
 
 }  // namespace leanemb::plan

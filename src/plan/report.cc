@@ -160,8 +160,23 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 r.chosen.prediction.host_link_bytes_per_step / 1e9, r.chosen.host_link_seconds * 1e3,
                 r.chosen.prediction.comm_bytes_per_step / 1e9, r.chosen.comm_seconds * 1e3, r.chosen.step_seconds * 1e3);
   out += buf;
-  if (r.chosen.workload.cache_fraction < 1.0)
-    out += "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
+  if (r.chosen.workload.cache_fraction < 1.0) {
+    const Prediction& p = r.chosen.prediction;
+    if (r.chosen.workload.file_store) {
+      out += "note: this plan keeps the rows in files (embedding.store = \"file\") behind a device row cache (docs/tiered.md).\n";
+      std::snprintf(buf, sizeof buf,
+                    "disk: table files %s; per step (LRU model, steady state) %.0f rows read, %.0f written back, "
+                    "at most %.0f I/O requests\n",
+                    both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
+                    p.store_requests_per_step);
+      out += buf;
+    } else {
+      out += "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
+      std::snprintf(buf, sizeof buf, "row store per step (LRU model, steady state): %.0f rows read, %.0f written back\n",
+                    p.store_rows_read_per_step, p.store_rows_written_per_step);
+      out += buf;
+    }
+  }
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
   out += accuracy_text(base, o, r);
@@ -236,6 +251,10 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                {"needs_tiered_storage", w.cache_fraction < 1.0},
                {"cost", {{"device_bytes_per_step", r.chosen.prediction.device_bytes_moved_per_step},
                          {"host_link_bytes_per_step", r.chosen.prediction.host_link_bytes_per_step},
+                         {"store_rows_read_per_step", r.chosen.prediction.store_rows_read_per_step},
+                         {"store_rows_written_per_step", r.chosen.prediction.store_rows_written_per_step},
+                         {"disk_bytes", r.chosen.prediction.disk_bytes},
+                         {"store_requests_per_step", r.chosen.prediction.store_requests_per_step},
                          {"comm_bytes_per_step", r.chosen.prediction.comm_bytes_per_step},
                          {"step_seconds", r.chosen.step_seconds}}}};
   {

@@ -53,6 +53,7 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
     if (c.generate) {
       const int64_t vocab = c.gen.vocab.size() == 1 ? c.gen.vocab[0] : c.gen.vocab[static_cast<size_t>(f)];
       t.zipf = c.gen.zipf;
+      t.vocab = vocab;
       const int64_t ids = static_cast<int64_t>(mean * static_cast<double>(c.batch_size) + 0.5);
       t.expected_unique_rows = expected_unique_rows(ids, vocab, c.gen.zipf, t.num_rows);
     }
