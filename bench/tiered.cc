@@ -130,9 +130,14 @@ Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<f
   return Status();
 }
 
-// Same-run probe of the medium: O_DIRECT random reads of `block` bytes over the file at queue
-// depth `qd` for about `seconds`, through io_uring (the store's engine). IOPS, or 0 on failure.
-double probe_random_read_iops(const std::string& path, size_t block, int qd, double seconds, uint64_t seed) {
+// Same-run probe of the medium: O_DIRECT random reads of `block` bytes at queue depth `qd` for
+// about `seconds`, through io_uring (the store's engine). IOPS, or 0 on failure. The offsets are
+// the blocks of random rows of `rows` (rows the run wrote, of `row_bytes` each), or of the whole
+// file when `rows` is empty: a table file is sparse, and a read of a hole never reaches the disk,
+// so a probe over the whole file of a mostly unwritten table measures the file system, not the
+// medium.
+double probe_random_read_iops(const std::string& path, size_t block, int qd, double seconds, uint64_t seed,
+                              const std::vector<int64_t>& rows = {}, size_t row_bytes = 0) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
   if (fd < 0) return 0;
   const off_t size = ::lseek(fd, 0, SEEK_END);
@@ -155,7 +160,8 @@ double probe_random_read_iops(const std::string& path, size_t block, int qd, dou
   while (elapsed < seconds) {
     for (int i = 0; i < qd; ++i) {
       ops[i] = tiered::IoOp{};
-      ops[i].offset = (rng() % blocks) * block;
+      ops[i].offset = rows.empty() ? (rng() % blocks) * block
+                                   : static_cast<uint64_t>(rows[rng() % rows.size()]) * row_bytes / block * block;
       ops[i].buf = static_cast<uint8_t*>(buf) + static_cast<size_t>(i) * block;
       ops[i].len = static_cast<uint32_t>(block);
     }
@@ -277,6 +283,7 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
 }  // namespace
 
 Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
+  const auto started = Clock::now();
   TieredShape s;
   s.rows = o.rows.value_or(10000000);
   s.dim = o.dim.value_or(128);
@@ -333,16 +340,24 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     runs.push_back(Run{"resident", std::move(e)});
   }
   const size_t first_cached = runs.size();
+  const double batches_s = ms_since(started) / 1e3;
+  json create_s = json::object();  // seconds to create each contender's table
   for (CachePolicy p : policies) {
     const std::string pname(tiered::cache_policy_name(p));
     progress("creating the cached table (%s store, %s)", o.store.c_str(), pname.c_str());
     co.policy = p;
+    const auto t_create = Clock::now();
     LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
+    create_s[policies.size() == 1 ? "cached" : "cached_" + pname] = ms_since(t_create) / 1e3;
     Run r{policies.size() == 1 ? "cached" : "cached_" + pname, std::move(e)};
     r.cached = true;
     r.policy = p;
     runs.push_back(std::move(r));
   }
+  // Start-up: from the workload's start to its first step (the id batches, every contender's
+  // table), and what the table creation took of it.
+  (*doc)["startup"] = {{"time_to_first_step_s", ms_since(started) / 1e3}, {"batches_s", batches_s}, {"create_table_s", create_s}};
+  progress("first step %.2f s after the start (tables created in %s s)", ms_since(started) / 1e3, create_s.dump().c_str());
   for (Run& r : runs) {
     progress("%s: %d warm-up steps", r.name.c_str(), warmup);
     for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, o.prefetch));
@@ -437,9 +452,15 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     if (!same) return internal_error("tiered: cached and resident rows differ (determinism gate)");
   }
   if (file) {
+    // Writing every dirty cached row back (what a checkpoint or the end of a run does first).
+    const auto t_flush = Clock::now();
     LEANEMB_RETURN_IF_ERROR(cached.e.coll->flush());
+    summary["final_flush_s"] = ms_since(t_flush) / 1e3;
     const json cj = cache_json(st, cached.after_warmup, iters, 0);
-    const double probe = probe_random_read_iops(path, 4096, 64, 3.0, o.seed);
+    // The probe reads the blocks of rows the run touched (all written by now: the flush above).
+    std::vector<int64_t> written;
+    for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
+    const double probe = probe_random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
     summary["store_read_iops"] = cj["store_read_iops"];
     summary["probe_random_read_iops_4k_qd64"] = probe;
     if (probe > 0) summary["store_iops_over_probe"] = cj["store_read_iops"].get<double>() / probe;
