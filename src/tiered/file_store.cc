@@ -48,17 +48,29 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 std::string errno_text(int err) { return std::generic_category().message(err); }
 
-// The direct-I/O offset alignment of an open file (statx STATX_DIOALIGN), else 4096.
+// The access unit of an open file: its direct-I/O offset alignment (statx STATX_DIOALIGN, else
+// 4096), raised to the file system's block size (st_blksize) when that is larger, up to 4096.
+// A direct write smaller than the file system's block into a block not yet written (a hole of a
+// sparse table file) makes ext4 drain every request in flight on the file and run the write
+// synchronously (it may have to zero the rest of the block): 512-byte writes into a sparse file
+// ran at 5.8k/s against 16.1k/s for 4 KiB ones on the test machine (fio, QD 64), and a table's
+// write-backs land mostly in such holes.
 uint32_t query_block_bytes(int fd) {
+  uint32_t block = kDefaultBlockBytes;
 #ifdef STATX_DIOALIGN
   struct statx sx {};
   if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) != 0 &&
       sx.stx_dio_offset_align > 0 && sx.stx_dio_offset_align <= kBufferAlign &&
       (sx.stx_dio_offset_align & (sx.stx_dio_offset_align - 1)) == 0) {
-    return sx.stx_dio_offset_align;
+    block = sx.stx_dio_offset_align;
   }
 #endif
-  return kDefaultBlockBytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_blksize > 0 && static_cast<uint64_t>(st.st_blksize) <= kBufferAlign &&
+      (st.st_blksize & (st.st_blksize - 1)) == 0 && static_cast<uint32_t>(st.st_blksize) > block) {
+    block = static_cast<uint32_t>(st.st_blksize);
+  }
+  return block;
 }
 
 struct RowRef {
