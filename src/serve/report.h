@@ -30,4 +30,17 @@ namespace leanemb::serve {
 Result<std::string> render_report(const std::string& title, const std::string& metrics_jsonl, const std::string& summary_json,
                                   std::vector<std::string>* warnings = nullptr);
 
+// One run of a comparison: its name (the legend and the column header), metrics.jsonl's text and
+// its --json-summary text (or empty).
+struct RunInput {
+  std::string name, metrics_jsonl, summary_json;
+};
+
+// The page of one run or of several (`leanemb report RUN [RUN ...]`): with several, every chart
+// over steps draws one series per run (data-series = the run's name, a legend, distinct colours),
+// the summary and evaluation tables have one column per run, a table lists the configuration keys
+// whose values differ (from the summaries' "config"), and the memory chart has each run's bars.
+// Errors: those of render_report, the run's name first.
+Result<std::string> render_runs(const std::string& title, const std::vector<RunInput>& runs, std::vector<std::string>* warnings = nullptr);
+
 }  // namespace leanemb::serve
