@@ -209,7 +209,11 @@ std::string draw_line_chart(const LineChart& c) {
 }
 
 std::string draw_stacked_bars(const BarChart& c) {
-  const double W = c.width, row = 34, L = 170, R = 120, top = 34;
+  // The bar labels sit left of the bars: room for the longest (run names make them long on a
+  // comparison page), about 6.5 px a character at 11 px.
+  size_t longest = 0;
+  for (const Bar& b : c.bars) longest = std::max(longest, b.label.size());
+  const double W = c.width, row = 34, L = std::max(170.0, 16 + 6.5 * static_cast<double>(longest)), R = 120, top = 34;
   std::vector<std::string> cats;
   double most = 0;
   for (const Bar& b : c.bars) {

@@ -219,7 +219,7 @@ chart::BarChart memory_chart(const std::vector<Loaded>& runs) {
           m.segments.push_back({cat, v.value("measured", 0.0)});
           total += p.segments.back().value + m.segments.back().value;
         }
-        if (total == 0 && runs.size() > 1) continue;  // a tier the run did not use (no host placement): two empty bars say nothing
+        if (total == 0) continue;  // a tier the run did not use (nothing placed on the host): two empty bars say nothing
         c.bars.push_back(p);
         c.bars.push_back(m);
       }
@@ -228,7 +228,9 @@ chart::BarChart memory_chart(const std::vector<Loaded>& runs) {
         chart::Bar b{prefix + tier + " measured", {}};
         for (const auto& [cat, v] : cats.items())
           if (v.is_number()) b.segments.push_back({cat, v.get<double>()});
-        if (!b.segments.empty()) c.bars.push_back(b);
+        double total = 0;
+        for (const chart::Segment& g : b.segments) total += g.value;
+        if (total > 0) c.bars.push_back(b);
       }
     }
   }
@@ -424,7 +426,10 @@ std::string transfers_table(const json& sum) {
       for (const auto& [k, v] : sum["row_cache"].items())
         if (v.is_number())
           o << "<tr><td class=\"l\">row cache " << chart::escape(k) << "</td><td>"
-            << chart::escape(k.find("bytes") != std::string::npos ? bytes(v.get<double>()) : chart::format_number(v.get<double>())) << "</td></tr>\n";
+            << chart::escape(k.find("bytes") != std::string::npos     ? bytes(v.get<double>())
+                             : k.find("seconds") != std::string::npos ? chart::format_seconds(v.get<double>())
+                                                                      : chart::format_number(v.get<double>()))
+            << "</td></tr>\n";
     o << "</table>\n";
   }
   return o.str();
@@ -516,7 +521,7 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
   if (dirs.empty()) {
     o << "<p class=\"note\">metrics.jsonl records no transfers (an older run).</p>\n";
   } else if (!moved) {
-    o << "<p class=\"note\">No bytes moved between tiers while training (every category stayed on its tier).</p>\n";
+    o << "<p class=\"note\">No bytes moved between tiers at the logged steps (every category stayed on its tier; the summary's whole-run figures also count the final checkpoint).</p>\n";
   } else if (!several) {
     chart::LineChart c = overlay(runs, "transfers", "Bytes moved between tiers (cumulative)", [](const Run&) { return chart::Series{}; },
                                  chart::Axis::kBytes);
