@@ -800,6 +800,11 @@ TEST(serve_report, SeveralRunsOnOnePage) {
   EXPECT_NE(html.find("data-series=\"a\""), std::string::npos);
   EXPECT_NE(html.find("data-series=\"b\""), std::string::npos);
   EXPECT_NE(html.find("<th class=\"l\">row_dtype</th>"), std::string::npos);
+  // Each --summary takes one file: a RUN_DIR may follow it.
+  const RunResult mixed = run_cli("report '" + out + "/a' --summary '" + out + "/a.json' '" + out + "/b' --summary '" + out +
+                                  "/b.json' --output '" + out + "/mixed.html'");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_NE(slurp(out + "/mixed.html").find("data-series=\"b\""), std::string::npos);
   expect_clean_failure("report '" + out + "/a' '" + out + "/b' --summary '" + out + "/a.json'", "give one per RUN_DIR");
 }
 

@@ -304,7 +304,8 @@ void add_serve(CLI::App& app, int* result) {
         ->check(non_empty());
     cmd->add_option("--summary", a->summaries, "A run's --json-summary file (summary, memory charts): once per RUN_DIR, in their order")
         ->type_name("FILE")
-        ->expected(1)
+        ->expected(1)  // one file per --summary: `report A --summary a.json B --summary b.json` leaves B a RUN_DIR
+        ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->check(non_empty());
     cmd->add_option("--output", a->output, "The HTML file (default RUN_DIR/report.html; several runs: FIRST_RUN_DIR/compare.html)")
