@@ -284,13 +284,15 @@ std::string summary_table(const std::vector<Loaded>& runs) {
   o << row("outcome", runs, [](const Loaded& l) { return l.sum.is_null() ? "" : l.sum.value("outcome", ""); });
   o << row("steps", runs, [&](const Loaded& l) {
     const std::string s = sum_number(l.sum, "steps", num);
-    return s.empty() ? last_of(l.r.loss, num) == "" ? "" : num(l.r.loss.x.back()) : s;
+    if (!s.empty() || l.r.loss.x.empty()) return s;
+    return num(l.r.loss.x.back());  // the last logged step
   });
   o << row("samples", runs, [&](const Loaded& l) { return sum_number(l.sum, "samples", num); });
   o << row("training time", runs, [](const Loaded& l) { return sum_number(l.sum, "train_seconds", chart::format_seconds); });
   o << row("samples/s", runs, [&](const Loaded& l) {
-    const std::string s = sum_number(l.sum, "samples_per_s", num);
-    return (s.empty() ? last_of(l.r.speed, num) : s) + (s.empty() && l.r.speed.y.empty() ? "" : " samples/s");
+    std::string s = sum_number(l.sum, "samples_per_s", num);
+    if (s.empty()) s = last_of(l.r.speed, num);
+    return s.empty() ? s : s + " samples/s";
   });
   o << row("final training loss", runs, [&](const Loaded& l) {
     const std::string s = sum_number(l.sum, "loss", num);
@@ -455,6 +457,7 @@ std::string checkpoint_table(const std::vector<Loaded>& runs) {
 std::string line_or_note(const chart::LineChart& c, size_t points, const std::string& one_point_note) {
   if (points >= 2) return chart::draw_line_chart(c);
   if (points == 1) return "<p class=\"note\" data-chart=\"" + chart::escape(c.id) + "\">" + chart::escape(one_point_note) + "</p>\n";
+  if (c.empty_text.empty()) return "";  // the absence is said elsewhere (the evaluation table)
   return "<p class=\"note\" data-chart=\"" + chart::escape(c.id) + "\">" + chart::escape(c.title) + ": " + chart::escape(c.empty_text) +
          "</p>\n";
 }
@@ -487,7 +490,7 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
   std::string eval_name = runs[0].r.eval_name;
   for (const Loaded& l : runs)
     if (!l.r.eval.x.empty()) eval_name = l.r.eval_name;
-  o << line_or_note(overlay(runs, "eval", eval_name + " over steps", [](const Run& r) { return r.eval; }),
+  o << line_or_note(overlay(runs, "eval", eval_name + " over steps", [](const Run& r) { return r.eval; }, chart::Axis::kNumber, ""),
                     most_points(runs, [](const Run& r) -> const chart::Series& { return r.eval; }),
                     "One evaluation per run (the table above): no chart.");
   const size_t logloss = most_points(runs, [](const Run& r) -> const chart::Series& { return r.logloss; });
