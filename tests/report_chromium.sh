@@ -10,7 +10,8 @@
 # read the charts from that DOM: the loss polyline has one point per metrics.jsonl record with a
 # loss, every series equals its records, the checkpoint markers are the checkpoint records, the
 # memory bars are the summary's bytes, and the plan's bars hold the plan's categories and bytes
-# (from `plan --json`). A screenshot of the report page must be a 1200 x 1600 PNG.
+# (from `plan --json`). A comparison page of the run and a copy of it (`report RUN TWIN`) has one
+# polyline per run, with the same values, on every chart. A screenshot of the report page must be a 1200 x 1600 PNG.
 # Without chromium the test FAILS: scripts/install_deps.sh installs it.
 set -euo pipefail
 
@@ -31,6 +32,9 @@ export OMP_WAIT_POLICY=passive
   --set embedding.cache_fraction=0.5 --set embedding.cache_min_rows=1 \
   --out "$WORK/run" --json-summary "$WORK/summary.json" > "$WORK/train.out"
 "$LEANEMB" report "$WORK/run" --summary "$WORK/summary.json" --quiet
+# A comparison page: the run beside a copy of itself (two legend names, the same series).
+cp -r "$WORK/run" "$WORK/twin"
+"$LEANEMB" report "$WORK/run" "$WORK/twin" --summary "$WORK/summary.json" --summary "$WORK/summary.json" --output "$WORK/compare.html" --quiet
 "$LEANEMB" plan --vocab 1000000 --dim 512 --batch 4096 --seq-len 2048 --optimizer adam --preset ascend-910a \
   --json --html "$WORK/plan.html" > "$WORK/plan.json" 2> /dev/null
 
@@ -41,6 +45,7 @@ chromium_run() {
 }
 chromium_run --dump-dom "file://$WORK/run/report.html" > "$WORK/report.dom"
 chromium_run --dump-dom "file://$WORK/plan.html" > "$WORK/plan.dom"
+chromium_run --dump-dom "file://$WORK/compare.html" > "$WORK/compare.dom"
 chromium_run --window-size=1200,1600 --screenshot="$WORK/report.png" "file://$WORK/run/report.html" > /dev/null
 
 /usr/bin/python3 - "$WORK" <<'PY'
@@ -104,8 +109,9 @@ def expect_series(series, recs, value):
 
 expect_series("loss", logged, lambda r: r["loss"])
 expect_series("samples_per_s", logged, lambda r: r["samples_per_s"])
-expect_series("loss_scale", logged, lambda r: r["loss_scale"])
-expect_series("skipped_steps", logged, lambda r: r["skipped_steps"])
+# An fp32 run: the loss scale stays 1 and no step is skipped, so the page draws neither chart.
+check(all(r["loss_scale"] == 1 and r["skipped_steps"] == 0 for r in logged), "the fp32 run moved its loss scale or skipped a step")
+check(not any(c in ("chart-loss_scale", "chart-skipped_steps") for _, _, c in els), "a loss scale or skipped steps chart for an fp32 run")
 expect_series("eval", evals, lambda r: r["eval"]["auc"])
 expect_series("checkpoint_seconds", ckpts, lambda r: r["checkpoint_seconds"])
 for direction in logged[-1]["transfers"]:
@@ -122,7 +128,23 @@ for tier, t in summary["plan"].items():
         segs = {a["data-category"]: float(a["data-value"]) for tg, a, c in els
                 if tg == "rect" and c == "chart-memory" and a.get("data-bar") == f"{tier} {side}"}
         want = {cat: float(v[side]) for cat, v in t["categories"].items()}
+        if not any(float(v[s]) for v in t["categories"].values() for s in ("planned", "measured")):
+            want = {}  # a tier the run did not use: no bars
         check(segs == want, f"memory bar '{tier} {side}': {segs} != {want}")
+
+# ---- the comparison page: every chart over steps has one polyline per run ----
+cmp = dom(f"{work}/compare.dom")
+lines = {}
+for t, a, c in cmp:
+    if t == "polyline":
+        lines.setdefault(c, []).append(a.get("data-series"))
+check(len(lines) >= 4, f"the comparison page draws {len(lines)} charts over steps")
+for c, series in lines.items():
+    check(sorted(series) == ["run", "twin"], f"comparison chart {c}: series {series}, want one per run")
+same = [(a.get("data-values"), c) for t, a, c in cmp if t == "polyline"]
+for c in lines:
+    vals = [v for v, cc in same if cc == c]
+    check(len(set(vals)) == 1, f"comparison chart {c}: a run and its copy draw different values")
 
 # ---- the plan page ----
 els = dom(f"{work}/plan.dom")

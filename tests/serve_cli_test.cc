@@ -739,8 +739,11 @@ TEST(serve_report, HtmlChartsHoldTheRunsSeries) {
   for (size_t at = loss_chart.find("data-kind=\"checkpoint\""); at != std::string::npos; at = loss_chart.find("data-kind=\"checkpoint\"", at + 1))
     ++markers;
   EXPECT_EQ(markers, 4u);
-  for (const char* id : {"chart-loss_scale", "chart-skipped_steps", "chart-transfers", "chart-memory"})
+  for (const char* id : {"chart-transfers", "chart-memory"})
     EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  // An fp32 run's loss scale stays 1 and it skips no step: those charts would say nothing.
+  for (const char* id : {"chart-loss_scale", "chart-skipped_steps"})
+    EXPECT_EQ(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
   // Memory: a planned and a measured bar per tier, the measured bytes those of the summary.
   const json sum = read_json(out + "/s.json");
   const double weights = sum["plan"]["device"]["categories"]["weights"]["measured"].get<double>();
@@ -772,11 +775,37 @@ TEST(serve_report, SkippedStepsAndEpochsAreMarked) {
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"skipped@4", "epoch@4", "skipped@6"}));
   EXPECT_EQ(numbers(attribute_near(html, "data-series=\"loss_scale\"", "data-values")), (std::vector<double>{65536, 32768, 8192}));
-  EXPECT_NE(html.find("Eval P@1"), std::string::npos);
+  EXPECT_NE(html.find("<th class=\"l\">P@1</th><td>0.5</td>"), std::string::npos);  // one evaluation: a number, no chart
+  EXPECT_EQ(html.find("id=\"chart-eval\""), std::string::npos);
   EXPECT_NE(html.find("metrics.jsonl records no transfers"), std::string::npos);
   EXPECT_NE(html.find("no checkpoint in metrics.jsonl"), std::string::npos);
   std::ofstream(out + "/run/metrics.jsonl", std::ios::app) << "not json\n";
   expect_clean_failure("report '" + out + "/run'", "metrics.jsonl line 5 is not a JSON object");
+}
+
+// Several runs on one page: one line per run on every chart, a column per run; --summary once
+// per run.
+TEST(serve_report, SeveralRunsOnOnePage) {
+  const std::string out = scratch("report_several");
+  for (const char* name : {"a", "b"}) {
+    fs::create_directories(out + "/" + name);
+    std::ofstream(out + "/" + name + "/metrics.jsonl") << "{\"step\":2,\"loss\":0.7,\"samples_per_s\":10}\n"
+                                                      << "{\"step\":4,\"loss\":0.6,\"samples_per_s\":11}\n";
+    std::ofstream(out + "/" + name + ".json") << "{\"steps\":4,\"config\":{\"row_dtype\":\"" << (name[0] == 'a' ? "fp32" : "bf16") << "\"}}";
+  }
+  const RunResult r = run_cli("report '" + out + "/a' '" + out + "/b' --summary '" + out + "/a.json' --summary '" + out + "/b.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("compare.html"), std::string::npos) << r.out;
+  const std::string html = slurp(out + "/a/compare.html");
+  EXPECT_NE(html.find("data-series=\"a\""), std::string::npos);
+  EXPECT_NE(html.find("data-series=\"b\""), std::string::npos);
+  EXPECT_NE(html.find("<th class=\"l\">row_dtype</th>"), std::string::npos);
+  // Each --summary takes one file: a RUN_DIR may follow it.
+  const RunResult mixed = run_cli("report '" + out + "/a' --summary '" + out + "/a.json' '" + out + "/b' --summary '" + out +
+                                  "/b.json' --output '" + out + "/mixed.html'");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_NE(slurp(out + "/mixed.html").find("data-series=\"b\""), std::string::npos);
+  expect_clean_failure("report '" + out + "/a' '" + out + "/b' --summary '" + out + "/a.json'", "give one per RUN_DIR");
 }
 
 // plan --html writes the page beside the usual output (also when nothing fits, exit 3); not

@@ -1,4 +1,5 @@
 // `leanemb test`, `leanemb predict`, `leanemb export`: use a trained model (docs/serve.md).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -144,25 +145,60 @@ int run_export(const ServeArgs& a) {
   return kExitOk;
 }
 
-int run_report(const ServeArgs& a) {
-  std::ifstream m(a.run + "/metrics.jsonl");
-  if (!m) return report_error(not_found("no metrics.jsonl in '" + a.run + "' (a run directory of leanemb train)"));
-  std::stringstream ms;
-  ms << m.rdbuf();
-  std::string summary;
-  if (!a.summary.empty()) {
-    std::ifstream s(a.summary);
-    if (!s) return report_error(not_found("cannot open --summary '" + a.summary + "'"));
-    std::stringstream ss;
-    ss << s.rdbuf();
-    summary = ss.str();
+namespace {
+
+Result<std::string> slurp(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return not_found("cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The legend name of each run: the directory's last component, the whole path where two runs
+// share it.
+std::vector<std::string> run_names(const std::vector<std::string>& dirs) {
+  std::vector<std::string> names;
+  for (std::string d : dirs) {
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const size_t slash = d.rfind('/');
+    names.push_back(slash == std::string::npos ? d : d.substr(slash + 1));
   }
+  for (size_t i = 0; i < names.size(); ++i)
+    if (std::count(names.begin(), names.end(), names[i]) > 1) names[i] = dirs[i];
+  return names;
+}
+
+}  // namespace
+
+int run_report(const ServeArgs& a) {
+  if (!a.summaries.empty() && a.summaries.size() != a.runs.size())
+    return report_error(invalid_argument("--summary: give one per RUN_DIR, in their order (" + std::to_string(a.runs.size()) + " runs, " +
+                                         std::to_string(a.summaries.size()) + " summaries)"));
+  const std::vector<std::string> names = run_names(a.runs);
+  std::vector<serve::RunInput> inputs;
+  std::vector<data::NamedPath> ins;
+  for (size_t i = 0; i < a.runs.size(); ++i) {
+    auto m = slurp(a.runs[i] + "/metrics.jsonl");
+    if (!m.ok()) return report_error(not_found("no metrics.jsonl in '" + a.runs[i] + "' (a run directory of leanemb train)"));
+    std::string summary;
+    if (!a.summaries.empty()) {
+      auto s = slurp(a.summaries[i]);
+      if (!s.ok()) return report_error(not_found("cannot open --summary '" + a.summaries[i] + "'"));
+      summary = std::move(s).value();
+      ins.push_back({"--summary", a.summaries[i]});
+    }
+    ins.push_back({"the metrics file", a.runs[i] + "/metrics.jsonl"});
+    inputs.push_back({names[i], std::move(m).value(), std::move(summary)});
+  }
+  std::string title = a.runs.size() == 1 ? "leanemb run " + a.runs[0] : "leanemb runs";
+  if (a.runs.size() > 1)
+    for (size_t i = 0; i < names.size(); ++i) title += (i ? ", " : " ") + names[i];
   std::vector<std::string> warnings;
-  auto html = serve::render_report("leanemb run " + a.run, ms.str(), summary, &warnings);
+  auto html = serve::render_runs(title, inputs, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "leanemb: warning: %s\n", w.c_str());
   if (!html.ok()) return report_error(html.status());
-  const std::string out = a.output.empty() ? a.run + "/report.html" : a.output;
-  const data::NamedPath ins[] = {{"the metrics file", a.run + "/metrics.jsonl"}, {"--summary", a.summary}};
+  const std::string out = !a.output.empty() ? a.output : a.runs[0] + (a.runs.size() == 1 ? "/report.html" : "/compare.html");
   if (Status s = data::check_output_not_input({"--output", out}, ins); !s.ok()) return report_error(s);
   std::ofstream f(out);
   f << html.value();

@@ -94,6 +94,7 @@ int run_gen_data(const GenArgs& a);
 struct ServeArgs {
   std::string run, data, json_out, output, out_dir, summary;
   std::vector<std::string> sets;
+  std::vector<std::string> runs, summaries;  // report: RUN_DIR ..., --summary per run
   int64_t k = 1, rows = 0, prune_min_count = 0;
   double threshold = 0.0;
   bool probs = false, quiet = false, with_state = false, serving = false, overwrite = false;

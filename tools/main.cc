@@ -297,11 +297,20 @@ void add_serve(CLI::App& app, int* result) {
   }
   {
     auto a = std::make_shared<ServeArgs>();
-    CLI::App* cmd = app.add_subcommand("report", "Draw a run as one self-contained HTML page (inline SVG): loss, eval metric and "
-                                                 "samples/s over steps; memory by tier and category with --summary");
-    cmd->add_option("RUN_DIR", a->run, "The run directory (train --out)")->required()->check(non_empty());
-    cmd->add_option("--summary", a->summary, "The run's --json-summary file (memory charts)")->type_name("FILE")->check(non_empty());
-    cmd->add_option("--output", a->output, "The HTML file (default RUN_DIR/report.html)")->type_name("FILE")->check(non_empty());
+    CLI::App* cmd = app.add_subcommand("report", "Draw a run, or several overlaid, as one self-contained HTML page (inline SVG): "
+                                                 "loss, eval metric and samples/s over steps; memory by tier and category with --summary");
+    cmd->add_option("RUN_DIR", a->runs, "The run directories (train --out); several: one line per run on every chart")
+        ->required()
+        ->check(non_empty());
+    cmd->add_option("--summary", a->summaries, "A run's --json-summary file (summary, memory charts): once per RUN_DIR, in their order")
+        ->type_name("FILE")
+        ->expected(1)  // one file per --summary: `report A --summary a.json B --summary b.json` leaves B a RUN_DIR
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->check(non_empty());
+    cmd->add_option("--output", a->output, "The HTML file (default RUN_DIR/report.html; several runs: FIRST_RUN_DIR/compare.html)")
+        ->type_name("FILE")
+        ->check(non_empty());
     cmd->add_flag("--quiet", a->quiet, "Print nothing");
     cmd->footer(exit_code_table());
     cmd->callback([a, result] { *result = run_report(*a); });

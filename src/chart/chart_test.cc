@@ -114,5 +114,48 @@ TEST(ChartTest, PageHasNoScriptAndEscapesItsTitle) {
   EXPECT_EQ(escape("\"x\""), "&quot;x&quot;");
 }
 
+// Numbers in tables: separators for integers, 4 significant digits otherwise, never a raw double.
+TEST(ChartTest, FormatNumberIsReadable) {
+  EXPECT_EQ(format_number(185501.23122463224), "185,500");
+  EXPECT_EQ(format_number(1048576), "1,048,576");
+  EXPECT_EQ(format_number(-1234567), "-1,234,567");
+  EXPECT_EQ(format_number(300), "300");
+  EXPECT_EQ(format_number(0.78852295502), "0.7885");
+  EXPECT_EQ(format_number(12.3456), "12.35");
+  EXPECT_EQ(format_number(1234.5678), "1,235");
+  EXPECT_EQ(format_number(0), "0");
+  EXPECT_EQ(format_seconds(3.078954556), "3.079 s");
+  EXPECT_EQ(format_seconds(125), "2 min 5 s");
+  EXPECT_EQ(format_seconds(4500), "1.25 h");
+}
+
+// The x axis of a chart over steps has whole-step ticks (never "538.5"), also for one point.
+TEST(ChartTest, StepTicksAreIntegers) {
+  for (const std::vector<double>& xs : {std::vector<double>{1, 1076}, std::vector<double>{7}, std::vector<double>{20, 21}}) {
+    LineChart c;
+    c.id = "loss";
+    c.series = {{"loss", "", xs, std::vector<double>(xs.size(), 0.5)}};
+    const std::string svg = draw_line_chart(c);
+    EXPECT_EQ(count(svg, "class=\"x-tick\""), 3u);
+    for (size_t at = svg.find("class=\"x-tick\""); at != std::string::npos; at = svg.find("class=\"x-tick\"", at + 1)) {
+      const std::string v = attr(svg.substr(svg.rfind('<', at)), "class=\"x-tick\"", "data-value");
+      EXPECT_EQ(v.find('.'), std::string::npos) << v;
+      const size_t text = svg.find('>', at) + 1;
+      EXPECT_EQ(svg.substr(text, svg.find('<', text) - text).find('.'), std::string::npos);
+    }
+  }
+}
+
+// Overlaid series (one per run) get distinct colours and one legend entry each.
+TEST(ChartTest, OverlaidSeriesHaveDistinctColours) {
+  LineChart c;
+  c.id = "loss";
+  c.series = {{"run-a", "run-a", {1, 2}, {0.5, 0.4}}, {"run-b", "run-b", {1, 2}, {0.6, 0.5}}};
+  const std::string svg = draw_line_chart(c);
+  EXPECT_EQ(count(svg, "<polyline"), 2u);
+  EXPECT_EQ(count(svg, "class=\"legend\""), 2u);
+  EXPECT_NE(attr(svg, "data-series=\"run-a\"", "stroke"), attr(svg, "data-series=\"run-b\"", "stroke"));
+}
+
 }  // namespace
 }  // namespace leanemb::chart

@@ -73,6 +73,50 @@ std::string label(double v, Axis axis) {
   return b;
 }
 
+namespace {
+
+// "1234567" -> "1,234,567" (a leading '-' kept).
+std::string group_thousands(const std::string& digits) {
+  const size_t first = digits.empty() || digits[0] != '-' ? 0 : 1;
+  std::string o = digits.substr(0, first);
+  const size_t n = digits.size() - first;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && (n - i) % 3 == 0) o += ',';
+    o += digits[first + i];
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string format_number(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  char b[48];
+  const double a = std::fabs(v);
+  if (v == std::floor(v) && a < 1e15) {  // counts: steps, samples, bytes
+    std::snprintf(b, sizeof b, "%.0f", v);
+    return group_thousands(b);
+  }
+  if (a >= 1000 && a < 1e15) {  // 4 significant digits, written out: 185501.23 -> "185,500"
+    const double scale = std::pow(10.0, std::floor(std::log10(a)) - 3);
+    std::snprintf(b, sizeof b, "%.0f", std::round(v / scale) * scale);
+    return group_thousands(b);
+  }
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+std::string format_seconds(double s) {
+  if (!std::isfinite(s) || std::fabs(s) < 60) return format_number(s) + " s";
+  char b[48];
+  if (std::fabs(s) < 3600) {
+    const double m = std::floor(s / 60);
+    std::snprintf(b, sizeof b, "%.0f min %.0f s", m, std::round(s - 60 * m));
+    return b;
+  }
+  return format_number(s / 3600) + " h";
+}
+
 std::string category_color(std::string_view category, size_t index) {
   for (int c = 0; c < kNumCategories; ++c)
     if (category == category_name(static_cast<Category>(c))) {
@@ -106,6 +150,7 @@ std::string draw_line_chart(const LineChart& c) {
   for (const Marker& m : c.markers) xr.add(m.x);
   if (c.y_axis == Axis::kBytes) yr.add(0);
   xr.widen();
+  if (c.integer_x && xr.hi - xr.lo < 2) xr.hi = xr.lo + 2;  // room for three whole-step ticks
   yr.widen();
   auto sx = [&](double x) { return L + (x - xr.lo) / (xr.hi - xr.lo) * (W - L - R); };
   auto sy = [&](double y) { return H - B - (y - yr.lo) / (yr.hi - yr.lo) * (H - T - B); };
@@ -113,11 +158,14 @@ std::string draw_line_chart(const LineChart& c) {
   o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << H - B << "\" class=\"axis\"/>\n"
     << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << H - B << "\" class=\"axis\"/>\n";
   for (int i = 0; i < 3; ++i) {
-    const double y = yr.lo + (yr.hi - yr.lo) * i / 2.0, x = xr.lo + (xr.hi - xr.lo) * i / 2.0;
+    double x = xr.lo + (xr.hi - xr.lo) * i / 2.0;
+    const double y = yr.lo + (yr.hi - yr.lo) * i / 2.0;
+    if (c.integer_x) x = i == 0 ? std::ceil(x) : i == 2 ? std::floor(x) : std::round(x);  // whole steps, inside the range
     o << "<line x1=\"" << L << "\" y1=\"" << px(sy(y)) << "\" x2=\"" << W - R << "\" y2=\"" << px(sy(y)) << "\" class=\"grid\"/>\n"
       << "<text x=\"" << L - 6 << "\" y=\"" << px(sy(y) + 4) << "\" text-anchor=\"end\">" << escape(label(y, c.y_axis)) << "</text>\n"
       << "<text x=\"" << px(sx(x)) << "\" y=\"" << H - B + 16 << "\" text-anchor=\"" << (i == 0 ? "start" : i == 1 ? "middle" : "end")
-      << "\">" << escape(label(x, Axis::kNumber)) << "</text>\n";
+      << "\" class=\"x-tick\" data-value=\"" << num(x) << "\">" << escape(c.integer_x ? format_number(x) : label(x, Axis::kNumber))
+      << "</text>\n";
   }
   o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 6 << "\" text-anchor=\"middle\">" << escape(c.x_label) << "</text>\n";
   for (const Marker& m : c.markers)
@@ -161,7 +209,11 @@ std::string draw_line_chart(const LineChart& c) {
 }
 
 std::string draw_stacked_bars(const BarChart& c) {
-  const double W = c.width, row = 34, L = 170, R = 120, top = 34;
+  // The bar labels sit left of the bars: room for the longest (run names make them long on a
+  // comparison page), about 6.5 px a character at 11 px.
+  size_t longest = 0;
+  for (const Bar& b : c.bars) longest = std::max(longest, b.label.size());
+  const double W = c.width, row = 34, L = std::max(170.0, 16 + 6.5 * static_cast<double>(longest)), R = 120, top = 34;
   std::vector<std::string> cats;
   double most = 0;
   for (const Bar& b : c.bars) {

@@ -33,6 +33,12 @@ std::string num(double v);
 // "1.5 GiB" style bytes (format_bytes), or %.4g for plain numbers: axis and bar labels.
 enum class Axis : uint8_t { kNumber, kBytes };
 std::string label(double v, Axis axis);
+// A number as a reader wants it in a table: integers exactly with thousands separators
+// ("1,048,576"), other values to 4 significant digits ("0.7431", "185,500", "12.35"); a page
+// never shows a raw double such as 185501.23122463224.
+std::string format_number(double v);
+// Seconds: "12.35 s", "2 min 5 s", "1.25 h".
+std::string format_seconds(double seconds);
 
 // The colour of a memory category (the eight of leanemb/memory.h have fixed colours, the same
 // on every page) or of the i-th other name (a palette).
@@ -60,6 +66,8 @@ struct LineChart {
   std::vector<Marker> markers;
   std::string empty_text = "no data";  // drawn when no series has a point
   double width = 560, height = 240;
+  // Steps are integers: the x ticks are whole numbers (never "538.5"), labelled with separators.
+  bool integer_x = true;
 };
 
 // REQUIRES: each series' x and y have the same size.
