@@ -51,4 +51,9 @@ if(LEANEMB_BUILD_TESTS)
   # SIGTERM at random moments: exit 5 with a checkpoint, resumed to the reference training digest.
   add_test(NAME graceful_stop_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 5 sigterm)
   set_tests_properties(resume_bitexact ckpt_kill9_random graceful_stop_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
+  # Issue 37, the attacker: every writer against occupied, locked and aliased targets, every reader
+  # against swapped, truncated, concatenated and shrinking files; exit code, message, and the
+  # victims' sha256 before and after (tests/attack.sh, a few seconds).
+  add_test(NAME attack COMMAND ${PROJECT_SOURCE_DIR}/tests/attack.sh $<TARGET_FILE:leanemb_cli>)
+  set_tests_properties(attack PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
