@@ -211,6 +211,7 @@ verdict report_output_is_its_metrics 2 "'$W/run/metrics.jsonl'"
 # is one of its inputs, but only --data (predict, test) and the data and config files (train) are
 # checked against the output: predict --output truncates the checkpoint's data file (exit 4, the
 # checkpoint lost), test --json and train --resume --json-summary overwrite its MANIFEST (exit 0).
+# Also known: predict's disk-full error does not name --output ("cannot write the predictions").
 cp -r "$W/run" "$W/runk"
 C=$(newest "$W/runk")
 victims "$W/runk/checkpoints"
@@ -229,6 +230,31 @@ known_verdict train_json_summary_is_the_resumed_checkpoint 2 "'$C/MANIFEST'"
 try train --steps 4 --out "$W/runk3" --json-summary "$W/runk3/metrics.jsonl"
 extra=""; [[ "$(head -1 "$W/runk3/metrics.jsonl" 2> /dev/null)" == "{" ]] && extra="metrics.jsonl was replaced by the summary; "
 known_verdict train_json_summary_is_its_own_metrics 2 "'$W/runk3/metrics.jsonl'" -- "$extra"
+
+# ---- writers: a full disk (a 1 KiB file-size limit stands in: EFBIG and ENOSPC take one path) --
+full() { (trap '' XFSZ; ulimit -f 1; "$@"); }
+victims "$W/run/checkpoints" "$W/e.tsv"
+try full "$LEANEMB" predict --run "$W/run" --data "$W/e.tsv" --output "$W/full_p.txt" --quiet
+known_verdict predict_output_disk_full 4 "IoError" "'$W/full_p.txt'"
+victims "$W/run/checkpoints"
+try full "$LEANEMB" export --run "$W/run" --out "$W/full_ex" --quiet
+verdict export_disk_full 4 "IoError: cannot write '$W/full_ex/"
+victims "$W/run/checkpoints"
+try full "$LEANEMB" export --run "$W/run" --out "$W/full_exs" --serving --quiet
+extra=""; [[ -n "$(ckpts "$W/full_exs")" ]] && extra="a checkpoint was published: $(ckpts "$W/full_exs"); "
+verdict export_serving_disk_full 4 "IoError: write to '$W/full_exs/checkpoints/step-" -- "$extra"
+victims "$W/run/metrics.jsonl"
+try full "$LEANEMB" report "$W/run" --output "$W/full_rep.html" --quiet
+verdict report_disk_full 4 "IoError: cannot write '$W/full_rep.html'"
+try full "$LEANEMB" train "${TINY[@]}" --steps 4 --set train.checkpoint_every=-1 --set train.log_every=1000 --out "$W/full_run" --json-summary "$W/full_s.json"
+verdict train_json_summary_disk_full 4 "cannot write --json-summary file '$W/full_s.json'"
+victims "$W/data/train.tsv"
+try full "$LEANEMB" convert --in "$W/data/train.tsv" --out "$W/full_cv.bin" --num-sparse 4 --quiet
+extra=""; compgen -G "$W/full_cv.bin*" > /dev/null && extra="convert left $(compgen -G "$W/full_cv.bin*" | tr '\n' ' '); "
+verdict convert_disk_full 4 "write failed on '$W/full_cv.bin.tmp'" -- "$extra"
+victims "$W/cfg.toml"
+try full "$LEANEMB" plan --config "$W/cfg.toml" --write-config "$W/full_w.toml"
+verdict plan_write_config_disk_full 4 "cannot write --write-config file '$W/full_w.toml'"
 
 # ---- readers: checkpoints --------------------------------------------------------------------
 # Three checkpoints (steps 2, 4, 6); the data files of steps 4 and 6 swapped.
