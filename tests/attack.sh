@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The attacker (issue 37, ctest: attack): every writer of leanemb against occupied, locked and
-# aliased targets, every reader against swapped, truncated, concatenated and shrinking files.
+# aliased targets and onto a full disk, every reader against swapped, truncated, concatenated and
+# shrinking files.
 #
 #   tests/attack.sh LEANEMB_BINARY
 #
@@ -14,7 +15,7 @@
 # alone on the last line; exits 0 only if every case passed. A case marked known (a product
 # bug reported but not fixed yet) prints "KNOWN CASE: why" and does not count as failed; if it
 # passes it prints "ok CASE (exit N; marked known: remove the mark)". ATTACK_STRICT=1 counts
-# KNOWN cases as failures. Tiny runs (the train_cli_test model): about 20 s on 2 cores.
+# KNOWN cases as failures. Tiny runs (the train_cli_test model): about 3 s on 2 cores.
 set -u
 
 LEANEMB=${1:?usage: tests/attack.sh LEANEMB_BINARY}
