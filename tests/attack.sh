@@ -31,6 +31,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT HUP  # a CTest timeout: still stop the background runs
 
 PASSED=0 FAILED=0 KNOWN=0 RC=0
 VICTIMS=() BEFORE=""
