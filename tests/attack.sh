@@ -218,26 +218,26 @@ cp -r "$W/run" "$W/runk"
 C=$(newest "$W/runk")
 victims "$W/runk/checkpoints"
 try "$LEANEMB" predict --run "$W/runk" --data "$W/e.tsv" --output "$C/data-00000.dat" --quiet
-known_verdict predict_output_is_its_checkpoint 2 "'$C/data-00000.dat'"
+verdict predict_output_is_its_checkpoint 2 "'$C/data-00000.dat'"
 rm -rf "$W/runk"; cp -r "$W/run" "$W/runk"
 victims "$W/runk/checkpoints"
 try "$LEANEMB" test --run "$W/runk" --data "$W/e.tsv" --json "$C/MANIFEST" --quiet
-known_verdict test_json_is_its_checkpoint 2 "'$C/MANIFEST'"
+verdict test_json_is_its_checkpoint 2 "'$C/MANIFEST'"
 rm -rf "$W/runk"; cp -r "$W/run" "$W/runk"
 victims "$C"
 try train --steps 6 --set train.keep_checkpoints=3 --resume --out "$W/runk" --json-summary "$C/MANIFEST"
-known_verdict train_json_summary_is_the_resumed_checkpoint 2 "'$C/MANIFEST'"
+verdict train_json_summary_is_the_resumed_checkpoint 2 "'$C/MANIFEST'"
 # train --json-summary naming the run's own metrics.jsonl: two outputs of one command on one file
 # (a metrics line is one JSON object on one line; the summary is pretty-printed).
 try train --steps 4 --out "$W/runk3" --json-summary "$W/runk3/metrics.jsonl"
 extra=""; [[ "$(head -1 "$W/runk3/metrics.jsonl" 2> /dev/null)" == "{" ]] && extra="metrics.jsonl was replaced by the summary; "
-known_verdict train_json_summary_is_its_own_metrics 2 "'$W/runk3/metrics.jsonl'" -- "$extra"
+verdict train_json_summary_is_its_own_metrics 2 "'$W/runk3/metrics.jsonl'" -- "$extra"
 
 # ---- writers: a full disk (a 1 KiB file-size limit stands in: EFBIG and ENOSPC take one path) --
 full() { (trap '' XFSZ; ulimit -f 1; "$@"); }
 victims "$W/run/checkpoints" "$W/e.tsv"
 try full "$LEANEMB" predict --run "$W/run" --data "$W/e.tsv" --output "$W/full_p.txt" --quiet
-known_verdict predict_output_disk_full 4 "IoError" "'$W/full_p.txt'"
+verdict predict_output_disk_full 4 "IoError" "'$W/full_p.txt'"
 victims "$W/run/checkpoints"
 try full "$LEANEMB" export --run "$W/run" --out "$W/full_ex" --quiet
 verdict export_disk_full 4 "IoError: cannot write '$W/full_ex/"

@@ -37,6 +37,9 @@ int run_test(const ServeArgs& a) {
     const data::NamedPath in{"--data", a.data};
     if (Status s = data::check_output_not_input({"--json", a.json_out}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
       return report_error(s);
+    // Nor a file of the run it reads (a checkpoint's MANIFEST or data file, the metrics log).
+    if (Status s = data::check_output_outside({"--json", a.json_out}, data::run_owned_paths(a.run, "--run")); !s.ok())
+      return report_error(s);
   }
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
@@ -80,6 +83,9 @@ int run_predict(const ServeArgs& a) {
     const data::NamedPath in{"--data", a.data};
     if (Status s = data::check_output_not_input({"--output", a.output}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
       return report_error(s);
+    // Nor a file of the run it loads: fopen("w") would empty a checkpoint file before its load.
+    if (Status s = data::check_output_outside({"--output", a.output}, data::run_owned_paths(a.run, "--run")); !s.ok())
+      return report_error(s);
     file.reset(std::fopen(a.output.c_str(), "w"));
     if (!file) return report_error(invalid_argument("--output '" + a.output + "' cannot be written"));
     out = file.get();
@@ -100,7 +106,12 @@ int run_predict(const ServeArgs& a) {
     o.threshold = a.threshold;
     ps = serve::predict_text_file(*m.value(), a.data, o, out);
   }
-  if (!ps.ok()) return report_error(ps.status());
+  if (!ps.ok()) {
+    // A write error names the output (the predictor only knows a FILE*).
+    if (file && ps.status().code() == StatusCode::kIoError)
+      return report_error(io_error("--output '" + a.output + "': " + ps.status().message()));
+    return report_error(ps.status());
+  }
   if (file) {
     const bool failed = std::ferror(file.get()) != 0;  // a write that failed before the last flush
     if (std::fclose(file.release()) != 0 || failed) return report_error(io_error("cannot write --output '" + a.output + "'"));

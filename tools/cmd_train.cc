@@ -149,8 +149,13 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
     if (!st.ok()) return report_error(st.status());
     steps = st.value();
   }
-  if (!a.json_summary.empty())
+  if (!a.json_summary.empty()) {
     if (Status st = data::check_output_not_input({"--json-summary", a.json_summary}, inputs); !st.ok()) return report_error(st);
+    // Nor a file the run owns: a checkpoint's MANIFEST (the one --resume reads), the metrics log.
+    if (Status st = data::check_output_outside({"--json-summary", a.json_summary}, data::run_owned_paths(a.out, "--out"));
+        !st.ok())
+      return report_error(st);
+  }
   if (Status st = check_summary_writable(a.json_summary); !st.ok()) return report_error(st);
   auto dist_setup = setup_dist(dist_backend, dist_timeout_ms);
   if (!dist_setup.ok()) return report_error(dist_setup.status());

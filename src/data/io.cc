@@ -180,4 +180,40 @@ Status check_output_not_input(const NamedPath& output, std::span<const NamedPath
   return Status();
 }
 
+namespace {
+// `p` with every existing part of it resolved (symlinks, "..") and the rest normalized: the file
+// it names, whether or not it exists yet (the run directory of a fresh run does not).
+std::string resolve_maybe_missing(const std::string& p) {
+  std::error_code ec;
+  const std::filesystem::path r = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  return ec ? std::string() : r.lexically_normal().string();
+}
+}  // namespace
+
+Status check_output_outside(const NamedPath& output, std::span<const NamedPath> owned) {
+  const std::string out = resolve_maybe_missing(output.path);
+  if (out.empty()) return Status();
+  for (const NamedPath& o : owned) {
+    if (o.path.empty()) continue;
+    std::string own = resolve_maybe_missing(o.path);
+    while (own.size() > 1 && own.back() == '/') own.pop_back();
+    if (own.empty()) continue;
+    if (out == own || (out.size() > own.size() && out.compare(0, own.size(), own) == 0 && out[own.size()] == '/')) {
+      return invalid_argument(output.name + " '" + output.path + "' is " + (out == own ? "" : "inside ") + o.name +
+                              " '" + o.path + "' (" + out + "); writing it would replace a file of that run: choose another " +
+                              output.name);
+    }
+  }
+  return Status();
+}
+
+std::vector<NamedPath> run_owned_paths(const std::string& run, const std::string& what) {
+  std::vector<NamedPath> v;
+  for (const char* sub : {"checkpoints", "corrupt", "metrics.jsonl", "LOCK"})
+    v.push_back({what + "'s " + sub, run + "/" + sub});
+  struct stat st {};
+  if (::stat((run + "/MANIFEST").c_str(), &st) == 0) v.push_back({what + " (a checkpoint directory)", run});
+  return v;
+}
+
 }  // namespace leanemb::data

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 #include <string>
 
 #include "leanemb/status.h"
@@ -83,5 +84,18 @@ struct NamedPath {
 // is left to its reader. Call before anything opens the output for writing (fopen "w"
 // truncates the input the command is about to read).
 Status check_output_not_input(const NamedPath& output, std::span<const NamedPath> inputs);
+
+// InvalidArgument when `output` would land on or inside `owned` (a run's checkpoints/ directory,
+// its metrics.jsonl or LOCK, a checkpoint directory a command reads): those files belong to the
+// run, and an output written there would replace or corrupt one of them (a summary over a
+// checkpoint's MANIFEST, predictions over its data file). Neither needs to exist: the parts of a
+// path that exist are resolved (symlinks, ".."), the rest normalized (a fresh run's metrics.jsonl
+// is protected before the run creates it).
+Status check_output_outside(const NamedPath& output, std::span<const NamedPath> owned);
+
+// What a run directory `run` owns for check_output_outside: run/checkpoints, run/corrupt,
+// run/metrics.jsonl, run/LOCK, and `run` itself when it is a checkpoint directory (holds a
+// MANIFEST). Names are `what` + " 'path'".
+std::vector<NamedPath> run_owned_paths(const std::string& run, const std::string& what);
 
 }  // namespace leanemb::data
