@@ -100,6 +100,24 @@ std::string describe_settings(const Workload& w) {
   return s;
 }
 
+// The row store's traffic of a workload with cached tables (docs/plan.md, "The store's traffic
+// and the disk"), one line; empty without a cache.
+static std::string store_traffic_text(const char* which, const Workload& w, const Prediction& p) {
+  if (p.store_rows_read_per_step <= 0 && p.disk_bytes == 0) return "";
+  char buf[400];
+  if (w.file_store) {
+    std::snprintf(buf, sizeof buf,
+                  "disk (%s): table files %s; per step (LRU model, steady state) %.0f rows read, %.0f written back, "
+                  "at most %.0f I/O requests\n",
+                  which, both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
+                  p.store_requests_per_step);
+  } else {
+    std::snprintf(buf, sizeof buf, "row store (%s) per step (LRU model, steady state): %.0f rows read, %.0f written back\n",
+                  which, p.store_rows_read_per_step, p.store_rows_written_per_step);
+  }
+  return buf;
+}
+
 std::string plan_report_text(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
   std::string out;
   char buf[512];
@@ -160,23 +178,13 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 r.chosen.prediction.host_link_bytes_per_step / 1e9, r.chosen.host_link_seconds * 1e3,
                 r.chosen.prediction.comm_bytes_per_step / 1e9, r.chosen.comm_seconds * 1e3, r.chosen.step_seconds * 1e3);
   out += buf;
-  if (r.chosen.workload.cache_fraction < 1.0) {
-    const Prediction& p = r.chosen.prediction;
-    if (r.chosen.workload.file_store) {
-      out += "note: this plan keeps the rows in files (embedding.store = \"file\") behind a device row cache (docs/tiered.md).\n";
-      std::snprintf(buf, sizeof buf,
-                    "disk: table files %s; per step (LRU model, steady state) %.0f rows read, %.0f written back, "
-                    "at most %.0f I/O requests\n",
-                    both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
-                    p.store_requests_per_step);
-      out += buf;
-    } else {
-      out += "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
-      std::snprintf(buf, sizeof buf, "row store per step (LRU model, steady state): %.0f rows read, %.0f written back\n",
-                    p.store_rows_read_per_step, p.store_rows_written_per_step);
-      out += buf;
-    }
-  }
+  if (r.chosen.workload.cache_fraction < 1.0)
+    out += r.chosen.workload.file_store
+               ? "note: this plan keeps the rows in files (embedding.store = \"file\") behind a device row cache (docs/tiered.md).\n"
+               : "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
+  out += store_traffic_text("plan", r.chosen.workload, r.chosen.prediction);
+  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok())
+    out += store_traffic_text("as configured", base, as_is.value());
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
   out += accuracy_text(base, o, r);
@@ -234,8 +242,14 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   j["candidates"] = r.num_candidates;
   j["fitting"] = r.num_fitting;
   j["naive"] = {{"device", tier_json(r.naive.device())}};
-  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok())
-    j["as_configured"] = {{"device", tier_json(as_is.value().device())}, {"host", tier_json(as_is.value().host())}};
+  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
+    const Prediction& a = as_is.value();
+    j["as_configured"] = {{"device", tier_json(a.device())}, {"host", tier_json(a.host())},
+                          {"store_rows_read_per_step", a.store_rows_read_per_step},
+                          {"store_rows_written_per_step", a.store_rows_written_per_step},
+                          {"disk_bytes", a.disk_bytes},
+                          {"store_requests_per_step", a.store_requests_per_step}};
+  }
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},
                {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
