@@ -5,14 +5,15 @@
 #   every other build with tests: fuzz_<name>_replay runs the harness once on each seed input
 #     (fuzz/corpus/<name>/) and each input a fuzzer crashed on (fuzz/regressions/<name>/), as
 #     the CTest test fuzz_replay_<name>.
-set(LEANEMB_FUZZ_HARNESSES tsv text toml binary ckpt)
+set(LEANEMB_FUZZ_HARNESSES tsv text toml binary ckpt sharded_ckpt)
 if(LEANEMB_BUILD_FUZZERS)
   # The modules no harness reads through (kernels, tables, dense layers, model, row stores,
   # distribution, planner) are compiled without sanitizers or coverage at -O0: the harnesses
-  # only link their parse functions, and the fuzz build stays a few minutes on 2 cores.
+  # only link their parse functions, and the fuzz build stays a few minutes on 2 cores. The
+  # sharded checkpoint reader of src/dist (fuzz_sharded_ckpt) keeps both.
   get_target_property(_lib_sources leanemb SOURCES)
   foreach(_s ${_lib_sources})
-    if(_s MATCHES "src/(kernels|table|nn|model|tiered|dist|plan|amp)/")
+    if(_s MATCHES "src/(kernels|table|nn|model|tiered|dist|plan|amp)/" AND NOT _s MATCHES "src/dist/sharded_checkpoint")
       set_property(SOURCE ${_s} TARGET_DIRECTORY leanemb APPEND PROPERTY COMPILE_OPTIONS -O0 -fno-sanitize=all)
     endif()
   endforeach()

@@ -2,8 +2,9 @@
 //
 // Each harness feeds arbitrary bytes to one reader and checks only what must hold for any input:
 // no crash, no sanitizer report, no exception, and a Status (never an abort) for bad input. The
-// fuzz build defines LEANEMB_FUZZING, under which block checksums that do not match are accepted,
-// so that mutated inputs reach the decoders behind the checksums.
+// fuzz build defines LEANEMB_FUZZING, under which block checksums that do not match are accepted
+// (and a shard MANIFEST that differs from the one its sharded checkpoint recorded), so that
+// mutated inputs reach the decoders behind the checksums.
 #pragma once
 
 #include <unistd.h>

@@ -4,13 +4,13 @@
 # crashing input is saved as fuzz/regressions/<name>/crash-<sha1> (commit it with the fix: the
 # fuzz_replay_<name> tests then run it under every preset). Per harness it prints libFuzzer's
 # final line: executions, coverage (cov: edges, ft: features) and corpus size.
-#   scripts/fuzz.sh [SECONDS_PER_HARNESS] [NAME...]     (default 20 s; names: tsv text toml binary ckpt)
+#   scripts/fuzz.sh [SECONDS_PER_HARNESS] [NAME...]     (default 20 s; names: tsv text toml binary ckpt sharded_ckpt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-20}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(tsv text toml binary ckpt)
+[[ ${#names[@]} -eq 0 ]] && names=(tsv text toml binary ckpt sharded_ckpt)
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz -j "$(nproc 2>/dev/null || echo 2)" --target fuzzers
 work=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_fuzz.XXXXXX")

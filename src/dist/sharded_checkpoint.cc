@@ -131,8 +131,12 @@ Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard_impl(const std::strin
     return m.status();
   }
   const ShardRecord& rec = l.shards[static_cast<size_t>(r)];
+#ifndef LEANEMB_FUZZING  // the fuzz build reads on behind a shard MANIFEST that differs (fuzz/)
   if (m->size() != rec.manifest_bytes || xxh64(*m) != rec.manifest_hash)
     return bad("MANIFEST differs from the one the global checkpoint recorded");
+#else
+  (void)rec;
+#endif
   LEANEMB_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::open(dir, env));
   if (reader->step() != l.step) return bad("step " + std::to_string(reader->step()) + ", expected " + std::to_string(l.step));
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> info, reader->read_blob(kShardInfoBlob));
