@@ -30,16 +30,20 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
   return Status();
 }
 
+// outputs_never_alias_inputs for test / predict: `output` is neither the --data file (opening it
+// for writing would truncate what is about to be read) nor a file of the run given as --run (a
+// checkpoint's MANIFEST or data file, its metrics log).
+Status check_serve_output(const data::NamedPath& output, const ServeArgs& a) {
+  const data::NamedPath in{"--data", a.data};
+  LEANEMB_RETURN_IF_ERROR(data::check_output_not_input(output, std::span<const data::NamedPath>(&in, 1)));
+  return data::check_output_outside(output, data::run_owned_paths(a.run, "--run"));
+}
+
 }  // namespace
 
 int run_test(const ServeArgs& a) {
   if (!a.json_out.empty()) {
-    const data::NamedPath in{"--data", a.data};
-    if (Status s = data::check_output_not_input({"--json", a.json_out}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
-      return report_error(s);
-    // Nor a file of the run it reads (a checkpoint's MANIFEST or data file, the metrics log).
-    if (Status s = data::check_output_outside({"--json", a.json_out}, data::run_owned_paths(a.run, "--run")); !s.ok())
-      return report_error(s);
+    if (Status s = check_serve_output({"--json", a.json_out}, a); !s.ok()) return report_error(s);
   }
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
@@ -79,13 +83,7 @@ int run_predict(const ServeArgs& a) {
   std::FILE* out = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(nullptr, std::fclose);
   if (!a.output.empty()) {
-    // outputs_never_alias_inputs: fopen("w") would truncate the data file before it is read.
-    const data::NamedPath in{"--data", a.data};
-    if (Status s = data::check_output_not_input({"--output", a.output}, std::span<const data::NamedPath>(&in, 1)); !s.ok())
-      return report_error(s);
-    // Nor a file of the run it loads: fopen("w") would empty a checkpoint file before its load.
-    if (Status s = data::check_output_outside({"--output", a.output}, data::run_owned_paths(a.run, "--run")); !s.ok())
-      return report_error(s);
+    if (Status s = check_serve_output({"--output", a.output}, a); !s.ok()) return report_error(s);
     file.reset(std::fopen(a.output.c_str(), "w"));
     if (!file) return report_error(invalid_argument("--output '" + a.output + "' cannot be written"));
     out = file.get();
