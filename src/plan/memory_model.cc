@@ -292,7 +292,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
         for (int b = 0; b < kCacheRemapBuffers + (w.cache_prefetch ? 1 : 0); ++b)
           r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
       // The store's traffic: the step's ids over every shard, the caches of every shard.
-      const int64_t step_ids = static_cast<int64_t>(std::llround(t.mean_ids_per_sample * static_cast<double>(w.batch_size)));
+      const int64_t step_ids = ids_per_step(t, w.batch_size, Estimate::kExpected);
       // Ids hashed into fewer rows than the vocabulary are taken as ranks of their own (the
       // collisions are ignored: a few percent at the example configs' vocab / rows).
       const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
@@ -541,10 +541,10 @@ namespace {
 // Calls f(first_rank, count, p_unnormalized) over geometric buckets of ranks 1..vocab (ranks
 // within a bucket get the bucket's first probability; exact for small ranks).
 template <typename F>
-void for_rank_buckets(int64_t vocab, double zipf, F&& f) {
+void for_rank_buckets(int64_t vocab, double zipf, F&& f, int64_t width_divisor = 4096) {
   int64_t r = 1;
   while (r <= vocab) {
-    const int64_t width = std::max<int64_t>(1, r / 4096);
+    const int64_t width = std::max<int64_t>(1, r / width_divisor);
     const int64_t cnt = std::min(width, vocab - r + 1);
     f(r, cnt, zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r), -zipf));
     r += cnt;
@@ -582,20 +582,15 @@ double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capaci
     double cnt, log_miss;  // ranks in the bucket, log(1 - q) of each
   };
   // Ranks in buckets of width r / 256 (about 256 per factor e of rank: a few thousand for 1e9
-  // ranks; the planner calls this for every candidate), each at its middle rank's probability.
-  std::vector<std::pair<double, double>> raw;  // (ranks, probability of each, unnormalized)
+  // ranks; the planner calls this for every candidate).
+  constexpr int64_t kWidthDivisor = 256;
   double h = 0.0;
-  for (int64_t r = 1; r <= vocab;) {
-    const int64_t cnt = std::min(std::max<int64_t>(1, r / 256), vocab - r + 1);
-    const double p = zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r) + 0.5 * static_cast<double>(cnt - 1), -zipf);
-    raw.emplace_back(static_cast<double>(cnt), p);
-    h += static_cast<double>(cnt) * p;
-    r += cnt;
-  }
+  for_rank_buckets(vocab, zipf, [&](int64_t, int64_t cnt, double p) { h += static_cast<double>(cnt) * p; }, kWidthDivisor);
   std::vector<Bucket> buckets;
-  buckets.reserve(raw.size());
   // log(1 - q) = n log(1 - p / h), where q = 1 - (1 - p/h)^n.
-  for (const auto& [cnt, p] : raw) buckets.push_back({cnt, static_cast<double>(n) * std::log1p(-p / h)});
+  for_rank_buckets(vocab, zipf, [&](int64_t, int64_t cnt, double p) {
+    buckets.push_back({static_cast<double>(cnt), static_cast<double>(n) * std::log1p(-p / h)});
+  }, kWidthDivisor);
   // Rows cached after T steps: sum cnt (1 - (1 - q)^T), increasing in T; bisect on log T.
   const double cap = static_cast<double>(std::max<int64_t>(capacity, 0));
   auto occupied = [&](double t) {

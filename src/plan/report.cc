@@ -165,7 +165,8 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 r.chosen.prediction.device().peak_phase.c_str(), r.num_fitting, r.num_candidates);
   out += buf;
   // The config's own settings, as `leanemb train` would run them (its planned-vs-measured table).
-  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
+  const Result<Prediction> as_is = predict_memory(base, Estimate::kExpected);
+  if (as_is.ok()) {
     std::snprintf(buf, sizeof buf, "as configured (no changes): device peak %s (a budget of %s runs it), host peak %s\n",
                   both(as_is.value().device().peak_bytes).c_str(), both(as_is.value().device().budget_bytes).c_str(),
                   both(as_is.value().host().peak_bytes).c_str());
@@ -183,8 +184,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                ? "note: this plan keeps the rows in files (embedding.store = \"file\") behind a device row cache (docs/tiered.md).\n"
                : "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
   out += store_traffic_text("plan", r.chosen.workload, r.chosen.prediction);
-  if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok())
-    out += store_traffic_text("as configured", base, as_is.value());
+  if (as_is.ok()) out += store_traffic_text("as configured", base, as_is.value());
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
   out += accuracy_text(base, o, r);
