@@ -8,11 +8,12 @@
 //   blocks, merged across rows that share or abut a block, at most slot_bytes_ long. A row may
 //   span pieces; each piece copies the part of each row that lies inside it, so pieces are
 //   independent and a piece is one I/O (plus a retry of its remainder if short).
-// - Pieces run in groups of num_slots_ (the requests in flight); piece k of a group uses slot k
-//   of a staging buffer (host allocator, category io_buffers, 4096-aligned). Buffers are made at
-//   creation and reused: one for writes (write_rows holds write_mu_), a pool for reads.
-// - A write reads the blocks of a piece unless the call's rows cover the piece entirely,
-//   patches its rows in and writes the blocks back. Writes are serialized (write_mu_), so two
+// - Each piece is one job of RowFileIo::run_jobs on one staging slot (num_slots_ of them in
+//   flight; a staging buffer from the host allocator, category io_buffers, 4096-aligned). Buffers
+//   are made at creation and reused: one for writes (write_rows holds write_mu_), a pool for reads.
+// - A write first reads the span of a piece's blocks that hold a written row the call does not
+//   write (rmw_span), patches its rows in and writes the piece back. Writes are serialized
+//   (write_mu_), so no presence bit changes while a write decides what to read, and two
 //   read-modify-writes of one block never interleave; a concurrent reader of another row of
 //   that block sees its own row's bytes unchanged in the old, new or a torn block.
 // - Presence bits are set after a call's writes all succeeded; an absent row is never read.
