@@ -65,8 +65,8 @@ EmbeddingCollection& collection() {
     CollectionOptions o;
     OptimizerOptions opt;
     opt.kind = OptimizerKind::kRowwiseAdagrad;
-    o.tables = {TableOptions{"a", 6, 4, DType::kF32, opt, {}, false, {}, {}, {}},
-                TableOptions{"b", 5, 4, DType::kF32, opt, {}, false, {}, {}, {}}};
+    o.tables = {TableOptions{"a", 6, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}},
+                TableOptions{"b", 5, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
     o.features = {FeatureOptions{"fa", 0, PoolingMode::kSum}, FeatureOptions{"fb", 1, PoolingMode::kSum}};
     o.seed = 5;
     o.num_threads = 1;

@@ -534,9 +534,9 @@ class PyTables {
   // (dist::sharded_collection_digest); one process: dist::collection_digest.
   std::string digest() {
     return value_or_raise(locked_without_gil([&]() -> Result<std::string> {
-      if (comm_) return dist::sharded_collection_digest(T());
-      if (const auto* c = dynamic_cast<const EmbeddingCollection*>(&T())) return dist::collection_digest(*c);
-      return internal_error("digest: unknown collection type");
+      const EmbeddingTables::LocalShard part = T().local_shard();
+      if (part.plan != nullptr) return dist::sharded_collection_digest(T());
+      return dist::collection_digest(*part.local);
     }));
   }
 

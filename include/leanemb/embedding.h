@@ -102,11 +102,8 @@ class EmbeddingCollection final : public EmbeddingTables {
   // The raw fat rows (weights and state bytes exactly as stored): [count, stride_bytes].
   Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const override;
   Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) override;
-  // Saves / loads one table (header with layout + raw fat rows). Save writes `path`.tmp and
-  // renames it over `path`. Load requires an equal layout and sets the collection's step to the
-  // saved one (tables saved together share it).
-  Status save_table(int table, const std::string& path) const;
-  Status load_table(int table, const std::string& path);
+  // Whole tables are saved and loaded with checkpoints (dist::save_tables_checkpoint /
+  // load_tables_checkpoint: crash-safe, checksummed, any world size).
 
   // Tables with a row cache (TableCacheOptions): starts fetching the rows `next` will touch on a
   // background thread, so that the fetch overlaps the current step. Call it after forward()
@@ -124,12 +121,13 @@ class EmbeddingCollection final : public EmbeddingTables {
   Status flush() override;
   // Errors: OutOfRange (table), FailedPrecondition (the table has no cache).
   Result<RowCacheStats> cache_stats(int table) const override;
+  LocalShard local_shard() override { return LocalShard{this, nullptr, nullptr}; }
 
   // Dynamic tables (TableDynamicOptions). dynamic_stats: the IdMap's counters.
   // dynamic_row: the row raw_id is mapped to now, or -1 (no side effects).
   // save_dynamic_state: the IdMap's state (mapping, use order and counts, filters, counters) as
   // a versioned, checksummed byte string; the rows themselves are saved separately
-  // (read_raw_rows / save_table), with the step (step()). load_dynamic_state restores it; the
+  // (read_raw_rows, or a checkpoint), with the step (step()). load_dynamic_state restores it; the
   // saved map must have the table's row capacity (its other options come from the bytes).
   // Errors: OutOfRange (table), FailedPrecondition (not a dynamic table), DataLoss (corrupt or
   // truncated bytes), InvalidArgument (capacity differs); after an error the map is unchanged.

@@ -110,7 +110,7 @@ struct RowCacheStats {
 //   also frees rows unused for more than that many steps, after each successful update.
 // - backward_update() uses the mapping of the forward() of the same batch (the most recent
 //   forward; without one, the rows the ids have now) and adds no sightings.
-// Rows are still addressed by row number in read_rows / write_rows / save_table; rows never
+// Rows are still addressed by row number in read_rows / write_rows / read_raw_rows; rows never
 // assigned read zeros, freed rows keep the bytes of their last id until reassigned.
 // Initialization and stochastic rounding are keyed by the raw id (the row's global key), so an
 // id's row holds the bytes a resident table's row `raw_id` would. Partition p's rows are rows
@@ -187,6 +187,11 @@ struct TableOptions {
   TableCacheOptions cache;  // tiered storage (off by default)
   TableDynamicOptions dynamic;  // raw ids mapped to rows by an IdMap (off by default)
   TableShardOptions shard;      // set by the distribution layer (leave the defaults)
+  // Where the rows live, by name (src/table/residency.h). Empty: chosen from the options and the
+  // placement: "cached" with cache options, "split" when weights and optimizer state are placed
+  // in different tiers, else "resident". "mirrored" keeps a checked second copy (for tests of
+  // kernels and backends). A name that does not apply to the table is InvalidArgument.
+  std::string residency;
 };
 
 struct FeatureOptions {

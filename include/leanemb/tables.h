@@ -44,8 +44,10 @@
 
 namespace leanemb {
 
+class EmbeddingCollection;
 namespace dist {
 class Communicator;
+class ShardPlan;
 }
 
 // How a sharded collection splits each table over the ranks (docs/dist.md):
@@ -123,6 +125,15 @@ class EmbeddingTables {
   virtual dist::Communicator* communicator() const { return nullptr; }
   // Rows of table `table` this process holds (its shard; all of them for a local collection).
   virtual int64_t local_num_rows(int table) const { return options().tables[static_cast<size_t>(table)].num_rows; }
+  // This process's part of the collection: the local collection holding its rows, the plan that
+  // assigns global rows to processes and the communicator (both null for a collection on one
+  // process, which is its own local part). Checkpoints and digests reach the rows through it.
+  struct LocalShard {
+    EmbeddingCollection* local = nullptr;
+    const dist::ShardPlan* plan = nullptr;
+    dist::Communicator* comm = nullptr;
+  };
+  virtual LocalShard local_shard() = 0;
 
   // ---- training -----------------------------------------------------------------------------
   virtual int64_t step() const = 0;  // successful updates so far (equal on every rank)

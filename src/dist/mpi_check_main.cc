@@ -170,7 +170,7 @@ void check_sharded(Communicator& c) {
   OptimizerOptions opt;
   opt.kind = OptimizerKind::kAdagrad;
   opt.learning_rate = 0.1f;
-  o.tables = {TableOptions{"t", 40, 6, DType::kF32, opt, {}, false, {}, {}, {}}};
+  o.tables = {TableOptions{"t", 40, 6, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
   o.features = {FeatureOptions{"sum", 0, PoolingMode::kSum}, FeatureOptions{"mean", 0, PoolingMode::kMean}};
   o.seed = 3;
   o.num_threads = 1;

@@ -178,24 +178,24 @@ TableLayout table_layout(const EmbeddingCollection& local, const ShardPlan& plan
 
 Result<ShardView> ShardView::of(EmbeddingTables& tables) {
   ShardView v;
-  if (auto* sh = dynamic_cast<ShardedEmbeddingCollection*>(&tables)) {
-    v.comm_ = sh->communicator();
-    v.plan_ = &sh->plan();
-    v.local_ = &sh->local();
+  const EmbeddingTables::LocalShard part = tables.local_shard();
+  if (part.local == nullptr) return invalid_argument("dist: checkpoints need a collection with local rows");
+  v.local_ = part.local;
+  if (part.plan != nullptr) {
+    v.comm_ = part.comm;
+    v.plan_ = part.plan;
     return v;
   }
-  auto* local = dynamic_cast<EmbeddingCollection*>(&tables);
-  if (local == nullptr) return invalid_argument("dist: checkpoints need a local or sharded collection");
+  // One process: a world of one, and a plan that gives it every row.
   LEANEMB_ASSIGN_OR_RETURN(v.world_, LocalWorld::create(1, CommOptions{}));
   LEANEMB_ASSIGN_OR_RETURN(v.own_comm_, v.world_->communicator(0));
   v.comm_ = v.own_comm_.get();
   ShardPlanOptions po;
-  for (const TableOptions& t : local->options().tables)
+  for (const TableOptions& t : part.local->options().tables)
     po.tables.push_back({t.num_rows, std::max<int64_t>(t.dim, 1), t.dynamic.enabled ? ShardingKind::kRowRange : ShardingKind::kRowModulo, -1});
   LEANEMB_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::create(po));
   v.own_plan_ = std::make_shared<ShardPlan>(std::move(plan));
   v.plan_ = v.own_plan_.get();
-  v.local_ = local;
   return v;
 }
 

@@ -38,8 +38,8 @@ CollectionOptions global_options(OptimizerKind kind, int64_t dim_a = 8) {
   opt.kind = kind;
   opt.learning_rate = 0.05f;
   opt.eps = 1e-6f;
-  o.tables = {TableOptions{"a", 37, dim_a, DType::kF32, opt, {}, false, {}, {}, {}},
-              TableOptions{"b", 11, 5, DType::kF32, opt, {}, false, {}, {}, {}}};
+  o.tables = {TableOptions{"a", 37, dim_a, DType::kF32, opt, {}, false, {}, {}, {}, {}},
+              TableOptions{"b", 11, 5, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
   o.features = {FeatureOptions{"a_sum", 0, PoolingMode::kSum}, FeatureOptions{"a_mean", 0, PoolingMode::kMean},
                 FeatureOptions{"b_weighted", 1, PoolingMode::kSum}};
   o.seed = 11;

@@ -132,6 +132,7 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // The communicator given to create() (sharded checkpoints and digests run their collectives
   // on it).
   Communicator* communicator() const override;
+  LocalShard local_shard() override { return LocalShard{&local(), &plan(), communicator()}; }
   int64_t local_num_rows(int table) const override { return plan().local_num_rows(table, rank()); }
   int64_t step() const override;
   void set_step(int64_t step) override;

@@ -33,8 +33,8 @@ CollectionOptions global_options(OptimizerKind kind) {
   opt.kind = kind;
   opt.learning_rate = 0.05f;
   opt.eps = 1e-6f;
-  o.tables = {TableOptions{"a", 61, 8, DType::kF32, opt, {}, false, {}, {}, {}},
-              TableOptions{"b", 23, 5, DType::kF32, opt, {}, false, {}, {}, {}}};
+  o.tables = {TableOptions{"a", 61, 8, DType::kF32, opt, {}, false, {}, {}, {}, {}},
+              TableOptions{"b", 23, 5, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
   o.features = {FeatureOptions{"a_sum", 0, PoolingMode::kSum}, FeatureOptions{"a_mean", 0, PoolingMode::kMean},
                 FeatureOptions{"b_weighted", 1, PoolingMode::kSum}};
   o.seed = 7;

@@ -37,8 +37,8 @@ CollectionOptions options() {
   opt.kind = OptimizerKind::kRowwiseAdagrad;
   opt.learning_rate = 0.05f;
   opt.eps = 1e-6f;
-  o.tables = {TableOptions{"C2", 300, 8, DType::kF32, opt, {}, false, {}, {}, {}},
-              TableOptions{"C10", 150, 5, DType::kF32, opt, {}, false, {}, {}, {}}};
+  o.tables = {TableOptions{"C2", 300, 8, DType::kF32, opt, {}, false, {}, {}, {}, {}},
+              TableOptions{"C10", 150, 5, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
   o.features = {FeatureOptions{"f0", 0, PoolingMode::kSum}, FeatureOptions{"f1", 1, PoolingMode::kMean}};
   o.seed = 5;
   o.num_threads = 1;

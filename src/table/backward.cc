@@ -273,7 +273,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   struct Unpin {
     Impl& im;
     ~Unpin() {
-      if (im.has_cache) im.release_pins(tiered::PinSet::kStep);
+      if (im.maps_rows) im.release_pins(tiered::PinSet::kStep);
     }
   } unpin{im};
   // Dynamic tables: the rows of the forward of this batch (no sightings counted), ids without a
@@ -323,20 +323,19 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       if (!(bound <= static_cast<double>(update.max_abs_grad))) fused = false;
     }
   }
-  // Phase 1b: a table split across tiers is updated in a device staging buffer of its touched
-  // fat rows (gathered just before its update, written back just after). The buffers are taken
-  // here, before any row changes; they return to the arena when `staging` goes out of scope.
+  // Phase 1b: a residency that stages rows for the update (a table split across tiers: its
+  // touched fat rows in workspace memory) gets its buffers here, before any row changes; they
+  // return to the arena when `staging` goes out of scope.
   Workspace staging(im.alloc);
   std::vector<Staged> staged(im.tables.size());
   for (int t = 0; t < num_tables(); ++t) {
-    if (!im.tables[t].split || dd[t].num_unique == 0) continue;
-    const size_t u = static_cast<size_t>(dd[t].num_unique);
-    const StagingBytes sb = staging_bytes(dd[t].num_unique, im.tables[t].layout.stride_bytes);
+    if (dd[t].num_unique == 0) continue;
+    const StagingBytes sb = im.tables[t].residency->update_staging(dd[t].num_unique);
+    if (sb.fat == 0 && sb.slots == 0) continue;
     LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging.take<uint8_t>(sb.fat));
     LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(sb.slots / 8));
-    for (size_t i = 0; i < u; ++i) staged[t].slots[i] = static_cast<int64_t>(i);
   }
-  // The view and row numbers table t's update runs on (staged ones are gathered first, through
+  // The view and row numbers table t's update runs on (staged rows are gathered first, through
   // the backend, which records the bytes that cross tiers; an unstaged view off the device is
   // updated in place and the backend's update records its rows' bytes).
   const kernels::KernelBackend& be = *im.backend;
@@ -344,24 +343,16 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   const Tier staging_tier = im.workspace_tier();
   auto begin_update = [&](int t, const int64_t** rows) {
     const TableState& ts = im.tables[t];
-    if (!ts.split) {
-      *rows = dd[t].rows;
-      return im.view(t);
-    }
-    uint8_t* fat = staged[t].fat.data();
-    const int64_t* src_rows = dd[t].rows;
-    be.copy_rows(ts.gather_parts(fat, staging_tier, src_rows, 0), dd[t].num_unique, x);
-    *rows = staged[t].slots.data();
-    kernels::TableView v{fat, &ts.layout, dd[t].num_unique, static_cast<uint32_t>(t), src_rows};
-    ts.set_keys(&v);
-    v.tier = staging_tier;
-    return v;
+    table_internal::Residency::UpdateTarget u =
+        ts.residency->begin_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staged[t].slots, staging_tier);
+    u.view.table_index = static_cast<uint32_t>(t);
+    ts.set_keys(&u.view);
+    *rows = u.rows;
+    return u.view;
   };
-  // Writes staged rows back.
+  // Writes staged rows back, marks cached rows changed.
   auto end_update = [&](int t) {
-    TableState& ts = im.tables[t];
-    if (ts.cache) ts.cache->mark_dirty(std::span<const int64_t>(dd[t].rows, static_cast<size_t>(dd[t].num_unique)));
-    if (ts.split) be.copy_rows(ts.scatter_parts(staged[t].fat.data(), staging_tier, dd[t].rows, 0), dd[t].num_unique, x);
+    im.tables[t].residency->end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier);
   };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {

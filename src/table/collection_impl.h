@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
 #include "table/batch_check.h"
+#include "table/residency.h"
 #include "tiered/id_map.h"
 #include "tiered/row_cache.h"
 #include "table/step_sizes.h"
@@ -60,25 +61,13 @@ class DynamicIds {
   void track(const tiered::MapReport& r, int64_t base, std::vector<tiered::RowAssignment>* assigned);
 };
 
-// One table's rows. Usually fat rows (weights then optimizer state) in one buffer. When the
-// placement puts weights and optimizer state in different tiers the table is split: `rows` holds
-// the weights alone (stride weights_layout.stride_bytes) and `state` the state bytes of each fat
-// row (stride state_stride); gather_parts / scatter_parts convert between the two forms.
+// One table: its layers (docs/architecture.md, "Table layers"). The residency holds the rows
+// (resident, split across tiers, or cached over a store: table/residency.h); a dynamic table's
+// id mapping turns raw ids into rows first.
 struct TableState {
-  RowLayout layout;          // the fat row
-  Allocation rows;           // fat rows, or (split) weights only
+  RowLayout layout;  // the fat row
   int64_t num_rows = 0;
-  bool split = false;
-  RowLayout weights_layout;  // split: `layout` without the state, the stride of `rows`
-  Allocation state;          // split: [num_rows, state_stride]
-  size_t state_begin = 0;    // offset of the state bytes in a fat row
-  size_t state_stride = 0;
-  Tier weights_tier = Tier::kDevice;
-  Tier state_tier = Tier::kDevice;
-  // Tiered table (TableOptions::cache): `rows` is empty; the rows live in the cache's store and
-  // the hot ones in its slots. Kernels run on slots (a step's ids are remapped to slots) and
-  // key their stochastic rounding by the slot's table row.
-  std::unique_ptr<tiered::RowCache> cache;
+  std::unique_ptr<table_internal::Residency> residency;
   // Dynamic table (TableOptions::dynamic): maps the features' raw ids to rows (dynamic_tables.cc).
   std::unique_ptr<DynamicIds> id_map;
   // The global key of local row l (TableShardOptions): l * key_stride + key_offset, or the raw id
@@ -91,55 +80,6 @@ struct TableState {
     v->row_keys = id_map ? id_map->row_keys() : nullptr;
     v->key_stride = key_stride;
     v->key_offset = key_offset;
-  }
-  // The rows the kernels run on: cache slots (the row_cache category, always on the device), or
-  // the fat rows (split: the weights alone) in the weights' tier.
-  kernels::TableView view() const {
-    kernels::TableView v = cache ? kernels::TableView{cache->slots(), &layout, cache->capacity(), 0, cache->slot_rows64(),
-                                                      cache->slot_rows32()}
-                                 : kernels::TableView{rows.as<uint8_t>(), split ? &weights_layout : &layout, num_rows, 0};
-    set_keys(&v);
-    v.tier = cache ? Tier::kDevice : weights_tier;
-    return v;
-  }
-  // REQUIRES: split. The two parts (weights, state) of a KernelBackend::copy_rows between this
-  // table's buffers and fat rows at `fat` ([count, layout.stride_bytes] in `fat_tier`): fat row
-  // u is table row first + (table_rows ? table_rows[u] : u). gather_parts copies table rows into
-  // the fat rows, scatter_parts back. Alignment gaps of the fat rows are not written.
-  std::array<kernels::RowCopy, 2> gather_parts(uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
-                                               int64_t first) const {
-    return fat_copy(true, fat, fat_tier, table_rows, first);
-  }
-  std::array<kernels::RowCopy, 2> scatter_parts(const uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
-                                                int64_t first) {
-    // A scatter only reads the fat rows: the cast gives them the source's type, never written.
-    return fat_copy(false, const_cast<uint8_t*>(fat), fat_tier, table_rows, first);
-  }
-
- private:
-  std::array<kernels::RowCopy, 2> fat_copy(bool to_fat, uint8_t* fat, Tier fat_tier, const int64_t* table_rows,
-                                           int64_t first) const {
-    struct End {
-      uint8_t* base;
-      size_t stride;
-      const int64_t* rows;
-      Tier tier;
-    };
-    const End fat_end[2] = {{fat, layout.stride_bytes, nullptr, fat_tier},
-                            {fat + state_begin, layout.stride_bytes, nullptr, fat_tier}};
-    const End table_end[2] = {
-        {rows.as<uint8_t>() + static_cast<size_t>(first) * weights_layout.stride_bytes, weights_layout.stride_bytes,
-         table_rows, weights_tier},
-        {state.as<uint8_t>() + static_cast<size_t>(first) * state_stride, state_stride, table_rows, state_tier}};
-    const size_t part_bytes[2] = {layout.weight_bytes, layout.state_bytes};
-    std::array<kernels::RowCopy, 2> parts;
-    for (size_t k = 0; k < 2; ++k) {
-      const End& from = to_fat ? table_end[k] : fat_end[k];
-      const End& to = to_fat ? fat_end[k] : table_end[k];
-      parts[k] = kernels::RowCopy{to.base,   to.stride,   to.rows,   to.tier,     from.base,
-                                  from.stride, from.rows, from.tier, part_bytes[k]};
-    }
-    return parts;
   }
 };
 
@@ -202,7 +142,7 @@ struct EmbeddingCollection::Impl {
   uint64_t skipped_lookups = 0;  // dropped in forward
   int dropped_warnings = 0;
   int num_threads = 1;
-  bool has_cache = false;        // some table has a row cache
+  bool maps_rows = false;        // some table's residency maps rows (a cache: pins, prefetch)
   StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
   std::vector<size_t> step_mapped;  // per table: ids the pinned step mapping holds (0 = none)
   // prefetch(): a prefetch was started and no forward has dealt with it yet (taken its rows, or
@@ -239,8 +179,9 @@ struct EmbeddingCollection::Impl {
   // Tier of the callers' buffers of read_raw_rows / write_raw_rows (the public API's spans).
   static constexpr Tier kCallerTier = Tier::kHost;
   kernels::TableView view(int t) const {
-    kernels::TableView v = tables[t].view();
+    kernels::TableView v = tables[t].residency->view();
     v.table_index = static_cast<uint32_t>(t);
+    tables[t].set_keys(&v);
     return v;
   }
   // Rate-limited warning about ids dropped under BoundsCheckMode::kSkip.
@@ -258,9 +199,9 @@ struct EmbeddingCollection::Impl {
   Status check(const SparseBatch& batch, CheckedBatch* out) const {
     return table_internal::check_batch(batch, meta, options.bounds_check, alloc, out);
   }
-  // Cached tables (cached_tables.cc). remap: acquires the rows of `b` in the cache (pinned for
-  // the step) and makes `out` a view of `b` whose ids of cached tables are slots, its arrays in
-  // remap_buffers. Without caches `out` = `b`.
+  // Residencies that map rows (row_mapping.cc). remap: acquires the rows of `b` (pinned for
+  // the step) and makes `out` a view of `b` whose ids of those tables are view rows (a cache's
+  // slots), its arrays in remap_buffers. Without such tables `out` = `b`.
   // `touch` false (backward_update): rows already resident are not counted again as lookups.
   Status remap(const SparseBatch& b, SparseBatch* out, bool touch = true);
   void release_pins(tiered::PinSet set);
@@ -270,8 +211,6 @@ struct EmbeddingCollection::Impl {
   // prefetches batch k + 1 before forward(k) starts so). Once it is over, a deferred prefetch
   // starts.
   Status finish_prefetch_after_remap();
-  // Creates table t's store and cache (no rows are allocated or initialized up front).
-  Status create_cache(int t);
   // Dynamic tables (dynamic_tables.cc). create_id_map: table t's IdMap.
   Status create_id_map(int t);
   // Replaces the dynamic tables' raw ids of `b` by rows into `out`. Without dynamic tables
@@ -290,22 +229,12 @@ struct EmbeddingCollection::Impl {
                            std::vector<std::span<const float>>* out);
   // After a successful update: IdMap::end_step (max-age expiry) of every dynamic table.
   Status end_dynamic_step();
-  // Writes one fat row of table t (in workspace) the way write_raw_rows does (cache, split or
-  // resident).
-  Status write_fat_row(int t, int64_t row, const uint8_t* fat);
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
   Status dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src, const float* scale, float multiplier,
                     float max_scale, TableDedup* out);
 };
-
-// A row's initial fat-row bytes (padding zeroed); depends only on (seed, table, key): the key is
-// the global row (a resident table's row number; for a dynamic table the raw id holding it).
-// tmp: [dim] floats of scratch.
-// `backend` provides the initializer's kernels (uniform_fill, store_weights_rne).
-void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
-              uint8_t* row, const kernels::KernelBackend& backend = kernels::cpu_backend());
 
 // The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
 // caller: the table's nnz).

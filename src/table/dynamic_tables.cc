@@ -203,18 +203,6 @@ Status EmbeddingCollection::Impl::create_id_map(int t) {
   return Status();
 }
 
-Status EmbeddingCollection::Impl::write_fat_row(int t, int64_t row, const uint8_t* fat) {
-  TableState& ts = tables[t];
-  if (ts.cache) return ts.cache->write_row(row, fat);
-  if (ts.split) {
-    backend->copy_rows(ts.scatter_parts(fat, workspace_tier(), nullptr, row), 1, exec());
-  } else {
-    backend->copy(ts.rows.as<uint8_t>() + static_cast<size_t>(row) * ts.layout.stride_bytes, ts.weights_tier, fat,
-                  workspace_tier(), ts.layout.stride_bytes, exec());
-  }
-  return Status();
-}
-
 namespace {
 
 // Replaces feature `in`'s ids by `rows` (its slice of the table's mapping) in `out`, dropping
@@ -308,7 +296,7 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, DynamicUse u
                      tmp.data(), fat.data() + static_cast<size_t>(i) * stride, *backend);
         }, num_threads);
         for (size_t i = 0; i < a; ++i) {
-          const Status w = write_fat_row(t, assigned[i].row, fat.data() + i * stride);
+          const Status w = ts.residency->write_row(assigned[i].row, fat.data() + i * stride, workspace_tier());
           if (!w.ok()) return table_error(to.name, w);
         }
       }

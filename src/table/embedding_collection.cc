@@ -137,45 +137,6 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const C
   return create_impl(options, std::move(impl));
 }
 
-namespace {
-
-// Allocates table ts's rows: fat rows in one tier, or split weights / state buffers.
-Status allocate_rows(const TableOptions& to, Allocator* weights_alloc, Allocator* state_alloc, TableState* ts) {
-  const RowLayout& l = ts->layout;
-  const size_t n = static_cast<size_t>(to.num_rows);
-  auto fail = [&](const Status& s, size_t stride) {
-    return Status(s.code(), "table '" + to.name + "' (" + std::to_string(to.num_rows) + " rows x " +
-                                std::to_string(stride) + " B): " + s.message());
-  };
-  ts->split = l.state_bytes > 0 && weights_alloc != state_alloc;
-  if (!ts->split) {
-    const CategoryBytes parts[2] = {{Category::kWeights, n * (l.stride_bytes - l.state_bytes)},
-                                    {Category::kOptimizerState, n * l.state_bytes}};
-    auto rows = weights_alloc->allocate_parts(std::span<const CategoryBytes>(parts, l.state_bytes ? 2 : 1), 64);
-    if (!rows.ok()) return fail(rows.status(), l.stride_bytes);
-    ts->rows = std::move(rows).value();
-    if (l.state_bytes == 0) ts->state_tier = ts->weights_tier;  // nothing of the row lives there
-    return Status();
-  }
-  ts->weights_layout = l;
-  ts->weights_layout.optimizer.kind = OptimizerKind::kSgd;
-  ts->weights_layout.has_rowwise = false;
-  ts->weights_layout.num_elem_states = 0;
-  ts->weights_layout.state_bytes = 0;
-  ts->weights_layout.stride_bytes = split_weight_stride(l.weight_bytes);
-  ts->state_begin = (l.weight_bytes + 3) / 4 * 4;
-  ts->state_stride = split_state_stride(l.state_bytes);
-  auto rows = weights_alloc->allocate(n * ts->weights_layout.stride_bytes, Category::kWeights, 64);
-  if (!rows.ok()) return fail(rows.status(), ts->weights_layout.stride_bytes);
-  ts->rows = std::move(rows).value();
-  auto state = state_alloc->allocate(n * ts->state_stride, Category::kOptimizerState, 64);
-  if (!state.ok()) return fail(state.status(), ts->state_stride);
-  ts->state = std::move(state).value();
-  return Status();
-}
-
-}  // namespace
-
 Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(const CollectionOptions& options,
                                                                               std::unique_ptr<Impl> impl) {
   LEANEMB_RETURN_IF_ERROR(validate_options(options));
@@ -184,8 +145,6 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
   impl->backend = options.backend             ? options.backend
                   : options.use_reference_kernels ? &kernels::reference_backend()
                                                   : &kernels::cpu_backend();
-  Allocator* weights_alloc = impl->memory ? impl->memory->allocator_for(Category::kWeights) : impl->alloc;
-  Allocator* state_alloc = impl->memory ? impl->memory->allocator_for(Category::kOptimizerState) : impl->alloc;
   for (size_t t = 0; t < options.tables.size(); ++t) {
     const TableOptions& to = options.tables[t];
     TableState ts;
@@ -196,38 +155,24 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
     ts.num_rows = to.num_rows;
     ts.key_stride = to.shard.key_stride;
     ts.key_offset = to.shard.key_offset;
-    if (impl->memory) {
-      ts.weights_tier = impl->memory->placement()[Category::kWeights];
-      ts.state_tier = impl->memory->placement()[Category::kOptimizerState];
-    }
-    if (!to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(allocate_rows(to, weights_alloc, state_alloc, &ts));
+    // The rows, allocated and initialized where they live (a cache's on first touch); each row's
+    // values depend only on (seed, table, row). A dynamic table's rows start as zeros: a row is
+    // initialized from its raw id when one is admitted.
+    table_internal::ResidencyContext rc;
+    rc.options = to;
+    rc.table = static_cast<int>(t);
+    rc.seed = options.seed;
+    rc.layout = ts.layout;
+    rc.key_stride = ts.key_stride;
+    rc.key_offset = ts.key_offset;
+    rc.memory = impl->memory;
+    rc.alloc = impl->alloc;
+    rc.backend = impl->backend;
+    rc.exec = impl->exec();
+    LEANEMB_ASSIGN_OR_RETURN(ts.residency, table_internal::make_residency(rc));
+    impl->maps_rows = impl->maps_rows || ts.residency->maps_rows();
     impl->tables.push_back(std::move(ts));
-    if (to.cache.enabled()) LEANEMB_RETURN_IF_ERROR(impl->create_cache(static_cast<int>(t)));
     if (to.dynamic.enabled) LEANEMB_RETURN_IF_ERROR(impl->create_id_map(static_cast<int>(t)));
-  }
-  // Initialize rows in parallel, each where it lives (a split table's weights in their buffer,
-  // its state zeroed in its own); each row's values depend only on (seed, table, row). A dynamic
-  // table's rows start as zeros: a row is initialized from its raw id when one is admitted.
-  const kernels::KernelBackend& be = *impl->backend;
-  for (size_t t = 0; t < impl->tables.size(); ++t) {
-    TableState& ts = impl->tables[t];
-    const TableOptions& to = options.tables[t];
-    if (ts.cache) continue;  // rows are created on first touch
-    const bool zero = to.dynamic.enabled;
-    const RowLayout& l = ts.split ? ts.weights_layout : ts.layout;  // the rows of `rows`
-    uint8_t* base = ts.rows.as<uint8_t>();
-    uint8_t* state = ts.state.as<uint8_t>();
-#pragma omp parallel num_threads(impl->num_threads)
-    {
-      std::vector<float> tmp(static_cast<size_t>(to.dim));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < to.num_rows; ++r) {
-        uint8_t* row = base + static_cast<size_t>(r) * l.stride_bytes;
-        if (zero) std::memset(row, 0, l.stride_bytes);
-        else init_row(to, l, options.seed, static_cast<uint32_t>(t), ts.global_row(r), tmp.data(), row, be);
-        if (ts.split) std::memset(state + static_cast<size_t>(r) * ts.state_stride, 0, ts.state_stride);
-      }
-    }
   }
   for (const FeatureOptions& fo : options.features) {
     impl->meta.push_back({fo.name, options.tables[fo.table].name, options.tables[fo.table].num_rows, fo.pooling,
@@ -250,8 +195,8 @@ Status EmbeddingCollection::set_learning_rate(int table, float lr) {
     return invalid_argument("set_learning_rate: learning rate " + std::to_string(lr) + " (must be finite and >= 0)");
   TableState& ts = impl_->tables[static_cast<size_t>(table)];
   impl_->options.tables[static_cast<size_t>(table)].optimizer.learning_rate = lr;
-  ts.layout.optimizer.learning_rate = lr;  // the update kernels read the layout's options
-  ts.weights_layout.optimizer.learning_rate = lr;
+  ts.layout.optimizer.learning_rate = lr;
+  ts.residency->set_learning_rate(lr);  // the update kernels read the residency's layouts
   return Status();
 }
 const RowLayout& EmbeddingCollection::layout(int table) const {
@@ -318,7 +263,7 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
   im.eval_forward = eval;  // whatever happens below: this is the most recent forward
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check_call(*this, batch, pooled_out.size(), seq_out, "forward", &cb));
-  if (im.has_cache) im.release_pins(tiered::PinSet::kStep);  // a forward without its update
+  if (im.maps_rows) im.release_pins(tiered::PinSet::kStep);  // a forward without its update
   // Dynamic tables: raw ids -> rows (training: admitting and initializing new ones; evaluation:
   // the rows ids have now), then rows -> slots.
   DynamicBatch dyn(im.alloc);
@@ -326,9 +271,7 @@ Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> p
       im.map_dynamic(*cb.batch, eval ? Impl::DynamicUse::kEvalForward : Impl::DynamicUse::kTrainForward, &dyn));
   SparseBatch remapped;
   LEANEMB_RETURN_IF_ERROR(im.remap(dyn.batch, &remapped));
-  if (im.has_cache) {
-    LEANEMB_RETURN_IF_ERROR(im.finish_prefetch_after_remap());
-  }
+  if (im.maps_rows) LEANEMB_RETURN_IF_ERROR(im.finish_prefetch_after_remap());
   const SparseBatch& b = remapped;
   if (cb.num_dropped > 0) {
     im.skipped_lookups += cb.num_dropped;
@@ -375,18 +318,7 @@ Status EmbeddingCollection::read_raw_rows(int table, int64_t row_begin, int64_t 
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (out.size() != bytes) return invalid_argument("read_raw_rows: buffer of " + std::to_string(out.size()) + " bytes, expected " + std::to_string(bytes));
   // The caller's buffer is host memory: rows in another tier cross the link (recorded).
-  if (ts.cache) {
-    LEANEMB_RETURN_IF_ERROR(ts.cache->read_rows(row_begin, count, out.data()));
-  } else if (ts.split) {
-    if (bytes) std::memset(out.data(), 0, bytes);  // alignment gaps read as zeros, as in fat rows
-    const auto parts = ts.gather_parts(out.data(), Impl::kCallerTier, nullptr, row_begin);
-    impl_->backend->copy_rows(parts, count, impl_->exec());
-  } else {
-    impl_->backend->copy(out.data(), Impl::kCallerTier,
-                         ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, ts.weights_tier,
-                         bytes, impl_->exec());
-  }
-  return Status();
+  return ts.residency->read_rows(row_begin, count, out.data(), Impl::kCallerTier);
 }
 
 Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) {
@@ -397,16 +329,7 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (in.size() != bytes) return invalid_argument("write_raw_rows: buffer of " + std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes));
-  if (ts.cache) {
-    LEANEMB_RETURN_IF_ERROR(ts.cache->write_rows(row_begin, count, in.data()));  // bulk: the store in large blocks
-  } else if (ts.split) {
-    const auto parts = ts.scatter_parts(in.data(), Impl::kCallerTier, nullptr, row_begin);
-    impl_->backend->copy_rows(parts, count, impl_->exec());
-  } else {
-    impl_->backend->copy(ts.rows.as<uint8_t>() + static_cast<size_t>(row_begin) * ts.layout.stride_bytes, ts.weights_tier,
-                         in.data(), Impl::kCallerTier, bytes, impl_->exec());
-  }
-  return Status();
+  return ts.residency->write_rows(row_begin, count, in.data(), Impl::kCallerTier);
 }
 
 }  // namespace leanemb

@@ -37,7 +37,7 @@ inline constexpr int kDynamicIdBuffers = 4;
 inline size_t dynamic_id_buffer_bytes(int64_t num_ids) { return static_cast<size_t>(num_ids) * 8; }
 
 // A cached table's remap buffers (kWorkspace, kept): the step's rows and their cache slots, [n]
-// int64 each (cached_tables.cc, remap); prefetch() adds one more of [n] for the next batch's rows.
+// int64 each (row_mapping.cc, remap); prefetch() adds one more of [n] for the next batch's rows.
 inline constexpr int kCacheRemapBuffers = 2;
 inline size_t cache_remap_buffer_bytes(int64_t num_ids) { return static_cast<size_t>(num_ids) * 8; }
 

@@ -1,69 +1,16 @@
-// EmbeddingCollection's tiered tables: creating a table's row store and cache, remapping a step's
-// ids to cache slots, prefetch, flush and cache statistics (docs/tiered.md).
+// EmbeddingCollection's tables whose residency maps rows (a row cache over a store:
+// table/residency.h, docs/tiered.md): acquiring a step's rows and remapping its ids to the view
+// rows (cache slots), prefetch, pins, flush and cache statistics. Each call goes through the
+// Residency interface; residencies that hold rows in place do nothing here.
 #include <algorithm>
 #include <cstring>
 
 #include "table/collection_impl.h"
-#include "tiered/sizes.h"
 
 namespace leanemb {
 
-Status EmbeddingCollection::Impl::create_cache(int t) {
-  TableState& ts = tables[t];
-  const TableOptions& to = options.tables[t];
-  const TableCacheOptions& co = to.cache;
-  auto fail = [&](const Status& s) { return Status(s.code(), "table '" + to.name + "' cache: " + s.message()); };
-  if (co.fraction < 0.0 || co.fraction > 1.0 || co.capacity_rows < 0 || co.capacity_rows > to.num_rows)
-    return invalid_argument("table '" + to.name + "' cache: fraction must be in [0, 1] and capacity_rows in [0, " +
-                            std::to_string(to.num_rows) + "]");
-  if (co.prefetch_nice < -20 || co.prefetch_nice > 19)
-    return invalid_argument("table '" + to.name + "' cache: prefetch_nice must be in [-20, 19], got " +
-                            std::to_string(co.prefetch_nice));
-  // A cached table's weights and optimizer state live together in its store (the store is the
-  // offload), whatever the placement says for the weights and optimizer_state categories.
-  auto kind = tiered::parse_store_kind(co.store);
-  if (!kind.ok()) return fail(kind.status());
-  tiered::RowStoreOptions so;
-  so.kind = kind.value();
-  so.num_rows = to.num_rows;
-  so.row_bytes = ts.layout.stride_bytes;
-  so.path = co.store_path;
-  so.direct_io = co.direct_io;
-  if (so.kind == tiered::StoreKind::kFile && so.path.empty())
-    return invalid_argument("table '" + to.name + "' cache: the file store needs store_path");
-  Allocator* host = memory ? memory->host() : alloc;
-  auto store = tiered::make_row_store(so, host);
-  if (!store.ok()) return fail(store.status());
-  tiered::RowCacheOptions rc;
-  rc.capacity_rows = co.capacity_rows > 0 ? co.capacity_rows : tiered::cache_capacity_rows(to.num_rows, co.fraction);
-  rc.policy = co.policy;
-  rc.num_threads = num_threads;
-  rc.prefetch_nice = co.prefetch_nice;
-  const uint64_t seed = options.seed;
-  const RowLayout layout = ts.layout;
-  const int64_t key_stride = ts.key_stride, key_offset = ts.key_offset;
-  const kernels::KernelBackend* be = backend;
-  tiered::RowInitFn init = [to, layout, seed, t, key_stride, key_offset, be](int64_t row, uint8_t* fat) {
-    if (to.dynamic.enabled) {  // as a resident dynamic table: zeros until an id is admitted
-      std::memset(fat, 0, layout.stride_bytes);
-      return;
-    }
-    thread_local std::vector<float> tmp;  // called for many rows in a row: no allocation each
-    tmp.resize(static_cast<size_t>(layout.dim));
-    init_row(to, layout, seed, static_cast<uint32_t>(t), row * key_stride + key_offset, tmp.data(), fat, *be);
-  };
-  Allocator* device = memory ? memory->allocator_for(Category::kRowCache) : alloc;
-  Allocator* staging = memory ? memory->allocator_for(Category::kIoBuffers) : alloc;
-  auto cache = tiered::RowCache::create(rc, ts.layout, std::move(store).value(), std::move(init), device, staging, memory);
-  if (!cache.ok()) return fail(cache.status());
-  ts.cache = std::move(cache).value();
-  has_cache = true;
-  return Status();
-}
-
 void EmbeddingCollection::Impl::release_pins(tiered::PinSet set) {
-  for (TableState& ts : tables)
-    if (ts.cache) ts.cache->release(set);
+  for (TableState& ts : tables) ts.residency->release(set);
   // The forward's slots are only valid while its rows are pinned.
   if (set == tiered::PinSet::kStep) std::fill(step_mapped.begin(), step_mapped.end(), size_t{0});
 }
@@ -86,12 +33,12 @@ bool same_ids(const CollectionOptions& o, const SparseBatch& b, int t, const int
 
 Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, bool touch) {
   *out = b;
-  if (!has_cache) return Status();
+  if (!maps_rows) return Status();
   step_mapped.resize(tables.size(), 0);
   if (touch) took_prefetch = false;
   for (size_t t = 0; t < tables.size(); ++t) {
     TableState& ts = tables[t];
-    if (!ts.cache) continue;
+    if (!ts.residency->maps_rows()) continue;
     const int ti = static_cast<int>(t);
     const size_t n = table_nnz(options, b, ti);
     if (n == 0) continue;
@@ -112,11 +59,11 @@ Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, 
       gather_table_ids(options, b, ti, rows);
       step_mapped[t] = 0;
       // A forward right after prefetch() of this batch takes the prefetch's mapping as it is.
-      Result<bool> taken = touch ? ts.cache->take_prefetched(std::span<const int64_t>(rows, n), slots) : false;
+      Result<bool> taken = touch ? ts.residency->take_prefetched(std::span<const int64_t>(rows, n), slots) : false;
       Status st = taken.status();
       if (st.ok() && taken.value()) took_prefetch = true;
       if (st.ok() && !taken.value())
-        st = ts.cache->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
+        st = ts.residency->acquire(std::span<const int64_t>(rows, n), slots, tiered::PinSet::kStep, touch);
       if (!st.ok()) return Status(st.code(), "table '" + options.tables[t].name + "': " + st.message());
       step_mapped[t] = n;
     }
@@ -133,7 +80,7 @@ Status EmbeddingCollection::Impl::remap(const SparseBatch& b, SparseBatch* out, 
 
 Status EmbeddingCollection::prefetch(const SparseBatch& next) {
   Impl& im = *impl_;
-  if (!im.has_cache) return Status();
+  if (!im.maps_rows) return Status();
   CheckedBatch cb;
   LEANEMB_RETURN_IF_ERROR(im.check(next, &cb));
   // Called before the forward that takes the outstanding prefetch's rows: this one waits for
@@ -142,7 +89,7 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
   im.prefetch_pending.assign(im.tables.size(), 0);
   for (int t = 0; t < num_tables(); ++t) {
     TableState& ts = im.tables[t];
-    if (!ts.cache) continue;
+    if (!ts.residency->maps_rows()) continue;
     const size_t n = table_nnz(im.options, *cb.batch, t);
     if (n == 0) continue;
     // The ids are copied by start_prefetch (into the cache's own buffer); the workspace buffer
@@ -164,7 +111,7 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
       im.prefetch_pending[static_cast<size_t>(t)] = m;
       continue;
     }
-    LEANEMB_RETURN_IF_ERROR(ts.cache->start_prefetch(std::span<const int64_t>(rows, m)));
+    LEANEMB_RETURN_IF_ERROR(ts.residency->start_prefetch(std::span<const int64_t>(rows, m)));
     im.prefetch_outstanding = true;
     im.prefetch_age = 0;
   }
@@ -172,8 +119,7 @@ Status EmbeddingCollection::prefetch(const SparseBatch& next) {
 }
 
 Status EmbeddingCollection::wait_prefetch() {
-  for (TableState& ts : impl_->tables)
-    if (ts.cache) LEANEMB_RETURN_IF_ERROR(ts.cache->wait_prefetch());
+  for (TableState& ts : impl_->tables) LEANEMB_RETURN_IF_ERROR(ts.residency->wait_prefetch());
   return Status();
 }
 
@@ -190,7 +136,7 @@ Status EmbeddingCollection::Impl::finish_prefetch_after_remap() {
     if (m == 0) continue;
     prefetch_pending[t] = 0;
     LEANEMB_ASSIGN_OR_RETURN(void* rows_p, remap_buffers.get(2 * tables.size() + t, m * 8, Category::kWorkspace, alloc));
-    LEANEMB_RETURN_IF_ERROR(tables[t].cache->start_prefetch(std::span<const int64_t>(static_cast<int64_t*>(rows_p), m)));
+    LEANEMB_RETURN_IF_ERROR(tables[t].residency->start_prefetch(std::span<const int64_t>(static_cast<int64_t*>(rows_p), m)));
     prefetch_outstanding = true;
     prefetch_age = 0;
   }
@@ -198,16 +144,16 @@ Status EmbeddingCollection::Impl::finish_prefetch_after_remap() {
 }
 
 Status EmbeddingCollection::flush() {
-  for (TableState& ts : impl_->tables)
-    if (ts.cache) LEANEMB_RETURN_IF_ERROR(ts.cache->flush());
+  for (TableState& ts : impl_->tables) LEANEMB_RETURN_IF_ERROR(ts.residency->flush());
   return Status();
 }
 
 Result<RowCacheStats> EmbeddingCollection::cache_stats(int table) const {
   if (table < 0 || table >= num_tables()) return out_of_range("cache_stats: unknown table " + std::to_string(table));
-  const TableState& ts = impl_->tables[table];
-  if (!ts.cache) return failed_precondition("cache_stats: table '" + impl_->options.tables[table].name + "' has no cache");
-  return ts.cache->stats();
+  Result<RowCacheStats> s = impl_->tables[table].residency->cache_stats();
+  if (!s.ok())
+    return Status(s.status().code(), "cache_stats: table '" + impl_->options.tables[table].name + "' " + s.status().message());
+  return s;
 }
 
 }  // namespace leanemb

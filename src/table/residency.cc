@@ -1,0 +1,60 @@
+// make_residency's registry and the Residency defaults (residency.h).
+#include "table/residency.h"
+
+#include <cstring>
+
+namespace leanemb::table_internal {
+
+namespace {
+
+struct Kind {
+  std::string_view name;  // TableOptions::residency
+  Result<std::unique_ptr<Residency>> (*make)(const ResidencyContext&);
+};
+
+// The first that applies makes the table's rows. A new residency: one line here.
+constexpr Kind kResidencies[] = {
+    {"cached", make_cached_rows},      // TableOptions::cache: a row cache over a store
+    {"split", make_split_rows},        // weights and optimizer state placed in different tiers
+    {"mirrored", make_mirrored_rows},  // only when named: resident rows with a checked copy
+    {"resident", make_resident_rows},  // everything else (always applies)
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Residency>> make_residency(const ResidencyContext& ctx) {
+  const std::string& named = ctx.options.residency;
+  bool known = named.empty();
+  for (const Kind& k : kResidencies) {
+    if (!named.empty() && named != k.name) continue;
+    known = true;
+    LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<Residency> r, k.make(ctx));
+    if (r) return r;
+  }
+  std::string names;
+  for (const Kind& k : kResidencies) names += (names.empty() ? "" : ", ") + std::string(k.name);
+  if (!known)
+    return invalid_argument("table '" + ctx.options.name + "': unknown residency '" + named + "' (expected one of " +
+                            names + ")");
+  return invalid_argument("table '" + ctx.options.name + "': residency '" + named +
+                          "' does not apply to its options and placement");
+}
+
+void ResidencyContext::init_row(int64_t row, const RowLayout& l, float* tmp, uint8_t* out) const {
+  if (options.dynamic.enabled) {
+    std::memset(out, 0, l.stride_bytes);
+    return;
+  }
+  leanemb::init_row(options, l, seed, static_cast<uint32_t>(table), row * key_stride + key_offset, tmp, out, *backend);
+}
+
+Status Residency::acquire(std::span<const int64_t> rows, int64_t* out, tiered::PinSet, bool) {
+  if (!rows.empty()) std::memcpy(out, rows.data(), rows.size() * 8);
+  return Status();
+}
+
+Result<bool> Residency::take_prefetched(std::span<const int64_t>, int64_t*) { return false; }
+
+Result<RowCacheStats> Residency::cache_stats() const { return failed_precondition("has no cache"); }
+
+}  // namespace leanemb::table_internal
