@@ -249,279 +249,351 @@ json dist_summary(const LoopSettings& ls, TrainTask& task, int64_t steps_run, si
           {"embedding_payload_bytes_sent_per_step", static_cast<double>(train_emb.payload_bytes_sent) / n}};
 }
 
-}  // namespace
+// One run of the loop. run_loop calls its phases in order: open -> resume -> steps -> finish;
+// they share the run's state here. Members are destroyed in reverse order: the task before the
+// memory system it lives in, the run directory's lock last.
+class Run {
+ public:
+  Run(const RunOptions& ro, LoopSettings ls) : ro_(ro), ls_(std::move(ls)), entered_(Clock::now()) {}
 
-Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
-  const auto entered = Clock::now();  // the time to the first step counts from here
-  if (ro.steps >= 0) ls.steps = ro.steps;
-  if (ls.threads > 0) omp_set_num_threads(ls.threads);
-  dist::Communicator* comm = ro.comm;
-  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
-  const bool lead = rank == 0;  // prints, writes metrics (every rank computes the same values)
-  const bool quiet = ro.quiet || !lead;
-  const std::string tag = "[" + ls.task + "] ";
-  auto say = [&](const std::string& s) {
-    if (!quiet) std::fprintf(stderr, "%s%s\n", tag.c_str(), s.c_str());
-  };
-  if (ls.grad_groups == 0) ls.grad_groups = world;
-  if (ls.grad_groups % world != 0)
-    return invalid_argument(ls.origin + ": dist.grad_groups (" + std::to_string(ls.grad_groups) +
-                            ") must be a multiple of the number of ranks (" + std::to_string(world) + ")");
+  // Settings, the output directory (locked), the memory plan and system, the task.
+  Status open();
+  // The checkpoint to continue from (--resume), the metrics log, the tables' sizes.
+  Status resume();
+  // Training steps until the step count, the end of the data, a stop signal or divergence.
+  Status steps();
+  // The final checkpoint and evaluation, then the summary.
+  Result<json> finish();
+
+ private:
+  void say(const std::string& s) const {
+    if (!quiet_) std::fprintf(stderr, "%s%s\n", tag_.c_str(), s.c_str());
+  }
+  void log_metrics(const json& j) {
+    if (metrics_) metrics_->append(dump_json(j), k_.step);
+  }
+  void progress_line(bool final_line) const;
+  Status end_of_epoch(int64_t epoch);  // epoch (0-based) ended after step k_.step
+  Status checkpoint();                 // of step k_.step, and its metrics.jsonl line
+  // Runs step k_.step + 1 and everything after it (metrics, eval, checkpoint, progress).
+  // False: the loop ends (no more data, or diverged).
+  Result<bool> one_step(const std::set<int64_t>& inject);
+
+  const RunOptions& ro_;
+  LoopSettings ls_;
+  const Clock::time_point entered_;  // the time to the first step counts from here
+  dist::Communicator* comm_ = nullptr;
+  int world_ = 1, rank_ = 0;
+  bool lead_ = true;  // prints, writes metrics (every rank computes the same values)
+  bool quiet_ = false;
+  std::string tag_;
+  std::unique_ptr<RunDir> run_dir_;
+  ResumePoint resume_at_;
+  plan::Prediction planned_;
+  bool have_plan_ = false;
+  MemorySystemOptions mso_;
+  std::unique_ptr<MemorySystem> mem_;
+  std::unique_ptr<TrainTask> task_;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0's metrics.jsonl: every write checked
+
+  Counters k_;
+  int64_t resumed_from_ = -1;
+  size_t embedding_bytes_ = 0, table_bytes_ = 0;
+  std::string last_ckpt_;
+  int64_t last_ckpt_step_ = -1;  // a resumed step is not written again
+  json last_eval_;
+  double loss_sum_ = 0.0, last_loss_ = NAN;
+  int64_t loss_n_ = 0, samples_run_ = 0;
+  Clock::time_point t0_, last_print_;
+  double startup_secs_ = 0, train_secs_ = 0;
+  // Epochs (train.eval_every_epochs): an epoch ended when a batch of the next one arrives.
+  int64_t steps_per_epoch_ = 0, cur_epoch_ = -1, epoch_start_step_ = 0;
+  std::unique_ptr<DivergenceMonitor> divergence_;
+  std::string diverged_;  // "diverged at step N: ..." once the run diverged
+  bool stopped_ = false;  // a signal (StopSignal) stopped the run after a step
+  // The communicator's totals of the training steps alone (before the final checkpoint and
+  // evaluation).
+  TablesCommTotals train_emb_;
+  uint64_t train_comm_bytes_ = 0;
+  double train_comm_seconds_ = 0;
+};
+
+Status Run::open() {
+  if (ro_.steps >= 0) ls_.steps = ro_.steps;
+  if (ls_.threads > 0) omp_set_num_threads(ls_.threads);
+  comm_ = ro_.comm;
+  world_ = comm_ ? comm_->size() : 1;
+  rank_ = comm_ ? comm_->rank() : 0;
+  lead_ = rank_ == 0;
+  quiet_ = ro_.quiet || !lead_;
+  tag_ = "[" + ls_.task + "] ";
+  if (ls_.grad_groups == 0) ls_.grad_groups = world_;
+  if (ls_.grad_groups % world_ != 0)
+    return invalid_argument(ls_.origin + ": dist.grad_groups (" + std::to_string(ls_.grad_groups) +
+                            ") must be a multiple of the number of ranks (" + std::to_string(world_) + ")");
   // The output directory, locked for the run, and where the run starts (train/run_dir.h).
-  std::unique_ptr<RunDir> run_dir;
-  LEANEMB_ASSIGN_OR_RETURN(const ResumePoint resume_at, open_run_dir(run_dir_options(ro), comm, &run_dir));
+  LEANEMB_ASSIGN_OR_RETURN(resume_at_, open_run_dir(run_dir_options(ro_), comm_, &run_dir_));
   // A run never goes back: a step count below the checkpoint's leaves nothing to do, and saying
   // "steps 21-20 in this run" with exit 0 hid that the flag was wrong (docs/train.md "Resuming").
-  if (ls.steps > 0 && resume_at.step > ls.steps)
-    return invalid_argument("--resume: the checkpoint " + resume_at.dir + " is at step " + std::to_string(resume_at.step) + ", " +
-                            (ro.steps >= 0 ? "--steps " : "train.steps = ") + std::to_string(ls.steps) +
+  if (ls_.steps > 0 && resume_at_.step > ls_.steps)
+    return invalid_argument("--resume: the checkpoint " + resume_at_.dir + " is at step " + std::to_string(resume_at_.step) +
+                            ", " + (ro_.steps >= 0 ? "--steps " : "train.steps = ") + std::to_string(ls_.steps) +
                             " leaves nothing to train (a run does not go back): give more steps than " +
-                            std::to_string(resume_at.step) + " to continue, or --overwrite to train again from step 0");
-  if (ls.prepare) LEANEMB_RETURN_IF_ERROR(ls.prepare(comm, lead));
+                            std::to_string(resume_at_.step) + " to continue, or --overwrite to train again from step 0");
+  if (ls_.prepare) LEANEMB_RETURN_IF_ERROR(ls_.prepare(comm_, lead_));
 
   // The memory plan of this run (src/plan): one rank's share at this world size.
-  plan::Prediction planned;
-  const bool have_plan = static_cast<bool>(ls.plan);
-  if (have_plan) {
-    LEANEMB_ASSIGN_OR_RETURN(planned, ls.plan(world));
+  have_plan_ = static_cast<bool>(ls_.plan);
+  if (have_plan_) {
+    LEANEMB_ASSIGN_OR_RETURN(planned_, ls_.plan(world_));
   }
-  MemorySystemOptions mso = ls.memory;
-  if (have_plan) reserve_planned(planned, &mso, say);
-  LEANEMB_ASSIGN_OR_RETURN(auto mem, MemorySystem::create(mso));
-  if (!ls.store_dir.empty()) {
+  mso_ = ls_.memory;
+  if (have_plan_) reserve_planned(planned_, &mso_, [this](const std::string& s) { say(s); });
+  LEANEMB_ASSIGN_OR_RETURN(mem_, MemorySystem::create(mso_));
+  if (!ls_.store_dir.empty()) {
     std::error_code dir_ec;
-    std::filesystem::create_directories(ls.store_dir, dir_ec);
-    if (dir_ec) return io_error("cannot create embedding.store_dir '" + ls.store_dir + "': " + dir_ec.message());
+    std::filesystem::create_directories(ls_.store_dir, dir_ec);
+    if (dir_ec) return io_error("cannot create embedding.store_dir '" + ls_.store_dir + "': " + dir_ec.message());
   }
   TaskContext tc;
-  tc.memory = mem.get();
-  tc.comm = world > 1 ? comm : nullptr;
-  tc.say = say;
-  tc.quiet = quiet;
-  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<TrainTask> task, ls.make_task(tc));
+  tc.memory = mem_.get();
+  tc.comm = world_ > 1 ? comm_ : nullptr;
+  tc.say = [this](const std::string& s) { say(s); };
+  tc.quiet = quiet_;
+  LEANEMB_ASSIGN_OR_RETURN(task_, ls_.make_task(tc));
+  return Status();
+}
 
-  Counters k;
-  int64_t resumed_from = -1;
-  const std::string& resume_dir = resume_at.dir;  // plain or sharded: either loads at any world size
-  if (ro.resume) {
+Status Run::resume() {
+  const std::string& resume_dir = resume_at_.dir;  // plain or sharded: either loads at any world size
+  if (ro_.resume) {
     if (resume_dir.empty()) {
-      say("no checkpoint in " + ro.out_dir + "/checkpoints: starting from the beginning");
+      say("no checkpoint in " + ro_.out_dir + "/checkpoints: starting from the beginning");
     } else {
-      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, ls, ro.ckpt_env, lead, *task, &k));
-      resumed_from = k.step;
-      say("resumed from " + resume_dir + " (step " + std::to_string(k.step) + ")");
+      LEANEMB_RETURN_IF_ERROR(load_checkpoint(resume_dir, ls_, ro_.ckpt_env, lead_, *task_, &k_));
+      resumed_from_ = k_.step;
+      say("resumed from " + resume_dir + " (step " + std::to_string(k_.step) + ")");
     }
   }
   std::error_code ec;
-  std::filesystem::create_directories(ro.out_dir, ec);
-  if (ec) return io_error("cannot create output directory '" + ro.out_dir + "': " + ec.message());
-  // rank 0's metrics.jsonl: every write checked (no_silent_write_errors, train/metrics_log.h).
-  std::unique_ptr<MetricsLog> metrics;
-  if (lead) {
-    LEANEMB_ASSIGN_OR_RETURN(metrics, MetricsLog::open(ro.log_env, ro.out_dir + "/metrics.jsonl"));
+  std::filesystem::create_directories(ro_.out_dir, ec);
+  if (ec) return io_error("cannot create output directory '" + ro_.out_dir + "': " + ec.message());
+  // (no_silent_write_errors, train/metrics_log.h)
+  if (lead_) {
+    LEANEMB_ASSIGN_OR_RETURN(metrics_, MetricsLog::open(ro_.log_env, ro_.out_dir + "/metrics.jsonl"));
   }
-  auto log_metrics = [&](const json& j) {
-    if (metrics) metrics->append(dump_json(j), k.step);
-  };
-
-  const auto embedding_bytes = [&] {
-    size_t b = 0;
-    for (const MemoryStats& s : mem->stats()) b += s[Category::kWeights].current_bytes + s[Category::kOptimizerState].current_bytes;
-    return b;
-  }();
+  for (const MemoryStats& s : mem_->stats())
+    embedding_bytes_ += s[Category::kWeights].current_bytes + s[Category::kOptimizerState].current_bytes;
   // Dense parameters are in kWeights too; report the embedding tables alone as well.
-  size_t table_bytes = 0;
-  const EmbeddingTables& tables = task->tables();
+  const EmbeddingTables& tables = task_->tables();
   for (int t = 0; t < tables.num_tables(); ++t)  // this rank's rows
-    table_bytes += tables.layout(t).stride_bytes * static_cast<size_t>(tables.local_num_rows(t));
+    table_bytes_ += tables.layout(t).stride_bytes * static_cast<size_t>(tables.local_num_rows(t));
+  last_ckpt_ = resume_dir;
+  last_ckpt_step_ = resumed_from_;
+  return Status();
+}
 
-  std::string last_ckpt = resume_dir;
-  int64_t last_ckpt_step = resumed_from;  // a resumed step is not written again
-  json last_eval;
-  double loss_sum = 0.0, last_loss = NAN;
-  int64_t loss_n = 0, samples_run = 0;
-  const auto t0 = Clock::now();
-  auto last_print = t0;
+void Run::progress_line(bool final_line) const {
+  const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+  const auto st = mem_->stats();
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "step %lld | %.1fk %s/s | loss %.4f | eval %s | device (cpu) %s host %s",
+                static_cast<long long>(k_.step), secs > 0 ? samples_run_ / secs / 1e3 : 0.0, ls_.progress_unit.c_str(),
+                last_loss_, last_eval_.is_null() ? "-" : task_->eval_headline(last_eval_).c_str(),
+                format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
+  if (quiet_) return;
+  if (ro_.progress_tty) std::fprintf(stderr, "\r%s%s\033[K%s", tag_.c_str(), buf, final_line ? "\n" : "");
+  else std::fprintf(stderr, "%s%s\n", tag_.c_str(), buf);
+}
+
+Status Run::end_of_epoch(int64_t epoch) {
+  if (steps_per_epoch_ <= 0 && epoch_start_step_ == 0 && epoch == 0) {
+    steps_per_epoch_ = k_.step;
+    say("epoch 1 ended after " + std::to_string(k_.step) + " steps: " + std::to_string(k_.step) + " steps per epoch");
+  }
+  if (ls_.eval_every_epochs > 0 && (epoch + 1) % ls_.eval_every_epochs == 0 && task_->has_eval()) {
+    LEANEMB_ASSIGN_OR_RETURN(last_eval_, task_->evaluate());
+    log_metrics(json{{"step", k_.step}, {"epoch", epoch + 1}, {"eval", last_eval_}});
+    say("epoch " + std::to_string(epoch + 1) + " (step " + std::to_string(k_.step) + "): eval " +
+        task_->eval_headline(last_eval_));
+  }
+  return Status();
+}
+
+Status Run::checkpoint() {
+  const auto c0 = Clock::now();
+  LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, &last_ckpt_));
+  log_metrics(json{{"step", k_.step}, {"checkpoint", last_ckpt_},
+                   {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
+  if (metrics_) metrics_->sync(k_.step);  // the log is durable up to the checkpoint it names
+  return Status();
+}
+
+Status Run::steps() {
+  t0_ = Clock::now();
+  last_print_ = t0_;
   // Start-up: the plan, the memory system, the task (its data and tables: a file store's table
   // file is created sparse, so this does not grow with the rows) and the resume.
-  const double startup_secs = std::chrono::duration<double>(t0 - entered).count();
+  startup_secs_ = std::chrono::duration<double>(t0_ - entered_).count();
   {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "first step after %.2f s of start-up", startup_secs);
+    std::snprintf(buf, sizeof buf, "first step after %.2f s of start-up", startup_secs_);
     say(buf);
   }
-  auto line = [&](bool final_line) {
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const auto st = mem->stats();
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "step %lld | %.1fk %s/s | loss %.4f | eval %s | device (cpu) %s host %s",
-                  static_cast<long long>(k.step), secs > 0 ? samples_run / secs / 1e3 : 0.0, ls.progress_unit.c_str(),
-                  last_loss, last_eval.is_null() ? "-" : task->eval_headline(last_eval).c_str(),
-                  format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
-    if (quiet) return;
-    if (ro.progress_tty) std::fprintf(stderr, "\r%s%s\033[K%s", tag.c_str(), buf, final_line ? "\n" : "");
-    else std::fprintf(stderr, "%s%s\n", tag.c_str(), buf);
-  };
-  const std::set<int64_t> inject(ls.inject_nonfinite_steps.begin(), ls.inject_nonfinite_steps.end());
-
-  // Epochs (train.eval_every_epochs): an epoch ended when a batch of the next one arrives.
-  int64_t steps_per_epoch = task->steps_per_epoch(), cur_epoch = -1, epoch_start_step = k.step;
-  if (steps_per_epoch > 0) say(std::to_string(steps_per_epoch) + " steps per epoch");
-  auto end_of_epoch = [&](int64_t epoch) -> Status {  // epoch (0-based) ended after step k.step
-    if (steps_per_epoch <= 0 && epoch_start_step == 0 && epoch == 0) {
-      steps_per_epoch = k.step;
-      say("epoch 1 ended after " + std::to_string(k.step) + " steps: " + std::to_string(k.step) + " steps per epoch");
-    }
-    if (ls.eval_every_epochs > 0 && (epoch + 1) % ls.eval_every_epochs == 0 && task->has_eval()) {
-      LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      log_metrics(json{{"step", k.step}, {"epoch", epoch + 1}, {"eval", last_eval}});
-      say("epoch " + std::to_string(epoch + 1) + " (step " + std::to_string(k.step) + "): eval " + task->eval_headline(last_eval));
-    }
-    return Status();
-  };
-  // A checkpoint of step k.step, and its metrics.jsonl line (the report's timeline marks it).
-  auto checkpoint = [&]() -> Status {
-    const auto c0 = Clock::now();
-    LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro.out_dir, ls, *task, k, ro.ckpt_env, &last_ckpt));
-    log_metrics(json{{"step", k.step}, {"checkpoint", last_ckpt},
-                     {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
-    if (metrics) metrics->sync(k.step);  // the log is durable up to the checkpoint it names
-    return Status();
-  };
+  const std::set<int64_t> inject(ls_.inject_nonfinite_steps.begin(), ls_.inject_nonfinite_steps.end());
+  steps_per_epoch_ = task_->steps_per_epoch();
+  epoch_start_step_ = k_.step;
+  if (steps_per_epoch_ > 0) say(std::to_string(steps_per_epoch_) + " steps per epoch");
   DivergenceOptions dopt;
-  dopt.max_consecutive_skipped = ls.max_consecutive_skipped;
-  dopt.max_loss_growth = ls.max_loss_growth;
-  DivergenceMonitor divergence(dopt);
-  std::string diverged;  // "diverged at step N: ..." once the run diverged
-  bool stopped = false;  // a signal (StopSignal) stopped the run after a step
-  while (ls.steps == 0 || k.step < ls.steps) {
-    if (ro.stop) {  // every rank stops after the same step
-      LEANEMB_ASSIGN_OR_RETURN(stopped, ro.stop->agree_stop(comm));
-      if (stopped) break;
+  dopt.max_consecutive_skipped = ls_.max_consecutive_skipped;
+  dopt.max_loss_growth = ls_.max_loss_growth;
+  divergence_ = std::make_unique<DivergenceMonitor>(dopt);
+  while (ls_.steps == 0 || k_.step < ls_.steps) {
+    if (ro_.stop) {  // every rank stops after the same step
+      LEANEMB_ASSIGN_OR_RETURN(stopped_, ro_.stop->agree_stop(comm_));
+      if (stopped_) break;
     }
-    LEANEMB_ASSIGN_OR_RETURN(bool more, task->next_batch());
-    if (!more) break;
-    if (const int64_t e = task->batch_epoch(); e >= 0) {
-      if (cur_epoch >= 0 && e > cur_epoch) {
-        LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch));
-        if (auto why = divergence.observe_eval(k.step, last_eval)) {
-          diverged = *why;
-          break;
-        }
-      }
-      cur_epoch = e;
-    }
-    const int64_t step_no = k.step + 1;
-    LEANEMB_ASSIGN_OR_RETURN(TaskStep s, task->train_step(step_no, inject.count(step_no) > 0));
-    k.step = step_no;
-    k.samples += s.samples;
-    samples_run += s.samples;
-    if (s.skipped) ++k.skipped;
-    loss_sum += s.loss;
-    ++loss_n;
-    if (auto why = divergence.observe(k.step, s.skipped, s.loss, task->dense_parameters())) {
-      diverged = *why;
-      break;
-    }
-    if (k.step % ls.log_every == 0) {
-      last_loss = loss_sum / static_cast<double>(loss_n);
-      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      json m = {{"step", k.step}, {"loss", last_loss}, {"samples_per_s", secs > 0 ? samples_run / secs : 0.0},
-                {"loss_scale", task->loss_scale()}, {"skipped_steps", k.skipped}};
-      add_table_counters(*mem, task->tables(), &m);
-      log_metrics(m);
-      loss_sum = 0;
-      loss_n = 0;
-    }
-    if (ls.eval_every > 0 && k.step % ls.eval_every == 0 && task->has_eval()) {
-      LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-      log_metrics(json{{"step", k.step}, {"eval", last_eval}});
-      if (auto why = divergence.observe_eval(k.step, last_eval)) {
-        diverged = *why;
-        break;
+    LEANEMB_ASSIGN_OR_RETURN(const bool go_on, one_step(inject));
+    if (!go_on) break;
+  }
+  train_secs_ = std::chrono::duration<double>(Clock::now() - t0_).count();
+  train_emb_ = task_->tables().comm_totals();
+  if (const dist::Communicator* cm = task_->tables().communicator()) {
+    train_comm_bytes_ = cm->stats().bytes_sent;
+    train_comm_seconds_ = cm->stats().seconds;
+  }
+  return Status();
+}
+
+Result<bool> Run::one_step(const std::set<int64_t>& inject) {
+  LEANEMB_ASSIGN_OR_RETURN(bool more, task_->next_batch());
+  if (!more) return false;
+  if (const int64_t e = task_->batch_epoch(); e >= 0) {
+    if (cur_epoch_ >= 0 && e > cur_epoch_) {
+      LEANEMB_RETURN_IF_ERROR(end_of_epoch(cur_epoch_));
+      if (auto why = divergence_->observe_eval(k_.step, last_eval_)) {
+        diverged_ = *why;
+        return false;
       }
     }
-    if (ls.checkpoint_every > 0 && k.step % ls.checkpoint_every == 0) {
-      LEANEMB_RETURN_IF_ERROR(checkpoint());
-      last_ckpt_step = k.step;
-    }
-    if (ro.after_step) ro.after_step(k.step);
-    if (rank == ls.inject_exit_rank && k.step == ls.inject_exit_step) {
-      std::fprintf(stderr, "leanemb: rank %d: dist.inject_exit_step: ending the process after step %lld (a simulated crash)\n",
-                   rank, static_cast<long long>(k.step));
-      std::_Exit(9);
-    }
-    const auto now = Clock::now();
-    const double since = std::chrono::duration<double>(now - last_print).count();
-    if (ro.progress_tty ? since > 0.25 : (k.step % ls.log_every == 0 || (ls.log_every_s > 0 && since >= ls.log_every_s))) {
-      last_print = now;
-      line(false);
+    cur_epoch_ = e;
+  }
+  const int64_t step_no = k_.step + 1;
+  LEANEMB_ASSIGN_OR_RETURN(TaskStep s, task_->train_step(step_no, inject.count(step_no) > 0));
+  k_.step = step_no;
+  k_.samples += s.samples;
+  samples_run_ += s.samples;
+  if (s.skipped) ++k_.skipped;
+  loss_sum_ += s.loss;
+  ++loss_n_;
+  if (auto why = divergence_->observe(k_.step, s.skipped, s.loss, task_->dense_parameters())) {
+    diverged_ = *why;
+    return false;
+  }
+  if (k_.step % ls_.log_every == 0) {
+    last_loss_ = loss_sum_ / static_cast<double>(loss_n_);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+    json m = {{"step", k_.step}, {"loss", last_loss_}, {"samples_per_s", secs > 0 ? samples_run_ / secs : 0.0},
+              {"loss_scale", task_->loss_scale()}, {"skipped_steps", k_.skipped}};
+    add_table_counters(*mem_, task_->tables(), &m);
+    log_metrics(m);
+    loss_sum_ = 0;
+    loss_n_ = 0;
+  }
+  if (ls_.eval_every > 0 && k_.step % ls_.eval_every == 0 && task_->has_eval()) {
+    LEANEMB_ASSIGN_OR_RETURN(last_eval_, task_->evaluate());
+    log_metrics(json{{"step", k_.step}, {"eval", last_eval_}});
+    if (auto why = divergence_->observe_eval(k_.step, last_eval_)) {
+      diverged_ = *why;
+      return false;
     }
   }
-  const double train_secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  // Bytes of the training steps alone (before the final checkpoint and evaluation).
-  const TablesCommTotals train_emb = task->tables().comm_totals();
-  uint64_t train_comm_bytes = 0;
-  double train_comm_seconds = 0;
-  if (const dist::Communicator* cm = task->tables().communicator()) {
-    train_comm_bytes = cm->stats().bytes_sent;
-    train_comm_seconds = cm->stats().seconds;
+  if (ls_.checkpoint_every > 0 && k_.step % ls_.checkpoint_every == 0) {
+    LEANEMB_RETURN_IF_ERROR(checkpoint());
+    last_ckpt_step_ = k_.step;
   }
-  if (loss_n > 0) last_loss = loss_sum / static_cast<double>(loss_n);
+  if (ro_.after_step) ro_.after_step(k_.step);
+  if (rank_ == ls_.inject_exit_rank && k_.step == ls_.inject_exit_step) {
+    std::fprintf(stderr, "leanemb: rank %d: dist.inject_exit_step: ending the process after step %lld (a simulated crash)\n",
+                 rank_, static_cast<long long>(k_.step));
+    std::_Exit(9);
+  }
+  const auto now = Clock::now();
+  const double since = std::chrono::duration<double>(now - last_print_).count();
+  if (ro_.progress_tty ? since > 0.25 : (k_.step % ls_.log_every == 0 || (ls_.log_every_s > 0 && since >= ls_.log_every_s))) {
+    last_print_ = now;
+    progress_line(false);
+  }
+  return true;
+}
+
+Result<json> Run::finish() {
+  if (loss_n_ > 0) last_loss_ = loss_sum_ / static_cast<double>(loss_n_);
   // A diverged run keeps its last finite checkpoint; a stopped one skips the final evaluation.
-  if (k.step != last_ckpt_step && k.step > 0 && diverged.empty() && ls.checkpoint_every >= 0) LEANEMB_RETURN_IF_ERROR(checkpoint());
-  if (task->has_eval() && !stopped && diverged.empty()) {
+  if (k_.step != last_ckpt_step_ && k_.step > 0 && diverged_.empty() && ls_.checkpoint_every >= 0)
+    LEANEMB_RETURN_IF_ERROR(checkpoint());
+  if (task_->has_eval() && !stopped_ && diverged_.empty()) {
     say("evaluating");
-    LEANEMB_ASSIGN_OR_RETURN(last_eval, task->evaluate());
-    log_metrics(json{{"step", k.step}, {"eval", last_eval}, {"final", true}});
+    LEANEMB_ASSIGN_OR_RETURN(last_eval_, task_->evaluate());
+    log_metrics(json{{"step", k_.step}, {"eval", last_eval_}, {"final", true}});
     // The final checkpoint is written by now (its parameters are finite; a later run may
     // resume it with a lower learning rate); the run still ends "diverged", exit 1.
-    if (auto why = divergence.observe_eval(k.step, last_eval)) diverged = *why;
+    if (auto why = divergence_->observe_eval(k_.step, last_eval_)) diverged_ = *why;
   }
-  line(true);
-  if (metrics) (void)metrics->close(k.step);  // a failure is in metrics->summary(), below
+  progress_line(true);
+  if (metrics_) (void)metrics_->close(k_.step);  // a failure is in metrics_->summary(), below
 
   json sum;
-  sum["task"] = ls.task;
-  sum["outcome"] = !diverged.empty() ? "diverged" : stopped ? "stopped" : "completed";
-  if (!diverged.empty()) sum["diverged"] = {{"step", k.step}, {"message", diverged}};
-  if (stopped) sum["stopped"] = {{"step", k.step}, {"signal", ro.stop->signal_name()}};
-  sum["steps"] = k.step;
-  sum["samples"] = k.samples;
-  sum["samples_this_run"] = samples_run;
-  sum["time_to_first_step_s"] = startup_secs;
-  sum["train_seconds"] = train_secs;
-  sum["samples_per_s"] = train_secs > 0 ? samples_run / train_secs : 0.0;
-  sum["loss"] = std::isfinite(last_loss) ? json(last_loss) : json(nullptr);
-  sum["eval"] = last_eval.is_null() ? json(nullptr) : last_eval;
-  sum["skipped_steps"] = k.skipped;
-  sum["steps_per_epoch"] = steps_per_epoch > 0 ? json(steps_per_epoch) : json(nullptr);
-  sum["loss_scale"] = task->loss_scale();
-  sum["resumed_from_step"] = resumed_from >= 0 ? json(resumed_from) : json(nullptr);
-  sum["memory"] = memory_peaks(*mem);
-  sum["memory_detail"] = parse_json(mem->to_json());
-  add_table_counters(*mem, task->tables(), &sum);
-  sum["embedding_table_bytes"] = table_bytes;
-  sum["weights_and_state_bytes"] = embedding_bytes;
-  sum["checkpoint"] = last_ckpt;
-  sum["checkpoints_enabled"] = ls.checkpoint_every >= 0;
+  sum["task"] = ls_.task;
+  sum["outcome"] = !diverged_.empty() ? "diverged" : stopped_ ? "stopped" : "completed";
+  if (!diverged_.empty()) sum["diverged"] = {{"step", k_.step}, {"message", diverged_}};
+  if (stopped_) sum["stopped"] = {{"step", k_.step}, {"signal", ro_.stop->signal_name()}};
+  sum["steps"] = k_.step;
+  sum["samples"] = k_.samples;
+  sum["samples_this_run"] = samples_run_;
+  sum["time_to_first_step_s"] = startup_secs_;
+  sum["train_seconds"] = train_secs_;
+  sum["samples_per_s"] = train_secs_ > 0 ? samples_run_ / train_secs_ : 0.0;
+  sum["loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
+  sum["eval"] = last_eval_.is_null() ? json(nullptr) : last_eval_;
+  sum["skipped_steps"] = k_.skipped;
+  sum["steps_per_epoch"] = steps_per_epoch_ > 0 ? json(steps_per_epoch_) : json(nullptr);
+  sum["loss_scale"] = task_->loss_scale();
+  sum["resumed_from_step"] = resumed_from_ >= 0 ? json(resumed_from_) : json(nullptr);
+  sum["memory"] = memory_peaks(*mem_);
+  sum["memory_detail"] = parse_json(mem_->to_json());
+  add_table_counters(*mem_, task_->tables(), &sum);
+  sum["embedding_table_bytes"] = table_bytes_;
+  sum["weights_and_state_bytes"] = embedding_bytes_;
+  sum["checkpoint"] = last_ckpt_;
+  sum["checkpoints_enabled"] = ls_.checkpoint_every >= 0;
   // A run whose metrics.jsonl lost lines says so (leanemb train then exits 4).
-  if (metrics && metrics->lost()) sum["metrics_lost"] = metrics->summary();
-  const int64_t steps_run = k.step - std::max<int64_t>(0, resumed_from);
-  sum["dist"] = dist_summary(ls, *task, steps_run, table_bytes, train_comm_bytes, train_comm_seconds, train_emb);
-  if (task->tables().communicator()) {  // the largest rank's table bytes
-    int64_t most[1] = {static_cast<int64_t>(table_bytes)};
-    LEANEMB_RETURN_IF_ERROR(comm->all_reduce(std::span<int64_t>(most, 1), dist::ReduceOp::kMax));
+  if (metrics_ && metrics_->lost()) sum["metrics_lost"] = metrics_->summary();
+  const int64_t steps_run = k_.step - std::max<int64_t>(0, resumed_from_);
+  sum["dist"] = dist_summary(ls_, *task_, steps_run, table_bytes_, train_comm_bytes_, train_comm_seconds_, train_emb_);
+  if (task_->tables().communicator()) {  // the largest rank's table bytes
+    int64_t most[1] = {static_cast<int64_t>(table_bytes_)};
+    LEANEMB_RETURN_IF_ERROR(comm_->all_reduce(std::span<int64_t>(most, 1), dist::ReduceOp::kMax));
     sum["dist"]["embedding_table_bytes_max_rank"] = most[0];
   }
-  task->add_summary(&sum);
-  sum["config"]["origin"] = ls.origin;
-  sum["config"]["placement"] = mem->placement().to_string();
-  sum["memory_summary_text"] = mem->memory_summary();
-  if (have_plan) sum["plan"] = planned_vs_measured(planned, *mem);
-  sum["reserved_bytes"] = mso.reserve_bytes;
-  task.reset();  // before the memory system it lives in
+  task_->add_summary(&sum);
+  sum["config"]["origin"] = ls_.origin;
+  sum["config"]["placement"] = mem_->placement().to_string();
+  sum["memory_summary_text"] = mem_->memory_summary();
+  if (have_plan_) sum["plan"] = planned_vs_measured(planned_, *mem_);
+  sum["reserved_bytes"] = mso_.reserve_bytes;
+  task_.reset();  // before the memory system it lives in
   return sum;
+}
+
+}  // namespace
+
+Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
+  Run run(ro, std::move(ls));
+  LEANEMB_RETURN_IF_ERROR(run.open());
+  LEANEMB_RETURN_IF_ERROR(run.resume());
+  LEANEMB_RETURN_IF_ERROR(run.steps());
+  return run.finish();
 }
 
 }  // namespace leanemb::train
