@@ -21,15 +21,13 @@ Status EmbeddingCollection::Impl::create_cache(int t) {
                             std::to_string(co.prefetch_nice));
   // A cached table's weights and optimizer state live together in its store (the store is the
   // offload), whatever the placement says for the weights and optimizer_state categories.
-  auto kind = tiered::parse_store_kind(co.store);
-  if (!kind.ok()) return fail(kind.status());
   tiered::RowStoreOptions so;
-  so.kind = kind.value();
+  so.kind = co.store;
   so.num_rows = to.num_rows;
   so.row_bytes = ts.layout.stride_bytes;
   so.path = co.store_path;
   so.direct_io = co.direct_io;
-  if (so.kind == tiered::StoreKind::kFile && so.path.empty())
+  if (so.kind == StoreKind::kFile && so.path.empty())
     return invalid_argument("table '" + to.name + "' cache: the file store needs store_path");
   Allocator* host = memory ? memory->host() : alloc;
   auto store = tiered::make_row_store(so, host);

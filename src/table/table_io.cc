@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/dtype_codes.h"
 #include "kernels/backend.h"
 #include "leanemb/embedding.h"
 #include "table/collection_impl.h"
@@ -105,7 +106,7 @@ Status EmbeddingCollection::save_table(int table, const std::string& path) const
   h.version = 1;
   h.weight_dtype = static_cast<uint32_t>(l.weight_dtype);
   h.optimizer = static_cast<uint32_t>(l.optimizer.kind);
-  h.state_dtype = static_cast<uint32_t>(l.optimizer.state_dtype);
+  h.state_dtype = state_dtype_code(l.optimizer.state_dtype);
   h.dim = l.dim;
   h.num_rows = rows;
   h.stride_bytes = l.stride_bytes;
@@ -137,7 +138,7 @@ Status EmbeddingCollection::load_table(int table, const std::string& path) {
     return Status(StatusCode::kDataLoss, "'" + path + "' is not a leanemb table file");
   if (h.version != 1 || h.dim != l.dim || h.num_rows != rows || h.stride_bytes != l.stride_bytes ||
       h.weight_dtype != static_cast<uint32_t>(l.weight_dtype) || h.optimizer != static_cast<uint32_t>(l.optimizer.kind) ||
-      h.state_dtype != static_cast<uint32_t>(l.optimizer.state_dtype))
+      h.state_dtype != state_dtype_code(l.optimizer.state_dtype))
     return invalid_argument("'" + path + "' holds a table of a different layout (rows " + std::to_string(h.num_rows) +
                             ", dim " + std::to_string(h.dim) + ", stride " + std::to_string(h.stride_bytes) + " B)");
   // Read everything first so that a truncated file leaves the table unchanged.

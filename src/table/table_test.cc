@@ -264,8 +264,8 @@ class ThreadDeterminismTest : public ::testing::TestWithParam<DeterminismParam> 
 // several steps, for every state dtype (stochastic rounding included).
 TEST_P(ThreadDeterminismTest, ResultsAreBitIdenticalForAnyThreadCount) {
   const DeterminismParam p = GetParam();
-  for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
-    SCOPED_TRACE(std::string("state ") + std::string(state_dtype_name(st)));
+  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+    SCOPED_TRACE(std::string("state ") + std::string(dtype_name(st)));
     std::vector<std::unique_ptr<EmbeddingCollection>> cs;
     for (int variant = 0; variant < 4; ++variant) {
       CollectionOptions o = standard_options(p.kind, p.dtype, st);
@@ -753,7 +753,7 @@ std::vector<char> read_file(const std::string& path) {
 // save_table then load_table into a fresh collection restores weights and state byte for byte;
 // truncated, foreign, differently shaped and missing files fail cleanly, leaving it unchanged.
 TEST(TableIoTest, SaveLoadRoundTripsAndBadFilesLeaveTableUnchanged) {
-  const CollectionOptions o = standard_options(OptimizerKind::kAdam, DType::kBF16, StateDType::kInt8Blockwise);
+  const CollectionOptions o = standard_options(OptimizerKind::kAdam, DType::kBF16, DType::kInt8Blockwise);
   auto trained = must_create(o);
   for (int s = 0; s < 3; ++s) train_step(*trained, standard_batch(), random_floats(pooled_size(*trained, standard_batch()), s));
   const std::string path = temp_path("t0.bin");
