@@ -68,9 +68,12 @@ bool dtype_allowed(DTypeUse use, DType t) {
 
 Status check_dtype(DTypeUse use, DType t) {
   if (dtype_allowed(use, t)) return Status::ok_status();
-  const auto v = static_cast<size_t>(t);
-  const std::string name = v < kTraits.size() ? std::string(dtype_name(t)) + (t == DType::kInt8Blockwise ? " (block-wise)" : t == DType::kInt8Rowwise ? " (row-wise)" : "")
-                                              : "code " + std::to_string(v);
+  // Both 8-bit formats are named "int8": say which one was refused.
+  std::string name;
+  if (static_cast<size_t>(t) >= kTraits.size()) name = "code " + std::to_string(static_cast<int>(t));
+  else if (t == DType::kInt8Rowwise) name = "int8 (row-wise)";
+  else if (t == DType::kInt8Blockwise) name = "int8 (block-wise)";
+  else name = std::string(dtype_name(t));
   return invalid_argument(std::string(dtype_use_name(use)) + " " + name + " is not supported (expected " +
                           enum_name_list_in(allowed_dtypes(use)) + ")");
 }
