@@ -73,7 +73,7 @@ void BM_DenseTopMlp(benchmark::State& state) {
   auto arena = DeviceArena::create(ao);
   if (!arena.ok()) return state.SkipWithError("arena");
   nn::set_bf16_native_enabled(mode == 2);
-  auto m = nn::Mlp::create({.widths = {367, 64, 32, 1}, .precision = mode == 0 ? nn::Precision::kFp32 : nn::Precision::kBf16},
+  auto m = nn::Mlp::create({.widths = {367, 64, 32, 1}, .precision = mode == 0 ? DType::kF32 : DType::kBF16},
                            arena->get());
   if (!m.ok()) return state.SkipWithError("create failed");
   const auto x = uniform(kBatch * 367, 4), g = uniform(kBatch, 5);

@@ -134,7 +134,7 @@ void BM_LookupPooled(benchmark::State& state, int64_t dim, DType dt) {
 
 // ---- BM_UpdateRows/optimizer:K/dtype:T/state:S -------------------------------------------------
 // Fused optimizer update of U = 65536 distinct sorted random rows of a 1M-row table, D = 128.
-void BM_UpdateRows(benchmark::State& state, OptimizerKind k, DType dt, StateDType sd) {
+void BM_UpdateRows(benchmark::State& state, OptimizerKind k, DType dt, DType sd) {
   const int64_t dim = 128, rows = 1 << 20, U = 1 << 16;
   OptimizerOptions o;
   o.kind = k;
@@ -365,15 +365,15 @@ void register_all() {
   struct U {
     K k;
     DType dt;
-    StateDType sd;
+    DType sd;
   };
-  for (U u : {U{K::kSgd, DType::kF32, StateDType::kF32}, U{K::kAdagrad, DType::kF32, StateDType::kF32},
-              U{K::kRowwiseAdagrad, DType::kF32, StateDType::kF32}, U{K::kAdam, DType::kF32, StateDType::kF32},
-              U{K::kPartialRowwiseAdam, DType::kF32, StateDType::kF32}, U{K::kAdam, DType::kF32, StateDType::kBF16},
-              U{K::kAdam, DType::kF32, StateDType::kInt8Blockwise}, U{K::kRowwiseAdagrad, DType::kBF16, StateDType::kF32},
-              U{K::kRowwiseAdagrad, DType::kF16, StateDType::kF32}})
+  for (U u : {U{K::kSgd, DType::kF32, DType::kF32}, U{K::kAdagrad, DType::kF32, DType::kF32},
+              U{K::kRowwiseAdagrad, DType::kF32, DType::kF32}, U{K::kAdam, DType::kF32, DType::kF32},
+              U{K::kPartialRowwiseAdam, DType::kF32, DType::kF32}, U{K::kAdam, DType::kF32, DType::kBF16},
+              U{K::kAdam, DType::kF32, DType::kInt8Blockwise}, U{K::kRowwiseAdagrad, DType::kBF16, DType::kF32},
+              U{K::kRowwiseAdagrad, DType::kF16, DType::kF32}})
     benchmark::RegisterBenchmark(("BM_UpdateRows/optimizer:" + std::string(optimizer_name(u.k)) + "/dtype:" +
-                                  dt_name(u.dt) + "/state:" + std::string(state_dtype_name(u.sd)))
+                                  dt_name(u.dt) + "/state:" + std::string(dtype_name(u.sd)))
                                      .c_str(),
                                  BM_UpdateRows, u.k, u.dt, u.sd)
         ->Unit(benchmark::kMillisecond)

@@ -38,7 +38,7 @@ Result<Engine> make_table(const RestoreShape& s, const std::string& store, const
   t.dtype = s.dtype;
   t.optimizer = s.optimizer;
   t.cache.fraction = s.cache_fraction;
-  t.cache.store = store;
+  t.cache.store = parse_store_kind(store).value();  // "host" | "file" (this file's literals)
   t.cache.store_path = path;
   return build_one_table_engine(t, MemorySystemOptions{}, seed, threads);
 }
@@ -114,7 +114,7 @@ Status run_restore(const BenchOptions& o, const Progress& progress, json* doc) {
   s.dim = o.dim.value_or(16);
   s.dtype = o.dtype.value_or(DType::kBF16);
   s.optimizer.kind = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
-  s.optimizer.state_dtype = o.state_dtype.value_or(StateDType::kF32);
+  s.optimizer.state_dtype = o.state_dtype.value_or(DType::kF32);
   s.cache_fraction = o.cache_fraction;
   const int rounds = o.iters.value_or(3);
   namespace fs = std::filesystem;

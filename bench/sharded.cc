@@ -26,7 +26,7 @@ namespace {
 
 struct ShardedRun {
   int ranks = 1;
-  dist::PayloadDType payload = dist::PayloadDType::kF32;
+  DType payload = DType::kF32;
   size_t max_rank_embedding_bytes = 0;   // over ranks: weights + optimizer state (current)
   double bytes_sent_per_step = 0;        // max over ranks of the mean per measured step
   double step_ms = 0;                    // median over measured steps (rank 0's clock)
@@ -67,7 +67,7 @@ float grad_value(int64_t step, int64_t bag, int64_t col) {
 }
 
 Result<ShardedRun> run_one(const CollectionOptions& co, const std::vector<std::vector<IdBatch>>& stream,
-                           int ranks, dist::PayloadDType payload, int warmup, int iters,
+                           int ranks, DType payload, int warmup, int iters,
                            const std::vector<float>& reference) {
   const int64_t B = static_cast<int64_t>(stream[0][0].offsets.size()) - 1;
   LEANEMB_ASSIGN_OR_RETURN(std::shared_ptr<dist::LocalWorld> world, dist::LocalWorld::create(ranks, dist::CommOptions{600000}));
@@ -186,20 +186,20 @@ Status run_sharded(const BenchOptions& o, const Progress& progress, json* doc) {
   json runs = json::array();
   std::vector<ShardedRun> all;
   for (int P : {1, 2}) {
-    for (dist::PayloadDType pd : {dist::PayloadDType::kF32, dist::PayloadDType::kBF16}) {
-      if (P == 1 && pd != dist::PayloadDType::kF32) continue;  // nothing crosses ranks
-      progress("sharded: P=%d, payload %s", P, std::string(dist::payload_dtype_name(pd)).c_str());
+    for (DType pd : {DType::kF32, DType::kBF16}) {
+      if (P == 1 && pd != DType::kF32) continue;  // nothing crosses ranks
+      progress("sharded: P=%d, payload %s", P, std::string(dtype_name(pd)).c_str());
       LEANEMB_ASSIGN_OR_RETURN(ShardedRun r, run_one(co, stream, P, pd, warmup, iters, reference));
-      if (pd == dist::PayloadDType::kF32 && r.max_abs_weight_diff != 0.0)
+      if (pd == DType::kF32 && r.max_abs_weight_diff != 0.0)
         return internal_error("sharded bench: P=" + std::to_string(P) + " fp32 payload differs from one process (max " +
                               std::to_string(r.max_abs_weight_diff) + ")");
       all.push_back(r);
-      runs.push_back({{"ranks", P}, {"payload", std::string(dist::payload_dtype_name(pd))},
+      runs.push_back({{"ranks", P}, {"payload", std::string(dtype_name(pd))},
                       {"max_rank_embedding_bytes", r.max_rank_embedding_bytes},
                       {"bytes_sent_per_rank_per_step", r.bytes_sent_per_step}, {"step_ms_threads", r.step_ms},
                       {"max_abs_weight_diff_vs_single_process", r.max_abs_weight_diff}});
       std::printf("P=%d payload %-5s per-rank embedding %-11s sent/rank/step %-11s step %.1f ms (threads)  max |dw| vs 1 process %.3g\n",
-                  P, std::string(dist::payload_dtype_name(pd)).c_str(), format_bytes(r.max_rank_embedding_bytes).c_str(),
+                  P, std::string(dtype_name(pd)).c_str(), format_bytes(r.max_rank_embedding_bytes).c_str(),
                   format_bytes(static_cast<size_t>(r.bytes_sent_per_step)).c_str(), r.step_ms, r.max_abs_weight_diff);
     }
   }

@@ -294,7 +294,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   s.optimizer.kind = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
   s.optimizer.learning_rate = 0.05f;
   s.optimizer.eps = default_eps(s.optimizer.kind);
-  s.optimizer.state_dtype = o.state_dtype.value_or(StateDType::kF32);
+  s.optimizer.state_dtype = o.state_dtype.value_or(DType::kF32);
   if (o.tables.value_or(1) != 1) return invalid_argument("--workload tiered runs one table (--tables 1)");
   const int warmup = o.warmup.value_or(100), iters = o.iters.value_or(50);
   (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"bag", s.bag}, {"alpha", s.alpha},
@@ -302,7 +302,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   (*doc)["warmup"] = warmup;
   if (o.sweep) return run_sweep(s, o, progress, warmup, iters, doc);
 
-  const bool file = o.store == "file";
+  const bool file = o.store == StoreKind::kFile;
   const std::vector<CachePolicy>& policies = o.cache_policies;
   if (policies.empty()) return invalid_argument("tiered: no cache policy");
   if (file && policies.size() > 1) return invalid_argument("tiered: several policies (--policy) need --store host");
@@ -317,7 +317,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   json policy_names = json::array();
   for (CachePolicy p : policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
   (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))},
-                     {"policies", policy_names}, {"store", co.store}, {"store_path", file ? path : ""},
+                     {"policies", policy_names}, {"store", std::string(store_kind_name(co.store))}, {"store_path", file ? path : ""},
                      {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
@@ -344,7 +344,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   json create_s = json::object();  // seconds to create each contender's table
   for (CachePolicy p : policies) {
     const std::string pname(tiered::cache_policy_name(p));
-    progress("creating the cached table (%s store, %s)", o.store.c_str(), pname.c_str());
+    progress("creating the cached table (%s store, %s)", std::string(store_kind_name(o.store)).c_str(), pname.c_str());
     co.policy = p;
     const auto t_create = Clock::now();
     LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));

@@ -75,7 +75,7 @@ Status prepare(Live& lv, const RunConfig& rc, const Progress& progress) {
   progress("%s: building %d table(s) of %lld rows x %lld (%s rows, %s, state %s)", c.name.c_str(), s.tables,
            static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(c.dtype)).c_str(),
            c.frozen ? "frozen" : std::string(optimizer_name(c.optimizer.kind)).c_str(),
-           std::string(state_dtype_name(c.optimizer.state_dtype)).c_str());
+           std::string(dtype_name(c.optimizer.state_dtype)).c_str());
   const size_t rss0 = proc_status_bytes("VmRSS");
   const auto t_build = Clock::now();
   LEANEMB_ASSIGN_OR_RETURN(lv.e, build_engine(s, c, s.rows, rc.seed, rc.threads, false, rc.memory));
@@ -287,7 +287,7 @@ json contender_header(const Shape& s, const Contender& c) {
           {"pooling", std::string(pooling_name(s.pooling))},
           {"dtype", std::string(dtype_name(c.dtype))},
           {"optimizer", c.frozen ? std::string("none (frozen)") : std::string(optimizer_name(c.optimizer.kind))},
-          {"state_dtype", std::string(state_dtype_name(c.optimizer.state_dtype))},
+          {"state_dtype", std::string(dtype_name(c.optimizer.state_dtype))},
           {"learning_rate", c.optimizer.learning_rate},
           {"eps", c.optimizer.eps}};
 }
@@ -302,7 +302,7 @@ struct Plan {
   bool baseline_per_shape = true;
 };
 
-OptimizerOptions make_optimizer(OptimizerKind k, StateDType sd) {
+OptimizerOptions make_optimizer(OptimizerKind k, DType sd) {
   OptimizerOptions o;
   o.kind = k;
   o.learning_rate = 0.01f;
@@ -311,7 +311,7 @@ OptimizerOptions make_optimizer(OptimizerKind k, StateDType sd) {
   return o;
 }
 
-Contender make_contender(int shape, DType dt, OptimizerKind k, StateDType sd, bool ceiling) {
+Contender make_contender(int shape, DType dt, OptimizerKind k, DType sd, bool ceiling) {
   Contender c;
   c.shape = shape;
   c.dtype = dt;
@@ -319,9 +319,9 @@ Contender make_contender(int shape, DType dt, OptimizerKind k, StateDType sd, bo
   c.optimizer = make_optimizer(c.frozen ? OptimizerKind::kSgd : k, sd);
   c.want_ceiling = ceiling;
   c.name = std::string(dtype_name(dt)) + "/" + (c.frozen ? std::string("frozen") : std::string(optimizer_name(k)));
-  if (!c.frozen && c.optimizer.state_dtype != StateDType::kF32 && k != OptimizerKind::kSgd &&
+  if (!c.frozen && c.optimizer.state_dtype != DType::kF32 && k != OptimizerKind::kSgd &&
       k != OptimizerKind::kRowwiseAdagrad)
-    c.name += "/state:" + std::string(state_dtype_name(sd));
+    c.name += "/state:" + std::string(dtype_name(sd));
   return c;
 }
 
@@ -356,8 +356,8 @@ Status validate_shape(const Shape& s) {
 Contender single_contender(const BenchOptions& o, DType default_dtype, OptimizerKind default_opt, bool ceiling) {
   const DType dt = o.dtype.value_or(default_dtype);
   OptimizerKind k = o.optimizer.value_or(default_opt);
-  if (!o.optimizer && o.state_dtype && *o.state_dtype != StateDType::kF32) k = OptimizerKind::kAdam;
-  return make_contender(0, dt, k, o.state_dtype.value_or(StateDType::kF32), ceiling);
+  if (!o.optimizer && o.state_dtype && *o.state_dtype != DType::kF32) k = OptimizerKind::kAdam;
+  return make_contender(0, dt, k, o.state_dtype.value_or(DType::kF32), ceiling);
 }
 
 Result<Plan> plan_workload(const BenchOptions& o) {
@@ -381,11 +381,11 @@ Result<Plan> plan_workload(const BenchOptions& o) {
     } else {
       using K = OptimizerKind;
       for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam})
-        p.contenders.push_back(make_contender(0, DType::kF32, k, StateDType::kF32, false));
-      p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, StateDType::kInt8Blockwise, false));
-      p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, StateDType::kF32, false));
+        p.contenders.push_back(make_contender(0, DType::kF32, k, DType::kF32, false));
+      p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, DType::kInt8Blockwise, false));
+      p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, DType::kF32, false));
       // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
-      p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, StateDType::kF32, false));
+      p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
     }
   } else if (w == "precision") {
     // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB
@@ -405,7 +405,7 @@ Result<Plan> plan_workload(const BenchOptions& o) {
     if (o.dtype) dtypes = {DType::kF32, *o.dtype};  // fp32 stays as the baseline of the speedup
     if (o.dtype && *o.dtype == DType::kF32) dtypes = {DType::kF32};
     const OptimizerKind k = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
-    const StateDType sd = o.state_dtype.value_or(StateDType::kF32);
+    const DType sd = o.state_dtype.value_or(DType::kF32);
     for (int si = 0; si < static_cast<int>(p.shapes.size()); ++si)
       for (DType dt : dtypes) {
         Contender c = make_contender(si, dt, k, sd, true);

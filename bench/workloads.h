@@ -143,7 +143,7 @@ struct BenchOptions {
   std::optional<int> tables;           // T
   std::optional<DType> dtype;          // row dtype
   std::optional<OptimizerKind> optimizer;
-  std::optional<StateDType> state_dtype;
+  std::optional<DType> state_dtype;
   int threads = 2;                     // OpenMP threads for the engine and the ceilings
   std::optional<int> iters;            // measured iterations (>= 1; default 50)
   std::optional<int> warmup;           // warm-up iterations (default 10)
@@ -159,7 +159,7 @@ struct BenchOptions {
   double cache_fraction = 0.2;         // cache slots as a fraction of the rows
   // Eviction policies: one cached contender each, measured side by side in one run.
   std::vector<CachePolicy> cache_policies = {CachePolicy::kLru};
-  std::string store = "host";          // host | file
+  StoreKind store = StoreKind::kHost;  // host | file
   std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
   bool prefetch = true;                // fetch step t+1's rows while step t computes
   int prefetch_nice = TableCacheOptions{}.prefetch_nice;  // the prefetch thread's nice value

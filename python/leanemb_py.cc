@@ -115,14 +115,14 @@ class PyCollection {
     t.name = "table";
     t.num_rows = num_rows;
     t.dim = dim;
-    t.dtype = unwrap(parse_dtype(dtype));
+    t.dtype = unwrap(parse_dtype(dtype, DTypeUse::kRows));
     t.optimizer.kind = unwrap(parse_optimizer(optimizer));
     t.optimizer.learning_rate = lr;
     t.optimizer.eps = eps;
     t.optimizer.beta1 = beta1;
     t.optimizer.beta2 = beta2;
     t.optimizer.weight_decay = weight_decay;
-    t.optimizer.state_dtype = unwrap(parse_state_dtype(state_dtype));
+    t.optimizer.state_dtype = unwrap(parse_dtype(state_dtype, DTypeUse::kOptimizerState));
     t.frozen = !dtype_traits(t.dtype).trainable;
     CollectionOptions o;
     o.tables.push_back(t);

@@ -121,14 +121,14 @@ TableOptions parse_table(const py::dict& d, size_t index) {
   t.name = o.get<std::string>("name", "t" + std::to_string(index));
   t.num_rows = o.get<int64_t>("num_rows", 0);
   t.dim = o.get<int64_t>("dim", 0);
-  t.dtype = value_or_raise(parse_dtype(o.get<std::string>("dtype", "fp32")));
+  t.dtype = value_or_raise(parse_dtype(o.get<std::string>("dtype", "fp32"), DTypeUse::kRows));
   t.optimizer.kind = value_or_raise(parse_optimizer(o.get<std::string>("optimizer", "sgd")));
   t.optimizer.learning_rate = o.get<float>("learning_rate", 0.01f);
   t.optimizer.eps = o.get<float>("eps", default_eps(t.optimizer.kind));
   t.optimizer.beta1 = o.get<float>("beta1", 0.9f);
   t.optimizer.beta2 = o.get<float>("beta2", 0.999f);
   t.optimizer.weight_decay = o.get<float>("weight_decay", 0.0f);
-  t.optimizer.state_dtype = value_or_raise(parse_state_dtype(o.get<std::string>("state_dtype", "fp32")));
+  t.optimizer.state_dtype = value_or_raise(parse_dtype(o.get<std::string>("state_dtype", "fp32"), DTypeUse::kOptimizerState));
   const std::string init = o.get<std::string>("init", "uniform");
   if (init == "uniform") t.init.kind = InitKind::kUniform;
   else if (init == "normal") t.init.kind = InitKind::kNormal;
@@ -145,13 +145,13 @@ TableOptions parse_table(const py::dict& d, size_t index) {
   else if (policy == "lfu") t.cache.policy = CachePolicy::kLfu;
   else if (policy == "clock") t.cache.policy = CachePolicy::kClock;
   else throw py::value_error("table '" + t.name + "': cache_policy must be lru, lfu or clock, got '" + policy + "'");
-  t.cache.store = o.get<std::string>("cache_store", "host");
+  t.cache.store = value_or_raise(parse_store_kind(o.get<std::string>("cache_store", "host")));
   t.cache.store_path = o.get<std::string>("cache_store_path", "");
   t.cache.direct_io = o.get<bool>("cache_direct_io", true);
   t.cache.prefetch_nice = o.get<int>("cache_prefetch_nice", 19);
   t.dynamic.enabled = o.get<bool>("dynamic", false);
   t.dynamic.min_count = o.get<uint32_t>("dynamic_min_count", 1);
-  t.dynamic.eviction = o.get<std::string>("dynamic_eviction", "age");
+  t.dynamic.eviction = value_or_raise(parse_eviction_policy(o.get<std::string>("dynamic_eviction", "age")));
   t.dynamic.max_age_steps = o.get<int64_t>("dynamic_max_age_steps", 0);
   t.dynamic.bloom_counters = o.get<uint64_t>("dynamic_bloom_counters", uint64_t{1} << 20);
   t.dynamic.bloom_hashes = o.get<uint32_t>("dynamic_bloom_hashes", 4);
@@ -288,8 +288,8 @@ class PyTables {
     if (assign == "round_robin") dist.table_assign = TableAssign::kRoundRobin;
     else if (assign == "by_size") dist.table_assign = TableAssign::kBySize;
     else throw py::value_error("table_assign must be 'round_robin' or 'by_size', got '" + assign + "'");
-    dist.forward_payload = value_or_raise(parse_payload_dtype(d.get<std::string>("forward_payload", "fp32")));
-    dist.backward_payload = value_or_raise(parse_payload_dtype(d.get<std::string>("backward_payload", "fp32")));
+    dist.forward_payload = value_or_raise(parse_dtype(d.get<std::string>("forward_payload", "fp32"), DTypeUse::kPayload));
+    dist.backward_payload = value_or_raise(parse_dtype(d.get<std::string>("backward_payload", "fp32"), DTypeUse::kPayload));
     dist.wide_ids = d.get<bool>("wide_ids", false);
     dist::CommOptions co;
     co.timeout_ms = d.get<int64_t>("timeout_ms", 60000);
@@ -351,7 +351,7 @@ class PyTables {
     d["dim"] = l.dim;
     d["dtype"] = std::string(dtype_name(l.weight_dtype));
     d["optimizer"] = std::string(optimizer_name(l.optimizer.kind));
-    d["state_dtype"] = std::string(state_dtype_name(l.optimizer.state_dtype));
+    d["state_dtype"] = std::string(dtype_name(l.optimizer.state_dtype));
     d["learning_rate"] = l.optimizer.learning_rate;
     d["weight_bytes"] = l.weight_bytes;
     d["state_bytes"] = l.state_bytes;
@@ -679,9 +679,9 @@ py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::di
     w.tables.push_back(s);
   }
   Opts o(options, "plan options");
-  w.row_dtype = value_or_raise(parse_dtype(o.get<std::string>("dtype", "fp32")));
+  w.row_dtype = value_or_raise(parse_dtype(o.get<std::string>("dtype", "fp32"), DTypeUse::kRows));
   w.row_optimizer.kind = value_or_raise(parse_optimizer(o.get<std::string>("optimizer", "sgd")));
-  w.row_optimizer.state_dtype = value_or_raise(parse_state_dtype(o.get<std::string>("state_dtype", "fp32")));
+  w.row_optimizer.state_dtype = value_or_raise(parse_dtype(o.get<std::string>("state_dtype", "fp32"), DTypeUse::kOptimizerState));
   w.placement = value_or_raise(parse_placement(o.get<std::string>("placement", "")));
   w.cache_fraction = o.get<double>("cache_fraction", 1.0);
   w.num_threads = o.get<int>("num_threads", 0);

@@ -71,7 +71,7 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     o.pooling = p.value();
   }
   if (!a.dtype.empty()) {
-    auto d = parse_dtype(a.dtype);
+    auto d = parse_dtype(a.dtype, DTypeUse::kRows);
     if (!d.ok()) return flag_error("--dtype", d.status());
     o.dtype = d.value();
   }
@@ -81,7 +81,7 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     o.optimizer = k.value();
   }
   if (!a.state_dtype.empty()) {
-    auto s = parse_state_dtype(a.state_dtype);
+    auto s = parse_dtype(a.state_dtype, DTypeUse::kOptimizerState);
     if (!s.ok()) return flag_error("--state-dtype", s.status());
     o.state_dtype = s.value();
   }
@@ -141,11 +141,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     }
   }
   if (!a.store.empty()) {
-    if (auto k = tiered::parse_store_kind(a.store); !k.ok()) return flag_error("--store", k.status());
-    o.store = a.store;
+    auto k = parse_store_kind(a.store);
+    if (!k.ok()) return flag_error("--store", k.status());
+    o.store = k.value();
   }
   o.store_path = a.store_path;
-  if (!o.store_path.empty() && o.store != "file" && o.workload != "restore")
+  if (!o.store_path.empty() && o.store != StoreKind::kFile && o.workload != "restore")
     return invalid_argument("--store-path needs --store file");
   if (!a.prefetch.empty()) {
     if (a.prefetch != "on" && a.prefetch != "off") return invalid_argument("--prefetch must be on or off, got '" + a.prefetch + "'");

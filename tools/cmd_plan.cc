@@ -44,8 +44,8 @@ Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
   w.batch_size = a.batch;
   LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.kind, parse_optimizer(a.optimizer));
   w.row_optimizer.eps = default_eps(w.row_optimizer.kind);
-  LEANEMB_ASSIGN_OR_RETURN(w.row_dtype, parse_dtype(a.row_dtype));
-  LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.state_dtype, parse_state_dtype(a.state_dtype));
+  LEANEMB_ASSIGN_OR_RETURN(w.row_dtype, parse_dtype(a.row_dtype, DTypeUse::kRows));
+  LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.state_dtype, parse_dtype(a.state_dtype, DTypeUse::kOptimizerState));
   *text = "embedding only: table " + std::to_string(a.vocab) + " x " + std::to_string(a.dim) + ", batch " +
           std::to_string(a.batch) + " x " + std::to_string(L) + " ids (" + std::string(pooling_name(t.pooling)) +
           "), optimizer " + a.optimizer;
@@ -194,7 +194,7 @@ int run_plan(const PlanArgs& a) {
     train::TrainConfig out = cfg;
     if (c.cache_fraction < 1.0) {
       out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
-      out.row_cache.store = "host";
+      out.row_cache.store = StoreKind::kHost;
       out.cache_min_rows = c.cache_min_rows;  // the tables the plan cached
     }
     out.row_dtype = c.row_dtype;

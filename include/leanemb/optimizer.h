@@ -15,7 +15,8 @@
 //                       w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)
 // Rows not in the batch are not touched (lazy/sparse semantics, as SparseAdam).
 //
-// Per-element state (Adagrad s, Adam m and v, PartialRowwiseAdam m) is stored in `state_dtype`:
+// Per-element state (Adagrad s, Adam m and v, PartialRowwiseAdam m) is stored in `state_dtype`, a
+// DType of DTypeUse::kOptimizerState (leanemb/dtype.h):
 //   kF32, kBF16 (stochastic rounding), kInt8Blockwise (blocks of kQuantBlockSize elements, an fp32
 //   absmax per block, codes from a dynamic-exponent map as in 8-bit optimizers). Per-row scalars
 //   are always fp32.
@@ -31,15 +32,12 @@
 namespace leanemb {
 
 enum class OptimizerKind : uint8_t { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam };
-enum class StateDType : uint8_t { kF32, kBF16, kInt8Blockwise };
 
 inline constexpr int64_t kQuantBlockSize = 64;  // elements per 8-bit state block
 inline constexpr size_t kRowAlignmentBytes = 8;  // fat-row stride alignment
 
 std::string_view optimizer_name(OptimizerKind k);  // "sgd", "adagrad", "rowwise_adagrad", ...
 Result<OptimizerKind> parse_optimizer(std::string_view s);
-std::string_view state_dtype_name(StateDType t);   // "fp32", "bf16", "int8"
-Result<StateDType> parse_state_dtype(std::string_view s);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -49,7 +47,7 @@ struct OptimizerOptions {
   float beta1 = 0.9f;    // Adam first-moment decay
   float beta2 = 0.999f;  // Adam second-moment decay
   float weight_decay = 0.0f;  // L2 coefficient on touched rows (0 = off)
-  StateDType state_dtype = StateDType::kF32;
+  DType state_dtype = DType::kF32;  // DTypeUse::kOptimizerState: kF32, kBF16 or kInt8Blockwise
 };
 
 // Byte layout of one fat row: [weights | int8 scale,bias] [per-row fp32 scalar] [m] [v]

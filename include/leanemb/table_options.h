@@ -47,13 +47,20 @@ struct InitOptions {
 // (a hand sweeps the slots and evicts the first unpinned row not used since it last passed;
 // no per-slot key, the leanest index).
 enum class CachePolicy : uint8_t { kLru, kLfu, kClock };
+// (cache_policy_name / parse_cache_policy: src/tiered/row_cache.h.)
+
+// Where a cached table's rows live below the cache: host RAM, or a file (O_DIRECT where the file
+// system allows it) at TableCacheOptions::store_path.
+enum class StoreKind : uint8_t { kHost, kFile };
+std::string_view store_kind_name(StoreKind k);           // "host" | "file"
+Result<StoreKind> parse_store_kind(std::string_view s);  // errors: InvalidArgument
 
 struct TableCacheOptions {
   double fraction = 0.0;      // cache slots as a fraction of the rows; 0 (and capacity 0) = no
                               // cache: the table is resident in the weights' tier
   int64_t capacity_rows = 0;  // slots; > 0 overrides fraction
   CachePolicy policy = CachePolicy::kLru;
-  std::string store = "host";  // "host" (RAM) | "file" (O_DIRECT file at store_path)
+  StoreKind store = StoreKind::kHost;  // kHost (RAM) | kFile (O_DIRECT file at store_path)
   std::string store_path;      // file store: the table file (created or truncated)
   bool direct_io = true;       // file store: O_DIRECT (buffered where the file system refuses it)
   // Nice value of the cache's prefetch thread (setpriority on that thread; 0 keeps the caller's).
@@ -117,10 +124,16 @@ struct RowCacheStats {
 // [p * num_rows / partitions, (p + 1) * num_rows / partitions). A dynamic table
 // may also have a cache (TableOptions::cache): ids map to rows first, rows to slots after.
 // Not allowed with frozen (and so with int8 rows).
+// Which row a full dynamic table frees first: kAge the one unused longest, kLfu the one seen least
+// (ties by age). The values are recorded in dynamic-table state (src/tiered/id_map_io.cc).
+enum class EvictionPolicy : uint8_t { kAge = 0, kLfu = 1 };
+std::string_view eviction_policy_name(EvictionPolicy p);           // "age" | "lfu"
+Result<EvictionPolicy> parse_eviction_policy(std::string_view s);  // errors: InvalidArgument
+
 struct TableDynamicOptions {
   bool enabled = false;
   uint32_t min_count = 1;          // sightings before an id gets a row (1 = first touch; <= 255)
-  std::string eviction = "age";    // "age" | "lfu"
+  EvictionPolicy eviction = EvictionPolicy::kAge;
   int64_t max_age_steps = 0;       // > 0: free rows unused for more than this many steps
   uint64_t bloom_counters = 1 << 20;  // counters of the admission filter (min_count > 1);
                                       // 4-bit counters up to min_count 15, 8-bit above

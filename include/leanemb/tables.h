@@ -61,12 +61,6 @@ Result<ShardingKind> parse_sharding_kind(std::string_view s);  // errors: Invali
 
 enum class TableAssign : uint8_t { kRoundRobin, kBySize };
 
-// Encoding of rows (forward) and gradients (backward) between ranks. kF32 is exact; the others
-// are compressed (bf16 / fp16: round to nearest; int8: per-row scale and bias).
-enum class PayloadDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
-std::string_view payload_dtype_name(PayloadDType t);           // "fp32" | "bf16" | "fp16" | "int8"
-Result<PayloadDType> parse_payload_dtype(std::string_view s);  // errors: InvalidArgument
-
 // One feature of the largest call (forward or backward_update) a rank makes with its slice.
 struct FeatureCallShape {
   int64_t bags = 0;      // bags (a sequence feature: positions)
@@ -80,8 +74,11 @@ struct DistributionOptions {
   dist::Communicator* comm = nullptr;
   ShardingKind sharding = ShardingKind::kRowModulo;     // of every hashed table
   TableAssign table_assign = TableAssign::kRoundRobin;  // owners of kTableWise tables
-  PayloadDType forward_payload = PayloadDType::kF32;    // rows owner -> requester
-  PayloadDType backward_payload = PayloadDType::kF32;   // gradients requester -> owner
+  // Encoding of rows (forward) and gradients (backward) between ranks, a DType of
+  // DTypeUse::kPayload: kF32 is exact; kBF16 / kF16 round to nearest; kInt8Rowwise ("int8")
+  // sends a per-row scale and offset with 8-bit codes.
+  DType forward_payload = DType::kF32;    // rows owner -> requester
+  DType backward_payload = DType::kF32;   // gradients requester -> owner
   // Local row numbers travel as uint32 when every rank's tables have fewer than 2^32 rows, else
   // as int64; true forces int64 (tests of that path).
   bool wide_ids = false;

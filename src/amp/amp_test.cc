@@ -140,25 +140,25 @@ TEST(AmpNonfiniteTest, FindsInfAndNanAnywhere) {
 // fp16 overflows to Inf.
 TEST(AmpPrecisionTest, RoundingAndStorageMatchHalfConversions) {
   std::vector<float> x = {1.0f + 1.0f / 512, -3.14159f, 1e-3f, 70000.0f, 0.0f};
-  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+  for (DType p : {DType::kBF16, DType::kF16}) {
     std::vector<float> r = x, back(x.size());
     round_to_precision(r, p);
     std::vector<uint16_t> packed(x.size());
     pack(x, p, packed.data());
     unpack(packed.data(), p, back);
     for (size_t i = 0; i < x.size(); ++i) {
-      const float want = p == Precision::kBf16 ? bf16_to_f32(f32_to_bf16_rne(x[i])) : f16_to_f32(f32_to_f16_rne(x[i]));
-      EXPECT_EQ(f32_bits(r[i]), f32_bits(want)) << precision_name(p) << " " << i;
-      EXPECT_EQ(f32_bits(back[i]), f32_bits(want)) << precision_name(p) << " " << i;
+      const float want = p == DType::kBF16 ? bf16_to_f32(f32_to_bf16_rne(x[i])) : f16_to_f32(f32_to_f16_rne(x[i]));
+      EXPECT_EQ(f32_bits(r[i]), f32_bits(want)) << dtype_name(p) << " " << i;
+      EXPECT_EQ(f32_bits(back[i]), f32_bits(want)) << dtype_name(p) << " " << i;
     }
   }
   std::vector<float> big = {70000.0f};
-  round_to_precision(big, Precision::kFp16);
+  round_to_precision(big, DType::kF16);
   EXPECT_TRUE(std::isinf(big[0]));
-  EXPECT_EQ(precision_bytes(Precision::kFp32), 4u);
-  EXPECT_EQ(precision_bytes(Precision::kBf16), 2u);
-  EXPECT_EQ(*parse_precision("bfloat16"), Precision::kBf16);
-  EXPECT_EQ(parse_precision("int8").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(precision_bytes(DType::kF32), 4u);
+  EXPECT_EQ(precision_bytes(DType::kBF16), 2u);
+  EXPECT_EQ(*parse_dtype("bfloat16", DTypeUse::kActivations), DType::kBF16);
+  EXPECT_EQ(parse_dtype("int8", DTypeUse::kActivations).status().code(), StatusCode::kInvalidArgument);
 }
 
 // The vectorized rounding, packing and unpacking equal the scalar conversions of src/core/half.h
@@ -172,27 +172,27 @@ TEST(AmpPrecisionTest, VectorizedRoundingEqualsScalarConversionsOnAnyBits) {
   std::vector<uint16_t> halves(x.size());
   for (uint16_t& h : halves) h = static_cast<uint16_t>(gen());
   kernels::for_each_isa([&] {
-    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (DType p : {DType::kF32, DType::kBF16, DType::kF16}) {
       std::vector<float> in_place = x, copy(x.size());
       round_to_precision(in_place, p);
       copy_rounded(x, p, copy.data());
       for (size_t i = 0; i < x.size(); ++i) {
-        const float want = p == Precision::kFp32   ? x[i]
-                           : p == Precision::kBf16 ? bf16_to_f32(f32_to_bf16_rne(x[i]))
+        const float want = p == DType::kF32   ? x[i]
+                           : p == DType::kBF16 ? bf16_to_f32(f32_to_bf16_rne(x[i]))
                                                    : f16_to_f32(f32_to_f16_rne(x[i]));
-        ASSERT_EQ(f32_bits(in_place[i]), f32_bits(want)) << precision_name(p) << " " << i;
-        ASSERT_EQ(f32_bits(copy[i]), f32_bits(want)) << precision_name(p) << " " << i;
+        ASSERT_EQ(f32_bits(in_place[i]), f32_bits(want)) << dtype_name(p) << " " << i;
+        ASSERT_EQ(f32_bits(copy[i]), f32_bits(want)) << dtype_name(p) << " " << i;
       }
-      if (p == Precision::kFp32) continue;
+      if (p == DType::kF32) continue;
       std::vector<uint16_t> packed(x.size());
       pack(x, p, packed.data());
       std::vector<float> unpacked(x.size());
       unpack(halves.data(), p, unpacked);
       for (size_t i = 0; i < x.size(); ++i) {
-        ASSERT_EQ(packed[i], p == Precision::kBf16 ? f32_to_bf16_rne(x[i]) : f32_to_f16_rne(x[i]))
-            << precision_name(p) << " " << i;
-        ASSERT_EQ(f32_bits(unpacked[i]), f32_bits(p == Precision::kBf16 ? bf16_to_f32(halves[i]) : f16_to_f32(halves[i])))
-            << precision_name(p) << " " << i;
+        ASSERT_EQ(packed[i], p == DType::kBF16 ? f32_to_bf16_rne(x[i]) : f32_to_f16_rne(x[i]))
+            << dtype_name(p) << " " << i;
+        ASSERT_EQ(f32_bits(unpacked[i]), f32_bits(p == DType::kBF16 ? bf16_to_f32(halves[i]) : f16_to_f32(halves[i])))
+            << dtype_name(p) << " " << i;
       }
     }
   });

@@ -27,40 +27,39 @@
 #include <string_view>
 
 #include "core/half.h"
+#include "leanemb/dtype.h"
 #include "leanemb/status.h"
 
 namespace leanemb::amp {
 
-enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+// The precision of activations is a DType of use DTypeUse::kActivations (kF32, kBF16, kF16):
+// parse_dtype(s, DTypeUse::kActivations), dtype_name(p). Every function here REQUIRES
+// dtype_allowed(DTypeUse::kActivations, p).
 
-std::string_view precision_name(Precision p);  // "fp32", "bf16", "fp16"
-// Parses "fp32" | "bf16" | "fp16" (also "float32", "bfloat16", "float16").
-// Errors: InvalidArgument naming the string and the accepted values.
-Result<Precision> parse_precision(std::string_view s);
-// Bytes of one stored element: 4 for kFp32, 2 for kBf16 and kFp16.
-size_t precision_bytes(Precision p);
+// Bytes of one stored element: 4 for kF32, 2 for kBF16 and kF16.
+size_t precision_bytes(DType p);
 
-// x[i] := the nearest value of p's grid (round to nearest even), kept in fp32. kFp32: no-op.
+// x[i] := the nearest value of p's grid (round to nearest even), kept in fp32. kF32: no-op.
 // NaN stays NaN; fp16: |x| >= 65520 becomes +-Inf.
-void round_to_precision(std::span<float> x, Precision p);
+void round_to_precision(std::span<float> x, DType p);
 // x rounded to p's grid in fp32 (the value round_to_precision stores), inline over core/half.h's
 // branch-free conversions, so that a kernel's own loop over a few values vectorizes it in the
 // kernel's ISA (no call per array). NaN stays a quiet NaN.
-inline float rounded_value(float x, Precision p) {
-  if (p == Precision::kBf16) return bf16_to_f32(f32_to_bf16_rne(x));
-  if (p == Precision::kFp16) return f16_to_f32(f32_to_f16_rne(x));
+inline float rounded_value(float x, DType p) {
+  if (p == DType::kBF16) return bf16_to_f32(f32_to_bf16_rne(x));
+  if (p == DType::kF16) return f16_to_f32(f32_to_f16_rne(x));
   return x;
 }
 
-// out[i] := x[i] rounded to p (a copy for kFp32). REQUIRES: out holds x.size() floats; it may be
+// out[i] := x[i] rounded to p (a copy for kF32). REQUIRES: out holds x.size() floats; it may be
 // x itself but must not overlap it otherwise.
-void copy_rounded(std::span<const float> x, Precision p, float* out);
+void copy_rounded(std::span<const float> x, DType p, float* out);
 
 // Stores x in p's storage format: out holds x.size() * precision_bytes(p) bytes (fp32 values,
 // or uint16 bf16/fp16 bit patterns, rounded to nearest even).
-// REQUIRES: out is suitably aligned (4 bytes for kFp32, 2 otherwise).
-void pack(std::span<const float> x, Precision p, void* out);
+// REQUIRES: out is suitably aligned (4 bytes for kF32, 2 otherwise).
+void pack(std::span<const float> x, DType p, void* out);
 // The inverse of pack: out[i] = the value stored at element i of `in` (exact for 16-bit formats).
-void unpack(const void* in, Precision p, std::span<float> out);
+void unpack(const void* in, DType p, std::span<float> out);
 
 }  // namespace leanemb::amp

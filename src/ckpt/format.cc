@@ -13,54 +13,40 @@
 #include <limits>
 #include <random>
 
+#include "core/bytes.h"
+
 namespace leanemb::ckpt {
 
 namespace {
 
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, flags, step, body_bytes
 
-void put_str32(std::vector<uint8_t>* out, std::string_view s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out->insert(out->end(), s.begin(), s.end());
-}
-
-// A bounds-checked cursor over the manifest body.
+// A bounds-checked cursor over the manifest body: core/bytes.h's ByteReader, with this format's
+// DataLoss messages.
 class Cursor {
  public:
-  Cursor(std::span<const uint8_t> bytes, const std::string& path) : p_(bytes.data()), left_(bytes.size()), path_(path) {}
+  Cursor(std::span<const uint8_t> bytes, const std::string& path) : r_(bytes), path_(path) {}
 
-  Status u8(uint8_t* v) { return take(1, [&](const uint8_t* p) { *v = *p; }); }
-  Status u32(uint32_t* v) { return take(4, [&](const uint8_t* p) { *v = get_u32(p); }); }
-  Status u64(uint64_t* v) { return take(8, [&](const uint8_t* p) { *v = get_u64(p); }); }
-  Status i64(int64_t* v) {
-    uint64_t u = 0;
-    LEANEMB_RETURN_IF_ERROR(u64(&u));
-    *v = static_cast<int64_t>(u);
-    return Status();
-  }
+  Status u8(uint8_t* v) { return r_.u8(v) ? Status() : truncated(); }
+  Status u32(uint32_t* v) { return r_.u32(v) ? Status() : truncated(); }
+  Status u64(uint64_t* v) { return r_.u64(v) ? Status() : truncated(); }
+  Status i64(int64_t* v) { return r_.i64(v) ? Status() : truncated(); }
   Status bytes(size_t max_len, std::string* s, const char* what) {
     uint32_t n = 0;
     LEANEMB_RETURN_IF_ERROR(u32(&n));
     if (n > max_len) return error(std::string(what) + " of " + std::to_string(n) + " bytes exceeds the limit");
-    return take(n, [&](const uint8_t* p) { s->assign(reinterpret_cast<const char*>(p), n); });
+    return r_.raw(n, s) ? Status() : truncated();
   }
-  size_t left() const { return left_; }
+  size_t left() const { return r_.left(); }
   Status error(const std::string& what) const {
     return Status(StatusCode::kDataLoss, "manifest '" + path_ + "': " + what);
   }
 
  private:
-  template <typename F>
-  Status take(size_t n, F&& f) {
-    if (n > left_) return error("ends in the middle of a record (truncated or corrupt)");
-    f(p_);
-    p_ += n;
-    left_ -= n;
-    return Status();
-  }
-  const uint8_t* p_;
-  size_t left_;
-  const std::string& path_;
+  Status truncated() const { return error("ends in the middle of a record (truncated or corrupt)"); }
+
+  ByteReader r_;
+  std::string path_;
 };
 
 bool valid_file_name(const std::string& n) {
@@ -166,60 +152,51 @@ Status decode_entries(Cursor& c, Manifest* m) {
 
 }  // namespace
 
-void put_u32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
+void put_u32(std::vector<uint8_t>* out, uint32_t v) { ByteWriter(out).u32(v); }
+void put_u64(std::vector<uint8_t>* out, uint64_t v) { ByteWriter(out).u64(v); }
+uint32_t get_u32(const uint8_t* p) { return load_le<uint32_t>(p); }
+uint64_t get_u64(const uint8_t* p) { return load_le<uint64_t>(p); }
 
 std::vector<uint8_t> encode_manifest(const Manifest& m) {
   std::vector<uint8_t> body;
-  if (m.version >= 2) body.insert(body.end(), m.id.begin(), m.id.end());  // REQUIRES: kCheckpointIdBytes
-  put_u32(&body, static_cast<uint32_t>(m.files.size()));
+  ByteWriter b(&body);
+  if (m.version >= 2) b.raw(m.id.data(), m.id.size());  // REQUIRES: kCheckpointIdBytes
+  b.u32(static_cast<uint32_t>(m.files.size()));
   for (const FileRecord& f : m.files) {
-    put_str32(&body, f.name);
-    put_u64(&body, f.payload_bytes);
-    put_u32(&body, f.block_bytes);
+    b.str32(f.name);
+    b.u64(f.payload_bytes);
+    b.u32(f.block_bytes);
   }
-  put_u32(&body, static_cast<uint32_t>(m.entries.size()));
+  b.u32(static_cast<uint32_t>(m.entries.size()));
   for (const EntryRecord& e : m.entries) {
-    body.push_back(static_cast<uint8_t>(e.kind));
-    put_str32(&body, e.name);
+    b.u8(static_cast<uint8_t>(e.kind));
+    b.str32(e.name);
     if (e.kind == EntryKind::kBlob) {
-      put_u32(&body, e.file);
-      put_u64(&body, e.offset);
-      put_u64(&body, e.size);
+      b.u32(e.file);
+      b.u64(e.offset);
+      b.u64(e.size);
       continue;
     }
-    put_u64(&body, e.row_bytes);
-    put_u64(&body, static_cast<uint64_t>(e.total_rows));
-    put_str32(&body, std::string_view(reinterpret_cast<const char*>(e.meta.data()), e.meta.size()));
-    put_u32(&body, static_cast<uint32_t>(e.chunks.size()));
+    b.u64(e.row_bytes);
+    b.u64(static_cast<uint64_t>(e.total_rows));
+    b.str32(std::string_view(reinterpret_cast<const char*>(e.meta.data()), e.meta.size()));
+    b.u32(static_cast<uint32_t>(e.chunks.size()));
     for (const ChunkRecord& ch : e.chunks) {
-      put_u64(&body, static_cast<uint64_t>(ch.row_begin));
-      put_u64(&body, static_cast<uint64_t>(ch.row_count));
-      put_u32(&body, ch.file);
-      put_u64(&body, ch.offset);
+      b.u64(static_cast<uint64_t>(ch.row_begin));
+      b.u64(static_cast<uint64_t>(ch.row_count));
+      b.u32(ch.file);
+      b.u64(ch.offset);
     }
   }
-  std::vector<uint8_t> out(kManifestMagic, kManifestMagic + 8);
-  put_u32(&out, m.version);
-  put_u32(&out, 0);  // flags, reserved
-  put_u64(&out, static_cast<uint64_t>(m.step));
-  put_u64(&out, body.size());
-  out.insert(out.end(), body.begin(), body.end());
-  put_u64(&out, XXH3_64bits(out.data(), out.size()));
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.raw(kManifestMagic, 8);
+  w.u32(m.version);
+  w.u32(0);  // flags, reserved
+  w.u64(static_cast<uint64_t>(m.step));
+  w.u64(body.size());
+  w.raw(body.data(), body.size());
+  w.u64(XXH3_64bits(out.data(), out.size()));
   return out;
 }
 
@@ -289,8 +266,9 @@ std::vector<uint8_t> new_checkpoint_id(int64_t step) {
   parts[5] = static_cast<uint64_t>(step);
   const XXH128_hash_t h = XXH3_128bits(parts, sizeof parts);
   std::vector<uint8_t> id;
-  put_u64(&id, h.low64);
-  put_u64(&id, h.high64);
+  ByteWriter w(&id);
+  w.u64(h.low64);
+  w.u64(h.high64);
   return id;
 }
 

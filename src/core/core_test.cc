@@ -14,6 +14,8 @@
 #include <immintrin.h>
 #endif
 
+#include "core/bytes.h"
+#include "core/enum_names.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "kernels/row_access.h"
@@ -134,23 +136,179 @@ TEST(DTypeTest, TraitsDescribeEveryDType) {
   EXPECT_FALSE(dtype_traits(DType::kInt8Rowwise).trainable);
 }
 
-// parse_dtype accepts each canonical name and the documented aliases, and rejects the rest.
+// parse_dtype accepts each canonical name and the documented aliases of a use, and rejects the rest.
 TEST(DTypeTest, ParseAcceptsNamesAndAliasesAndRejectsOthers) {
-  for (int t = 0; t < kNumDTypes; ++t) {
-    auto r = parse_dtype(dtype_name(static_cast<DType>(t)));
-    ASSERT_TRUE(r.ok()) << dtype_name(static_cast<DType>(t));
-    EXPECT_EQ(*r, static_cast<DType>(t));
+  for (DTypeUse use : {DTypeUse::kRows, DTypeUse::kOptimizerState, DTypeUse::kPayload, DTypeUse::kActivations})
+    for (DType t : allowed_dtypes(use)) {
+      auto r = parse_dtype(dtype_name(t), use);
+      ASSERT_TRUE(r.ok()) << dtype_name(t);
+      EXPECT_EQ(*r, t);
+    }
+  for (DTypeUse use : {DTypeUse::kRows, DTypeUse::kPayload, DTypeUse::kActivations}) {
+    EXPECT_EQ(parse_dtype("f32", use).value(), DType::kF32);
+    EXPECT_EQ(parse_dtype("float32", use).value(), DType::kF32);
+    EXPECT_EQ(parse_dtype("f16", use).value(), DType::kF16);
+    EXPECT_EQ(parse_dtype("float16", use).value(), DType::kF16);
+    EXPECT_EQ(parse_dtype("bfloat16", use).value(), DType::kBF16);
   }
-  EXPECT_EQ(parse_dtype("f32").value(), DType::kF32);
-  EXPECT_EQ(parse_dtype("float32").value(), DType::kF32);
-  EXPECT_EQ(parse_dtype("float16").value(), DType::kF16);
-  EXPECT_EQ(parse_dtype("bfloat16").value(), DType::kBF16);
   for (const char* bad : {"", "FP32", "fp64", "int4", "bf16 ", "float8"}) {
-    auto r = parse_dtype(bad);
+    auto r = parse_dtype(bad, DTypeUse::kRows);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("'" + std::string(bad) + "'"), std::string::npos);
   }
+}
+
+// "int8" means the row-wise format for rows and payloads and the block-wise one for optimizer state.
+TEST(DTypeTest, Int8NameResolvesByUse) {
+  EXPECT_EQ(parse_dtype("int8", DTypeUse::kRows).value(), DType::kInt8Rowwise);
+  EXPECT_EQ(parse_dtype("int8", DTypeUse::kPayload).value(), DType::kInt8Rowwise);
+  EXPECT_EQ(parse_dtype("int8", DTypeUse::kOptimizerState).value(), DType::kInt8Blockwise);
+  EXPECT_EQ(parse_dtype("8bit", DTypeUse::kOptimizerState).value(), DType::kInt8Blockwise);
+  EXPECT_EQ(dtype_name(DType::kInt8Rowwise), "int8");
+  EXPECT_EQ(dtype_name(DType::kInt8Blockwise), "int8");
+  EXPECT_FALSE(parse_dtype("int8", DTypeUse::kActivations).ok());
+  EXPECT_FALSE(parse_dtype("8bit", DTypeUse::kRows).ok());
+}
+
+// A dtype outside a use's subset is refused with a message naming the use and the allowed names.
+TEST(DTypeTest, SubsetsRefuseOtherDTypesNamingTheUse) {
+  const Status s = check_dtype(DTypeUse::kOptimizerState, DType::kF16);
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("optimizer state dtype fp16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp32, bf16 or int8"), std::string::npos) << s.message();
+  auto r = parse_dtype("fp16", DTypeUse::kOptimizerState);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown optimizer state dtype 'fp16' (expected fp32, bf16 or int8)"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(check_dtype(DTypeUse::kActivations, DType::kInt8Rowwise).ok());
+  EXPECT_FALSE(check_dtype(DTypeUse::kRows, DType::kInt8Blockwise).ok());
+  EXPECT_TRUE(check_dtype(DTypeUse::kPayload, DType::kInt8Rowwise).ok());
+}
+
+// ---- enum names -------------------------------------------------------------------------------
+
+enum class Fruit : uint8_t { kApple, kPear, kPlum };
+
+}  // namespace
+
+template <>
+struct EnumNames<Fruit> {
+  static constexpr std::string_view kWhat = "fruit";
+  static constexpr EnumName<Fruit> kNames[] = {
+      {Fruit::kApple, "apple", "malus pomme"}, {Fruit::kPear, "pear", ""}, {Fruit::kPlum, "plum", "prune"}};
+};
+
+namespace {
+
+// parse_enum accepts canonical names and every alias; enum_name gives the canonical name back.
+TEST(EnumNamesTest, ParsesNamesAndAliasesAndNamesCanonically) {
+  EXPECT_EQ(parse_enum<Fruit>("apple").value(), Fruit::kApple);
+  EXPECT_EQ(parse_enum<Fruit>("malus").value(), Fruit::kApple);
+  EXPECT_EQ(parse_enum<Fruit>("pomme").value(), Fruit::kApple);
+  EXPECT_EQ(parse_enum<Fruit>("prune").value(), Fruit::kPlum);
+  EXPECT_EQ(enum_name(Fruit::kPlum), "plum");
+  EXPECT_EQ(enum_name(static_cast<Fruit>(9)), "unknown");
+  EXPECT_EQ(enum_name_list<Fruit>(), "apple, pear or plum");
+}
+
+// An unknown name fails with InvalidArgument naming the kind, the string and every canonical name.
+TEST(EnumNamesTest, UnknownNameListsTheAllowedOnes) {
+  for (const char* bad : {"", "mal", "malus pomme", "Apple", "pear "}) {
+    auto r = parse_enum<Fruit>(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "unknown fruit '" + std::string(bad) + "' (expected apple, pear or plum)");
+  }
+  const Fruit two[] = {Fruit::kPear, Fruit::kPlum};
+  auto r = parse_enum_in<Fruit>("apple", two, "stone fruit");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "unknown stone fruit 'apple' (expected pear or plum)");
+  EXPECT_EQ(parse_enum_in<Fruit>("prune", two, "stone fruit").value(), Fruit::kPlum);
+}
+
+// ---- ByteWriter / ByteReader ------------------------------------------------------------------
+
+// Scalars are written little-endian, back to back; strings as a u32 length and the bytes.
+TEST(BytesTest, WriterLaysOutLittleEndianFields) {
+  std::vector<uint8_t> b;
+  ByteWriter w(&b);
+  w.u8(0xab);
+  w.u32(0x01020304u);
+  w.i64(-2);
+  w.str32("hi");
+  const float f[2] = {1.0f, -0.5f};
+  w.span(std::span<const float>(f));
+  const std::vector<uint8_t> want = {0xab, 0x04, 0x03, 0x02, 0x01, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                     0x02, 0x00, 0x00, 0x00, 'h',  'i',  0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00,
+                                     0xbf};
+  EXPECT_EQ(b, want);
+  EXPECT_EQ(load_le<uint32_t>(b.data() + 1), 0x01020304u);
+}
+
+// What the writer wrote, the reader reads back, ending exactly at the end.
+TEST(BytesTest, ReaderReadsBackWhatTheWriterWrote) {
+  std::vector<uint8_t> b;
+  ByteWriter w(&b);
+  w.u32(7);
+  w.u64(UINT64_MAX);
+  w.i32(-5);
+  w.str32("name");
+  const int64_t v[3] = {1, -2, 3};
+  w.span(std::span<const int64_t>(v));
+  ByteReader r(b);
+  uint32_t a = 0;
+  uint64_t c = 0;
+  int32_t d = 0;
+  std::string s;
+  std::vector<int64_t> arr;
+  ASSERT_TRUE(r.u32(&a) && r.u64(&c) && r.i32(&d) && r.str32(&s, 16) && r.array(3, &arr));
+  EXPECT_EQ(a, 7u);
+  EXPECT_EQ(c, UINT64_MAX);
+  EXPECT_EQ(d, -5);
+  EXPECT_EQ(s, "name");
+  EXPECT_EQ(arr, (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_TRUE(r.done());
+}
+
+// Every read of truncated input fails without reading past the end or moving the position.
+TEST(BytesTest, TruncatedInputFailsAtTheFirstShortRead) {
+  std::vector<uint8_t> b;
+  ByteWriter w(&b);
+  w.u32(3);
+  w.raw("abc");
+  w.u64(42);
+  for (size_t cut = 0; cut < b.size(); ++cut) {
+    ByteReader r(std::span<const uint8_t>(b).first(cut));
+    std::string s;
+    uint64_t x = 0;
+    const bool ok = r.str32(&s, 16) && r.u64(&x);
+    EXPECT_FALSE(ok) << "cut at " << cut;
+    EXPECT_LE(r.pos(), cut);
+  }
+  ByteReader r(std::span<const uint8_t>(b).first(2));
+  uint32_t n = 0xdead;
+  EXPECT_FALSE(r.u32(&n));
+  EXPECT_EQ(n, 0xdeadu);
+  EXPECT_EQ(r.pos(), 0u);
+  std::vector<int64_t> arr;
+  EXPECT_FALSE(r.array(1, &arr));
+  EXPECT_FALSE(r.array(SIZE_MAX / 4, &arr));  // a length that would overflow n * sizeof(T)
+  std::span<const uint8_t> view;
+  EXPECT_FALSE(r.view(3, &view));
+  EXPECT_FALSE(r.skip(3));
+  EXPECT_TRUE(r.skip(2) && r.done());
+}
+
+// A string longer than the caller's limit is refused even when the bytes are there.
+TEST(BytesTest, StringOverTheLimitIsRefused) {
+  std::vector<uint8_t> b;
+  ByteWriter(&b).str32("toolong");
+  std::string s;
+  ByteReader r(b);
+  EXPECT_FALSE(r.str32(&s, 3));
+  EXPECT_TRUE(s.empty());
 }
 
 // ---- fp16 / bf16 oracles -------------------------------------------------------------------------

@@ -3,25 +3,83 @@
 #include <array>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace leanemb {
 
+template <>
+struct EnumNames<DType> {
+  static constexpr std::string_view kWhat = "dtype";
+  static constexpr EnumName<DType> kNames[] = {
+      {DType::kF32, "fp32", "f32 float32 float"},
+      {DType::kF16, "fp16", "f16 float16 half"},
+      {DType::kBF16, "bf16", "bfloat16"},
+      {DType::kInt8Rowwise, "int8", "int8_rowwise"},
+      {DType::kInt8Blockwise, "int8", "int8_blockwise 8bit"},
+  };
+};
+
 namespace {
+
 constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
     {"fp32", 4, 0, true},
     {"fp16", 2, 0, true},
     {"bf16", 2, 0, true},
     {"int8", 1, 8, false},
+    {"int8", 1, 0, false},  // block scales are part of the optimizer's row layout
 }};
+
+constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
+constexpr DType kStateDTypes[] = {DType::kF32, DType::kBF16, DType::kInt8Blockwise};
+constexpr DType kPayloadDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
+constexpr DType kActivationDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
 }  // namespace
 
 const DTypeTraits& dtype_traits(DType t) { return kTraits[static_cast<size_t>(t)]; }
 
-Result<DType> parse_dtype(std::string_view s) {
-  if (s == "fp32" || s == "f32" || s == "float32" || s == "float") return DType::kF32;
-  if (s == "fp16" || s == "f16" || s == "float16" || s == "half") return DType::kF16;
-  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
-  if (s == "int8" || s == "int8_rowwise") return DType::kInt8Rowwise;
-  return invalid_argument("unknown dtype '" + std::string(s) + "' (expected fp32, fp16, bf16 or int8)");
+std::string_view dtype_name(DType t) { return enum_name(t); }
+
+std::span<const DType> allowed_dtypes(DTypeUse use) {
+  switch (use) {
+    case DTypeUse::kRows: return kRowDTypes;
+    case DTypeUse::kOptimizerState: return kStateDTypes;
+    case DTypeUse::kPayload: return kPayloadDTypes;
+    case DTypeUse::kActivations: return kActivationDTypes;
+  }
+  return {};
+}
+
+std::string_view dtype_use_name(DTypeUse use) {
+  switch (use) {
+    case DTypeUse::kRows: return "row dtype";
+    case DTypeUse::kOptimizerState: return "optimizer state dtype";
+    case DTypeUse::kPayload: return "payload dtype";
+    case DTypeUse::kActivations: return "precision";
+  }
+  return "dtype";
+}
+
+bool dtype_allowed(DTypeUse use, DType t) {
+  for (DType a : allowed_dtypes(use))
+    if (a == t) return true;
+  return false;
+}
+
+Status check_dtype(DTypeUse use, DType t) {
+  if (dtype_allowed(use, t)) return Status::ok_status();
+  // Both 8-bit formats are named "int8": say which one was refused.
+  std::string name;
+  if (static_cast<size_t>(t) >= kTraits.size()) name = "code " + std::to_string(static_cast<int>(t));
+  else if (t == DType::kInt8Rowwise) name = "int8 (row-wise)";
+  else if (t == DType::kInt8Blockwise) name = "int8 (block-wise)";
+  else name = std::string(dtype_name(t));
+  return invalid_argument(std::string(dtype_use_name(use)) + " " + name + " is not supported (expected " +
+                          enum_name_list_in(allowed_dtypes(use)) + ")");
+}
+
+Result<DType> parse_dtype(std::string_view s, DTypeUse use) {
+  return parse_enum_in(s, allowed_dtypes(use), dtype_use_name(use));
 }
 
 }  // namespace leanemb

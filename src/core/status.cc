@@ -1,23 +1,31 @@
 #include "leanemb/status.h"
 
+#include "core/enum_names.h"
+
 #include <cstdio>
 
 namespace leanemb {
 
+template <>
+struct EnumNames<StatusCode> {
+  using C = StatusCode;
+  static constexpr std::string_view kWhat = "status code";
+  static constexpr EnumName<C> kNames[] = {
+      {C::kOk, "OK", ""},
+      {C::kInvalidArgument, "InvalidArgument", ""},
+      {C::kOutOfRange, "OutOfRange", ""},
+      {C::kNotFound, "NotFound", ""},
+      {C::kFailedPrecondition, "FailedPrecondition", ""},
+      {C::kResourceExhausted, "ResourceExhausted", ""},
+      {C::kDataLoss, "DataLoss", ""},
+      {C::kIoError, "IoError", ""},
+      {C::kUnimplemented, "Unimplemented", ""},
+      {C::kInternal, "Internal", ""}};
+};
+
 std::string_view status_code_name(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kDataLoss: return "DataLoss";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kUnimplemented: return "Unimplemented";
-    case StatusCode::kInternal: return "Internal";
-  }
-  return "Unknown";
+  const std::string_view n = enum_name(code);
+  return n == "unknown" ? "Unknown" : n;
 }
 
 std::string Status::to_string() const {

@@ -1,22 +1,24 @@
 #include "data/malformed.h"
 
+#include "core/enum_names.h"
+
 #include <cstdio>
+
+namespace leanemb {
+template <>
+struct EnumNames<data::MalformedKind> {
+  using K = data::MalformedKind;
+  static constexpr std::string_view kWhat = "malformed kind";
+  static constexpr EnumName<K> kNames[] = {
+      {K::kFieldCount, "field_count", ""}, {K::kBadLabel, "bad_label", ""},   {K::kLabelNotBinary, "label_not_binary", ""},
+      {K::kBadDense, "bad_dense", ""},     {K::kBadHex, "bad_hex", ""},       {K::kNoLabel, "no_label", ""},
+      {K::kEmptyLabel, "empty_label", ""}, {K::kNoWords, "no_words", ""}};
+};
+}  // namespace leanemb
 
 namespace leanemb::data {
 
-std::string_view malformed_kind_name(MalformedKind k) {
-  switch (k) {
-    case MalformedKind::kFieldCount: return "field_count";
-    case MalformedKind::kBadLabel: return "bad_label";
-    case MalformedKind::kLabelNotBinary: return "label_not_binary";
-    case MalformedKind::kBadDense: return "bad_dense";
-    case MalformedKind::kBadHex: return "bad_hex";
-    case MalformedKind::kNoLabel: return "no_label";
-    case MalformedKind::kEmptyLabel: return "empty_label";
-    case MalformedKind::kNoWords: return "no_words";
-  }
-  return "unknown";
-}
+std::string_view malformed_kind_name(MalformedKind k) { return enum_name(k); }
 
 Status MalformedTracker::on_malformed(std::string_view file, int64_t line, MalformedKind kind, const std::string& detail) {
   ++stats_.malformed;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "core/bytes.h"
 #include "core/rng.h"
 #include "data/io.h"
 
@@ -24,40 +25,6 @@ namespace {
 
 constexpr char kStateMagic[8] = {'L', 'E', 'D', 'R', 'S', 'T', 'A', 'T'};
 constexpr uint32_t kStateVersion = 2;  // 2: eight malformed kinds (text kinds added)
-
-class ByteWriter {
- public:
-  template <typename T>
-  void put(T v) {
-    const size_t n = b.size();
-    b.resize(n + sizeof(T));
-    std::memcpy(b.data() + n, &v, sizeof(T));
-  }
-  std::vector<uint8_t> b;
-};
-
-class ByteReader {
- public:
-  explicit ByteReader(std::span<const uint8_t> s) : s_(s) {}
-  template <typename T>
-  bool get(T* v) {
-    if (s_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, s_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool get_string(std::string* out, size_t n) {
-    if (s_.size() - pos_ < n) return false;
-    out->assign(reinterpret_cast<const char*>(s_.data() + pos_), n);
-    pos_ += n;
-    return true;
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  std::span<const uint8_t> s_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -226,7 +193,8 @@ Result<bool> DataReader::next(Batch* batch) {
 }
 
 uint64_t DataReader::fingerprint() const {
-  ByteWriter w;
+  std::vector<uint8_t> buf;
+  ByteWriter w(&buf);
   const DataSchema& s = options_.schema;
   w.put<uint64_t>(options_.files.size());
   for (const std::string& f : options_.files) {
@@ -245,12 +213,13 @@ uint64_t DataReader::fingerprint() const {
   w.put<uint64_t>(options_.seed);
   w.put<uint8_t>(options_.drop_last ? 1 : 0);
   if (s.string_values) w.put<uint8_t>(1);  // (absent for hex values: earlier positions stay valid)
-  return XXH3_64bits(w.b.data(), w.b.size());
+  return XXH3_64bits(buf.data(), buf.size());
 }
 
 std::vector<uint8_t> DataReader::save_state() const {
-  ByteWriter w;
-  for (char c : kStateMagic) w.put<char>(c);
+  std::vector<uint8_t> buf;
+  ByteWriter w(&buf);
+  w.raw(kStateMagic, sizeof kStateMagic);
   w.put<uint32_t>(kStateVersion);
   w.put<uint64_t>(fingerprint());
   w.put<int64_t>(epoch_);
@@ -261,9 +230,9 @@ std::vector<uint8_t> DataReader::save_state() const {
     w.put<int64_t>(v);
   for (int64_t v : st.malformed_by_kind) w.put<int64_t>(v);
   w.put<uint64_t>(st.first_malformed.size());
-  for (char c : st.first_malformed) w.put<char>(c);
-  w.put<uint64_t>(XXH3_64bits(w.b.data(), w.b.size()));
-  return std::move(w.b);
+  w.raw(st.first_malformed);
+  w.put<uint64_t>(XXH3_64bits(buf.data(), buf.size()));
+  return buf;
 }
 
 Status DataReader::restore_state(std::span<const uint8_t> state) {
@@ -275,7 +244,7 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
   ByteReader r(state.first(state.size() - 8));
   std::string magic;
   uint32_t version = 0;
-  if (!r.get_string(&magic, 8) || !r.get(&version)) return bad;
+  if (!r.raw(8, &magic) || !r.get(&version)) return bad;
   if (version != kStateVersion)
     return invalid_argument("data reader: restore_state: the state has format version " + std::to_string(version) +
                             ", this build reads version " + std::to_string(kStateVersion) +
@@ -288,7 +257,7 @@ Status DataReader::restore_state(std::span<const uint8_t> state) {
   for (int64_t* v : {&st.lines, &st.records, &st.malformed, &st.truncated_values, &st.converted_malformed, &st.bytes_read})
     ok = ok && r.get(v);
   for (int64_t& v : st.malformed_by_kind) ok = ok && r.get(&v);
-  ok = ok && r.get(&msg_len) && r.get_string(&st.first_malformed, msg_len) && r.pos() == state.size() - 8;
+  ok = ok && r.get(&msg_len) && r.raw(msg_len, &st.first_malformed) && r.pos() == state.size() - 8;
   if (!ok || epoch < 0 || emitted < 0) return bad;
   if (fp != fingerprint())
     return invalid_argument("data reader: restore_state: the state was saved by a reader with other options "

@@ -1,5 +1,7 @@
 #include "data/schema.h"
 
+#include "core/enum_names.h"
+
 // Inline XXH3 (same algorithm and results as libxxhash) so the 8-byte case is specialized.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -11,17 +13,21 @@
 #include <cmath>
 #include <cstring>
 
+namespace leanemb {
+template <>
+struct EnumNames<data::IdMode> {
+  static constexpr std::string_view kWhat = "id mode";
+  static constexpr EnumName<data::IdMode> kNames[] = {{data::IdMode::kModulo, "modulo", ""},
+                                                      {data::IdMode::kRaw, "raw", ""}};
+};
+}  // namespace leanemb
+
 namespace leanemb::data {
 
 static_assert(std::endian::native == std::endian::little, "src/data assumes a little-endian host");
 
-std::string_view id_mode_name(IdMode m) { return m == IdMode::kRaw ? "raw" : "modulo"; }
-
-Result<IdMode> parse_id_mode(std::string_view s) {
-  if (s == "modulo") return IdMode::kModulo;
-  if (s == "raw") return IdMode::kRaw;
-  return invalid_argument("id mode must be 'modulo' or 'raw', got '" + std::string(s) + "'");
-}
+std::string_view id_mode_name(IdMode m) { return enum_name(m); }
+Result<IdMode> parse_id_mode(std::string_view s) { return parse_enum<IdMode>(s); }
 
 Result<DataSchema> make_schema(int num_dense, int num_sparse, std::span<const int64_t> num_rows, int64_t max_len,
                                IdMode id_mode) {

@@ -14,12 +14,22 @@
 #include <map>
 #include <memory>
 
+#include "core/enum_names.h"
 #include "core/rng.h"
 #include "data/binary_format.h"
 #include "data/io.h"
 #include "data/metrics.h"
 #include "data/schema.h"
 #include "data/tsv.h"
+
+namespace leanemb {
+template <>
+struct EnumNames<data::OutputFormat> {
+  static constexpr std::string_view kWhat = "output format";
+  static constexpr EnumName<data::OutputFormat> kNames[] = {{data::OutputFormat::kTsv, "tsv", ""},
+                                                            {data::OutputFormat::kBinary, "bin", ""}};
+};
+}  // namespace leanemb
 
 namespace leanemb::data {
 
@@ -453,11 +463,8 @@ std::string meta_json(const GenOptions& o, const GenReport& r, const std::vector
 
 }  // namespace
 
-Result<OutputFormat> parse_output_format(std::string_view s) {
-  if (s == "tsv") return OutputFormat::kTsv;
-  if (s == "bin") return OutputFormat::kBinary;
-  return invalid_argument("format must be 'tsv' or 'bin', got '" + std::string(s) + "'");
-}
+std::string_view output_format_name(OutputFormat f) { return enum_name(f); }
+Result<OutputFormat> parse_output_format(std::string_view s) { return parse_enum<OutputFormat>(s); }
 
 Status validate_gen_options(const GenOptions& o) {
   auto bad = [](const std::string& m) { return invalid_argument("gen-data: " + m); };

@@ -38,7 +38,8 @@
 namespace leanemb::data {
 
 enum class OutputFormat : uint8_t { kTsv, kBinary };
-Result<OutputFormat> parse_output_format(std::string_view s);  // "tsv" | "bin"
+std::string_view output_format_name(OutputFormat f);          // "tsv" | "bin"
+Result<OutputFormat> parse_output_format(std::string_view s);  // errors: InvalidArgument
 
 struct GenOptions {
   std::string out_dir;               // created if missing

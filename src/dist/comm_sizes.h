@@ -48,8 +48,8 @@ struct CommShape {
   // over o).
   std::vector<double> owner_share;
   size_t id_bytes = 4;  // ids on the wire (uint32 local rows, or int64)
-  PayloadDType forward_payload = PayloadDType::kF32;
-  PayloadDType backward_payload = PayloadDType::kF32;
+  DType forward_payload = DType::kF32;
+  DType backward_payload = DType::kF32;
 };
 
 // Element counts of every buffer (each vector entry is one allocation), in the collection's

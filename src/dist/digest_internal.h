@@ -28,7 +28,7 @@ struct TableLayout {
   std::string name;
   int64_t num_rows = 0;
   int64_t dim = 0;
-  std::string dtype, optimizer, state_dtype;  // dtype_name, optimizer_name, state_dtype_name
+  std::string dtype, optimizer, state_dtype;  // dtype_name (rows, state), optimizer_name
   uint64_t stride_bytes = 0;
   ShardingKind kind = ShardingKind::kRowModulo;  // sharding only; not digested
   int32_t owner = -1;                            // sharding only; not digested

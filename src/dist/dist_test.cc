@@ -446,7 +446,7 @@ TEST(ShardPlanTest, InvalidPlansAndRowsAreRejected) {
 
 // ---- payloads ------------------------------------------------------------------------------
 
-std::vector<float> roundtrip(PayloadDType t, int64_t dim, const std::vector<float>& in) {
+std::vector<float> roundtrip(DType t, int64_t dim, const std::vector<float>& in) {
   std::vector<uint8_t> wire(in.size() / static_cast<size_t>(dim) * payload_bytes_per_row(t, dim));
   EXPECT_TRUE(encode_rows(t, dim, in, wire).ok());
   std::vector<float> out(in.size());
@@ -471,7 +471,7 @@ TEST(PayloadTest, Fp32IsBitExact) {
   v[1] = -std::numeric_limits<float>::infinity();
   v[2] = -0.0f;
   v[3] = std::numeric_limits<float>::denorm_min();
-  const auto out = roundtrip(PayloadDType::kF32, 8, v);
+  const auto out = roundtrip(DType::kF32, 8, v);
   EXPECT_EQ(std::memcmp(out.data(), v.data(), v.size() * 4), 0);
 }
 
@@ -479,8 +479,8 @@ TEST(PayloadTest, Fp32IsBitExact) {
 // below it); values beyond fp16's range become Inf.
 TEST(PayloadTest, HalfPrecisionStaysWithinDocumentedBounds) {
   const std::vector<float> v = magnitudes_sweep(2, 20000);
-  const auto bf = roundtrip(PayloadDType::kBF16, 4, v);
-  const auto hf = roundtrip(PayloadDType::kF16, 4, v);
+  const auto bf = roundtrip(DType::kBF16, 4, v);
+  const auto hf = roundtrip(DType::kF16, 4, v);
   for (size_t i = 0; i < v.size(); ++i) {
     const float x = v[i], ax = std::fabs(x);
     const float bf_bound = ax >= 0x1p-126f ? 0x1p-8f * ax : 0x1p-134f;
@@ -497,8 +497,8 @@ TEST(PayloadTest, HalfPrecisionStaysWithinDocumentedBounds) {
 // Ties round to the even neighbour (RNE, not truncation or ties-away).
 TEST(PayloadTest, HalfPrecisionRoundsTiesToEven) {
   const std::vector<float> v = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
-  const auto bf = roundtrip(PayloadDType::kBF16, 1, v);
-  const auto hf = roundtrip(PayloadDType::kF16, 1, v);
+  const auto bf = roundtrip(DType::kBF16, 1, v);
+  const auto hf = roundtrip(DType::kF16, 1, v);
   EXPECT_EQ(bf[0], 1.0f);
   EXPECT_EQ(bf[1], 1.0f + 0x1p-6f);
   EXPECT_EQ(hf[2], 1.0f);
@@ -517,7 +517,7 @@ TEST(PayloadTest, Int8StaysWithinHalfAStepPerRow) {
     std::vector<float> v(static_cast<size_t>(dim) * 3);
     for (auto& x : v) x = u(rng);
     std::fill(v.begin() + dim, v.begin() + 2 * dim, center);  // row 1: constant
-    const auto out = roundtrip(PayloadDType::kInt8, dim, v);
+    const auto out = roundtrip(DType::kInt8Rowwise, dim, v);
     for (int64_t r = 0; r < 3; ++r) {
       const auto row = std::span<const float>(v).subspan(static_cast<size_t>(r * dim), static_cast<size_t>(dim));
       const float lo = *std::min_element(row.begin(), row.end()), hi = *std::max_element(row.begin(), row.end());
@@ -532,7 +532,7 @@ TEST(PayloadTest, Int8StaysWithinHalfAStepPerRow) {
     }
   }
   std::vector<float> bad = {1.0f, std::numeric_limits<float>::infinity(), 2.0f, 3.0f};
-  const auto dec = roundtrip(PayloadDType::kInt8, 2, bad);
+  const auto dec = roundtrip(DType::kInt8Rowwise, 2, bad);
   EXPECT_TRUE(std::isnan(dec[0]) && std::isnan(dec[1]));
   EXPECT_EQ(dec[2], 2.0f);  // the next row is unaffected
   EXPECT_EQ(dec[3], 3.0f);
@@ -540,18 +540,18 @@ TEST(PayloadTest, Int8StaysWithinHalfAStepPerRow) {
 
 // Sizes: bytes per row per dtype, and mismatched buffers are InvalidArgument.
 TEST(PayloadTest, SizesAreCheckedAndNamed) {
-  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kF32, 10), 40u);
-  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kBF16, 10), 20u);
-  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kF16, 10), 20u);
-  EXPECT_EQ(payload_bytes_per_row(PayloadDType::kInt8, 10), 18u);
+  EXPECT_EQ(payload_bytes_per_row(DType::kF32, 10), 40u);
+  EXPECT_EQ(payload_bytes_per_row(DType::kBF16, 10), 20u);
+  EXPECT_EQ(payload_bytes_per_row(DType::kF16, 10), 20u);
+  EXPECT_EQ(payload_bytes_per_row(DType::kInt8Rowwise, 10), 18u);
   std::vector<float> rows(20);
   std::vector<uint8_t> wire(35);
-  EXPECT_EQ(encode_rows(PayloadDType::kInt8, 10, rows, wire).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(encode_rows(PayloadDType::kF32, 3, rows, wire).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(decode_rows(PayloadDType::kBF16, 0, wire, rows).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(parse_payload_dtype("bf16").value(), PayloadDType::kBF16);
-  EXPECT_EQ(payload_dtype_name(PayloadDType::kInt8), "int8");
-  EXPECT_FALSE(parse_payload_dtype("fp8").ok());
+  EXPECT_EQ(encode_rows(DType::kInt8Rowwise, 10, rows, wire).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(encode_rows(DType::kF32, 3, rows, wire).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(decode_rows(DType::kBF16, 0, wire, rows).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_dtype("bf16", DTypeUse::kPayload).value(), DType::kBF16);
+  EXPECT_EQ(dtype_name(DType::kInt8Rowwise), "int8");
+  EXPECT_FALSE(parse_dtype("fp8", DTypeUse::kPayload).ok());
 }
 
 }  // namespace

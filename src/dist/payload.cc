@@ -8,44 +8,24 @@
 
 #include "core/half.h"
 
-namespace leanemb {
-
-std::string_view payload_dtype_name(PayloadDType t) {
-  switch (t) {
-    case PayloadDType::kF32: return "fp32";
-    case PayloadDType::kBF16: return "bf16";
-    case PayloadDType::kF16: return "fp16";
-    case PayloadDType::kInt8: return "int8";
-  }
-  return "unknown";
-}
-
-Result<PayloadDType> parse_payload_dtype(std::string_view s) {
-  if (s == "fp32" || s == "f32" || s == "float32") return PayloadDType::kF32;
-  if (s == "bf16" || s == "bfloat16") return PayloadDType::kBF16;
-  if (s == "fp16" || s == "f16" || s == "float16") return PayloadDType::kF16;
-  if (s == "int8") return PayloadDType::kInt8;
-  return invalid_argument("dist: unknown payload dtype '" + std::string(s) + "' (expected fp32, bf16, fp16 or int8)");
-}
-
-}  // namespace leanemb
-
 namespace leanemb::dist {
 
-size_t payload_bytes_per_row(PayloadDType t, int64_t dim) {
+size_t payload_bytes_per_row(DType t, int64_t dim) {
   const auto d = static_cast<size_t>(dim);
   switch (t) {
-    case PayloadDType::kF32: return 4 * d;
-    case PayloadDType::kBF16:
-    case PayloadDType::kF16: return 2 * d;
-    case PayloadDType::kInt8: return 8 + d;
+    case DType::kF32: return 4 * d;
+    case DType::kBF16:
+    case DType::kF16: return 2 * d;
+    case DType::kInt8Rowwise: return 8 + d;
+    default: break;  // not a payload dtype (check_sizes rejects it)
   }
   return 0;
 }
 
 namespace {
 
-Status check_sizes(const char* fn, PayloadDType t, int64_t dim, size_t floats, size_t bytes) {
+Status check_sizes(const char* fn, DType t, int64_t dim, size_t floats, size_t bytes) {
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kPayload, t));
   if (dim < 1) return invalid_argument(std::string("dist: ") + fn + ": dim must be >= 1, got " + std::to_string(dim));
   const auto d = static_cast<size_t>(dim);
   if (floats % d != 0) {
@@ -55,7 +35,7 @@ Status check_sizes(const char* fn, PayloadDType t, int64_t dim, size_t floats, s
   const size_t want = floats / d * payload_bytes_per_row(t, dim);
   if (bytes != want) {
     return invalid_argument(std::string("dist: ") + fn + ": " + std::to_string(floats / d) + " rows of " +
-                            std::string(payload_dtype_name(t)) + " dim " + std::to_string(dim) + " take " +
+                            std::string(dtype_name(t)) + " dim " + std::to_string(dim) + " take " +
                             std::to_string(want) + " bytes, the buffer has " + std::to_string(bytes));
   }
   return Status::ok_status();
@@ -98,58 +78,60 @@ void decode_int8_row(const uint8_t* in, size_t d, float* out) {
 
 }  // namespace
 
-Status encode_rows(PayloadDType t, int64_t dim, std::span<const float> in, std::span<uint8_t> out) {
+Status encode_rows(DType t, int64_t dim, std::span<const float> in, std::span<uint8_t> out) {
   LEANEMB_RETURN_IF_ERROR(check_sizes("encode_rows", t, dim, in.size(), out.size()));
   const size_t d = static_cast<size_t>(dim);
   const size_t n = in.size() / d;
   switch (t) {
-    case PayloadDType::kF32:
+    case DType::kF32:
       if (!in.empty()) std::memcpy(out.data(), in.data(), in.size_bytes());
       break;
-    case PayloadDType::kBF16:
+    case DType::kBF16:
       for (size_t i = 0; i < in.size(); ++i) {
         const uint16_t h = f32_to_bf16_rne(in[i]);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
-    case PayloadDType::kF16:
+    case DType::kF16:
       for (size_t i = 0; i < in.size(); ++i) {
         const uint16_t h = f32_to_f16_rne(in[i]);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
-    case PayloadDType::kInt8:
+    case DType::kInt8Rowwise:
       for (size_t r = 0; r < n; ++r) encode_int8_row(in.data() + r * d, d, out.data() + r * (8 + d));
       break;
+    default: break;  // rejected by check_sizes
   }
   return Status::ok_status();
 }
 
-Status decode_rows(PayloadDType t, int64_t dim, std::span<const uint8_t> in, std::span<float> out) {
+Status decode_rows(DType t, int64_t dim, std::span<const uint8_t> in, std::span<float> out) {
   LEANEMB_RETURN_IF_ERROR(check_sizes("decode_rows", t, dim, out.size(), in.size()));
   const size_t d = static_cast<size_t>(dim);
   const size_t n = out.size() / d;
   switch (t) {
-    case PayloadDType::kF32:
+    case DType::kF32:
       if (!out.empty()) std::memcpy(out.data(), in.data(), out.size_bytes());
       break;
-    case PayloadDType::kBF16:
+    case DType::kBF16:
       for (size_t i = 0; i < out.size(); ++i) {
         uint16_t h;
         std::memcpy(&h, in.data() + 2 * i, 2);
         out[i] = bf16_to_f32(h);
       }
       break;
-    case PayloadDType::kF16:
+    case DType::kF16:
       for (size_t i = 0; i < out.size(); ++i) {
         uint16_t h;
         std::memcpy(&h, in.data() + 2 * i, 2);
         out[i] = f16_to_f32(h);
       }
       break;
-    case PayloadDType::kInt8:
+    case DType::kInt8Rowwise:
       for (size_t r = 0; r < n; ++r) decode_int8_row(in.data() + r * (8 + d), d, out.data() + r * d);
       break;
+    default: break;  // rejected by check_sizes
   }
   return Status::ok_status();
 }

@@ -32,19 +32,18 @@
 
 namespace leanemb::dist {
 
-// The enum is part of the public table interface (leanemb/tables.h).
-using ::leanemb::parse_payload_dtype;
-using ::leanemb::payload_dtype_name;
-using ::leanemb::PayloadDType;
+// Payload dtypes are the DTypes of DTypeUse::kPayload (leanemb/dtype.h): kF32, kF16, kBF16 and
+// kInt8Rowwise ("int8", the wire layout above).
+using ::leanemb::DType;
 
 // Encoded bytes of one row of `dim` values. REQUIRES: dim >= 0.
-size_t payload_bytes_per_row(PayloadDType t, int64_t dim);
+size_t payload_bytes_per_row(DType t, int64_t dim);
 
 // in: [n, dim] row-major fp32, n = in.size() / dim; out: [n * payload_bytes_per_row(t, dim)].
-// Errors: InvalidArgument (dim < 1, in.size() not a multiple of dim, out of the wrong size).
-Status encode_rows(PayloadDType t, int64_t dim, std::span<const float> in, std::span<uint8_t> out);
+// Errors: InvalidArgument (t not a payload dtype, dim < 1, in.size() not a multiple of dim, out of the wrong size).
+Status encode_rows(DType t, int64_t dim, std::span<const float> in, std::span<uint8_t> out);
 // in: [n * payload_bytes_per_row(t, dim)] as written by encode_rows; out: [n, dim] fp32.
 // Errors: InvalidArgument (sizes).
-Status decode_rows(PayloadDType t, int64_t dim, std::span<const uint8_t> in, std::span<float> out);
+Status decode_rows(DType t, int64_t dim, std::span<const uint8_t> in, std::span<float> out);
 
 }  // namespace leanemb::dist

@@ -1,25 +1,27 @@
 #include "dist/shard_plan.h"
 
+#include "core/enum_names.h"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
 
 namespace leanemb {
 
-std::string_view sharding_kind_name(ShardingKind k) {
-  switch (k) {
-    case ShardingKind::kTableWise: return "table";
-    case ShardingKind::kRowModulo: return "row_modulo";
-    case ShardingKind::kRowRange: return "row_range";
-  }
-  return "unknown";
-}
+template <>
+struct EnumNames<ShardingKind> {
+  static constexpr std::string_view kWhat = "sharding";
+  static constexpr EnumName<ShardingKind> kNames[] = {{ShardingKind::kTableWise, "table", ""},
+                                                      {ShardingKind::kRowModulo, "row_modulo", "row"},
+                                                      {ShardingKind::kRowRange, "row_range", ""}};
+};
+
+std::string_view sharding_kind_name(ShardingKind k) { return enum_name(k); }
 
 Result<ShardingKind> parse_sharding_kind(std::string_view s) {
-  if (s == "table") return ShardingKind::kTableWise;
-  if (s == "row_modulo" || s == "row") return ShardingKind::kRowModulo;
-  if (s == "row_range") return ShardingKind::kRowRange;
-  return invalid_argument("dist: unknown sharding '" + std::string(s) + "' (expected table, row_modulo or row_range)");
+  auto r = parse_enum<ShardingKind>(s);
+  if (!r.ok()) return invalid_argument("dist: " + r.status().message());
+  return r;
 }
 
 }  // namespace leanemb

@@ -36,30 +36,31 @@ uint8_t kind_code(ShardingKind k) {
 }  // namespace
 
 std::vector<uint8_t> encode_layout(const Layout& l) {
-  ByteWriter w;
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
   w.raw(kLayoutMagic);
   w.put<uint32_t>(static_cast<uint32_t>(l.world_size));
   w.put<int64_t>(l.step);
   w.put<int64_t>(l.collection_step);
   w.put<uint32_t>(static_cast<uint32_t>(l.tables.size()));
   for (const TableLayout& t : l.tables) {
-    w.str(t.name);
+    w.str32(t.name);
     w.put<int64_t>(t.num_rows);
     w.put<int64_t>(t.dim);
-    w.str(t.dtype);
-    w.str(t.optimizer);
-    w.str(t.state_dtype);
+    w.str32(t.dtype);
+    w.str32(t.optimizer);
+    w.str32(t.state_dtype);
     w.put<uint64_t>(t.stride_bytes);
     w.put<uint8_t>(kind_code(t.kind));
     w.put<int32_t>(t.owner);
   }
   w.put<uint32_t>(static_cast<uint32_t>(l.shards.size()));
   for (const ShardRecord& s : l.shards) {
-    w.str(s.rel_dir);
+    w.str32(s.rel_dir);
     w.put<uint64_t>(s.manifest_bytes);
     w.put<uint64_t>(s.manifest_hash);
   }
-  return std::move(w.bytes());
+  return out;
 }
 
 Result<Layout> decode_layout(std::span<const uint8_t> bytes, const std::string& where) {
@@ -76,8 +77,8 @@ Result<Layout> decode_layout(std::span<const uint8_t> bytes, const std::string& 
   for (uint32_t i = 0; i < nt; ++i) {
     TableLayout t;
     uint8_t kind = 0;
-    if (!r.str(&t.name) || !r.get(&t.num_rows) || !r.get(&t.dim) || !r.str(&t.dtype) || !r.str(&t.optimizer) ||
-        !r.str(&t.state_dtype) || !r.get(&t.stride_bytes) || !r.get(&kind) || !r.get(&t.owner))
+    if (!r.str32(&t.name, kMaxRecordString) || !r.get(&t.num_rows) || !r.get(&t.dim) || !r.str32(&t.dtype, kMaxRecordString) || !r.str32(&t.optimizer, kMaxRecordString) ||
+        !r.str32(&t.state_dtype, kMaxRecordString) || !r.get(&t.stride_bytes) || !r.get(&kind) || !r.get(&t.owner))
       return bad("truncated table " + std::to_string(i));
     if (kind > 2 || t.num_rows < 1 || t.dim < 1 || t.stride_bytes < 1 || t.stride_bytes > (uint64_t{1} << 32))
       return bad("table '" + t.name + "' has an invalid shape or sharding");
@@ -89,7 +90,7 @@ Result<Layout> decode_layout(std::span<const uint8_t> bytes, const std::string& 
   if (!r.get(&ns) || ns != p) return bad("expected " + std::to_string(p) + " shards");
   for (uint32_t i = 0; i < ns; ++i) {
     ShardRecord s;
-    if (!r.str(&s.rel_dir) || !r.get(&s.manifest_bytes) || !r.get(&s.manifest_hash)) return bad("truncated shard list");
+    if (!r.str32(&s.rel_dir, kMaxRecordString) || !r.get(&s.manifest_bytes) || !r.get(&s.manifest_hash)) return bad("truncated shard list");
     if (s.rel_dir.empty() || s.rel_dir.front() == '/' || s.rel_dir.find("..") != std::string::npos)
       return bad("shard directory '" + s.rel_dir + "' is not a plain relative path");
     l.shards.push_back(std::move(s));
@@ -169,7 +170,7 @@ TableLayout table_layout(const EmbeddingCollection& local, const ShardPlan& plan
   tl.dim = rl.dim;
   tl.dtype = std::string(dtype_name(rl.weight_dtype));
   tl.optimizer = std::string(optimizer_name(rl.optimizer.kind));
-  tl.state_dtype = std::string(state_dtype_name(rl.optimizer.state_dtype));
+  tl.state_dtype = std::string(dtype_name(rl.optimizer.state_dtype));
   tl.stride_bytes = rl.stride_bytes;
   tl.kind = plan.kind(t);
   tl.owner = plan.kind(t) == ShardingKind::kTableWise ? plan.table_owner(t) : -1;

@@ -39,18 +39,19 @@ void add_rows(RowSum* sum, uint64_t seed, std::span<const uint8_t> rows, size_t 
 }
 
 std::string finish_digest(int64_t step, const std::vector<TableLayout>& tables, const std::vector<RowSum>& sums) {
-  ByteWriter w;
+  std::vector<uint8_t> buf;
+  ByteWriter w(&buf);
   w.raw(kDigestMagic);
   w.put<uint64_t>(static_cast<uint64_t>(step));
   w.put<uint64_t>(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
     const TableLayout& tl = tables[t];
-    w.str(tl.name);
+    w.str32(tl.name);
     w.put<uint64_t>(static_cast<uint64_t>(tl.num_rows));
     w.put<uint64_t>(static_cast<uint64_t>(tl.dim));
-    w.str(tl.dtype);
-    w.str(tl.optimizer);
-    w.str(tl.state_dtype);
+    w.str32(tl.dtype);
+    w.str32(tl.optimizer);
+    w.str32(tl.state_dtype);
     w.put<uint64_t>(tl.stride_bytes);
     w.put<uint64_t>(sums[t].lo);
     w.put<uint64_t>(sums[t].hi);
@@ -79,7 +80,7 @@ Result<std::string> collection_digest(const EmbeddingCollection& coll) {
     tl.dim = rl.dim;
     tl.dtype = std::string(dtype_name(rl.weight_dtype));
     tl.optimizer = std::string(optimizer_name(rl.optimizer.kind));
-    tl.state_dtype = std::string(state_dtype_name(rl.optimizer.state_dtype));
+    tl.state_dtype = std::string(dtype_name(rl.optimizer.state_dtype));
     tl.stride_bytes = rl.stride_bytes;
     const uint64_t seed = table_seed(tl.name);
     for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunk) {

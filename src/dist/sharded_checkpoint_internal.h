@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ckpt/env.h"
+#include "core/bytes.h"
 #include "ckpt/format.h"
 #include "dist/communicator.h"
 #include "dist/digest_internal.h"
@@ -46,59 +47,11 @@ inline ckpt::Env* env_or_posix(ckpt::Env* env) { return env != nullptr ? env : c
 
 // ---- byte encoding ------------------------------------------------------------------------
 
-class ByteWriter {
- public:
-  template <typename T>
-  void put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
-  }
-  // resize + memcpy rather than vector::insert: GCC 12 at -O2 with -fsanitize=thread reports a
-  // false -Wstringop-overflow for the inlined range insert.
-  void raw(std::string_view s) {
-    if (s.empty()) return;
-    const size_t at = out_.size();
-    out_.resize(at + s.size());
-    std::memcpy(out_.data() + at, s.data(), s.size());
-  }
-  void str(std::string_view s) {
-    put<uint32_t>(static_cast<uint32_t>(s.size()));
-    raw(s);
-  }
-  std::vector<uint8_t>& bytes() { return out_; }
-
- private:
-  std::vector<uint8_t> out_;
-};
-
-// Reads untrusted bytes: every take fails instead of reading past the end.
-class ByteReader {
- public:
-  explicit ByteReader(std::span<const uint8_t> b) : b_(b) {}
-  template <typename T>
-  bool get(T* v) {
-    if (b_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool raw(size_t n, std::string* s) {
-    if (b_.size() - pos_ < n) return false;
-    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
-    pos_ += n;
-    return true;
-  }
-  bool str(std::string* s) {
-    uint32_t n = 0;
-    return get(&n) && n <= 4096 && raw(n, s);
-  }
-  bool done() const { return pos_ == b_.size(); }
-
- private:
-  std::span<const uint8_t> b_;
-  size_t pos_ = 0;
-};
+// The records use core/bytes.h; strings (table names, dtype and optimizer names, shard
+// directories) are a u32 length and at most kMaxRecordString bytes.
+using ::leanemb::ByteReader;
+using ::leanemb::ByteWriter;
+inline constexpr size_t kMaxRecordString = 4096;
 
 // ---- the layout -----------------------------------------------------------------------------
 

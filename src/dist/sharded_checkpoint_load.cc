@@ -152,7 +152,7 @@ std::string plain_table_diff(const ckpt::EntryInfo& e, const RowLayout& l, const
   if (!dim.empty()) cmp("dim", dim, std::to_string(l.dim));
   if (!dtype.empty()) cmp("dtype", dtype, std::string(dtype_name(l.weight_dtype)));
   if (!opt.empty()) cmp("optimizer", opt, std::string(optimizer_name(l.optimizer.kind)));
-  if (!sdt.empty()) cmp("state dtype", sdt, std::string(state_dtype_name(l.optimizer.state_dtype)));
+  if (!sdt.empty()) cmp("state dtype", sdt, std::string(dtype_name(l.optimizer.state_dtype)));
   // The row stride follows from the fields above; it is named only when they do not explain it
   // (no meta, or another build's layout).
   if (diff.size() == rows_only) cmp("row bytes", std::to_string(e.row_bytes), std::to_string(l.stride_bytes));

@@ -59,7 +59,8 @@ Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, const
   wo.block_bytes = o.block_bytes;
   wo.keep_last = 0;  // one checkpoint per shard directory; pruning is by the global level
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(shard_out, step, wo));
-  ByteWriter info;
+  std::vector<uint8_t> info_bytes;
+  ByteWriter info(&info_bytes);
   info.raw(kShardMagic);
   info.put<uint32_t>(static_cast<uint32_t>(comm.rank()));
   info.put<uint32_t>(static_cast<uint32_t>(comm.size()));
@@ -139,7 +140,7 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
     const nlohmann::json meta = {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
                                  {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
-                                 {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
+                                 {"state_dtype", std::string(dtype_name(l.optimizer.state_dtype))},
                                  {"stride_bytes", l.stride_bytes}};
     const std::string name = kPlainPrefix + to.name;
     LEANEMB_RETURN_IF_ERROR(w.add_table(name, l.stride_bytes, to.num_rows, json_bytes(meta)));

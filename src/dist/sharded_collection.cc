@@ -99,6 +99,8 @@ Result<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::
   if (comm == nullptr) return invalid_argument("dist: ShardedEmbeddingCollection needs a communicator");
   const CollectionOptions& co = options.collection;
   if (co.tables.empty() || co.features.empty()) return invalid_argument("dist: the collection needs tables and features");
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kPayload, options.forward_payload));
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kPayload, options.backward_payload));
   const int P = comm->size(), rank = comm->rank();
   ShardPlanOptions po;
   po.world_size = P;

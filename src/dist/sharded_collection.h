@@ -66,8 +66,8 @@ struct ShardedCollectionOptions {
   CollectionOptions collection;
   ShardingKind sharding = ShardingKind::kRowModulo;       // of every hashed table
   TableAssign table_assign = TableAssign::kRoundRobin;    // kTableWise: owners of the tables
-  PayloadDType forward_payload = PayloadDType::kF32;      // rows owner -> requester
-  PayloadDType backward_payload = PayloadDType::kF32;     // gradients requester -> owner
+  DType forward_payload = DType::kF32;      // rows owner -> requester
+  DType backward_payload = DType::kF32;     // gradients requester -> owner
   // Ids travel as uint32 local rows when every rank's hashed tables have fewer than 2^32 rows
   // and no table is dynamic, else as int64 (local rows, or raw ids of dynamic tables); true
   // forces int64 (tests of that path).

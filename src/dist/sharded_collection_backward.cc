@@ -17,7 +17,7 @@ using sharded_internal::max_abs_of;
 using sharded_internal::append_bytes;
 using sharded_internal::append_uint;
 using sharded_internal::displacements;
-using sharded_internal::Reader;
+using sharded_internal::ByteReader;
 using sharded_internal::widen_uint;
 
 void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch, std::span<const float> grad_pooled,
@@ -86,7 +86,7 @@ void ShardedEmbeddingCollection::Impl::split_gradients(const SparseBatch& batch,
 }
 Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradients>& out, PVec<uint8_t>* send,
                                                    std::vector<int64_t>* send_counts) const {
-  const PayloadDType pd = options.backward_payload;
+  const DType pd = options.backward_payload;
   for (size_t o = 0; o < out.size(); ++o) {
     const size_t before = send->size();
     const BagGradients& m = out[o];
@@ -107,14 +107,14 @@ Status ShardedEmbeddingCollection::Impl::serialize(const std::vector<BagGradient
 
 Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t> recv, const std::vector<int64_t>& counts,
                                                          std::vector<BagGradients>* in) const {
-  const PayloadDType pd = options.backward_payload;
+  const DType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const std::vector<int64_t> disp = displacements(counts);
   while (in->size() < counts.size()) in->emplace_back(resource.get());
   for (size_t q = 0; q < counts.size(); ++q) {
-    Reader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
+    ByteReader rd(recv.subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(counts[q])));
     BagGradients& m = (*in)[q];
-    bool ok = rd.take(nf, &m.bags) && rd.take(nf, &m.scaled);
+    bool ok = rd.array(nf, &m.bags) && rd.array(nf, &m.scaled);
     int64_t num_bags = 0, num_ids = 0, num_scaled = 0;
     for (size_t f = 0; f < nf && ok; ++f) {
       ok = m.bags[f] >= 0 && (m.scaled[f] == 0 || m.scaled[f] == 1);
@@ -123,7 +123,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
     std::span<const uint8_t> raw;
     m.counts.clear();
     m.rows.clear();
-    ok = ok && rd.take_raw(static_cast<size_t>(num_bags) * 4, &raw);
+    ok = ok && rd.view(static_cast<size_t>(num_bags) * 4, &raw);
     if (ok) widen_uint(raw, static_cast<size_t>(num_bags), 4, &m.counts);
     size_t bag = 0;
     for (size_t f = 0; f < nf && ok; ++f) {
@@ -133,13 +133,13 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
         if (m.scaled[f]) num_scaled += m.counts[bag];
       }
     }
-    ok = ok && rd.take_raw(static_cast<size_t>(num_ids) * id_bytes, &raw);
+    ok = ok && rd.view(static_cast<size_t>(num_ids) * id_bytes, &raw);
     if (ok) widen_uint(raw, static_cast<size_t>(num_ids), id_bytes, &m.rows);
-    ok = ok && rd.take(static_cast<size_t>(num_scaled), &m.scales);
+    ok = ok && rd.array(static_cast<size_t>(num_scaled), &m.scales);
     m.raw.resize(nf);
     for (size_t f = 0; f < nf && ok; ++f) {
       const auto n = static_cast<size_t>(m.bags[f]);
-      ok = rd.take_raw(n * payload_bytes_per_row(pd, feature_dim[f]), &m.raw[f]);
+      ok = rd.view(n * payload_bytes_per_row(pd, feature_dim[f]), &m.raw[f]);
     }
     if (!ok || !rd.done()) return internal_error("dist: backward_update: malformed gradients from rank " + std::to_string(q));
   }
@@ -149,7 +149,7 @@ Status ShardedEmbeddingCollection::Impl::parse_gradients(std::span<const uint8_t
 Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGradients>& in, bool check_finite,
                                                         int64_t* nonfinite) {
   // Per feature, the bags of rank 0, 1, ..., padded with empty bags to a common count.
-  const PayloadDType pd = options.backward_payload;
+  const DType pd = options.backward_payload;
   const auto nf = static_cast<size_t>(num_features);
   const int64_t ldo = local->pooled_dim();
   int64_t local_bags = 0;
@@ -196,7 +196,7 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
         LEANEMB_RETURN_IF_ERROR(decode_rows(pd, feature_dim[f], m.raw[f].subspan(static_cast<size_t>(k) * row_bytes, row_bytes),
                                             std::span<float>(dst, d)));
         // fp32 payloads are the bits the requester checked before sending.
-        if (check_finite && pd != PayloadDType::kF32 && !all_finite(std::span<const float>(dst, d))) *nonfinite = 1;
+        if (check_finite && pd != DType::kF32 && !all_finite(std::span<const float>(dst, d))) *nonfinite = 1;
       }
     }
     for (auto bag = static_cast<int64_t>(offsets[f].size() - 1); bag < local_bags; ++bag)

@@ -15,7 +15,7 @@ namespace leanemb::dist {
 using sharded_internal::append_bytes;
 using sharded_internal::append_uint;
 using sharded_internal::displacements;
-using sharded_internal::Reader;
+using sharded_internal::ByteReader;
 using sharded_internal::widen_uint;
 
 void ShardedEmbeddingCollection::Impl::route(const SparseBatch& batch, bool valid, Requests* rp) const {
@@ -60,10 +60,10 @@ Status ShardedEmbeddingCollection::Impl::exchange_requests(const SparseBatch& ba
   std::vector<std::vector<std::span<const uint8_t>>> raw(p, std::vector<std::span<const uint8_t>>(nf));
   const std::vector<int64_t> disp = displacements(sc.recv_counts);
   for (size_t q = 0; q < p; ++q) {
-    Reader rd(std::span<const uint8_t>(sc.recv).subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(sc.recv_counts[q])));
-    bool ok = rd.take(nf, &out->counts[q]);
+    ByteReader rd(std::span<const uint8_t>(sc.recv).subspan(static_cast<size_t>(disp[q]), static_cast<size_t>(sc.recv_counts[q])));
+    bool ok = rd.array(nf, &out->counts[q]);
     for (size_t f = 0; f < nf && ok; ++f)
-      ok = out->counts[q][f] >= 0 && rd.take_raw(static_cast<size_t>(out->counts[q][f]) * id_bytes, &raw[q][f]);
+      ok = out->counts[q][f] >= 0 && rd.view(static_cast<size_t>(out->counts[q][f]) * id_bytes, &raw[q][f]);
     if (!ok || !rd.done()) return internal_error("dist: malformed request from rank " + std::to_string(q));
   }
   auto& table_ids = sc.table_ids;
@@ -113,7 +113,7 @@ Status ShardedEmbeddingCollection::Impl::serve(ForwardMode mode, Served* out) {
 
 Status ShardedEmbeddingCollection::Impl::encode_replies(const Served& served, PVec<uint8_t>* send,
                                                         std::vector<int64_t>* send_counts) const {
-  const PayloadDType pd = options.forward_payload;
+  const DType pd = options.forward_payload;
   send->clear();
   for (size_t q = 0; q < served.counts.size(); ++q) {
     const size_t before = send->size();
@@ -144,7 +144,7 @@ std::vector<int64_t> ShardedEmbeddingCollection::Impl::reply_counts(const Reques
 Status ShardedEmbeddingCollection::Impl::pool(const SparseBatch& batch, const Requests& req, std::span<const uint8_t> replies,
                                               const std::vector<int64_t>& counts, std::span<float> pooled_out,
                                               std::span<const std::span<float>> seq_out) const {
-  const PayloadDType pd = options.forward_payload;
+  const DType pd = options.forward_payload;
   const size_t p = req.per_owner.size();
   const std::vector<int64_t> disp = displacements(counts);
   std::vector<size_t> block_at(disp.begin(), disp.end() - 1);

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
 #include "dist/sharded_collection.h"
 #include "memory/accounted_resource.h"
 #include "table/batch_check.h"
@@ -58,11 +59,11 @@ namespace sharded_internal {
 template <typename T>
 using PVec = std::pmr::vector<T>;
 
+// Messages are written with core/bytes.h (little-endian scalars back to back) and read with its
+// ByteReader (array / view fail instead of reading past the end of a short message).
 template <typename Bytes, typename T>
 inline void append_bytes(Bytes* out, std::span<const T> v) {
-  const size_t at = out->size();
-  out->resize(at + v.size_bytes());
-  if (!v.empty()) std::memcpy(out->data() + at, v.data(), v.size_bytes());
+  BasicByteWriter<Bytes>(out).span(v);
 }
 
 // Non-negative integers on the wire in `bytes` = 4 (uint32) or 8 (int64) each: local rows (4
@@ -95,32 +96,7 @@ inline void widen_uint(std::span<const uint8_t> raw, size_t n, size_t bytes, Vec
   }
 }
 
-// Reads consecutive sections of a received message; fails (instead of reading past the end)
-// when the message is shorter than its header promises.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> bytes) : bytes_(bytes) {}
-  template <typename Vec>
-  bool take(size_t n, Vec* out) {
-    using T = typename Vec::value_type;
-    if (n > (bytes_.size() - pos_) / sizeof(T)) return false;
-    out->resize(n);
-    if (n) std::memcpy(out->data(), bytes_.data() + pos_, n * sizeof(T));
-    pos_ += n * sizeof(T);
-    return true;
-  }
-  bool take_raw(size_t n, std::span<const uint8_t>* out) {
-    if (n > bytes_.size() - pos_) return false;
-    *out = bytes_.subspan(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-
- private:
-  std::span<const uint8_t> bytes_;
-  size_t pos_ = 0;
-};
+using ::leanemb::ByteReader;
 
 inline std::vector<int64_t> displacements(const std::vector<int64_t>& counts) {
   std::vector<int64_t> d(counts.size() + 1, 0);

@@ -107,13 +107,14 @@ Reference train_reference(const CollectionOptions& o) {
 }
 
 // Per element of a decoded row: the payload's documented error bound (payload.h).
-float elem_bound(PayloadDType t, float x, float lo, float hi) {
+float elem_bound(DType t, float x, float lo, float hi) {
   const float ax = std::fabs(x);
   switch (t) {
-    case PayloadDType::kF32: return 0.0f;
-    case PayloadDType::kBF16: return ax >= 0x1p-126f ? 0x1p-8f * ax : 0x1p-134f;
-    case PayloadDType::kF16: return ax >= 0x1p-14f ? 0x1p-11f * ax : 0x1p-25f;
-    case PayloadDType::kInt8: return (hi - lo) / 510.0f + 0x1p-20f * std::max(std::fabs(lo), std::fabs(hi));
+    case DType::kF32: return 0.0f;
+    case DType::kBF16: return ax >= 0x1p-126f ? 0x1p-8f * ax : 0x1p-134f;
+    case DType::kF16: return ax >= 0x1p-14f ? 0x1p-11f * ax : 0x1p-25f;
+    case DType::kInt8Rowwise: return (hi - lo) / 510.0f + 0x1p-20f * std::max(std::fabs(lo), std::fabs(hi));
+    default: break;  // not a payload dtype
   }
   return 0.0f;
 }
@@ -121,10 +122,10 @@ float elem_bound(PayloadDType t, float x, float lo, float hi) {
 // Whether rank r's pooled slice is within the forward payload's bound of the reference (exact
 // for fp32): per bag element, sum of |w| * bound over the bag's rows (divided by the length
 // for kMean) plus fp32 rounding of the two sums.
-Status check_pooled(const Reference& ref, const CollectionOptions& o, PayloadDType pd, int step, const OwnedBatch& g,
+Status check_pooled(const Reference& ref, const CollectionOptions& o, DType pd, int step, const OwnedBatch& g,
                     int64_t b0, std::span<const float> got, int64_t ldo) {
   const std::vector<float>& want = ref.pooled[static_cast<size_t>(step)];
-  if (pd == PayloadDType::kF32) {
+  if (pd == DType::kF32) {
     const auto w = std::span<const float>(want).subspan(static_cast<size_t>(b0 * ldo), got.size());
     return got.empty() || std::memcmp(got.data(), w.data(), got.size_bytes()) == 0 ? Status::ok_status()
                                                                                     : mismatch("pooled output differs");
@@ -251,8 +252,8 @@ TEST(ShardedCollectionTest, Fp32ShardedTrainingIsBitIdenticalToOneProcess) {
 TEST(ShardedCollectionTest, CompressedForwardPayloadsStayWithinTheirBounds) {
   const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
   const Reference ref = train_reference(o);
-  for (PayloadDType pd : {PayloadDType::kBF16, PayloadDType::kF16, PayloadDType::kInt8}) {
-    SCOPED_TRACE(std::string(payload_dtype_name(pd)));
+  for (DType pd : {DType::kBF16, DType::kF16, DType::kInt8Rowwise}) {
+    SCOPED_TRACE(std::string(dtype_name(pd)));
     ShardedCollectionOptions so;
     so.collection = o;
     so.forward_payload = pd;
@@ -269,7 +270,7 @@ TEST(ShardedCollectionTest, Bf16PayloadsTrainWithinToleranceAndSendFewerBytes) {
   ShardedCollectionOptions so;
   so.collection = o;
   const auto exact = train_sharded(2, so, ref);
-  so.forward_payload = so.backward_payload = PayloadDType::kBF16;
+  so.forward_payload = so.backward_payload = DType::kBF16;
   const auto bf16 = train_sharded(2, so, ref, /*check_forward=*/false);
   auto init = std::move(EmbeddingCollection::create(o)).value();
   for (int t = 0; t < 2; ++t) {
@@ -379,7 +380,7 @@ TEST(ShardedCollectionTest, HugeGradientOnOneRankSkipsTheStepEverywhere) {
 TEST(ShardedCollectionTest, GradientOverflowingItsPayloadSkipsTheStepEverywhere) {
   ShardedCollectionOptions so;
   so.collection = global_options(OptimizerKind::kSgd);
-  so.backward_payload = PayloadDType::kF16;
+  so.backward_payload = DType::kF16;
   auto st = run_world(2, [&](Communicator& comm) -> Status {
     LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
     const OwnedBatch mine = global_batch(0, so.collection).slice(comm.rank() * 4, comm.rank() * 4 + 4);

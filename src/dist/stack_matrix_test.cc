@@ -67,7 +67,7 @@ CollectionOptions options_for(const Case& c, const std::string& dir) {
     to.optimizer.eps = 1e-6f;
     if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {
       to.cache.fraction = 0.8;  // holds a step's rows, but evicts between steps
-      to.cache.store = c.mode == Mode::kCacheFile ? "file" : "host";
+      to.cache.store = c.mode == Mode::kCacheFile ? StoreKind::kFile : StoreKind::kHost;
       if (c.mode == Mode::kCacheFile) to.cache.store_path = dir + "/" + to.name + ".rows";
     }
     if (c.mode == Mode::kDynamic) {
@@ -292,7 +292,7 @@ TEST(HugeTableTest, ATableOf2To33IdsTrainsCheckpointsAndResumesBitIdentically) {
     to.dynamic.enabled = true;
     to.dynamic.partitions = 4;
     to.cache.fraction = 0.25;
-    to.cache.store = "file";
+    to.cache.store = StoreKind::kFile;
     to.cache.store_path = dir.path + "/" + tag + ".rows";
     o.tables.push_back(to);
     o.features.push_back(FeatureOptions{"f", 0, PoolingMode::kSum});

@@ -116,7 +116,7 @@ std::string write_plain(const std::string& out, const EmbeddingCollection& coll,
     const TableOptions& to = coll.options().tables[static_cast<size_t>(t)];
     const std::string meta = dump_json(json{{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
                                             {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
-                                            {"state_dtype", std::string(state_dtype_name(l.optimizer.state_dtype))},
+                                            {"state_dtype", std::string(dtype_name(l.optimizer.state_dtype))},
                                             {"stride_bytes", l.stride_bytes}});
     const std::string name = "emb/" + to.name;
     EXPECT_TRUE(w->add_table(name, l.stride_bytes, to.num_rows, std::vector<uint8_t>(meta.begin(), meta.end())).ok());

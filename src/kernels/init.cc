@@ -51,6 +51,7 @@ inline void store_weights_rne_impl(const RowLayout& l, uint8_t* __restrict row, 
     case DType::kInt8Rowwise:
       ref_store_weights_rne(l, row, w);
       break;
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 

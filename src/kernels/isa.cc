@@ -6,7 +6,18 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/enum_names.h"
 #include "kernels/vec8.h"
+
+namespace leanemb {
+template <>
+struct EnumNames<kernels::Isa> {
+  static constexpr std::string_view kWhat = "ISA";
+  static constexpr EnumName<kernels::Isa> kNames[] = {{kernels::Isa::kBaseline, "baseline", ""},
+                                                      {kernels::Isa::kV3, "x86-64-v3", ""},
+                                                      {kernels::Isa::kV4, "x86-64-v4", ""}};
+};
+}  // namespace leanemb
 
 namespace leanemb::kernels {
 
@@ -55,13 +66,6 @@ Isa active_isa() {
 
 void set_isa_limit(Isa limit) { g_limit.store(static_cast<int>(limit), std::memory_order_relaxed); }
 
-std::string_view isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kBaseline: return "baseline";
-    case Isa::kV3: return "x86-64-v3";
-    case Isa::kV4: return "x86-64-v4";
-  }
-  return "?";
-}
+std::string_view isa_name(Isa isa) { return enum_name(isa); }
 
 }  // namespace leanemb::kernels

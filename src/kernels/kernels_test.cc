@@ -324,7 +324,7 @@ struct UpdateParam {
 
 class UpdateRowsTest : public ::testing::TestWithParam<UpdateParam> {};
 
-OptimizerOptions make_optimizer(OptimizerKind kind, StateDType state, float weight_decay) {
+OptimizerOptions make_optimizer(OptimizerKind kind, DType state, float weight_decay) {
   OptimizerOptions o;
   o.kind = kind;
   o.learning_rate = 0.05f;
@@ -365,10 +365,10 @@ void expect_update_matches_reference(const OptimizerOptions& opt, DType dtype, i
 // every state dtype, with and without weight decay, for dims 1, 13 and 70.
 TEST_P(UpdateRowsTest, FusedUpdateMatchesReferenceByteForByte) {
   const UpdateParam p = GetParam();
-  for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
+  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
     for (float wd : {0.0f, 0.01f}) {
       for (int64_t dim : {1, 13, 70}) {
-        SCOPED_TRACE(std::string("state ") + std::string(state_dtype_name(st)) + " wd " + std::to_string(wd) +
+        SCOPED_TRACE(std::string("state ") + std::string(dtype_name(st)) + " wd " + std::to_string(wd) +
                      " dim " + std::to_string(dim));
         expect_update_matches_reference(make_optimizer(p.kind, st, wd), p.dtype, dim, 4);
       }
@@ -390,7 +390,7 @@ TEST(UpdateRowsF16Test, SpecialHalvesMatchTheReference) {
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                           OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
     for (float wd : {0.0f, 0.01f}) {
-      const OptimizerOptions opt = make_optimizer(k, StateDType::kF32, wd);
+      const OptimizerOptions opt = make_optimizer(k, DType::kF32, wd);
       for_each_isa([&] {
         SCOPED_TRACE(std::string(optimizer_name(k)) + " wd " + std::to_string(wd));
         HostTable fast = make_table(kRows, kDim, DType::kF16, opt, 5), ref = make_table(kRows, kDim, DType::kF16, opt, 5);
@@ -509,10 +509,10 @@ TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                              OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
+      for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
         for (int64_t dim : {13, 128, 130}) {
           SCOPED_TRACE(std::string(optimizer_name(kind)) + " " + dtype_label(dt) + " state " +
-                       std::string(state_dtype_name(st)) + " dim " + std::to_string(dim));
+                       std::string(dtype_name(st)) + " dim " + std::to_string(dim));
           const OptimizerOptions opt = make_optimizer(kind, st, dim == 13 ? 0.01f : 0.0f);
           HostTable fast = make_table(60, dim, dt, opt, 5), ref = make_table(60, dim, dt, opt, 5);
           int step = 0;
@@ -538,7 +538,7 @@ TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
 
 // Rows not passed to update_rows keep their bytes exactly (lazy, sparse semantics).
 TEST(UpdateRowsSparsityTest, UntouchedRowsKeepTheirBytes) {
-  const OptimizerOptions opt = make_optimizer(OptimizerKind::kAdam, StateDType::kF32, 0.01f);
+  const OptimizerOptions opt = make_optimizer(OptimizerKind::kAdam, DType::kF32, 0.01f);
   HostTable t = make_table(10, 16, DType::kBF16, opt, 1);
   const std::vector<uint8_t> before = t.raw();
   const int64_t rows[] = {7, 2};

@@ -245,6 +245,7 @@ inline void pool_bags_t(const TableView& t, const PooledArgs& a, int64_t b0, int
     case DType::kF16: pool_bags_isa<I, DType::kF16>(t, a, b0, b1); break;
     case DType::kBF16: pool_bags_isa<I, DType::kBF16>(t, a, b0, b1); break;
     case DType::kInt8Rowwise: pool_bags_isa<I, DType::kInt8Rowwise>(t, a, b0, b1); break;
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 
@@ -274,6 +275,7 @@ inline void copy_rows_any_impl(const TableView& t, const int64_t* ids, int64_t i
     case DType::kF16: copy_rows<DType::kF16>(t, ids, i0, i1, nnz, out); break;
     case DType::kBF16: copy_rows<DType::kBF16>(t, ids, i0, i1, nnz, out); break;
     case DType::kInt8Rowwise: copy_rows<DType::kInt8Rowwise>(t, ids, i0, i1, nnz, out); break;
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 // The sequence lookup's row copies: plain loops GCC vectorizes in each build.

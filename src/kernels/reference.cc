@@ -21,6 +21,7 @@ float load_weight(const RowLayout& l, const uint8_t* row, int64_t j) {
       const float bias = load_f32(row + l.dim + 4);
       return static_cast<float>(row[j]) * scale + bias;
     }
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
   return 0.0f;
 }
@@ -32,6 +33,7 @@ void store_weight_sr(const RowLayout& l, uint8_t* row, int64_t j, float w, uint3
     case DType::kF16: store_u16(row + 2 * j, f32_to_f16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
     case DType::kBF16: store_u16(row + 2 * j, f32_to_bf16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 
@@ -45,14 +47,14 @@ bool state_is_signed(const RowLayout& l, int k) {
 void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, uint32_t key) {
   uint8_t* p = row + elem_offset(l, k);
   switch (l.optimizer.state_dtype) {
-    case StateDType::kF32:
+    case DType::kF32:
       for (int64_t j = 0; j < l.dim; ++j) store_f32(p + 4 * j, x[j]);
       break;
-    case StateDType::kBF16:
+    case DType::kBF16:
       for (int64_t j = 0; j < l.dim; ++j)
         store_u16(p + 2 * j, f32_to_bf16_sr(x[j], column_bits(key, state_sr_column(l.dim, k, j))));
       break;
-    case StateDType::kInt8Blockwise:
+    case DType::kInt8Blockwise:
       for (int64_t b = 0; b < l.num_blocks; ++b) {
         const int64_t j0 = b * kQuantBlockSize;
         const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
@@ -60,6 +62,7 @@ void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, u
         store_f32(row + scale_offset(l, k) + 4 * b, scale);
       }
       break;
+    default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }
 }
 
@@ -96,25 +99,27 @@ void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) {
       store_f32(row + l.dim + 4, lo);
       break;
     }
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 
 void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) {
   const uint8_t* p = row + elem_offset(l, k);
   switch (l.optimizer.state_dtype) {
-    case StateDType::kF32:
+    case DType::kF32:
       for (int64_t j = 0; j < l.dim; ++j) out[j] = load_f32(p + 4 * j);
       break;
-    case StateDType::kBF16:
+    case DType::kBF16:
       for (int64_t j = 0; j < l.dim; ++j) out[j] = bf16_to_f32(load_u16(p + 2 * j));
       break;
-    case StateDType::kInt8Blockwise:
+    case DType::kInt8Blockwise:
       for (int64_t b = 0; b < l.num_blocks; ++b) {
         const int64_t j0 = b * kQuantBlockSize;
         const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
         dequantize_block(p + j0, n, state_is_signed(l, k), load_f32(row + scale_offset(l, k) + 4 * b), out + j0);
       }
       break;
+    default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }
 }
 

@@ -31,13 +31,13 @@ inline bool state_signed(OptimizerKind k, int idx) {
   return idx == 0 && (k == OptimizerKind::kAdam || k == OptimizerKind::kPartialRowwiseAdam);
 }
 
-template <Isa I, StateDType S>
+template <Isa I, DType S>
 inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __restrict out) {
   const uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
   const int64_t d = l.dim;
-  if constexpr (S == StateDType::kF32) {
+  if constexpr (S == DType::kF32) {
     std::memcpy(out, p, static_cast<size_t>(d) * 4);
-  } else if constexpr (S == StateDType::kBF16) {
+  } else if constexpr (S == DType::kBF16) {
     const uint16_t* r = reinterpret_cast<const uint16_t*>(p);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
   } else {
@@ -46,13 +46,13 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
   }
 }
 
-template <Isa I, StateDType S>
+template <Isa I, DType S>
 inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __restrict x, uint32_t key) {
   uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
   const int64_t d = l.dim;
-  if constexpr (S == StateDType::kF32) {
+  if constexpr (S == DType::kF32) {
     std::memcpy(p, x, static_cast<size_t>(d) * 4);
-  } else if constexpr (S == StateDType::kBF16) {
+  } else if constexpr (S == DType::kBF16) {
     store_row_sr<DType::kBF16>(p, x, d, key, state_sr_column(d, k, 0));
   } else {
     uint8_t* scales = row + (k == 0 ? l.m_scale_offset : l.v_scale_offset);
@@ -150,7 +150,7 @@ inline void load_weights(float* __restrict w, const uint8_t* __restrict row, int
 }
 
 // Applies the optimizer to one fat row with gradient gin [dim], in ref_update_row's order.
-template <Isa I, DType W, StateDType S>
+template <Isa I, DType W, DType S>
 inline void update_one(const RowLayout& l, const UpdateConsts& c, uint8_t* row, const float* __restrict gin,
                        uint32_t key, Scratch sc) {
   const OptimizerOptions& o = l.optimizer;
@@ -239,7 +239,7 @@ struct RowPrefetch {
   }
 };
 
-template <Isa I, DType W, StateDType S>
+template <Isa I, DType W, DType S>
 inline void update_range(const TableView& t, const int64_t* rows, const float* grads, int64_t u0, int64_t u1,
                          const UpdateStep& s, Scratch sc) {
   const RowLayout& l = *t.layout;
@@ -382,7 +382,7 @@ inline bool reduce_range_t(const SegmentSource& s, int64_t u0, int64_t u1, float
 }
 
 // The fused loop: reduce row u's gradient into sc.r, update row u.
-template <Isa I, DType W, StateDType S>
+template <Isa I, DType W, DType S>
 inline void fused_range(const TableView& t, const SegmentSource& s, const int64_t* rows, int64_t u0, int64_t u1,
                         const UpdateStep& st, Scratch sc, float* __restrict reduced) {
   const RowLayout& l = *t.layout;
@@ -406,9 +406,10 @@ inline void with_dtypes(const RowLayout& l, F&& f) {
   auto with_w = [&](auto wtag) {
     constexpr DType W = decltype(wtag)::value;
     switch (l.optimizer.state_dtype) {
-      case StateDType::kF32: return f.template operator()<W, StateDType::kF32>();
-      case StateDType::kBF16: return f.template operator()<W, StateDType::kBF16>();
-      case StateDType::kInt8Blockwise: return f.template operator()<W, StateDType::kInt8Blockwise>();
+      case DType::kF32: return f.template operator()<W, DType::kF32>();
+      case DType::kBF16: return f.template operator()<W, DType::kBF16>();
+      case DType::kInt8Blockwise: return f.template operator()<W, DType::kInt8Blockwise>();
+      default: LEANEMB_CHECK(false, "not an optimizer state dtype");
     }
   };
   switch (l.weight_dtype) {
@@ -416,6 +417,7 @@ inline void with_dtypes(const RowLayout& l, F&& f) {
     case DType::kF16: return with_w(std::integral_constant<DType, DType::kF16>{});
     case DType::kBF16: return with_w(std::integral_constant<DType, DType::kBF16>{});
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
+    default: LEANEMB_CHECK(false, "not a row dtype");
   }
 }
 
@@ -434,12 +436,12 @@ struct RangeJob {
 template <Isa I>
 inline void run_update(const RangeJob& j) {
   with_dtypes(*j.t->layout,
-              [&]<DType W, StateDType S>() { update_range<I, W, S>(*j.t, j.rows, j.grads, j.u0, j.u1, *j.step, j.sc); });
+              [&]<DType W, DType S>() { update_range<I, W, S>(*j.t, j.rows, j.grads, j.u0, j.u1, *j.step, j.sc); });
 }
 template <Isa I>
 inline void run_fused(const RangeJob& j) {
   with_dtypes(*j.t->layout,
-              [&]<DType W, StateDType S>() { fused_range<I, W, S>(*j.t, *j.s, j.rows, j.u0, j.u1, *j.step, j.sc, j.out); });
+              [&]<DType W, DType S>() { fused_range<I, W, S>(*j.t, *j.s, j.rows, j.u0, j.u1, *j.step, j.sc, j.out); });
 }
 
 enum class Loop { kUpdate, kFused, kReduce };

@@ -10,32 +10,42 @@
 
 #include "leanemb/memory.h"
 
+#include "core/enum_names.h"
+#include "leanemb/memory_system.h"
+
 namespace leanemb {
 
-std::string_view tier_name(Tier t) {
-  switch (t) {
-    case Tier::kDevice: return "device";
-    case Tier::kHost: return "host";
-    case Tier::kDisk: return "disk";
-  }
-  return "?";
+template <>
+struct EnumNames<Tier> {
+  static constexpr std::string_view kWhat = "tier";
+  static constexpr EnumName<Tier> kNames[] = {
+      {Tier::kDevice, "device", ""}, {Tier::kHost, "host", ""}, {Tier::kDisk, "disk", ""}};
+};
+
+template <>
+struct EnumNames<Category> {
+  static constexpr std::string_view kWhat = "memory category";
+  static constexpr EnumName<Category> kNames[] = {
+      {Category::kWeights, "weights", ""},         {Category::kOptimizerState, "optimizer_state", ""},
+      {Category::kGradients, "gradients", ""},     {Category::kActivations, "activations", ""},
+      {Category::kWorkspace, "workspace", ""},     {Category::kRowCache, "row_cache", ""},
+      {Category::kCommBuffers, "comm_buffers", ""}, {Category::kIoBuffers, "io_buffers", ""}};
+};
+
+std::string_view tier_name(Tier t) { return enum_name(t); }
+
+// Placement names the tiers a category may be put on by configuration: not disk (tables reach
+// the disk through a row store).
+Result<Tier> parse_tier(std::string_view s) {
+  static constexpr Tier kPlaceable[] = {Tier::kDevice, Tier::kHost};
+  return parse_enum_in(s, std::span<const Tier>(kPlaceable), EnumNames<Tier>::kWhat);
 }
+
+Result<Category> parse_category(std::string_view s) { return parse_enum<Category>(s); }
 
 std::string_view tier_label(Tier t) { return t == Tier::kDevice ? "device (cpu)" : tier_name(t); }
 
-std::string_view category_name(Category c) {
-  switch (c) {
-    case Category::kWeights: return "weights";
-    case Category::kOptimizerState: return "optimizer_state";
-    case Category::kGradients: return "gradients";
-    case Category::kActivations: return "activations";
-    case Category::kWorkspace: return "workspace";
-    case Category::kRowCache: return "row_cache";
-    case Category::kCommBuffers: return "comm_buffers";
-    case Category::kIoBuffers: return "io_buffers";
-  }
-  return "?";
-}
+std::string_view category_name(Category c) { return enum_name(c); }
 
 std::string format_bytes(size_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -34,20 +34,6 @@ std::string Placement::to_string() const {
   return out;
 }
 
-Result<Tier> parse_tier(std::string_view s) {
-  if (s == "device") return Tier::kDevice;
-  if (s == "host") return Tier::kHost;
-  return invalid_argument("unknown tier '" + std::string(s) + "' (expected device or host)");
-}
-
-Result<Category> parse_category(std::string_view s) {
-  for (int c = 0; c < kNumCategories; ++c)
-    if (category_name(static_cast<Category>(c)) == s) return static_cast<Category>(c);
-  std::string names;
-  for (int c = 0; c < kNumCategories; ++c) names.append(c ? ", " : "").append(category_name(static_cast<Category>(c)));
-  return invalid_argument("unknown memory category '" + std::string(s) + "' (expected one of " + names + ")");
-}
-
 Status validate_placement(const Placement& p) {
   for (int c = 0; c < kNumCategories; ++c) {
     const Category cat = static_cast<Category>(c);

@@ -109,7 +109,7 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
     if (!o.table_dynamic.empty()) t.dynamic = o.table_dynamic[static_cast<size_t>(f)];
     if (tiered::cache_applies(t.num_rows, o.row_cache.fraction, o.cache_min_rows)) {
       t.cache = o.row_cache;
-      if (t.cache.store == "file") t.cache.store_path = o.store_dir + "/" + t.name + ".rows";
+      if (t.cache.store == StoreKind::kFile) t.cache.store_path = o.store_dir + "/" + t.name + ".rows";
     }
     co.tables.push_back(t);
     co.features.push_back(FeatureOptions{t.name, f, o.pooling});

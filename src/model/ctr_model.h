@@ -73,7 +73,7 @@ struct CtrModelOptions {
   std::vector<int64_t> bottom_hidden;     // bottom MLP widths after the input (last = z's dim)
   std::vector<int64_t> top_hidden;        // top MLP hidden widths (a 1-wide output is added)
   nn::InteractionKind interaction = nn::InteractionKind::kDot;
-  amp::Precision precision = amp::Precision::kFp32;
+  DType precision = DType::kF32;
   bool checkpoint_activations = false;
   nn::DenseOptimizerOptions dense_optimizer;
   uint64_t seed = 1;
@@ -92,8 +92,8 @@ struct CtrModelOptions {
   // it (see "Gradient groups" below). Must outlive the model.
   dist::Communicator* comm = nullptr;
   dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
-  dist::PayloadDType forward_payload = dist::PayloadDType::kF32;
-  dist::PayloadDType backward_payload = dist::PayloadDType::kF32;
+  DType forward_payload = DType::kF32;
+  DType backward_payload = DType::kF32;
   // Gradient groups: the batch is cut into `grad_groups` contiguous slices of sizes differing by
   // at most one (group g = records [B*g/G, B*(g+1)/G)); each group's dense gradient is computed
   // on its own, and the step's dense gradient is their fixed-order sum

@@ -31,7 +31,7 @@
 //
 // Dispatch: bf16_native_enabled() is true when the CPU has AVX512_BF16 (checked at run time)
 // and set_bf16_native_enabled(false) was not called; Linear and Mlp use this path for
-// Precision::kBf16 then, and the emulation (round, then fp32 sgemm) otherwise. The two paths
+// DType::kBF16 then, and the emulation (round, then fp32 sgemm) otherwise. The two paths
 // differ in the last bits (different summation), each deterministic.
 //
 // Thread safety: the GEMM and packing functions are pure on caller buffers (bf16_gemm runs its

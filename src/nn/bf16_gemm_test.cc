@@ -304,7 +304,7 @@ TEST(NnBf16GemmTest, AmxSwitchSelectsTheVdpbf16psKernels) {
 }
 
 Linear make_bf16_linear(Allocator* alloc, int64_t in, int64_t out) {
-  auto l = Linear::create({.in_features = in, .out_features = out, .precision = Precision::kBf16, .seed = 3}, alloc);
+  auto l = Linear::create({.in_features = in, .out_features = out, .precision = DType::kBF16, .seed = 3}, alloc);
   EXPECT_TRUE(l.ok());
   return std::move(l).value();
 }

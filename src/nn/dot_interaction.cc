@@ -92,25 +92,25 @@ inline void for_row_blocks(int64_t first, int64_t R, Block&& block) {
 
 // Stack floats of the rounded copies: T [R, d], then (backward) gz [d] and g [pairs].
 int64_t rounded_floats(const DotShape& s, bool backward) {
-  if (s.precision == amp::Precision::kFp32) return 0;
+  if (s.precision == DType::kF32) return 0;
   const int64_t R = s.num_features + 1;
   return R * s.dim + (backward ? s.dim + dot_pair_count(s) : 0);
 }
 
 // The copies are loops over amp::rounded_value, inlined into each build of the sample kernels
 // (a call into amp per input of every sample cost more than the rounding).
-template <amp::Precision P>
+template <DType P>
 inline void copy_rounded_inline(const float* __restrict x, size_t n, float* __restrict out) {
   for (size_t i = 0; i < n; ++i) out[i] = amp::rounded_value(x[i], P);
 }
-inline void copy_rounded_to(const float* x, size_t n, amp::Precision p, float* out) {
-  if (p == amp::Precision::kBf16) copy_rounded_inline<amp::Precision::kBf16>(x, n, out);
-  else copy_rounded_inline<amp::Precision::kFp16>(x, n, out);
+inline void copy_rounded_to(const float* x, size_t n, DType p, float* out) {
+  if (p == DType::kBF16) copy_rounded_inline<DType::kBF16>(x, n, out);
+  else copy_rounded_inline<DType::kF16>(x, n, out);
 }
 // Rounded copies of the inputs in buf when the precision asks for them; the pointers then point
 // there. T's rows stay in the z / e layout (z first, then e contiguous).
 void round_inputs(const DotShape& s, const float** z, const float** e, const float** gz, const float** g, float* buf) {
-  if (s.precision == amp::Precision::kFp32) return;
+  if (s.precision == DType::kF32) return;
   const size_t d = static_cast<size_t>(s.dim), ed = static_cast<size_t>(s.num_features) * d;
   copy_rounded_to(*z, d, s.precision, buf);
   copy_rounded_to(*e, ed, s.precision, buf + d);
@@ -168,7 +168,7 @@ inline void prepare_backward(const DotShape& s, float* stack, const float** z, c
 // The reference reads through this: x rounded to the shape's precision.
 float in_value(const DotShape& s, float x) {
   float out = x;
-  if (s.precision != amp::Precision::kFp32) amp::copy_rounded({&x, 1}, s.precision, &out);
+  if (s.precision != DType::kF32) amp::copy_rounded({&x, 1}, s.precision, &out);
   return out;
 }
 

@@ -38,7 +38,7 @@ struct DotShape {
   int64_t dim = 0;           // d >= 1: of z and of every embedding vector
   // z, e, gz and g are rounded to this grid (amp::round_to_precision) as they are read; the
   // contract then holds for the rounded values (bf16 / fp16 compute). Outputs are not rounded.
-  amp::Precision precision = amp::Precision::kFp32;
+  DType precision = DType::kF32;
 };
 
 // Outputs per sample: (F + 1) F / 2.

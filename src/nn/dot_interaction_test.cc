@@ -47,20 +47,20 @@ TEST(NnDotInteractionTest, FastKernelMatchesScalarReferenceBitForBit) {
   // Every kernel build the CPU runs: the 16-lane kernels (x86-64-v4), the 8-lane ones below it.
   for (kernels::Isa isa : {kernels::Isa::kV4, kernels::Isa::kV3, kernels::Isa::kBaseline})
   for (DotShape s : shapes())
-    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (DType p : {DType::kF32, DType::kBF16, DType::kF16}) {
     kernels::set_isa_limit(isa);
     s.precision = p;
     const SampleData d = sample_data(s, 100 + static_cast<uint64_t>(s.num_features * 1000 + s.dim));
     std::vector<float> fast(static_cast<size_t>(dot_pair_count(s)), -1.0f), ref(fast.size(), -2.0f);
     dot_forward_sample(s, d.z.data(), d.e.data(), fast.data());
     dot_forward_sample_reference(s, d.z.data(), d.e.data(), ref.data());
-    EXPECT_TRUE(bit_equal(fast, ref)) << "forward F=" << s.num_features << " d=" << s.dim << " " << amp::precision_name(p)
+    EXPECT_TRUE(bit_equal(fast, ref)) << "forward F=" << s.num_features << " d=" << s.dim << " " << dtype_name(p)
                                       << " " << kernels::isa_name(isa);
     std::vector<float> dz(d.z.size(), -1.0f), de(d.e.size(), -1.0f), rdz(dz.size(), -2.0f), rde(de.size(), -2.0f);
     dot_backward_sample(s, d.z.data(), d.e.data(), d.gz.data(), d.g.data(), dz.data(), de.data());
     dot_backward_sample_reference(s, d.z.data(), d.e.data(), d.gz.data(), d.g.data(), rdz.data(), rde.data());
     EXPECT_TRUE(bit_equal(dz, rdz) && bit_equal(de, rde)) << "backward F=" << s.num_features << " d=" << s.dim << " "
-                                                          << amp::precision_name(p) << " " << kernels::isa_name(isa);
+                                                          << dtype_name(p) << " " << kernels::isa_name(isa);
   }
   kernels::set_isa_limit(kernels::Isa::kV4);
   EXPECT_FALSE(dot_fast_path_fits({140, 4}));  // the last shape exercises the fallback
@@ -114,10 +114,10 @@ TEST(NnDotInteractionTest, NonFiniteInputsGiveTheReferenceResult) {
 
 // Rounding as the kernel reads equals rounding the inputs first and running the fp32 kernel.
 TEST(NnDotInteractionTest, Bf16InputsAreRoundedBeforeTheProducts) {
-  const DotShape s32{26, 16}, s16{26, 16, Precision::kBf16};
+  const DotShape s32{26, 16}, s16{26, 16, DType::kBF16};
   const SampleData d = sample_data(s32, 31);
   auto rounded = [](std::vector<float> v) {
-    amp::round_to_precision(v, Precision::kBf16);
+    amp::round_to_precision(v, DType::kBF16);
     return v;
   };
   const SampleData r{rounded(d.z), rounded(d.e), rounded(d.gz), rounded(d.g)};
@@ -135,7 +135,7 @@ TEST(NnDotInteractionTest, Bf16InputsAreRoundedBeforeTheProducts) {
 TEST(NnDotInteractionTest, LayerResultsDoNotDependOnThreadCount) {
   TrackingAllocator alloc;
   const int64_t B = 700, F = 26, D = 16;
-  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+  for (DType p : {DType::kF32, DType::kBF16}) {
     auto it = Interaction::create({.kind = InteractionKind::kDot, .num_features = F, .embedding_dim = D,
                                    .dense_dim = D, .precision = p},
                                   &alloc);
@@ -152,7 +152,7 @@ TEST(NnDotInteractionTest, LayerResultsDoNotDependOnThreadCount) {
       out.insert(out.end(), de.begin(), de.end());
       runs.push_back(std::move(out));
     }
-    EXPECT_TRUE(bit_equal(runs[0], runs[1])) << amp::precision_name(p);
+    EXPECT_TRUE(bit_equal(runs[0], runs[1])) << dtype_name(p);
   }
 }
 

@@ -18,6 +18,7 @@ Result<Interaction> Interaction::create(const InteractionOptions& options, Alloc
     return invalid_argument("interaction: num_features " + std::to_string(options.num_features) + ", embedding_dim " +
                             std::to_string(options.embedding_dim) + ", dense_dim " + std::to_string(options.dense_dim) +
                             " (each must be >= 1)");
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kActivations, options.precision));
   if (options.kind == InteractionKind::kDot && options.dense_dim != options.embedding_dim)
     return invalid_argument("interaction 'dot': dense_dim " + std::to_string(options.dense_dim) +
                             " must equal embedding_dim " + std::to_string(options.embedding_dim));
@@ -55,7 +56,7 @@ Status Interaction::check_sizes(const char* what, int64_t batch, std::span<const
 Status Interaction::forward(int64_t batch, std::span<const float> z, std::span<const float> emb,
                             std::span<float> out) const {
   LEANEMB_RETURN_IF_ERROR(check_sizes("forward", batch, z, emb, out.size()));
-  const Precision p = options_.precision;
+  const DType p = options_.precision;
   const float* zr = z.data();
   const float* er = emb.data();
   const int64_t F = options_.num_features, d = options_.embedding_dim, dd = options_.dense_dim;
@@ -90,7 +91,7 @@ Status Interaction::backward(int64_t batch, std::span<const float> z, std::span<
     return invalid_argument("interaction backward: dz has " + std::to_string(dz.size()) + " values (expected " +
                             std::to_string(z.size()) + "), demb " + std::to_string(demb.size()) + " (expected " +
                             std::to_string(emb.size()) + ")");
-  const Precision p = options_.precision;
+  const DType p = options_.precision;
   const float* zr = z.data();
   const float* er = emb.data();
   const float* g = dout.data();

@@ -39,7 +39,7 @@ struct InteractionOptions {
   int64_t num_features = 0;    // F >= 1: pooled embedding vectors per sample
   int64_t embedding_dim = 0;   // >= 1: dim of each embedding vector
   int64_t dense_dim = 0;       // >= 1: dim of z; kDot requires dense_dim == embedding_dim
-  Precision precision = Precision::kFp32;
+  DType precision = DType::kF32;
 };
 
 // Size functions (the layer computes with them; the memory model in src/plan predicts with them).

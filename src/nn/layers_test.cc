@@ -20,7 +20,7 @@ using namespace testing;  // NOLINT: test helpers
 
 constexpr int64_t kB = 5, kIn = 7, kOut = 3;
 
-Linear make_linear(Allocator* alloc, Precision p = Precision::kFp32) {
+Linear make_linear(Allocator* alloc, DType p = DType::kF32) {
   LinearOptions o;
   o.in_features = kIn;
   o.out_features = kOut;
@@ -125,7 +125,7 @@ TEST(NnLinearTest, BytesAreAccountedPerCategory) {
 // ResourceExhausted; the failed call changes no gradient and a retry gives the normal result.
 TEST(NnLinearTest, AllocationFailureReturnsResourceExhaustedAndLayerStaysUsable) {
   TrackingAllocator alloc;
-  Linear ref = make_linear(&alloc, Precision::kBf16), l = make_linear(&alloc, Precision::kBf16);
+  Linear ref = make_linear(&alloc, DType::kBF16), l = make_linear(&alloc, DType::kBF16);
   const auto x = random_floats(kB * kIn, 6), g = random_floats(kB * kOut, 7);
   std::vector<float> y(kB * kOut), dx(kB * kIn);
   ASSERT_TRUE(ref.forward(kB, x, y).ok() && ref.backward(g, dx).ok());
@@ -174,7 +174,7 @@ TEST(NnLinearTest, ParametersRoundTripAndMismatchesAreRejected) {
 
 constexpr int64_t kF = 3, kD = 5;
 
-Interaction make_interaction(Allocator* alloc, InteractionKind kind, Precision p = Precision::kFp32) {
+Interaction make_interaction(Allocator* alloc, InteractionKind kind, DType p = DType::kF32) {
   auto it = Interaction::create({.kind = kind, .num_features = kF, .embedding_dim = kD, .dense_dim = kD,
                                  .precision = p}, alloc);
   EXPECT_TRUE(it.ok()) << it.status().to_string();
@@ -222,7 +222,7 @@ TEST(NnInteractionTest, GradientsMatchFiniteDifferences) {
 TEST(NnInteractionTest, Bf16OutputIsRoundedAndCloseToFp32) {
   TrackingAllocator alloc;
   Interaction f32 = make_interaction(&alloc, InteractionKind::kDot);
-  Interaction b16 = make_interaction(&alloc, InteractionKind::kDot, Precision::kBf16);
+  Interaction b16 = make_interaction(&alloc, InteractionKind::kDot, DType::kBF16);
   const auto z = random_floats(kB * kD, 6), e = random_floats(kB * kF * kD, 7);
   std::vector<float> o32(kB * f32.output_dim()), o16(o32.size());
   ASSERT_TRUE(f32.forward(kB, z, e, o32).ok() && b16.forward(kB, z, e, o16).ok());

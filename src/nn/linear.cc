@@ -54,6 +54,7 @@ Result<Linear> Linear::create(const LinearOptions& options, Allocator* alloc) {
   if (in < 1 || out < 1 || in >= INT_MAX || out >= INT_MAX || in > INT64_MAX / out)
     return invalid_argument("linear '" + options.name + "': bad shape in_features " + std::to_string(in) +
                             ", out_features " + std::to_string(out));
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kActivations, options.precision));
   Linear l;
   l.options_ = options;
   l.alloc_ = alloc;
@@ -85,10 +86,10 @@ size_t packed_floats(int64_t m, int64_t n, int64_t k) {
 }
 }  // namespace
 
-bool linear_uses_native_bf16(const LinearOptions& o) { return o.precision == Precision::kBf16 && bf16_native_enabled(); }
+bool linear_uses_native_bf16(const LinearOptions& o) { return o.precision == DType::kBF16 && bf16_native_enabled(); }
 
 size_t linear_scratch_floats(const LinearOptions& o, int64_t batch) {
-  if (o.precision == Precision::kFp32) return 0;
+  if (o.precision == DType::kF32) return 0;
   const int64_t in = o.in_features, out = o.out_features;
   if (!linear_uses_native_bf16(o)) return linear_weight_floats(o) + linear_bias_floats(o);
   // Forward: packed x and W, then the rounded bias; weight gradient; input gradient.
@@ -99,7 +100,7 @@ size_t linear_scratch_floats(const LinearOptions& o, int64_t batch) {
 size_t Linear::scratch_floats(int64_t batch) const { return linear_scratch_floats(options_, batch); }
 
 const float* Linear::gemm_weight(float* w_scratch) const {
-  if (options_.precision == Precision::kFp32) return weight_.as<const float>();
+  if (options_.precision == DType::kF32) return weight_.as<const float>();
   amp::copy_rounded(weight(), options_.precision, w_scratch);
   amp::copy_rounded(bias(), options_.precision, w_scratch + weight_numel());
   return w_scratch;
@@ -115,7 +116,7 @@ void Linear::forward_native_bf16(int64_t batch, const float* x, float* y, float*
   float* rb = w_scratch + a_floats + part_floats(bf16_packed_b_bytes(in, out));
   bf16_pack_a(x, batch, in, in, 1, a);
   bf16_pack_b(weight_.as<const float>(), in, out, 1, in, b);
-  amp::copy_rounded(bias(), Precision::kBf16, rb);
+  amp::copy_rounded(bias(), DType::kBF16, rb);
   bf16_gemm(batch, out, in, a, b, y, out, Bf16Epilogue{.bias = rb, .round_bf16 = true});
 }
 
@@ -149,7 +150,7 @@ void Linear::forward_compute(int64_t batch, const float* x, float* y, float* w_s
   if (linear_uses_native_bf16(options_)) return forward_native_bf16(batch, x, y, w_scratch);
   const int64_t in = options_.in_features, out = options_.out_features;
   const float* w = gemm_weight(w_scratch);
-  const float* b = options_.precision == Precision::kFp32 ? bias_.as<const float>() : w + weight_numel();
+  const float* b = options_.precision == DType::kF32 ? bias_.as<const float>() : w + weight_numel();
   // y := b broadcast, then y += x W^T (as torch's addmm on CPU: the bias is C with beta = 1).
   for (int64_t r = 0; r < batch; ++r) std::memcpy(y + r * out, b, static_cast<size_t>(out) * sizeof(float));
   gemm(Trans::kNo, Trans::kYes, batch, out, in, 1.0f, x, in, w, in, 1.0f, y, out);
@@ -180,7 +181,7 @@ Status Linear::forward(int64_t batch, std::span<const float> x, std::span<float>
   LEANEMB_ASSIGN_OR_RETURN(StoredTensor saved, StoredTensor::create(alloc_, batch * in, options_.precision));
   const float* xin = x.data();
   Allocation rounded_x, scratch;
-  if (options_.precision != Precision::kFp32) {
+  if (options_.precision != DType::kF32) {
     LEANEMB_ASSIGN_OR_RETURN(rounded_x, allocate_floats(alloc_, x.size(), Category::kWorkspace));
     LEANEMB_ASSIGN_OR_RETURN(scratch, allocate_floats(alloc_, scratch_floats(batch), Category::kWorkspace));
     amp::copy_rounded(x, options_.precision, rounded_x.as<float>());
@@ -205,7 +206,7 @@ Status Linear::backward(std::span<const float> dy, std::span<float> dx) {
   const float* g = dy.data();
   const float* x = saved_input_.f32_data();
   Allocation rounded_dy, unpacked_x, scratch;
-  if (options_.precision != Precision::kFp32) {
+  if (options_.precision != DType::kF32) {
     // Every allocation happens before the first gradient changes, so a failure changes nothing.
     LEANEMB_ASSIGN_OR_RETURN(rounded_dy, allocate_floats(alloc_, dy.size(), Category::kWorkspace));
     LEANEMB_ASSIGN_OR_RETURN(unpacked_x, allocate_floats(alloc_, static_cast<size_t>(batch * in), Category::kWorkspace));

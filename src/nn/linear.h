@@ -6,7 +6,7 @@
 // drawn from a counter-based generator keyed by (seed, tensor, row, column), so the values depend
 // on the seed and the shape only (never on threads).
 //
-// Precision (amp/precision.h): with bf16 / fp16, x, W and b are rounded to the 16-bit grid before
+// Precision (a DType of DTypeUse::kActivations, amp/precision.h): with bf16 / fp16, x, W and b are rounded to the 16-bit grid before
 // the GEMM (fp32 accumulation), y is rounded after the bias add, dy is rounded before the
 // backward GEMMs and dx after; dW and db are accumulated in fp32 from the rounded operands.
 // The saved input takes 2 bytes per element instead of 4. bf16 GEMMs run natively where the CPU
@@ -39,7 +39,7 @@ namespace leanemb::nn {
 struct LinearOptions {
   int64_t in_features = 0;   // >= 1
   int64_t out_features = 0;  // >= 1
-  Precision precision = Precision::kFp32;  // of the GEMM operands and saved activations
+  DType precision = DType::kF32;  // of the GEMM operands and saved activations
   uint64_t seed = 1;         // initializer seed
   std::string name = "linear";  // exported tensors are "<name>.weight" and "<name>.bias"
 };
@@ -48,7 +48,7 @@ struct LinearOptions {
 // floats of W [out, in] and b [out]; dW and db have the same sizes.
 inline size_t linear_weight_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features * o.in_features); }
 inline size_t linear_bias_floats(const LinearOptions& o) { return static_cast<size_t>(o.out_features); }
-// Whether calls take the native bf16 path (nn/bf16_gemm.h): kBf16 on a CPU with AVX512_BF16,
+// Whether calls take the native bf16 path (nn/bf16_gemm.h): kBF16 on a CPU with AVX512_BF16,
 // unless switched off. Otherwise non-fp32 precisions run the emulation (round, fp32 sgemm).
 bool linear_uses_native_bf16(const LinearOptions& o);
 // kWorkspace floats of one forward or backward call on `batch` rows: 0 in fp32; with the

@@ -45,7 +45,7 @@ MlpCallSizes mlp_call_sizes(const MlpOptions& o, int64_t batch) {
   MlpCallSizes s;
   const int num_layers = static_cast<int>(o.widths.size()) - 1;
   const int64_t max_width = *std::max_element(o.widths.begin(), o.widths.end());
-  const bool fp32 = o.precision == Precision::kFp32;
+  const bool fp32 = o.precision == DType::kF32;
   s.saved_input_numel = batch * o.widths.front();
   for (int i = 0; i + 1 < num_layers; ++i) s.hidden_numel.push_back(batch * o.widths[static_cast<size_t>(i) + 1]);
   s.saved_output_numel = o.relu_after_last ? batch * o.widths.back() : 0;
@@ -118,7 +118,7 @@ Status Mlp::forward(int64_t batch, std::span<const float> x, std::span<float> y,
                             "), y has " + std::to_string(y.size()) + " (expected batch * " +
                             std::to_string(out_features()) + ")");
   const bool train = mode == ForwardMode::kTrain;
-  const bool fp32 = options_.precision == Precision::kFp32;
+  const bool fp32 = options_.precision == DType::kF32;
   const MlpCallSizes sz = mlp_call_sizes(options_, batch);
   // Allocate everything first.
   StoredTensor saved_in, saved_out;
@@ -174,7 +174,7 @@ Status Mlp::backward(std::span<const float> dy, std::span<float> dx) {
                             " values (expected " + std::to_string(batch * out_features()) + "), dx has " +
                             std::to_string(dx.size()) + " (expected 0 or " + std::to_string(batch * in_features()) +
                             ")");
-  const bool fp32 = options_.precision == Precision::kFp32;
+  const bool fp32 = options_.precision == DType::kF32;
   const int num = num_layers();
   const MlpCallSizes sz = mlp_call_sizes(options_, batch);
   // Allocate everything before the first gradient changes.

@@ -42,7 +42,7 @@ struct MlpOptions {
   std::vector<int64_t> widths;   // {in, hidden..., out}: at least 2 entries, each >= 1
   bool relu_after_last = false;  // true: ReLU also after the last layer (DLRM bottom MLP)
   bool checkpoint_activations = false;  // keep only the input; recompute hidden ones in backward
-  Precision precision = Precision::kFp32;  // of GEMM operands and stored activations
+  DType precision = DType::kF32;  // of GEMM operands and stored activations
   uint64_t seed = 1;             // layer i is initialized from a seed derived from (seed, i)
   std::string name = "mlp";      // exported tensors: "<name>.<i>.weight", "<name>.<i>.bias"
 };

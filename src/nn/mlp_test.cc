@@ -19,7 +19,7 @@ namespace {
 
 using namespace testing;  // NOLINT: test helpers
 
-Mlp make_mlp(Allocator* alloc, std::vector<int64_t> widths, bool ckpt = false, Precision p = Precision::kFp32,
+Mlp make_mlp(Allocator* alloc, std::vector<int64_t> widths, bool ckpt = false, DType p = DType::kF32,
              bool relu_after_last = false) {
   MlpOptions o{.widths = std::move(widths), .relu_after_last = relu_after_last, .checkpoint_activations = ckpt,
                .precision = p, .seed = 5, .name = "top"};
@@ -60,7 +60,7 @@ TEST(NnMlpTest, GradientsMatchFiniteDifferences) {
   TrackingAllocator alloc;
   const int64_t B = 4;
   for (bool relu_last : {false, true}) {
-    Mlp m = make_mlp(&alloc, {6, 9, 8, 3}, false, Precision::kFp32, relu_last);
+    Mlp m = make_mlp(&alloc, {6, 9, 8, 3}, false, DType::kF32, relu_last);
     const auto x = random_floats(B * 6, 1), g = random_floats(B * 3, 2);
     const auto grads = run_grads(m, B, x, g);
     RefMlp ref = reference_of(m);
@@ -84,7 +84,7 @@ TEST(NnMlpTest, GradientsMatchFiniteDifferences) {
 TEST(NnMlpTest, CheckpointingGivesBitIdenticalGradients) {
   TrackingAllocator alloc;
   const int64_t B = 150;  // several GEMM panels
-  for (auto [p, native] : {std::pair{Precision::kFp32, true}, {Precision::kBf16, true}, {Precision::kBf16, false}}) {
+  for (auto [p, native] : {std::pair{DType::kF32, true}, {DType::kBF16, true}, {DType::kBF16, false}}) {
     NativeBf16Scope scope(native);
     for (bool relu_last : {false, true}) {
       Mlp plain = make_mlp(&alloc, {13, 64, 48, 16}, false, p, relu_last);
@@ -101,8 +101,8 @@ TEST(NnMlpTest, CheckpointingGivesBitIdenticalGradients) {
 TEST(NnMlpTest, CheckpointingHoldsOnlyInputAndOutputBetweenForwardAndBackward) {
   TrackingAllocator alloc;
   const int64_t B = 32;
-  Mlp plain = make_mlp(&alloc, {13, 64, 48, 16}, false, Precision::kFp32, true);
-  Mlp ckpt = make_mlp(&alloc, {13, 64, 48, 16}, true, Precision::kFp32, true);
+  Mlp plain = make_mlp(&alloc, {13, 64, 48, 16}, false, DType::kF32, true);
+  Mlp ckpt = make_mlp(&alloc, {13, 64, 48, 16}, true, DType::kF32, true);
   const auto x = random_floats(B * 13, 5);
   std::vector<float> y(B * 16);
   ASSERT_TRUE(ckpt.forward(B, x, y).ok());
@@ -120,7 +120,7 @@ TEST(NnMlpTest, CheckpointingHoldsOnlyInputAndOutputBetweenForwardAndBackward) {
 size_t dlrm_step_activation_peak(bool ckpt) {
   TrackingAllocator alloc;
   const int64_t B = 64, F = 4, d = 16;
-  Mlp bottom = make_mlp(&alloc, {13, 128, 64, d}, ckpt, Precision::kFp32, true);
+  Mlp bottom = make_mlp(&alloc, {13, 128, 64, d}, ckpt, DType::kF32, true);
   auto inter = Interaction::create({.num_features = F, .embedding_dim = d, .dense_dim = d}, &alloc);
   Mlp top = make_mlp(&alloc, {inter->output_dim(), 128, 64, 1}, ckpt);
   const auto dense = random_floats(B * 13, 6), emb = random_floats(B * F * d, 7);
@@ -149,7 +149,7 @@ TEST(NnMlpTest, CheckpointingLowersActivationPeakOfADlrmStep) {
 TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
   TrackingAllocator alloc;
   const int64_t B = 16;
-  for (auto [p, native] : {std::pair{Precision::kBf16, true}, {Precision::kBf16, false}, {Precision::kFp16, false}}) {
+  for (auto [p, native] : {std::pair{DType::kBF16, true}, {DType::kBF16, false}, {DType::kF16, false}}) {
     NativeBf16Scope scope(native);
     Mlp f32 = make_mlp(&alloc, {13, 64, 32, 8}), half = make_mlp(&alloc, {13, 64, 32, 8}, false, p);
     const auto x = random_floats(B * 13, 8);
@@ -160,17 +160,17 @@ TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
     const auto a = run_grads(f32, B, x, g), b = run_grads(half, B, x, g);
     const std::vector<float>& y_half = b[b.size() - 2];
     EXPECT_FALSE(bit_equal(y_half, a[a.size() - 2]));  // rounding did happen
-    if (p == Precision::kBf16) {
+    if (p == DType::kBF16) {
       for (float v : y_half) EXPECT_EQ(f32_bits(v) & 0xffffu, 0u);  // outputs on the bf16 grid
     }
-    const double tol = p == Precision::kBf16 ? 3e-2 : 4e-3;  // a few units of 2^-8 / 2^-11, relative
+    const double tol = p == DType::kBF16 ? 3e-2 : 4e-3;  // a few units of 2^-8 / 2^-11, relative
     for (size_t t = 0; t < a.size(); ++t) {
       double max_abs = 0, max_err = 0;
       for (size_t i = 0; i < a[t].size(); ++i) {
         max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[t][i])));
         max_err = std::max(max_err, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
       }
-      EXPECT_LE(max_err, tol * max_abs) << amp::precision_name(p) << " native " << native << " tensor " << t;
+      EXPECT_LE(max_err, tol * max_abs) << dtype_name(p) << " native " << native << " tensor " << t;
     }
   }
 }
@@ -180,7 +180,7 @@ TEST(NnMlpTest, HalfPrecisionHalvesActivationBytesAndStaysCloseToFp32) {
 TEST(NnMlpTest, Fp16OverflowIsCaughtAndLossScalerBacksOff) {
   TrackingAllocator alloc;
   const int64_t B = 4;
-  Mlp m = make_mlp(&alloc, {6, 16, 1}, false, Precision::kFp16);
+  Mlp m = make_mlp(&alloc, {6, 16, 1}, false, DType::kF16);
   auto opt = DenseOptimizer::create({.kind = DenseOptimizerKind::kAdam}, m.dense_params(), &alloc);
   auto scaler = amp::LossScaler::create({.init_scale = 1u << 24});
   ASSERT_TRUE(opt.ok() && scaler.ok());
@@ -213,7 +213,7 @@ TEST(NnMlpTest, Fp16OverflowIsCaughtAndLossScalerBacksOff) {
 TEST(NnMlpTest, ResultsDoNotDependOnThreadCount) {
   TrackingAllocator alloc;
   const int64_t B = 300;
-  for (auto [p, native] : {std::pair{Precision::kFp32, true}, {Precision::kBf16, true}, {Precision::kBf16, false}}) {
+  for (auto [p, native] : {std::pair{DType::kF32, true}, {DType::kBF16, true}, {DType::kBF16, false}}) {
     NativeBf16Scope scope(native);
     Mlp m = make_mlp(&alloc, {13, 256, 128, 1}, false, p);
     const auto x = random_floats(B * 13, 10), g = random_floats(B, 11);
@@ -230,8 +230,8 @@ TEST(NnMlpTest, ResultsDoNotDependOnThreadCount) {
 TEST(NnMlpTest, AllocationFailureReturnsResourceExhaustedAndMlpStaysUsable) {
   TrackingAllocator alloc;
   const int64_t B = 8;
-  Mlp ref = make_mlp(&alloc, {5, 16, 12, 3}, true, Precision::kBf16, true);
-  Mlp m = make_mlp(&alloc, {5, 16, 12, 3}, true, Precision::kBf16, true);
+  Mlp ref = make_mlp(&alloc, {5, 16, 12, 3}, true, DType::kBF16, true);
+  Mlp m = make_mlp(&alloc, {5, 16, 12, 3}, true, DType::kBF16, true);
   const auto x = random_floats(B * 5, 12), g = random_floats(B * 3, 13);
   const auto want = run_grads(ref, B, x, g);
   std::vector<float> y(B * 3), dx(B * 5);

@@ -37,7 +37,7 @@ Result<Allocation> allocate_floats(Allocator* alloc, size_t count, Category cate
   return alloc->allocate(count * sizeof(float), category);
 }
 
-Result<StoredTensor> StoredTensor::create(Allocator* alloc, int64_t numel, Precision precision) {
+Result<StoredTensor> StoredTensor::create(Allocator* alloc, int64_t numel, DType precision) {
   if (numel <= 0) return invalid_argument("activation buffer of " + std::to_string(numel) + " elements");
   StoredTensor t;
   LEANEMB_ASSIGN_OR_RETURN(t.buffer_, alloc->allocate(static_cast<size_t>(numel) * amp::precision_bytes(precision),
@@ -58,11 +58,11 @@ void StoredTensor::load(std::span<float> out) const {
 }
 
 const float* StoredTensor::f32_data() const {
-  return precision_ == Precision::kFp32 ? buffer_.as<const float>() : nullptr;
+  return precision_ == DType::kF32 ? buffer_.as<const float>() : nullptr;
 }
 
 const uint16_t* StoredTensor::bf16_data() const {
-  return precision_ == Precision::kBf16 ? buffer_.as<const uint16_t>() : nullptr;
+  return precision_ == DType::kBF16 ? buffer_.as<const uint16_t>() : nullptr;
 }
 
 }  // namespace leanemb::nn

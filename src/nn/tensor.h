@@ -1,6 +1,6 @@
 // Small shared vocabulary of the nn module: named fp32 views for checkpoints (NamedTensor), the
 // parameter + gradient pairs that dense optimizers update (DenseParam), and StoredTensor, the
-// buffer in which layers keep activations for backward in their Precision's storage format.
+// buffer in which layers keep activations for backward in their precision's storage format (a DType of DTypeUse::kActivations).
 //
 // Ownership: NamedTensor and DenseParam are non-owning views into the buffers of the module or
 // optimizer that produced them; they stay valid while that object lives (moving the object does
@@ -20,7 +20,7 @@
 
 namespace leanemb::nn {
 
-using amp::Precision;
+using ::leanemb::DType;
 
 // The largest batch (rows) a layer accepts: BLAS dimensions are 32-bit, and products such as
 // batch * width must not overflow.
@@ -62,7 +62,7 @@ class StoredTensor {
  public:
   StoredTensor() = default;
   // Errors: ResourceExhausted from the allocator; InvalidArgument for numel <= 0.
-  static Result<StoredTensor> create(Allocator* alloc, int64_t numel, Precision precision);
+  static Result<StoredTensor> create(Allocator* alloc, int64_t numel, DType precision);
 
   // Stores x [numel] (rounded to the precision's grid; exact when x already is on it).
   void store(std::span<const float> x);
@@ -81,7 +81,7 @@ class StoredTensor {
  private:
   Allocation buffer_;
   int64_t numel_ = 0;
-  Precision precision_ = Precision::kFp32;
+  DType precision_ = DType::kF32;
 };
 
 }  // namespace leanemb::nn

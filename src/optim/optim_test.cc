@@ -269,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(AllOptimizers, TorchRuleParityTest, ::testing::ValuesIn
 
 // ---- layouts --------------------------------------------------------------------------------------
 
-RowLayout layout_of(int64_t dim, DType dtype, OptimizerKind kind, StateDType state = StateDType::kF32) {
+RowLayout layout_of(int64_t dim, DType dtype, OptimizerKind kind, DType state = DType::kF32) {
   OptimizerOptions o;
   o.kind = kind;
   o.state_dtype = state;
@@ -285,31 +285,31 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
     int64_t dim;
     DType dtype;
     OptimizerKind kind;
-    StateDType state;
+    DType state;
     size_t stride;
   };
   const Case cases[] = {
-      {128, DType::kF32, OptimizerKind::kAdam, StateDType::kF32, 1536},
-      {128, DType::kBF16, OptimizerKind::kRowwiseAdagrad, StateDType::kF32, 264},
-      {128, DType::kBF16, OptimizerKind::kAdam, StateDType::kInt8Blockwise, 528},
-      {128, DType::kF32, OptimizerKind::kSgd, StateDType::kF32, 512},
-      {128, DType::kInt8Rowwise, OptimizerKind::kSgd, StateDType::kF32, 136},
-      {128, DType::kF16, OptimizerKind::kAdagrad, StateDType::kBF16, 512},
-      {128, DType::kBF16, OptimizerKind::kPartialRowwiseAdam, StateDType::kBF16, 520},
-      {128, DType::kF32, OptimizerKind::kAdam, StateDType::kBF16, 1024},
-      {13, DType::kF32, OptimizerKind::kSgd, StateDType::kF32, 56},
-      {13, DType::kF32, OptimizerKind::kAdagrad, StateDType::kF32, 104},
-      {3, DType::kF16, OptimizerKind::kSgd, StateDType::kF32, 8},
-      {70, DType::kBF16, OptimizerKind::kAdam, StateDType::kInt8Blockwise, 140 + 140 + 16},
+      {128, DType::kF32, OptimizerKind::kAdam, DType::kF32, 1536},
+      {128, DType::kBF16, OptimizerKind::kRowwiseAdagrad, DType::kF32, 264},
+      {128, DType::kBF16, OptimizerKind::kAdam, DType::kInt8Blockwise, 528},
+      {128, DType::kF32, OptimizerKind::kSgd, DType::kF32, 512},
+      {128, DType::kInt8Rowwise, OptimizerKind::kSgd, DType::kF32, 136},
+      {128, DType::kF16, OptimizerKind::kAdagrad, DType::kBF16, 512},
+      {128, DType::kBF16, OptimizerKind::kPartialRowwiseAdam, DType::kBF16, 520},
+      {128, DType::kF32, OptimizerKind::kAdam, DType::kBF16, 1024},
+      {13, DType::kF32, OptimizerKind::kSgd, DType::kF32, 56},
+      {13, DType::kF32, OptimizerKind::kAdagrad, DType::kF32, 104},
+      {3, DType::kF16, OptimizerKind::kSgd, DType::kF32, 8},
+      {70, DType::kBF16, OptimizerKind::kAdam, DType::kInt8Blockwise, 140 + 140 + 16},
   };
   for (const Case& c : cases) {
     const RowLayout l = layout_of(c.dim, c.dtype, c.kind, c.state);
     EXPECT_EQ(l.stride_bytes, c.stride) << "dim " << c.dim << " " << dtype_name(c.dtype) << " "
-                                        << optimizer_name(c.kind) << " state " << state_dtype_name(c.state);
+                                        << optimizer_name(c.kind) << " state " << dtype_name(c.state);
   }
   EXPECT_DOUBLE_EQ(layout_of(128, DType::kF32, OptimizerKind::kAdam).stride_bytes / 128.0, 12.0);
   EXPECT_DOUBLE_EQ(layout_of(128, DType::kBF16, OptimizerKind::kRowwiseAdagrad).stride_bytes / 128.0, 2.0625);
-  EXPECT_DOUBLE_EQ(layout_of(128, DType::kBF16, OptimizerKind::kAdam, StateDType::kInt8Blockwise).stride_bytes / 128.0,
+  EXPECT_DOUBLE_EQ(layout_of(128, DType::kBF16, OptimizerKind::kAdam, DType::kInt8Blockwise).stride_bytes / 128.0,
                    4.125);
 }
 
@@ -319,9 +319,9 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
     for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                               OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
-        for (StateDType s : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
+        for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
           const RowLayout l = layout_of(dim, d, k, s);
-          SCOPED_TRACE(std::to_string(dim) + " " + std::string(optimizer_name(k)) + " " + std::string(state_dtype_name(s)));
+          SCOPED_TRACE(std::to_string(dim) + " " + std::string(optimizer_name(k)) + " " + std::string(dtype_name(s)));
           EXPECT_EQ(l.stride_bytes % kRowAlignmentBytes, 0u);
           EXPECT_EQ(l.weight_bytes + l.state_bytes + l.padding_bytes(), l.stride_bytes);
           EXPECT_LT(l.padding_bytes(), kRowAlignmentBytes + 4);
@@ -329,7 +329,7 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
           if (l.has_rowwise) parts.push_back({l.rowwise_offset, 4});
           if (l.num_elem_states >= 1) parts.push_back({l.m_offset, l.elem_state_bytes});
           if (l.num_elem_states == 2) parts.push_back({l.v_offset, l.elem_state_bytes});
-          if (s == StateDType::kInt8Blockwise && l.num_elem_states >= 1) {
+          if (s == DType::kInt8Blockwise && l.num_elem_states >= 1) {
             EXPECT_EQ(l.num_blocks, (dim + kQuantBlockSize - 1) / kQuantBlockSize);
             parts.push_back({l.m_scale_offset, 4 * static_cast<size_t>(l.num_blocks)});
             if (l.num_elem_states == 2) parts.push_back({l.v_scale_offset, 4 * static_cast<size_t>(l.num_blocks)});
@@ -338,8 +338,8 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
           for (size_t i = 0; i + 1 < parts.size(); ++i) EXPECT_LE(parts[i].first + parts[i].second, parts[i + 1].first);
           EXPECT_LE(parts.back().first + parts.back().second, l.stride_bytes);
           EXPECT_TRUE(!l.has_rowwise || l.rowwise_offset % 4 == 0);
-          EXPECT_TRUE(s != StateDType::kF32 || l.num_elem_states == 0 || l.m_offset % 4 == 0);
-          EXPECT_TRUE(s != StateDType::kInt8Blockwise || l.num_elem_states == 0 || l.m_scale_offset % 4 == 0);
+          EXPECT_TRUE(s != DType::kF32 || l.num_elem_states == 0 || l.m_offset % 4 == 0);
+          EXPECT_TRUE(s != DType::kInt8Blockwise || l.num_elem_states == 0 || l.m_scale_offset % 4 == 0);
         }
       }
     }
@@ -357,7 +357,7 @@ TEST(RowLayoutTest, CollectionMemoryMatchesLayoutBytes) {
     t.dim = 128;
     t.dtype = DType::kBF16;
     t.optimizer.kind = OptimizerKind::kAdam;
-    t.optimizer.state_dtype = StateDType::kInt8Blockwise;
+    t.optimizer.state_dtype = DType::kInt8Blockwise;
     o.tables = {t};
     o.features = {{"f", 0, PoolingMode::kSum}};
     auto c = EmbeddingCollection::create(o, &alloc);
@@ -401,10 +401,10 @@ TEST(OptimizerNamesTest, NamesRoundTripAndUnknownNamesFail) {
                           OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
     EXPECT_EQ(parse_optimizer(optimizer_name(k)).value(), k);
   EXPECT_EQ(parse_optimizer("sparse_adam").value(), OptimizerKind::kAdam);
-  for (StateDType s : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise})
-    EXPECT_EQ(parse_state_dtype(state_dtype_name(s)).value(), s);
+  for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise})
+    EXPECT_EQ(parse_dtype(dtype_name(s), DTypeUse::kOptimizerState).value(), s);
   EXPECT_EQ(parse_optimizer("lamb").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(parse_state_dtype("fp8").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_dtype("fp8", DTypeUse::kOptimizerState).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(default_eps(OptimizerKind::kAdagrad), 1e-10f);
   EXPECT_EQ(default_eps(OptimizerKind::kAdam), 1e-8f);
 }
@@ -413,7 +413,7 @@ TEST(OptimizerNamesTest, NamesRoundTripAndUnknownNamesFail) {
 
 // Trains every row of a 64 x 80 table toward a fixed target (loss = 0.5 |w - target|^2, one id
 // per bag) and returns the loss after each of `steps` steps.
-std::vector<double> quadratic_losses(OptimizerKind kind, DType dtype, StateDType state, int steps) {
+std::vector<double> quadratic_losses(OptimizerKind kind, DType dtype, DType state, int steps) {
   constexpr int64_t kRows = 64, kDim = 80;  // 80: two 8-bit state blocks, the second partial
   CollectionOptions o;
   TableOptions t;
@@ -459,16 +459,16 @@ std::vector<double> quadratic_losses(OptimizerKind kind, DType dtype, StateDType
 TEST(LowPrecisionStateTest, Bf16AndInt8StateConvergeNearFp32Result) {
   constexpr int kSteps = 150;
   for (OptimizerKind k : {OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
-    const std::vector<double> ref = quadratic_losses(k, DType::kF32, StateDType::kF32, kSteps);
+    const std::vector<double> ref = quadratic_losses(k, DType::kF32, DType::kF32, kSteps);
     ASSERT_LT(ref.back(), 0.02 * ref.front()) << optimizer_name(k) << " fp32 did not converge";
-    const std::tuple<DType, StateDType> variants[] = {{DType::kF32, StateDType::kBF16},
-                                                      {DType::kF32, StateDType::kInt8Blockwise},
-                                                      {DType::kBF16, StateDType::kF32},
-                                                      {DType::kBF16, StateDType::kInt8Blockwise}};
+    const std::tuple<DType, DType> variants[] = {{DType::kF32, DType::kBF16},
+                                                      {DType::kF32, DType::kInt8Blockwise},
+                                                      {DType::kBF16, DType::kF32},
+                                                      {DType::kBF16, DType::kInt8Blockwise}};
     for (auto [d, s] : variants) {
       const std::vector<double> l = quadratic_losses(k, d, s, kSteps);
       SCOPED_TRACE(std::string(optimizer_name(k)) + " weights " + std::string(dtype_name(d)) + " state " +
-                   std::string(state_dtype_name(s)));
+                   std::string(dtype_name(s)));
       EXPECT_NEAR(l.front(), ref.front(), 1e-2 * ref.front());
       EXPECT_LT(l.back(), 0.02 * l.front());
       EXPECT_LT(l.back(), 1.5 * ref.back() + 1e-3 * ref.front()) << "fp32 final loss " << ref.back();

@@ -3,44 +3,24 @@
 
 #include "leanemb/optimizer.h"
 
+#include "core/enum_names.h"
+
 namespace leanemb {
 
-std::string_view optimizer_name(OptimizerKind k) {
-  switch (k) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdagrad: return "adagrad";
-    case OptimizerKind::kRowwiseAdagrad: return "rowwise_adagrad";
-    case OptimizerKind::kAdam: return "adam";
-    case OptimizerKind::kPartialRowwiseAdam: return "partial_rowwise_adam";
-  }
-  return "?";
-}
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr std::string_view kWhat = "optimizer";
+  static constexpr EnumName<OptimizerKind> kNames[] = {
+      {OptimizerKind::kSgd, "sgd", ""},
+      {OptimizerKind::kAdagrad, "adagrad", ""},
+      {OptimizerKind::kRowwiseAdagrad, "rowwise_adagrad", ""},
+      {OptimizerKind::kAdam, "adam", "sparse_adam"},
+      {OptimizerKind::kPartialRowwiseAdam, "partial_rowwise_adam", ""},
+  };
+};
 
-Result<OptimizerKind> parse_optimizer(std::string_view s) {
-  if (s == "sgd") return OptimizerKind::kSgd;
-  if (s == "adagrad") return OptimizerKind::kAdagrad;
-  if (s == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
-  if (s == "adam" || s == "sparse_adam") return OptimizerKind::kAdam;
-  if (s == "partial_rowwise_adam") return OptimizerKind::kPartialRowwiseAdam;
-  return invalid_argument("unknown optimizer '" + std::string(s) +
-                          "' (expected sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam)");
-}
-
-std::string_view state_dtype_name(StateDType t) {
-  switch (t) {
-    case StateDType::kF32: return "fp32";
-    case StateDType::kBF16: return "bf16";
-    case StateDType::kInt8Blockwise: return "int8";
-  }
-  return "?";
-}
-
-Result<StateDType> parse_state_dtype(std::string_view s) {
-  if (s == "fp32" || s == "f32") return StateDType::kF32;
-  if (s == "bf16") return StateDType::kBF16;
-  if (s == "int8" || s == "8bit") return StateDType::kInt8Blockwise;
-  return invalid_argument("unknown state dtype '" + std::string(s) + "' (expected fp32, bf16 or int8)");
-}
+std::string_view optimizer_name(OptimizerKind k) { return enum_name(k); }
+Result<OptimizerKind> parse_optimizer(std::string_view s) { return parse_enum<OptimizerKind>(s); }
 
 float default_eps(OptimizerKind k) {
   switch (k) {
@@ -62,6 +42,8 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
   if (!(opt.beta1 >= 0.0f && opt.beta1 < 1.0f) || !(opt.beta2 >= 0.0f && opt.beta2 < 1.0f))
     return invalid_argument("betas must be in [0, 1)");
   if (!(opt.weight_decay >= 0.0f)) return invalid_argument("weight_decay must be >= 0");
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kRows, weight_dtype));
+  LEANEMB_RETURN_IF_ERROR(check_dtype(DTypeUse::kOptimizerState, opt.state_dtype));
 
   RowLayout l;
   l.dim = dim;
@@ -91,7 +73,7 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
   }
   l.num_elem_states = elem_states;
   if (elem_states > 0) {
-    size_t eb = opt.state_dtype == StateDType::kF32 ? 4 : (opt.state_dtype == StateDType::kBF16 ? 2 : 1);
+    const size_t eb = dtype_traits(opt.state_dtype).element_bytes;  // 4, 2 or 1
     // fp32 state gets 4-byte alignment; narrower types pack tightly.
     if (eb == 4) off = align_up(off, 4);
     l.elem_state_bytes = static_cast<size_t>(dim) * eb;
@@ -101,7 +83,7 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
       l.v_offset = off;
       off += l.elem_state_bytes;
     }
-    if (opt.state_dtype == StateDType::kInt8Blockwise) {
+    if (opt.state_dtype == DType::kInt8Blockwise) {
       l.num_blocks = (dim + kQuantBlockSize - 1) / kQuantBlockSize;
       off = align_up(off, 4);
       l.m_scale_offset = off;

@@ -526,9 +526,9 @@ Result<Prediction> predict_naive_baseline(const Workload& w) {
   Workload b = w;
   b.row_dtype = DType::kF32;
   b.row_optimizer.kind = OptimizerKind::kAdam;
-  b.row_optimizer.state_dtype = StateDType::kF32;
+  b.row_optimizer.state_dtype = DType::kF32;
   b.row_optimizer.eps = default_eps(OptimizerKind::kAdam);
-  b.precision = amp::Precision::kFp32;
+  b.precision = DType::kF32;
   b.micro_batches = 1;
   b.checkpoint_activations = false;
   b.placement = Placement{};

@@ -78,7 +78,7 @@ struct Workload {
   // Embedding rows and their optimizer.
   DType row_dtype = DType::kF32;
   OptimizerOptions row_optimizer;
-  amp::Precision precision = amp::Precision::kFp32;
+  DType precision = DType::kF32;
   bool checkpoint_activations = false;
   Placement placement;
   double cache_fraction = 1.0;  // < 1: rows live in a row store behind a device cache
@@ -89,8 +89,8 @@ struct Workload {
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   bool cache_prefetch = false;  // cached: the trainer prefetches the next batch's rows (its buffers)
   int num_shards = 1;           // row-wise shards; per-device figures
-  PayloadDType forward_payload = PayloadDType::kF32;   // shards > 1: rows on the wire
-  PayloadDType backward_payload = PayloadDType::kF32;  // shards > 1: gradients on the wire
+  DType forward_payload = DType::kF32;   // shards > 1: rows on the wire
+  DType backward_payload = DType::kF32;  // shards > 1: gradients on the wire
   // kCtr: gradient groups (dist.grad_groups, a multiple of num_shards); the batch is then the
   // batch of all shards (each computes its groups' records), as `leanemb train` runs it.
   int grad_groups = 1;

@@ -93,9 +93,9 @@ std::vector<LeanOption> options_of(const Workload& w) {
   if (w.row_dtype == DType::kBF16) v.push_back(LeanOption::kBf16Rows);
   if (w.row_dtype == DType::kF16) v.push_back(LeanOption::kFp16Rows);
   if (rowwise(w.row_optimizer.kind)) v.push_back(LeanOption::kRowwiseOptimizer);
-  if (w.row_optimizer.state_dtype == StateDType::kBF16) v.push_back(LeanOption::kBf16State);
-  if (w.row_optimizer.state_dtype == StateDType::kInt8Blockwise) v.push_back(LeanOption::kInt8State);
-  if (w.kind == WorkloadKind::kCtr && w.precision == amp::Precision::kBf16) v.push_back(LeanOption::kBf16Activations);
+  if (w.row_optimizer.state_dtype == DType::kBF16) v.push_back(LeanOption::kBf16State);
+  if (w.row_optimizer.state_dtype == DType::kInt8Blockwise) v.push_back(LeanOption::kInt8State);
+  if (w.kind == WorkloadKind::kCtr && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
   if (w.cache_fraction < 1.0) v.push_back(LeanOption::kRowCache);
   return v;
 }

@@ -112,7 +112,7 @@ TEST(ParityTableTest, OptionsChosenExcludeTheUsersOwn) {
   Workload w = base;
   w.row_dtype = DType::kBF16;
   w.row_optimizer.kind = OptimizerKind::kPartialRowwiseAdam;
-  w.row_optimizer.state_dtype = StateDType::kInt8Blockwise;
+  w.row_optimizer.state_dtype = DType::kInt8Blockwise;
   w.cache_fraction = 0.2;
   auto chosen = lean_options_chosen(base, w);
   EXPECT_EQ(chosen, (std::vector<LeanOption>{LeanOption::kBf16Rows, LeanOption::kRowwiseOptimizer, LeanOption::kInt8State,
@@ -214,7 +214,7 @@ TEST(ParityPlannerTest, AllowUnprovenByNameWidensTheSearch) {
   o.allow_unproven = {LeanOption::kInt8State};
   auto with = make_plan(seed_workload(), o);
   ASSERT_TRUE(with.ok());
-  EXPECT_EQ(with.value().chosen.workload.row_optimizer.state_dtype, StateDType::kInt8Blockwise);
+  EXPECT_EQ(with.value().chosen.workload.row_optimizer.state_dtype, DType::kInt8Blockwise);
   EXPECT_LT(with.value().smallest_device_bytes, without.value().smallest_device_bytes);
   EXPECT_EQ(with.value().unproven_chosen, std::vector<LeanOption>{LeanOption::kInt8State});
 }

@@ -120,9 +120,9 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
   std::vector<OptimizerKind> opts = {base.row_optimizer.kind};
   if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
     opts.push_back(rowwise_variant(base.row_optimizer.kind));
-  std::vector<StateDType> states = {StateDType::kF32};
-  if (o.allow_bf16_state) states.push_back(StateDType::kBF16);
-  if (o.allow_8bit_state) states.push_back(StateDType::kInt8Blockwise);
+  std::vector<DType> states = {DType::kF32};
+  if (o.allow_bf16_state) states.push_back(DType::kBF16);
+  if (o.allow_8bit_state) states.push_back(DType::kInt8Blockwise);
   std::vector<double> caches = {1.0};
   if (o.allow_cache) caches.insert(caches.end(), {0.5, 0.2, 0.05, 0.01});
   std::vector<int> shard_counts;
@@ -130,9 +130,9 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
   std::vector<int> micros;
   for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
     if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) micros.push_back(k);  // text: no micro-batches
-  std::vector<amp::Precision> precisions = {base.precision};
-  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == amp::Precision::kFp32)
-    precisions.push_back(amp::Precision::kBf16);
+  std::vector<DType> precisions = {base.precision};
+  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == DType::kF32)
+    precisions.push_back(DType::kBF16);
   const std::vector<bool> ckpts = base.kind == WorkloadKind::kCtr ? std::vector<bool>{false, true} : std::vector<bool>{false};
 
   bool have = false, have_small = false;
@@ -144,13 +144,13 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
   size_t smallest_need = std::numeric_limits<size_t>::max();
   for (DType dt : dtypes)
     for (OptimizerKind ok : opts)
-      for (StateDType sd : states)
+      for (DType sd : states)
         for (int wt = 0; wt < 2; ++wt)
           for (int st = 0; st < 2; ++st)
             for (double cf : caches)
               for (int sh : shard_counts)
                 for (int k : micros)
-                  for (amp::Precision pr : precisions)
+                  for (DType pr : precisions)
                     for (bool ck : ckpts) {
                       if (cf < 1.0 && wt == 0) continue;  // a cache sits in front of host rows
                       if (!o.allow_host && (wt || st)) continue;

@@ -28,7 +28,7 @@ TEST(PlannerTest, SeedWorkloadFitsAscend910aOnlyWithAPlan) {
   EXPECT_LE(r.value().chosen.prediction.device().peak_bytes, r.value().usable_device_bytes);
   // Accuracy-safe by default: a full-rank optimizer with fp32 state.
   EXPECT_EQ(r.value().chosen.workload.row_optimizer.kind, OptimizerKind::kAdam);
-  EXPECT_EQ(r.value().chosen.workload.row_optimizer.state_dtype, StateDType::kF32);
+  EXPECT_EQ(r.value().chosen.workload.row_optimizer.state_dtype, DType::kF32);
 }
 
 // Nothing fits: the report says so and names the smallest budget that would.

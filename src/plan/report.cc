@@ -35,11 +35,12 @@ const char* formula(Category c, WorkloadKind k) {
   return "";
 }
 
-std::string precision_text(amp::Precision p) {
+std::string precision_text(DType p) {
   switch (p) {
-    case amp::Precision::kFp32: return "fp32 (no AMP)";
-    case amp::Precision::kBf16: return "bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16))";
-    case amp::Precision::kFp16: return "fp16 + dynamic loss scaling (O1-like; GradScaler)";
+    case DType::kF32: return "fp32 (no AMP)";
+    case DType::kBF16: return "bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16))";
+    case DType::kF16: return "fp16 + dynamic loss scaling (O1-like; GradScaler)";
+    default: break;  // not an activation dtype
   }
   return "";
 }
@@ -88,14 +89,14 @@ std::string describe_settings(const Workload& w) {
   std::string s = std::string(dtype_name(w.row_dtype)) + " rows" +
                   (w.row_dtype == DType::kF32 ? "" : " (stochastic rounding)") + ", " +
                   std::string(optimizer_name(w.row_optimizer.kind)) + " state " +
-                  std::string(state_dtype_name(w.row_optimizer.state_dtype)) + "; weights on " +
+                  std::string(dtype_name(w.row_optimizer.state_dtype)) + "; weights on " +
                   std::string(tier_name(w.placement[Category::kWeights])) + ", optimizer state on " +
                   std::string(tier_name(w.placement[Category::kOptimizerState]));
   if (w.cache_fraction < 1.0) s += ", device row cache " + std::to_string(static_cast<int>(w.cache_fraction * 100 + 0.5)) + "% of rows";
   s += "; " + std::to_string(w.micro_batches) + " micro-batch" + (w.micro_batches > 1 ? "es" : "");
   if (w.kind == WorkloadKind::kCtr)
     s += std::string(", activation checkpointing ") + (w.checkpoint_activations ? "on" : "off") + ", activations " +
-         std::string(amp::precision_name(w.precision));
+         std::string(dtype_name(w.precision));
   s += "; " + std::to_string(w.num_shards) + " shard" + (w.num_shards > 1 ? "s" : "");
   return s;
 }
@@ -203,7 +204,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   row("gradient_checkpointing", w.checkpoint_activations ? "true" : "false",
       w.kind == WorkloadKind::kCtr ? "dense MLPs recompute hidden activations in backward" : "nothing to recompute in an embedding lookup");
   row("optimizer", std::string(optimizer_name(w.row_optimizer.kind)) + " fused into backward, state " +
-      std::string(state_dtype_name(w.row_optimizer.state_dtype)) + " next to each row" +
+      std::string(dtype_name(w.row_optimizer.state_dtype)) + " next to each row" +
       (w.placement[Category::kOptimizerState] == Tier::kHost ? ", state on host (moved with touched rows)" : ""),
       "only touched rows are updated; no full-table gradient");
   row("rows", std::string(dtype_name(w.row_dtype)) + (w.placement[Category::kWeights] == Tier::kHost ? " on host" : " on device"),
@@ -253,13 +254,13 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},
                {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
-               {"state_dtype", std::string(state_dtype_name(w.row_optimizer.state_dtype))},
+               {"state_dtype", std::string(dtype_name(w.row_optimizer.state_dtype))},
                {"placement", w.placement.to_string()},
                {"cache_fraction", w.cache_fraction},
                {"num_shards", w.num_shards},
                {"micro_batches", w.micro_batches},
                {"checkpoint_activations", w.checkpoint_activations},
-               {"precision", std::string(amp::precision_name(w.precision))},
+               {"precision", std::string(dtype_name(w.precision))},
                {"device", tier_json(r.chosen.prediction.device())},
                {"host", tier_json(r.chosen.prediction.host())},
                {"needs_tiered_storage", w.cache_fraction < 1.0},
@@ -285,7 +286,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                      {"sequence_length", ctx.sequence_length},
                      {"embedding_dim", w.tables[0].dim},
                      {"shard_count", w.num_shards},
-                     {"amp_level", std::string(amp::precision_name(w.precision))},
+                     {"amp_level", std::string(dtype_name(w.precision))},
                      {"gradient_checkpointing", w.checkpoint_activations},
                      {"optimizer", std::string(optimizer_name(w.row_optimizer.kind))},
                      {"memory_reserve_bytes", r.chosen.prediction.device().budget_bytes},

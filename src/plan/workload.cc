@@ -26,7 +26,7 @@ Result<Workload> workload_from_config(const train::TrainConfig& c) {
   w.placement = c.memory.placement;
   if (c.row_cache.enabled()) {
     w.cache_fraction = c.row_cache.fraction;
-    w.file_store = c.row_cache.store == "file";
+    w.file_store = c.row_cache.store == StoreKind::kFile;
     w.cache_min_rows = c.cache_min_rows;
     w.cache_policy = c.row_cache.policy;
     w.cache_prefetch = c.cache_prefetch;
@@ -137,7 +137,7 @@ std::string config_to_toml(const train::TrainConfig& c) {
     << "\nlearning_rate = " << num(c.row_optimizer.learning_rate) << "\neps = " << num(c.row_optimizer.eps)
     << "\nbeta1 = " << num(c.row_optimizer.beta1) << "\nbeta2 = " << num(c.row_optimizer.beta2)
     << "\nweight_decay = " << num(c.row_optimizer.weight_decay)
-    << "\nstate_dtype = " << str(std::string(state_dtype_name(c.row_optimizer.state_dtype)))
+    << "\nstate_dtype = " << str(std::string(dtype_name(c.row_optimizer.state_dtype)))
     << "\ninit = " << str(init_str(c.row_init.kind)) << "\ninit_bound = " << num(c.row_init.bound)
     << "\ninit_std = " << num(c.row_init.std);
   if (c.row_cache.enabled())
@@ -145,13 +145,13 @@ std::string config_to_toml(const train::TrainConfig& c) {
       << "\ncache_policy = " << str(std::string(tiered::cache_policy_name(c.row_cache.policy)))
       << "\ncache_prefetch_nice = " << c.row_cache.prefetch_nice
       << "\ncache_prefetch = " << (c.cache_prefetch ? "true" : "false")
-      << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(c.row_cache.store) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
+      << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(std::string(store_kind_name(c.row_cache.store))) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)
     << "\nbeta1 = " << num(c.dense_optimizer.beta1) << "\nbeta2 = " << num(c.dense_optimizer.beta2) << "\n";
   if (c.dense_optimizer.eps) o << "eps = " << num(*c.dense_optimizer.eps) << "\n";
   o << "\n[train]\nbatch_size = " << c.batch_size << "\nsteps = " << c.steps << "\nepochs = " << c.epochs
-    << "\nprecision = " << str(std::string(amp::precision_name(c.precision))) << "\nmicro_batches = " << c.micro_batches
+    << "\nprecision = " << str(std::string(dtype_name(c.precision))) << "\nmicro_batches = " << c.micro_batches
     << "\ncheckpoint_activations = " << (c.checkpoint_activations ? "true" : "false")
     << "\ndeterministic = " << (c.deterministic ? "true" : "false") << "\nseed = " << c.seed << "\nthreads = " << c.threads
     << "\neval_every = " << c.eval_every << "\ncheckpoint_every = " << c.checkpoint_every

@@ -73,15 +73,13 @@ Result<std::unique_ptr<Residency>> make_cached_rows(const ResidencyContext& c) {
   if (co.prefetch_nice < -20 || co.prefetch_nice > 19)
     return invalid_argument("table '" + to.name + "' cache: prefetch_nice must be in [-20, 19], got " +
                             std::to_string(co.prefetch_nice));
-  auto kind = tiered::parse_store_kind(co.store);
-  if (!kind.ok()) return fail(kind.status());
   tiered::RowStoreOptions so;
-  so.kind = kind.value();
+  so.kind = co.store;
   so.num_rows = to.num_rows;
   so.row_bytes = c.layout.stride_bytes;
   so.path = co.store_path;
   so.direct_io = co.direct_io;
-  if (so.kind == tiered::StoreKind::kFile && so.path.empty())
+  if (so.kind == StoreKind::kFile && so.path.empty())
     return invalid_argument("table '" + to.name + "' cache: the file store needs store_path");
   auto store = tiered::make_row_store(so, c.host());
   if (!store.ok()) return fail(store.status());

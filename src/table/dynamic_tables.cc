@@ -54,7 +54,7 @@ Result<tiered::IdMapOptions> partition_map_options(const TableDynamicOptions& d,
   mo.bloom_counters = std::max<uint64_t>(d.bloom_counters / d.partitions, 64);
   mo.bloom_hashes = d.bloom_hashes;
   mo.bloom_counter_bits = d.min_count > 15 ? 8 : 4;
-  LEANEMB_ASSIGN_OR_RETURN(mo.eviction, tiered::parse_eviction_policy(d.eviction));
+  mo.eviction = d.eviction;
   mo.max_age_steps = d.max_age_steps;
   return mo;
 }

@@ -40,7 +40,7 @@ CollectionOptions dyn_options(int64_t capacity, uint32_t min_count = 1, const st
   CollectionOptions o;
   o.tables = {dyn_table(capacity, 6, kind), table_testing::table("n", 20, 4, kind)};
   o.tables[0].dynamic.min_count = min_count;
-  o.tables[0].dynamic.eviction = eviction;
+  o.tables[0].dynamic.eviction = parse_eviction_policy(eviction).value();
   o.tables[0].dynamic.max_age_steps = max_age;
   o.tables[0].dynamic.bloom_counters = 4096;
   o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 0, PoolingMode::kMean}, {"f2", 0, PoolingMode::kNone},
@@ -400,10 +400,11 @@ TEST(DynamicTableTest, LoadDynamicStateRejectsBadInput) {
 TEST(DynamicTableTest, RejectsBadOptionsAndAcceptsAnyRawId) {
   auto create_error = [](const CollectionOptions& o) { return EmbeddingCollection::create(o).status(); };
   CollectionOptions o = dyn_options(8);
-  o.tables[0].dynamic.eviction = "fifo";
+  o.tables[0].dynamic.eviction = static_cast<EvictionPolicy>(7);
   Status st = create_error(o);
   EXPECT_EQ(StatusCode::kInvalidArgument, st.code());
-  EXPECT_TRUE(contains(st.message(), "fifo") && contains(st.message(), "table 'd'")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "eviction") && contains(st.message(), "table 'd'")) << st.message();
+  EXPECT_TRUE(contains(parse_eviction_policy("fifo").status().message(), "'fifo' (expected age or lfu)"));
   o = dyn_options(8);
   o.tables[0].frozen = true;
   EXPECT_TRUE(contains(create_error(o).message(), "frozen")) << create_error(o).message();

@@ -52,8 +52,9 @@ Status validate_options(const CollectionOptions& o) {
     if (to.dynamic.enabled) {
       if (to.frozen)
         return invalid_argument(name + ": a dynamic table creates and trains rows on admission; it cannot be frozen");
-      auto ev = tiered::parse_eviction_policy(to.dynamic.eviction);
-      if (!ev.ok()) return invalid_argument(name + ": dynamic: " + ev.status().message());
+      if (to.dynamic.eviction != EvictionPolicy::kAge && to.dynamic.eviction != EvictionPolicy::kLfu)
+        return invalid_argument(name + ": dynamic: unknown eviction policy code " +
+                                std::to_string(static_cast<int>(to.dynamic.eviction)));
       const uint32_t g = to.dynamic.partitions, held = sh.held_partitions ? sh.held_partitions : g;
       if (g < 1 || g > 65536 || held > g || sh.first_partition > g - held)
         return invalid_argument(name + ": dynamic: partitions must be in [1, 65536] (got " + std::to_string(g) +

@@ -24,7 +24,7 @@ struct PlacementCase {
   const char* placement;
   OptimizerKind kind;
   DType dtype;
-  StateDType state;
+  DType state;
   bool reference;
   bool fused;
 };
@@ -108,15 +108,15 @@ TEST_P(PlacementTest, OffloadTrainsBitIdenticallyAndCountsTransfers) {
 INSTANTIATE_TEST_SUITE_P(
     Placements, PlacementTest,
     testing::Values(
-        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, StateDType::kF32, false, true},
-        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, StateDType::kF32, false, false},
-        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, StateDType::kF32, true, false},
-        PlacementCase{"optimizer_state=host", OptimizerKind::kRowwiseAdagrad, DType::kBF16, StateDType::kF32, false, true},
-        PlacementCase{"optimizer_state=host", OptimizerKind::kPartialRowwiseAdam, DType::kF16, StateDType::kBF16, false, true},
-        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kBF16, StateDType::kInt8Blockwise, false, true},
-        PlacementCase{"weights=host", OptimizerKind::kAdagrad, DType::kF32, StateDType::kF32, false, true},
-        PlacementCase{"weights=host,optimizer_state=host", OptimizerKind::kAdam, DType::kBF16, StateDType::kF32, false, true},
-        PlacementCase{"weights=host", OptimizerKind::kSgd, DType::kF16, StateDType::kF32, false, true}));
+        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, DType::kF32, false, true},
+        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, DType::kF32, false, false},
+        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kF32, DType::kF32, true, false},
+        PlacementCase{"optimizer_state=host", OptimizerKind::kRowwiseAdagrad, DType::kBF16, DType::kF32, false, true},
+        PlacementCase{"optimizer_state=host", OptimizerKind::kPartialRowwiseAdam, DType::kF16, DType::kBF16, false, true},
+        PlacementCase{"optimizer_state=host", OptimizerKind::kAdam, DType::kBF16, DType::kInt8Blockwise, false, true},
+        PlacementCase{"weights=host", OptimizerKind::kAdagrad, DType::kF32, DType::kF32, false, true},
+        PlacementCase{"weights=host,optimizer_state=host", OptimizerKind::kAdam, DType::kBF16, DType::kF32, false, true},
+        PlacementCase{"weights=host", OptimizerKind::kSgd, DType::kF16, DType::kF32, false, true}));
 
 // Raw row access sees fat rows whatever the placement: a table read from a split collection
 // writes into an all-device one byte for byte.

@@ -264,8 +264,8 @@ class ThreadDeterminismTest : public ::testing::TestWithParam<DeterminismParam> 
 // several steps, for every state dtype (stochastic rounding included).
 TEST_P(ThreadDeterminismTest, ResultsAreBitIdenticalForAnyThreadCount) {
   const DeterminismParam p = GetParam();
-  for (StateDType st : {StateDType::kF32, StateDType::kBF16, StateDType::kInt8Blockwise}) {
-    SCOPED_TRACE(std::string("state ") + std::string(state_dtype_name(st)));
+  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+    SCOPED_TRACE(std::string("state ") + std::string(dtype_name(st)));
     std::vector<std::unique_ptr<EmbeddingCollection>> cs;
     for (int variant = 0; variant < 4; ++variant) {
       CollectionOptions o = standard_options(p.kind, p.dtype, st);

@@ -21,7 +21,7 @@ using testing_util::OwnedBatch;
 // ---- shared by table_test.cc and placement_test.cc ---------------------------------------------------------------------------------------
 
 inline TableOptions table(const std::string& name, int64_t rows, int64_t dim, OptimizerKind kind = OptimizerKind::kAdagrad,
-                   DType dtype = DType::kF32, StateDType state = StateDType::kF32) {
+                   DType dtype = DType::kF32, DType state = DType::kF32) {
   TableOptions t;
   t.name = name;
   t.num_rows = rows;
@@ -38,7 +38,7 @@ inline TableOptions table(const std::string& name, int64_t rows, int64_t dim, Op
 // The standard collection: t0 (30 x 13) serves f0 (sum) and f1 (mean, weighted); t1 (20 x 8)
 // serves f2 (sum).
 inline CollectionOptions standard_options(OptimizerKind kind = OptimizerKind::kAdagrad, DType dtype = DType::kF32,
-                                   StateDType state = StateDType::kF32) {
+                                   DType state = DType::kF32) {
   CollectionOptions o;
   o.tables = {table("t0", 30, 13, kind, dtype, state), table("t1", 20, 8, kind, dtype, state)};
   o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 0, PoolingMode::kMean}, {"f2", 1, PoolingMode::kSum}};

@@ -59,8 +59,7 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(train::read_row_table_keys(e, &m.dtype, &m.row_optimizer, &m.init));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic", &m.dynamic.enabled));
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_rows", &m.dynamic_rows, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(e.read("dynamic_eviction", &m.dynamic.eviction));
-  if (m.dynamic.eviction != "age" && m.dynamic.eviction != "lfu") return e.error("dynamic_eviction", "expected \"age\" or \"lfu\"");
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("dynamic_eviction", &m.dynamic.eviction, parse_eviction_policy, eviction_policy_name));
   int64_t partitions = m.dynamic.partitions;
   LEANEMB_RETURN_IF_ERROR(e.read("dynamic_partitions", &partitions, 1, 65536));
   m.dynamic.partitions = static_cast<uint32_t>(partitions);

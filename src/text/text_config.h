@@ -49,8 +49,8 @@ struct TextConfig {
   std::string dist_backend = "auto";
   int64_t dist_timeout_ms = 60000;
   ShardingKind sharding = ShardingKind::kRowModulo;
-  PayloadDType forward_payload = PayloadDType::kF32;
-  PayloadDType backward_payload = PayloadDType::kF32;
+  DType forward_payload = DType::kF32;
+  DType backward_payload = DType::kF32;
   int grad_groups = 0;        // 0 = the world size
   int inject_exit_rank = -1;  // testing hooks, as a CTR config's [dist]
   int64_t inject_exit_step = 0;

@@ -1,19 +1,25 @@
 // TextModel: pooled input rows -> optional hidden layer -> logits -> softmax / one-vs-all.
 #include "text/text_model.h"
 
+#include "core/enum_names.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+namespace leanemb {
+template <>
+struct EnumNames<text::TextLoss> {
+  static constexpr std::string_view kWhat = "loss";
+  static constexpr EnumName<text::TextLoss> kNames[] = {{text::TextLoss::kSoftmax, "softmax", ""},
+                                                        {text::TextLoss::kOneVsAll, "ova", ""}};
+};
+}  // namespace leanemb
+
 namespace leanemb::text {
 
-Result<TextLoss> parse_text_loss(std::string_view s) {
-  if (s == "softmax") return TextLoss::kSoftmax;
-  if (s == "ova") return TextLoss::kOneVsAll;
-  return invalid_argument("unknown loss '" + std::string(s) + "' (expected softmax or ova)");
-}
-
-std::string_view text_loss_name(TextLoss l) { return l == TextLoss::kSoftmax ? "softmax" : "ova"; }
+Result<TextLoss> parse_text_loss(std::string_view s) { return parse_enum<TextLoss>(s); }
+std::string_view text_loss_name(TextLoss l) { return enum_name(l); }
 
 Result<float> text_loss(TextLoss l, std::span<const float> logits, int64_t num_classes, nn::ClassTargets targets,
                         std::span<float> dlogits) {

@@ -54,7 +54,7 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     if (integer && p == PoolingMode::kMean) p = PoolingMode::kSum;
     const int t = f < num_tables ? f : static_cast<int>(rng() % num_tables);
     ++features_of[static_cast<size_t>(t)];
-    c.options.features.push_back({"f" + std::to_string(f), t, p});
+    c.options.features.push_back({std::string("f") + std::to_string(f), t, p});
   }
   for (int t = 0; t < num_tables; ++t) {
     // Integer data: SGD with lr 1 in fp32 keeps every value an integer, so any reordering of
@@ -62,12 +62,12 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     // real-valued training.
     const OptimizerKind k = integer ? OptimizerKind::kSgd : kinds[rng() % 5];
     const DType dt = integer ? DType::kF32 : dtypes[rng() % 3];
-    StateDType st = StateDType::kF32;
+    DType st = DType::kF32;
     if (!integer && (k == OptimizerKind::kAdam || k == OptimizerKind::kAdagrad) && rng() % 3 == 0)
-      st = StateDType::kInt8Blockwise;
+      st = DType::kInt8Blockwise;
     const int64_t rows = 100 + static_cast<int64_t>(rng() % 300);
     const int64_t dims[] = {4, 8, 13, 16, 33};
-    TableOptions to = table_testing::table("t" + std::to_string(t), rows, dims[rng() % 5], k, dt, st);
+    TableOptions to = table_testing::table(std::string("t").append(std::to_string(t)), rows, dims[rng() % 5], k, dt, st);
     if (integer) to.optimizer.learning_rate = 1.0f;
     // The most distinct rows one step can touch; the cache must hold one step (two when
     // prefetching, so the prefetch has room); beyond that it is 10-40% of the rows.
@@ -77,18 +77,24 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     to.cache.capacity_rows = std::max(tiered::cache_capacity_rows(rows, fraction), need);
     const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock};
     to.cache.policy = policies[rng() % 3];
-    to.cache.store = rng() % 2 ? "host" : "file";
-    to.cache.store_path = dir.file("cfg" + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
+    to.cache.store = rng() % 2 ? StoreKind::kHost : StoreKind::kFile;
+    to.cache.store_path = dir.file(std::string("cfg") + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
     c.options.tables.push_back(to);
   }
   c.options.seed = seed;
   c.options.num_threads = 2;
-  c.describe = "seed " + std::to_string(seed) + (integer ? " integer" : " real") +
+  c.describe = std::string("seed ") + std::to_string(seed) + (integer ? " integer" : " real") +
                (c.prefetch ? " prefetch" : " no-prefetch");
-  for (const auto& t : c.options.tables)
-    c.describe += " [" + t.name + " " + std::to_string(t.num_rows) + "x" + std::to_string(t.dim) + " " +
-                  std::string(dtype_name(t.dtype)) + " cap " + std::to_string(t.cache.capacity_rows) + " " +
-                  t.cache.store + " " + std::string(tiered::cache_policy_name(t.cache.policy)) + "]";
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict for a long chain of operator+ here.
+  for (const auto& t : c.options.tables) {
+    for (std::string_view piece : {std::string_view(" ["), std::string_view(t.name), std::string_view(" ")}) c.describe += piece;
+    c.describe += std::to_string(t.num_rows) + "x" + std::to_string(t.dim) + " ";
+    for (std::string_view piece : {dtype_name(t.dtype), std::string_view(" cap ")}) c.describe += piece;
+    c.describe += std::to_string(t.cache.capacity_rows);
+    for (std::string_view piece : {std::string_view(" "), store_kind_name(t.cache.store), std::string_view(" "),
+                                   tiered::cache_policy_name(t.cache.policy), std::string_view("]")})
+      c.describe += piece;
+  }
   return c;
 }
 
@@ -205,7 +211,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
       ASSERT_TRUE(st.ok());
       evicted = evicted || st.value().evictions > 0;
       if (st.value().evictions > 0 && c.options.tables[t].cache.policy == CachePolicy::kClock) ++clock_evicting;
-      if (c.options.tables[t].cache.store == "file") ++file_configs;
+      if (c.options.tables[t].cache.store == StoreKind::kFile) ++file_configs;
     }
     with_evictions += evicted ? 1 : 0;
     prefetch_configs += c.prefetch ? 1 : 0;
@@ -228,10 +234,10 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
 // this test) sees only the cache's own threads: Debian's libgomp is not instrumented.
 TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
   TempDir dir;
-  for (const char* store : {"host", "file"}) {
+  for (StoreKind store : {StoreKind::kHost, StoreKind::kFile}) {
     for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
       const bool prefetch_first = policy == CachePolicy::kClock;  // the pipelined order
-      SCOPED_TRACE(std::string(store) + " " + std::string(tiered::cache_policy_name(policy)) +
+      SCOPED_TRACE(std::string(store_kind_name(store)) + " " + std::string(tiered::cache_policy_name(policy)) +
                    (prefetch_first ? " prefetch first" : ""));
       CollectionOptions o;
       TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
@@ -244,7 +250,7 @@ TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
       cached_opts.tables[0].cache.policy = policy;
       cached_opts.tables[0].cache.store = store;
       cached_opts.tables[0].cache.store_path =
-          dir.file(std::string("pipeline_") + store + "_" + std::string(tiered::cache_policy_name(policy)) + ".rows");
+          dir.file(std::string("pipeline_") + std::string(store_kind_name(store)) + "_" + std::string(tiered::cache_policy_name(policy)) + ".rows");
       auto cached = EmbeddingCollection::create(cached_opts);
       ASSERT_TRUE(cached.ok()) << cached.status().to_string();
       auto ref = table_testing::must_create(o);
@@ -328,14 +334,14 @@ TEST(CachePipeline, WaitPrefetchFinishesTheFetchTheForwardTakes) {
 TEST(CachedCollection, OptionsErrors) {
   CollectionOptions o = table_testing::standard_options();
   o.tables[0].cache.fraction = 0.5;
-  o.tables[0].cache.store = "floppy";
+  o.tables[0].cache.store = static_cast<StoreKind>(7);  // no such store
   auto r = EmbeddingCollection::create(o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  o.tables[0].cache.store = "file";  // no path
+  o.tables[0].cache.store = StoreKind::kFile;  // no path
   r = EmbeddingCollection::create(o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(table_testing::contains(r.status().message(), "store_path")) << r.status().message();
-  o.tables[0].cache.store = "host";
+  o.tables[0].cache.store = StoreKind::kHost;
   o.tables[0].cache.fraction = 1.5;
   EXPECT_EQ(EmbeddingCollection::create(o).status().code(), StatusCode::kInvalidArgument);
   o.tables[0].cache.fraction = 0.5;

@@ -11,12 +11,28 @@
 //   list whose head is pinned is entirely pinned: pick_victim() looks at heads only.
 #include "tiered/id_map.h"
 
+#include "core/enum_names.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
+
+namespace leanemb {
+
+template <>
+struct EnumNames<EvictionPolicy> {
+  static constexpr std::string_view kWhat = "eviction policy";
+  static constexpr EnumName<EvictionPolicy> kNames[] = {{EvictionPolicy::kAge, "age", ""},
+                                                        {EvictionPolicy::kLfu, "lfu", ""}};
+};
+
+std::string_view eviction_policy_name(EvictionPolicy p) { return enum_name(p); }
+Result<EvictionPolicy> parse_eviction_policy(std::string_view s) { return parse_enum<EvictionPolicy>(s); }
+
+}  // namespace leanemb
 
 namespace leanemb::tiered {
 
@@ -26,14 +42,6 @@ constexpr uint64_t kReadmitSalt = 0xC2B2AE3D27D4EB4Full;
 constexpr size_t kBucketNodeBytes = 64;  // estimate of one std::map node (held_bytes)
 constexpr uint32_t kReadmitHashes = 4;
 }  // namespace
-
-std::string_view eviction_policy_name(EvictionPolicy p) { return p == EvictionPolicy::kLfu ? "lfu" : "age"; }
-
-Result<EvictionPolicy> parse_eviction_policy(std::string_view s) {
-  if (s == "age") return EvictionPolicy::kAge;
-  if (s == "lfu") return EvictionPolicy::kLfu;
-  return invalid_argument("unknown eviction policy '" + std::string(s) + "' (expected age or lfu)");
-}
 
 static Status check_options(const IdMapOptions& o) {
   auto bad = [](const std::string& m) { return invalid_argument("id map: " + m); };

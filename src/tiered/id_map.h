@@ -38,12 +38,12 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
+#include "leanemb/table_options.h"
 
 namespace leanemb::tiered {
 
-enum class EvictionPolicy : uint8_t { kAge = 0, kLfu = 1 };
-std::string_view eviction_policy_name(EvictionPolicy p);          // "age" | "lfu"
-Result<EvictionPolicy> parse_eviction_policy(std::string_view s);  // errors: InvalidArgument
+// EvictionPolicy (age | lfu), eviction_policy_name and parse_eviction_policy:
+// leanemb/table_options.h (the values are recorded in id-map state files: id_map_io.cc).
 
 struct IdMapOptions {
   int64_t capacity_rows = 0;        // rows of the table (> 0)

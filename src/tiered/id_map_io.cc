@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
 #include "tiered/id_map.h"
 
 namespace leanemb::tiered {
@@ -20,42 +21,14 @@ constexpr char kMagic[8] = {'L', 'E', 'I', 'D', 'M', 'A', 'P', '\0'};
 constexpr uint32_t kVersion = 1;
 static_assert(std::endian::native == std::endian::little, "the id map format is little-endian");
 
-class Writer {
- public:
-  void bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  }
-  void u64(uint64_t v) { bytes(&v, 8); }
-  void i64(int64_t v) { bytes(&v, 8); }
-  std::vector<uint8_t> out;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
-  bool bytes(void* p, size_t n) {
-    if (n > in_.size() - pos_) return false;
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool u64(uint64_t* v) { return bytes(v, 8); }
-  bool i64(int64_t* v) { return bytes(v, 8); }
-  size_t left() const { return in_.size() - pos_; }
-
- private:
-  std::span<const uint8_t> in_;
-  size_t pos_ = 0;
-};
-
 Status corrupt(const std::string& what) { return data_loss("id map checkpoint is corrupt: " + what); }
 
 }  // namespace
 
 std::vector<uint8_t> IdMap::serialize() const {
-  Writer w;
-  w.bytes(kMagic, 8);
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.raw(kMagic, 8);
   w.u64(kVersion);
   const IdMapOptions& o = options_;
   w.i64(o.capacity_rows);
@@ -92,11 +65,11 @@ std::vector<uint8_t> IdMap::serialize() const {
   w.i64(num_free_);
   for (int64_t i = 0; i < num_free_; ++i) w.i64(free_[i]);
   w.u64(bloom_mem_.size_bytes());
-  if (bloom_ != nullptr) w.bytes(bloom_, bloom_mem_.size_bytes());
+  if (bloom_ != nullptr) w.raw(bloom_, bloom_mem_.size_bytes());
   w.u64(readmit_bits_);
-  w.bytes(readmit_, readmit_bits_ / 8);
-  w.u64(XXH3_64bits(w.out.data(), w.out.size()));
-  return std::move(w.out);
+  w.raw(readmit_, readmit_bits_ / 8);
+  w.u64(XXH3_64bits(out.data(), out.size()));
+  return out;
 }
 
 Result<IdMap> IdMap::deserialize(std::span<const uint8_t> bytes, Allocator* alloc) {
@@ -104,10 +77,10 @@ Result<IdMap> IdMap::deserialize(std::span<const uint8_t> bytes, Allocator* allo
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   if (XXH3_64bits(bytes.data(), bytes.size() - 8) != stored) return corrupt("checksum mismatch");
-  Reader r(bytes.first(bytes.size() - 8));
+  ByteReader r(bytes.first(bytes.size() - 8));
   char magic[8];
   uint64_t version = 0;
-  if (!r.bytes(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return corrupt("bad magic");
+  if (!r.raw(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return corrupt("bad magic");
   if (!r.u64(&version) || version != kVersion) return corrupt("unsupported version " + std::to_string(version));
   IdMapOptions o;
   uint64_t min_count = 0, hashes = 0, bits = 0, eviction = 0;
@@ -168,10 +141,10 @@ Result<IdMap> IdMap::deserialize(std::span<const uint8_t> bytes, Allocator* allo
   for (int64_t i = 0; i < m.num_free_; ++i) m.meta_[m.free_[i]].seq = 0;
   uint64_t bloom_bytes = 0, readmit_bits = 0;
   if (!r.u64(&bloom_bytes) || bloom_bytes != m.bloom_mem_.size_bytes() ||
-      (bloom_bytes > 0 && !r.bytes(m.bloom_, bloom_bytes))) {
+      (bloom_bytes > 0 && !r.raw(m.bloom_, bloom_bytes))) {
     return corrupt("bad admission filter");
   }
-  if (!r.u64(&readmit_bits) || readmit_bits != m.readmit_bits_ || !r.bytes(m.readmit_, readmit_bits / 8)) {
+  if (!r.u64(&readmit_bits) || readmit_bits != m.readmit_bits_ || !r.raw(m.readmit_, readmit_bits / 8)) {
     return corrupt("bad re-admission filter");
   }
   if (r.left() != 0) return corrupt(std::to_string(r.left()) + " trailing bytes");

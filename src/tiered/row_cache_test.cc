@@ -436,7 +436,7 @@ TEST(RowCache, PrefetchedRowsAreHitsAndAccountedAsIoBuffers) {
 class FailingStore : public tiered::RowStore {
  public:
   FailingStore(int64_t rows, size_t bytes) : rows_(rows), bytes_(bytes), data_(static_cast<size_t>(rows) * bytes), present_(static_cast<size_t>(rows)) {}
-  tiered::StoreKind kind() const override { return tiered::StoreKind::kHost; }
+  StoreKind kind() const override { return StoreKind::kHost; }
   int64_t num_rows() const override { return rows_; }
   size_t row_bytes() const override { return bytes_; }
   Status read_rows(std::span<const int64_t> rows, tiered::RowsAt<uint8_t> dst, uint8_t* present) override {
@@ -562,7 +562,7 @@ TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
   opt.kind = OptimizerKind::kSgd;
   const size_t stride = make_row_layout(4, DType::kF32, opt).value().stride_bytes;
   tiered::RowStoreOptions so;
-  so.kind = tiered::StoreKind::kFile;
+  so.kind = StoreKind::kFile;
   so.num_rows = n;
   so.row_bytes = stride;
   so.path = dir.file("wide.rows");

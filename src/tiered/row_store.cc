@@ -15,38 +15,33 @@
 #include "tiered/presence.h"
 #include "tiered/row_store.h"
 #include "tiered/store_util.h"
+#include "core/enum_names.h"
+
+namespace leanemb {
+
+template <>
+struct EnumNames<StoreKind> {
+  static constexpr std::string_view kWhat = "row store kind";
+  static constexpr EnumName<StoreKind> kNames[] = {{StoreKind::kHost, "host", ""}, {StoreKind::kFile, "file", ""}};
+};
+
+template <>
+struct EnumNames<tiered::IoEngineKind> {
+  static constexpr std::string_view kWhat = "I/O engine";
+  static constexpr EnumName<tiered::IoEngineKind> kNames[] = {{tiered::IoEngineKind::kAuto, "auto", ""},
+                                                              {tiered::IoEngineKind::kUring, "io_uring", "uring"},
+                                                              {tiered::IoEngineKind::kThreads, "threads", ""}};
+};
+
+std::string_view store_kind_name(StoreKind k) { return enum_name(k); }
+Result<StoreKind> parse_store_kind(std::string_view s) { return parse_enum<StoreKind>(s); }
+
+}  // namespace leanemb
 
 namespace leanemb::tiered {
 
-std::string_view store_kind_name(StoreKind k) {
-  switch (k) {
-    case StoreKind::kHost: return "host";
-    case StoreKind::kFile: return "file";
-  }
-  return "?";
-}
-
-Result<StoreKind> parse_store_kind(std::string_view s) {
-  if (s == "host") return StoreKind::kHost;
-  if (s == "file") return StoreKind::kFile;
-  return invalid_argument("unknown row store kind '" + std::string(s) + "' (expected host or file)");
-}
-
-std::string_view io_engine_kind_name(IoEngineKind k) {
-  switch (k) {
-    case IoEngineKind::kAuto: return "auto";
-    case IoEngineKind::kUring: return "io_uring";
-    case IoEngineKind::kThreads: return "threads";
-  }
-  return "?";
-}
-
-Result<IoEngineKind> parse_io_engine_kind(std::string_view s) {
-  if (s == "auto") return IoEngineKind::kAuto;
-  if (s == "io_uring" || s == "uring") return IoEngineKind::kUring;
-  if (s == "threads") return IoEngineKind::kThreads;
-  return invalid_argument("unknown I/O engine '" + std::string(s) + "' (expected auto, io_uring or threads)");
-}
+std::string_view io_engine_kind_name(IoEngineKind k) { return enum_name(k); }
+Result<IoEngineKind> parse_io_engine_kind(std::string_view s) { return parse_enum<IoEngineKind>(s); }
 
 Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, const char* what) {
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -210,6 +205,8 @@ class HostRowStore final : public RowStore {
 }  // namespace
 
 Status check_row_store_options(const RowStoreOptions& o) {
+  if (o.kind != StoreKind::kHost && o.kind != StoreKind::kFile)
+    return invalid_argument("row store: unknown kind code " + std::to_string(static_cast<int>(o.kind)));
   if (o.num_rows < 0) return invalid_argument("row store: num_rows " + std::to_string(o.num_rows) + " < 0");
   if (o.row_bytes == 0) return invalid_argument("row store: row_bytes must be > 0");
   if (o.row_bytes > (size_t{1} << 30)) {

@@ -28,13 +28,12 @@
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
+#include "leanemb/table_options.h"
 #include "tiered/sizes.h"
 
 namespace leanemb::tiered {
 
-enum class StoreKind : uint8_t { kHost, kFile };
-std::string_view store_kind_name(StoreKind k);          // "host" | "file"
-Result<StoreKind> parse_store_kind(std::string_view s);  // errors: InvalidArgument
+// StoreKind (host | file), store_kind_name and parse_store_kind: leanemb/table_options.h.
 
 // How the file store moves bytes (added to the original interface: benchmarks and tests pick one).
 //   kAuto     io_uring, or the thread pool where io_uring_queue_init fails (seccomp, old kernel)

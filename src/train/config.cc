@@ -6,12 +6,22 @@
 #include <map>
 #include <set>
 
+#include "core/enum_names.h"
 #include "tiered/id_map.h"
 #include "tiered/row_cache.h"
 #include "tiered/row_store.h"
 #include "train/default_config.h"  // generated: kDefaultConfigText
 #include "train/config_sections.h"
 #include "train/toml_section.h"
+
+namespace leanemb {
+template <>
+struct EnumNames<nn::InteractionKind> {
+  static constexpr std::string_view kWhat = "interaction";
+  static constexpr EnumName<nn::InteractionKind> kNames[] = {{nn::InteractionKind::kDot, "dot", ""},
+                                                             {nn::InteractionKind::kCat, "cat", ""}};
+};
+}  // namespace leanemb
 
 namespace leanemb::train {
 
@@ -24,11 +34,8 @@ int64_t max_ids_per_field(const TrainConfig& c) {
 
 namespace {
 
-Result<nn::InteractionKind> parse_interaction(std::string_view s) {
-  if (s == "dot") return nn::InteractionKind::kDot;
-  if (s == "cat") return nn::InteractionKind::kCat;
-  return invalid_argument("unknown interaction '" + std::string(s) + "' (expected dot or cat)");
-}
+Result<nn::InteractionKind> parse_interaction(std::string_view s) { return parse_enum<nn::InteractionKind>(s); }
+std::string_view interaction_name(nn::InteractionKind k) { return enum_name(k); }
 
 // The keys of one dynamic table ([embedding.dynamic] gives the defaults of all).
 Status read_dynamic_keys(Section& s, DynamicTableConfig* d) {
@@ -40,8 +47,7 @@ Status read_dynamic_keys(Section& s, DynamicTableConfig* d) {
   d->options.min_count = static_cast<uint32_t>(min_count);
   d->options.partitions = static_cast<uint32_t>(partitions);
   d->options.bloom_hashes = static_cast<uint32_t>(hashes);
-  LEANEMB_RETURN_IF_ERROR(s.read("eviction", &d->options.eviction));
-  if (auto ev = tiered::parse_eviction_policy(d->options.eviction); !ev.ok()) return s.error("eviction", ev.status().message());
+  LEANEMB_RETURN_IF_ERROR(s.read_enum("eviction", &d->options.eviction, parse_eviction_policy, eviction_policy_name));
   LEANEMB_RETURN_IF_ERROR(s.read("max_age_steps", &d->options.max_age_steps, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(s.read("bloom_counters", &d->options.bloom_counters));
   return Status();
@@ -102,13 +108,6 @@ Status read_dynamic_tables(const toml::table* t, const std::string& origin, int 
   return Status();
 }
 
-// Names of enum values as the config spells them (for the record of defaults).
-std::string_view interaction_key(nn::InteractionKind k) { return k == nn::InteractionKind::kDot ? "dot" : "cat"; }
-std::string_view format_key(data::OutputFormat f) { return f == data::OutputFormat::kBinary ? "bin" : "tsv"; }
-std::string_view dense_optimizer_key(nn::DenseOptimizerKind k) {
-  return k == nn::DenseOptimizerKind::kSgd ? "sgd" : k == nn::DenseOptimizerKind::kAdagrad ? "adagrad" : "adam";
-}
-
 }  // namespace
 
 Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
@@ -165,7 +164,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(g.read("pairwise_weight", &c.gen.pairwise_weight, 0.0, 100.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &c.gen.target_label_rate, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &c.gen.target_auc, 0.5, 1.0));
-  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format, format_key));
+  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format, data::output_format_name));
   LEANEMB_RETURN_IF_ERROR(g.check_unknown());
 
   // [model]
@@ -183,7 +182,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   }
   LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c.bottom_mlp, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c.top_mlp, 1, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction, interaction_key));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction, interaction_name));
   LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c.pooling, parse_pooling, pooling_name));
   LEANEMB_RETURN_IF_ERROR(m.check_unknown());
 
@@ -197,11 +196,9 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch_nice", &c.row_cache.prefetch_nice, -20, 19));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch", &c.cache_prefetch));
-  LEANEMB_RETURN_IF_ERROR(e.read("store", &c.row_cache.store));
-  if (auto kind = tiered::parse_store_kind(c.row_cache.store); !kind.ok())
-    return invalid_argument(origin + ": embedding.store: " + kind.status().message());
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("store", &c.row_cache.store, parse_store_kind, store_kind_name));
   LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
-  if (c.row_cache.store == "file" && c.row_cache.enabled() && c.store_dir.empty())
+  if (c.row_cache.store == StoreKind::kFile && c.row_cache.enabled() && c.store_dir.empty())
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
   const toml::node* dyn = e.get("dynamic");
   if (dyn && !dyn->is_table()) return e.error("dynamic", "expected a table ([embedding.dynamic])");
@@ -212,7 +209,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   Section dn(table("dense"), "dense", origin, &c.record);
   c.dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
   c.dense_optimizer.learning_rate = 0.001;
-  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_key));
+  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_name));
   LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c.dense_optimizer.learning_rate, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c.dense_optimizer.weight_decay, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c.dense_optimizer.beta1, 0.0, 0.999999));
@@ -231,7 +228,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c.batch_size, 1, int64_t{1} << 24));
   LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c.epochs, 0, 1 << 20));
-  LEANEMB_RETURN_IF_ERROR(t.read_enum("precision", &c.precision, amp::parse_precision, amp::precision_name));
+  LEANEMB_RETURN_IF_ERROR(t.read_dtype("precision", &c.precision, DTypeUse::kActivations));
   LEANEMB_RETURN_IF_ERROR(t.read("micro_batches", &c.micro_batches, 1, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_activations", &c.checkpoint_activations));
   LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c.deterministic));

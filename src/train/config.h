@@ -86,7 +86,7 @@ struct TrainConfig {
   int64_t batch_size = 1024;
   int64_t steps = 0;               // optimizer steps; 0 = run `epochs` epochs
   int64_t epochs = 1;
-  amp::Precision precision = amp::Precision::kFp32;
+  DType precision = DType::kF32;
   int micro_batches = 1;           // gradient accumulation: batch_size / micro_batches per pass
   bool checkpoint_activations = false;
   bool deterministic = true;
@@ -108,8 +108,8 @@ struct TrainConfig {
   std::string dist_backend = "auto";  // auto (mpi when started by mpirun) | local (one process) | mpi
   int64_t dist_timeout_ms = 60000;    // every collective fails after this long, naming the silent rank
   dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
-  dist::PayloadDType forward_payload = dist::PayloadDType::kF32;
-  dist::PayloadDType backward_payload = dist::PayloadDType::kF32;
+  DType forward_payload = DType::kF32;
+  DType backward_payload = DType::kF32;
   int grad_groups = 0;                // dense gradient groups (CtrModelOptions::grad_groups); 0 = the world size
   int inject_exit_rank = -1;          // testing: this rank ends its process (exit code 9, no cleanup)...
   int64_t inject_exit_step = 0;       // ...after completing this step, as a crashed rank would

@@ -35,8 +35,8 @@ Status read_dist_section(Section& ds, C* c) {
     return ds.error("backend", "expected auto, local or mpi, got '" + c->dist_backend + "'");
   LEANEMB_RETURN_IF_ERROR(ds.read("timeout_ms", &c->dist_timeout_ms, 1, int64_t{1} << 40));
   LEANEMB_RETURN_IF_ERROR(ds.read_enum("sharding", &c->sharding, dist::parse_sharding_kind, dist::sharding_kind_name));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("forward_payload", &c->forward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
-  LEANEMB_RETURN_IF_ERROR(ds.read_enum("backward_payload", &c->backward_payload, dist::parse_payload_dtype, dist::payload_dtype_name));
+  LEANEMB_RETURN_IF_ERROR(ds.read_dtype("forward_payload", &c->forward_payload, DTypeUse::kPayload));
+  LEANEMB_RETURN_IF_ERROR(ds.read_dtype("backward_payload", &c->backward_payload, DTypeUse::kPayload));
   LEANEMB_RETURN_IF_ERROR(ds.read("grad_groups", &c->grad_groups, 0, 1 << 16));
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_rank", &c->inject_exit_rank, -1, 1 << 20));
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_step", &c->inject_exit_step, 0, INT64_MAX));

@@ -128,9 +128,9 @@ TEST(DistTrainTest, DynamicCachedBf16TablesTrainBitIdenticallyAtEveryWorldSize) 
   o.table_dynamic.resize(4);
   o.table_dynamic[0].enabled = true;
   o.table_dynamic[0].partitions = 4;
-  o.table_dynamic[0].eviction = "lfu";
+  o.table_dynamic[0].eviction = EvictionPolicy::kLfu;
   o.row_cache.fraction = 0.3;  // 120 slots: a step's rows, not every row of the run
-  o.row_cache.store = "host";
+  o.row_cache.store = StoreKind::kHost;
   o.cache_min_rows = 100;  // tables 1..3 (400 rows) are cached, the dynamic table (16) is not
   const Reference ref = train_one_process(o);
   for (int p : {2, 4}) {
@@ -158,7 +158,7 @@ TEST(DistTrainTest, GradGroupsChangeOnlyRounding) {
 TEST(DistTrainTest, NonFiniteOnOneRankSkipsEveryRank) {
   model::CtrModelOptions o = small_model(50);
   o.num_threads = 1;
-  o.precision = amp::Precision::kFp16;
+  o.precision = DType::kF16;
   o.grad_groups = 2;
   expect_all_ok(run_world(2, [&](Communicator& comm) -> Status {
     model::CtrModelOptions od = o;

@@ -1,10 +1,28 @@
 // TOML config helpers shared by the train and text configs (toml++ exceptions stop here).
 #include "train/toml_section.h"
 
+#include "core/enum_names.h"
+
 #include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+namespace leanemb {
+template <>
+struct EnumNames<nn::DenseOptimizerKind> {
+  static constexpr std::string_view kWhat = "dense optimizer";
+  static constexpr EnumName<nn::DenseOptimizerKind> kNames[] = {{nn::DenseOptimizerKind::kSgd, "sgd", ""},
+                                                                {nn::DenseOptimizerKind::kAdagrad, "adagrad", ""},
+                                                                {nn::DenseOptimizerKind::kAdam, "adam", ""}};
+};
+template <>
+struct EnumNames<InitKind> {
+  static constexpr std::string_view kWhat = "init";
+  static constexpr EnumName<InitKind> kNames[] = {
+      {InitKind::kUniform, "uniform", ""}, {InitKind::kNormal, "normal", ""}, {InitKind::kZeros, "zeros", ""}};
+};
+}  // namespace leanemb
 
 namespace leanemb::train {
 
@@ -182,22 +200,13 @@ std::string Section::number_text(double v) {
   return buf;
 }
 
-Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) {
-  if (s == "sgd") return nn::DenseOptimizerKind::kSgd;
-  if (s == "adagrad") return nn::DenseOptimizerKind::kAdagrad;
-  if (s == "adam") return nn::DenseOptimizerKind::kAdam;
-  return invalid_argument("unknown dense optimizer '" + std::string(s) + "' (expected sgd, adagrad or adam)");
-}
-
-Result<InitKind> parse_init_kind(std::string_view s) {
-  if (s == "uniform") return InitKind::kUniform;
-  if (s == "normal") return InitKind::kNormal;
-  if (s == "zeros") return InitKind::kZeros;
-  return invalid_argument("unknown init '" + std::string(s) + "' (expected uniform, normal or zeros)");
-}
+Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s) { return parse_enum<nn::DenseOptimizerKind>(s); }
+std::string_view dense_optimizer_name(nn::DenseOptimizerKind k) { return enum_name(k); }
+Result<InitKind> parse_init_kind(std::string_view s) { return parse_enum<InitKind>(s); }
+std::string_view init_kind_name(InitKind k) { return enum_name(k); }
 
 Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* o, InitOptions* init) {
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("dtype", dtype, parse_dtype, dtype_name));
+  LEANEMB_RETURN_IF_ERROR(e.read_dtype("dtype", dtype, DTypeUse::kRows));
   LEANEMB_RETURN_IF_ERROR(e.read_enum("optimizer", &o->kind, parse_optimizer, optimizer_name));
   o->eps = default_eps(o->kind);
   LEANEMB_RETURN_IF_ERROR(e.read("learning_rate", &o->learning_rate, 0.0, 1e6));
@@ -205,9 +214,8 @@ Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* o, InitOp
   LEANEMB_RETURN_IF_ERROR(e.read("beta1", &o->beta1, 0.0, 0.999999));
   LEANEMB_RETURN_IF_ERROR(e.read("beta2", &o->beta2, 0.0, 0.999999));
   LEANEMB_RETURN_IF_ERROR(e.read("weight_decay", &o->weight_decay, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("state_dtype", &o->state_dtype, parse_state_dtype, state_dtype_name));
-  auto init_name = [](InitKind k) { return std::string_view(k == InitKind::kUniform ? "uniform" : k == InitKind::kNormal ? "normal" : "zeros"); };
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &init->kind, parse_init_kind, init_name));
+  LEANEMB_RETURN_IF_ERROR(e.read_dtype("state_dtype", &o->state_dtype, DTypeUse::kOptimizerState));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("init", &init->kind, parse_init_kind, init_kind_name));
   LEANEMB_RETURN_IF_ERROR(e.read("init_bound", &init->bound, 0.0, 1e3));
   return e.read("init_std", &init->std, 0.0, 1e3);
 }

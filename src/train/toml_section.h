@@ -165,6 +165,10 @@ class Section {
     note(key, quoted(std::string(name(*v))));
     return Status();
   }
+  // A dtype key of `use` (leanemb/dtype.h): the spellings parse_dtype accepts, the use's subset.
+  Status read_dtype(const std::string& key, DType* v, DTypeUse use) {
+    return read_enum(key, v, [use](std::string_view s) { return parse_dtype(s, use); }, dtype_name);
+  }
   Status read_bytes(const std::string& key, size_t* v) {
     if (const toml::node* n = get(key)) {
       if (n->is_integer()) {
@@ -223,6 +227,8 @@ Result<std::string> config_task(std::string_view toml_text, const std::string& o
 Status read_row_table_keys(Section& e, DType* dtype, OptimizerOptions* optimizer, InitOptions* init);
 
 Result<nn::DenseOptimizerKind> parse_dense_optimizer(std::string_view s);  // sgd | adagrad | adam
+std::string_view dense_optimizer_name(nn::DenseOptimizerKind k);
 Result<InitKind> parse_init_kind(std::string_view s);                      // uniform | normal | zeros
+std::string_view init_kind_name(InitKind k);
 
 }  // namespace leanemb::train

@@ -57,7 +57,7 @@ TEST(TrainConfigTest, DynamicTablesFromTheConfig) {
   EXPECT_EQ(d[0].options.min_count, 3u);
   EXPECT_EQ(d[1].table, "C5");
   EXPECT_EQ(d[1].capacity_rows, 64);
-  EXPECT_EQ(d[1].options.eviction, "lfu");
+  EXPECT_EQ(d[1].options.eviction, EvictionPolicy::kLfu);
   EXPECT_EQ(d[1].options.max_age_steps, 9);
   EXPECT_EQ(d[1].options.partitions, 2u);  // the defaults apply under the per-table keys
   EXPECT_TRUE(d[1].options.enabled);
@@ -111,7 +111,7 @@ TEST(TrainConfigTest, BadConfigsNameTheKey) {
 // growth_interval clean steps; skipped steps are counted.
 TEST(LossScaleTest, LossScaleTraceSkippedStepsChangeNothing) {
   model::CtrModelOptions o = small_model();
-  o.precision = amp::Precision::kFp16;
+  o.precision = DType::kF16;
   Rig r = make_rig(o);
   amp::LossScalerOptions so;
   so.growth_interval = 3;
@@ -219,8 +219,8 @@ TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   const model::CtrModelOptions o = small_model(400);
   const std::string dir = ::testing::TempDir() + "leanemb_tiered_train_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  for (const char* store : {"host", "file"}) {
-    SCOPED_TRACE(store);
+  for (StoreKind store : {StoreKind::kHost, StoreKind::kFile}) {
+    SCOPED_TRACE(std::string(store_kind_name(store)));
     model::CtrModelOptions oc = o;
     oc.row_cache.fraction = 0.25;  // 100 slots per table; a batch of 64 touches at most 64 rows
     oc.row_cache.store = store;

@@ -266,7 +266,7 @@ class CtrTask final : public TrainTask {
     LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions tro, ctr_reader_options(c, c.train_files, true));
     LEANEMB_ASSIGN_OR_RETURN(t->reader_, data::DataReader::open(tro));
     amp::LossScalerOptions lso;
-    lso.enabled = c.precision == amp::Precision::kFp16;
+    lso.enabled = c.precision == DType::kF16;
     LEANEMB_ASSIGN_OR_RETURN(amp::LossScaler scaler, amp::LossScaler::create(lso));
     t->scaler_ = std::make_unique<amp::LossScaler>(std::move(scaler));
     return std::unique_ptr<TrainTask>(std::move(t));
@@ -338,13 +338,13 @@ class CtrTask final : public TrainTask {
     (*sum)["cache_prefetch"] = lookahead_;
     (*sum)["config"] = {{"row_dtype", std::string(dtype_name(c_.row_dtype))},
                         {"row_optimizer", std::string(optimizer_name(c_.row_optimizer.kind))},
-                        {"state_dtype", std::string(state_dtype_name(c_.row_optimizer.state_dtype))},
-                        {"precision", std::string(amp::precision_name(c_.precision))},
+                        {"state_dtype", std::string(dtype_name(c_.row_optimizer.state_dtype))},
+                        {"precision", std::string(dtype_name(c_.precision))},
                         {"micro_batches", c_.micro_batches}, {"checkpoint_activations", c_.checkpoint_activations}};
     if (model_->embeddings().communicator()) {
       (*sum)["dist"]["sharding"] = std::string(dist::sharding_kind_name(c_.sharding));
-      (*sum)["dist"]["forward_payload"] = std::string(dist::payload_dtype_name(c_.forward_payload));
-      (*sum)["dist"]["backward_payload"] = std::string(dist::payload_dtype_name(c_.backward_payload));
+      (*sum)["dist"]["forward_payload"] = std::string(dtype_name(c_.forward_payload));
+      (*sum)["dist"]["backward_payload"] = std::string(dtype_name(c_.backward_payload));
     }
   }
 
@@ -394,7 +394,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.inject_exit_rank = c.inject_exit_rank;
   ls.inject_exit_step = c.inject_exit_step;
   ls.record = c.record;
-  if (c.row_cache.enabled() && c.row_cache.store == "file") ls.store_dir = c.store_dir;
+  if (c.row_cache.enabled() && c.row_cache.store == StoreKind::kFile) ls.store_dir = c.store_dir;
   auto teacher_auc = std::make_shared<double>(std::nan(""));
   // model.table_rows = "auto": sized after the data is there (generated or checked), before the
   // plan and the model; `shared` carries the sizes to the plan and the task (train/table_rows.h).
