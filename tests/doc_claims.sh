@@ -25,6 +25,9 @@
 #     features under sharding are covered by StackMatrixTest.TrainsBitIdenticallyToOneResidentTable
 #     (src/dist/stack_matrix_test.cc: every mode at P = 1, 2, 4 with kNone pooling), which the CTR
 #     CLI cannot reach (its features are pooled).
+#   planned_vs_measured_under_mpirun (18): in that P = 2 run, rank 0 prints the "planned vs
+#     measured peak" header with a line under it for every tier and category of the summary's
+#     plan (issue 37 item 18 saw the header alone; 1b2851e prints the header only above lines).
 set -u
 
 LEANEMB=${1:?usage: tests/doc_claims.sh LEANEMB_BINARY [SOURCE_DIR]}
@@ -127,11 +130,37 @@ else
       OMPI_MCA_mca_base_component_disable_dlclose=1 \
       LSAN_OPTIONS="fast_unwind_on_malloc=0:suppressions=$SRC/src/dist/mpi_lsan.supp:print_suppressions=0"
     OMP_NUM_THREADS=1 timeout -k 5 120 "$MPIRUN" --oversubscribe -np 2 "$LEANEMB" train "${TINY[@]}" "${DYN[@]}" \
-      --set 'dist.backend="mpi"' --steps 6 --out "$W/d_p2" > /dev/null 2> "$W/err"; rc=$?
+      --set 'dist.backend="mpi"' --steps 6 --out "$W/d_p2" --json-summary "$W/d_p2.json" > "$W/d_p2.out" 2> "$W/err"; rc=$?
     if [[ "$rc" != 0 ]] && grep -q 'Unimplemented' "$W/err"; then echo "skip dynamic_cached_sharded (a build without MPI)"
     elif [[ "$rc" != 0 ]]; then fail dynamic_cached_sharded "mpirun -np 2 failed (exit $rc): $(grep -m1 error "$W/err")"
     elif [[ "$(digest "$W/d_p2")" != "$ref" ]]; then fail dynamic_cached_sharded "P=2 digest $(digest "$W/d_p2") != one process's $ref"
-    else ok "dynamic_cached_sharded (P=2: training digest $ref)"; fi
+    else
+      ok "dynamic_cached_sharded (P=2: training digest $ref)"
+      # 18: the "planned vs measured peak" table under mpirun: the header, then a total line per
+      # tier the summary's plan holds (a non-zero peak) and a line per category, nothing missing.
+      if why=$(python3 - "$W/d_p2.out" "$W/d_p2.json" <<'PY'
+import json, sys
+out = open(sys.argv[1]).read().split("\n")
+plan = json.load(open(sys.argv[2]))["plan"]
+heads = [i for i, l in enumerate(out) if l.startswith("planned vs measured peak")]
+if len(heads) != 1: sys.exit(f"{len(heads)} 'planned vs measured peak' headers in rank 0's output")
+lines = []
+for l in out[heads[0] + 1:]:
+    if not l.strip(): break
+    lines.append(l)
+want = 0
+for tier, t in plan.items():
+    if t["planned_peak"] == 0 and t["measured_peak"] == 0: continue
+    label = "device (cpu)" if tier == "device" else tier
+    for cat in ["total"] + list(t["categories"]):
+        want += 1
+        if not any(l.split()[:len(label.split()) + 1] == label.split() + [cat] and " planned " in l and " measured " in l for l in lines):
+            sys.exit(f"no '{label} {cat}' line under the header: {lines}")
+if want == 0 or len(lines) != want: sys.exit(f"{len(lines)} lines under the header, the plan has {want}: {lines}")
+PY
+); then ok "planned_vs_measured_under_mpirun (the header and its lines at P=2)"
+      else fail planned_vs_measured_under_mpirun "$why"; fi
+    fi
   fi
 fi
 
