@@ -58,5 +58,8 @@ if(LEANEMB_BUILD_TESTS)
   # Doc claims (tests/doc_claims.sh): exit codes, keep_checkpoints and the limits the docs state,
   # read from the pages and checked against the binary (issue 37 items 12, 13, 16).
   add_test(NAME doc_claims COMMAND ${PROJECT_SOURCE_DIR}/tests/doc_claims.sh $<TARGET_FILE:leanemb_cli> ${PROJECT_SOURCE_DIR})
+  # The layering rules of docs/architecture.md: no include cycle between folders, python/ and
+  # tools/ on the public API, no downcast of tables (known violations listed in the script).
+  add_test(NAME check_layers COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_layers.py)
   set_tests_properties(attack doc_claims PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()
