@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
@@ -17,21 +18,15 @@
 namespace leanemb {
 
 
-std::string_view pooling_name(PoolingMode p) {
-  switch (p) {
-    case PoolingMode::kSum: return "sum";
-    case PoolingMode::kMean: return "mean";
-    case PoolingMode::kNone: return "none";
-  }
-  return "?";
-}
+template <>
+struct EnumNames<PoolingMode> {
+  static constexpr std::string_view kWhat = "pooling";
+  static constexpr EnumName<PoolingMode> kNames[] = {
+      {PoolingMode::kSum, "sum", ""}, {PoolingMode::kMean, "mean", ""}, {PoolingMode::kNone, "none", ""}};
+};
 
-Result<PoolingMode> parse_pooling(std::string_view s) {
-  if (s == "sum") return PoolingMode::kSum;
-  if (s == "mean") return PoolingMode::kMean;
-  if (s == "none") return PoolingMode::kNone;
-  return invalid_argument("unknown pooling '" + std::string(s) + "' (expected sum, mean or none)");
-}
+std::string_view pooling_name(PoolingMode p) { return enum_name(p); }
+Result<PoolingMode> parse_pooling(std::string_view s) { return parse_enum<PoolingMode>(s); }
 
 namespace {
 
