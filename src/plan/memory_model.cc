@@ -205,6 +205,95 @@ Result<std::vector<size_t>> comm_allocations(const Workload& w, int64_t bags, Es
   return most;
 }
 
+// ---- the residencies (src/table/residency.h): each kind's rows, buffers and traffic ---------
+// One function per kind, as make_residency chooses them: a new residency adds one here.
+struct ResidencyPlan {
+  const Workload& w;
+  const TableSpec& t;
+  const TableStep& s;
+  int64_t slice;      // the records this shard computes per step
+  Replay& r;
+  Prediction& out;
+  size_t& ckpt_bulk;  // a checkpoint's largest file-store bulk call (host io_buffers)
+};
+
+// What the collection records per step for rows read and updated in place off the device
+// (docs/memory.md, Transfers).
+void plan_in_place_link(const ResidencyPlan& p) {
+  const Placement& pl = p.w.placement;
+  const TableStep& s = p.s;
+  if (pl[Category::kWeights] != Tier::kDevice)
+    p.out.host_link_bytes_per_step += static_cast<double>(s.ids + 2 * s.unique) * static_cast<double>(s.layout.weight_bytes);
+  if (pl[Category::kOptimizerState] != Tier::kDevice && s.layout.state_bytes)
+    p.out.host_link_bytes_per_step += 2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.state_bytes);
+}
+
+// ResidentRows: one fat-row allocation in the weights tier, its state part counted as
+// optimizer state.
+void plan_resident_rows(const ResidencyPlan& p) {
+  const size_t nr = static_cast<size_t>(p.s.rows);
+  const RowLayout& l = p.s.layout;
+  p.r.persist(p.r.item(Category::kWeights, nr * (l.stride_bytes - l.state_bytes)));
+  if (l.state_bytes) p.r.persist(p.r.item(Category::kOptimizerState, nr * l.state_bytes, Category::kWeights));
+  plan_in_place_link(p);
+}
+
+// SplitRows: weights and state in their own tiers (the update's staging is a step phase, below).
+void plan_split_rows(const ResidencyPlan& p) {
+  const size_t nr = static_cast<size_t>(p.s.rows);
+  p.r.persist(p.r.item(Category::kWeights, nr * split_weight_stride(p.s.layout.weight_bytes)));
+  p.r.persist(p.r.item(Category::kOptimizerState, nr * split_state_stride(p.s.layout.state_bytes)));
+  plan_in_place_link(p);
+}
+
+// CachedRows: the row store, the device-tier cache and its buffers, and the store's traffic.
+void plan_cached_rows(const ResidencyPlan& p) {
+  const Workload& w = p.w;
+  const TableSpec& t = p.t;
+  const TableStep& s = p.s;
+  Replay& r = p.r;
+  Prediction& out = p.out;
+  const int shards = w.num_shards;
+  const size_t nr = static_cast<size_t>(s.rows);
+  // The row store (src/tiered/row_store.cc): a host store holds every fat row in host RAM
+  // (category weights); a file store keeps them on disk. Both keep a presence bit per row.
+  r.persist(Item{Tier::kHost, Category::kWeights,
+                 (w.file_store ? 0 : nr * s.layout.stride_bytes) + tiered::presence_bitmap_bytes(s.rows)});
+  const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
+  const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, w.cache_policy);
+  r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
+  // The fetch's per-call scratch: the owner's, and the prefetch thread's when the trainer
+  // prefetches (embedding.cache_prefetch). Its arrays are kept between calls at the largest
+  // call's size, so they are planned for the most ids a step can bring (each sample's most),
+  // over the step's expected distinct rows.
+  const int64_t most_ids = ids_per_step(t, p.slice, Estimate::kWorstCase);
+  r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(most_ids, s.unique)));
+  if (w.cache_prefetch) r.persist(r.item(Category::kIoBuffers, tiered::row_cache_prefetch_scratch_bytes(most_ids, s.unique)));
+  if (w.file_store) {
+    r.persist(Item{Tier::kHost, Category::kIoBuffers,
+                   tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
+    p.ckpt_bulk = std::max(p.ckpt_bulk, tiered::file_store_bulk_bytes(std::min(tiered::kCheckpointChunkRows, s.rows),
+                                                                      s.layout.stride_bytes, w.file_block_bytes));
+  }
+  if (s.ids > 0)
+    for (int b = 0; b < kCacheRemapBuffers + (w.cache_prefetch ? 1 : 0); ++b)
+      r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
+  // The store's traffic: the step's ids over every shard, the caches of every shard.
+  const int64_t step_ids = ids_per_step(t, w.batch_size, Estimate::kExpected);
+  // Ids hashed into fewer rows than the vocabulary are taken as ranks of their own (the
+  // collisions are ignored: a few percent at the example configs' vocab / rows).
+  const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
+  out.store_rows_read_per_step += misses;
+  out.store_rows_written_per_step += misses;
+  if (w.file_store) {
+    out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
+    out.store_requests_per_step += 3.0 * misses;
+  }
+  const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
+  out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
+  out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
+}
+
 Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_table_gradient) {
   LEANEMB_RETURN_IF_ERROR(validate(w));
   Prediction out;
@@ -256,62 +345,13 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !cached;
     max_dim = std::max(max_dim, t.dim);
     const size_t nr = static_cast<size_t>(s.rows);
-    if (cached) {
-      // The row store (src/tiered/row_store.cc): a host store holds every fat row in host RAM
-      // (category weights); a file store keeps them on disk. Both keep a presence bit per row.
-      r.persist(Item{Tier::kHost, Category::kWeights,
-                     (w.file_store ? 0 : nr * s.layout.stride_bytes) + tiered::presence_bitmap_bytes(s.rows)});
-    } else if (s.split) {
-      r.persist(r.item(Category::kWeights, nr * split_weight_stride(s.layout.weight_bytes)));
-      r.persist(r.item(Category::kOptimizerState, nr * split_state_stride(s.layout.state_bytes)));
-    } else {
-      // One fat-row allocation in the weights tier, its state part counted as optimizer state.
-      r.persist(r.item(Category::kWeights, nr * (s.layout.stride_bytes - s.layout.state_bytes)));
-      if (s.layout.state_bytes) r.persist(r.item(Category::kOptimizerState, nr * s.layout.state_bytes, Category::kWeights));
-    }
     out.table_bytes += nr * s.layout.stride_bytes;
     if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
-    if (cached) {
-      const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
-      const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, w.cache_policy);
-      r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
-      // The fetch's per-call scratch: the owner's, and the prefetch thread's when the trainer
-      // prefetches (embedding.cache_prefetch). Its arrays are kept between calls at the largest
-      // call's size, so they are planned for the most ids a step can bring (each sample's
-      // most), over the step's expected distinct rows.
-      const int64_t most_ids = ids_per_step(t, slice, Estimate::kWorstCase);
-      r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(most_ids, s.unique)));
-      if (w.cache_prefetch) r.persist(r.item(Category::kIoBuffers, tiered::row_cache_prefetch_scratch_bytes(most_ids, s.unique)));
-      if (w.file_store) {
-        r.persist(Item{Tier::kHost, Category::kIoBuffers,
-                       tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
-        ckpt_bulk = std::max(ckpt_bulk, tiered::file_store_bulk_bytes(std::min(tiered::kCheckpointChunkRows, s.rows),
-                                                                      s.layout.stride_bytes, w.file_block_bytes));
-      }
-      if (s.ids > 0)
-        for (int b = 0; b < kCacheRemapBuffers + (w.cache_prefetch ? 1 : 0); ++b)
-          r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(cache_remap_buffer_bytes(s.ids))));
-      // The store's traffic: the step's ids over every shard, the caches of every shard.
-      const int64_t step_ids = ids_per_step(t, w.batch_size, Estimate::kExpected);
-      // Ids hashed into fewer rows than the vocabulary are taken as ranks of their own (the
-      // collisions are ignored: a few percent at the example configs' vocab / rows).
-      const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
-      out.store_rows_read_per_step += misses;
-      out.store_rows_written_per_step += misses;
-      if (w.file_store) {
-        out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
-        out.store_requests_per_step += 3.0 * misses;
-      }
-      const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
-      out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
-      out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
-    } else {
-      // docs/memory.md, Transfers: what the collection records per step.
-      if (pl[Category::kWeights] != Tier::kDevice)
-        out.host_link_bytes_per_step += static_cast<double>(s.ids + 2 * s.unique) * static_cast<double>(s.layout.weight_bytes);
-      if (pl[Category::kOptimizerState] != Tier::kDevice && s.layout.state_bytes)
-        out.host_link_bytes_per_step += 2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.state_bytes);
-    }
+    // The table's residency (src/table/residency.h), as make_residency chooses it.
+    ResidencyPlan rp{w, t, s, slice, r, out, ckpt_bulk};
+    if (cached) plan_cached_rows(rp);
+    else if (s.split) plan_split_rows(rp);
+    else plan_resident_rows(rp);
     if (t.dynamic.enabled) {
       // The IdMaps of the partitions held here and the row keys (host, row_cache), the id
       // buffers of forward and backward (kWorkspace).
