@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "bench_internal.h"
+#include "tiered/disk_probe.h"
 #include "tiered/file_io.h"
 #include "tiered/row_cache.h"
 #include "core/json.h"
@@ -128,50 +129,6 @@ Status one_step(Run& r, const std::vector<IdBatch>& batches, const std::vector<f
   }
   ++r.next;
   return Status();
-}
-
-// Same-run probe of the medium: O_DIRECT random reads of `block` bytes at queue depth `qd` for
-// about `seconds`, through io_uring (the store's engine). IOPS, or 0 on failure. The offsets are
-// the blocks of random rows of `rows` (rows the run wrote, of `row_bytes` each), or of the whole
-// file when `rows` is empty: a table file is sparse, and a read of a hole never reaches the disk,
-// so a probe over the whole file of a mostly unwritten table measures the file system, not the
-// medium.
-double probe_random_read_iops(const std::string& path, size_t block, int qd, double seconds, uint64_t seed,
-                              const std::vector<int64_t>& rows = {}, size_t row_bytes = 0) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
-  if (fd < 0) return 0;
-  const off_t size = ::lseek(fd, 0, SEEK_END);
-  auto io = tiered::make_uring_file_io(fd, qd);
-  if (!io.ok() || size < static_cast<off_t>(block)) {
-    ::close(fd);
-    return 0;
-  }
-  void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, block * static_cast<size_t>(qd)) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  std::mt19937_64 rng(seed);
-  const uint64_t blocks = static_cast<uint64_t>(size) / block;
-  std::vector<tiered::IoOp> ops(static_cast<size_t>(qd));
-  uint64_t done = 0;
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    for (int i = 0; i < qd; ++i) {
-      ops[i] = tiered::IoOp{};
-      ops[i].offset = rows.empty() ? (rng() % blocks) * block
-                                   : static_cast<uint64_t>(rows[rng() % rows.size()]) * row_bytes / block * block;
-      ops[i].buf = static_cast<uint8_t*>(buf) + static_cast<size_t>(i) * block;
-      ops[i].len = static_cast<uint32_t>(block);
-    }
-    io.value()->submit_and_wait(ops);
-    for (const auto& op : ops) done += op.result == static_cast<int64_t>(block) ? 1 : 0;
-    elapsed = ms_since(t0) / 1000.0;
-  }
-  std::free(buf);
-  ::close(fd);
-  return static_cast<double>(done) / elapsed;
 }
 
 json cache_json(const RowCacheStats& s, const RowCacheStats& base, int64_t steps, size_t stride) {
@@ -460,7 +417,11 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     // The probe reads the blocks of rows the run touched (all written by now: the flush above).
     std::vector<int64_t> written;
     for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
-    const double probe = probe_random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
+    // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64 over the blocks
+    // of rows this run wrote (tiered/disk_probe.h); 0 when it fails.
+    const Result<double> probed =
+        tiered::random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
+    const double probe = probed.ok() ? probed.value() : 0.0;
     summary["store_read_iops"] = cj["store_read_iops"];
     summary["probe_random_read_iops_4k_qd64"] = probe;
     if (probe > 0) summary["store_iops_over_probe"] = cj["store_read_iops"].get<double>() / probe;

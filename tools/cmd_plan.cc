@@ -15,6 +15,7 @@
 #include "plan/workload.h"
 #include "text/text_config.h"
 #include "text/text_plan.h"
+#include "tiered/disk_probe.h"
 #include "tiered/row_store.h"
 #include "tools/commands.h"
 #include "train/table_rows.h"
@@ -85,6 +86,17 @@ int run_plan(const PlanArgs& a) {
 
   plan::Workload w;
   plan::ReportContext ctx;
+  if (a.disk_iops > 0 && !a.probe_disk.empty()) return report_error(invalid_argument("--disk-iops and --probe-disk: give one"));
+  if (a.disk_iops > 0) {
+    ctx.disk_read_iops = a.disk_iops;
+    ctx.disk_read_iops_source = "--disk-iops";
+  }
+  if (!a.probe_disk.empty()) {
+    auto probe = tiered::probe_disk(a.probe_disk);
+    if (!probe.ok()) return report_error(Status(probe.status().code(), "--probe-disk: " + probe.status().message()));
+    ctx.disk_read_iops = probe.value().read_iops;
+    ctx.disk_read_iops_source = "probed in " + a.probe_disk + ": 4 KiB at queue depth 64";
+  }
   train::TrainConfig cfg;
   const bool from_config = !a.config.empty();
   // outputs_never_alias_inputs: --write-config or --html naming the --config read (data/io.h).

@@ -124,6 +124,12 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");
   cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
   cmd->add_flag("--json", a->json, "Print JSON instead of tables");
+  cmd->add_option("--disk-iops", a->disk_iops, "Random 4 KiB reads per second of the file store's disk (e.g. from fio at "
+                                               "queue depth 64): with a file store, the least time a step's reads take")
+      ->type_name("N")->check(CLI::Range(1.0, 1e9));
+  cmd->add_option("--probe-disk", a->probe_disk, "Measure --disk-iops in DIR: write a 1 GiB scratch file there, read "
+                                                 "random 4 KiB blocks at queue depth 64 for 2 s, delete it")
+      ->type_name("DIR")->check(non_empty());
   cmd->add_option("--write-config", a->write_config, "Write the chosen plan as a `leanemb train` config (needs --config)")->type_name("FILE")->check(non_empty());
   cmd->add_option("--html", a->html, "Also write the breakdown as a picture: one self-contained HTML page (inline SVG), the naive "
                                      "baseline beside the chosen plan, by category and tier")->type_name("FILE")->check(non_empty());

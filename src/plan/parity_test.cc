@@ -148,10 +148,10 @@ TEST(ParityPlannerTest, UnprovenRowsAreOffByDefaultAndAllowedByName) {
   EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kBf16Rows));
   EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kFp16Rows));
   EXPECT_TRUE(safe.value().unproven_chosen.empty());
-  const std::string text = plan_report_text(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000});
+  const std::string text = plan_report_text(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_NE(text.find("not proven, not searched: bf16 rows"), std::string::npos) << text;
   EXPECT_NE(text.find("--allow-unproven bf16-rows"), std::string::npos) << text;
-  const auto j = plan_report_json(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000});
+  const auto j = plan_report_json(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 2u) << dump_json(j["accuracy"]);
 
   o.allow_unproven = {LeanOption::kBf16Rows};
@@ -198,7 +198,7 @@ TEST(ParityPlannerTest, PrefersProvenOptionsOverCheaperUnprovenOnes) {
   ASSERT_TRUE(tight.value().fits);
   EXPECT_EQ(tight.value().chosen.workload.row_dtype, DType::kBF16);
   EXPECT_EQ(tight.value().unproven_chosen, std::vector<LeanOption>{LeanOption::kBf16Rows});
-  const std::string text = plan_report_text(seed_workload(), o, tight.value(), ReportContext{"seed", 2048, 1000});
+  const std::string text = plan_report_text(seed_workload(), o, tight.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_NE(text.find("chosen, NOT PROVEN (you allowed it): bf16 rows"), std::string::npos) << text;
 }
 

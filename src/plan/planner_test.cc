@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -42,7 +43,7 @@ TEST(PlannerTest, NoFitNamesTheSmallestBudget) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r.value().fits);
   EXPECT_GT(r.value().smallest_device_bytes, size_t{64} << 20);
-  const std::string text = plan_report_text(seed_workload(), o, r.value(), ReportContext{"seed", 2048, 1000});
+  const std::string text = plan_report_text(seed_workload(), o, r.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_NE(text.find("NOTHING FITS"), std::string::npos) << text;
   EXPECT_NE(text.find("smallest device budget"), std::string::npos) << text;
   // The named budget is enough: planning with it fits.
@@ -50,6 +51,37 @@ TEST(PlannerTest, NoFitNamesTheSmallestBudget) {
   auto again = make_plan(seed_workload(), o);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again.value().fits);
+}
+
+// With the disk's random-read rate (plan --disk-iops / --probe-disk), a file-store workload's
+// report gives the least time its store reads take per step: the predicted reads over the rate.
+TEST(PlannerTest, DiskReadRateGivesTheStepsLeastDiskTime) {
+  Workload w = seed_workload();
+  w.tables[0].zipf = 1.05;
+  w.cache_fraction = 0.05;
+  w.file_store = true;
+  auto preset = find_preset("h200-141");
+  ASSERT_TRUE(preset.ok());
+  PlannerOptions o;
+  o.preset = preset.value();
+  auto r = make_plan(w, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto as_is = predict_memory(w, Estimate::kExpected);
+  ASSERT_TRUE(as_is.ok());
+  const double reads = as_is.value().store_rows_read_per_step;
+  ASSERT_GT(reads, 0);
+  ReportContext ctx{"seed", 2048, 1000, 0, ""};
+  EXPECT_EQ(plan_report_text(w, o, r.value(), ctx).find("the reads alone"), std::string::npos);  // rate unknown
+  ctx.disk_read_iops = 20000;
+  ctx.disk_read_iops_source = "--disk-iops";
+  const std::string text = plan_report_text(w, o, r.value(), ctx);
+  char want[96];
+  std::snprintf(want, sizeof want, "the reads alone take at least %.1f ms per step at 20000 random reads/s (--disk-iops)",
+                reads / 20000 * 1e3);
+  EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  const auto j = plan_report_json(w, o, r.value(), ctx);
+  EXPECT_NEAR(j["as_configured"]["disk_read_ms_per_step_min"].get<double>(), reads / 20000 * 1e3, 1e-9);
+  EXPECT_EQ(j["disk"]["read_iops"].get<double>(), 20000);
 }
 
 // The value of attribute `name` in the tag holding `marker` ("" when there is none).
@@ -71,7 +103,7 @@ TEST(PlannerTest, HtmlPageDrawsTheNaiveBreakdownBesideThePlan) {
   o.preset = find_preset("ascend-910a").value();
   auto r = make_plan(seed_workload(), o);
   ASSERT_TRUE(r.ok());
-  const std::string html = plan_report_html(seed_workload(), o, r.value(), ReportContext{"seed", 2048, 1000});
+  const std::string html = plan_report_html(seed_workload(), o, r.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_EQ(html.find("<script"), std::string::npos);
   for (int c = 0; c < kNumCategories; ++c) {
     const std::string cat(category_name(static_cast<Category>(c)));
@@ -90,7 +122,7 @@ TEST(PlannerTest, HtmlPageDrawsTheNaiveBreakdownBesideThePlan) {
   o.allow_host = false;
   auto none = make_plan(seed_workload(), o);
   ASSERT_TRUE(none.ok());
-  const std::string page = plan_report_html(seed_workload(), o, none.value(), ReportContext{"seed", 2048, 1000});
+  const std::string page = plan_report_html(seed_workload(), o, none.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_EQ(attr_near(page, "id=\"verdict\"", "data-fits"), "false");
   EXPECT_NE(page.find("NOTHING FITS"), std::string::npos);
 }

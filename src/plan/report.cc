@@ -101,17 +101,35 @@ std::string describe_settings(const Workload& w) {
   return s;
 }
 
+// The least time a step's store reads take on the disk of ctx.disk_read_iops: one random read per
+// missed row (a row of at most one block), the reads of a step in flight together at the
+// store's queue depth, writes overlapped. 0 when unknown.
+static double disk_read_ms_per_step(const Prediction& p, const ReportContext& ctx) {
+  return ctx.disk_read_iops > 0 ? p.store_rows_read_per_step / ctx.disk_read_iops * 1e3 : 0.0;
+}
+
 // The row store's traffic of a workload with cached tables (docs/plan.md, "The store's traffic
 // and the disk"), one line; empty without a cache.
-static std::string store_traffic_text(const char* which, const Workload& w, const Prediction& p) {
+static std::string store_traffic_text(const char* which, const Workload& w, const Prediction& p,
+                                      const ReportContext& ctx) {
   if (p.store_rows_read_per_step <= 0 && p.disk_bytes == 0) return "";
-  char buf[400];
+  char buf[700];
   if (w.file_store) {
     std::snprintf(buf, sizeof buf,
                   "disk (%s): table files %s; per step (LRU model, steady state) %.0f rows read, %.0f written back, "
                   "at most %.0f I/O requests\n",
                   which, both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
                   p.store_requests_per_step);
+    std::string out = buf;
+    if (ctx.disk_read_iops > 0) {
+      std::snprintf(buf, sizeof buf,
+                    "  the reads alone take at least %.1f ms per step at %.0f random reads/s (%s): a step that "
+                    "misses this often is disk-bound below %.0f steps/s\n",
+                    disk_read_ms_per_step(p, ctx), ctx.disk_read_iops, ctx.disk_read_iops_source.c_str(),
+                    1e3 / std::max(disk_read_ms_per_step(p, ctx), 1e-9));
+      out += buf;
+    }
+    return out;
   } else {
     std::snprintf(buf, sizeof buf, "row store (%s) per step (LRU model, steady state): %.0f rows read, %.0f written back\n",
                   which, p.store_rows_read_per_step, p.store_rows_written_per_step);
@@ -184,8 +202,8 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
     out += r.chosen.workload.file_store
                ? "note: this plan keeps the rows in files (embedding.store = \"file\") behind a device row cache (docs/tiered.md).\n"
                : "note: this plan keeps the rows in host RAM behind a device row cache (docs/tiered.md; [embedding] cache_fraction).\n";
-  out += store_traffic_text("plan", r.chosen.workload, r.chosen.prediction);
-  if (as_is.ok()) out += store_traffic_text("as configured", base, as_is.value());
+  out += store_traffic_text("plan", r.chosen.workload, r.chosen.prediction, ctx);
+  if (as_is.ok()) out += store_traffic_text("as configured", base, as_is.value(), ctx);
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
   out += accuracy_text(base, o, r);
@@ -239,6 +257,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   j["host_budget_bytes"] = o.host_budget_bytes;
   j["usable_device_bytes"] = r.usable_device_bytes;
   j["fits"] = r.fits;
+  if (ctx.disk_read_iops > 0) j["disk"] = {{"read_iops", ctx.disk_read_iops}, {"source", ctx.disk_read_iops_source}};
   j["smallest_device_budget_bytes"] = r.smallest_device_bytes;
   j["candidates"] = r.num_candidates;
   j["fitting"] = r.num_fitting;
@@ -249,7 +268,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                           {"store_rows_read_per_step", a.store_rows_read_per_step},
                           {"store_rows_written_per_step", a.store_rows_written_per_step},
                           {"disk_bytes", a.disk_bytes},
-                          {"store_requests_per_step", a.store_requests_per_step}};
+                          {"store_requests_per_step", a.store_requests_per_step},
+                          {"disk_read_ms_per_step_min", a.disk_bytes ? disk_read_ms_per_step(a, ctx) : 0.0}};
   }
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},
@@ -270,6 +290,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                          {"store_rows_written_per_step", r.chosen.prediction.store_rows_written_per_step},
                          {"disk_bytes", r.chosen.prediction.disk_bytes},
                          {"store_requests_per_step", r.chosen.prediction.store_requests_per_step},
+                         {"disk_read_ms_per_step_min",
+                          r.chosen.prediction.disk_bytes ? disk_read_ms_per_step(r.chosen.prediction, ctx) : 0.0},
                          {"comm_bytes_per_step", r.chosen.prediction.comm_bytes_per_step},
                          {"step_seconds", r.chosen.step_seconds}}}};
   {

@@ -18,6 +18,10 @@ struct ReportContext {
   std::string workload_text;   // one line describing the workload
   int64_t sequence_length = 0; // the deployment table's sequence length (0: pooled bags)
   int64_t checkpoint_every = 1000;
+  // Random reads per second of the disk a file store would use (plan --disk-iops, or measured by
+  // plan --probe-disk: tiered::probe_disk), and where the figure comes from; 0: unknown.
+  double disk_read_iops = 0;
+  std::string disk_read_iops_source;
 };
 
 std::string plan_report_text(const Workload& base, const PlannerOptions& options, const PlanResult& result,

@@ -10,6 +10,7 @@ target_sources(leanemb PRIVATE
   src/tiered/file_store.cc
   src/tiered/id_map.cc
   src/tiered/id_map_io.cc
+  src/tiered/disk_probe.cc
 )
 # PRIVATE: no public header includes liburing.h or xxhash.h. The libraries are linked by path
 # (<PREFIX>_LINK_LIBRARIES), not as PkgConfig:: imported targets: a static leanemb exports its

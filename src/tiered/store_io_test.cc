@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tiered/disk_probe.h"
 #include "tiered/file_store.h"
 
 namespace leanemb::tiered {
@@ -293,6 +294,29 @@ TEST(FileStoreFile, SecondProcessIsRefusedNamingTheHolder) {
   EXPECT_NE(message.find("pid " + std::to_string(::getpid())), std::string::npos) << message;
   held.value().reset();  // the lock goes with the store
   EXPECT_EQ(try_in_child(&message), static_cast<int>(StatusCode::kOk)) << message;
+  std::filesystem::remove_all(dir);
+}
+
+// plan --probe-disk: the probe writes a scratch file in full, reads random blocks of it, and
+// leaves nothing behind; a directory it cannot write is an IoError naming the file.
+TEST(DiskProbeTest, ProbesAWrittenScratchFileAndDeletesIt) {
+  const std::string dir = temp_dir("probe");
+  DiskProbeOptions o;
+  o.file_bytes = size_t{8} << 20;
+  o.seconds = 0.05;
+  o.queue_depth = 8;
+  auto p = probe_disk(dir, o);
+  if (!p.ok() && p.status().message().find("O_DIRECT") != std::string::npos)
+    GTEST_SKIP() << "no O_DIRECT here: " << p.status().to_string();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_GT(p.value().read_iops, 0.0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  auto missing = probe_disk(dir + "/no/such/dir", o);
+  EXPECT_EQ(missing.status().code(), StatusCode::kIoError);
+  EXPECT_NE(missing.status().message().find("leanemb_disk_probe."), std::string::npos) << missing.status().message();
+  EXPECT_EQ(random_read_iops(dir + "/none", 4096, 8, 0.01, 1).status().code(), StatusCode::kIoError);
+  o.block = 1000;
+  EXPECT_EQ(probe_disk(dir, o).status().code(), StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir);
 }
 
