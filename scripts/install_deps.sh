@@ -36,8 +36,8 @@ test_pkgs=(
   clang-14 libclang-rt-14-dev libomp-dev
   # headless Chromium: tests/report_chromium.sh renders the `report` and `plan --html` pages
   chromium
-  # tests/package_test.sh reads the man page of the .deb
-  man-db
+  # tests/package_test.sh renders the .deb's man page and runs its bash completion
+  man-db bash-completion
 )
 peer_pkgs=(linux-perf time stress-ng)
 
