@@ -21,6 +21,7 @@
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "core/json.h"
+#include "core/progress.h"
 
 namespace leanemb::train {
 
@@ -260,8 +261,12 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
   const bool lead = rank == 0;  // prints, writes metrics (every rank computes the same values)
   const bool quiet = ro.quiet || !lead;
   const std::string tag = "[" + ls.task + "] ";
+  bool tty_line_open = false;  // a terminal's progress line awaits its newline (line() below)
   auto say = [&](const std::string& s) {
-    if (!quiet) std::fprintf(stderr, "%s%s\n", tag.c_str(), s.c_str());
+    if (quiet) return;
+    if (tty_line_open) std::fputc('\n', stderr);  // keep the progress line, print below it
+    tty_line_open = false;
+    std::fprintf(stderr, "%s%s\n", tag.c_str(), s.c_str());
   };
   if (ls.grad_groups == 0) ls.grad_groups = world;
   if (ls.grad_groups % world != 0)
@@ -350,6 +355,9 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
     std::snprintf(buf, sizeof buf, "first step after %.2f s of start-up", startup_secs);
     say(buf);
   }
+  // Epochs: steps_per_epoch is counted in the first epoch when the task cannot tell it before.
+  int64_t steps_per_epoch = task->steps_per_epoch(), cur_epoch = -1, epoch_start_step = k.step;
+  const int64_t first_step = k.step;  // a resumed run's rate and ETA count this process's steps
   auto line = [&](bool final_line) {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto st = mem->stats();
@@ -359,13 +367,31 @@ Result<json> run_loop(const RunOptions& ro, LoopSettings ls) {
                   last_loss, last_eval.is_null() ? "-" : task->eval_headline(last_eval).c_str(),
                   format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
     if (quiet) return;
-    if (ro.progress_tty) std::fprintf(stderr, "\r%s%s\033[K%s", tag.c_str(), buf, final_line ? "\n" : "");
-    else std::fprintf(stderr, "%s%s\n", tag.c_str(), buf);
+    if (!ro.progress_tty) {
+      std::fprintf(stderr, "%s%s\n", tag.c_str(), buf);
+      return;
+    }
+    // A terminal: one line rewritten in place, with the share of the steps done, the rate and
+    // the ETA (core/progress.h); the periodic lines above stay as they are everywhere else.
+    const int64_t total = ls.steps > 0 ? ls.steps : steps_per_epoch > 0 && ls.epochs > 0 ? steps_per_epoch * ls.epochs : 0;
+    std::string t = "step " + std::to_string(k.step);
+    if (total > 0) {
+      char pct[48];
+      std::snprintf(pct, sizeof pct, "/%lld (%d%%)", static_cast<long long>(total),
+                    static_cast<int>(std::min<int64_t>(100, k.step * 100 / total)));
+      t += pct;
+    }
+    t += " | " + format_rate(secs > 0 ? samples_run / secs : 0.0, ls.progress_unit);
+    if (final_line) t += " | done in " + format_duration(secs);
+    else if (total > 0) t += " | ETA " + format_duration(eta_seconds(k.step - first_step, total - first_step, secs));
+    const char* rest = std::strstr(buf, " | loss ");  // loss, eval, memory: as in the periodic line
+    if (rest) t += rest;
+    std::fputs(tty_line(tag + t, final_line).c_str(), stderr);
+    tty_line_open = !final_line;
   };
   const std::set<int64_t> inject(ls.inject_nonfinite_steps.begin(), ls.inject_nonfinite_steps.end());
 
   // Epochs (train.eval_every_epochs): an epoch ended when a batch of the next one arrives.
-  int64_t steps_per_epoch = task->steps_per_epoch(), cur_epoch = -1, epoch_start_step = k.step;
   if (steps_per_epoch > 0) say(std::to_string(steps_per_epoch) + " steps per epoch");
   auto end_of_epoch = [&](int64_t epoch) -> Status {  // epoch (0-based) ended after step k.step
     if (steps_per_epoch <= 0 && epoch_start_step == 0 && epoch == 0) {
