@@ -94,10 +94,11 @@ int run_predict(const ServeArgs& a) {
   }
   static char buf[1 << 16];
   std::setvbuf(out, buf, _IOFBF, sizeof buf);
-  // A terminal gets one progress line with rate and ETA (by the input's bytes; core/progress.h).
+  // A terminal gets one progress line with rate and ETA (by the input's bytes; core/progress.h),
+  // unless the predictions themselves go to it.
   std::unique_ptr<TtyProgress> bar;
   serve::PredictProgress progress;
-  if (!a.quiet && isatty(STDERR_FILENO)) {
+  if (!a.quiet && isatty(STDERR_FILENO) && (file || !isatty(STDOUT_FILENO))) {
     struct stat sb {};
     const double mb = ::stat(a.data.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<double>(sb.st_size) / 1e6 : 0.0;
     bar = std::make_unique<TtyProgress>(stderr, "predict", "MB", mb);

@@ -65,7 +65,8 @@ std::string format_progress(const ProgressState& s) {
   t += ' ';
   t += format_count(s.done);
   if (s.total > 0) {
-    const double pct = std::min(100.0, std::max(0.0, 100.0 * s.done / s.total));
+    // Floored (99% until the end), and exactly 100 at the end (100 * x / x may be 99.999...).
+    const double pct = s.done >= s.total ? 100.0 : std::min(100.0, std::max(0.0, 100.0 * s.done / s.total));
     char p[16];
     std::snprintf(p, sizeof p, " (%.0f%%)", std::floor(pct));
     t += '/';

@@ -62,6 +62,8 @@ TEST(ProgressTest, LineWithTotal) {
   EXPECT_EQ(format_progress({"convert", "MB", 0, 40, 0.0, ""}), "convert 0/40 MB (0%) | - MB/s | ETA ?");
   EXPECT_EQ(format_progress({"convert", "MB", 40, 40, 8.0, "1.00M records"}),
             "convert 40/40 MB (100%) | 5 MB/s | done in 0:08 | 1.00M records");
+  // 100 * x / x is not always 100 in floating point; the end still says 100%.
+  EXPECT_EQ(format_progress({"predict", "MB", 5.123539, 5.123539, 1.0, ""}).substr(0, 31), "predict 5.12/5.12 MB (100%) | 5");
   // A percentage is floored: 99.9% is not shown as done.
   EXPECT_EQ(format_progress({"x", "rows", 999, 1000, 1.0, ""}), "x 999/1.00k rows (99%) | 999 rows/s | ETA 0:00");
 }
