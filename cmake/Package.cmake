@@ -21,8 +21,14 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/leanembConfig.cmake DESTINATION lib/cm
 # ---- generated at build time: the man page and bash completion from the CLI's --help, the pycs --
 set(LEANEMB_PKG_DIR ${CMAKE_BINARY_DIR}/pkg)
 set(_gen ${PROJECT_SOURCE_DIR}/scripts/gen_package_files.py)
+# Not in sanitizer builds (debug, tsan, fuzz presets): those binaries are not packaged, and running
+# them at build time would bring their runtime's reports (leak checks) into the build.
 find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
+set(LEANEMB_PACKAGE_FILES OFF)
+if(Python3_Interpreter_FOUND AND NOT LEANEMB_SANITIZE AND NOT LEANEMB_BUILD_FUZZERS)
+  set(LEANEMB_PACKAGE_FILES ON)
+endif()
+if(LEANEMB_PACKAGE_FILES)
   add_custom_command(OUTPUT ${LEANEMB_PKG_DIR}/leanemb.1.gz ${LEANEMB_PKG_DIR}/completion/leanemb
     COMMAND ${CMAKE_COMMAND} -E make_directory ${LEANEMB_PKG_DIR}/completion
     COMMAND ${Python3_EXECUTABLE} ${_gen} man $<TARGET_FILE:leanemb_cli> ${LEANEMB_PKG_DIR}/leanemb.1.gz
@@ -37,7 +43,7 @@ endif()
 # The Python package: the sources, the module (its build-tree RUNPATH is removed on install) and
 # checked-hash pycs, so that an import never writes __pycache__ into dist-packages.
 set(LEANEMB_PY_DEST lib/python3/dist-packages/leanemb)
-if(TARGET _leanemb)
+if(TARGET _leanemb AND LEANEMB_PACKAGE_FILES)
   install(TARGETS _leanemb LIBRARY DESTINATION ${LEANEMB_PY_DEST} COMPONENT python)
   install(FILES ${LEANEMB_PY_FILES} DESTINATION ${LEANEMB_PY_DEST} COMPONENT python)
   add_custom_command(OUTPUT ${LEANEMB_PKG_DIR}/pyc.stamp
@@ -98,7 +104,7 @@ include(CPack)
 
 # The package as CI checks it: built by cpack into a scratch directory, unpacked with dpkg -x and
 # used from there (tests/package_test.sh; needs dpkg-deb, man for the man page check).
-if(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND Python3_Interpreter_FOUND)
+if(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES)
   add_test(NAME package COMMAND ${PROJECT_SOURCE_DIR}/tests/package_test.sh ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
   set_tests_properties(package PROPERTIES TIMEOUT 300)
 endif()
