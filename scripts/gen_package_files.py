@@ -14,7 +14,6 @@ copy of its options. The pycs are shipped so that importing the installed packag
 __pycache__ into /usr/lib/python3/dist-packages (`apt remove` then leaves nothing behind).
 """
 import gzip
-import importlib.util
 import io
 import os
 import py_compile
@@ -87,12 +86,6 @@ class Command:
             section = "footer"
             self.footer.append(line)
 
-    def takes_value(self, names):
-        for n, t, _ in self.options:
-            if n == names:
-                return bool(t) and not t.startswith("=")
-        return False
-
 
 def clean_type(t):
     # "DIR:NONEMPTY REQUIRED" -> "DIR (required)"; "N:NONEMPTY=13" -> "N=13";
@@ -100,7 +93,7 @@ def clean_type(t):
     req = " REQUIRED" in t or t == "REQUIRED"
     t = t.replace(" REQUIRED", "").replace("REQUIRED", "")
     t = re.sub(r":[A-Z_]+( in \[[^\]]*\])?( AND [A-Z_]+)*", "", t)
-    t = t.replace(" x 1", "").replace(" ...", " ...").strip()
+    t = t.strip()
     return (t + " (required)").strip() if req else t
 
 
@@ -131,7 +124,7 @@ def man_page(cmds, version):
     o.write(".SH SYNOPSIS\n")
     for c in cmds[1:]:
         if not c.subcommands:
-            o.write(".B %s\n.br\n" % roff(c.usage.replace("[OPTIONS]", "[OPTIONS]").strip()))
+            o.write(".B %s\n.br\n" % roff(c.usage.strip()))
     o.write(".SH DESCRIPTION\n%s\n" % roff(re.sub(r"^leanemb: ", "", top.description)))
     o.write(".PP\nThe documentation of every command and config key is installed in\n"
             ".IR /usr/share/doc/leanemb/ ;\nthe docs/ paths below are relative to it.\n")
