@@ -50,7 +50,7 @@ field() { dpkg-deb -f "$DEB" "$1"; }
 [[ "$(field Package)" == leanemb && "$(field Version)" == "$VERSION" && "$(field Architecture)" == "$ARCH" ]] \
   && ok "control: leanemb $VERSION $ARCH" || fail "control: $(field Package) $(field Version) $(field Architecture)"
 deps=$(field Depends)
-for d in python3 python3-numpy python3-torch libc6 libopenblas0; do
+for d in python3 python3-numpy python3-torch libc6 libgomp1; do  # the last two: dpkg-shlibdeps
   [[ ",$deps," =~ [,\ ]$d[\ ,] ]] && ok "Depends names $d" || fail "Depends lacks $d: $deps"
 done
 dpkg-deb -c "$DEB" | awk '{print $6}' | sed 's|^\./|/|' > "$W/files"
