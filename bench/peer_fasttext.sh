@@ -21,7 +21,7 @@ LEANEMB=${1:-build/release/leanemb}
 OUT=${2:-bench/results/peer_fasttext.json}
 REPEAT=${3:-3}
 DATA=data/debian-text
-command -v fasttext > /dev/null || { echo "peer_fasttext: fasttext not installed (scripts/install_deps.sh)" >&2; exit 2; }
+command -v fasttext > /dev/null || { echo "peer_fasttext: fasttext not installed (scripts/install_deps.sh --tests)" >&2; exit 2; }
 [[ -x /usr/bin/time ]] || { echo "peer_fasttext: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
 if [[ ! -s $DATA/train.txt || ! -s $DATA/test.txt ]]; then
   /usr/bin/python3 scripts/debian_text_dataset.py "$DATA"

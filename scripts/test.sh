@@ -8,9 +8,14 @@
 # scripts/fuzz.sh).
 #   scripts/test.sh            all three presets and the fuzzers
 #   scripts/test.sh release    one preset (fuzz: the fuzzers alone)
+# The test-only packages (GoogleTest, Google Benchmark, clang, Chromium, fastText, ...) come from
+# `scripts/install_deps.sh --tests`; the tests are configured ON here, so a missing GoogleTest is a
+# configure error, not a build without tests (a plain `cmake --preset release` builds them only
+# when GoogleTest is found). The release preset also builds and checks the .deb
+# (tests/package_test.sh, CTest test `package`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
+scripts/install_deps.sh --tests
 presets=("$@")
 [[ ${#presets[@]} -eq 0 ]] && presets=(release debug tsan fuzz)
 extra=()
@@ -23,7 +28,9 @@ for p in "${presets[@]}"; do
     scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
     continue
   fi
-  cmake --preset "$p" "${extra[@]}" >/dev/null
+  want=(-DLEANEMB_BUILD_TESTS=ON)
+  [[ "$p" == release ]] && want+=(-DLEANEMB_BUILD_BENCHMARKS=ON)
+  cmake --preset "$p" "${want[@]}" "${extra[@]}" >/dev/null
   if [[ "$p" == tsan ]]; then
     cmake --build --preset tsan -j "$jobs" --target device_arena_test memory_test cache_test store_test dist_test core_test
   else

@@ -9,6 +9,10 @@
 #include <memory>
 #include <string>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/progress.h"
 #include "data/convert.h"
 #include "data/schema.h"
 #include "data/synthetic.h"
@@ -47,6 +51,10 @@ Result<double> parse_real(const std::string& flag, const std::string& v, double 
 
 void print_progress(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
+// A terminal gets one progress line with rate and ETA (core/progress.h); elsewhere the periodic
+// lines above stay.
+bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+
 // ---- convert ----------------------------------------------------------------------------------
 
 
@@ -65,7 +73,20 @@ int run_convert(const ConvertArgs& a) {
   o.num_sparse = static_cast<int>(ns.value());
   o.malformed.max_rate = rate.value();
   if (a.quiet) o.malformed.warn = [](const std::string&) {};
+  std::unique_ptr<TtyProgress> bar;
+  if (!a.quiet && stderr_is_tty()) {
+    struct stat sb {};
+    const double mb = ::stat(a.in.c_str(), &sb) == 0 ? static_cast<double>(sb.st_size) / 1e6 : 0.0;
+    bar = std::make_unique<TtyProgress>(stderr, "convert", "MB", mb);
+    o.progress = [&bar](int64_t bytes, int64_t records) {
+      bar->update(static_cast<double>(bytes) / 1e6, format_count(static_cast<double>(records)) + " records");
+    };
+  }
   auto rep = data::convert_to_binary(o);
+  if (bar && rep.ok())
+    bar->finish(static_cast<double>(rep->stats.bytes_read) / 1e6, format_count(static_cast<double>(rep->records)) + " records");
+  else if (bar && bar->printed())
+    std::fputc('\n', stderr);  // the error goes below the line
   if (!rep.ok()) return report_error(rep.status());
   const data::DataStats& st = rep->stats;
   std::string kinds;
@@ -116,7 +137,7 @@ Result<data::GenOptions> to_gen_options(const GenArgs& a) {
   LEANEMB_ASSIGN_OR_RETURN(o.target_auc, parse_real("--teacher-auc", a.teacher_auc, 0.501, 0.999));
   LEANEMB_ASSIGN_OR_RETURN(int64_t threads, parse_count("--threads", a.threads, 0, 1024));
   o.num_threads = static_cast<int>(threads);
-  if (!a.quiet) o.progress = print_progress;
+  if (!a.quiet && !stderr_is_tty()) o.progress = print_progress;
   return o;
 }
 
@@ -125,7 +146,11 @@ Result<data::GenOptions> to_gen_options(const GenArgs& a) {
 int run_gen_data(const GenArgs& a) {
   auto o = to_gen_options(a);
   if (!o.ok()) return report_error(o.status());
+  PhasedProgress bar(stderr, "gen-data", "rows");  // a terminal: one line per split
+  if (!a.quiet && stderr_is_tty())
+    o->progress_rows = [&bar](const char* split, int64_t done, int64_t rows) { bar.update(split, done, rows); };
   auto rep = data::generate_dataset(o.value());
+  bar.finish();
   if (!rep.ok()) return report_error(rep.status());
   const int64_t rows = o->train_rows + o->eval_rows;
   std::printf("gen-data: %lld train + %lld eval rows in %.2f s (%.2f M rows/s) -> %s, %s, %s\n",

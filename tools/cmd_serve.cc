@@ -7,7 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "core/json.h"
+#include "core/progress.h"
 
 #include "data/io.h"
 
@@ -90,11 +94,23 @@ int run_predict(const ServeArgs& a) {
   }
   static char buf[1 << 16];
   std::setvbuf(out, buf, _IOFBF, sizeof buf);
+  // A terminal gets one progress line with rate and ETA (by the input's bytes; core/progress.h),
+  // unless the predictions themselves go to it.
+  std::unique_ptr<TtyProgress> bar;
+  serve::PredictProgress progress;
+  if (!a.quiet && isatty(STDERR_FILENO) && (file || !isatty(STDOUT_FILENO))) {
+    struct stat sb {};
+    const double mb = ::stat(a.data.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) ? static_cast<double>(sb.st_size) / 1e6 : 0.0;
+    bar = std::make_unique<TtyProgress>(stderr, "predict", "MB", mb);
+    progress = [&bar](int64_t bytes, int64_t lines) {
+      bar->update(static_cast<double>(bytes) / 1e6, format_count(static_cast<double>(lines)) + " lines");
+    };
+  }
   Result<serve::PredictStats> ps = serve::PredictStats{};
   if (run.value().task == "ctr") {
     auto m = serve::load_ctr(run.value(), a.sets);
     if (!m.ok()) return report_error(m.status());
-    ps = serve::predict_ctr_file(*m.value(), a.data, out);
+    ps = serve::predict_ctr_file(*m.value(), a.data, out, progress);
   } else {
     auto m = serve::load_text(run.value(), a.sets);
     if (!m.ok()) return report_error(m.status());
@@ -102,7 +118,11 @@ int run_predict(const ServeArgs& a) {
     o.k = static_cast<int>(a.k);
     o.probs = a.probs;
     o.threshold = a.threshold;
-    ps = serve::predict_text_file(*m.value(), a.data, o, out);
+    ps = serve::predict_text_file(*m.value(), a.data, o, out, progress);
+  }
+  if (bar && bar->printed()) {  // the last line, complete, above the summary or the error
+    if (ps.ok()) bar->finish(bar->total() > 0 ? bar->total() : 0.0, format_count(static_cast<double>(ps->lines)) + " lines");
+    else std::fputc('\n', stderr);
   }
   if (!ps.ok()) {
     // A write error names the output (the predictor only knows a FILE*).

@@ -31,6 +31,8 @@ Result<ConvertReport> convert_to_binary(const ConvertOptions& o) {
     LEANEMB_ASSIGN_OR_RETURN(bool got, source->next(&r));
     if (!got) break;
     LEANEMB_RETURN_IF_ERROR(writer->add(r));
+    if (o.progress && writer->num_records() % 4096 == 0)
+      o.progress(tracker.stats().bytes_read, static_cast<int64_t>(writer->num_records()));
   }
   const DataStats& st = tracker.stats();
   ConvertReport rep;

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "data/malformed.h"
@@ -22,6 +23,9 @@ struct ConvertOptions {
   MalformedPolicy malformed;  // fails the conversion (no output) above max_rate
   size_t read_chunk_bytes = size_t{4} << 20;
   size_t block_bytes = size_t{1} << 20;  // payload per checksummed block
+  // Called every few thousand records with the input bytes read and the records written so far
+  // (a terminal's progress line, core/progress.h); null = none.
+  std::function<void(int64_t bytes_read, int64_t records)> progress;
 };
 
 struct ConvertReport {

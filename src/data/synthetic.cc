@@ -361,6 +361,7 @@ Status write_split(const GenOptions& o, const Generator& gen, uint64_t split, in
   const auto t0 = std::chrono::steady_clock::now();
   auto last_report = t0;
   *positives = 0;
+  if (o.progress_rows) o.progress_rows(name, 0, rows);  // the split starts (its line's clock)
   for (int64_t c0 = 0; c0 < num_chunks; c0 += wave) {
     const int64_t c1 = std::min(num_chunks, c0 + wave);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
@@ -397,6 +398,10 @@ Status write_split(const GenOptions& o, const Generator& gen, uint64_t split, in
       const int64_t n = std::min(rows, (c + 1) * kChunkRows) - c * kChunkRows;
       if (tsv) LEANEMB_RETURN_IF_ERROR(tsv->write(text[slot]));
       else LEANEMB_RETURN_IF_ERROR(bin->add_encoded(bytes[slot], static_cast<uint64_t>(n)));
+    }
+    if (o.progress_rows) {  // the caller rate-limits; every chunk group, and the split's end
+      o.progress_rows(name, std::min(rows, c1 * kChunkRows), rows);
+      continue;
     }
     const auto now = std::chrono::steady_clock::now();
     if (o.progress && std::chrono::duration<double>(now - last_report).count() >= 1.0) {

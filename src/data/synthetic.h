@@ -67,6 +67,9 @@ struct GenOptions {
   int num_threads = 0;               // OpenMP threads; 0 = OpenMP's default
   // Receives progress lines (about one per second for long runs); null = none.
   std::function<void(const std::string&)> progress;
+  // Instead of `progress` when set (a terminal's progress line, core/progress.h): the split
+  // ("train", "eval"), its rows written and its rows, every few chunks and once at its end.
+  std::function<void(const char* split, int64_t done, int64_t rows)> progress_rows;
 };
 
 struct GenReport {

@@ -25,7 +25,7 @@ Status write_error(std::FILE* out) {
 
 }  // namespace
 
-Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std::FILE* out) {
+Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std::FILE* out, const PredictProgress& progress) {
   const auto t0 = Clock::now();
   PredictStats ps;
   char buf[32];
@@ -36,7 +36,7 @@ Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std
     }
     ps.lines += static_cast<int64_t>(p.size());
     return write_error(out);
-  });
+  }, progress ? std::function<void(int64_t)>([&](int64_t bytes) { progress(bytes, ps.lines); }) : std::function<void(int64_t)>());
   if (!stats.ok()) return stats.status();
   std::fflush(out);
   LEANEMB_RETURN_IF_ERROR(write_error(out));
@@ -45,7 +45,8 @@ Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std
   return ps;
 }
 
-Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, const TextPredictOptions& o, std::FILE* out) {
+Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, const TextPredictOptions& o, std::FILE* out,
+                                       const PredictProgress& progress) {
   if (o.k < 1) return invalid_argument("--k must be >= 1, got " + std::to_string(o.k));
   std::ifstream in(file, std::ios::binary);
   if (!in) return not_found("cannot open data file '" + file + "'");
@@ -108,7 +109,10 @@ Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, c
     const bool words = text::encode_words(line, m.dict, m.config.data, &ids) > 0;
     if (words) offsets.push_back(static_cast<int64_t>(ids.size()));
     has_words.push_back(words ? 1 : 0);
-    if (static_cast<int64_t>(has_words.size()) >= kBatch) LEANEMB_RETURN_IF_ERROR(flush());
+    if (static_cast<int64_t>(has_words.size()) >= kBatch) {
+      LEANEMB_RETURN_IF_ERROR(flush());
+      if (progress) progress(static_cast<int64_t>(in.tellg()), ps.lines);
+    }
   }
   if (in.bad()) return io_error("read error in '" + file + "' after line " + std::to_string(ps.lines + static_cast<int64_t>(has_words.size())));
   LEANEMB_RETURN_IF_ERROR(flush());

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -37,7 +38,11 @@ struct PredictStats {
 
 // Writes "%.9g\n" per record (the float's exact value). Errors: the reader's (NotFound,
 // InvalidArgument above the malformed rate naming file and line), IoError writing `out`.
-Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std::FILE* out);
+// `progress`, when set, is called after each batch with the input bytes read so far and the
+// lines written (a terminal's progress line, core/progress.h).
+using PredictProgress = std::function<void(int64_t bytes_read, int64_t lines)>;
+Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std::FILE* out,
+                                      const PredictProgress& progress = {});
 
 struct TextPredictOptions {
   int k = 1;               // >= 1; more than the labels: all of them
@@ -45,7 +50,7 @@ struct TextPredictOptions {
   double threshold = 0.0;  // leave out labels with a lower probability
 };
 Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, const TextPredictOptions& options,
-                                       std::FILE* out);
+                                       std::FILE* out, const PredictProgress& progress = {});
 
 // CTR: {"task": "ctr", "rows", "auc", "logloss", "malformed"}; text: {"task": "text", "k",
 // "examples", "precision_at_k", "recall_at_k", "precision_at_1", "recall_at_1", "predictions",

@@ -321,6 +321,7 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.progress_unit = "examples";
   ls.origin = c.origin;
   ls.steps = ro.steps >= 0 ? ro.steps : c.steps;
+  ls.epochs = ls.steps > 0 ? 0 : c.epochs;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
   ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;

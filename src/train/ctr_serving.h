@@ -35,7 +35,8 @@ Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::
 // (0: all). Returns the reader's statistics.
 Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files,
                                     int64_t max_rows,
-                                    const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch);
+                                    const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch,
+                                    const std::function<void(int64_t bytes_read)>& on_read = {});
 // predict_ctr, then {"auc", "logloss", "rows"} of the records' labels against the probabilities
 // (`stats`, when given, receives the reader's statistics).
 Result<nlohmann::json> evaluate_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files,

@@ -21,6 +21,7 @@
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "core/json.h"
+#include "core/progress.h"
 
 namespace leanemb::train {
 
@@ -267,7 +268,10 @@ class Run {
 
  private:
   void say(const std::string& s) const {
-    if (!quiet_) std::fprintf(stderr, "%s%s\n", tag_.c_str(), s.c_str());
+    if (quiet_) return;
+    if (tty_line_open_) std::fputc('\n', stderr);  // keep the progress line, print below it
+    tty_line_open_ = false;
+    std::fprintf(stderr, "%s%s\n", tag_.c_str(), s.c_str());
   }
   void log_metrics(const json& j) {
     if (metrics_) metrics_->append(dump_json(j), k_.step);
@@ -286,6 +290,7 @@ class Run {
   int world_ = 1, rank_ = 0;
   bool lead_ = true;  // prints, writes metrics (every rank computes the same values)
   bool quiet_ = false;
+  mutable bool tty_line_open_ = false;  // a terminal's progress line awaits its newline
   std::string tag_;
   std::unique_ptr<RunDir> run_dir_;
   ResumePoint resume_at_;
@@ -308,6 +313,7 @@ class Run {
   double startup_secs_ = 0, train_secs_ = 0;
   // Epochs (train.eval_every_epochs): an epoch ended when a batch of the next one arrives.
   int64_t steps_per_epoch_ = 0, cur_epoch_ = -1, epoch_start_step_ = 0;
+  int64_t first_step_ = 0;  // a resumed run's rate and ETA count this process's steps
   std::unique_ptr<DivergenceMonitor> divergence_;
   std::string diverged_;  // "diverged at step N: ..." once the run diverged
   bool stopped_ = false;  // a signal (StopSignal) stopped the run after a step
@@ -402,8 +408,28 @@ void Run::progress_line(bool final_line) const {
                 last_loss_, last_eval_.is_null() ? "-" : task_->eval_headline(last_eval_).c_str(),
                 format_bytes(st[0].current_bytes).c_str(), format_bytes(st[1].current_bytes).c_str());
   if (quiet_) return;
-  if (ro_.progress_tty) std::fprintf(stderr, "\r%s%s\033[K%s", tag_.c_str(), buf, final_line ? "\n" : "");
-  else std::fprintf(stderr, "%s%s\n", tag_.c_str(), buf);
+  if (!ro_.progress_tty) {
+    std::fprintf(stderr, "%s%s\n", tag_.c_str(), buf);
+    return;
+  }
+  // A terminal: one line rewritten in place, with the share of the steps done, the rate and the
+  // ETA (core/progress.h); the periodic lines above stay as they are everywhere else.
+  const int64_t total =
+      ls_.steps > 0 ? ls_.steps : steps_per_epoch_ > 0 && ls_.epochs > 0 ? steps_per_epoch_ * ls_.epochs : 0;
+  std::string t = "step " + std::to_string(k_.step);
+  if (total > 0) {
+    char pct[48];
+    std::snprintf(pct, sizeof pct, "/%lld (%d%%)", static_cast<long long>(total),
+                  static_cast<int>(std::min<int64_t>(100, k_.step * 100 / total)));
+    t += pct;
+  }
+  t += " | " + format_rate(secs > 0 ? samples_run_ / secs : 0.0, ls_.progress_unit);
+  if (final_line) t += " | done in " + format_duration(secs);
+  else if (total > 0) t += " | ETA " + format_duration(eta_seconds(k_.step - first_step_, total - first_step_, secs));
+  const char* rest = std::strstr(buf, " | loss ");  // loss, eval, memory: as in the periodic line
+  if (rest) t += rest;
+  std::fputs(tty_line(tag_ + t, final_line).c_str(), stderr);
+  tty_line_open_ = !final_line;
 }
 
 Status Run::end_of_epoch(int64_t epoch) {
@@ -443,6 +469,7 @@ Status Run::steps() {
   const std::set<int64_t> inject(ls_.inject_nonfinite_steps.begin(), ls_.inject_nonfinite_steps.end());
   steps_per_epoch_ = task_->steps_per_epoch();
   epoch_start_step_ = k_.step;
+  first_step_ = k_.step;
   if (steps_per_epoch_ > 0) say(std::to_string(steps_per_epoch_) + " steps per epoch");
   DivergenceOptions dopt;
   dopt.max_consecutive_skipped = ls_.max_consecutive_skipped;

@@ -90,6 +90,7 @@ struct LoopSettings {
   std::string task = "ctr";        // recorded in train/state
   std::string origin;              // the config's file name
   int64_t steps = 0;               // 0: until the data ends
+  int64_t epochs = 0;              // with steps 0: the reader's passes (the terminal progress line's ETA); 0: unknown
   int64_t eval_every = 0;          // steps; 0: only at the end
   int64_t eval_every_epochs = 0;   // also at the end of every N-th epoch (0: no)
   int64_t checkpoint_every = 0;    // steps; 0: only at the end; < 0: never (no final one either)

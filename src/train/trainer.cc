@@ -23,6 +23,7 @@
 #include "tiered/sizes.h"
 #include "train/task.h"
 #include "core/json.h"
+#include "core/progress.h"
 
 namespace leanemb::train {
 
@@ -90,7 +91,8 @@ Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::
 
 Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files,
                                     int64_t max_rows,
-                                    const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch) {
+                                    const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch,
+                                    const std::function<void(int64_t bytes_read)>& on_read) {
   LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, ctr_reader_options(c, files, false));
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(ro));
   data::Batch batch;
@@ -109,6 +111,7 @@ Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c
     }
     rows += take;
     LEANEMB_RETURN_IF_ERROR(on_batch(batch, p));
+    if (on_read) on_read(reader->stats().bytes_read);
   }
   return reader->stats();
 }
@@ -174,7 +177,7 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
 
 // Data: generate when asked and missing (with several ranks: rank 0 generates, the others wait
 // for its meta.json, written last, then meet it at a barrier); then every input is checked.
-Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, bool quiet, double* teacher_auc) {
+Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, bool quiet, bool tty, double* teacher_auc) {
   const int world = comm ? comm->size() : 1;
   auto say = [&](const std::string& s) {
     if (!quiet && lead) std::fprintf(stderr, "[ctr] %s\n", s.c_str());
@@ -199,8 +202,12 @@ Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, b
           std::to_string(c.gen.eval_rows) + " eval rows)");
       data::GenOptions g = c.gen;
       g.num_threads = c.threads;
-      if (!quiet) g.progress = [&](const std::string& line) { say(line); };
-      LEANEMB_ASSIGN_OR_RETURN(data::GenReport rep, data::generate_dataset(g));
+      PhasedProgress bar(stderr, "[ctr] generating", "rows");  // a terminal: one line per split
+      if (!quiet && lead && tty) g.progress_rows = [&](const char* split, int64_t done, int64_t rows) { bar.update(split, done, rows); };
+      else if (!quiet) g.progress = [&](const std::string& line) { say(line); };
+      auto generated = data::generate_dataset(g);
+      bar.finish();
+      LEANEMB_ASSIGN_OR_RETURN(data::GenReport rep, std::move(generated));
       say("generated in " + std::to_string(rep.seconds).substr(0, 5) + " s; teacher AUC on eval " +
           std::to_string(rep.teacher_auc).substr(0, 6));
     }
@@ -380,6 +387,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.task = "ctr";
   ls.origin = c.origin;
   ls.steps = c.steps;
+  ls.epochs = ls.steps > 0 ? 0 : c.epochs;
   ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
   ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
@@ -399,9 +407,9 @@ Result<json> run_training(const RunOptions& ro) {
   // model.table_rows = "auto": sized after the data is there (generated or checked), before the
   // plan and the model; `shared` carries the sizes to the plan and the task (train/table_rows.h).
   auto shared = std::make_shared<TrainConfig>(c);
-  ls.prepare = [shared, teacher_auc, quiet = ro.quiet, out = ro.out_dir, resume = ro.resume](dist::Communicator* comm,
-                                                                                              bool lead) -> Status {
-    LEANEMB_RETURN_IF_ERROR(prepare_data(*shared, comm, lead, quiet, teacher_auc.get()));
+  ls.prepare = [shared, teacher_auc, quiet = ro.quiet, tty = ro.progress_tty, out = ro.out_dir,
+                resume = ro.resume](dist::Communicator* comm, bool lead) -> Status {
+    LEANEMB_RETURN_IF_ERROR(prepare_data(*shared, comm, lead, quiet, tty, teacher_auc.get()));
     std::string said;
     LEANEMB_RETURN_IF_ERROR(resolve_table_rows(shared.get(), out, resume, lead, &said));
     if (!said.empty() && lead && !quiet) std::fprintf(stderr, "[ctr] %s\n", said.c_str());
