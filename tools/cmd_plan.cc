@@ -12,7 +12,7 @@
 #include "plan/parity.h"
 #include "plan/planner.h"
 #include "plan/report.h"
-#include "plan/workload.h"
+#include "train/ctr_plan.h"
 #include "text/text_config.h"
 #include "text/text_plan.h"
 #include "tiered/disk_probe.h"
@@ -142,7 +142,7 @@ int run_plan(const PlanArgs& a) {
         if (Status st = train::resolve_table_rows(&cfg, "", false, false, &said); !st.ok()) return report_error(st);
         std::fprintf(stderr, "leanemb: %s\n", said.c_str());
       }
-      auto wl = plan::workload_from_config(cfg);
+      auto wl = train::ctr_workload(cfg);
       if (!wl.ok()) return report_error(wl.status());
       w = std::move(wl).value();
       if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
@@ -219,7 +219,7 @@ int run_plan(const PlanArgs& a) {
     out.memory.placement = c.placement;
     if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
     std::ofstream f(a.write_config);
-    f << plan::config_to_toml(out);
+    f << train::config_to_toml(out);
     f.close();  // flushes: a write error shows here
     if (!f) return report_error(io_error("cannot write --write-config file '" + a.write_config + "'"));
     std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());

@@ -16,7 +16,7 @@
 
 #include "dist/dist_testing.h"
 #include "plan/plan_testing.h"
-#include "plan/workload.h"
+#include "train/ctr_plan.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -60,7 +60,7 @@ class PredictionVsMeasurement : public ::testing::TestWithParam<RunCase> {};
 TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
   auto cfg = small_config(GetParam());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  auto w = workload_from_config(cfg.value());
+  auto w = train::ctr_workload(cfg.value());
   ASSERT_TRUE(w.ok()) << w.status().message();
   auto pred = predict_memory(w.value());
   ASSERT_TRUE(pred.ok()) << pred.status().message();
@@ -171,7 +171,7 @@ TEST_P(ShardedPredictionVsMeasurement, DevicePeakWithin5PercentCommBuffersWithin
   const ShardedCase& sc = GetParam();
   auto cfg = small_config(RunCase{sc.name, sc.sets});
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  auto w = workload_from_config(cfg.value());
+  auto w = train::ctr_workload(cfg.value());
   ASSERT_TRUE(w.ok()) << w.status().message();
   w.value().num_shards = sc.world;
   w.value().grad_groups = cfg.value().grad_groups == 0 ? sc.world : cfg.value().grad_groups;

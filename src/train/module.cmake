@@ -17,6 +17,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/input_check.cc
   ${CMAKE_CURRENT_LIST_DIR}/config_diff.cc
   ${CMAKE_CURRENT_LIST_DIR}/table_rows.cc
+  ${CMAKE_CURRENT_LIST_DIR}/ctr_plan.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)

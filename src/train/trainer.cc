@@ -15,7 +15,7 @@
 #include "dist/communicator.h"
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
-#include "plan/workload.h"
+#include "train/ctr_plan.h"
 #include "train/ctr_serving.h"
 #include "train/table_rows.h"
 #include "train/input_check.h"
@@ -417,7 +417,7 @@ Result<json> run_training(const RunOptions& ro) {
   };
   ls.plan = [shared](int world) -> Result<plan::Prediction> {
     const TrainConfig& c = *shared;
-    LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, plan::workload_from_config(c));
+    LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, train::ctr_workload(c));
     workload.num_shards = world;  // the plan of one rank (its share of the rows; docs/dist.md)
     workload.grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
     if (workload.file_store) {  // the block size the row files will get (the store directory exists by now)

@@ -1,5 +1,5 @@
-// workload_from_config and config_to_toml. See workload.h.
-#include "plan/workload.h"
+// ctr_workload and config_to_toml. See ctr_plan.h.
+#include "train/ctr_plan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,9 +7,11 @@
 
 #include "tiered/row_cache.h"
 
-namespace leanemb::plan {
+namespace leanemb::train {
 
-Result<Workload> workload_from_config(const train::TrainConfig& c) {
+using namespace plan;  // NOLINT: the memory model's types, throughout
+
+Result<Workload> ctr_workload(const TrainConfig& c) {
   Workload w;
   w.kind = WorkloadKind::kCtr;
   w.batch_size = c.batch_size;
@@ -107,7 +109,7 @@ const char* dense_opt_str(nn::DenseOptimizerKind k) {
 const char* init_str(InitKind k) { return k == InitKind::kUniform ? "uniform" : (k == InitKind::kNormal ? "normal" : "zeros"); }
 }  // namespace
 
-std::string config_to_toml(const train::TrainConfig& c) {
+std::string config_to_toml(const TrainConfig& c) {
   std::ostringstream o;
   o << "# Written by `leanemb plan --write-config` (docs/plan.md); every key: docs/train.md.\n\n[data]\n";
   if (c.generate) {
@@ -165,4 +167,4 @@ std::string config_to_toml(const train::TrainConfig& c) {
   return o.str();
 }
 
-}  // namespace leanemb::plan
+}  // namespace leanemb::train

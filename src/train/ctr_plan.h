@@ -9,14 +9,16 @@
 #include "plan/memory_model.h"
 #include "train/config.h"
 
-namespace leanemb::plan {
+// The CTR task's contribution to the memory model (as text/text_plan.h is the text task's):
+// plan/ depends on no task.
+namespace leanemb::train {
 
 // Errors: InvalidArgument (a config the memory model cannot describe).
-Result<Workload> workload_from_config(const train::TrainConfig& c);
+Result<plan::Workload> ctr_workload(const TrainConfig& c);
 
 // Writes the config back with the fields a plan decides replaced (row dtype, state dtype,
 // optimizer, precision, micro-batches, activation checkpointing, placement, reserve), as TOML
 // that parse_config accepts.
-std::string config_to_toml(const train::TrainConfig& c);
+std::string config_to_toml(const TrainConfig& c);
 
-}  // namespace leanemb::plan
+}  // namespace leanemb::train
