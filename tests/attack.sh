@@ -164,6 +164,10 @@ try "$LEANEMB" export --run "$W/run" --out "$HOLD" --serving
 verdict export_serving_onto_locked_run 1 "output directory '$HOLD' $HOLDER_IS" -- "$(lock_kept)"
 try "$LEANEMB" export --run "$W/run" --out "$HOLD" --serving --overwrite
 verdict export_serving_overwrite_onto_locked_run 1 "output directory '$HOLD' $HOLDER_IS" -- "$(lock_kept)"
+try "$LEANEMB" export --run "$W/run" --out "$HOLD"
+extra=$(lock_kept)
+[[ -e "$HOLD/manifest.json" ]] && extra+="the plain export wrote manifest.json into the holder's directory; "
+verdict export_onto_locked_run 1 "output directory '$HOLD' $HOLDER_IS" -- "$extra"
 
 # A second run on the holder's file store (another --out, the same embedding.store_dir).
 try train "${STORE[@]}" --steps 4 --out "$W/store2"

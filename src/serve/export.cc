@@ -347,6 +347,10 @@ Status write_npy_header(std::FILE* f, std::span<const int64_t> shape) {
 
 Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   LEANEMB_RETURN_IF_ERROR(make_dirs(o.out_dir));
+  // writers_own_their_dirs: the export holds out_dir's lock while it writes (a running `leanemb
+  // train` or another export there refuses it, and it refuses them). It replaces only its own
+  // files (manifest.json, *.npy, words.vec), so there is no consent check as for --serving.
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::DirLock> lock, train::DirLock::acquire(o.out_dir));
   json manifest = {{"format", "leanemb-export-1"}, {"task", run.task}, {"checkpoint", run.checkpoint}, {"step", run.step},
                    {"npy", "NumPy format 1.0, little-endian float32, C order"}};
   std::string said;
