@@ -17,6 +17,7 @@
 #include "bench_internal.h"
 #include "leanemb/checkpoint.h"
 #include "core/json.h"
+#include "train/run_dir.h"
 
 namespace leanemb::bench::internal {
 namespace {
@@ -122,6 +123,9 @@ Status run_restore(const BenchOptions& o, const Progress& progress, json* doc) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status(StatusCode::kIoError, "restore: cannot create " + dir.string() + ": " + ec.message());
+  // The directory's lock for the whole benchmark (writers_own_their_dirs): it writes table files
+  // and checkpoints there, so a directory a run holds is refused, naming the holder.
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::DirLock> lock, train::DirLock::acquire(dir.string()));
   const uint64_t seed = o.seed;
 
   progress("restore: %lld rows x %lld %s, %s, cache %.0f%%; filling the source table", static_cast<long long>(s.rows),

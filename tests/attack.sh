@@ -168,6 +168,10 @@ try "$LEANEMB" export --run "$W/run" --out "$HOLD"
 extra=$(lock_kept)
 [[ -e "$HOLD/manifest.json" ]] && extra+="the plain export wrote manifest.json into the holder's directory; "
 verdict export_onto_locked_run 1 "output directory '$HOLD' $HOLDER_IS" -- "$extra"
+try "$LEANEMB" bench --workload restore --rows 1000 --dim 8 --iters 1 --store-path "$HOLD" --quiet
+extra=$(lock_kept)
+compgen -G "$HOLD/*.rows" > /dev/null && extra+="the benchmark wrote a table file into the holder's directory; "
+verdict bench_restore_onto_locked_run 1 "output directory '$HOLD' $HOLDER_IS" -- "$extra"
 
 # A second run on the holder's file store (another --out, the same embedding.store_dir).
 try train "${STORE[@]}" --steps 4 --out "$W/store2"
