@@ -55,16 +55,15 @@ Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
 
 }  // namespace
 
-int run_plan(const PlanArgs& a) {
+namespace {
+
+// The planner's options from the flags.
+Result<plan::PlannerOptions> planner_options(const PlanArgs& a) {
   plan::PlannerOptions po;
-  auto preset = plan::find_preset(a.preset);
-  if (!preset.ok()) return report_error(preset.status());
-  po.preset = preset.value();
+  LEANEMB_ASSIGN_OR_RETURN(po.preset, plan::find_preset(a.preset));
   for (auto [s, dst] : {std::pair{&a.device_budget, &po.device_budget_bytes}, {&a.host_budget, &po.host_budget_bytes}}) {
     if (s->empty()) continue;
-    auto b = parse_bytes(*s);
-    if (!b.ok()) return report_error(b.status());
-    *dst = b.value();
+    LEANEMB_ASSIGN_OR_RETURN(*dst, parse_bytes(*s));
   }
   po.allow_rowwise = a.allow_rowwise;
   po.allow_bf16_state = a.allow_bf16_state;
@@ -76,154 +75,175 @@ int run_plan(const PlanArgs& a) {
       continue;
     }
     auto lo = plan::parse_lean_option(n);
-    if (!lo.ok()) return report_error(invalid_argument("--allow-unproven: " + lo.status().message()));
+    if (!lo.ok()) return invalid_argument("--allow-unproven: " + lo.status().message());
     po.allow_unproven.push_back(lo.value());
   }
   po.max_shards = a.max_shards;
   po.keep_precision = a.keep_precision;
   po.allow_host = !a.no_host && !a.largest_table;
-  if (a.max_shards < 1) return report_error(invalid_argument("--max-shards must be >= 1"));
+  if (a.max_shards < 1) return invalid_argument("--max-shards must be >= 1");
+  return po;
+}
 
-  plan::Workload w;
-  plan::ReportContext ctx;
-  if (a.disk_iops > 0 && !a.probe_disk.empty()) return report_error(invalid_argument("--disk-iops and --probe-disk: give one"));
+// --disk-iops / --probe-disk into the report's context.
+Status disk_rate(const PlanArgs& a, plan::ReportContext* ctx) {
+  if (a.disk_iops > 0 && !a.probe_disk.empty()) return invalid_argument("--disk-iops and --probe-disk: give one");
   if (a.disk_iops > 0) {
-    ctx.disk_read_iops = a.disk_iops;
-    ctx.disk_read_iops_source = "--disk-iops";
+    ctx->disk_read_iops = a.disk_iops;
+    ctx->disk_read_iops_source = "--disk-iops";
   }
   if (!a.probe_disk.empty()) {
     auto probe = tiered::probe_disk(a.probe_disk);
-    if (!probe.ok()) return report_error(Status(probe.status().code(), "--probe-disk: " + probe.status().message()));
-    ctx.disk_read_iops = probe.value().read_iops;
-    ctx.disk_read_iops_source = "probed in " + a.probe_disk + ": 4 KiB at queue depth 64";
+    if (!probe.ok()) return Status(probe.status().code(), "--probe-disk: " + probe.status().message());
+    ctx->disk_read_iops = probe.value().read_iops;
+    ctx->disk_read_iops_source = "probed in " + a.probe_disk + ": 4 KiB at queue depth 64";
   }
-  train::TrainConfig cfg;
-  const bool from_config = !a.config.empty();
+  return Status();
+}
+
+// A text config's workload: the data is read (dictionary rows, ids per line) to size it.
+Result<plan::Workload> text_config_workload(const PlanArgs& a, plan::ReportContext* ctx) {
+  if (!a.write_config.empty()) return invalid_argument("--write-config is for CTR configs");
+  LEANEMB_ASSIGN_OR_RETURN(text::TextConfig tc, text::load_text_config(a.config, a.sets));
+  LEANEMB_ASSIGN_OR_RETURN(auto data, text::read_text_data(tc));
+  LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, text::text_workload(tc, *data));
+  ctx->workload_text = "text model of " + a.config + ": " + std::to_string(w.tables[0].num_rows) + " rows x dim " +
+                       std::to_string(w.tables[0].dim) + ", " + std::to_string(w.num_labels) + " labels, batch " +
+                       std::to_string(w.batch_size);
+  if (tc.checkpoint_every > 0) ctx->checkpoint_every = tc.checkpoint_every;
+  return w;
+}
+
+// A CTR config's workload (*cfg: the config, for --write-config).
+Result<plan::Workload> ctr_config_workload(const PlanArgs& a, train::TrainConfig* cfg, plan::ReportContext* ctx) {
+  LEANEMB_ASSIGN_OR_RETURN(*cfg, train::load_config(a.config, a.sets));
+  if (cfg->table_rows_auto) {  // counted from the training files, as `leanemb train` does (train/table_rows.h)
+    for (const std::string& f : cfg->train_files) {
+      std::error_code ec;
+      if (!std::filesystem::exists(f, ec))
+        return invalid_argument(a.config + ": model.table_rows = \"auto\" is derived from the training data, and '" + f +
+                                "' does not exist" +
+                                (cfg->generate ? " (data.generate: `leanemb train` generates it first)" : "") +
+                                "; plan needs the data, or the sizes: --set 'model.table_rows=[...]'");
+    }
+    std::string said;
+    LEANEMB_RETURN_IF_ERROR(train::resolve_table_rows(cfg, "", false, false, &said));
+    std::fprintf(stderr, "leanemb: %s\n", said.c_str());
+  }
+  LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, train::ctr_workload(*cfg));
+  if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
+    std::filesystem::path d = cfg->store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg->store_dir);
+    std::error_code ec;
+    while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
+    w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
+  }
+  ctx->workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg->num_sparse) + " tables, dim " +
+                       std::to_string(cfg->embedding_dim) + ", batch " + std::to_string(cfg->batch_size);
+  if (cfg->checkpoint_every > 0) ctx->checkpoint_every = cfg->checkpoint_every;
+  return w;
+}
+
+// The workload of --config (text or CTR), or of the flags.
+Result<plan::Workload> workload_of(const PlanArgs& a, train::TrainConfig* cfg, plan::ReportContext* ctx) {
+  if (a.config.empty()) {
+    if (!a.sets.empty()) return invalid_argument("--set needs --config");
+    ctx->sequence_length = a.seq_len > 1 ? a.seq_len : 0;
+    return flag_workload(a, &ctx->workload_text);
+  }
   // outputs_never_alias_inputs: --write-config or --html naming the --config read (data/io.h).
   const data::NamedPath config_in{"--config", a.config};
   for (const data::NamedPath& out : {data::NamedPath{"--write-config", a.write_config}, data::NamedPath{"--html", a.html}})
-    if (!out.path.empty() && from_config)
-      if (Status s = data::check_output_not_input(out, std::span<const data::NamedPath>(&config_in, 1)); !s.ok()) return report_error(s);
-  if (from_config) {
-    if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
-      return report_error(invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)"));
-    // A text config (task = "text"): the data is read (dictionary rows, ids per line) to size it.
-    auto text = train::read_text_file(a.config, "config");
-    if (!text.ok()) return report_error(text.status());
-    auto task = train::config_task(text.value(), a.config, a.sets);
-    if (!task.ok()) return report_error(task.status());
-    if (task.value() == "text") {
-      if (!a.write_config.empty()) return report_error(invalid_argument("--write-config is for CTR configs"));
-      auto tc = text::load_text_config(a.config, a.sets);
-      if (!tc.ok()) return report_error(tc.status());
-      auto data = text::read_text_data(tc.value());
-      if (!data.ok()) return report_error(data.status());
-      auto wl = text::text_workload(tc.value(), *data.value());
-      if (!wl.ok()) return report_error(wl.status());
-      w = std::move(wl).value();
-      ctx.workload_text = "text model of " + a.config + ": " + std::to_string(w.tables[0].num_rows) + " rows x dim " +
-                          std::to_string(w.tables[0].dim) + ", " + std::to_string(w.num_labels) + " labels, batch " +
-                          std::to_string(w.batch_size);
-      if (tc.value().checkpoint_every > 0) ctx.checkpoint_every = tc.value().checkpoint_every;
-    } else {
-      auto c = train::load_config(a.config, a.sets);
-      if (!c.ok()) return report_error(c.status());
-      cfg = std::move(c).value();
-      if (cfg.table_rows_auto) {  // counted from the training files, as `leanemb train` does (train/table_rows.h)
-        for (const std::string& f : cfg.train_files) {
-          std::error_code ec;
-          if (!std::filesystem::exists(f, ec))
-            return report_error(invalid_argument(
-                a.config + ": model.table_rows = \"auto\" is derived from the training data, and '" + f + "' does not exist" +
-                (cfg.generate ? " (data.generate: `leanemb train` generates it first)" : "") +
-                "; plan needs the data, or the sizes: --set 'model.table_rows=[...]'"));
-        }
-        std::string said;
-        if (Status st = train::resolve_table_rows(&cfg, "", false, false, &said); !st.ok()) return report_error(st);
-        std::fprintf(stderr, "leanemb: %s\n", said.c_str());
-      }
-      auto wl = train::ctr_workload(cfg);
-      if (!wl.ok()) return report_error(wl.status());
-      w = std::move(wl).value();
-      if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
-        std::filesystem::path d = cfg.store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg.store_dir);
-        std::error_code ec;
-        while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
-        w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
-      }
-      ctx.workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg.num_sparse) + " tables, dim " +
-                          std::to_string(cfg.embedding_dim) + ", batch " + std::to_string(cfg.batch_size);
-      if (cfg.checkpoint_every > 0) ctx.checkpoint_every = cfg.checkpoint_every;
-    }
+    if (!out.path.empty()) LEANEMB_RETURN_IF_ERROR(data::check_output_not_input(out, std::span<const data::NamedPath>(&config_in, 1)));
+  if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
+    return invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)");
+  LEANEMB_ASSIGN_OR_RETURN(std::string text, train::read_text_file(a.config, "config"));
+  LEANEMB_ASSIGN_OR_RETURN(std::string task, train::config_task(text, a.config, a.sets));
+  if (task == "text") return text_config_workload(a, ctx);
+  return ctr_config_workload(a, cfg, ctx);
+}
+
+// --largest-table: the largest table the plan and the naive baseline fit.
+int print_largest_table(const PlanArgs& a, const plan::Workload& w, const plan::PlannerOptions& po,
+                        const plan::ReportContext& ctx) {
+  if (!a.html.empty()) return report_error(invalid_argument("--html draws a plan's breakdown: not with --largest-table"));
+  auto plan_rows = plan::largest_table_rows(w, po, false);
+  if (!plan_rows.ok()) return report_error(plan_rows.status());
+  auto naive_rows = plan::largest_table_rows(w, po, true);
+  if (!naive_rows.ok()) return report_error(naive_rows.status());
+  const double ratio = naive_rows.value() ? static_cast<double>(plan_rows.value()) / static_cast<double>(naive_rows.value()) : 0.0;
+  if (a.json) {
+    nlohmann::json j = {{"workload", ctx.workload_text}, {"preset", po.preset.name}, {"plan_rows", plan_rows.value()},
+                        {"naive_rows", naive_rows.value()}, {"ratio", ratio}};
+    std::printf("%s\n", dump_json(j, 2).c_str());
   } else {
-    if (!a.sets.empty()) return report_error(invalid_argument("--set needs --config"));
-    auto wl = flag_workload(a, &ctx.workload_text);
-    if (!wl.ok()) return report_error(wl.status());
-    w = std::move(wl).value();
-    ctx.sequence_length = a.seq_len > 1 ? a.seq_len : 0;
+    std::printf("largest table on one %s device (rows and state on the device; batch and ids as given):\n"
+                "  naive fp32 Adam (dense gradient): %lld rows\n  chosen plan:                     %lld rows\n"
+                "  ratio: %.2fx\n", po.preset.name.c_str(), static_cast<long long>(naive_rows.value()),
+                static_cast<long long>(plan_rows.value()), ratio);
   }
+  return 0;
+}
 
-  if (a.largest_table) {
-    if (!a.html.empty()) return report_error(invalid_argument("--html draws a plan's breakdown: not with --largest-table"));
-    auto plan_rows = plan::largest_table_rows(w, po, false);
-    if (!plan_rows.ok()) return report_error(plan_rows.status());
-    auto naive_rows = plan::largest_table_rows(w, po, true);
-    if (!naive_rows.ok()) return report_error(naive_rows.status());
-    const double ratio = naive_rows.value() ? static_cast<double>(plan_rows.value()) / static_cast<double>(naive_rows.value()) : 0.0;
-    if (a.json) {
-      nlohmann::json j = {{"workload", ctx.workload_text}, {"preset", po.preset.name}, {"plan_rows", plan_rows.value()},
-                          {"naive_rows", naive_rows.value()}, {"ratio", ratio}};
-      std::printf("%s\n", dump_json(j, 2).c_str());
-    } else {
-      std::printf("largest table on one %s device (rows and state on the device; batch and ids as given):\n"
-                  "  naive fp32 Adam (dense gradient): %lld rows\n  chosen plan:                     %lld rows\n"
-                  "  ratio: %.2fx\n", po.preset.name.c_str(), static_cast<long long>(naive_rows.value()),
-                  static_cast<long long>(plan_rows.value()), ratio);
-    }
-    return 0;
+// --write-config: the config with the fields the chosen plan decides replaced.
+Status write_plan_config(const PlanArgs& a, const train::TrainConfig& cfg, const plan::PlannerOptions& po,
+                         const plan::PlanResult& res) {
+  if (a.config.empty())
+    return invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes");
+  const plan::Workload& c = res.chosen.workload;
+  if (c.num_shards > 1)
+    return failed_precondition("the chosen plan needs shards, which `leanemb train` cannot run yet; "
+                               "rerun without --max-shards to write a config");
+  train::TrainConfig out = cfg;
+  if (c.cache_fraction < 1.0) {
+    out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
+    out.row_cache.store = StoreKind::kHost;
+    out.cache_min_rows = c.cache_min_rows;  // the tables the plan cached
   }
+  out.row_dtype = c.row_dtype;
+  if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);
+  out.row_optimizer.kind = c.row_optimizer.kind;
+  out.row_optimizer.state_dtype = c.row_optimizer.state_dtype;
+  out.precision = c.precision;
+  out.micro_batches = c.micro_batches;
+  out.checkpoint_activations = c.checkpoint_activations;
+  out.memory.placement = c.placement;
+  if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
+  std::ofstream f(a.write_config);
+  f << train::config_to_toml(out);
+  f.close();  // flushes: a write error shows here
+  if (!f) return io_error("cannot write --write-config file '" + a.write_config + "'");
+  std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
+  return Status();
+}
 
-  auto r = plan::make_plan(w, po);
+}  // namespace
+
+int run_plan(const PlanArgs& a) {
+  auto po = planner_options(a);
+  if (!po.ok()) return report_error(po.status());
+  plan::ReportContext ctx;
+  if (Status s = disk_rate(a, &ctx); !s.ok()) return report_error(s);
+  train::TrainConfig cfg;
+  auto wl = workload_of(a, &cfg, &ctx);
+  if (!wl.ok()) return report_error(wl.status());
+  const plan::Workload& w = wl.value();
+  if (a.largest_table) return print_largest_table(a, w, po.value(), ctx);
+
+  auto r = plan::make_plan(w, po.value());
   if (!r.ok()) return report_error(r.status());
   const plan::PlanResult& res = r.value();
-  if (a.json) std::printf("%s\n", dump_json(plan::plan_report_json(w, po, res, ctx), 2).c_str());
-  else std::fputs(plan::plan_report_text(w, po, res, ctx).c_str(), stdout);
+  if (a.json) std::printf("%s\n", dump_json(plan::plan_report_json(w, po.value(), res, ctx), 2).c_str());
+  else std::fputs(plan::plan_report_text(w, po.value(), res, ctx).c_str(), stdout);
   if (!a.html.empty()) {  // also when nothing fits: the page shows the smallest plan
     std::ofstream f(a.html);
-    f << plan::plan_report_html(w, po, res, ctx);
+    f << plan::plan_report_html(w, po.value(), res, ctx);
     f.close();  // flushes: a write error shows here
     if (!f) return report_error(io_error("cannot write --html file '" + a.html + "'"));
     std::fprintf(stderr, "wrote %s\n", a.html.c_str());
   }
   if (!res.fits) return kExitMemory;
-  if (!a.write_config.empty()) {
-    if (!from_config)
-      return report_error(invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes"));
-    const plan::Workload& c = res.chosen.workload;
-    if (c.num_shards > 1)
-      return report_error(failed_precondition("the chosen plan needs shards, which `leanemb train` cannot run yet; "
-                                              "rerun without --max-shards to write a config"));
-    train::TrainConfig out = cfg;
-    if (c.cache_fraction < 1.0) {
-      out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
-      out.row_cache.store = StoreKind::kHost;
-      out.cache_min_rows = c.cache_min_rows;  // the tables the plan cached
-    }
-    out.row_dtype = c.row_dtype;
-    if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);
-    out.row_optimizer.kind = c.row_optimizer.kind;
-    out.row_optimizer.state_dtype = c.row_optimizer.state_dtype;
-    out.precision = c.precision;
-    out.micro_batches = c.micro_batches;
-    out.checkpoint_activations = c.checkpoint_activations;
-    out.memory.placement = c.placement;
-    if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
-    std::ofstream f(a.write_config);
-    f << train::config_to_toml(out);
-    f.close();  // flushes: a write error shows here
-    if (!f) return report_error(io_error("cannot write --write-config file '" + a.write_config + "'"));
-    std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
-  }
+  if (!a.write_config.empty())
+    if (Status s = write_plan_config(a, cfg, po.value(), res); !s.ok()) return report_error(s);
   return 0;
 }
 
