@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,9 @@ struct ShardedSaveOptions {
   // that no remaining global checkpoint names are removed after each commit.
   int keep_last = 3;
   int64_t chunk_rows = 4096;        // rows copied per read_raw_rows / append_rows
+  // Called after each chunk of rows this rank writes, with (rows written, rows to write), on the
+  // calling thread (`leanemb train`'s progress line on a terminal). Null: none.
+  std::function<void(int64_t, int64_t)> progress;
 };
 
 struct ShardedSaveInfo {
@@ -141,6 +145,7 @@ struct TablesSaveOptions {
   uint32_t block_bytes = 1u << 20;
   int keep_last = 3;          // as WriterOptions::keep_last
   int64_t chunk_rows = 65536;  // rows copied per call
+  std::function<void(int64_t, int64_t)> progress;  // as ShardedSaveOptions::progress
 };
 
 struct TablesSaveInfo {

@@ -67,6 +67,8 @@ Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, const
   info.put<int64_t>(step);
   LEANEMB_RETURN_IF_ERROR(w->add_blob(kShardInfoBlob, info.bytes()));
   std::vector<uint8_t> rows;
+  int64_t written = 0, to_write = 0;
+  for (int t = 0; t < local.num_tables(); ++t) to_write += plan.local_num_rows(t, comm.rank());
   for (int t = 0; t < local.num_tables(); ++t) {
     const size_t stride = local.layout(t).stride_bytes;
     const int64_t n = plan.local_num_rows(t, comm.rank());
@@ -77,6 +79,8 @@ Result<WrittenShard> write_shard(const std::string& out_dir, int64_t step, const
       rows.resize(static_cast<size_t>(c) * stride);
       LEANEMB_RETURN_IF_ERROR(local.read_raw_rows(t, l0, c, rows));
       LEANEMB_RETURN_IF_ERROR(w->append_rows(name, l0, rows));
+      written += c;
+      if (o.progress) o.progress(written, to_write);
     }
     const TableOptions& to = local.options().tables[static_cast<size_t>(t)];
     if (!to.dynamic.enabled) continue;
@@ -133,8 +137,11 @@ std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
-Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows) {
+Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
+                   const std::function<void(int64_t, int64_t)>& progress) {
   std::vector<uint8_t> rows;
+  int64_t written = 0, to_write = 0;
+  for (const TableOptions& to : emb.options().tables) to_write += to.num_rows;
   for (int t = 0; t < emb.num_tables(); ++t) {
     const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
@@ -149,6 +156,8 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
       rows.resize(static_cast<size_t>(n) * l.stride_bytes);
       LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, r0, n, rows));
       LEANEMB_RETURN_IF_ERROR(w.append_rows(name, r0, rows));
+      written += n;
+      if (progress) progress(written, to_write);
     }
     if (!to.dynamic.enabled) continue;
     for (uint32_t g = 0; g < to.dynamic.partitions; ++g) {
@@ -236,6 +245,7 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
     so.block_bytes = options.block_bytes;
     so.keep_last = options.keep_last;
     so.chunk_rows = options.chunk_rows;
+    so.progress = options.progress;
     LEANEMB_ASSIGN_OR_RETURN(ShardedSaveInfo s, save_sharded_checkpoint(out_dir, step, tables, blobs, so));
     info.path = s.global_dir;
     info.warnings = s.warnings;
@@ -248,7 +258,7 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   wo.keep_last = options.keep_last;
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
   for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
-  LEANEMB_RETURN_IF_ERROR(write_plain(*w, view.local(), options.chunk_rows));
+  LEANEMB_RETURN_IF_ERROR(write_plain(*w, view.local(), options.chunk_rows, options.progress));
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
   info.path = ci.path;
   info.warnings = ci.warnings;

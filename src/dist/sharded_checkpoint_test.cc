@@ -402,6 +402,49 @@ TEST(ShardedCheckpointTest, ACrashAnywhereInASaveLeavesTheOldOrTheNewCheckpoint)
   EXPECT_GT(saw_new, 0);
 }
 
+// Saves report their progress (leanemb train's line on a terminal): after every chunk, the rows
+// written so far, rising to the rows to write, plain and sharded.
+TEST(ShardedCheckpointTest, SavesReportTheirRowsAfterEveryChunk) {
+  const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  int64_t rows = 0;
+  for (const TableOptions& t : o.tables) rows += t.num_rows;
+  auto check = [](const std::vector<std::pair<int64_t, int64_t>>& calls, int64_t total, int64_t chunk) {
+    ASSERT_FALSE(calls.empty());
+    int64_t last = 0;
+    for (const auto& [done, of] : calls) {
+      EXPECT_EQ(of, total);
+      EXPECT_GT(done, last);
+      EXPECT_LE(done - last, chunk);
+      last = done;
+    }
+    EXPECT_EQ(last, total);
+  };
+  {
+    TempDir dir;
+    auto coll = train_reference(o, 1);
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    TablesSaveOptions so;
+    so.chunk_rows = 5;
+    so.progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+    ASSERT_TRUE(save_tables_checkpoint(dir.path, 1, *coll, {}, so).ok());
+    check(calls, rows, 5);
+  }
+  TempDir dir;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> calls(2);
+  std::vector<int64_t> local(2, 0);
+  expect_all_ok(run_world(2, [&](Communicator& comm) -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(sharded(o, ShardingKind::kRowModulo), &comm));
+    const size_t r = static_cast<size_t>(comm.rank());
+    for (int t = 0; t < sc->num_tables(); ++t) local[r] += sc->local_num_rows(t);
+    ShardedSaveOptions so;
+    so.chunk_rows = 7;
+    so.progress = [&calls, r](int64_t done, int64_t total) { calls[r].emplace_back(done, total); };
+    return save_sharded_checkpoint(dir.path, 1, *sc, {}, so).status();
+  }));
+  for (size_t r = 0; r < 2; ++r) check(calls[r], local[r], 7);
+  EXPECT_EQ(local[0] + local[1], rows);
+}
+
 // keep_last applies to global checkpoints and their shards together, also across world sizes;
 // a step saved again at another P keeps only the new rank directories.
 TEST(ShardedCheckpointTest, KeepLastRemovesGlobalCheckpointsAndTheirShardsTogether) {

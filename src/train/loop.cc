@@ -63,7 +63,7 @@ Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manif
 }
 
 Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTask& task, const Counters& k,
-                        ckpt::Env* env, std::string* path) {
+                        ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, std::string* path) {
   json tables = json::array();  // the collection's table order (the training digest follows it)
   for (const TableOptions& t : task.tables().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step},         {"samples", k.samples}, {"skipped_steps", k.skipped},
@@ -80,6 +80,7 @@ Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTas
   so.keep_last = ls.keep_checkpoints;
   so.chunk_rows = kCkptChunkRows;
   so.env = env;
+  so.progress = progress;
   LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, task.tables(), sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
   for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
@@ -448,7 +449,19 @@ Status Run::end_of_epoch(int64_t epoch) {
 
 Status Run::checkpoint() {
   const auto c0 = Clock::now();
-  LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, &last_ckpt_));
+  // On a terminal: the rows written so far, with rate and ETA, on the progress line (the next
+  // training line rewrites it).
+  std::unique_ptr<TtyProgress> shown;
+  std::function<void(int64_t, int64_t)> progress;
+  if (ro_.progress_tty && !quiet_) {
+    progress = [&](int64_t done, int64_t total) {
+      if (!shown) shown = std::make_unique<TtyProgress>(stderr, tag_ + "checkpoint step " + std::to_string(k_.step), "rows",
+                                                        static_cast<double>(total));
+      shown->update(static_cast<double>(done));
+      tty_line_open_ = tty_line_open_ || shown->printed();
+    };
+  }
+  LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, progress, &last_ckpt_));
   log_metrics(json{{"step", k_.step}, {"checkpoint", last_ckpt_},
                    {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
   if (metrics_) metrics_->sync(k_.step);  // the log is durable up to the checkpoint it names
