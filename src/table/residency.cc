@@ -24,6 +24,10 @@ constexpr Kind kResidencies[] = {
 
 Result<std::unique_ptr<Residency>> make_residency(const ResidencyContext& ctx) {
   const std::string& named = ctx.options.residency;
+  // Cache options choose the cached residency; naming another would drop them silently.
+  if (!named.empty() && named != "cached" && ctx.options.cache.enabled())
+    return invalid_argument("table '" + ctx.options.name + "': residency '" + named +
+                            "' with cache options (the cache needs residency 'cached', or none named)");
   bool known = named.empty();
   for (const Kind& k : kResidencies) {
     if (!named.empty() && named != k.name) continue;

@@ -115,8 +115,10 @@ class Residency {
   virtual Status write_row(int64_t row, const uint8_t* fat, Tier tier) { return write_rows(row, 1, fat, tier); }
 };
 
-// The residency of table ctx.table: the first registered kind that applies. Errors: the
-// kind's (allocation, options, store).
+// The residency of table ctx.table: the first registered kind that applies, or the one
+// TableOptions::residency names. Errors: InvalidArgument (an unknown name, a name that does not
+// apply, a name other than "cached" on a table with cache options); the kind's (allocation,
+// options, store).
 Result<std::unique_ptr<Residency>> make_residency(const ResidencyContext& ctx);
 
 // The registered kinds, in make_residency's order. Each returns null when the table is not of

@@ -86,6 +86,14 @@ TEST(ResidencyChoiceTest, NamesAreCheckedAgainstTheRegistryAndTheOptions) {
   CollectionOptions o = standard_options();
   o.tables[0].residency = "resident";
   EXPECT_TRUE(EmbeddingCollection::create(o, static_cast<Allocator*>(nullptr)).ok());
+  // Cache options with another residency named would be dropped: refused instead.
+  o.tables[0].cache.fraction = 0.5;
+  auto r = EmbeddingCollection::create(o, static_cast<Allocator*>(nullptr));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(r.status().message(), "residency 'resident' with cache options")) << r.status().message();
+  o.tables[0].residency = "cached";
+  EXPECT_TRUE(EmbeddingCollection::create(o, static_cast<Allocator*>(nullptr)).ok());
 }
 
 }  // namespace
