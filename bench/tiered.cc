@@ -14,7 +14,6 @@
 // (summary.policies: each one's step time, its ratio over the first policy's and over resident,
 // hit rate and index bytes per cached row; the gate checks each against resident). `--sweep`
 // instead reports hit rates for every --sweep-fractions x --sweep-alphas (x policy) pair.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -122,11 +122,11 @@ static std::string store_traffic_text(const char* which, const Workload& w, cons
                   p.store_requests_per_step);
     std::string out = buf;
     if (ctx.disk_read_iops > 0) {
+      const double ms = disk_read_ms_per_step(p, ctx);
       std::snprintf(buf, sizeof buf,
                     "  the reads alone take at least %.1f ms per step at %.0f random reads/s (%s): a step that "
                     "misses this often is disk-bound below %.0f steps/s\n",
-                    disk_read_ms_per_step(p, ctx), ctx.disk_read_iops, ctx.disk_read_iops_source.c_str(),
-                    1e3 / std::max(disk_read_ms_per_step(p, ctx), 1e-9));
+                    ms, ctx.disk_read_iops, ctx.disk_read_iops_source.c_str(), 1e3 / std::max(ms, 1e-9));
       out += buf;
     }
     return out;
