@@ -104,7 +104,13 @@ class SplitRows final : public Residency {
     if (!state.ok()) return table_alloc_error(c_, state.status(), state_stride_);
     state_ = std::move(state).value();
     init_rows(c_, weights_layout_, rows_.as<uint8_t>());
-    std::memset(state_.as<uint8_t>(), 0, n * state_stride_);
+    // The state starts at zero, each row's by the thread that initialized its weights (as the
+    // weights' pages, first touched where they are used).
+    uint8_t* state_base = state_.as<uint8_t>();
+    const int64_t num_rows = c_.options.num_rows;
+    const size_t stride = state_stride_;
+#pragma omp parallel for schedule(static) num_threads(c_.exec.num_threads)
+    for (int64_t r = 0; r < num_rows; ++r) std::memset(state_base + static_cast<size_t>(r) * stride, 0, stride);
     return Status();
   }
 
