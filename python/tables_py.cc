@@ -510,11 +510,17 @@ class PyTables {
   // object did not write is refused unless `overwrite`, which moves them aside) and later saves
   // into it write on: the commit's cleanup then only ever removes this object's checkpoints.
   // Sharded: collective (rank 0 holds the lock; every rank learns its verdict).
-  std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite) {
+  // incremental: only the rows changed since the previous save or load (dist::IncrementalOptions;
+  // one process only: a sharded collection saves in full); the first such save starts tracking.
+  std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite, bool incremental, int full_every,
+                   double max_delta_fraction) {
     dist::TablesSaveOptions so;
     so.keep_last = keep_last;
+    so.incremental = {incremental, full_every, max_delta_fraction};
     Result<dist::TablesSaveInfo> r = locked_without_gil([&]() -> Result<dist::TablesSaveInfo> {
       LEANEMB_RETURN_IF_ERROR(own_dir(out_dir, overwrite));
+      EmbeddingCollection* local = T().communicator() == nullptr ? T().local_shard().local : nullptr;
+      if (incremental && local != nullptr) LEANEMB_RETURN_IF_ERROR(local->track_changes());
       return dist::save_tables_checkpoint(out_dir, step, T(), {}, so);
     });
     return value_or_raise(std::move(r)).path;
@@ -737,7 +743,8 @@ void bind_tables(py::module_& m) {
       .def("cache_stats", &PyTables::cache_stats, py::arg("table"))
       .def("dynamic_stats", &PyTables::dynamic_stats, py::arg("table"))
       .def("dynamic_row", &PyTables::dynamic_row, py::arg("table"), py::arg("raw_id"))
-      .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3, py::arg("overwrite") = false)
+      .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3, py::arg("overwrite") = false,
+           py::arg("incremental") = false, py::arg("full_every") = 8, py::arg("max_delta_fraction") = 0.5)
       .def("load", &PyTables::load, py::arg("dir"), py::arg("collection_step") = -1)
       .def("digest", &PyTables::digest)
       .def("release_step_buffers", &PyTables::release_step_buffers);

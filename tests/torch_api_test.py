@@ -5,6 +5,7 @@ Every reference is torch: nn.EmbeddingBag / nn.Embedding with the same weights a
 torch optimizer (SGD, Adagrad, SparseAdam) on a dense copy, or finite differences.
 """
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -495,6 +496,30 @@ def test_save_load_checkpoint_digest(tmp_path):
                                                                   feature_names=["b"], optimizer="adam", dtype="fp16")])
     with pytest.raises(ValueError, match="t1"):
         c.load(path)
+
+
+def test_incremental_saves_load_like_full_ones(tmp_path):
+    rng = np.random.default_rng(21)
+    cfgs = [lt.EmbeddingBagConfig(num_embeddings=500, embedding_dim=DIM, name="t0", feature_names=["a"], optimizer="adagrad")]
+    a = lt.EmbeddingBagCollection(cfgs)
+    paths = []
+    for _ in range(3):
+        for _ in range(2):
+            (a(batch(rng, ["a"], rows=500)).values() ** 2).sum().backward()
+        paths.append(a.save(tmp_path / "inc", keep_last=0, incremental=True))
+    report = leanemb.checkpoint_verify(paths[-1])
+    assert report["step"] == 6
+    full = a.save(tmp_path / "full")
+    sizes = [sum(f.stat().st_size for f in Path(p).iterdir()) for p in paths]
+    assert sizes[1] < sizes[0] / 2 and sizes[2] < sizes[0] / 2, sizes  # the later ones hold the changed rows only
+    b = lt.EmbeddingBagCollection(cfgs, seed=9)
+    assert b.load(tmp_path / "inc") == paths[-1] and b.step_count == 6
+    assert b.digest() == a.digest()
+    c = lt.EmbeddingBagCollection(cfgs, seed=9)
+    c.load(full)
+    assert c.digest() == a.digest()
+    with pytest.raises(ValueError, match="full_every"):
+        a.save(tmp_path / "inc", incremental=True, full_every=0)
 
 
 def test_writers_own_their_dirs_module_save(tmp_path):

@@ -14,6 +14,14 @@
 
 namespace leanemb::tools {
 
+// "; incremental: N links over the full checkpoint of step B, all verified" for a chain
+// (docs/formats/checkpoint.md, "Chains"); "" for a full checkpoint.
+std::string chain_note(const ckpt::VerifyReport& r) {
+  if (r.num_links <= 1) return "";
+  return "; incremental: " + std::to_string(r.num_links) + " links over the full checkpoint of step " + std::to_string(r.base_step) +
+         ", all verified";
+}
+
 // "ok: ..." of a verified checkpoint (plain or sharded: every shard).
 std::string verified_line(const ckpt::VerifyReport& r) {
   char buf[320];
@@ -21,7 +29,7 @@ std::string verified_line(const ckpt::VerifyReport& r) {
                 r.num_entries, static_cast<unsigned long long>(r.entry_bytes), static_cast<long long>(r.step), r.num_files,
                 r.num_shards ? (" in " + std::to_string(r.num_shards) + " shards").c_str() : "",
                 static_cast<unsigned long long>(r.num_blocks), r.format_version, r.checkpoint_id.c_str());
-  return buf;
+  return buf + chain_note(r);
 }
 
 // Checks what `--resume`, `test` and `predict` would read: the manifest, every block, and of a
@@ -57,10 +65,10 @@ int run_ckpt_list(const std::string& out_dir) {
       std::printf("%s  %s: %s\n", ref.path.c_str(), what, r.status().to_string().c_str());
       continue;
     }
-    std::printf("%s  step %lld, %zu entries, %llu bytes; verified: %zu data files%s, %llu blocks; format %u, id %s\n",
+    std::printf("%s  step %lld, %zu entries, %llu bytes; verified: %zu data files%s, %llu blocks; format %u, id %s%s\n",
                 ref.path.c_str(), static_cast<long long>(r->step), r->num_entries, static_cast<unsigned long long>(r->entry_bytes),
                 r->num_files, r->num_shards ? (" in " + std::to_string(r->num_shards) + " shards").c_str() : "",
-                static_cast<unsigned long long>(r->num_blocks), r->format_version, r->checkpoint_id.c_str());
+                static_cast<unsigned long long>(r->num_blocks), r->format_version, r->checkpoint_id.c_str(), chain_note(*r).c_str());
   }
   return 0;
 }

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,7 +54,20 @@ struct WriterOptions {
   // The format written: 2 (a random checkpoint id in the manifest, bound into every block
   // checksum) or 1 (the previous format, no id: for tests of reading old checkpoints).
   uint32_t format_version = 2;
+  // Incremental checkpoints (docs/formats/checkpoint.md, "Chains"): the step of the complete
+  // checkpoint under the same out_dir that this one extends (-1: none; a full checkpoint).
+  // create() opens it and records its step and id in the reserved blob "ckpt/parent"; a reader
+  // of this checkpoint then needs it (checkpoint_chain), and cleanup keeps it as long as this
+  // one is kept. The entries that say what changed are the caller's (dist/sharded_checkpoint.h).
+  int64_t parent_step = -1;
 };
+
+// The checkpoint an incremental checkpoint extends: its step and id (32 hex digits).
+struct ParentRef {
+  int64_t step = -1;
+  std::string id_hex;
+};
+inline constexpr std::string_view kParentBlob = "ckpt/parent";
 
 struct CommitInfo {
   int64_t step = 0;
@@ -81,7 +95,7 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Adds blob `name` with content `bytes` (written now; the span is not kept).
-  // Errors: InvalidArgument (bad or duplicate name), IoError (also "disk full"; then the
+  // Errors: InvalidArgument (bad, duplicate or reserved name: kParentBlob), IoError (also "disk full"; then the
   // writer is failed: every later call returns FailedPrecondition), FailedPrecondition.
   Status add_blob(std::string_view name, std::span<const uint8_t> bytes);
 
@@ -138,6 +152,10 @@ struct VerifyReport {
   size_t num_shards = 0;        // a sharded checkpoint's shards, each verified (0: not sharded)
   uint32_t format_version = 0;  // the manifest's (docs/formats/checkpoint.md)
   std::string checkpoint_id;    // 32 hex digits (format version 2), "none" for version 1
+  // dist::verify_tables_checkpoint of an incremental checkpoint: the links of its chain checked
+  // (the counts above are their sums) and the step of its full base; 1 and this step otherwise.
+  size_t num_links = 1;
+  int64_t base_step = -1;
 };
 
 class CheckpointReader {
@@ -159,6 +177,8 @@ class CheckpointReader {
   std::string id_hex() const;
   const std::vector<EntryInfo>& entries() const;   // sorted by name (bytewise)
   const EntryInfo* find(std::string_view name) const;  // nullptr if there is no such entry
+  // The checkpoint this one extends (WriterOptions::parent_step), or none for a full one.
+  const std::optional<ParentRef>& parent() const;
 
   // The content of blob `name`. Errors: NotFound, InvalidArgument (a table), DataLoss (a block
   // fails its checksum: the message names file, block and entry), IoError.
@@ -200,6 +220,14 @@ std::string checkpoints_dir(const std::string& out_dir);
 // increasing step. Empty if checkpoints/ does not exist. Errors: IoError.
 Result<std::vector<CheckpointRef>> list_checkpoints(const std::string& out_dir, Env* env = nullptr);
 
+// The checkpoints a restore of `dir` reads, oldest first: the full checkpoint at the root of its
+// chain, then each incremental one up to `dir` itself ([dir] for a full checkpoint). Each
+// parent must be a complete checkpoint in the same checkpoints/ directory with the id its child
+// recorded; verify_blocks: every block of every link is checked too.
+// Errors: NotFound (a parent is missing, naming it), DataLoss (a parent's id differs: it was
+// replaced by another checkpoint of that step; a corrupt link), as open() and verify().
+Result<std::vector<CheckpointRef>> checkpoint_chain(const std::string& dir, Env* env = nullptr, bool verify_blocks = false);
+
 struct FindOptions {
   Env* env = nullptr;
   // true: read and check every block (a checkpoint whose data rotted is skipped too);
@@ -215,7 +243,8 @@ struct LatestCheckpoint {
 };
 
 // The newest complete checkpoint under <out_dir>/checkpoints: newer directories that fail the
-// checks are skipped (with a warning), falling back to older ones.
+// checks are skipped (with a warning), falling back to older ones. An incremental checkpoint is
+// complete only with its whole chain (checkpoint_chain, with verify_blocks).
 // Errors: NotFound (none complete: start fresh; the message lists what was skipped), IoError.
 Result<LatestCheckpoint> find_latest_complete(const std::string& out_dir, const FindOptions& options = {});
 

@@ -105,6 +105,24 @@ class EmbeddingCollection final : public EmbeddingTables {
   // Whole tables are saved and loaded with checkpoints (dist::save_tables_checkpoint /
   // load_tables_checkpoint: crash-safe, checksummed, any world size).
 
+  // Changed rows, for incremental checkpoints (dist::TablesSaveOptions::incremental). After
+  // track_changes(), every row a step updates or a write replaces is marked, per table (a layer
+  // over the table's residency: one bit per row in host memory, category weights). The marks
+  // are relative to a base, the checkpoint they started from (its step and id; step -1: none);
+  // reset_changes(base) clears them. Tracking never changes results. Errors: ResourceExhausted.
+  struct ChangeBase {
+    int64_t step = -1;
+    std::string id;  // the checkpoint's id (32 hex digits)
+  };
+  Status track_changes();
+  bool tracks_changes() const;
+  const ChangeBase& change_base() const;
+  void reset_changes(ChangeBase base);
+  // Rows of `table` changed since the base (0 when not tracking).
+  int64_t num_changed_rows(int table) const;
+  // Up to out.size() changed rows >= from of `table`, ascending, into out; returns how many.
+  int64_t changed_rows(int table, int64_t from, std::span<int64_t> out) const;
+
   // Tables with a row cache (TableCacheOptions): starts fetching the rows `next` will touch on a
   // background thread, so that the fetch overlaps the current step. Call it after forward()
   // of the current step; the next forward() waits for it (the time spent waiting is

@@ -126,6 +126,44 @@ TEST(CheckpointDirectoryTest, KeepsOnlyTheLastKCheckpoints) {
   EXPECT_EQ(steps(&env), (std::vector<int64_t>{4, 5, 6, 7, 8}));
 }
 
+// A checkpoint that extends another (WriterOptions::parent_step) records the parent's step and
+// id, which its reader returns; its chain runs back to the full checkpoint; keep_last keeps the
+// links a kept checkpoint needs. The reserved blob name and a parent that is not earlier or not
+// there are refused.
+TEST(CheckpointChainTest, ParentsAreRecordedChainedAndKept) {
+  FaultInjectionEnv env;
+  WriterOptions o = options_for(&env, 100, 1);
+  ASSERT_TRUE(write_content(kOut, make_content(1, 1), o).ok());
+  o.parent_step = 1;
+  ASSERT_TRUE(write_content(kOut, make_content(2, 2), o).ok());
+  o.parent_step = 2;
+  ASSERT_TRUE(write_content(kOut, make_content(3, 3), o).ok());
+  EXPECT_EQ(steps(&env), (std::vector<int64_t>{1, 2, 3})) << "keep_last 1 keeps step 3's chain";
+  auto r3 = CheckpointReader::open(dir_of(3), &env);
+  ASSERT_TRUE(r3.ok());
+  ASSERT_TRUE((*r3)->parent().has_value());
+  EXPECT_EQ((*r3)->parent()->step, 2);
+  EXPECT_EQ((*r3)->parent()->id_hex, CheckpointReader::open(dir_of(2), &env).value()->id_hex());
+  auto chain = checkpoint_chain(dir_of(3), &env, true);
+  ASSERT_TRUE(chain.ok()) << chain.status().to_string();
+  ASSERT_EQ(chain->size(), 3u);
+  EXPECT_EQ((*chain)[0].step, 1);
+  EXPECT_EQ((*chain)[2].step, 3);
+  EXPECT_FALSE(CheckpointReader::open(dir_of(1), &env).value()->parent().has_value());
+  o.parent_step = -1;
+  ASSERT_TRUE(write_content(kOut, make_content(4, 4), o).ok());
+  EXPECT_EQ(steps(&env), (std::vector<int64_t>{4})) << "a full checkpoint needs no older one";
+  o.parent_step = 4;
+  EXPECT_EQ(CheckpointWriter::create(kOut, 4, o).status().code(), StatusCode::kInvalidArgument);
+  o.parent_step = 3;
+  EXPECT_EQ(CheckpointWriter::create(kOut, 5, o).status().code(), StatusCode::kNotFound);
+  o.parent_step = -1;
+  auto w = CheckpointWriter::create(kOut, 5, o);
+  ASSERT_TRUE(w.ok());
+  const uint8_t b[1] = {1};
+  EXPECT_EQ((*w)->add_blob(kParentBlob, b).code(), StatusCode::kInvalidArgument);
+}
+
 // Leftovers of crashed writers and removals (.tmp, .deleting) are never found as latest and are
 // removed by the next commit; a step directory without a manifest is never found either, but a
 // commit leaves it in place (corrupt_checkpoints_kept: only leanemb's own leftovers are

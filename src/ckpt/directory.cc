@@ -57,18 +57,42 @@ Result<std::vector<CheckpointRef>> list_checkpoints(const std::string& out_dir, 
   return refs;
 }
 
+Result<std::vector<CheckpointRef>> checkpoint_chain(const std::string& dir, Env* env, bool verify_blocks) {
+  env = env_or_default(env);
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string root = parent_dir(d);
+  std::vector<CheckpointRef> chain;
+  std::optional<ParentRef> expect;  // the parent the previous (newer) link recorded
+  std::string child;
+  for (std::string path = d;;) {
+    auto reader = CheckpointReader::open(path, env);
+    if (!reader.ok()) {
+      if (!expect) return reader.status();
+      const Status& st = reader.status();
+      return Status(st.code(), "checkpoint '" + child + "' extends step " + std::to_string(expect->step) + ": " + st.message());
+    }
+    const CheckpointReader& r = **reader;
+    if (expect && r.id_hex() != expect->id_hex)
+      return data_loss("checkpoint '" + child + "' extends step " + std::to_string(expect->step) + " with id " + expect->id_hex +
+                       ", but '" + path + "' has id " + r.id_hex() + " (replaced by another checkpoint of that step)");
+    if (verify_blocks) LEANEMB_RETURN_IF_ERROR(r.verify().status());
+    chain.push_back({r.step(), path});
+    if (!r.parent()) break;
+    expect = r.parent();
+    child = path;
+    path = join_path(root, step_dir_name(expect->step));
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
 Result<LatestCheckpoint> find_latest_complete(const std::string& out_dir, const FindOptions& options) {
   Env* env = env_or_default(options.env);
   LEANEMB_ASSIGN_OR_RETURN(std::vector<CheckpointRef> refs, list_checkpoints(out_dir, env));
   LatestCheckpoint latest;
   for (auto it = refs.rbegin(); it != refs.rend(); ++it) {
-    Status s;
-    auto reader = CheckpointReader::open(it->path, env);
-    if (!reader.ok()) {
-      s = reader.status();
-    } else if (options.verify_blocks) {
-      s = (*reader)->verify().status();
-    }
+    const Status s = checkpoint_chain(it->path, env, options.verify_blocks).status();
     if (s.ok()) {
       latest.ref = *it;
       return latest;

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -151,6 +152,30 @@ Status decode_entries(Cursor& c, Manifest* m) {
 }
 
 }  // namespace
+
+namespace {
+constexpr std::string_view kParentMagic = "leanemb-parent-v1";
+}  // namespace
+
+std::vector<uint8_t> encode_parent_blob(int64_t step, std::string_view id_hex) {
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.raw(kParentMagic);
+  w.i64(step);
+  w.str32(id_hex);
+  return out;
+}
+
+Result<ParentRef> decode_parent_blob(std::span<const uint8_t> bytes, const std::string& where) {
+  ByteReader r(bytes);
+  std::string magic;
+  ParentRef p;
+  const bool ok = r.raw(kParentMagic.size(), &magic) && magic == kParentMagic && r.get(&p.step) && r.str32(&p.id_hex, 64) && r.done();
+  const bool hex = p.id_hex.size() == 2 * kCheckpointIdBytes &&
+                   std::all_of(p.id_hex.begin(), p.id_hex.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+  if (!ok || p.step < 0 || !hex) return data_loss("checkpoint '" + where + "': blob '" + std::string(kParentBlob) + "' is malformed");
+  return p;
+}
 
 void put_u32(std::vector<uint8_t>* out, uint32_t v) { ByteWriter(out).u32(v); }
 void put_u64(std::vector<uint8_t>* out, uint64_t v) { ByteWriter(out).u64(v); }

@@ -105,6 +105,13 @@ std::vector<uint8_t> new_checkpoint_id(int64_t step);
 // "0f3a..." (32 hex digits), or "none" for an empty id.
 std::string checkpoint_id_hex(std::span<const uint8_t> id);
 
+// The reserved blob kParentBlob of an incremental checkpoint: "leanemb-parent-v1" (17 bytes),
+// i64 parent step, str (u32 length + bytes) the parent's id in 32 hex digits.
+std::vector<uint8_t> encode_parent_blob(int64_t step, std::string_view id_hex);
+// Errors: DataLoss naming `where` (bad magic, truncated, trailing bytes, a negative step or an
+// id that is not 32 hex digits).
+Result<ParentRef> decode_parent_blob(std::span<const uint8_t> bytes, const std::string& where);
+
 // Entry names: 1..kMaxNameBytes bytes, no control characters. Errors: InvalidArgument.
 Status check_entry_name(std::string_view name);
 

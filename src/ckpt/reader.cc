@@ -30,6 +30,7 @@ struct CheckpointReader::Impl {
   Manifest manifest;
   std::vector<EntryInfo> infos;  // parallel to manifest.entries
   std::vector<std::unique_ptr<BlockFileReader>> files;
+  std::optional<ParentRef> parent;  // blob kParentBlob, read at open
 
   // Index into manifest.entries, or -1.
   ptrdiff_t index_of(std::string_view name) const {
@@ -87,7 +88,15 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
     info.num_chunks = e.chunks.size();
     impl->infos.push_back(std::move(info));
   }
-  return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(impl)));
+  auto reader = std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(impl)));
+  if (reader->find(kParentBlob) != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> parent, reader->read_blob(kParentBlob));
+    LEANEMB_ASSIGN_OR_RETURN(ParentRef ref, decode_parent_blob(parent, dir));
+    if (ref.step >= reader->step())
+      return data_loss("checkpoint '" + dir + "': its parent step " + std::to_string(ref.step) + " is not earlier");
+    reader->impl_->parent = std::move(ref);
+  }
+  return reader;
 }
 
 int64_t CheckpointReader::step() const { return impl_->manifest.step; }
@@ -95,6 +104,7 @@ const std::string& CheckpointReader::dir() const { return impl_->dir; }
 uint32_t CheckpointReader::format_version() const { return impl_->manifest.version; }
 std::string CheckpointReader::id_hex() const { return checkpoint_id_hex(impl_->manifest.id); }
 const std::vector<EntryInfo>& CheckpointReader::entries() const { return impl_->infos; }
+const std::optional<ParentRef>& CheckpointReader::parent() const { return impl_->parent; }
 
 const EntryInfo* CheckpointReader::find(std::string_view name) const {
   const ptrdiff_t i = impl_->index_of(name);

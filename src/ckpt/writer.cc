@@ -18,6 +18,7 @@
 // directory with a manifest holds exactly the synced bytes that manifest describes.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "ckpt/block_file.h"
 #include "ckpt/directory.h"
@@ -84,6 +85,7 @@ struct CheckpointWriter::Impl {
       return invalid_argument("checkpoint entry '" + std::string(name) + "' was already added");
     return Status();
   }
+  Status add_parent();
   Status check_complete() const;
   Manifest build_manifest() const;
   Status publish(CommitInfo* info);
@@ -127,12 +129,35 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::st
   LEANEMB_RETURN_IF_ERROR(env->remove_all(impl->tmp_dir));
   LEANEMB_RETURN_IF_ERROR(env->create_dir(impl->tmp_dir));
   LEANEMB_ASSIGN_OR_RETURN(impl->data, BlockFileWriter::create(env, impl->tmp_dir, kDataFileName, options.block_bytes, impl->id));
+  if (options.parent_step >= 0) LEANEMB_RETURN_IF_ERROR(impl->add_parent());
   return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(std::move(impl)));
+}
+
+// The reserved blob naming the parent (WriterOptions::parent_step): it must be a complete
+// checkpoint of an earlier step under the same checkpoints/, with an id (format version 2).
+Status CheckpointWriter::Impl::add_parent() {
+  const int64_t p = options.parent_step;
+  const std::string what = "checkpoint " + std::to_string(step) + ": parent step " + std::to_string(p);
+  if (p >= step) return invalid_argument(what + " is not earlier");
+  if (id.empty()) return invalid_argument(what + ": incremental checkpoints need format version 2");
+  LEANEMB_ASSIGN_OR_RETURN(auto parent, CheckpointReader::open(join_path(root, step_dir_name(p)), env));
+  if (parent->format_version() < 2) return invalid_argument(what + " has format version 1 (no id)");
+  const std::vector<uint8_t> blob = encode_parent_blob(p, parent->id_hex());
+  EntryRecord e;
+  e.kind = EntryKind::kBlob;
+  e.name = std::string(kParentBlob);
+  e.file = 0;
+  e.offset = data->payload_bytes();
+  e.size = blob.size();
+  LEANEMB_RETURN_IF_ERROR(fail(data->append(blob)));
+  blobs.emplace(e.name, std::move(e));
+  return Status();
 }
 
 Status CheckpointWriter::add_blob(std::string_view name, std::span<const uint8_t> bytes) {
   Impl& w = *impl_;
   LEANEMB_RETURN_IF_ERROR(w.usable());
+  if (name == kParentBlob) return invalid_argument("checkpoint entry name '" + std::string(name) + "' is reserved (WriterOptions::parent_step)");
   LEANEMB_RETURN_IF_ERROR(w.check_new_name(name));
   EntryRecord e;
   e.kind = EntryKind::kBlob;
@@ -277,21 +302,31 @@ void CheckpointWriter::Impl::cleanup(CommitInfo* info) {
   }
   auto refs = list_checkpoints(out_dir, env);
   if (!refs.ok()) return warn(refs.status());
+  // The newest keep_last complete checkpoints are kept, and with each the chain it extends.
   int kept = 0;
+  std::set<int64_t> needed;
+  std::vector<CheckpointRef> spare;  // complete, not among the newest keep_last
   for (auto it = refs->rbegin(); it != refs->rend(); ++it) {
-    const Status opened = CheckpointReader::open(it->path, env).status();
+    auto opened = CheckpointReader::open(it->path, env);
     // Not a complete checkpoint (no or a corrupt manifest, a newer format, an I/O error): not
     // this writer's to delete.
     if (!opened.ok()) {
-      warn(Status(opened.code(), "left '" + it->path + "' in place (not a complete checkpoint: " + opened.message() + ")"));
+      const Status& st = opened.status();
+      warn(Status(st.code(), "left '" + it->path + "' in place (not a complete checkpoint: " + st.message() + ")"));
       continue;
     }
-    if (options.keep_last == 0 || kept < options.keep_last) {
-      ++kept;
+    const bool keep = options.keep_last == 0 || kept < options.keep_last || needed.count(it->step) != 0;
+    if (!keep) {
+      spare.push_back(*it);
       continue;
     }
-    if (Status s = remove_checkpoint_dir(env, it->path); !s.ok()) return warn(s);
-    info->removed.push_back(it->path);
+    if (options.keep_last == 0 || kept < options.keep_last) ++kept;
+    if (const auto& parent = (*opened)->parent(); parent) needed.insert(parent->step);
+  }
+  for (const CheckpointRef& ref : spare) {
+    if (needed.count(ref.step) != 0) continue;  // a kept checkpoint's chain reaches it
+    if (Status s = remove_checkpoint_dir(env, ref.path); !s.ok()) return warn(s);
+    info->removed.push_back(ref.path);
     removed = true;
   }
   if (removed) {

@@ -59,6 +59,8 @@ if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(stack_matrix_test ${CMAKE_CURRENT_LIST_DIR}/stack_matrix_test.cc)
   # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
   leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
+  # Incremental checkpoints: chains of changed rows, new bases, incomplete chains, keep, crashes.
+  leanemb_add_test(incremental_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/incremental_checkpoint_test.cc)
   # Training digest: a plain trainer checkpoint and a sharded one of the same state agree.
   leanemb_add_test(training_digest_test ${CMAKE_CURRENT_LIST_DIR}/training_digest_test.cc)
   if(LEANEMB_HAVE_MPI)

@@ -244,7 +244,10 @@ Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env, 
   return Status();
 }
 
-Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env) {
+namespace {
+
+// verify_tables_checkpoint of one checkpoint (not its chain).
+Result<ckpt::VerifyReport> verify_one(const std::string& dir, ckpt::Env* env) {
   LEANEMB_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::open(dir, env));
   LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, reader->verify());
   if (!is_sharded_checkpoint(*reader)) return rep;
@@ -259,6 +262,25 @@ Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt
     rep.file_bytes += s->file_bytes;
     rep.num_blocks += s->num_blocks;
     ++rep.num_shards;
+  }
+  return rep;
+}
+
+}  // namespace
+
+Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env) {
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> chain, ckpt::checkpoint_chain(dir, env));
+  LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, verify_one(dir, env));
+  rep.num_links = chain.size();
+  rep.base_step = chain.front().step;
+  for (size_t k = 0; k + 1 < chain.size(); ++k) {
+    auto link = verify_one(chain[k].path, env);
+    if (!link.ok()) return Status(link.status().code(), "'" + dir + "' extends '" + chain[k].path + "': " + link.status().message());
+    rep.num_entries += link->num_entries;
+    rep.entry_bytes += link->entry_bytes;
+    rep.num_files += link->num_files;
+    rep.file_bytes += link->file_bytes;
+    rep.num_blocks += link->num_blocks;
   }
   return rep;
 }

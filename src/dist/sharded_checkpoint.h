@@ -90,8 +90,9 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
 Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env = nullptr, bool verify_blocks = true);
 
 // Everything `--resume`, `leanemb test` / `predict` and `load_tables_checkpoint` would read of
-// checkpoint `dir`, checked: its manifest and every block, and when it is the global directory
-// of a sharded checkpoint every shard it names (verify_sharded_checkpoint). The report is the
+// checkpoint `dir`, checked: its manifest and every block, when it is the global directory
+// of a sharded checkpoint every shard it names (verify_sharded_checkpoint), and when it is
+// incremental every link of its chain (num_links, base_step; the counts are summed). The report is the
 // global directory's with the shards' files, bytes and blocks added (num_shards set).
 // Errors: as ckpt::verify and verify_sharded_checkpoint; a shard's name it.
 Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env = nullptr);
@@ -140,18 +141,37 @@ Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckp
 // rows, dynamic partitions as blobs "dyn/<name>/<g>", the caller's blobs); a sharded one writes
 // the sharded checkpoint above. Loading takes either format at any world size.
 
+// Incremental checkpoints (docs/formats/checkpoint.md, "Chains"). A plain checkpoint of a local
+// collection that tracks its changed rows (EmbeddingCollection::track_changes) whose change base
+// is a complete checkpoint of out_dir (same step and id) holds only the rows changed since that
+// base, as table "delta/<name>" of rows [u64 row][fat row] (ascending rows), and extends it
+// (WriterOptions::parent_step); the caller's blobs and a dynamic table's partitions are written
+// whole. A full checkpoint is written instead when there is no such base, every full_every-th
+// link (the chain then holds at most full_every checkpoints), or when the chain's changed rows
+// would pass max_chain_fraction of the tables' rows. After every commit the collection's
+// changes are reset to the new checkpoint. Sharded collections always write full checkpoints.
+struct IncrementalOptions {
+  bool enabled = false;
+  int full_every = 8;               // >= 1 (1: every checkpoint full)
+  double max_chain_fraction = 0.5;  // in (0, 1]
+};
+
 struct TablesSaveOptions {
   ckpt::Env* env = nullptr;
   uint32_t block_bytes = 1u << 20;
   int keep_last = 3;          // as WriterOptions::keep_last
   int64_t chunk_rows = 65536;  // rows copied per call
   std::function<void(int64_t, int64_t)> progress;  // as ShardedSaveOptions::progress
+  IncrementalOptions incremental;
 };
 
 struct TablesSaveInfo {
   std::string path;                   // <out_dir>/checkpoints/step-<N> (the global directory)
   std::vector<std::string> warnings;  // cleanup failures (the commit stands)
   std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
+  int64_t parent_step = -1;           // the checkpoint an incremental one extends (-1: full)
+  int64_t rows_written = 0;           // embedding rows written (all of them when full)
+  uint64_t entry_bytes = 0;           // logical bytes of all entries (CommitInfo::entry_bytes)
 };
 
 // Collective for a sharded collection (only rank 0's blobs are written). Errors: the writers'.
@@ -173,8 +193,10 @@ struct TablesLoadOptions {
   int64_t collection_step = -1;
 };
 
-// Loads rows, dynamic partitions and the step counter of checkpoint `dir` into `tables`.
-// Collective. Returns the collection step set. Errors: InvalidArgument (tables differ),
+// Loads rows, dynamic partitions and the step counter of checkpoint `dir` into `tables`; an
+// incremental checkpoint's whole chain is read (its base, then each link's changed rows, then
+// the newest link's dynamic partitions). A local collection that tracks changes gets the loaded
+// checkpoint as its change base. Collective. Returns the collection step set. Errors: InvalidArgument (tables differ),
 // NotFound / DataLoss (missing or corrupt files), IoError; every rank fails if one does.
 Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables, const TablesLoadOptions& options = {});
 

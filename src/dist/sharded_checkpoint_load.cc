@@ -13,6 +13,7 @@
 namespace leanemb::dist {
 
 using sharded_ckpt_internal::dynamic_blob;
+using sharded_ckpt_internal::kDeltaPrefix;
 using sharded_ckpt_internal::kPlainPrefix;
 using sharded_ckpt_internal::kRowsPrefix;
 using sharded_ckpt_internal::Layout;
@@ -159,9 +160,9 @@ std::string plain_table_diff(const ckpt::EntryInfo& e, const RowLayout& l, const
   return diff;
 }
 
-// The tables "emb/<name>" (and dynamic partitions) of a plain checkpoint into `tables`, local or
-// sharded: rows go through the global-row writer (each rank keeps the rows it owns).
-Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
+// The tables "emb/<name>" of a plain checkpoint into `tables`, local or sharded: rows go
+// through the global-row writer (each rank keeps the rows it owns).
+Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
   std::vector<uint8_t> rows;
   for (int t = 0; t < tables.num_tables(); ++t) {
     const RowLayout& l = tables.layout(t);
@@ -177,6 +178,49 @@ Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, cons
       LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, rows));
       LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, r0, n, rows));
     }
+  }
+  return Status();
+}
+
+// The changed rows of an incremental checkpoint (tables "delta/<name>": [u64 row][fat row]) over
+// rows already loaded, row by row through the global-row writer.
+Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
+  std::vector<uint8_t> records;
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    const RowLayout& l = tables.layout(t);
+    const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
+    const std::string name = kDeltaPrefix + to.name;
+    const ckpt::EntryInfo* e = r.find(name);
+    if (!e || e->kind != ckpt::EntryKind::kTable || e->row_bytes < 9)
+      return data_loss("incremental checkpoint '" + r.dir() + "' has no table '" + name + "'");
+    const nlohmann::json m = parse_json_or_discarded(e->meta.data(), e->meta.size());
+    ckpt::EntryInfo as_table = *e;  // the shape the rows belong to, checked as a full table's
+    as_table.row_bytes = e->row_bytes - 8;
+    as_table.total_rows = m.is_object() && m.contains("table_rows") && m["table_rows"].is_number_integer() ? m["table_rows"].get<int64_t>() : -1;
+    const std::string diff = plain_table_diff(as_table, l, to);
+    if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
+    const size_t rec = e->row_bytes, stride = l.stride_bytes;
+    for (int64_t r0 = 0; r0 < e->total_rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, e->total_rows - r0);
+      records.resize(static_cast<size_t>(n) * rec);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, records));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* p = records.data() + static_cast<size_t>(i) * rec;
+        uint64_t row = 0;
+        std::memcpy(&row, p, 8);
+        if (row >= static_cast<uint64_t>(to.num_rows))
+          return data_loss("incremental checkpoint '" + r.dir() + "': table '" + name + "' names row " + std::to_string(row) + " of " + std::to_string(to.num_rows));
+        LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, static_cast<int64_t>(row), 1, std::span<const uint8_t>(p + 8, stride)));
+      }
+    }
+  }
+  return Status();
+}
+
+// The dynamic tables' partitions of a plain checkpoint (blobs "dyn/<name>/<g>") this process holds.
+Status read_dynamic(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view) {
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     if (!to.dynamic.enabled) continue;
     const TableOptions& mine = view.local().options().tables[static_cast<size_t>(t)];
     const uint32_t held = mine.shard.held_partitions ? mine.shard.held_partitions : mine.dynamic.partitions;
@@ -190,6 +234,17 @@ Status read_plain(const ckpt::CheckpointReader& r, EmbeddingTables& tables, cons
     }
   }
   return Status();
+}
+
+// A plain checkpoint and the chain it extends (oldest first): the base's rows, each link's
+// changed rows, the newest link's dynamic partitions.
+Status read_plain_chain(const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& chain, EmbeddingTables& tables,
+                        const ShardView& view, int64_t chunk_rows) {
+  if (is_sharded_checkpoint(*chain.front()))
+    return data_loss("'" + chain.back()->dir() + "' extends the sharded checkpoint '" + chain.front()->dir() + "' (not supported)");
+  LEANEMB_RETURN_IF_ERROR(read_plain_rows(*chain.front(), tables, chunk_rows));
+  for (size_t k = 1; k < chain.size(); ++k) LEANEMB_RETURN_IF_ERROR(apply_delta(*chain[k], tables, chunk_rows));
+  return read_dynamic(*chain.back(), tables, view);
 }
 
 }  // namespace
@@ -242,11 +297,25 @@ Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& 
     lo.env = options.env;
     lo.chunk_rows = options.chunk_rows;
     LEANEMB_ASSIGN_OR_RETURN(ShardedLoadInfo li, load_sharded_checkpoint(dir, tables, lo));
+    if (tables.communicator() == nullptr && view.local().tracks_changes())
+      view.local().reset_changes({opened.value()->step(), opened.value()->id_hex()});
     return li.collection_step;
   }
-  Status st = read_plain(*opened.value(), tables, view, options.chunk_rows);
+  std::vector<std::unique_ptr<ckpt::CheckpointReader>> chain;
+  Status st = [&]() -> Status {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> refs, ckpt::checkpoint_chain(dir, options.env));
+    for (const ckpt::CheckpointRef& ref : refs) {
+      LEANEMB_ASSIGN_OR_RETURN(auto r, ckpt::CheckpointReader::open(ref.path, options.env));
+      chain.push_back(std::move(r));
+    }
+    return Status();
+  }();
+  if (st.ok()) st = read_plain_chain(chain, tables, view, options.chunk_rows);
   LEANEMB_RETURN_IF_ERROR(agree(comm, st, "loading tables from '" + dir + "'"));
   if (options.collection_step >= 0) tables.set_step(options.collection_step);
+  // The loaded checkpoint is the base of the changes from now on.
+  if (tables.communicator() == nullptr && view.local().tracks_changes())
+    view.local().reset_changes({chain.back()->step(), chain.back()->id_hex()});
   return options.collection_step;
 }
 

@@ -2,6 +2,7 @@
 // last and prunes the shards no checkpoint names) and save_tables_checkpoint (either format).
 // Formats: sharded_checkpoint.cc; shared pieces: sharded_checkpoint_internal.h.
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ using sharded_ckpt_internal::dynamic_blob;
 using sharded_ckpt_internal::encode_layout;
 using sharded_ckpt_internal::env_or_posix;
 using sharded_ckpt_internal::kLayoutBlob;
+using sharded_ckpt_internal::kDeltaPrefix;
 using sharded_ckpt_internal::kPlainPrefix;
 using sharded_ckpt_internal::kRowsPrefix;
 using sharded_ckpt_internal::kShardInfoBlob;
@@ -137,6 +139,22 @@ std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
+nlohmann::json plain_meta(const RowLayout& l) {
+  return {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
+          {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
+          {"state_dtype", std::string(dtype_name(l.optimizer.state_dtype))}, {"stride_bytes", l.stride_bytes}};
+}
+
+Status write_dynamic(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int t) {
+  const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+  if (!to.dynamic.enabled) return Status();
+  for (uint32_t g = 0; g < to.dynamic.partitions; ++g) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> state, emb.save_dynamic_partition(t, g));
+    LEANEMB_RETURN_IF_ERROR(w.add_blob(dynamic_blob(to.name, g), state));
+  }
+  return Status();
+}
+
 Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
                    const std::function<void(int64_t, int64_t)>& progress) {
   std::vector<uint8_t> rows;
@@ -145,12 +163,8 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
   for (int t = 0; t < emb.num_tables(); ++t) {
     const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const nlohmann::json meta = {{"dim", l.dim}, {"dtype", std::string(dtype_name(l.weight_dtype))},
-                                 {"optimizer", std::string(optimizer_name(l.optimizer.kind))},
-                                 {"state_dtype", std::string(dtype_name(l.optimizer.state_dtype))},
-                                 {"stride_bytes", l.stride_bytes}};
     const std::string name = kPlainPrefix + to.name;
-    LEANEMB_RETURN_IF_ERROR(w.add_table(name, l.stride_bytes, to.num_rows, json_bytes(meta)));
+    LEANEMB_RETURN_IF_ERROR(w.add_table(name, l.stride_bytes, to.num_rows, json_bytes(plain_meta(l))));
     for (int64_t r0 = 0; r0 < to.num_rows; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, to.num_rows - r0);
       rows.resize(static_cast<size_t>(n) * l.stride_bytes);
@@ -159,13 +173,77 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
       written += n;
       if (progress) progress(written, to_write);
     }
-    if (!to.dynamic.enabled) continue;
-    for (uint32_t g = 0; g < to.dynamic.partitions; ++g) {
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> state, emb.save_dynamic_partition(t, g));
-      LEANEMB_RETURN_IF_ERROR(w.add_blob(dynamic_blob(to.name, g), state));
-    }
+    LEANEMB_RETURN_IF_ERROR(write_dynamic(w, emb, t));
   }
   return Status();
+}
+
+// The changed rows of every table (EmbeddingCollection::changed_rows) as tables "delta/<name>"
+// of [u64 row][fat row] records, ascending; runs of consecutive rows are read with one call.
+Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
+                   const std::function<void(int64_t, int64_t)>& progress) {
+  int64_t written = 0, to_write = 0;
+  for (int t = 0; t < emb.num_tables(); ++t) to_write += emb.num_changed_rows(t);
+  std::vector<int64_t> ids(static_cast<size_t>(chunk_rows));
+  std::vector<uint8_t> fat, records;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const RowLayout& l = emb.layout(t);
+    const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+    const size_t stride = l.stride_bytes, rec = 8 + stride;
+    nlohmann::json meta = plain_meta(l);
+    meta["table_rows"] = to.num_rows;
+    const std::string name = kDeltaPrefix + to.name;
+    LEANEMB_RETURN_IF_ERROR(w.add_table(name, rec, emb.num_changed_rows(t), json_bytes(meta)));
+    int64_t pos = 0;
+    for (int64_t from = 0;;) {
+      const int64_t k = emb.changed_rows(t, from, ids);
+      if (k == 0) break;
+      fat.resize(static_cast<size_t>(k) * stride);
+      records.resize(static_cast<size_t>(k) * rec);
+      for (int64_t a = 0; a < k;) {
+        int64_t b = a + 1;
+        while (b < k && ids[static_cast<size_t>(b)] == ids[static_cast<size_t>(b - 1)] + 1) ++b;
+        LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, ids[static_cast<size_t>(a)], b - a,
+                                                  std::span<uint8_t>(fat.data() + static_cast<size_t>(a) * stride, static_cast<size_t>(b - a) * stride)));
+        a = b;
+      }
+      for (int64_t i = 0; i < k; ++i) {
+        const auto id = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
+        std::memcpy(records.data() + static_cast<size_t>(i) * rec, &id, 8);
+        std::memcpy(records.data() + static_cast<size_t>(i) * rec + 8, fat.data() + static_cast<size_t>(i) * stride, stride);
+      }
+      LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, records));
+      pos += k;
+      from = ids[static_cast<size_t>(k - 1)] + 1;
+      written += k;
+      if (progress) progress(written, to_write);
+    }
+    LEANEMB_RETURN_IF_ERROR(write_dynamic(w, emb, t));
+  }
+  return Status();
+}
+
+// The step of the checkpoint an incremental checkpoint `step` of `emb` would extend, or -1 (a
+// full one): see IncrementalOptions.
+int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCollection& emb, const IncrementalOptions& inc,
+                     ckpt::Env* env) {
+  const EmbeddingCollection::ChangeBase& base = emb.change_base();
+  if (!inc.enabled || !emb.tracks_changes() || base.step < 0 || base.step >= step) return -1;
+  const std::string dir = ckpt::join_path(ckpt::checkpoints_dir(out_dir), ckpt::step_dir_name(base.step));
+  auto chain = ckpt::checkpoint_chain(dir, env);
+  if (!chain.ok() || static_cast<int>(chain->size()) >= inc.full_every) return -1;
+  int64_t chain_rows = 0, total = 0;
+  for (size_t k = 0; k < chain->size(); ++k) {
+    auto r = ckpt::CheckpointReader::open((*chain)[k].path, env);
+    if (!r.ok() || (k + 1 == chain->size() && (*r)->id_hex() != base.id)) return -1;
+    for (const ckpt::EntryInfo& e : (*r)->entries())
+      if (e.name.rfind(kDeltaPrefix, 0) == 0) chain_rows += e.total_rows;
+  }
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    chain_rows += emb.num_changed_rows(t);
+    total += emb.options().tables[static_cast<size_t>(t)].num_rows;
+  }
+  return static_cast<double>(chain_rows) <= inc.max_chain_fraction * static_cast<double>(total) ? base.step : -1;
 }
 
 }  // namespace
@@ -252,17 +330,36 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
     return info;
   }
   LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(tables));
+  const IncrementalOptions& inc = options.incremental;
+  if (inc.enabled && (inc.full_every < 1 || !(inc.max_chain_fraction > 0.0 && inc.max_chain_fraction <= 1.0)))
+    return invalid_argument("incremental checkpoints: full_every must be >= 1 and max_chain_fraction in (0, 1]");
+  EmbeddingCollection& emb = view.local();
   ckpt::WriterOptions wo;
   wo.env = options.env;
   wo.block_bytes = options.block_bytes;
   wo.keep_last = options.keep_last;
+  wo.parent_step = delta_parent(out_dir, step, emb, inc, options.env);
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
   for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
-  LEANEMB_RETURN_IF_ERROR(write_plain(*w, view.local(), options.chunk_rows, options.progress));
+  if (wo.parent_step >= 0) {
+    LEANEMB_RETURN_IF_ERROR(write_delta(*w, emb, options.chunk_rows, options.progress));
+  } else {
+    LEANEMB_RETURN_IF_ERROR(write_plain(*w, emb, options.chunk_rows, options.progress));
+  }
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
   info.path = ci.path;
   info.warnings = ci.warnings;
   info.set_aside = ci.set_aside;
+  info.parent_step = wo.parent_step;
+  info.entry_bytes = ci.entry_bytes;
+  for (int t = 0; t < emb.num_tables(); ++t)
+    info.rows_written += wo.parent_step >= 0 ? emb.num_changed_rows(t) : emb.options().tables[static_cast<size_t>(t)].num_rows;
+  if (emb.tracks_changes()) {
+    // The new checkpoint is the base of the changes from now on (a failure to read its id back
+    // only costs the next checkpoint its increment: the base then matches no checkpoint).
+    auto r = ckpt::CheckpointReader::open(ci.path, options.env);
+    emb.reset_changes({step, r.ok() ? (*r)->id_hex() : std::string()});
+  }
   return info;
 }
 

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string_view>
 #include <tuple>
@@ -98,9 +99,38 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::stri
   return t;
 }
 
+// Adds to `sum` the rows of incremental checkpoint `r`'s table "delta/<name>" ([u64 row][fat
+// row] records) that no newer link gave (`seen`), and marks them seen.
+Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, uint64_t seed, std::vector<bool>* seen, RowSum* sum) {
+  const std::string entry = "delta/" + tl.name;
+  const ckpt::EntryInfo* e = r.find(entry);
+  if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != tl.stride_bytes + 8)
+    return data_loss("incremental checkpoint '" + r.dir() + "': no table '" + entry + "' of " + std::to_string(tl.stride_bytes + 8) + "-byte records");
+  std::vector<uint8_t> recs;
+  for (int64_t r0 = 0; r0 < e->total_rows; r0 += kChunkRows) {
+    const int64_t c = std::min(kChunkRows, e->total_rows - r0);
+    recs.resize(static_cast<size_t>(c) * e->row_bytes);
+    LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, recs));
+    for (int64_t i = 0; i < c; ++i) {
+      const uint8_t* p = recs.data() + static_cast<size_t>(i) * e->row_bytes;
+      uint64_t row = 0;
+      std::memcpy(&row, p, 8);
+      if (row >= static_cast<uint64_t>(tl.num_rows)) return data_loss("incremental checkpoint '" + r.dir() + "': '" + entry + "' names row " + std::to_string(row));
+      if ((*seen)[row]) continue;
+      (*seen)[row] = true;
+      digest_internal::add_rows(sum, seed, std::span<const uint8_t>(p + 8, tl.stride_bytes), tl.stride_bytes, 1,
+                                [&](int64_t) { return static_cast<int64_t>(row); });
+    }
+  }
+  return Status();
+}
+
 // The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
-// them (the collection's order, which a sharded layout of the same model also has).
-Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st) {
+// them (the collection's order, which a sharded layout of the same model also has). `r` is the
+// full checkpoint at the root of the chain; `deltas` the incremental ones over it, oldest first
+// (empty for a full checkpoint): each row counts with its newest bytes.
+Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st,
+                                           const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& deltas) {
   if (st.tables.empty())
     return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
   size_t emb_entries = 0;
@@ -120,12 +150,22 @@ Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, cons
   for (size_t t = 0; t < tables.size(); ++t) {
     const TableLayout& tl = tables[t];
     const uint64_t seed = digest_internal::table_seed(tl.name);
+    std::vector<bool> seen(deltas.empty() ? 0 : static_cast<size_t>(tl.num_rows), false);
+    for (auto it = deltas.rbegin(); it != deltas.rend(); ++it) LEANEMB_RETURN_IF_ERROR(add_delta_rows(**it, tl, seed, &seen, &sums[t]));
     const std::string entry = std::string(kEmbPrefix) + tl.name;
     for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
       const int64_t c = std::min(kChunkRows, tl.num_rows - r0);
       rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
       LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, rows));
-      digest_internal::add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return r0 + i; });
+      if (deltas.empty()) {
+        digest_internal::add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return r0 + i; });
+        continue;
+      }
+      for (int64_t i = 0; i < c; ++i) {
+        if (seen[static_cast<size_t>(r0 + i)]) continue;
+        digest_internal::add_rows(&sums[t], seed, std::span<const uint8_t>(rows.data() + static_cast<size_t>(i) * tl.stride_bytes, tl.stride_bytes),
+                                  tl.stride_bytes, 1, [&](int64_t) { return r0 + i; });
+      }
     }
   }
   return digest_internal::finish_digest(st.collection_step, tables, sums);
@@ -140,7 +180,21 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   if (r->find(kLayoutBlob) != nullptr) {
     LEANEMB_ASSIGN_OR_RETURN(emb, sharded_checkpoint_digest(dir, env));
   } else {
-    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(*r, st));
+    // An incremental checkpoint: the rows of its whole chain (the blobs are the newest link's).
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> chain, ckpt::checkpoint_chain(dir, env));
+    std::vector<std::unique_ptr<ckpt::CheckpointReader>> deltas;
+    std::unique_ptr<ckpt::CheckpointReader> base;
+    for (size_t k = 0; k + 1 < chain.size(); ++k) {
+      LEANEMB_ASSIGN_OR_RETURN(auto link, ckpt::CheckpointReader::open(chain[k].path, env));
+      if (k == 0) {
+        base = std::move(link);
+      } else {
+        deltas.push_back(std::move(link));
+      }
+    }
+    if (base) deltas.push_back(std::move(r));
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(base ? *base : *r, st, deltas));
+    if (base) r = std::move(deltas.back());
   }
   ckpt::Xxh128Stream h;
   h.bytes(kTrainingMagic, sizeof(kTrainingMagic) - 1);

@@ -143,6 +143,8 @@ struct EmbeddingCollection::Impl {
   int dropped_warnings = 0;
   int num_threads = 1;
   bool maps_rows = false;        // some table's residency maps rows (a cache: pins, prefetch)
+  bool tracks_changes = false;   // every residency has a TrackedRows layer (track_changes)
+  ChangeBase change_base;        // what the changed rows are relative to
   StepBuffers remap_buffers;     // cached tables: per table, the step's rows and their slots
   std::vector<size_t> step_mapped;  // per table: ids the pinned step mapping holds (0 = none)
   // prefetch(): a prefetch was started and no forward has dealt with it yet (taken its rows, or

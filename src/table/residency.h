@@ -13,6 +13,9 @@
 //   SplitRows     resident_rows.cc  weights and optimizer state in two tiers; an update stages
 //                                   the touched fat rows in workspace memory
 //   CachedRows    cached_rows.cc    a device-tier RowCache over a host or file RowStore
+// and layers over any of them:
+//   MirroredRows  mirrored_rows.cc  a checked copy of every row (testing)
+//   TrackedRows   tracked_rows.cc   marks changed rows (incremental checkpoints)
 // make_residency (residency.cc) picks the first entry of its registry that applies to the table
 // (TableOptions::residency names one explicitly): a new residency is a new file with its class
 // and factory, its factory's declaration below and one line in the registry.
@@ -64,6 +67,30 @@ struct ResidencyContext {
   void init_row(int64_t row, const RowLayout& l, float* tmp, uint8_t* out) const;
 };
 
+// One bit per local row: the rows changed since the last clear() (TrackedRows). Host memory
+// (category weights), num_rows / 8 bytes. Not thread-safe (the collection's thread marks).
+class ChangedRows {
+ public:
+  static Result<ChangedRows> create(int64_t num_rows, Allocator* alloc);
+  void mark(int64_t row) {
+    uint64_t& w = bits_.as<uint64_t>()[row >> 6];
+    const uint64_t bit = uint64_t{1} << (row & 63);
+    count_ += (w & bit) == 0 ? 1 : 0;
+    w |= bit;
+  }
+  void mark_range(int64_t begin, int64_t count);
+  void clear();
+  int64_t count() const { return count_; }  // rows marked
+  // Up to out.size() marked rows >= from, ascending, into out; returns how many.
+  int64_t next(int64_t from, std::span<int64_t> out) const;
+  size_t bytes() const { return bits_.size_bytes(); }
+
+ private:
+  Allocation bits_;
+  int64_t num_rows_ = 0;
+  int64_t count_ = 0;
+};
+
 class Residency {
  public:
   virtual ~Residency() = default;
@@ -113,6 +140,8 @@ class Residency {
   virtual Status read_rows(int64_t begin, int64_t count, uint8_t* out, Tier tier) const = 0;
   virtual Status write_rows(int64_t begin, int64_t count, const uint8_t* in, Tier tier) = 0;
   virtual Status write_row(int64_t row, const uint8_t* fat, Tier tier) { return write_rows(row, 1, fat, tier); }
+  // The rows changed since the last clear, when a TrackedRows layer is on top; else null.
+  virtual ChangedRows* changes() { return nullptr; }
 };
 
 // The residency of table ctx.table: the first registered kind that applies, or the one
@@ -127,5 +156,8 @@ Result<std::unique_ptr<Residency>> make_cached_rows(const ResidencyContext& ctx)
 Result<std::unique_ptr<Residency>> make_split_rows(const ResidencyContext& ctx);   // resident_rows.cc
 Result<std::unique_ptr<Residency>> make_resident_rows(const ResidencyContext& ctx);
 Result<std::unique_ptr<Residency>> make_mirrored_rows(const ResidencyContext& ctx);  // mirrored_rows.cc
+// `rows` with a TrackedRows layer on top (tracked_rows.cc): a ChangedRows of num_rows bits from
+// `host`. Errors: ResourceExhausted.
+Result<std::unique_ptr<Residency>> make_tracked_rows(std::unique_ptr<Residency> rows, int64_t num_rows, Allocator* host);
 
 }  // namespace leanemb::table_internal

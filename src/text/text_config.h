@@ -42,6 +42,9 @@ struct TextConfig {
   int64_t eval_every_epochs = 0;  // also after every N-th epoch (0 = no)
   int64_t checkpoint_every = 0;  // steps; 0 = only at the end; -1 = never (checkpoints off)
   int keep_checkpoints = 3;
+  bool incremental_checkpoints = false;  // only the rows changed since the last checkpoint (docs/train.md)
+  int full_checkpoint_every = 8;         // incremental: every N-th checkpoint of a chain is full
+  double max_delta_fraction = 0.5;       // incremental: a full one when a chain's rows pass this fraction
   int64_t max_consecutive_skipped = 100;  // divergence (train/divergence.h)
   double max_loss_growth = 1e6;            // divergence: loss / first step's loss (0 = no check)
   // [memory] (as a CTR config's: budgets, placement) and [dist] (several processes).

@@ -62,6 +62,14 @@ Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manif
   return Counters{v[0], v[1], v[2]};
 }
 
+// Incremental checkpoints: a one-process run's tables mark their changed rows from the first
+// checkpoint written or loaded on (a sharded run writes full checkpoints: IncrementalOptions).
+Status track_changes(const LoopSettings& ls, TrainTask& task) {
+  if (!ls.incremental.enabled || task.tables().communicator() != nullptr) return Status();
+  EmbeddingCollection* local = task.tables().local_shard().local;
+  return local != nullptr ? local->track_changes() : Status();
+}
+
 Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTask& task, const Counters& k,
                         ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, std::string* path) {
   json tables = json::array();  // the collection's table order (the training digest follows it)
@@ -81,6 +89,8 @@ Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTas
   so.chunk_rows = kCkptChunkRows;
   so.env = env;
   so.progress = progress;
+  so.incremental = ls.incremental;
+  LEANEMB_RETURN_IF_ERROR(track_changes(ls, task));
   LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, task.tables(), sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
   for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
@@ -118,6 +128,7 @@ Status load_checkpoint(const std::string& dir, const LoopSettings& ls, ckpt::Env
   lo.chunk_rows = kCkptChunkRows;
   lo.collection_step = collection_step;
   lo.env = env;
+  if (Status s = track_changes(ls, task); !s.ok()) return ctx(s);
   if (auto loaded = dist::load_tables_checkpoint(dir, task.tables(), lo); !loaded.ok()) return ctx(loaded.status());
   if (Status s = task.restore(r); !s.ok()) return ctx(s);
   *k = saved;

@@ -17,6 +17,8 @@
 
 #include "ckpt/fault_injection_env.h"
 #include "ckpt/format.h"
+#include "dist/sharded_checkpoint.h"
+#include "dist/training_digest.h"
 #include "leanemb/checkpoint.h"
 #include "train/config.h"
 #include "train/config_diff.h"
@@ -547,6 +549,73 @@ TEST(ckpt_killpoints, TrainingKilledAtEveryCallOfACommitResumesToTheSameDigest) 
   EXPECT_GT(from_2, 10);
   EXPECT_GT(from_4, 0);
   RecordProperty("killpoints", static_cast<int>(run_end - first_commit_end));
+}
+
+// ---- incremental checkpoints --------------------------------------------------------------------
+
+std::string training_digest_of(const std::string& out, int64_t step, ckpt::Env* env = nullptr) {
+  auto d = dist::training_digest(ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(step), env);
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  return d.ok() ? d.value() : "";
+}
+
+// train.incremental_checkpoints (tables of 2000 rows, 50 ids used: a step changes few rows):
+// every checkpoint of the chain has the training digest of the same step's full checkpoint, the
+// newest one extends the chain back to step 2, and a run resumed from a chain (stopped at step
+// 5) ends on the full run's digest.
+TEST(IncrementalTrainTest, ChainsHaveTheFullRunsDigestsAndResumeToThem) {
+  const std::vector<std::string> full_opts = {"model.table_rows=2000", "train.keep_checkpoints=0"};
+  std::vector<std::string> inc_opts = full_opts;
+  inc_opts.push_back("train.incremental_checkpoints=true");
+  const std::string full = scratch("inc_full"), inc = scratch("inc_inc"), resumed = scratch("inc_resumed");
+  ASSERT_TRUE(train(full, 8, false, nullptr, full_opts).ok());
+  ASSERT_TRUE(train(inc, 8, false, nullptr, inc_opts).ok());
+  for (int64_t s : {2, 4, 6, 8}) EXPECT_EQ(training_digest_of(inc, s), training_digest_of(full, s)) << "step " << s;
+  auto rep = dist::verify_tables_checkpoint(ckpt::checkpoints_dir(inc) + "/" + ckpt::step_dir_name(8));
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->num_links, 4u);
+  EXPECT_EQ(rep->base_step, 2);
+  ASSERT_TRUE(train(resumed, 5, false, nullptr, inc_opts).ok());
+  auto r = train(resumed, 8, true, nullptr, inc_opts);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["resumed_from_step"], 5);
+  EXPECT_EQ(training_digest_of(resumed, 8), training_digest_of(full, 8));
+}
+
+// As ckpt_killpoints, with incremental checkpoints: killed at every Env call of the commit of
+// step 4 (an increment over step 2), --resume ends on the uninterrupted run's training digest.
+TEST(IncrementalTrainTest, KilledAtEveryCallOfAnIncrementalCommitResumesToTheSameDigest) {
+  const std::string out = scratch("inc_kill");
+  const std::vector<std::string> opts = {"model.table_rows=2000", "train.keep_checkpoints=1", "train.incremental_checkpoints=true"};
+  std::string reference;
+  uint64_t first_commit_end = 0, run_end = 0;
+  {
+    ckpt::FaultInjectionEnv env;
+    make_dirs(env, out);
+    auto r = train(out, 4, false, &env, opts, nullptr, [&](int64_t step) {
+      if (step == 2) first_commit_end = env.num_mutating_ops();
+    });
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    run_end = env.num_mutating_ops();
+    reference = training_digest_of(out, 4, &env);
+    auto chain = ckpt::checkpoint_chain(ckpt::checkpoints_dir(out) + "/" + ckpt::step_dir_name(4), &env);
+    ASSERT_TRUE(chain.ok());
+    ASSERT_EQ(chain->size(), 2u) << "step 4 is an increment over step 2";
+  }
+  ASSERT_GT(run_end, first_commit_end + 10);
+  for (uint64_t at = first_commit_end; at < run_end; ++at) {
+    SCOPED_TRACE("crash at op " + std::to_string(at));
+    fs::remove_all(out);
+    fs::create_directories(out);
+    ckpt::FaultInjectionEnv env;
+    make_dirs(env, out);
+    env.set_fault(at, ckpt::FaultKind::kCrash);
+    (void)train(out, 4, false, &env, opts);
+    env.simulate_crash();
+    auto resumed = train(out, 4, true, &env, opts);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+    EXPECT_EQ(training_digest_of(out, 4, &env), reference);
+  }
 }
 
 // ---- no_silent_write_errors -------------------------------------------------------------------

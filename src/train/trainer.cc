@@ -392,6 +392,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
+  ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
   ls.log_every = c.log_every;
   ls.max_consecutive_skipped = c.max_consecutive_skipped;
   ls.max_loss_growth = c.max_loss_growth;

@@ -1,0 +1,316 @@
+// Incremental checkpoints (IncrementalOptions, docs/formats/checkpoint.md "Chains"): a chain of
+// changed-row checkpoints restores exactly the rows of the collection that wrote it (resident
+// and cached over a file store), writes only the changed rows, starts a new base when told,
+// is incomplete without every link (a missing, replaced or corrupt parent makes --resume fall
+// back), keeps the links a kept checkpoint needs, and survives a crash anywhere in a save.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "ckpt/fault_injection_env.h"
+#include "ckpt/format.h"
+#include "dist/dist_testing.h"
+#include "dist/sharded_checkpoint.h"
+#include "table/owned_batch_testing.h"
+
+namespace leanemb::dist {
+namespace {
+
+namespace fs = std::filesystem;
+using test_util::TempDir;
+using testing_util::OwnedBatch;
+
+constexpr int64_t kBags = 8;
+
+// Two tables (1000 and 300 rows; Adagrad state), two features; `file_dir` non-empty: table a is
+// cached (64 slots) over a file store there.
+CollectionOptions options(const std::string& file_dir = "") {
+  CollectionOptions o;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kAdagrad;
+  opt.learning_rate = 0.05f;
+  o.tables = {TableOptions{"a", 1000, 8, DType::kBF16, opt, {}, false, {}, {}, {}, {}},
+              TableOptions{"b", 300, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
+  if (!file_dir.empty()) {
+    o.tables[0].cache.capacity_rows = 64;
+    o.tables[0].cache.store = StoreKind::kFile;
+    o.tables[0].cache.store_path = file_dir + "/a.rows";
+  }
+  o.features = {FeatureOptions{"fa", 0, PoolingMode::kSum}, FeatureOptions{"fb", 1, PoolingMode::kMean}};
+  o.seed = 5;
+  o.num_threads = 1;
+  return o;
+}
+
+// Step s: bags of 1-3 ids, uniform over each table (so a step changes a few dozen rows).
+OwnedBatch batch(int step, const CollectionOptions& o) {
+  std::mt19937_64 rng(77 + static_cast<uint64_t>(step));
+  OwnedBatch b;
+  b.B = kBags;
+  for (const FeatureOptions& f : o.features) {
+    const auto rows = static_cast<uint64_t>(o.tables[static_cast<size_t>(f.table)].num_rows);
+    std::vector<int64_t> ids, offsets = {0};
+    for (int64_t bag = 0; bag < b.B; ++bag) {
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 3); i < n; ++i) ids.push_back(static_cast<int64_t>(rng() % rows));
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    b.ids.push_back(ids);
+    b.offsets.push_back(offsets);
+    b.weights.emplace_back();
+  }
+  return b;
+}
+
+void train(EmbeddingCollection& c, const CollectionOptions& o, int s0, int s1) {
+  for (int s = s0; s < s1; ++s) {
+    const OwnedBatch g = batch(s, o);
+    std::vector<float> pooled(static_cast<size_t>(kBags * c.pooled_dim()));
+    ASSERT_TRUE(c.forward(g.view(), pooled).ok());
+    ASSERT_TRUE(c.backward_update(g.view(), test_util::normal_grads(500 + static_cast<uint64_t>(s), kBags * c.pooled_dim())).ok());
+  }
+}
+
+TablesSaveOptions incremental(int full_every = 8, double fraction = 0.5, ckpt::Env* env = nullptr) {
+  TablesSaveOptions so;
+  so.env = env;
+  so.keep_last = 0;
+  so.incremental.enabled = true;
+  so.incremental.full_every = full_every;
+  so.incremental.max_chain_fraction = fraction;
+  so.chunk_rows = 100;  // several chunks per table
+  return so;
+}
+
+std::string step_dir(const std::string& out, int64_t step) {
+  return ckpt::join_path(ckpt::checkpoints_dir(out), ckpt::step_dir_name(step));
+}
+
+// The digest of `dir` (its chain) loaded into a fresh collection of options `o` at collection step `step`.
+std::string loaded_digest(const std::string& dir, int64_t step, const CollectionOptions& o, ckpt::Env* env = nullptr) {
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  TablesLoadOptions lo;
+  lo.env = env;
+  lo.collection_step = step;
+  auto st = load_tables_checkpoint(dir, *c, lo);
+  EXPECT_TRUE(st.ok()) << st.status().to_string();
+  return collection_digest(*c).value();
+}
+
+class IncrementalCheckpointTest : public testing::TestWithParam<bool> {};  // param: table a cached over a file
+
+// Full at step 2, changed rows at 4 and 6: the chain of step 6 loads the writer's rows exactly
+// (the same digest as a full save of the same state), and each increment holds just its
+// changed rows: at most 1.2 x (changed rows x row bytes) plus the per-row id.
+TEST_P(IncrementalCheckpointTest, AChainRestoresExactlyTheRowsAFullCheckpointWould) {
+  TempDir dir, store, store2;
+  const CollectionOptions o = options(GetParam() ? store.path : "");
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  ASSERT_TRUE(c->track_changes().ok());
+  const std::string out = dir.path + "/run";
+  int64_t parents[3] = {};
+  for (int k = 0; k < 3; ++k) {
+    train(*c, o, 2 * k, 2 * k + 2);
+    int64_t changed = 0, row_bytes = 0;
+    for (int t = 0; t < c->num_tables(); ++t) {
+      changed += c->num_changed_rows(t);
+      row_bytes += c->num_changed_rows(t) * static_cast<int64_t>(c->layout(t).stride_bytes + 8);
+    }
+    auto info = save_tables_checkpoint(out, 2 * k + 2, *c, {}, incremental());
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    parents[k] = info->parent_step;
+    if (k > 0) {
+      EXPECT_GT(changed, 0);
+      EXPECT_LT(changed, 200);
+      EXPECT_EQ(info->rows_written, changed);
+      EXPECT_LE(static_cast<double>(info->entry_bytes), 1.2 * static_cast<double>(row_bytes) + 64);
+    }
+    for (int t = 0; t < c->num_tables(); ++t) EXPECT_EQ(c->num_changed_rows(t), 0) << "reset after the commit";
+  }
+  EXPECT_EQ(parents[0], -1);
+  EXPECT_EQ(parents[1], 2);
+  EXPECT_EQ(parents[2], 4);
+  const std::string want = collection_digest(*c).value();
+  EXPECT_EQ(loaded_digest(step_dir(out, 6), 6, options(GetParam() ? store2.path : "")), want);
+  // The same state saved in full loads to the same digest.
+  TablesSaveOptions full;
+  ASSERT_TRUE(save_tables_checkpoint(dir.path + "/full", 6, *c, {}, full).ok());
+  EXPECT_EQ(loaded_digest(step_dir(dir.path + "/full", 6), 6, options(GetParam() ? store2.path : "")), want);
+  auto rep = verify_tables_checkpoint(step_dir(out, 6));
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->num_links, 3u);
+  EXPECT_EQ(rep->base_step, 2);
+  // Training continues from the loaded chain bit for bit.
+  auto d = std::move(EmbeddingCollection::create(options(GetParam() ? store2.path : ""))).value();
+  TablesLoadOptions lo;
+  lo.collection_step = c->step();
+  ASSERT_TRUE(load_tables_checkpoint(step_dir(out, 6), *d, lo).ok());
+  train(*c, o, 6, 8);
+  train(*d, o, 6, 8);
+  EXPECT_EQ(collection_digest(*d).value(), collection_digest(*c).value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Residency, IncrementalCheckpointTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& i) { return i.param ? "cached_file" : "resident"; });
+
+// full_every = 2: every second checkpoint is a new base; a tiny max_chain_fraction: all full;
+// a collection that does not track changes, or whose base is another run's: full.
+TEST(IncrementalCheckpointPolicyTest, NewBasesEveryFullEveryOrPastTheFraction) {
+  TempDir dir;
+  const CollectionOptions o = options();
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  auto parent_of = [&](const std::string& out, int64_t step, const TablesSaveOptions& so) {
+    auto info = save_tables_checkpoint(out, step, *c, {}, so);
+    EXPECT_TRUE(info.ok()) << info.status().to_string();
+    return info.ok() ? info->parent_step : -2;
+  };
+  EXPECT_EQ(parent_of(dir.path + "/untracked", 1, incremental()), -1);
+  EXPECT_EQ(parent_of(dir.path + "/untracked", 2, incremental()), -1) << "no tracking: always full";
+  ASSERT_TRUE(c->track_changes().ok());
+  const std::string a = dir.path + "/a";
+  std::vector<int64_t> got;
+  for (int s = 1; s <= 5; ++s) {
+    train(*c, o, s, s + 1);
+    got.push_back(parent_of(a, s, incremental(2)));
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{-1, 1, -1, 3, -1}));
+  const std::string b = dir.path + "/b";
+  for (int s = 1; s <= 3; ++s) {
+    train(*c, o, s, s + 1);
+    EXPECT_EQ(parent_of(b, s, incremental(8, 1e-6)), -1) << "past the fraction at step " << s;
+  }
+  // The change base is b's step 3: a checkpoint of another out_dir that has a step 3 of its own
+  // (another id) is full.
+  train(*c, o, 6, 7);
+  EXPECT_EQ(parent_of(a, 7, incremental()), -1);
+}
+
+// A chain is complete only with every link: a missing, replaced or corrupt parent makes the
+// newest checkpoint incomplete, and find_latest_tables_checkpoint falls back to the newest
+// complete chain.
+TEST(IncrementalCheckpointPolicyTest, AnIncompleteChainIsSkipped) {
+  TempDir dir;
+  const CollectionOptions o = options();
+  auto write_chain = [&](const std::string& out) {
+    auto c = std::move(EmbeddingCollection::create(o)).value();
+    EXPECT_TRUE(c->track_changes().ok());
+    for (int s = 2; s <= 6; s += 2) {
+      train(*c, o, s - 2, s);
+      EXPECT_TRUE(save_tables_checkpoint(out, s, *c, {}, incremental()).ok());
+    }
+  };
+  ckpt::FindOptions quiet;
+  quiet.warn_to_stderr = false;
+  const std::string missing = dir.path + "/missing", replaced = dir.path + "/replaced", rotten = dir.path + "/rotten";
+  for (const std::string& out : {missing, replaced, rotten}) write_chain(out);
+  fs::remove_all(step_dir(missing, 4));
+  auto l1 = find_latest_tables_checkpoint(missing, quiet);
+  ASSERT_TRUE(l1.ok());
+  EXPECT_EQ(l1->ref.step, 2);
+  EXPECT_EQ(ckpt::checkpoint_chain(step_dir(missing, 6)).status().code(), StatusCode::kNotFound);
+  // Step 4 replaced by another run's full checkpoint of step 4: step 6's recorded id differs.
+  {
+    auto other = std::move(EmbeddingCollection::create(o)).value();
+    const std::string tmp = dir.path + "/other";
+    ASSERT_TRUE(save_tables_checkpoint(tmp, 4, *other, {}, {}).ok());
+    fs::remove_all(step_dir(replaced, 4));
+    fs::rename(step_dir(tmp, 4), step_dir(replaced, 4));
+  }
+  auto chain = ckpt::checkpoint_chain(step_dir(replaced, 6));
+  EXPECT_EQ(chain.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(chain.status().message().find("replaced by another checkpoint"), std::string::npos) << chain.status().to_string();
+  auto l2 = find_latest_tables_checkpoint(replaced, quiet);
+  ASSERT_TRUE(l2.ok());
+  EXPECT_EQ(l2->ref.step, 4);
+  // A flipped byte in step 4's data: steps 6 and 4 are skipped.
+  {
+    const std::string data = step_dir(rotten, 4) + "/data-00000.dat";
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(10);
+    f.put('\x5a');
+  }
+  auto l3 = find_latest_tables_checkpoint(rotten, quiet);
+  ASSERT_TRUE(l3.ok());
+  EXPECT_EQ(l3->ref.step, 2);
+  EXPECT_FALSE(verify_tables_checkpoint(step_dir(rotten, 6)).ok());
+}
+
+// keep_last = 1 keeps the links the newest checkpoint needs, and removes them once a new base
+// no longer needs them.
+TEST(IncrementalCheckpointPolicyTest, KeepLastKeepsTheChainOfAKeptCheckpoint) {
+  TempDir dir;
+  const CollectionOptions o = options();
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  ASSERT_TRUE(c->track_changes().ok());
+  const std::string out = dir.path + "/run";
+  TablesSaveOptions so = incremental(3);
+  so.keep_last = 1;
+  auto steps = [&] {
+    std::vector<int64_t> s;
+    const std::vector<ckpt::CheckpointRef> refs = ckpt::list_checkpoints(out).value();
+    for (const auto& r : refs) s.push_back(r.step);
+    return s;
+  };
+  for (int s = 1; s <= 3; ++s) {
+    train(*c, o, s, s + 1);
+    ASSERT_TRUE(save_tables_checkpoint(out, s, *c, {}, so).ok());
+  }
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2, 3}));
+  train(*c, o, 4, 5);
+  auto info = save_tables_checkpoint(out, 4, *c, {}, so);  // the chain's 4th link: a new base
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->parent_step, -1);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{4}));
+}
+
+// A crash at any file-system call of an incremental save leaves the old chain (step 2's rows)
+// or the new one (step 4's), never a checkpoint that loads other rows.
+TEST(IncrementalCheckpointPolicyTest, ACrashAnywhereInAnIncrementalSaveLeavesTheOldOrTheNewChain) {
+  const CollectionOptions o = options();
+  std::string d2, d4;
+  auto run = [&](ckpt::FaultInjectionEnv& env, int64_t fault_at) -> uint64_t {
+    auto c = std::move(EmbeddingCollection::create(o)).value();
+    EXPECT_TRUE(c->track_changes().ok());
+    train(*c, o, 0, 2);
+    EXPECT_TRUE(save_tables_checkpoint("/out", 2, *c, {}, incremental(8, 0.5, &env)).ok());
+    d2 = collection_digest(*c).value();
+    train(*c, o, 2, 4);
+    d4 = collection_digest(*c).value();
+    const uint64_t before = env.num_mutating_ops();
+    if (fault_at >= 0) env.set_fault(before + static_cast<uint64_t>(fault_at), ckpt::FaultKind::kCrash);
+    auto info = save_tables_checkpoint("/out", 4, *c, {}, incremental(8, 0.5, &env));
+    if (fault_at < 0) {
+      EXPECT_TRUE(info.ok());
+      EXPECT_EQ(info->parent_step, 2);
+    }
+    return env.num_mutating_ops() - before;
+  };
+  uint64_t ops = 0;
+  {
+    ckpt::FaultInjectionEnv env;
+    ops = run(env, -1);
+    ASSERT_GT(ops, 5u);
+  }
+  int saw_old = 0, saw_new = 0;
+  for (bool keep_entries : {false, true}) {
+    for (uint64_t n = 0; n <= ops; ++n) {
+      SCOPED_TRACE("crash at call " + std::to_string(n));
+      ckpt::FaultInjectionEnv env;
+      run(env, static_cast<int64_t>(n));
+      env.simulate_crash({keep_entries});
+      ckpt::FindOptions f;
+      f.env = &env;
+      f.warn_to_stderr = false;
+      auto latest = find_latest_tables_checkpoint("/out", f);
+      ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+      EXPECT_EQ(loaded_digest(latest->ref.path, latest->ref.step, o, &env), latest->ref.step == 2 ? d2 : d4);
+      (latest->ref.step == 2 ? saw_old : saw_new) += 1;
+    }
+  }
+  EXPECT_GT(saw_old, 0);
+  EXPECT_GT(saw_new, 0);
+}
+
+}  // namespace
+}  // namespace leanemb::dist
