@@ -111,6 +111,7 @@ Result<plan::Workload> text_config_workload(const PlanArgs& a, plan::ReportConte
                        std::to_string(w.tables[0].dim) + ", " + std::to_string(w.num_labels) + " labels, batch " +
                        std::to_string(w.batch_size);
   if (tc.checkpoint_every > 0) ctx->checkpoint_every = tc.checkpoint_every;
+  ctx->incremental_checkpoints = tc.incremental_checkpoints;
   return w;
 }
 
@@ -140,6 +141,7 @@ Result<plan::Workload> ctr_config_workload(const PlanArgs& a, train::TrainConfig
   ctx->workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg->num_sparse) + " tables, dim " +
                        std::to_string(cfg->embedding_dim) + ", batch " + std::to_string(cfg->batch_size);
   if (cfg->checkpoint_every > 0) ctx->checkpoint_every = cfg->checkpoint_every;
+  ctx->incremental_checkpoints = cfg->incremental_checkpoints;
   return w;
 }
 

@@ -171,7 +171,8 @@ struct TablesSaveInfo {
   std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
   int64_t parent_step = -1;           // the checkpoint an incremental one extends (-1: full)
   int64_t rows_written = 0;           // embedding rows written (all of them when full)
-  uint64_t entry_bytes = 0;           // logical bytes of all entries (CommitInfo::entry_bytes)
+  uint64_t entry_bytes = 0;           // plain: logical bytes of all entries (CommitInfo::entry_bytes);
+                                      // sharded: the fat rows' bytes (rows x stride)
 };
 
 // Collective for a sharded collection (only rank 0's blobs are written). Errors: the writers'.

@@ -327,6 +327,11 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
     LEANEMB_ASSIGN_OR_RETURN(ShardedSaveInfo s, save_sharded_checkpoint(out_dir, step, tables, blobs, so));
     info.path = s.global_dir;
     info.warnings = s.warnings;
+    for (int t = 0; t < tables.num_tables(); ++t) {  // every global row, as fat rows (blobs not counted)
+      const int64_t n = tables.options().tables[static_cast<size_t>(t)].num_rows;
+      info.rows_written += n;
+      info.entry_bytes += static_cast<uint64_t>(n) * tables.layout(t).stride_bytes;
+    }
     return info;
   }
   LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(tables));

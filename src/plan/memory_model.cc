@@ -352,6 +352,8 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     if (cached) plan_cached_rows(rp);
     else if (s.split) plan_split_rows(rp);
     else plan_resident_rows(rp);
+    // The TrackedRows layer's bitmap (table/residency.h ChangedRows): one process only.
+    if (w.track_changed_rows && shards == 1) r.persist(Item{Tier::kHost, Category::kWeights, std::max<size_t>((nr + 63) / 64, 1) * 8});
     if (t.dynamic.enabled) {
       // The IdMaps of the partitions held here and the row keys (host, row_cache), the id
       // buffers of forward and backward (kWorkspace).
@@ -591,6 +593,20 @@ void for_rank_buckets(int64_t vocab, double zipf, F&& f, int64_t width_divisor =
   }
 }
 }  // namespace
+
+Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
+  CheckpointBytes b;
+  for (const TableSpec& t : w.tables) {
+    LEANEMB_ASSIGN_OR_RETURN(RowLayout l, make_row_layout(t.dim, w.row_dtype, w.row_optimizer));
+    b.full += static_cast<uint64_t>(t.num_rows) * l.stride_bytes;
+    const double ids = static_cast<double>(std::max<int64_t>(every, 1)) * static_cast<double>(w.batch_size) * t.mean_ids_per_sample;
+    const double changed = t.vocab > 0 || t.zipf > 0
+                               ? expected_unique_rows(static_cast<int64_t>(std::min(ids, 9e18)), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
+                               : static_cast<double>(t.num_rows);
+    b.incremental += changed * static_cast<double>(l.stride_bytes + 8);
+  }
+  return b;
+}
 
 double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows) {
   if (n <= 0 || vocab <= 0 || num_rows <= 0) return 0.0;

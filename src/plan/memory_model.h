@@ -88,6 +88,9 @@ struct Workload {
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   bool cache_prefetch = false;  // cached: the trainer prefetches the next batch's rows (its buffers)
+  // Incremental checkpoints of a one-process run (train.incremental_checkpoints): each table
+  // marks its changed rows in a bitmap of one bit per row (host tier, category weights).
+  bool track_changed_rows = false;
   int num_shards = 1;           // row-wise shards; per-device figures
   DType forward_payload = DType::kF32;   // shards > 1: rows on the wire
   DType backward_payload = DType::kF32;  // shards > 1: gradients on the wire
@@ -147,6 +150,17 @@ Result<Prediction> predict_memory(const Workload& w, Estimate estimate = Estimat
 // gradient of every table (rows x dim fp32), Adam (m, v fp32), fp32 activations, no
 // micro-batches, no checkpointing, everything on the device.
 Result<Prediction> predict_naive_baseline(const Workload& w);
+
+// What a checkpoint of the workload's tables writes (docs/plan.md, "Checkpoints"): a full one
+// every row (rows x fat-row stride); an incremental one (train.incremental_checkpoints) the rows
+// changed in `every` steps, as [u64 row][fat row] records: the distinct rows that many steps
+// draw (expected_unique_rows of every x batch x mean ids per sample; the whole table when its
+// id skew and vocabulary are unknown). Blobs (dense parameters, dynamic id maps) not counted.
+struct CheckpointBytes {
+  uint64_t full = 0;
+  double incremental = 0;  // expected, per checkpoint interval
+};
+Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every);
 
 // Expected distinct rows when `n` ids are drawn from a Zipf(zipf) law over `vocab` ranks (zipf 0:
 // uniform) and hashed into `num_rows` rows: sum over ranks of 1 - (1 - p_r)^n, capped at num_rows.

@@ -53,6 +53,35 @@ TEST(PlannerTest, NoFitNamesTheSmallestBudget) {
   EXPECT_TRUE(again.value().fits);
 }
 
+// Checkpoint bytes: a full checkpoint is every fat row; an incremental one the distinct rows the
+// interval's ids reach (expected_unique_rows) as [u64 row][fat row] records, and never more than
+// the table. Tracking changed rows costs one bit per row of host weights.
+TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
+  Workload w = seed_workload();
+  w.tables[0].zipf = 1.05;  // a known skew: fewer rows change in a shorter interval
+  auto cb = checkpoint_bytes(w, 100);
+  ASSERT_TRUE(cb.ok());
+  uint64_t full = 0;
+  double inc = 0;
+  for (const TableSpec& t : w.tables) {
+    const RowLayout l = make_row_layout(t.dim, w.row_dtype, w.row_optimizer).value();
+    full += static_cast<uint64_t>(t.num_rows) * l.stride_bytes;
+    const double ids = 100.0 * static_cast<double>(w.batch_size) * t.mean_ids_per_sample;
+    const double changed = t.vocab > 0 || t.zipf > 0 ? expected_unique_rows(static_cast<int64_t>(ids), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
+                                                     : static_cast<double>(t.num_rows);
+    EXPECT_LE(changed, static_cast<double>(t.num_rows));
+    inc += changed * static_cast<double>(l.stride_bytes + 8);
+  }
+  EXPECT_EQ(cb->full, full);
+  EXPECT_NEAR(cb->incremental, inc, 1e-6 * inc);
+  EXPECT_LT(checkpoint_bytes(w, 1).value().incremental, checkpoint_bytes(w, 1000).value().incremental);
+  const size_t before = predict_memory(w, Estimate::kExpected).value().host().peak_bytes;
+  w.track_changed_rows = true;
+  size_t bits = 0;
+  for (const TableSpec& t : w.tables) bits += std::max<size_t>((static_cast<size_t>(t.num_rows) + 63) / 64, 1) * 8;
+  EXPECT_EQ(predict_memory(w, Estimate::kExpected).value().host().peak_bytes, before + bits);
+}
+
 // With the disk's random-read rate (plan --disk-iops / --probe-disk), a file-store workload's
 // report gives the least time its store reads take per step: the predicted reads over the rate.
 TEST(PlannerTest, DiskReadRateGivesTheStepsLeastDiskTime) {

@@ -235,6 +235,11 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
         "or expandable_segments:True instead of max_split_size_mb; cap with set_per_process_memory_fraction");
   row("communication_backend", o.preset.comm_backend, w.num_shards > 1 ? "all-to-all for embeddings, all-reduce for dense" : "all-reduce of dense gradients only");
   row("checkpoint_interval", "every " + std::to_string(ctx.checkpoint_every) + " steps", "atomic, checksummed (train.checkpoint_every)");
+  if (auto cb = checkpoint_bytes(w, ctx.checkpoint_every); cb.ok()) {
+    row("checkpoint_bytes", "full " + format_bytes(cb->full) + ", incremental ~" + format_bytes(static_cast<size_t>(cb->incremental)) +
+                                " per interval" + (ctx.incremental_checkpoints ? " (incremental on)" : ""),
+        "train.incremental_checkpoints writes only the rows changed since the previous checkpoint");
+  }
   return out;
 }
 
@@ -262,6 +267,10 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   j["candidates"] = r.num_candidates;
   j["fitting"] = r.num_fitting;
   j["naive"] = {{"device", tier_json(r.naive.device())}};
+  if (auto cb = checkpoint_bytes(base, ctx.checkpoint_every); cb.ok()) {
+    j["checkpoints"] = {{"every_steps", ctx.checkpoint_every}, {"incremental", ctx.incremental_checkpoints},
+                        {"full_bytes", cb->full}, {"incremental_bytes_per_interval", cb->incremental}};
+  }
   if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
     const Prediction& a = as_is.value();
     j["as_configured"] = {{"device", tier_json(a.device())}, {"host", tier_json(a.host())},

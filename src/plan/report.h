@@ -22,6 +22,7 @@ struct ReportContext {
   // plan --probe-disk: tiered::probe_disk), and where the figure comes from; 0: unknown.
   double disk_read_iops = 0;
   std::string disk_read_iops_source;
+  bool incremental_checkpoints = false;  // train.incremental_checkpoints
 };
 
 std::string plan_report_text(const Workload& base, const PlannerOptions& options, const PlanResult& result,

@@ -34,6 +34,7 @@ Result<Workload> ctr_workload(const TrainConfig& c) {
     w.cache_prefetch = c.cache_prefetch;
   }
   w.num_threads = c.threads;
+  w.track_changed_rows = c.incremental_checkpoints;
   w.forward_payload = c.forward_payload;
   w.backward_payload = c.backward_payload;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is

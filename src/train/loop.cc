@@ -71,7 +71,7 @@ Status track_changes(const LoopSettings& ls, TrainTask& task) {
 }
 
 Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTask& task, const Counters& k,
-                        ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, std::string* path) {
+                        ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, dist::TablesSaveInfo* saved) {
   json tables = json::array();  // the collection's table order (the training digest follows it)
   for (const TableOptions& t : task.tables().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step},         {"samples", k.samples}, {"skipped_steps", k.skipped},
@@ -94,7 +94,7 @@ Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTas
   LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, task.tables(), sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
   for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
-  *path = info.path;
+  *saved = std::move(info);
   return Status();
 }
 
@@ -472,9 +472,15 @@ Status Run::checkpoint() {
       tty_line_open_ = tty_line_open_ || shown->printed();
     };
   }
-  LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, progress, &last_ckpt_));
-  log_metrics(json{{"step", k_.step}, {"checkpoint", last_ckpt_},
-                   {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
+  dist::TablesSaveInfo saved;
+  LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, progress, &saved));
+  last_ckpt_ = saved.path;
+  // checkpoint_rows / checkpoint_bytes: the embedding rows and the entries' bytes written;
+  // checkpoint_extends: the step an incremental checkpoint extends (absent when full).
+  json line = {{"step", k_.step}, {"checkpoint", last_ckpt_}, {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()},
+               {"checkpoint_rows", saved.rows_written}, {"checkpoint_bytes", saved.entry_bytes}};
+  if (saved.parent_step >= 0) line["checkpoint_extends"] = saved.parent_step;
+  log_metrics(line);
   if (metrics_) metrics_->sync(k_.step);  // the log is durable up to the checkpoint it names
   return Status();
 }
