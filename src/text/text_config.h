@@ -45,6 +45,7 @@ struct TextConfig {
   bool incremental_checkpoints = false;  // only the rows changed since the last checkpoint (docs/train.md)
   int full_checkpoint_every = 8;         // incremental: every N-th checkpoint of a chain is full
   double max_delta_fraction = 0.5;       // incremental: a full one when a chain's rows pass this fraction
+  bool disk_check = true;                // refuse to start when the disk cannot hold the store files and a checkpoint
   int64_t max_consecutive_skipped = 100;  // divergence (train/divergence.h)
   double max_loss_growth = 1e6;            // divergence: loss / first step's loss (0 = no check)
   // [memory] (as a CTR config's: budgets, placement) and [dist] (several processes).

@@ -327,6 +327,7 @@ Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const Text
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
+  ls.disk_check = c.disk_check;
   ls.log_every = c.log_every > 0 ? c.log_every : 1000;
   ls.log_every_s = c.log_every_s;
   ls.max_consecutive_skipped = c.max_consecutive_skipped;

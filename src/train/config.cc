@@ -241,6 +241,7 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(t.read("incremental_checkpoints", &c.incremental_checkpoints));
   LEANEMB_RETURN_IF_ERROR(t.read("full_checkpoint_every", &c.full_checkpoint_every, 1, 1000000));
   LEANEMB_RETURN_IF_ERROR(t.read("max_delta_fraction", &c.max_delta_fraction, 1e-6, 1.0));
+  LEANEMB_RETURN_IF_ERROR(t.read("disk_check", &c.disk_check));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));

@@ -99,6 +99,7 @@ struct TrainConfig {
   bool incremental_checkpoints = false;  // only the rows changed since the last checkpoint (docs/train.md)
   int full_checkpoint_every = 8;         // incremental: every N-th checkpoint of a chain is full
   double max_delta_fraction = 0.5;       // incremental: a full one when a chain's rows pass this fraction
+  bool disk_check = true;                // refuse to start when the disk cannot hold the store files and a checkpoint
   int64_t log_every = 100;         // steps between progress / metrics lines
   std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient
   int64_t max_consecutive_skipped = 100;  // diverged after this many skipped steps in a row (0 = never)

@@ -1,6 +1,9 @@
 // The one step loop of `leanemb train` (train/task.h): output directory, memory plan and
 // system, resume, steps, progress, metrics, checkpoints, divergence, graceful stop, summary.
 #include <omp.h>
+#include <map>
+#include <sys/statvfs.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -60,6 +63,56 @@ Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manif
   if (v[2] > v[0]) return data_loss("train/state: skipped_steps " + std::to_string(v[2]) + " exceeds step " + std::to_string(v[0]));
   *collection_step = v[3];
   return Counters{v[0], v[1], v[2]};
+}
+
+// The disk space a run needs at least, against what the file systems of its store directory and
+// its output directory have free (statvfs f_bavail): the file stores' table files at their
+// planned size (every row written: plan's disk_bytes) less what the files already there hold,
+// and one full checkpoint (the tables' rows: the first checkpoint is full). One file system
+// holding both needs the sum. Errors: IoError "not enough disk space" naming each part
+// (train.disk_check = false skips the check).
+Status check_disk_space(const plan::Prediction& p, int world, const std::string& store_dir, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  struct Need {
+    std::string dir, what;
+    uint64_t bytes;
+  };
+  std::vector<Need> needs;
+  if (p.disk_bytes > 0 && !store_dir.empty()) {
+    uint64_t held = 0;  // blocks the table files of an earlier run already hold (reused as they are)
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(store_dir, ec)) {
+      struct stat st {};
+      if (e.is_regular_file(ec) && ::stat(e.path().c_str(), &st) == 0) held += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+    const uint64_t files = static_cast<uint64_t>(p.disk_bytes) * static_cast<uint64_t>(world);
+    needs.push_back({store_dir, "the file stores' table files (" + format_bytes(files) + " when every row is written, " +
+                                    format_bytes(held) + " already on disk)", files > held ? files - held : 0});
+  }
+  needs.push_back({out_dir, "the first checkpoint (every row: " + format_bytes(p.table_bytes * static_cast<uint64_t>(world)) + ")",
+                   static_cast<uint64_t>(p.table_bytes) * static_cast<uint64_t>(world)});
+  std::map<dev_t, std::pair<uint64_t, std::vector<const Need*>>> by_fs;  // free bytes, needs
+  for (const Need& n : needs) {
+    struct statvfs vs {};
+    struct stat st {};
+    if (::statvfs(n.dir.c_str(), &vs) != 0 || ::stat(n.dir.c_str(), &st) != 0) continue;  // unknown: no check
+    auto& [free_bytes, list] = by_fs[st.st_dev];
+    free_bytes = static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize;
+    list.push_back(&n);
+  }
+  for (const auto& [dev, fs_needs] : by_fs) {
+    uint64_t total = 0;
+    std::string parts;
+    for (const Need* n : fs_needs.second) {
+      total += n->bytes;
+      parts += (parts.empty() ? "" : "; ") + n->what + " in " + n->dir;
+    }
+    if (total > fs_needs.first)
+      return io_error("not enough disk space: this run needs at least " + format_bytes(total) + " but the file system holds " +
+                      format_bytes(fs_needs.first) + " free (" + parts + "). Free space, move embedding.store_dir or --out, " +
+                      "use fewer or smaller tables, or set train.disk_check = false if far fewer rows will be written");
+  }
+  return Status();
 }
 
 // Incremental checkpoints: a one-process run's tables mark their changed rows from the first
@@ -365,6 +418,7 @@ Status Run::open() {
   if (have_plan_) {
     LEANEMB_ASSIGN_OR_RETURN(planned_, ls_.plan(world_));
   }
+  if (have_plan_ && lead_ && ls_.disk_check) LEANEMB_RETURN_IF_ERROR(check_disk_space(planned_, world_, ls_.store_dir, ro_.out_dir));
   mso_ = ls_.memory;
   if (have_plan_) reserve_planned(planned_, &mso_, [this](const std::string& s) { say(s); });
   LEANEMB_ASSIGN_OR_RETURN(mem_, MemorySystem::create(mso_));

@@ -618,6 +618,21 @@ TEST(IncrementalTrainTest, KilledAtEveryCallOfAnIncrementalCommitResumesToTheSam
   }
 }
 
+// A run whose first checkpoint cannot fit on the disk (4 tables of 4e9 rows x dim 1024: 64 TB) is
+// refused before it starts, naming what it needs and what is free; train.disk_check = false
+// skips the check (the run then fails later, here on memory).
+TEST(DiskCheckTest, ARunTheDiskCannotHoldIsRefusedBeforeItStarts) {
+  const std::string out = scratch("disk_check");
+  auto r = train(out, 2, false, nullptr, {"model.table_rows=4000000000", "model.embedding_dim=1024", "model.bottom_mlp=[16, 1024]"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("not enough disk space"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("the first checkpoint"), std::string::npos) << r.status().to_string();
+  auto skipped = train(out, 2, false, nullptr, {"model.table_rows=4000000000", "model.embedding_dim=1024", "model.bottom_mlp=[16, 1024]", "train.disk_check=false"});
+  ASSERT_FALSE(skipped.ok());
+  EXPECT_EQ(skipped.status().message().find("not enough disk space"), std::string::npos) << skipped.status().to_string();
+}
+
 // ---- no_silent_write_errors -------------------------------------------------------------------
 
 // metrics.jsonl through a fault-injecting Env: a write that fails from the k-th on (a disk that

@@ -97,6 +97,7 @@ struct LoopSettings {
   int64_t checkpoint_every = 0;    // steps; 0: only at the end; < 0: never (no final one either)
   int keep_checkpoints = 3;
   dist::IncrementalOptions incremental;  // incremental checkpoints of a one-process run
+  bool disk_check = true;                 // train.disk_check (Run::open)
   int64_t log_every = 100;         // steps between progress / metrics lines
   double log_every_s = 0;          // > 0: also a progress line when this many seconds passed
   int64_t max_consecutive_skipped = 0;  // divergence (train/divergence.h)

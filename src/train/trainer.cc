@@ -393,6 +393,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
   ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
+  ls.disk_check = c.disk_check;
   ls.log_every = c.log_every;
   ls.max_consecutive_skipped = c.max_consecutive_skipped;
   ls.max_loss_growth = c.max_loss_growth;
