@@ -202,49 +202,50 @@ Status refuse_dynamic(const EmbeddingTables& t) {
   return Status();
 }
 
-}  // namespace
+// The export's output directory must not hold the exported checkpoint: --overwrite would move
+// it away from under the export, and without it the directory is refused anyway; say what is
+// wrong instead.
+Status check_out_dir_outside(const SavedRun& run, const std::string& out_dir) {
+  std::error_code ec1, ec2;
+  std::filesystem::path out = std::filesystem::weakly_canonical(out_dir, ec1);
+  const std::filesystem::path ck = std::filesystem::weakly_canonical(run.checkpoint, ec2);
+  if (out.has_parent_path() && out.filename().empty()) out = out.parent_path();  // "dir/": no empty last element
+  if (ec1 || ec2) return Status();
+  const auto o_end = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first;
+  if (o_end == out.end())
+    return invalid_argument("export --serving: the output directory '" + out_dir + "' holds the checkpoint being exported (" +
+                            run.checkpoint + "); write the export into another directory");
+  return Status();
+}
 
-Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& o) {
-  if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
-  if (o.prune_min_count < 0) return invalid_argument("prune_min_count must be >= 0, got " + std::to_string(o.prune_min_count));
-  // The exported checkpoint inside out_dir: --overwrite would move it away from under the
-  // export, and without it the directory is refused anyway; say what is wrong instead.
-  {
-    std::error_code ec1, ec2;
-    std::filesystem::path out = std::filesystem::weakly_canonical(o.out_dir, ec1);
-    const std::filesystem::path ck = std::filesystem::weakly_canonical(run.checkpoint, ec2);
-    if (out.has_parent_path() && out.filename().empty()) out = out.parent_path();  // "dir/": no empty last element
-    if (!ec1 && !ec2) {
-      const auto o_end = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first;
-      if (o_end == out.end())
-        return invalid_argument("export --serving: the output directory '" + o.out_dir + "' holds the checkpoint being exported (" +
-                                run.checkpoint + "); write the export into another directory");
-    }
-  }
-  // writers_own_their_dirs: the export holds out_dir's lock (a running `leanemb train` there
-  // refuses it) and never replaces work it did not write unless told to (moved aside then).
-  train::RunDirOptions ro;
-  ro.out_dir = o.out_dir;
-  ro.overwrite = o.overwrite;
-  ro.say = o.say;
-  ro.writer = "export --serving";
-  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::RunDir> owned, train::RunDir::open(ro));
-  const bool prune = o.prune_min_count > 0;
+// What a serving export writes besides the tables: the run's blobs, the dense parameters, the
+// kept rows of pruned tables and the "serve/format" record, then the checkpoint itself.
+struct ServingWriter {
+  const SavedRun& run;
+  const ServingExportOptions& o;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> blobs;
-  for (const char* name : {"train/state", "train/config"}) {
-    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(name));
-    blobs.emplace_back(name, std::move(b));
+  json fmt;
+  std::string pruned_said;  // the summary's pruning clause ("" without pruning)
+  size_t before = 0, after = 0;  // table bytes of the run and of the export
+
+  ServingWriter(const SavedRun& r, const ServingExportOptions& opts)
+      : run(r), o(opts), fmt({{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", r.checkpoint}}) {}
+
+  Status add_run_blobs() {
+    for (const char* name : {"train/state", "train/config"}) {
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> b, run.reader->read_blob(name));
+      blobs.emplace_back(name, std::move(b));
+    }
+    return Status();
   }
-  json fmt = {{"format", kServingFormat}, {"row_dtype", "int8"}, {"source", run.checkpoint}};
-  auto add_dense = [&](const std::vector<nn::NamedTensor>& params) {
+  void add_dense(const std::vector<nn::NamedTensor>& params) {
     for (const auto& t : params) {
       const auto* p = reinterpret_cast<const uint8_t*>(t.values.data());
       blobs.emplace_back("dense/param/" + t.name, std::vector<uint8_t>(p, p + t.values.size() * sizeof(float)));
     }
-  };
+  }
   // Pruning: the kept rows of each table from its counts; their lists as blobs and in fmt.
-  std::string pruned_said;
-  auto keep = [&](const std::vector<std::vector<int64_t>>& counts, const EmbeddingTables& from) {
+  std::vector<PrunedRows> keep(const std::vector<std::vector<int64_t>>& counts, const EmbeddingTables& from) {
     std::vector<PrunedRows> out;
     json tables = json::array();
     size_t index_bytes = 0;
@@ -268,62 +269,82 @@ Result<std::string> export_serving(const SavedRun& run, const ServingExportOptio
     pruned_said = "; pruned rows seen < " + std::to_string(o.prune_min_count) + " times in the training files: " +
                   std::to_string(rows_all) + " -> " + std::to_string(kept_all) + " rows, kept-row index " + format_bytes(index_bytes);
     return out;
-  };
-  size_t before = 0, after = 0;
-  auto save = [&](EmbeddingTables& tables) -> Result<std::string> {
+  }
+  // The serving tables copied from the run's, sized, and saved with the blobs.
+  Result<std::string> save(const EmbeddingTables& from, EmbeddingTables& to, const std::vector<PrunedRows>& kept) {
+    LEANEMB_RETURN_IF_ERROR(copy_rows(from, to, kept));
+    before = table_bytes(from);
+    after = table_bytes(to);
     const std::string f = dump_json(fmt);
     blobs.emplace_back("serve/format", std::vector<uint8_t>(f.begin(), f.end()));
     std::vector<dist::ShardedBlob> sb;
     for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
     dist::TablesSaveOptions so;
     so.keep_last = 1;
-    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(o.out_dir, run.step, tables, sb, so));
+    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(o.out_dir, run.step, to, sb, so));
     return info.path;
-  };
-  std::string path;
-  if (run.task == "ctr") {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets));
-    LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->embeddings()));
-    model::CtrModelOptions mo = m->model->options();
-    make_serving(&mo.row_dtype, &mo.row_optimizer);
-    mo.frozen_tables = true;
-    mo.row_cache = TableCacheOptions{};  // resident: the serving copy is small
-    if (prune) {
-      LEANEMB_ASSIGN_OR_RETURN(auto counts, count_ctr_rows(m->config));
-      mo.pruned_rows = keep(counts, m->model->embeddings());
-      for (size_t f = 0; f < mo.pruned_rows.size(); ++f) mo.table_rows[f] = std::max<int64_t>(1, mo.pruned_rows[f].num_kept());
-    }
-    LEANEMB_ASSIGN_OR_RETURN(auto serving, model::CtrModel::create(mo, m->memory.get()));
-    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->embeddings(), serving->embeddings(), mo.pruned_rows));
-    add_dense(m->model->dense_parameters());
-    before = table_bytes(m->model->embeddings());
-    after = table_bytes(serving->embeddings());
-    LEANEMB_ASSIGN_OR_RETURN(path, save(serving->embeddings()));
-  } else {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets));
-    LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->tables()));
-    text::TextModelOptions mo = m->model->options();
-    make_serving(&mo.dtype, &mo.row_optimizer);
-    mo.frozen = true;
-    std::vector<PrunedRows> pr;
-    if (prune) {
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> counts, count_text_rows(*m));
-      pr = keep({counts}, m->model->tables());
-      mo.pruned = true;
-      mo.pruned_rows = pr[0];
-      mo.input_rows = std::max<int64_t>(1, pr[0].num_kept());
-    }
-    LEANEMB_ASSIGN_OR_RETURN(auto serving, text::TextModel::create(mo, m->memory.get()));
-    LEANEMB_RETURN_IF_ERROR(copy_rows(m->model->tables(), serving->tables(), pr));
-    add_dense(m->model->dense_parameters());
-    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pos, run.reader->read_blob("train/reader"));  // the model's shape
-    blobs.emplace_back("train/reader", std::move(pos));
-    before = table_bytes(m->model->tables());
-    after = table_bytes(serving->tables());
-    LEANEMB_ASSIGN_OR_RETURN(path, save(serving->tables()));
   }
+};
+
+// The CTR model's serving copy: int8 frozen rows, resident, pruned when asked.
+Result<std::string> export_ctr_serving(ServingWriter& w) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(w.run, w.o.sets));
+  LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->embeddings()));
+  model::CtrModelOptions mo = m->model->options();
+  make_serving(&mo.row_dtype, &mo.row_optimizer);
+  mo.frozen_tables = true;
+  mo.row_cache = TableCacheOptions{};  // resident: the serving copy is small
+  if (w.o.prune_min_count > 0) {
+    LEANEMB_ASSIGN_OR_RETURN(auto counts, count_ctr_rows(m->config));
+    mo.pruned_rows = w.keep(counts, m->model->embeddings());
+    for (size_t f = 0; f < mo.pruned_rows.size(); ++f) mo.table_rows[f] = std::max<int64_t>(1, mo.pruned_rows[f].num_kept());
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto serving, model::CtrModel::create(mo, m->memory.get()));
+  w.add_dense(m->model->dense_parameters());
+  return w.save(m->model->embeddings(), serving->embeddings(), mo.pruned_rows);
+}
+
+// The text model's serving copy, with the reader position (it records the model's shape).
+Result<std::string> export_text_serving(ServingWriter& w) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(w.run, w.o.sets));
+  LEANEMB_RETURN_IF_ERROR(refuse_dynamic(m->model->tables()));
+  text::TextModelOptions mo = m->model->options();
+  make_serving(&mo.dtype, &mo.row_optimizer);
+  mo.frozen = true;
+  std::vector<PrunedRows> pr;
+  if (w.o.prune_min_count > 0) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> counts, count_text_rows(*m));
+    pr = w.keep({counts}, m->model->tables());
+    mo.pruned = true;
+    mo.pruned_rows = pr[0];
+    mo.input_rows = std::max<int64_t>(1, pr[0].num_kept());
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto serving, text::TextModel::create(mo, m->memory.get()));
+  w.add_dense(m->model->dense_parameters());
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> pos, w.run.reader->read_blob("train/reader"));  // the model's shape
+  w.blobs.emplace_back("train/reader", std::move(pos));
+  return w.save(m->model->tables(), serving->tables(), pr);
+}
+
+}  // namespace
+
+Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& o) {
+  if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
+  if (o.prune_min_count < 0) return invalid_argument("prune_min_count must be >= 0, got " + std::to_string(o.prune_min_count));
+  LEANEMB_RETURN_IF_ERROR(check_out_dir_outside(run, o.out_dir));
+  // writers_own_their_dirs: the export holds out_dir's lock (a running `leanemb train` there
+  // refuses it) and never replaces work it did not write unless told to (moved aside then).
+  train::RunDirOptions ro;
+  ro.out_dir = o.out_dir;
+  ro.overwrite = o.overwrite;
+  ro.say = o.say;
+  ro.writer = "export --serving";
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::RunDir> owned, train::RunDir::open(ro));
+  ServingWriter w(run, o);
+  LEANEMB_RETURN_IF_ERROR(w.add_run_blobs());
+  LEANEMB_ASSIGN_OR_RETURN(const std::string path, run.task == "ctr" ? export_ctr_serving(w) : export_text_serving(w));
   return "serving export of " + run.checkpoint + " (step " + std::to_string(run.step) + "): int8 rows, no optimizer state; tables " +
-         format_bytes(before) + " -> " + format_bytes(after) + pruned_said + "; written to " + path + " (leanemb predict --run " +
+         format_bytes(w.before) + " -> " + format_bytes(w.after) + w.pruned_said + "; written to " + path + " (leanemb predict --run " +
          o.out_dir + ")\n";
 }
 
