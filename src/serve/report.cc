@@ -462,10 +462,9 @@ std::string line_or_note(const chart::LineChart& c, size_t points, const std::st
          "</p>\n";
 }
 
-std::string render(const std::string& title, const std::vector<Loaded>& runs) {
+// What the page compares, and the runs whose metrics were cut or lost.
+void intro_notes(std::ostringstream& o, const std::vector<Loaded>& runs) {
   const bool several = runs.size() > 1;
-  std::ostringstream o;
-  o << chart::page_begin(title);
   if (several) {
     o << "<p class=\"note\">" << runs.size() << " runs compared: each chart draws one line per run (";
     for (size_t i = 0; i < runs.size(); ++i) o << (i ? ", " : "") << chart::escape(runs[i].name);
@@ -483,9 +482,10 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
       o << "<p class=\"note\">" << chart::escape(who) << "The run lost metrics.jsonl lines from step "
         << l.sum["metrics_lost"].value("step", int64_t{-1}) << " on (a write failed): the charts end there.</p>\n";
   }
-  o << summary_table(runs);
-  if (several) o << config_diff(runs);
+}
 
+// The evaluation table, and its metric over steps when some run has two evaluations.
+void eval_section(std::ostringstream& o, const std::vector<Loaded>& runs) {
   o << "<h2 id=\"sec-eval\">Evaluation</h2>\n" << eval_table(runs);
   std::string eval_name = runs[0].r.eval_name;
   for (const Loaded& l : runs)
@@ -495,7 +495,11 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
                     "One evaluation per run (the table above): no chart.");
   const size_t logloss = most_points(runs, [](const Run& r) -> const chart::Series& { return r.logloss; });
   if (logloss >= 2) o << chart::draw_line_chart(overlay(runs, "eval_logloss", "Eval logloss", [](const Run& r) { return r.logloss; }));
+}
 
+// Loss, samples/s, the loss scale (fp16) and skipped steps (when any).
+void training_section(std::ostringstream& o, const std::vector<Loaded>& runs) {
+  const bool several = runs.size() > 1;
   o << "<h2 id=\"sec-training\">Training</h2>\n";
   o << line_or_note(overlay(runs, "loss", "Training loss (mean over log_every steps)", [](const Run& r) { return r.loss; }),
                     most_points(runs, [](const Run& r) -> const chart::Series& { return r.loss; }),
@@ -513,7 +517,11 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
     o << chart::draw_line_chart(overlay(runs, "skipped_steps", "Skipped steps (non-finite gradients, cumulative)",
                                         [](const Run& r) { return r.skipped; }));
   else o << "<p class=\"note\">No step was skipped" << (several ? " in any run" : "") << ".</p>\n";
+}
 
+// Bytes between tiers and the row caches' traffic.
+void transfers_section(std::ostringstream& o, const std::vector<Loaded>& runs) {
+  const bool several = runs.size() > 1;
   o << "<h2 id=\"sec-transfers\">Transfers between tiers</h2>\n<p class=\"note\">What crossed from one tier to another: row cache fetches "
        "(store -> device) and write-backs (device -> store), rows and optimizer state placed on the host (read and written back each "
        "step), checkpoints read back to the host.</p>\n";
@@ -559,13 +567,20 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
                                           },
                                           chart::Axis::kBytes));
   }
+}
 
+// When each checkpoint was written and how long it took.
+void checkpoints_section(std::ostringstream& o, const std::vector<Loaded>& runs) {
   o << "<h2 id=\"sec-checkpoints\">Checkpoints</h2>\n";
   if (most_points(runs, [](const Run& r) -> const chart::Series& { return r.ckpt_seconds; }) >= 2)
     o << chart::draw_line_chart(overlay(runs, "checkpoint_seconds", "Checkpoints on the timeline: seconds to write each",
                                         [](const Run& r) { return r.ckpt_seconds; }));
   o << checkpoint_table(runs);
+}
 
+// Memory by tier and category from the runs' summaries.
+void memory_section(std::ostringstream& o, const std::vector<Loaded>& runs) {
+  const bool several = runs.size() > 1;
   o << "<h2 id=\"sec-memory\">Memory</h2>\n";
   if (std::all_of(runs.begin(), runs.end(), [](const Loaded& l) { return l.sum.is_null(); })) {
     o << "<p class=\"note\">Memory by tier and category: pass the run's --json-summary file with --summary" << (several ? " (once per run)" : "")
@@ -575,6 +590,19 @@ std::string render(const std::string& title, const std::vector<Loaded>& runs) {
     if (m.bars.empty()) o << "<p class=\"note\">The summary holds no memory figures.</p>\n";
     else o << chart::draw_stacked_bars(m);
   }
+}
+
+std::string render(const std::string& title, const std::vector<Loaded>& runs) {
+  std::ostringstream o;
+  o << chart::page_begin(title);
+  intro_notes(o, runs);
+  o << summary_table(runs);
+  if (runs.size() > 1) o << config_diff(runs);
+  eval_section(o, runs);
+  training_section(o, runs);
+  transfers_section(o, runs);
+  checkpoints_section(o, runs);
+  memory_section(o, runs);
   o << "<p class=\"note\">Drawn by leanemb report from metrics.jsonl and, where given, each run's summary.</p>\n";
   o << chart::page_end();
   return o.str();
