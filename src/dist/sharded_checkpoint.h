@@ -144,7 +144,8 @@ Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckp
 // Incremental checkpoints (docs/formats/checkpoint.md, "Chains"). A plain checkpoint of a local
 // collection that tracks its changed rows (EmbeddingCollection::track_changes) whose change base
 // is a complete checkpoint of out_dir (same step and id) holds only the rows changed since that
-// base, as table "delta/<name>" of rows [u64 row][fat row] (ascending rows), and extends it
+// base, as table "delta/<name>" of their fat rows and blobs "delta_rows/<name>/<k>" of their row
+// numbers (dist/delta_rows.h), and extends it
 // (WriterOptions::parent_step); the caller's blobs and a dynamic table's partitions are written
 // whole. A full checkpoint is written instead when there is no such base, every full_every-th
 // link (the chain then holds at most full_every checkpoints), or when the chain's changed rows

@@ -42,7 +42,6 @@ inline constexpr char kShardMagic[] = "leanemb-shard-v1";
 inline constexpr char kRowsPrefix[] = "rows/";
 inline constexpr char kDigestMagic[] = "leanemb-embedding-digest-v1";
 inline constexpr char kPlainPrefix[] = "emb/";  // the tables of a plain (one-process) checkpoint
-inline constexpr char kDeltaPrefix[] = "delta/";  // an incremental plain checkpoint's changed rows
 
 inline ckpt::Env* env_or_posix(ckpt::Env* env) { return env != nullptr ? env : ckpt::posix_env(); }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"
 #include "core/json.h"
 #include "dist/sharded_checkpoint_internal.h"
@@ -13,7 +14,6 @@
 namespace leanemb::dist {
 
 using sharded_ckpt_internal::dynamic_blob;
-using sharded_ckpt_internal::kDeltaPrefix;
 using sharded_ckpt_internal::kPlainPrefix;
 using sharded_ckpt_internal::kRowsPrefix;
 using sharded_ckpt_internal::Layout;
@@ -182,35 +182,34 @@ Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables,
   return Status();
 }
 
-// The changed rows of an incremental checkpoint (tables "delta/<name>": [u64 row][fat row]) over
-// rows already loaded, row by row through the global-row writer.
+// The changed rows of an incremental checkpoint (dist/delta_rows.h) over rows already loaded,
+// row by row through the global-row writer.
 Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
-  std::vector<uint8_t> records;
+  std::vector<uint8_t> fat;
   for (int t = 0; t < tables.num_tables(); ++t) {
     const RowLayout& l = tables.layout(t);
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     const std::string name = kDeltaPrefix + to.name;
     const ckpt::EntryInfo* e = r.find(name);
-    if (!e || e->kind != ckpt::EntryKind::kTable || e->row_bytes < 9)
-      return data_loss("incremental checkpoint '" + r.dir() + "' has no table '" + name + "'");
+    if (!e || e->kind != ckpt::EntryKind::kTable) return data_loss("incremental checkpoint '" + r.dir() + "' has no table '" + name + "'");
     const nlohmann::json m = parse_json_or_discarded(e->meta.data(), e->meta.size());
     ckpt::EntryInfo as_table = *e;  // the shape the rows belong to, checked as a full table's
-    as_table.row_bytes = e->row_bytes - 8;
     as_table.total_rows = m.is_object() && m.contains("table_rows") && m["table_rows"].is_number_integer() ? m["table_rows"].get<int64_t>() : -1;
     const std::string diff = plain_table_diff(as_table, l, to);
     if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
-    const size_t rec = e->row_bytes, stride = l.stride_bytes;
-    for (int64_t r0 = 0; r0 < e->total_rows; r0 += chunk_rows) {
-      const int64_t n = std::min(chunk_rows, e->total_rows - r0);
-      records.resize(static_cast<size_t>(n) * rec);
-      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0, n, records));
-      for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* p = records.data() + static_cast<size_t>(i) * rec;
-        uint64_t row = 0;
-        std::memcpy(&row, p, 8);
-        if (row >= static_cast<uint64_t>(to.num_rows))
-          return data_loss("incremental checkpoint '" + r.dir() + "': table '" + name + "' names row " + std::to_string(row) + " of " + std::to_string(to.num_rows));
-        LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, static_cast<int64_t>(row), 1, std::span<const uint8_t>(p + 8, stride)));
+    const size_t stride = l.stride_bytes;
+    for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
+      const int64_t r0 = k * kDeltaIdsPerBlob, count = std::min(kDeltaIdsPerBlob, e->total_rows - r0);
+      const std::string blob = delta_rows_blob(to.name, k);
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.read_blob(blob));
+      LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, decode_delta_rows(bytes, count, to.num_rows, r.dir() + " blob " + blob));
+      for (int64_t c0 = 0; c0 < count; c0 += chunk_rows) {
+        const int64_t n = std::min(chunk_rows, count - c0);
+        fat.resize(static_cast<size_t>(n) * stride);
+        LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0 + c0, n, fat));
+        for (int64_t i = 0; i < n; ++i)
+          LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, rows[static_cast<size_t>(c0 + i)], 1,
+                                                        std::span<const uint8_t>(fat.data() + static_cast<size_t>(i) * stride, stride)));
       }
     }
   }

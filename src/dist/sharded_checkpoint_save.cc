@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_checkpoint_internal.h"
 
@@ -18,7 +19,6 @@ using sharded_ckpt_internal::dynamic_blob;
 using sharded_ckpt_internal::encode_layout;
 using sharded_ckpt_internal::env_or_posix;
 using sharded_ckpt_internal::kLayoutBlob;
-using sharded_ckpt_internal::kDeltaPrefix;
 using sharded_ckpt_internal::kPlainPrefix;
 using sharded_ckpt_internal::kRowsPrefix;
 using sharded_ckpt_internal::kShardInfoBlob;
@@ -178,46 +178,51 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
   return Status();
 }
 
-// The changed rows of every table (EmbeddingCollection::changed_rows) as tables "delta/<name>"
-// of [u64 row][fat row] records, ascending; runs of consecutive rows are read with one call.
+// The changed rows of every table (EmbeddingCollection::changed_rows): table "delta/<name>" of
+// their fat rows and blobs "delta_rows/<name>/<k>" of their row numbers (dist/delta_rows.h);
+// runs of consecutive rows are read with one call.
 Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
                    const std::function<void(int64_t, int64_t)>& progress) {
   int64_t written = 0, to_write = 0;
   for (int t = 0; t < emb.num_tables(); ++t) to_write += emb.num_changed_rows(t);
-  std::vector<int64_t> ids(static_cast<size_t>(chunk_rows));
-  std::vector<uint8_t> fat, records;
+  const int64_t chunk = std::min(chunk_rows, kDeltaIdsPerBlob);
+  std::vector<int64_t> ids(static_cast<size_t>(chunk)), block;
+  std::vector<uint8_t> fat;
   for (int t = 0; t < emb.num_tables(); ++t) {
     const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const size_t stride = l.stride_bytes, rec = 8 + stride;
+    const size_t stride = l.stride_bytes;
     nlohmann::json meta = plain_meta(l);
     meta["table_rows"] = to.num_rows;
     const std::string name = kDeltaPrefix + to.name;
-    LEANEMB_RETURN_IF_ERROR(w.add_table(name, rec, emb.num_changed_rows(t), json_bytes(meta)));
-    int64_t pos = 0;
+    LEANEMB_RETURN_IF_ERROR(w.add_table(name, stride, emb.num_changed_rows(t), json_bytes(meta)));
+    int64_t pos = 0, k = 0;
+    block.clear();
     for (int64_t from = 0;;) {
-      const int64_t k = emb.changed_rows(t, from, ids);
-      if (k == 0) break;
-      fat.resize(static_cast<size_t>(k) * stride);
-      records.resize(static_cast<size_t>(k) * rec);
-      for (int64_t a = 0; a < k;) {
-        int64_t b = a + 1;
-        while (b < k && ids[static_cast<size_t>(b)] == ids[static_cast<size_t>(b - 1)] + 1) ++b;
-        LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, ids[static_cast<size_t>(a)], b - a,
-                                                  std::span<uint8_t>(fat.data() + static_cast<size_t>(a) * stride, static_cast<size_t>(b - a) * stride)));
-        a = b;
+      // At most the rest of the current id block, so that blocks hold exactly kDeltaIdsPerBlob.
+      const int64_t room = std::min<int64_t>(chunk, kDeltaIdsPerBlob - static_cast<int64_t>(block.size()));
+      const int64_t n = emb.changed_rows(t, from, std::span<int64_t>(ids.data(), static_cast<size_t>(room)));
+      if (n == 0) break;
+      fat.resize(static_cast<size_t>(n) * stride);
+      for (int64_t a = 0; a < n;) {
+        int64_t e = a + 1;
+        while (e < n && ids[static_cast<size_t>(e)] == ids[static_cast<size_t>(e - 1)] + 1) ++e;
+        LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, ids[static_cast<size_t>(a)], e - a,
+                                                  std::span<uint8_t>(fat.data() + static_cast<size_t>(a) * stride, static_cast<size_t>(e - a) * stride)));
+        a = e;
       }
-      for (int64_t i = 0; i < k; ++i) {
-        const auto id = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
-        std::memcpy(records.data() + static_cast<size_t>(i) * rec, &id, 8);
-        std::memcpy(records.data() + static_cast<size_t>(i) * rec + 8, fat.data() + static_cast<size_t>(i) * stride, stride);
+      LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, fat));
+      block.insert(block.end(), ids.begin(), ids.begin() + n);
+      if (static_cast<int64_t>(block.size()) == kDeltaIdsPerBlob) {
+        LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k++), encode_delta_rows(block)));
+        block.clear();
       }
-      LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, records));
-      pos += k;
-      from = ids[static_cast<size_t>(k - 1)] + 1;
-      written += k;
+      pos += n;
+      from = ids[static_cast<size_t>(n - 1)] + 1;
+      written += n;
       if (progress) progress(written, to_write);
     }
+    if (!block.empty()) LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k), encode_delta_rows(block)));
     LEANEMB_RETURN_IF_ERROR(write_dynamic(w, emb, t));
   }
   return Status();

@@ -14,6 +14,7 @@
 
 #include "ckpt/xxh128_stream.h"
 #include "core/json.h"
+#include "dist/delta_rows.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
@@ -99,27 +100,30 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::stri
   return t;
 }
 
-// Adds to `sum` the rows of incremental checkpoint `r`'s table "delta/<name>" ([u64 row][fat
-// row] records) that no newer link gave (`seen`), and marks them seen.
+// Adds to `sum` the rows of incremental checkpoint `r`'s table (dist/delta_rows.h) that no newer
+// link gave (`seen`), and marks them seen.
 Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, uint64_t seed, std::vector<bool>* seen, RowSum* sum) {
-  const std::string entry = "delta/" + tl.name;
+  const std::string entry = kDeltaPrefix + tl.name;
   const ckpt::EntryInfo* e = r.find(entry);
-  if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != tl.stride_bytes + 8)
-    return data_loss("incremental checkpoint '" + r.dir() + "': no table '" + entry + "' of " + std::to_string(tl.stride_bytes + 8) + "-byte records");
-  std::vector<uint8_t> recs;
-  for (int64_t r0 = 0; r0 < e->total_rows; r0 += kChunkRows) {
-    const int64_t c = std::min(kChunkRows, e->total_rows - r0);
-    recs.resize(static_cast<size_t>(c) * e->row_bytes);
-    LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, recs));
-    for (int64_t i = 0; i < c; ++i) {
-      const uint8_t* p = recs.data() + static_cast<size_t>(i) * e->row_bytes;
-      uint64_t row = 0;
-      std::memcpy(&row, p, 8);
-      if (row >= static_cast<uint64_t>(tl.num_rows)) return data_loss("incremental checkpoint '" + r.dir() + "': '" + entry + "' names row " + std::to_string(row));
-      if ((*seen)[row]) continue;
-      (*seen)[row] = true;
-      digest_internal::add_rows(sum, seed, std::span<const uint8_t>(p + 8, tl.stride_bytes), tl.stride_bytes, 1,
-                                [&](int64_t) { return static_cast<int64_t>(row); });
+  if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != tl.stride_bytes)
+    return data_loss("incremental checkpoint '" + r.dir() + "': no table '" + entry + "' of " + std::to_string(tl.stride_bytes) + "-byte rows");
+  std::vector<uint8_t> fat;
+  for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
+    const int64_t r0 = k * kDeltaIdsPerBlob, count = std::min(kDeltaIdsPerBlob, e->total_rows - r0);
+    const std::string blob = delta_rows_blob(tl.name, k);
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.read_blob(blob));
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, decode_delta_rows(bytes, count, tl.num_rows, r.dir() + " blob " + blob));
+    for (int64_t c0 = 0; c0 < count; c0 += kChunkRows) {
+      const int64_t n = std::min(kChunkRows, count - c0);
+      fat.resize(static_cast<size_t>(n) * tl.stride_bytes);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0 + c0, n, fat));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = rows[static_cast<size_t>(c0 + i)];
+        if ((*seen)[static_cast<size_t>(row)]) continue;
+        (*seen)[static_cast<size_t>(row)] = true;
+        digest_internal::add_rows(sum, seed, std::span<const uint8_t>(fat.data() + static_cast<size_t>(i) * tl.stride_bytes, tl.stride_bytes),
+                                  tl.stride_bytes, 1, [&](int64_t) { return row; });
+      }
     }
   }
   return Status();

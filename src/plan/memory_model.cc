@@ -603,7 +603,10 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
     const double changed = t.vocab > 0 || t.zipf > 0
                                ? expected_unique_rows(static_cast<int64_t>(std::min(ids, 9e18)), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
                                : static_cast<double>(t.num_rows);
-    b.incremental += changed * static_cast<double>(l.stride_bytes + 8);
+    // Row numbers as varint gaps (dist/delta_rows.h): 7 bits per byte of the mean gap.
+    const double gap = changed > 0 ? static_cast<double>(t.num_rows) / changed : 1.0;
+    const double id_bytes = std::max(1.0, std::ceil(std::log2(gap + 1.0) / 7.0));
+    b.incremental += changed * (static_cast<double>(l.stride_bytes) + id_bytes);
   }
   return b;
 }

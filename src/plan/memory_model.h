@@ -153,9 +153,10 @@ Result<Prediction> predict_naive_baseline(const Workload& w);
 
 // What a checkpoint of the workload's tables writes (docs/plan.md, "Checkpoints"): a full one
 // every row (rows x fat-row stride); an incremental one (train.incremental_checkpoints) the rows
-// changed in `every` steps, as [u64 row][fat row] records: the distinct rows that many steps
-// draw (expected_unique_rows of every x batch x mean ids per sample; the whole table when its
-// id skew and vocabulary are unknown). Blobs (dense parameters, dynamic id maps) not counted.
+// changed in `every` steps, each its fat row and its row number (a varint gap, 7 bits a byte of
+// the mean gap): the distinct rows that many steps draw (expected_unique_rows of every x batch
+// x mean ids per sample; the whole table when its id skew and vocabulary are unknown). Blobs
+// (dense parameters, dynamic id maps) not counted.
 struct CheckpointBytes {
   uint64_t full = 0;
   double incremental = 0;  // expected, per checkpoint interval

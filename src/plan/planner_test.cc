@@ -54,8 +54,8 @@ TEST(PlannerTest, NoFitNamesTheSmallestBudget) {
 }
 
 // Checkpoint bytes: a full checkpoint is every fat row; an incremental one the distinct rows the
-// interval's ids reach (expected_unique_rows) as [u64 row][fat row] records, and never more than
-// the table. Tracking changed rows costs one bit per row of host weights.
+// interval's ids reach (expected_unique_rows), each with a varint row number, never more rows
+// than the table. Tracking changed rows costs one bit per row of host weights.
 TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
   Workload w = seed_workload();
   w.tables[0].zipf = 1.05;  // a known skew: fewer rows change in a shorter interval
@@ -70,7 +70,8 @@ TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
     const double changed = t.vocab > 0 || t.zipf > 0 ? expected_unique_rows(static_cast<int64_t>(ids), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
                                                      : static_cast<double>(t.num_rows);
     EXPECT_LE(changed, static_cast<double>(t.num_rows));
-    inc += changed * static_cast<double>(l.stride_bytes + 8);
+    const double id_bytes = std::max(1.0, std::ceil(std::log2(static_cast<double>(t.num_rows) / changed + 1.0) / 7.0));
+    inc += changed * (static_cast<double>(l.stride_bytes) + id_bytes);
   }
   EXPECT_EQ(cb->full, full);
   EXPECT_NEAR(cb->incremental, inc, 1e-6 * inc);
