@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "bench_internal.h"
 
@@ -220,6 +221,9 @@ Status compare_engines(const Shape& s, const Contender& c, EmbeddingCollection& 
         g->state.add(sff.data(), sfr.data(), sff.size());
       }
     }
+    // State kept outside the rows (SM3's column accumulators).
+    const std::span<const float> cf = std::as_const(fast).column_state(t), cr = std::as_const(ref).column_state(t);
+    if (!cf.empty()) g->state.add(cf.data(), cr.data(), cf.size());
   }
   return Status();
 }

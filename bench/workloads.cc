@@ -320,7 +320,7 @@ Contender make_contender(int shape, DType dt, OptimizerKind k, DType sd, bool ce
   c.want_ceiling = ceiling;
   c.name = std::string(dtype_name(dt)) + "/" + (c.frozen ? std::string("frozen") : std::string(optimizer_name(k)));
   if (!c.frozen && c.optimizer.state_dtype != DType::kF32 && k != OptimizerKind::kSgd &&
-      k != OptimizerKind::kRowwiseAdagrad)
+      k != OptimizerKind::kRowwiseAdagrad && k != OptimizerKind::kSm3)
     c.name += "/state:" + std::string(dtype_name(sd));
   return c;
 }
@@ -380,10 +380,11 @@ Result<Plan> plan_workload(const BenchOptions& o) {
       p.contenders.push_back(single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false));
     } else {
       using K = OptimizerKind;
-      for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam})
+      for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam, K::kSm3})
         p.contenders.push_back(make_contender(0, DType::kF32, k, DType::kF32, false));
       p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, DType::kInt8Blockwise, false));
       p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, DType::kF32, false));
+      p.contenders.push_back(make_contender(0, DType::kBF16, K::kSm3, DType::kF32, false));
       // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
       p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
     }

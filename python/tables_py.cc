@@ -17,6 +17,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -26,6 +27,7 @@
 #include <set>
 #include <type_traits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -442,6 +444,26 @@ class PyTables {
     return read_array<float>(count, k, [&](std::span<float> o) { return T().read_state(table, begin, count, o); });
   }
 
+  // State a table keeps outside its rows (SM3's column accumulators): [dim] fp32, or empty.
+  py::array_t<float> column_state(int table) const {
+    check_table(table);
+    const std::span<const float> c = std::as_const(*T().local_shard().local).column_state(table);
+    py::array_t<float> a(static_cast<py::ssize_t>(c.size()));
+    if (!c.empty()) std::copy(c.begin(), c.end(), a.mutable_data());
+    return a;
+  }
+  void set_column_state(int table, const py::array_t<float, py::array::c_style | py::array::forcecast>& in) {
+    check_table(table);
+    check(locked_without_gil([&]() -> Status {
+      const std::span<float> c = T().local_shard().local->column_state(table);
+      if (static_cast<size_t>(in.size()) != c.size())
+        return invalid_argument("column state of table " + std::to_string(table) + ": " + std::to_string(in.size()) +
+                                " values, expected " + std::to_string(c.size()));
+      std::copy(in.data(), in.data() + in.size(), c.begin());
+      return Status();
+    }));
+  }
+
   py::array_t<uint8_t> read_raw_rows(int table, int64_t begin, int64_t count) const {
     check_table(table);
     return read_array<uint8_t>(count, static_cast<int64_t>(T().layout(table).stride_bytes),
@@ -735,6 +757,8 @@ void bind_tables(py::module_& m) {
       .def("read_rows", &PyTables::read_rows, py::arg("table"), py::arg("begin"), py::arg("count"))
       .def("write_rows", &PyTables::write_rows, py::arg("table"), py::arg("begin"), py::arg("rows"))
       .def("read_state", &PyTables::read_state, py::arg("table"), py::arg("begin"), py::arg("count"))
+      .def("column_state", &PyTables::column_state, py::arg("table"))
+      .def("set_column_state", &PyTables::set_column_state, py::arg("table"), py::arg("values"))
       .def("read_raw_rows", &PyTables::read_raw_rows, py::arg("table"), py::arg("begin"), py::arg("count"))
       .def("write_raw_rows", &PyTables::write_raw_rows, py::arg("table"), py::arg("begin"), py::arg("rows"))
       .def("memory_stats", &PyTables::memory_stats)

@@ -17,9 +17,10 @@
 # run of issue 18 used `tests/ckpt_kill9.sh build/release/leanemb 200 kill9`.
 set -euo pipefail
 
-LEANEMB=${1:?usage: ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all]}
+LEANEMB=${1:?usage: ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all] [OPTIMIZER]}
 KILLS=${2:-20}
 MODE=${3:-all}
+OPTIMIZER=${4:-adam}  # sm3: its column accumulators live outside the rows (blob optstate/<table>)
 STEPS=40
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_kill9.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -28,7 +29,7 @@ export OMP_WAIT_POLICY=passive
 SETS=(--set "data.dir=\"$WORK/data\"" --set data.gen.train_rows=12000 --set data.gen.eval_rows=1000
       --set data.gen.vocab=500 --set model.table_rows=1000 --set train.batch_size=256
       --set train.checkpoint_every=4 --set train.keep_checkpoints=2 --set train.log_every=1000
-      --set embedding.optimizer=adam --set embedding.dtype=bf16)
+      --set embedding.optimizer="$OPTIMIZER" --set embedding.dtype=bf16)
 
 train() { "$LEANEMB" train "${SETS[@]}" --quiet "$@" > /dev/null; }
 latest() { ls -d "$1"/checkpoints/step-* 2>/dev/null | grep -v '\.tmp$' | sort | tail -1; }

@@ -140,6 +140,41 @@ def test_rowwise_adagrad_matches_reference_rule():
     assert close(ebc.optimizer_state("t")[:, 0], s)
 
 
+def test_sm3_matches_reference_rule():
+    # SM3-II, cover {rows} u {columns}: nu = min(row_acc, col_acc) + g^2; w -= lr g / (sqrt(nu) + eps);
+    # row_acc = max_j nu; col_acc = max(col_acc, max over the step's rows of nu) (columns of before the step).
+    rng = np.random.default_rng(43)
+    lr, eps = 0.1, 1e-10
+    ebc = ebc_one("sm3", "sum", lr, eps=eps)
+    w = ebc.weight("t").double()
+    row = torch.zeros(ROWS, dtype=torch.float64)
+    col = torch.zeros(DIM, dtype=torch.float64)
+    for _ in range(STEPS):
+        kjt = batch(rng, ["f"])
+        G = torch.tensor(rng.standard_normal((B, DIM)), dtype=torch.float32)
+        (ebc(kjt).values() * G).sum().backward()
+        ids, off, _ = kjt.feature("f")
+        bag = torch.repeat_interleave(torch.arange(B), off[1:] - off[:-1])
+        g = torch.zeros(ROWS, DIM, dtype=torch.float64).index_add_(0, ids, G.double()[bag])
+        u = torch.unique(ids)
+        nu = torch.minimum(row[u].unsqueeze(1), col.unsqueeze(0)) + g[u] ** 2
+        w[u] -= lr * g[u] / (nu.sqrt() + eps)
+        row[u] = nu.max(1).values
+        col = torch.maximum(col, nu.max(0).values)
+    assert close(ebc.weight("t"), w)
+    assert close(ebc.optimizer_state("t")[:, 0], row)
+    sd = ebc.state_dict()
+    assert close(sd["embedding_bags.t.column_state"], col)
+    # A fresh module loaded from the state dict continues bit for bit.
+    other = ebc_one("sm3", "sum", lr, eps=eps)
+    other.load_state_dict(sd)
+    kjt = batch(rng, ["f"])
+    G = torch.tensor(rng.standard_normal((B, DIM)), dtype=torch.float32)
+    for m in (ebc, other):
+        (m(kjt).values() * G).sum().backward()
+    assert torch.equal(ebc.weight("t"), other.weight("t"))
+
+
 def test_partial_rowwise_adam_matches_reference_rule():
     # m += (1-b1)(g - m); v += (1-b2)(mean_j(g_j^2) - v) per row; w -= lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps)
     rng = np.random.default_rng(18)

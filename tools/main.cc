@@ -108,7 +108,7 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_option("--batch", a->batch, "Samples per device per step")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
   cmd->add_option("--seq-len", a->seq_len, "Ids per sample (a sequence, or a bag with --pooling sum|mean)")->type_name("N")->check(int_flag(1, int64_t{1} << 32));
   cmd->add_option("--pooling", a->pooling, "none (sequence output), sum or mean; default none with --seq-len > 1")->type_name("MODE")->check(non_empty());
-  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam")->capture_default_str()->check(non_empty());
+  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, sm3")->capture_default_str()->check(non_empty());
   cmd->add_option("--row-dtype", a->row_dtype, "The user's row dtype (the planner may propose another)")->capture_default_str()->check(non_empty());
   cmd->add_option("--state-dtype", a->state_dtype, "The user's optimizer state dtype")->capture_default_str()->check(non_empty());
   cmd->add_option("--preset", a->preset, "ascend-910a, ascend-910b, a100-40, a100-80, h100-80, h200-141, cpu:<bytes>")->capture_default_str()->check(non_empty());
@@ -152,7 +152,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_option("--alpha", a->alpha, "Zipf exponent of the ids, <= 1 means uniform; default per workload")->type_name("X")->check(non_empty());
   cmd->add_option("--tables", a->tables, "Number of tables T; default per workload")->type_name("N")->check(non_empty());
   cmd->add_option("--dtype", a->dtype, "Row dtype fp32 | fp16 | bf16 | int8 (int8 is lookup-only)")->type_name("DTYPE")->check(non_empty());
-  cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam")->type_name("NAME")->check(non_empty());
+  cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | sm3")->type_name("NAME")->check(non_empty());
   cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8")->type_name("DTYPE")->check(non_empty());
   cmd->add_option("--threads", a->threads, "OpenMP threads")->capture_default_str()->type_name("N")->check(non_empty());
   cmd->add_option("--iters", a->iters, "Measured iterations (default 50)")->type_name("N")->check(non_empty());

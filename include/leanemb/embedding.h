@@ -160,6 +160,12 @@ class EmbeddingCollection final : public EmbeddingTables {
   Result<std::vector<uint8_t>> save_dynamic_partition(int table, uint32_t k) const;
   Status load_dynamic_partition(int table, uint32_t k, std::span<const uint8_t> bytes);
 
+  // Optimizer state a table keeps outside its fat rows: SM3's column accumulators ([dim] fp32,
+  // OptimizerKind::kSm3); empty for every other optimizer. Checkpoints save and restore it; a
+  // sharded collection all-reduces it with max after each step. REQUIRES: 0 <= table < num_tables().
+  std::span<float> column_state(int table);
+  std::span<const float> column_state(int table) const;
+
   // The allocator's stats (with a MemorySystem: the workspace tier's). A dynamic table's IdMap
   // is host memory (category row_cache): here with one allocator, in memory->host() otherwise.
   MemoryStats memory_stats() const override;

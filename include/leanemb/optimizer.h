@@ -13,6 +13,12 @@
 //                                                            (torch.optim.SparseAdam, touched rows)
 //   kPartialRowwiseAdam m += (1-b1)(g - m) per element; v += (1-b2)(mean_j(g_j^2) - v) per row;
 //                       w -= lr * sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)
+//   kSm3                SM3-II (Anil et al., 2019) with the cover {rows} u {columns}: one fp32
+//                       accumulator per row (in the fat row) and one per column (per table, outside
+//                       the rows: EmbeddingCollection::column_state). For each updated row i:
+//                       nu_j = min(row_acc, col_acc_j) + g_j^2; w_j -= lr * g_j / (sqrt(nu_j) + eps);
+//                       row_acc = max_j nu_j. After the step col_acc_j = max(col_acc_j, nu_ij over
+//                       the step's rows i): every row reads the columns of before the step.
 // Rows not in the batch are not touched (lazy/sparse semantics, as SparseAdam).
 //
 // Per-element state (Adagrad s, Adam m and v, PartialRowwiseAdam m) is stored in `state_dtype`, a
@@ -31,7 +37,7 @@
 
 namespace leanemb {
 
-enum class OptimizerKind : uint8_t { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam };
+enum class OptimizerKind : uint8_t { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam, kSm3 };
 
 inline constexpr int64_t kQuantBlockSize = 64;  // elements per 8-bit state block
 inline constexpr size_t kRowAlignmentBytes = 8;  // fat-row stride alignment
@@ -58,7 +64,7 @@ struct RowLayout {
   DType weight_dtype = DType::kF32;
   OptimizerOptions optimizer;
   size_t weight_bytes = 0;      // dim * element bytes + dtype overhead
-  size_t rowwise_offset = 0;    // one fp32 (RowwiseAdagrad sum, PartialRowwiseAdam v)
+  size_t rowwise_offset = 0;    // one fp32 (RowwiseAdagrad sum, PartialRowwiseAdam v, SM3 row acc)
   bool has_rowwise = false;
   size_t m_offset = 0;          // per-element state #1 (Adagrad sum, Adam m, PRAdam m)
   size_t v_offset = 0;          // per-element state #2 (Adam v)

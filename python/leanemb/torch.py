@@ -53,7 +53,7 @@ if _le._TORCH_LOADED_FIRST and not _le._OMP_WAIT_POLICY_GIVEN and torch.get_num_
                   "environment, import leanemb before torch, or torch.set_num_threads(1) (docs/python.md).",
                   RuntimeWarning, stacklevel=2)
 
-_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam", "none")
+_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam", "sm3", "none")
 
 
 from .sparse import JaggedTensor, KeyedJaggedTensor, KeyedTensor  # noqa: F401 (re-exported)
@@ -80,9 +80,9 @@ class EmbeddingBagConfig:
     feature_names: List[str] = dataclasses.field(default_factory=list)
     pooling: str = "sum"                 # "sum" | "mean" ("none" for EmbeddingConfig)
     dtype: object = "fp32"              # "fp32" | "fp16" | "bf16" | "int8" (lookup only) or torch dtype
-    optimizer: str = "sgd"              # sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | none
+    optimizer: str = "sgd"              # sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | sm3 | none
     learning_rate: float = 0.01
-    eps: Optional[float] = None         # None: torch's default for the optimizer (1e-10 Adagrad, 1e-8 Adam)
+    eps: Optional[float] = None         # None: torch's default for the optimizer (1e-10 Adagrad and SM3, 1e-8 Adam)
     beta1: float = 0.9
     beta2: float = 0.999
     weight_decay: float = 0.0
@@ -589,6 +589,8 @@ class _TablesModule(torch.nn.Module):
             n = c.num_embeddings
             destination[f"{prefix}{self._prefix}.{c.name}.weight"] = torch.from_numpy(self._tables.read_rows(i, 0, n))
             destination[f"{prefix}{self._prefix}.{c.name}.fat_rows"] = torch.from_numpy(self._tables.read_raw_rows(i, 0, n))
+            if str(c.optimizer).lower() == "sm3":  # the column accumulators, outside the rows
+                destination[f"{prefix}{self._prefix}.{c.name}.column_state"] = torch.from_numpy(self._tables.column_state(i))
         destination[f"{prefix}step"] = torch.tensor(self._tables.step, dtype=torch.int64)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -611,6 +613,16 @@ class _TablesModule(torch.nn.Module):
                                       "(a table of another dtype, optimizer or state dtype)")
                         continue
                     writes.append((i, "raw", raw))
+                    ck = f"{prefix}{self._prefix}.{c.name}.column_state"
+                    if str(c.optimizer).lower() == "sm3":
+                        if ck in state_dict:
+                            col = state_dict[ck].detach().to(torch.float32).contiguous()
+                            if tuple(col.shape) != (c.embedding_dim,):
+                                errors.append(f"{ck}: shape {tuple(col.shape)} != {(c.embedding_dim,)}")
+                                continue
+                            writes.append((i, "column", col))
+                        elif strict:
+                            missing.append(ck)
                 elif wk in state_dict:
                     w = torch.as_tensor(state_dict[wk]).detach().to(torch.float32).contiguous()
                     self._check_weight(c, w)
@@ -630,7 +642,8 @@ class _TablesModule(torch.nn.Module):
                 errors.append(f"{sk}: {e}")
         elif strict:
             missing.append(sk)
-        mine = {f"{prefix}{self._prefix}.{c.name}.{s}" for c in self._configs for s in ("weight", "fat_rows")} | {sk}
+        mine = {f"{prefix}{self._prefix}.{c.name}.{s}" for c in self._configs
+                for s in ("weight", "fat_rows", "column_state")} | {sk}
         unexpected = [k for k in state_dict if k.startswith(prefix) and k not in mine] if strict else []
         missing_keys.extend(missing)
         unexpected_keys.extend(unexpected)  # the module has no children: every other key is unexpected
@@ -640,6 +653,8 @@ class _TablesModule(torch.nn.Module):
         for i, kind, t in writes:
             if kind == "raw":
                 self._tables.write_raw_rows(i, 0, t.numpy())
+            elif kind == "column":
+                self._tables.set_column_state(i, t.numpy())
             else:
                 self._tables.write_rows(i, 0, t.numpy())
         if step is not None:

@@ -18,6 +18,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_load.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_digest.cc
+  ${CMAKE_CURRENT_LIST_DIR}/column_state_ckpt.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
 # `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) calls src/dist.

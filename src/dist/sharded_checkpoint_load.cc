@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"
 #include "core/json.h"
@@ -281,6 +282,7 @@ Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, E
   info.saved_world_size = g.layout.world_size;
   Status copied = copy_rows(g, shards, coll.plan(), rank, coll.local(), options.chunk_rows, &info.rows_loaded);
   if (copied.ok()) copied = copy_dynamic(g, shards, coll.local());
+  if (copied.ok()) copied = read_column_state_blobs(*g.reader, coll.local());
   if (copied.ok()) coll.local().set_step(g.layout.collection_step);
   LEANEMB_RETURN_IF_ERROR(agree(comm, copied, what));
   return info;
@@ -310,6 +312,7 @@ Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& 
     return Status();
   }();
   if (st.ok()) st = read_plain_chain(chain, tables, view, options.chunk_rows);
+  if (st.ok()) st = read_column_state_blobs(*chain.back(), view.local());  // blobs are whole in every link
   LEANEMB_RETURN_IF_ERROR(agree(comm, st, "loading tables from '" + dir + "'"));
   if (options.collection_step >= 0) tables.set_step(options.collection_step);
   // The loaded checkpoint is the base of the changes from now on.

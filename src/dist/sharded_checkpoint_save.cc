@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_checkpoint_internal.h"
@@ -307,6 +308,7 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
       wo.keep_last = options.keep_last;
       LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
       LEANEMB_RETURN_IF_ERROR(w->add_blob(kLayoutBlob, encode_layout(l)));
+      LEANEMB_RETURN_IF_ERROR(add_column_state_blobs(*w, coll.local()));
       for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
       LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
       info.removed = ci.removed;
@@ -356,6 +358,7 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   } else {
     LEANEMB_RETURN_IF_ERROR(write_plain(*w, emb, options.chunk_rows, options.progress));
   }
+  LEANEMB_RETURN_IF_ERROR(add_column_state_blobs(*w, emb));  // whole in every link
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
   info.path = ci.path;
   info.warnings = ci.warnings;

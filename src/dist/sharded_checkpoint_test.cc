@@ -161,7 +161,8 @@ TEST(ShardedCheckpointTest, ReshardedLoadKeepsEveryRowAndTrainingContinuesBitFor
                         {2, 4, ShardingKind::kRowRange, ShardingKind::kRowModulo},
                         {4, 2, ShardingKind::kRowModulo, ShardingKind::kTableWise},
                         {4, 1, ShardingKind::kTableWise, ShardingKind::kRowRange}};  // ranks 2, 3: empty shards
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam,
+                             OptimizerKind::kSm3}) {  // SM3: its column state is a blob of the global checkpoint
     const CollectionOptions o = global_options(kind);
     const auto ref2 = train_reference(o, 2), ref4 = train_reference(o, 4);
     const std::string want2 = collection_digest(*ref2).value(), want4 = collection_digest(*ref4).value();
@@ -443,6 +444,38 @@ TEST(ShardedCheckpointTest, SavesReportTheirRowsAfterEveryChunk) {
   }));
   for (size_t r = 0; r < 2; ++r) check(calls[r], local[r], 7);
   EXPECT_EQ(local[0] + local[1], rows);
+}
+
+// SM3's column accumulators (state outside the fat rows) go through a plain checkpoint: the
+// loaded collection has them bit for bit, and two more steps equal an uninterrupted run.
+TEST(ShardedCheckpointTest, PlainCheckpointRestoresSm3ColumnState) {
+  const CollectionOptions o = global_options(OptimizerKind::kSm3);
+  auto saved = train_reference(o, 2);
+  auto want = train_reference(o, 4);
+  TempDir dir;
+  auto info = save_tables_checkpoint(dir.path, 2, *saved, {}, {});
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  auto coll = std::move(EmbeddingCollection::create(o)).value();
+  TablesLoadOptions lo;
+  lo.collection_step = 2;
+  ASSERT_TRUE(load_tables_checkpoint(info->path, *coll, lo).ok());
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    const auto got = coll->column_state(t), ref = saved->column_state(t);
+    ASSERT_EQ(got.size(), static_cast<size_t>(o.tables[static_cast<size_t>(t)].dim));
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin())) << "table " << t;
+    EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float x) { return x > 0.0f; })) << "table " << t;
+  }
+  for (int s = 2; s < 4; ++s) {
+    const OwnedBatch g = global_batch(s, o);
+    std::vector<float> pooled(static_cast<size_t>(kGlobalBags * coll->pooled_dim()));
+    ASSERT_TRUE(coll->forward(g.view(), pooled).ok());
+    ASSERT_TRUE(coll->backward_update(g.view(), step_grads(s, kGlobalBags * coll->pooled_dim())).ok());
+  }
+  EXPECT_EQ(collection_digest(*coll).value(), collection_digest(*want).value());
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    const auto got = coll->column_state(t), ref = want->column_state(t);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin())) << "table " << t;
+  }
 }
 
 // keep_last applies to global checkpoints and their shards together, also across world sizes;

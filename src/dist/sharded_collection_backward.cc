@@ -212,6 +212,20 @@ Status ShardedEmbeddingCollection::Impl::assemble_local(const std::vector<BagGra
   return Status::ok_status();
 }
 
+namespace {
+// SM3's column accumulators are global statistics: every rank starts a step with the same
+// values and raises them to the nu of the rows it owns, so their max over the ranks is the
+// single process's (max is exact: the same bits at every P). Collective; every rank has the same
+// tables.
+Status all_reduce_column_state(EmbeddingCollection& local, Communicator& comm) {
+  for (int t = 0; t < local.num_tables(); ++t) {
+    const std::span<float> col = local.column_state(t);
+    if (!col.empty()) LEANEMB_RETURN_IF_ERROR(comm.all_reduce(col, ReduceOp::kMax));
+  }
+  return Status();
+}
+}  // namespace
+
 Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBatch& input, std::span<const float> grad_pooled,
                                                                  std::span<const std::span<const float>> grad_seq,
                                                                  const UpdateOptions& update) try {
@@ -277,6 +291,7 @@ Result<UpdateReport> ShardedEmbeddingCollection::backward_update(const SparseBat
     owner.max_abs_grad = INFINITY;  // checked above, on every rank alike
     auto local = im.local->backward_update(sc.local_batch, sc.grads, no_seq_grads, owner);
     LEANEMB_RETURN_IF_ERROR(im.agree(local.status(), "backward_update"));
+    LEANEMB_RETURN_IF_ERROR(all_reduce_column_state(*im.local, *im.comm));
     report = local.value();
     report.lookups = 0;
     for (const auto& f : batch.features) report.lookups += static_cast<int64_t>(f.ids.size());

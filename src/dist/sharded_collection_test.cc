@@ -227,9 +227,11 @@ void expect_rows_identical(const Reference& ref, const std::vector<RankResult>& 
 
 // With fp32 payloads, P = 1, 2, 4 ranks give pooled outputs, weights and optimizer state
 // bit-identical to one process trained on the concatenated batches (SGD, Adagrad,
-// RowwiseAdagrad; row-wise modulo, row-wise range and table-wise sharding).
+// RowwiseAdagrad, SM3 (its column accumulators all-reduced with max); row-wise modulo, row-wise
+// range and table-wise sharding).
 TEST(ShardedCollectionTest, Fp32ShardedTrainingIsBitIdenticalToOneProcess) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
+                             OptimizerKind::kSm3}) {
     const CollectionOptions o = global_options(kind);
     const Reference ref = train_reference(o);
     for (int p : {1, 2, 4}) {

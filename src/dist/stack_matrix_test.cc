@@ -50,7 +50,8 @@ struct Case {
 };
 
 // Two tables, one feature each with the case's pooling (the first with per-id weights unless
-// it is a sequence feature), Adam on fp32 rows and row-wise Adagrad on bf16 rows.
+// it is a sequence feature), Adam on fp32 rows; on bf16 rows row-wise Adagrad and SM3 (whose
+// column accumulators are per table: one max over every rank's and every cache slot's rows).
 CollectionOptions options_for(const Case& c, const std::string& dir) {
   CollectionOptions o;
   for (int t = 0; t < 2; ++t) {
@@ -62,7 +63,9 @@ CollectionOptions options_for(const Case& c, const std::string& dir) {
     to.init.bound = 0.1f;  // not 1 / sqrt(rows): the same for every capacity
     to.dim = kDims[t];
     to.dtype = c.dtype;
-    to.optimizer.kind = c.dtype == DType::kF32 ? OptimizerKind::kAdam : OptimizerKind::kRowwiseAdagrad;
+    to.optimizer.kind = c.dtype == DType::kF32 ? OptimizerKind::kAdam
+                        : t == 0               ? OptimizerKind::kRowwiseAdagrad
+                                               : OptimizerKind::kSm3;
     to.optimizer.learning_rate = 0.05f;
     to.optimizer.eps = 1e-6f;
     if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {

@@ -41,6 +41,12 @@ struct TableView {
   // The tier the rows at `base` live in. Kernels ignore it; a KernelBackend (backend.h) records
   // the bytes a lookup or update of rows off the device reads and writes over the host link.
   Tier tier = Tier::kDevice;
+  // SM3 (OptimizerKind::kSm3) only: the table's column accumulators before this step [dim], read
+  // by every row's update, and the step's new ones [dim], which the caller fills with sm3_col
+  // first and the update kernels raise to each updated row's nu_j (an exact max, so the order of
+  // rows and threads does not matter). Both null for the other optimizers.
+  const float* sm3_col = nullptr;
+  float* sm3_col_next = nullptr;
   uint64_t key_row(int64_t r) const {
     const int64_t row = key_rows32 ? int64_t{key_rows32[r]} : key_rows ? key_rows[r] : r;
     return static_cast<uint64_t>(row_keys ? row_keys[row] : row * key_stride + key_offset);

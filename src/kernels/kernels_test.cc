@@ -37,7 +37,19 @@ struct HostTable {
 
   uint8_t* base() { return reinterpret_cast<uint8_t*>(storage.data()); }
   size_t bytes() const { return static_cast<size_t>(num_rows) * layout.stride_bytes; }
-  TableView view(uint32_t table_index = 0) { return TableView{base(), &layout, num_rows, table_index}; }
+  // SM3: the column accumulators and the step's new ones (empty for other optimizers).
+  std::vector<float> col, col_next;
+  TableView view(uint32_t table_index = 0) {
+    TableView v{base(), &layout, num_rows, table_index};
+    if (!col.empty()) {
+      v.sm3_col = col.data();
+      v.sm3_col_next = col_next.data();
+    }
+    return v;
+  }
+  // A step's update calls go between begin_step and end_step (as backward_update's do).
+  void begin_step() { col_next = col; }
+  void end_step() { col.swap(col_next); }
   std::vector<uint8_t> raw() { return std::vector<uint8_t>(base(), base() + bytes()); }
 };
 
@@ -51,6 +63,7 @@ HostTable make_table(int64_t num_rows, int64_t dim, DType dtype, const Optimizer
   t.layout = l.value();
   t.num_rows = num_rows;
   t.storage.assign((t.bytes() + 7) / 8, 0);
+  if (opt.kind == OptimizerKind::kSm3) t.col.assign(static_cast<size_t>(dim), 0.0f);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<float> w(static_cast<size_t>(dim));
@@ -352,11 +365,16 @@ void expect_update_matches_reference(const OptimizerOptions& opt, DType dtype, i
     const UpdateStep us{2024, s};
     // Each step runs on another kernel build (isa.h) the CPU supports.
     set_isa_limit(static_cast<Isa>(std::min(s % 3, static_cast<int>(cpu_isa()))));
+    fast.begin_step();
+    ref.begin_step();
     update_rows(fast.view(3), rows.data(), grads.data(), static_cast<int64_t>(rows.size()), us, 1 + s % 3);
     set_isa_limit(Isa::kV4);
     for (size_t u = 0; u < rows.size(); ++u) ref_update_row(ref.view(3), rows[u], grads.data() + u * dim, us);
+    fast.end_step();
+    ref.end_step();
     const std::vector<uint8_t> got = fast.raw(), want = ref.raw();
     ASSERT_EQ(got, want) << "step " << s << ": fast update differs from the reference";
+    ASSERT_EQ(fast.col, ref.col) << "step " << s << ": SM3 column state differs";
   }
   EXPECT_NE(ref.raw(), initial) << "the updates changed nothing";
 }
@@ -388,7 +406,7 @@ TEST(UpdateRowsF16Test, SpecialHalvesMatchTheReference) {
                                0x0001, 0x83ff, 0x0000, 0x8000, 0x7bff, 0xfbff, 0x3c00, 0x0400};
   constexpr int64_t kRows = 16, kDim = 37;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
     for (float wd : {0.0f, 0.01f}) {
       const OptimizerOptions opt = make_optimizer(k, DType::kF32, wd);
       for_each_isa([&] {
@@ -402,9 +420,12 @@ TEST(UpdateRowsF16Test, SpecialHalvesMatchTheReference) {
         std::vector<float> grads(static_cast<size_t>(kRows * kDim));
         for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * static_cast<float>(static_cast<int>(i % 7) - 3);
         const UpdateStep us{7, 1};
+        fast.begin_step();
+        ref.begin_step();
         update_rows(fast.view(3), rows.data(), grads.data(), kRows, us, 1);
         for (int64_t u = 0; u < kRows; ++u) ref_update_row(ref.view(3), rows[static_cast<size_t>(u)], grads.data() + u * kDim, us);
         ASSERT_EQ(fast.raw(), ref.raw());
+        ASSERT_EQ(0, std::memcmp(fast.col_next.data(), ref.col_next.data(), fast.col_next.size() * 4));
       });
     }
 }
@@ -412,7 +433,7 @@ TEST(UpdateRowsF16Test, SpecialHalvesMatchTheReference) {
 std::vector<UpdateParam> all_update_params() {
   std::vector<UpdateParam> v;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
     for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) v.push_back({k, d});
   return v;
 }
@@ -507,7 +528,7 @@ TEST(ReduceSegmentsTest, ReportsNonFiniteSums) {
 TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
   std::mt19937_64 rng(77);
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                             OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
+                             OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3}) {
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
         for (int64_t dim : {13, 128, 130}) {
@@ -523,15 +544,56 @@ TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
               const SegmentSource src = sg.source(0.5f);
               const UpdateStep us{99, step};
               std::vector<float> scratch(reduce_and_update_scratch_floats(dim, threads));
+              fast.begin_step();
+              ref.begin_step();
               reduce_and_update(fast.view(2), src, sg.rows.data(), sg.num_unique(), us, threads, scratch.data());
               std::vector<float> g(static_cast<size_t>(sg.num_unique() * dim));
               ASSERT_TRUE(ref_reduce_segments(src, 0, sg.num_unique(), g.data()));
               for (int64_t u = 0; u < sg.num_unique(); ++u) ref_update_row(ref.view(2), sg.rows[u], g.data() + u * dim, us);
+              fast.end_step();
+              ref.end_step();
               ASSERT_EQ(fast.raw(), ref.raw()) << "step " << step << ", " << threads << " threads";
+              ASSERT_EQ(fast.col, ref.col) << "step " << step << ", " << threads << " threads";
             }
           });
         }
       }
+    }
+  }
+}
+
+// SM3: every row of a step reads the column accumulators of before the step, so updating the
+// step's rows in reverse order leaves the same bytes and column state; and the state is the
+// rule's: row_acc = max_j nu_j, col_acc_j = max over the step's rows of nu_j, checked on the
+// first step, where nu = g^2.
+TEST(Sm3UpdateTest, RowOrderDoesNotMatterAndAccumulatorsFollowTheRule) {
+  constexpr int64_t kRows = 9, kDim = 21;
+  const OptimizerOptions opt = make_optimizer(OptimizerKind::kSm3, DType::kF32, 0.0f);
+  HostTable a = make_table(kRows, kDim, DType::kBF16, opt, 3), b = make_table(kRows, kDim, DType::kBF16, opt, 3);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<int64_t> rows = {7, 2, 5, 0, 8};
+    std::vector<float> g(rows.size() * kDim);
+    for (auto& x : g) x = nd(rng);
+    a.begin_step();
+    b.begin_step();
+    for (size_t u = 0; u < rows.size(); ++u) ref_update_row(a.view(), rows[u], g.data() + u * kDim, {1, step});
+    for (size_t u = rows.size(); u-- > 0;) ref_update_row(b.view(), rows[u], g.data() + u * kDim, {1, step});
+    a.end_step();
+    b.end_step();
+    ASSERT_EQ(a.raw(), b.raw()) << "step " << step;
+    ASSERT_EQ(a.col, b.col) << "step " << step;
+    if (step > 1) continue;
+    for (int64_t j = 0; j < kDim; ++j) {
+      float want = 0.0f;
+      for (size_t u = 0; u < rows.size(); ++u) want = std::max(want, g[u * kDim + j] * g[u * kDim + j]);
+      EXPECT_EQ(a.col[j], want) << "column " << j;
+    }
+    for (size_t u = 0; u < rows.size(); ++u) {
+      float want = 0.0f;
+      for (int64_t j = 0; j < kDim; ++j) want = std::max(want, g[u * kDim + j] * g[u * kDim + j]);
+      EXPECT_EQ(ref_load_rowwise_state(a.layout, a.base() + rows[u] * a.layout.stride_bytes), want) << "row " << rows[u];
     }
   }
 }

@@ -202,6 +202,21 @@ void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const
       store_f32(row + l.rowwise_offset, s_new);
       break;
     }
+    case OptimizerKind::kSm3: {
+      // SM3-II: every row reads the column accumulators of before the step and raises the
+      // step's new ones to its nu (kernels.h, TableView::sm3_col).
+      LEANEMB_CHECK(t.sm3_col != nullptr && t.sm3_col_next != nullptr, "sm3 update without column state");
+      const float row_acc = load_f32(row + l.rowwise_offset);
+      float row_new = 0.0f;
+      for (int64_t j = 0; j < d; ++j) {
+        const float nu = std::min(row_acc, t.sm3_col[j]) + g[j] * g[j];
+        w[j] = w[j] + nlr * (g[j] / (std::sqrt(nu) + o.eps));
+        row_new = std::max(row_new, nu);
+        t.sm3_col_next[j] = std::max(t.sm3_col_next[j], nu);
+      }
+      store_f32(row + l.rowwise_offset, row_new);
+      break;
+    }
     case OptimizerKind::kAdam: {
       const float nstep = -adam_step_size(o, s.step);
       const float c1 = one_minus(o.beta1), c2 = one_minus(o.beta2);

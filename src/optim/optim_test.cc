@@ -33,13 +33,15 @@ struct DenseTable {
   int64_t rows = 0, dim = 0;
   std::vector<double> w;        // [rows, dim]
   std::vector<double> s1, s2;   // per-element state: Adagrad sum / Adam exp_avg, Adam exp_avg_sq
-  std::vector<double> rowwise;  // [rows]: RowwiseAdagrad sum / PartialRowwiseAdam v
+  std::vector<double> rowwise;  // [rows]: RowwiseAdagrad sum / PartialRowwiseAdam v / SM3 row acc
+  std::vector<double> col;      // [dim]: SM3 column accumulators
 };
 
 // One sparse step on the touched rows `grads` (row -> summed gradient), t = 1-based step.
 void oracle_step(DenseTable& T, const std::map<int64_t, std::vector<double>>& grads, int64_t t,
                  const OptimizerOptions& o) {
   const double lr = o.learning_rate, eps = o.eps, b1 = o.beta1, b2 = o.beta2, wd = o.weight_decay;
+  const std::vector<double> col_before = T.col;  // SM3: every row reads the columns of before the step
   for (const auto& [r, grad] : grads) {
     double* w = &T.w[r * T.dim];
     std::vector<double> g(grad);
@@ -70,6 +72,17 @@ void oracle_step(DenseTable& T, const std::map<int64_t, std::vector<double>>& gr
           w[j] -= step_size * s1[j] / (std::sqrt(s2[j]) + eps);
         }
         break;
+      case OptimizerKind::kSm3: {  // SM3-II over the cover {rows} u {columns} (Anil et al., 2019)
+        double row_max = 0;
+        for (int64_t j = 0; j < T.dim; ++j) {
+          const double nu = std::min(T.rowwise[r], col_before[j]) + g[j] * g[j];
+          w[j] -= lr * g[j] / (std::sqrt(nu) + eps);
+          row_max = std::max(row_max, nu);
+          T.col[j] = std::max(T.col[j], nu);
+        }
+        T.rowwise[r] = row_max;
+        break;
+      }
       case OptimizerKind::kPartialRowwiseAdam:  // element-wise m, row-wise v of mean(g^2)
         T.rowwise[r] = b2 * T.rowwise[r] + (1 - b2) * mean_g2;
         for (int64_t j = 0; j < T.dim; ++j) {
@@ -179,6 +192,7 @@ DenseTable dense_copy(const EmbeddingCollection& c, int t) {
   d.s1.assign(w.size(), 0.0);
   d.s2.assign(w.size(), 0.0);
   d.rowwise.assign(static_cast<size_t>(d.rows), 0.0);
+  d.col.assign(static_cast<size_t>(d.dim), 0.0);
   return d;
 }
 
@@ -202,6 +216,10 @@ void expect_table_matches(const EmbeddingCollection& c, int t, const DenseTable&
       ASSERT_NEAR(sr[per_row - 1], d.rowwise[r], 1e-5 * (1 + std::fabs(d.rowwise[r]))) << "rowwise state row " << r;
     }
   }
+  const std::span<const float> col = c.column_state(t);
+  ASSERT_EQ(col.size(), l.optimizer.kind == OptimizerKind::kSm3 ? static_cast<size_t>(d.dim) : 0u);
+  for (size_t j = 0; j < col.size(); ++j)
+    ASSERT_NEAR(col[j], d.col[j], 1e-5 * (1 + std::fabs(d.col[j]))) << "column state " << j << " step " << step;
 }
 
 struct ParityParam {
@@ -252,7 +270,7 @@ TEST_P(TorchRuleParityTest, TrainingMatchesPublishedUpdateRule) {
 std::vector<ParityParam> all_parity_params() {
   std::vector<ParityParam> v;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3}) {
     v.push_back({k, 0.0f, false});
     v.push_back({k, 0.01f, false});
     v.push_back({k, 0.0f, true});
@@ -291,6 +309,8 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
   const Case cases[] = {
       {128, DType::kF32, OptimizerKind::kAdam, DType::kF32, 1536},
       {128, DType::kBF16, OptimizerKind::kRowwiseAdagrad, DType::kF32, 264},
+      {128, DType::kBF16, OptimizerKind::kSm3, DType::kF32, 264},  // + 4 * dim column bytes per table
+      {16, DType::kBF16, OptimizerKind::kSm3, DType::kF32, 40},
       {128, DType::kBF16, OptimizerKind::kAdam, DType::kInt8Blockwise, 528},
       {128, DType::kF32, OptimizerKind::kSgd, DType::kF32, 512},
       {128, DType::kInt8Rowwise, OptimizerKind::kSgd, DType::kF32, 136},
@@ -398,7 +418,7 @@ TEST(RowLayoutTest, RejectsBadDimsHyperParametersAndUntrainableDTypes) {
 // Optimizer and state dtype names parse back; unknown names are InvalidArgument.
 TEST(OptimizerNamesTest, NamesRoundTripAndUnknownNamesFail) {
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
     EXPECT_EQ(parse_optimizer(optimizer_name(k)).value(), k);
   EXPECT_EQ(parse_optimizer("sparse_adam").value(), OptimizerKind::kAdam);
   for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise})

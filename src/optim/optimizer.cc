@@ -16,6 +16,7 @@ struct EnumNames<OptimizerKind> {
       {OptimizerKind::kRowwiseAdagrad, "rowwise_adagrad", ""},
       {OptimizerKind::kAdam, "adam", "sparse_adam"},
       {OptimizerKind::kPartialRowwiseAdam, "partial_rowwise_adam", ""},
+      {OptimizerKind::kSm3, "sm3", ""},
   };
 };
 
@@ -25,7 +26,8 @@ Result<OptimizerKind> parse_optimizer(std::string_view s) { return parse_enum<Op
 float default_eps(OptimizerKind k) {
   switch (k) {
     case OptimizerKind::kAdagrad:
-    case OptimizerKind::kRowwiseAdagrad: return 1e-10f;
+    case OptimizerKind::kRowwiseAdagrad:
+    case OptimizerKind::kSm3: return 1e-10f;
     default: return 1e-8f;
   }
 }
@@ -59,6 +61,8 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
     case OptimizerKind::kRowwiseAdagrad: rowwise = true; break;
     case OptimizerKind::kAdam: elem_states = 2; break;
     case OptimizerKind::kPartialRowwiseAdam: elem_states = 1; rowwise = true; break;
+    // SM3's column accumulators are per table, outside the fat row (EmbeddingCollection).
+    case OptimizerKind::kSm3: rowwise = true; break;
   }
   if (!dtype_traits(weight_dtype).trainable && opt.kind != OptimizerKind::kSgd)
     return invalid_argument(std::string(dtype_name(weight_dtype)) +

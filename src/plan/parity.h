@@ -32,8 +32,9 @@ enum class LeanOption : uint8_t {
   kInt8State,         // optimizer state 8-bit block-wise
   kBf16Activations,   // CTR: bf16 activations and dense compute, fp32 master weights
   kRowCache,          // rows in host RAM behind a device row cache
+  kSm3,               // adagrad -> sm3 (a row and a column accumulator instead of one per element)
 };
-inline constexpr int kNumLeanOptions = 7;
+inline constexpr int kNumLeanOptions = 8;
 
 enum class Verdict : uint8_t {
   kProven,       // measured within the goal on every dataset of the task

@@ -120,6 +120,8 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
   std::vector<OptimizerKind> opts = {base.row_optimizer.kind};
   if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
     opts.push_back(rowwise_variant(base.row_optimizer.kind));
+  // SM3 replaces Adagrad only; whether the evidence (or the user) allows it is checked per candidate.
+  if (base.row_optimizer.kind == OptimizerKind::kAdagrad) opts.push_back(OptimizerKind::kSm3);
   std::vector<DType> states = {DType::kF32};
   if (o.allow_bf16_state) states.push_back(DType::kBF16);
   if (o.allow_8bit_state) states.push_back(DType::kInt8Blockwise);

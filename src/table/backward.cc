@@ -341,18 +341,27 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   const kernels::KernelBackend& be = *im.backend;
   const kernels::ExecContext x = im.exec();
   const Tier staging_tier = im.workspace_tier();
+  // An SM3 table's rows read its column accumulators of before the step and write the new ones
+  // to sm3_next, which replaces them after the table's update.
   auto begin_update = [&](int t, const int64_t** rows) {
-    const TableState& ts = im.tables[t];
+    TableState& ts = im.tables[t];
     table_internal::Residency::UpdateTarget u =
         ts.residency->begin_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staged[t].slots, staging_tier);
     u.view.table_index = static_cast<uint32_t>(t);
     ts.set_keys(&u.view);
+    if (!ts.sm3_col.empty()) {
+      std::copy(ts.sm3_col.begin(), ts.sm3_col.end(), ts.sm3_next.begin());
+      u.view.sm3_col = ts.sm3_col.data();
+      u.view.sm3_col_next = ts.sm3_next.data();
+    }
     *rows = u.rows;
     return u.view;
   };
   // Writes staged rows back, marks cached rows changed.
   auto end_update = [&](int t) {
-    im.tables[t].residency->end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier);
+    TableState& ts = im.tables[t];
+    ts.residency->end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier);
+    ts.sm3_col.swap(ts.sm3_next);
   };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {

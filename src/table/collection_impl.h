@@ -73,6 +73,10 @@ struct TableState {
   // The global key of local row l (TableShardOptions): l * key_stride + key_offset, or the raw id
   // holding it for a dynamic table.
   int64_t key_stride = 1, key_offset = 0;
+  // SM3 (OptimizerKind::kSm3): the column accumulators [dim] and the buffer a step writes the
+  // new ones to (backward.cc swaps them after the table's update); empty for other optimizers.
+  // Host memory outside the allocator's accounting: 8 * dim bytes per table.
+  std::vector<float> sm3_col, sm3_next;
 
   int64_t global_row(int64_t l) const { return l * key_stride + key_offset; }
   // Gives a view over rows or staged rows the keys of this table's rows.

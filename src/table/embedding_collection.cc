@@ -151,6 +151,10 @@ Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create_impl(co
     ts.num_rows = to.num_rows;
     ts.key_stride = to.shard.key_stride;
     ts.key_offset = to.shard.key_offset;
+    if (to.optimizer.kind == OptimizerKind::kSm3) {
+      ts.sm3_col.assign(static_cast<size_t>(to.dim), 0.0f);
+      ts.sm3_next.assign(static_cast<size_t>(to.dim), 0.0f);
+    }
     // The rows, allocated and initialized where they live (a cache's on first touch); each row's
     // values depend only on (seed, table, row). A dynamic table's rows start as zeros: a row is
     // initialized from its raw id when one is admitted.
@@ -194,6 +198,14 @@ Status EmbeddingCollection::set_learning_rate(int table, float lr) {
   ts.layout.optimizer.learning_rate = lr;
   ts.residency->set_learning_rate(lr);  // the update kernels read the residency's layouts
   return Status();
+}
+std::span<float> EmbeddingCollection::column_state(int table) {
+  LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
+  return impl_->tables[static_cast<size_t>(table)].sm3_col;
+}
+std::span<const float> EmbeddingCollection::column_state(int table) const {
+  LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
+  return impl_->tables[static_cast<size_t>(table)].sm3_col;
 }
 const RowLayout& EmbeddingCollection::layout(int table) const {
   LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");

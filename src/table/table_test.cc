@@ -294,7 +294,7 @@ TEST_P(ThreadDeterminismTest, ResultsAreBitIdenticalForAnyThreadCount) {
 std::vector<DeterminismParam> all_determinism_params() {
   std::vector<DeterminismParam> v;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam})
+                          OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
     for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) v.push_back({k, d});
   return v;
 }
@@ -473,7 +473,7 @@ TEST(GradientMemoryTest, NoFullTableGradientIsEverAllocated) {
 // update) give bit-identical tables for every optimizer and weight dtype.
 TEST(FusedBackwardTest, FusedAndTwoPassBackwardAreBitIdentical) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                             OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
+                             OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3}) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
       CollectionOptions o = standard_options(kind);
       for (auto& t : o.tables) t.dtype = dt;

@@ -48,10 +48,12 @@ if(LEANEMB_BUILD_TESTS)
     set(_kills 20)
   endif()
   add_test(NAME resume_bitexact COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume)
+  # SM3: the column accumulators (blob optstate/<table>) must come back for the same digest.
+  add_test(NAME resume_bitexact_sm3 COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume sm3)
   add_test(NAME ckpt_kill9_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> ${_kills} kill9)
   # SIGTERM at random moments: exit 5 with a checkpoint, resumed to the reference training digest.
   add_test(NAME graceful_stop_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 5 sigterm)
-  set_tests_properties(resume_bitexact ckpt_kill9_random graceful_stop_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
+  set_tests_properties(resume_bitexact resume_bitexact_sm3 ckpt_kill9_random graceful_stop_random PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
   # Issue 37, the attacker: every writer against occupied, locked and aliased targets, every reader
   # against swapped, truncated, concatenated and shrinking files; exit code, message, and the
   # victims' sha256 before and after (tests/attack.sh, a few seconds).
