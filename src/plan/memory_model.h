@@ -85,7 +85,7 @@ struct Workload {
   bool file_store = false;      // cached: the store is a file (rows on disk) instead of host RAM
   size_t file_block_bytes = 4096;  // file store: the direct-I/O block (tiered::file_store_block_bytes)
   int file_queue_depth = 64;       // file store: requests in flight (RowStoreOptions::queue_depth)
-  FileStoreLayout file_store_layout = FileStoreLayout::kInPlace;  // file store: its layout
+  FileStoreLayout file_store_layout = TableCacheOptions{}.store_layout;  // file store: its layout
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   bool cache_prefetch = false;  // cached: the trainer prefetches the next batch's rows (its buffers)

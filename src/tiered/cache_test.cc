@@ -79,7 +79,7 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     to.cache.policy = policies[rng() % 3];
     to.cache.store = rng() % 2 ? StoreKind::kHost : StoreKind::kFile;
     // Half the file stores are logs (decided outside rng, which keeps every other draw as it was).
-    if ((seed + static_cast<uint64_t>(t)) % 2 == 1) to.cache.store_layout = FileStoreLayout::kLog;
+    to.cache.store_layout = (seed + static_cast<uint64_t>(t)) % 2 == 1 ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
     to.cache.store_path = dir.file(std::string("cfg") + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
     c.options.tables.push_back(to);
   }
