@@ -51,7 +51,11 @@ namespace {
 
 constexpr size_t kBufferAlign = 4096;
 constexpr int kMaxNoProgressTries = 8;
-constexpr size_t kMaxVictimsPerPass = 8;  // segments one compaction pass (one index scan) frees
+// Segments one compaction pass (one scan of the index) frees: at most 8, and at most
+// kMaxPassBytes of them, so that the write_rows call that runs a pass reads at most 128 MiB
+// (two 64 MiB segments of a large table).
+constexpr size_t kMaxVictimsPerPass = 8;
+constexpr uint64_t kMaxPassBytes = uint64_t{128} << 20;
 
 std::string errno_text(int err) { return std::generic_category().message(err); }
 
@@ -384,7 +388,8 @@ void LogRowStore::promote_pending() {
 }
 
 // Sealed segments by fewest live records, while the victims average at most half live (each
-// frees more than it uses), at most kMaxVictimsPerPass, within the free segments' room.
+// frees more than it uses), at most kMaxVictimsPerPass and kMaxPassBytes, within the room of
+// the free segments and those the bound still allows.
 std::vector<uint32_t> LogRowStore::choose_victims() const {
   std::vector<std::pair<uint32_t, uint32_t>> sealed;  // (live, segment)
   const uint64_t made = segments_made_.load(std::memory_order_relaxed);
@@ -394,8 +399,9 @@ std::vector<uint32_t> LogRowStore::choose_victims() const {
   std::vector<uint32_t> victims;
   uint64_t live = 0;
   const uint64_t room = (free_.size() + growable()) * seg_recs_;
+  const size_t most = static_cast<size_t>(std::clamp<uint64_t>(kMaxPassBytes / seg_bytes_, 1, kMaxVictimsPerPass));
   for (const auto& [l, s] : sealed) {
-    if (victims.size() == kMaxVictimsPerPass) break;
+    if (victims.size() == most) break;
     if (2 * (live + l) > (victims.size() + 1) * seg_recs_ || live + l > room) break;
     victims.push_back(s);
     live += l;
