@@ -157,6 +157,11 @@ json cache_json(const RowCacheStats& s, const RowCacheStats& base, int64_t steps
   j["store_read_ops_per_step"] = static_cast<double>(rops) / n;
   j["store_read_iops"] = rsec > 0 ? static_cast<double>(rops) / rsec : 0.0;
   j["store_write_ops_per_step"] = static_cast<double>(s.store_write_ops - base.store_write_ops) / n;
+  // Time inside the store's calls (the fetch's phases: write-backs, then reads), and compaction.
+  j["store_write_ms_per_step"] = (s.store_write_seconds - base.store_write_seconds) * 1e3 / n;
+  j["store_read_ms_per_step"] = rsec * 1e3 / n;
+  j["store_gc_passes"] = s.store_gc_passes - base.store_gc_passes;
+  j["store_gc_rows_moved_per_step"] = static_cast<double>(s.store_gc_rows_moved - base.store_gc_rows_moved) / n;
   return j;
 }
 
@@ -269,11 +274,13 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   co.policy = policies[0];
   co.store = o.store;
   co.store_path = path;
+  co.store_layout = o.store_layout;
   co.prefetch_nice = o.prefetch_nice;
   json policy_names = json::array();
   for (CachePolicy p : policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
   (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))},
                      {"policies", policy_names}, {"store", std::string(store_kind_name(co.store))}, {"store_path", file ? path : ""},
+                     {"store_layout", file ? std::string(file_store_layout_name(co.store_layout)) : ""},
                      {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",

@@ -161,6 +161,7 @@ struct BenchOptions {
   std::vector<CachePolicy> cache_policies = {CachePolicy::kLru};
   StoreKind store = StoreKind::kHost;  // host | file
   std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
+  FileStoreLayout store_layout = TableCacheOptions{}.store_layout;  // file store: in_place | log
   bool prefetch = true;                // fetch step t+1's rows while step t computes
   int prefetch_nice = TableCacheOptions{}.prefetch_nice;  // the prefetch thread's nice value
   bool no_resident = false;            // skip the resident contender (host store)

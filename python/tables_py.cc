@@ -150,6 +150,8 @@ TableOptions parse_table(const py::dict& d, size_t index) {
   t.cache.store = value_or_raise(parse_store_kind(o.get<std::string>("cache_store", "host")));
   t.cache.store_path = o.get<std::string>("cache_store_path", "");
   t.cache.direct_io = o.get<bool>("cache_direct_io", true);
+  const std::string layout = o.get<std::string>("cache_store_layout", "");  // "": the engine's default
+  if (!layout.empty()) t.cache.store_layout = value_or_raise(parse_file_store_layout(layout));
   t.cache.prefetch_nice = o.get<int>("cache_prefetch_nice", 19);
   t.dynamic.enabled = o.get<bool>("dynamic", false);
   t.dynamic.min_count = o.get<uint32_t>("dynamic_min_count", 1);

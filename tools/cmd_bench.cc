@@ -146,6 +146,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     o.store = k.value();
   }
   o.store_path = a.store_path;
+  if (!a.store_layout.empty()) {
+    auto l = parse_file_store_layout(a.store_layout);
+    if (!l.ok()) return flag_error("--store-layout", l.status());
+    if (o.store != StoreKind::kFile) return invalid_argument("--store-layout needs --store file");
+    o.store_layout = l.value();
+  }
   if (!o.store_path.empty() && o.store != StoreKind::kFile && o.workload != "restore")
     return invalid_argument("--store-path needs --store file");
   if (!a.prefetch.empty()) {
@@ -173,11 +179,11 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
   o.sweep = a.sweep;
   o.no_resident = a.no_resident;
-  const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
+  const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.store_layout.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
   const bool restore_ok = o.workload == "restore" && !tiered_only;  // restore takes --cache-fraction, --store-path
   if ((tiered_only || !a.cache_fraction.empty() || !a.store_path.empty()) && o.workload != "tiered" && !restore_ok)
-    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --prefetch, --prefetch-nice, --sweep* and --no-resident "
+    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --store-layout, --prefetch, --prefetch-nice, --sweep* and --no-resident "
                             "belong to --workload tiered (--workload restore takes --cache-fraction and --store-path)");
   o.json_path = a.json;
   o.quiet = a.quiet;

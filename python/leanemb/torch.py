@@ -98,6 +98,7 @@ class EmbeddingBagConfig:
     cache_store: str = "host"           # "host" | "file"
     cache_store_path: str = ""
     cache_direct_io: bool = True
+    cache_store_layout: str = ""        # file store: "in_place" | "log"; "" = the engine's default
     dynamic: bool = False               # raw 64-bit ids mapped to rows on admission
     dynamic_min_count: int = 1
     dynamic_eviction: str = "age"       # "age" | "lfu"
@@ -123,6 +124,7 @@ class EmbeddingBagConfig:
             "frozen": bool(self.frozen or opt == "none"), "cache_fraction": float(self.cache_fraction),
             "cache_rows": int(self.cache_rows), "cache_policy": self.cache_policy, "cache_store": self.cache_store,
             "cache_store_path": self.cache_store_path, "cache_direct_io": bool(self.cache_direct_io),
+            "cache_store_layout": str(self.cache_store_layout),
             "dynamic": bool(self.dynamic), "dynamic_min_count": int(self.dynamic_min_count),
             "dynamic_eviction": self.dynamic_eviction, "dynamic_max_age_steps": int(self.dynamic_max_age_steps),
             "dynamic_partitions": int(self.dynamic_partitions),

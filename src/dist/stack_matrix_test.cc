@@ -25,13 +25,15 @@ using test_util::run_world;
 using test_util::TempDir;
 using testing_util::OwnedBatch;
 
-enum class Mode { kResident, kStateOnHost, kCacheHost, kCacheFile, kDynamic };
+// kCacheLog: a cache over the file store's log layout.
+enum class Mode { kResident, kStateOnHost, kCacheHost, kCacheFile, kCacheLog, kDynamic };
 const char* mode_name(Mode m) {
   switch (m) {
     case Mode::kResident: return "resident";
     case Mode::kStateOnHost: return "state_on_host";
     case Mode::kCacheHost: return "cache_host";
     case Mode::kCacheFile: return "cache_file";
+    case Mode::kCacheLog: return "cache_log";
     case Mode::kDynamic: return "dynamic";
   }
   return "?";
@@ -68,10 +70,11 @@ CollectionOptions options_for(const Case& c, const std::string& dir) {
                                                : OptimizerKind::kSm3;
     to.optimizer.learning_rate = 0.05f;
     to.optimizer.eps = 1e-6f;
-    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {
+    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile || c.mode == Mode::kCacheLog) {
       to.cache.fraction = 0.8;  // holds a step's rows, but evicts between steps
-      to.cache.store = c.mode == Mode::kCacheFile ? StoreKind::kFile : StoreKind::kHost;
-      if (c.mode == Mode::kCacheFile) to.cache.store_path = dir + "/" + to.name + ".rows";
+      to.cache.store = c.mode == Mode::kCacheHost ? StoreKind::kHost : StoreKind::kFile;
+      to.cache.store_layout = c.mode == Mode::kCacheLog ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
+      if (c.mode != Mode::kCacheHost) to.cache.store_path = dir + "/" + to.name + ".rows";
     }
     if (c.mode == Mode::kDynamic) {
       to.dynamic.enabled = true;
@@ -181,7 +184,7 @@ Status train_rank(const Case& c, const std::string& dir, Communicator* comm, Tra
       std::copy(seq[f].begin(), seq[f].end(), out.begin() + static_cast<int64_t>(at) + g.offsets[f][static_cast<size_t>(b0)] * kDims[f]);
       at += g.ids[f].size() * static_cast<size_t>(kDims[f]);
     }
-    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile) {
+    if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile || c.mode == Mode::kCacheLog) {
       for (int t = 0; t < 2; ++t) {
         auto cs = tables->cache_stats(t);
         if (cs.ok()) trace->evictions += static_cast<int64_t>(cs.value().evictions);
@@ -249,7 +252,7 @@ TEST_P(StackMatrixTest, TrainsBitIdenticallyToOneResidentTable) {
     }
   }
   EXPECT_GT(compared, 40);
-  if (mode == Mode::kCacheHost || mode == Mode::kCacheFile) {
+  if (mode == Mode::kCacheHost || mode == Mode::kCacheFile || mode == Mode::kCacheLog) {
     EXPECT_GT(got.evictions, 0) << "the caches never evicted";
   }
 }
@@ -262,7 +265,7 @@ std::string case_name(const ::testing::TestParamInfo<StackMatrixTest::ParamType>
 
 INSTANTIATE_TEST_SUITE_P(AllCombinations, StackMatrixTest,
                          ::testing::Combine(::testing::Values(Mode::kResident, Mode::kStateOnHost, Mode::kCacheHost,
-                                                              Mode::kCacheFile, Mode::kDynamic),
+                                                              Mode::kCacheFile, Mode::kCacheLog, Mode::kDynamic),
                                             ::testing::Values(1, 2, 4),
                                             ::testing::Values(PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone),
                                             ::testing::Values(DType::kF32, DType::kBF16)),

@@ -256,9 +256,13 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const int shards = w.num_shards;
   const size_t nr = static_cast<size_t>(s.rows);
   // The row store (src/tiered/row_store.cc): a host store holds every fat row in host RAM
-  // (category weights); a file store keeps them on disk. Both keep a presence bit per row.
+  // (category weights); a file store keeps them on disk. Both keep a presence bit per row, but
+  // the log layout, whose index (every page made) says where each row is.
+  const bool log = w.file_store && w.file_store_layout == FileStoreLayout::kLog;
+  const size_t rb = s.layout.stride_bytes;
   r.persist(Item{Tier::kHost, Category::kWeights,
-                 (w.file_store ? 0 : nr * s.layout.stride_bytes) + tiered::presence_bitmap_bytes(s.rows)});
+                 log ? tiered::log_store_index_bytes(s.rows, rb, w.file_block_bytes)
+                     : (w.file_store ? 0 : nr * rb) + tiered::presence_bitmap_bytes(s.rows)});
   const int64_t cap = tiered::cache_capacity_rows(s.rows, w.cache_fraction);
   const tiered::RowCacheSizes cs = tiered::row_cache_sizes(cap, s.rows, s.layout.stride_bytes, w.cache_policy);
   r.persist(Item{Tier::kDevice, Category::kRowCache, cs.device_bytes()});
@@ -269,7 +273,10 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const int64_t most_ids = ids_per_step(t, p.slice, Estimate::kWorstCase);
   r.persist(r.item(Category::kIoBuffers, tiered::row_cache_scratch_bytes(most_ids, s.unique)));
   if (w.cache_prefetch) r.persist(r.item(Category::kIoBuffers, tiered::row_cache_prefetch_scratch_bytes(most_ids, s.unique)));
-  if (w.file_store) {
+  if (log) {  // its buffers; checkpoints go through read_rows / write_rows (no bulk buffer)
+    r.persist(Item{Tier::kHost, Category::kIoBuffers,
+                   tiered::log_store_staging_bytes(s.rows, rb, w.file_block_bytes, w.file_queue_depth)});
+  } else if (w.file_store) {
     r.persist(Item{Tier::kHost, Category::kIoBuffers,
                    tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
     p.ckpt_bulk = std::max(p.ckpt_bulk, tiered::file_store_bulk_bytes(std::min(tiered::kCheckpointChunkRows, s.rows),
@@ -285,7 +292,10 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
   out.store_rows_read_per_step += misses;
   out.store_rows_written_per_step += misses;
-  if (w.file_store) {
+  if (log) {
+    out.disk_bytes += tiered::log_store_max_file_bytes(s.rows, rb, w.file_block_bytes);
+    out.store_requests_per_step += misses + misses * static_cast<double>(rb) / static_cast<double>(tiered::kBulkTransferBytes);
+  } else if (w.file_store) {
     out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
     out.store_requests_per_step += 3.0 * misses;
   }

@@ -85,6 +85,7 @@ struct Workload {
   bool file_store = false;      // cached: the store is a file (rows on disk) instead of host RAM
   size_t file_block_bytes = 4096;  // file store: the direct-I/O block (tiered::file_store_block_bytes)
   int file_queue_depth = 64;       // file store: requests in flight (RowStoreOptions::queue_depth)
+  FileStoreLayout file_store_layout = TableCacheOptions{}.store_layout;  // file store: its layout
   int64_t cache_min_rows = 0;   // cached: smaller tables stay resident (tiered::cache_applies)
   CachePolicy cache_policy = CachePolicy::kLru;  // cached: the index's size depends on it
   bool cache_prefetch = false;  // cached: the trainer prefetches the next batch's rows (its buffers)
@@ -135,9 +136,11 @@ struct Prediction {
   // writes back (one per miss: every fetched row is updated, so every victim is dirty).
   double store_rows_read_per_step = 0;
   double store_rows_written_per_step = 0;
-  // File-store tables: the table files' sizes (num_rows x row bytes rounded up to the block: the
-  // most they can hold on disk), and the I/O requests per step at most (a read per miss, a write
-  // per write-back and the read-modify-write read before it; docs/tiered.md "Writes").
+  // File-store tables: the table files' sizes (the most they can hold on disk: in place, num_rows
+  // x row bytes rounded up to the block; a log, log_store_max_file_bytes), and the I/O requests
+  // per step at most (in place: a read per miss, a write per write-back and the read-modify-write
+  // read before it, docs/tiered.md "Writes"; a log: a read per miss and the write-backs' bytes in
+  // 1 MiB appends).
   size_t disk_bytes = 0;
   double store_requests_per_step = 0;
 };

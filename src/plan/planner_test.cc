@@ -10,6 +10,7 @@
 #include "plan/plan_testing.h"
 
 #include "plan/report.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::plan {
 namespace {
@@ -112,6 +113,29 @@ TEST(PlannerTest, DiskReadRateGivesTheStepsLeastDiskTime) {
   const auto j = plan_report_json(w, o, r.value(), ctx);
   EXPECT_NEAR(j["as_configured"]["disk_read_ms_per_step_min"].get<double>(), reads / 20000 * 1e3, 1e-9);
   EXPECT_EQ(j["disk"]["read_iops"].get<double>(), 20000);
+}
+
+// A file store's layout changes what the plan holds for it: in place a presence bitmap (host
+// weights) and a table file of the rows; a log its index (every page made, the store's
+// log_store_index_bytes) and a file of at most log_store_max_file_bytes.
+TEST(PlannerTest, LogLayoutPredictsItsIndexAndItsFileBound) {
+  Workload w = seed_workload();
+  w.cache_fraction = 0.05;
+  w.file_store = true;
+  w.file_store_layout = FileStoreLayout::kInPlace;
+  const int64_t rows = w.tables[0].num_rows;
+  const size_t stride = make_row_layout(w.tables[0].dim, w.row_dtype, w.row_optimizer).value().stride_bytes;
+  auto in_place = predict_memory(w, Estimate::kExpected);
+  ASSERT_TRUE(in_place.ok()) << in_place.status().to_string();
+  EXPECT_EQ(in_place.value().host().peak[static_cast<int>(Category::kWeights)], tiered::presence_bitmap_bytes(rows));
+  w.file_store_layout = FileStoreLayout::kLog;
+  auto log = predict_memory(w, Estimate::kExpected);
+  ASSERT_TRUE(log.ok()) << log.status().to_string();
+  EXPECT_EQ(log.value().host().peak[static_cast<int>(Category::kWeights)],
+            tiered::log_store_index_bytes(rows, stride, w.file_block_bytes));
+  EXPECT_EQ(log.value().disk_bytes, tiered::log_store_max_file_bytes(rows, stride, w.file_block_bytes));
+  EXPECT_GT(log.value().disk_bytes, 2 * in_place.value().disk_bytes);  // the bound: 2x the rows + 4 segments
+  EXPECT_LT(log.value().store_requests_per_step, in_place.value().store_requests_per_step / 2);
 }
 
 // The value of attribute `name` in the tag holding `marker` ("" when there is none).

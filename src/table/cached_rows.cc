@@ -79,6 +79,7 @@ Result<std::unique_ptr<Residency>> make_cached_rows(const ResidencyContext& c) {
   so.row_bytes = c.layout.stride_bytes;
   so.path = co.store_path;
   so.direct_io = co.direct_io;
+  so.layout = co.store_layout;
   if (so.kind == StoreKind::kFile && so.path.empty())
     return invalid_argument("table '" + to.name + "' cache: the file store needs store_path");
   auto store = tiered::make_row_store(so, c.host());

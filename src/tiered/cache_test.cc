@@ -78,6 +78,8 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     const CachePolicy policies[] = {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kClock};
     to.cache.policy = policies[rng() % 3];
     to.cache.store = rng() % 2 ? StoreKind::kHost : StoreKind::kFile;
+    // Half the file stores are logs (decided outside rng, which keeps every other draw as it was).
+    to.cache.store_layout = (seed + static_cast<uint64_t>(t)) % 2 == 1 ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
     to.cache.store_path = dir.file(std::string("cfg") + std::to_string(seed) + "_t" + std::to_string(t) + ".rows");
     c.options.tables.push_back(to);
   }
@@ -92,6 +94,8 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     for (std::string_view piece : {dtype_name(t.dtype), std::string_view(" cap ")}) c.describe += piece;
     c.describe += std::to_string(t.cache.capacity_rows);
     for (std::string_view piece : {std::string_view(" "), store_kind_name(t.cache.store), std::string_view(" "),
+                                   t.cache.store == StoreKind::kFile ? file_store_layout_name(t.cache.store_layout) : "",
+                                   std::string_view(" "),
                                    tiered::cache_policy_name(t.cache.policy), std::string_view("]")})
       c.describe += piece;
   }
@@ -175,7 +179,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   TempDir dir;
   constexpr int kConfigs = 48;
   constexpr int64_t kB = 4, kMaxLen = 3;
-  int with_evictions = 0, file_configs = 0, prefetch_configs = 0, prefetch_first_configs = 0, clock_evicting = 0;
+  int with_evictions = 0, file_configs = 0, prefetch_configs = 0, prefetch_first_configs = 0, clock_evicting = 0, log_configs = 0;
   for (int cfg = 0; cfg < kConfigs; ++cfg) {
     const Config c = random_config(1000 + static_cast<uint64_t>(cfg), dir, kB, kMaxLen);
     SCOPED_TRACE(c.describe);
@@ -212,6 +216,9 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
       evicted = evicted || st.value().evictions > 0;
       if (st.value().evictions > 0 && c.options.tables[t].cache.policy == CachePolicy::kClock) ++clock_evicting;
       if (c.options.tables[t].cache.store == StoreKind::kFile) ++file_configs;
+      if (c.options.tables[t].cache.store == StoreKind::kFile &&
+          c.options.tables[t].cache.store_layout == FileStoreLayout::kLog)
+        ++log_configs;
     }
     with_evictions += evicted ? 1 : 0;
     prefetch_configs += c.prefetch ? 1 : 0;
@@ -223,6 +230,7 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
   // The generator must really cover what the test claims.
   EXPECT_GE(with_evictions, kConfigs * 3 / 4);
   EXPECT_GE(file_configs, 10);
+  EXPECT_GE(log_configs, 4);
   EXPECT_GE(prefetch_configs, 10);
   EXPECT_GE(prefetch_first_configs, 4);
   EXPECT_GE(clock_evicting, 8);  // CLOCK tables that evicted
@@ -234,11 +242,13 @@ TEST(CacheVsReference, cache_vs_reference_exact) {
 // this test) sees only the cache's own threads: Debian's libgomp is not instrumented.
 TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
   TempDir dir;
-  for (StoreKind store : {StoreKind::kHost, StoreKind::kFile}) {
+  for (int store_case = 0; store_case < 3; ++store_case) {  // host, file in place, file log
+    const StoreKind store = store_case == 0 ? StoreKind::kHost : StoreKind::kFile;
+    const FileStoreLayout layout = store_case == 2 ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
     for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kClock}) {
       const bool prefetch_first = policy == CachePolicy::kClock;  // the pipelined order
-      SCOPED_TRACE(std::string(store_kind_name(store)) + " " + std::string(tiered::cache_policy_name(policy)) +
-                   (prefetch_first ? " prefetch first" : ""));
+      SCOPED_TRACE(std::string(store_kind_name(store)) + " " + std::to_string(store_case) + " " +
+                   std::string(tiered::cache_policy_name(policy)) + (prefetch_first ? " prefetch first" : ""));
       CollectionOptions o;
       TableOptions t = table_testing::table("t0", 3000, 16, OptimizerKind::kAdam, DType::kBF16);
       o.tables = {t};
@@ -249,8 +259,9 @@ TEST(TsanPipeline, PrefetchAndWriteBackAgreeWithResident) {
       cached_opts.tables[0].cache.capacity_rows = 400;
       cached_opts.tables[0].cache.policy = policy;
       cached_opts.tables[0].cache.store = store;
-      cached_opts.tables[0].cache.store_path =
-          dir.file(std::string("pipeline_") + std::string(store_kind_name(store)) + "_" + std::string(tiered::cache_policy_name(policy)) + ".rows");
+      cached_opts.tables[0].cache.store_layout = layout;
+      cached_opts.tables[0].cache.store_path = dir.file(std::string("pipeline_") + std::to_string(store_case) + "_" +
+                                                        std::string(tiered::cache_policy_name(policy)) + ".rows");
       auto cached = EmbeddingCollection::create(cached_opts);
       ASSERT_TRUE(cached.ok()) << cached.status().to_string();
       auto ref = table_testing::must_create(o);

@@ -56,7 +56,8 @@ std::string errno_text(int err) { return std::generic_category().message(err); }
 // synchronously (it may have to zero the rest of the block): 512-byte writes into a sparse file
 // ran at 5.8k/s against 16.1k/s for 4 KiB ones on the test machine (fio, QD 64), and a table's
 // write-backs land mostly in such holes.
-uint32_t query_block_bytes(int fd) {
+// The direct-I/O offset alignment alone (statx STATX_DIOALIGN, else 4096): what a read needs.
+uint32_t query_dio_align(int fd) {
   uint32_t block = kDefaultBlockBytes;
 #ifdef STATX_DIOALIGN
   struct statx sx {};
@@ -66,6 +67,11 @@ uint32_t query_block_bytes(int fd) {
     block = sx.stx_dio_offset_align;
   }
 #endif
+  return block;
+}
+
+uint32_t query_block_bytes(int fd) {
+  uint32_t block = query_dio_align(fd);
   struct stat st {};
   if (::fstat(fd, &st) == 0 && st.st_blksize > 0 && static_cast<uint64_t>(st.st_blksize) <= kBufferAlign &&
       (st.st_blksize & (st.st_blksize - 1)) == 0 && static_cast<uint32_t>(st.st_blksize) > block) {
@@ -106,18 +112,11 @@ class FileRowStore final : public RowStore {
     LEANEMB_ASSIGN_OR_RETURN(write_staging_, new_staging());
     LEANEMB_ASSIGN_OR_RETURN(Allocation first_read, new_staging());
     read_staging_.push_back(std::move(first_read));
-    std::unique_ptr<RowFileIo> io;
-    if (o.io_engine != IoEngineKind::kThreads) {
-      auto uring = make_uring_file_io(fd_, static_cast<int>(num_slots_));
-      if (uring.ok()) {
-        io = std::move(uring).value();
-      } else if (o.io_engine == IoEngineKind::kUring) {
-        return unimplemented("file row store '" + path_ + "': " + uring.status().message());
-      }
-    }
-    if (io == nullptr) io = make_thread_pool_file_io(fd_, std::min<int>(static_cast<int>(num_slots_), kMaxThreads));
-    if (hooks.wrap_io) io = hooks.wrap_io(std::move(io), block_);
-    io_ = std::move(io);
+    RowFile file;
+    file.path = path_;
+    file.fd = fd_;
+    file.block = block_;
+    LEANEMB_ASSIGN_OR_RETURN(io_, make_row_file_io(file, num_slots_, o.io_engine, hooks));
     return Status();
   }
 
@@ -286,6 +285,7 @@ class FileRowStore final : public RowStore {
     s.io_engine = io_->engine_name();
     s.direct_io = direct_;
     s.block_bytes = block_;
+    s.layout = "in_place";
     return s;
   }
 
@@ -600,6 +600,22 @@ class FileRowStore final : public RowStore {
 
 }  // namespace
 
+Result<std::unique_ptr<RowFileIo>> make_row_file_io(const RowFile& file, size_t slots, IoEngineKind engine,
+                                                     const FileStoreHooks& hooks) {
+  std::unique_ptr<RowFileIo> io;
+  if (engine != IoEngineKind::kThreads) {
+    auto uring = make_uring_file_io(file.fd, static_cast<int>(slots));
+    if (uring.ok()) {
+      io = std::move(uring).value();
+    } else if (engine == IoEngineKind::kUring) {
+      return unimplemented("file row store '" + file.path + "': " + uring.status().message());
+    }
+  }
+  if (io == nullptr) io = make_thread_pool_file_io(file.fd, std::min<int>(static_cast<int>(slots), kMaxThreads));
+  if (hooks.wrap_io) io = hooks.wrap_io(std::move(io), file.block);
+  return io;
+}
+
 uint32_t file_store_block_bytes(const std::string& dir) {
   std::string path = dir.empty() ? std::string(".") : dir;
   path += "/.leanemb-block-probe-XXXXXX";
@@ -662,6 +678,15 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
     return io_error("lock of row file '" + options.path + "': " + errno_text(err));
   }
   const uint32_t block = direct ? query_block_bytes(fd) : kDefaultBlockBytes;
+  if (options.layout == FileStoreLayout::kLog) {
+    RowFile file;
+    file.path = options.path;
+    file.fd = fd;
+    file.direct = direct;
+    file.block = block;
+    file.read_align = direct ? std::min(block, query_dio_align(fd)) : block;
+    return make_log_row_store(options, host_alloc, file, hooks);
+  }
   auto store = std::make_unique<FileRowStore>(options, host_alloc, fd, direct, block);
   LEANEMB_RETURN_IF_ERROR(store->init(options, hooks));
   return std::unique_ptr<RowStore>(std::move(store));

@@ -703,6 +703,8 @@ CacheStats RowCache::stats() const {
   s.store_write_ops = ss.write_ops;
   s.store_read_seconds = ss.read_seconds;
   s.store_write_seconds = ss.write_seconds;
+  s.store_gc_passes = ss.gc_passes;
+  s.store_gc_rows_moved = ss.gc_rows_moved;
   return s;
 }
 

@@ -552,10 +552,11 @@ TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
   EXPECT_EQ(first_float(6), 1006.0f);
 }
 
-// A table of 2^33 rows over a sparse file store: rows at and above 2^32 (some equal in their
-// low 32 bits to rows below) are distinct rows; what is written reads back after eviction, from
-// the store, and through the bulk forms at the end of the table.
-TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
+// A table of 2^33 rows over a sparse file store (in place, or a log with 8-byte index entries):
+// rows at and above 2^32 (some equal in their low 32 bits to rows below) are distinct rows; what
+// is written reads back after eviction, from the store, and through the bulk forms at the end of
+// the table.
+void rows_above_2_to_32(FileStoreLayout layout) {
   TempDir dir;
   const int64_t n = int64_t{1} << 33, two32 = int64_t{1} << 32;
   OptimizerOptions opt;
@@ -566,6 +567,7 @@ TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
   so.num_rows = n;
   so.row_bytes = stride;
   so.path = dir.file("wide.rows");
+  so.layout = layout;
   auto store = tiered::make_row_store(so, nullptr);
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   Fixture f = make_cache(n, 4, CachePolicy::kLru, std::move(store).value());
@@ -607,6 +609,8 @@ TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) {
   ASSERT_TRUE(f.cache->read_rows(b, k, back.data()).ok());
   EXPECT_EQ(back, src);
 }
+TEST(RowCache, RowsAbove2To32OnASparseFileStoreOf2To33Rows) { rows_above_2_to_32(FileStoreLayout::kInPlace); }
+TEST(RowCache, RowsAbove2To32OnALogStoreOf2To33Rows) { rows_above_2_to_32(FileStoreLayout::kLog); }
 
 // The index's bytes are in the stats and in row_cache, the size function's, lean per slot
 // (CLOCK: 10 B, the 1.3x of a 40-byte row's cache with room to spare).

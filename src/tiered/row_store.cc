@@ -33,8 +33,17 @@ struct EnumNames<tiered::IoEngineKind> {
                                                               {tiered::IoEngineKind::kThreads, "threads", ""}};
 };
 
+template <>
+struct EnumNames<FileStoreLayout> {
+  static constexpr std::string_view kWhat = "file store layout";
+  static constexpr EnumName<FileStoreLayout> kNames[] = {{FileStoreLayout::kInPlace, "in_place", "inplace in-place"},
+                                                         {FileStoreLayout::kLog, "log", ""}};
+};
+
 std::string_view store_kind_name(StoreKind k) { return enum_name(k); }
 Result<StoreKind> parse_store_kind(std::string_view s) { return parse_enum<StoreKind>(s); }
+std::string_view file_store_layout_name(FileStoreLayout l) { return enum_name(l); }
+Result<FileStoreLayout> parse_file_store_layout(std::string_view s) { return parse_enum<FileStoreLayout>(s); }
 
 }  // namespace leanemb
 
@@ -218,6 +227,8 @@ Status check_row_store_options(const RowStoreOptions& o) {
   }
   if (o.kind == StoreKind::kFile) {
     if (o.path.empty()) return invalid_argument("file row store: path is empty");
+    if (o.layout != FileStoreLayout::kInPlace && o.layout != FileStoreLayout::kLog)
+      return invalid_argument("file row store: unknown layout code " + std::to_string(static_cast<int>(o.layout)));
     if (o.queue_depth < 1 || o.queue_depth > 4096) {
       return invalid_argument("file row store: queue_depth " + std::to_string(o.queue_depth) +
                               " outside [1, 4096]");

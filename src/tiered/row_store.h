@@ -1,11 +1,14 @@
 // RowStore: where a tiered table's fat rows live when they are not in the device-tier cache.
 //
 //   host  rows in RAM (one buffer from the host tier's allocator, category weights);
-//   file  one file of fixed-size fat rows, row r at byte r * row_bytes (packed), read and
-//         written with O_DIRECT so the page cache does not grow RAM: an access covers the
-//         aligned blocks that hold the row (a write reads, modifies and writes them back), many
-//         requests in flight at once through io_uring (or a small thread pool where io_uring is
-//         unavailable).
+//   file  one file of fixed-size fat rows read and written with O_DIRECT so the page cache does
+//         not grow RAM, many requests in flight at once through io_uring (or a small thread
+//         pool where io_uring is unavailable), in one of two layouts (FileStoreLayout):
+//         in_place  row r at byte r * row_bytes (packed): an access covers the aligned blocks
+//                   that hold the row (a write reads, modifies and writes them back);
+//         log       written rows are appended in large sequential writes; an index in RAM maps
+//                   each row to its last record; segments of stale records are compacted and
+//                   reused (src/tiered/log_store.cc).
 //
 // Rows are created lazily: a store starts with no row present; read_rows() reports, per row,
 // whether it was ever written, and the caller (the row cache) initializes absent rows with the
@@ -54,6 +57,7 @@ struct RowStoreOptions {
                                // where the file system refuses O_DIRECT, e.g. tmpfs)
   int queue_depth = 64;        // file: reads / writes in flight at once
   IoEngineKind io_engine = IoEngineKind::kAuto;  // file: see IoEngineKind (added)
+  FileStoreLayout layout = FileStoreLayout::kInPlace;  // file: in place or a log (added)
 };
 
 struct RowStoreStats {
@@ -68,6 +72,12 @@ struct RowStoreStats {
   std::string_view io_engine = "memcpy";  // "memcpy" (host), "io_uring" or "threads" (file)
   bool direct_io = false;      // file: O_DIRECT is active (false after the buffered fallback)
   size_t block_bytes = 0;      // file: the alignment unit of an access (logical block size)
+  // The log layout (zero otherwise): segments in the file, compaction passes, records they moved
+  // (their bytes also counted in bytes_written, their writes in write_ops) and bytes they read
+  // (also in bytes_read; not in read_ops, which counts read_rows' requests).
+  std::string_view layout = "";  // "in_place" | "log" (file)
+  uint64_t log_segments = 0, gc_passes = 0, gc_rows_moved = 0, gc_bytes_read = 0;
+  uint64_t log_live_rows = 0;    // rows with a record (present rows)
 };
 
 // Where the rows of a read_rows / write_rows call are in the caller's memory: row i of the call

@@ -60,6 +60,100 @@ inline size_t file_store_staging_bytes(size_t row_bytes, size_t block_bytes, int
   return 2 * file_store_num_slots(row_bytes, block_bytes, queue_depth) * file_store_slot_bytes(row_bytes, block_bytes);
 }
 
+// The log layout of the file store (src/tiered/log_store.cc, docs/tiered.md "Row stores").
+// Records are rows packed floor(block / row_bytes) to a block (none straddles a block); a row
+// larger than a block takes ceil(row_bytes / block) whole blocks. The file is cut into segments
+// of log_segment_bytes: a sixteenth of the table's bytes rounded up to a power of two, within
+// [1 MiB, 64 MiB], rounded up to whole record blocks. The file holds at most
+// log_max_segments(...) segments: the bound on its size (compaction keeps the segments made
+// within ceil(2 x live records / records per segment) + kLogSlackSegments).
+inline constexpr size_t kLogAppendBytes = size_t{4} << 20;    // the append buffer, at most
+inline constexpr size_t kLogGcReadBytes = size_t{1} << 20;    // compaction reads, at most
+inline constexpr size_t kLogMinSegmentBytes = size_t{1} << 20;
+inline constexpr size_t kLogMaxSegmentBytes = size_t{64} << 20;
+inline constexpr uint64_t kLogSlackSegments = 4;   // >= kLogReserveSegments + 2 (the GC's bound)
+inline constexpr uint64_t kLogReserveSegments = 2;  // free segments only compaction may take
+inline constexpr int kLogIndexPageShift = 16;       // index entries per page: 2^16
+inline constexpr size_t kLogSegmentInfoBytes = 8;   // per segment: live records (u32), state
+
+// Records per block (0 when a row is larger than a block) and blocks per record group (one
+// block of records, or the whole blocks of one large row).
+inline size_t log_records_per_block(size_t row_bytes, size_t block_bytes) { return block_bytes / row_bytes; }
+inline size_t log_group_bytes(size_t row_bytes, size_t block_bytes) {
+  return row_bytes <= block_bytes ? block_bytes : (row_bytes + block_bytes - 1) / block_bytes * block_bytes;
+}
+inline size_t log_group_records(size_t row_bytes, size_t block_bytes) {
+  return row_bytes <= block_bytes ? block_bytes / row_bytes : 1;
+}
+// `segment_bytes_override` > 0 (a test hook): that, rounded up to whole record groups.
+inline uint64_t log_segment_bytes(int64_t num_rows, size_t row_bytes, size_t block_bytes,
+                                  uint64_t segment_bytes_override = 0) {
+  const uint64_t group = log_group_bytes(row_bytes, block_bytes);
+  uint64_t seg = segment_bytes_override;
+  if (seg == 0) {
+    const uint64_t table = static_cast<uint64_t>(std::max<int64_t>(num_rows, 0)) * row_bytes / 16;
+    seg = kLogMinSegmentBytes;
+    while (seg < table && seg < kLogMaxSegmentBytes) seg *= 2;
+  }
+  return std::max<uint64_t>(1, (seg + group - 1) / group) * group;
+}
+inline uint64_t log_segment_records(uint64_t segment_bytes, size_t row_bytes, size_t block_bytes) {
+  return segment_bytes / log_group_bytes(row_bytes, block_bytes) * log_group_records(row_bytes, block_bytes);
+}
+inline uint64_t log_max_segments(int64_t num_rows, uint64_t segment_records) {
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(num_rows, 0));
+  return (2 * n + segment_records - 1) / segment_records + kLogSlackSegments;
+}
+// An index entry is a record number + 1 (0 = absent): 4 bytes when every record of the largest
+// file fits, else 8.
+inline size_t log_index_entry_bytes(int64_t num_rows, uint64_t segment_records) {
+  return log_max_segments(num_rows, segment_records) * segment_records < (uint64_t{1} << 32) - 1 ? 4 : 8;
+}
+inline size_t log_index_page_entries(int64_t num_rows) {
+  return static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(num_rows, 1), int64_t{1} << kLogIndexPageShift));
+}
+inline size_t log_index_num_pages(int64_t num_rows) {
+  return num_rows > 0 ? static_cast<size_t>((num_rows + (int64_t{1} << kLogIndexPageShift) - 1) >> kLogIndexPageShift) : 0;
+}
+// The log store's RAM besides its buffers (host tier, category weights), every index page made
+// (pages are made on the first write of one of their rows): the index pages, their directory
+// (a pointer per page) and the segment table. What the planner predicts (it replaces the
+// presence bitmap, which the log store does not keep).
+inline size_t log_store_index_bytes(int64_t num_rows, size_t row_bytes, size_t block_bytes,
+                                    uint64_t segment_bytes_override = 0) {
+  const uint64_t recs = log_segment_records(log_segment_bytes(num_rows, row_bytes, block_bytes, segment_bytes_override),
+                                            row_bytes, block_bytes);
+  const size_t pages = log_index_num_pages(num_rows);
+  return pages * (log_index_page_entries(num_rows) * log_index_entry_bytes(num_rows, recs) + sizeof(void*)) +
+         static_cast<size_t>(log_max_segments(num_rows, recs)) * kLogSegmentInfoBytes;
+}
+// The log store's buffers (host tier, io_buffers, made when it opens): the append buffer (at
+// most kLogAppendBytes, at most a segment, whole record groups), the compaction read buffer
+// (at most kLogGcReadBytes, at most a segment) and one read staging buffer of num_slots slots
+// of one record group (a second one only while two reads overlap).
+inline size_t log_store_append_bytes(uint64_t segment_bytes, size_t row_bytes, size_t block_bytes) {
+  const uint64_t group = log_group_bytes(row_bytes, block_bytes);
+  return static_cast<size_t>(std::max<uint64_t>(1, std::min<uint64_t>(kLogAppendBytes, segment_bytes) / group) * group);
+}
+inline size_t log_store_num_slots(size_t row_bytes, size_t block_bytes, int queue_depth) {
+  const size_t by_budget = std::max<size_t>(1, kFileStoreMaxStagingBytes / log_group_bytes(row_bytes, block_bytes));
+  return std::min<size_t>(static_cast<size_t>(std::max(queue_depth, 1)), by_budget);
+}
+inline size_t log_store_staging_bytes(int64_t num_rows, size_t row_bytes, size_t block_bytes, int queue_depth,
+                                      uint64_t segment_bytes_override = 0) {
+  const uint64_t seg = log_segment_bytes(num_rows, row_bytes, block_bytes, segment_bytes_override);
+  const size_t group = log_group_bytes(row_bytes, block_bytes);
+  const size_t gc = static_cast<size_t>(std::max<uint64_t>(1, std::min<uint64_t>(kLogGcReadBytes, seg) / group) * group);
+  return log_store_append_bytes(seg, row_bytes, block_bytes) + gc +
+         log_store_num_slots(row_bytes, block_bytes, queue_depth) * group;
+}
+// The most bytes the log store's file holds (every segment the bound allows).
+inline uint64_t log_store_max_file_bytes(int64_t num_rows, size_t row_bytes, size_t block_bytes,
+                                         uint64_t segment_bytes_override = 0) {
+  const uint64_t seg = log_segment_bytes(num_rows, row_bytes, block_bytes, segment_bytes_override);
+  return log_max_segments(num_rows, log_segment_records(seg, row_bytes, block_bytes)) * seg;
+}
+
 // The file store's bulk calls (write_range / read_range: checkpoint restore and save): transfers
 // of at most kBulkTransferBytes, through a staging buffer (io_buffers, for the call only) of
 // file_store_bulk_bytes: the block-aligned span `count` rows can cover wherever they start,

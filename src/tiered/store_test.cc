@@ -41,16 +41,22 @@ class TempDir {
 };
 
 // Which backend a parameterized test runs on.
-enum class Backend { kHost, kFileUring, kFileThreads, kFileBuffered };
+// The kLog* ones are the file store's log layout.
+enum class Backend { kHost, kFileUring, kFileThreads, kFileBuffered, kLogUring, kLogThreads, kLogBuffered };
 std::string backend_name(Backend b) {
   switch (b) {
     case Backend::kHost: return "host";
     case Backend::kFileUring: return "file_uring";
     case Backend::kFileThreads: return "file_threads";
     case Backend::kFileBuffered: return "file_buffered";
+    case Backend::kLogUring: return "log_uring";
+    case Backend::kLogThreads: return "log_threads";
+    case Backend::kLogBuffered: return "log_buffered";
   }
   return "?";
 }
+bool is_log(Backend b) { return b == Backend::kLogUring || b == Backend::kLogThreads || b == Backend::kLogBuffered; }
+bool is_buffered(Backend b) { return b == Backend::kFileBuffered || b == Backend::kLogBuffered; }
 
 RowStoreOptions options_for(Backend b, const TempDir& dir, int64_t num_rows, size_t row_bytes) {
   RowStoreOptions o;
@@ -59,8 +65,9 @@ RowStoreOptions options_for(Backend b, const TempDir& dir, int64_t num_rows, siz
   o.row_bytes = row_bytes;
   o.path = dir.file("rows.bin");
   o.queue_depth = 8;  // small, so that calls span several groups of pieces
-  o.io_engine = b == Backend::kFileUring ? IoEngineKind::kUring : IoEngineKind::kThreads;
-  o.direct_io = b != Backend::kFileBuffered;
+  o.io_engine = b == Backend::kFileUring || b == Backend::kLogUring ? IoEngineKind::kUring : IoEngineKind::kThreads;
+  o.direct_io = !is_buffered(b);
+  o.layout = is_log(b) ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
   return o;
 }
 
@@ -226,7 +233,8 @@ TEST_P(RowStoreTest, BulkWriteUsesFewLargeRequests) {
 
 // A bulk call's staging (io_buffers above the store's persistent buffers) is exactly
 // file_store_bulk_bytes of its row count, whichever rows are present: the planner's checkpoint
-// phase (plan/memory_model.cc) predicts it from the count alone.
+// phase (plan/memory_model.cc) predicts it from the count alone. The log layout stages nothing
+// beyond its buffers (its bulk calls are batches of read_rows / write_rows).
 TEST_P(RowStoreTest, BulkStagingIsTheSizeFunctionOfTheCount) {
   if (GetParam() == Backend::kHost) GTEST_SKIP() << "the host store copies rows without staging";
   TempDir dir;
@@ -243,13 +251,14 @@ TEST_P(RowStoreTest, BulkStagingIsTheSizeFunctionOfTheCount) {
   for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{3, 7}, {101, 65536}, {0, n}, {77777, 1000}}) {
     alloc.reset_peaks();
     ASSERT_TRUE((*store)->write_range(begin, count, rows.data()).ok());
-    const size_t expect = file_store_bulk_bytes(count, rb, block);
+    const size_t expect = is_log(GetParam()) ? 0 : file_store_bulk_bytes(count, rb, block);
     EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - persistent, expect) << "write " << begin << "+" << count;
     alloc.reset_peaks();
     ASSERT_TRUE((*store)->read_range(begin, count, rows.data(), present.data()).ok());
     EXPECT_EQ(alloc.memory_stats()[Category::kIoBuffers].peak_bytes - persistent, expect) << "read " << begin << "+" << count;
   }
   EXPECT_EQ(file_store_bulk_bytes(n, rb, block), kBulkStagingBytes);
+  if (is_log(GetParam())) return;
   // A sparse range (a fresh store, one present row at the range's end) stages the count's span
   // too, not the span of the present rows.
   RowStoreOptions o = options_for(GetParam(), dir, n, rb);
@@ -294,10 +303,26 @@ TEST_P(RowStoreTest, StatsCountRowsBytesAndOps) {
   ASSERT_TRUE(store.ok());
   std::vector<uint8_t> buf(4 * 4096, 1), present(4);
   ASSERT_TRUE((*store)->write_rows(std::vector<int64_t>{1, 5}, buf.data()).ok());
+  if (is_log(GetParam())) {
+    ASSERT_TRUE((*store)->flush().ok());  // the rows leave the append buffer
+  }
   ASSERT_TRUE((*store)->read_rows(std::vector<int64_t>{1, 5, 5, 9}, buf.data(), present.data()).ok());
   const RowStoreStats s = (*store)->stats();
   EXPECT_EQ(s.rows_written, 2u);
   EXPECT_EQ(s.rows_read, 4u);
+  if (is_log(GetParam())) {
+    const size_t block = s.block_bytes;
+    EXPECT_EQ(s.bytes_written, 2u * 4096);  // one sequential write of both records
+    EXPECT_EQ(s.write_ops, 1u);
+    EXPECT_EQ(s.bytes_read, 2u * 4096);
+    EXPECT_EQ(s.read_ops, 2u);
+    EXPECT_EQ(s.layout, "log");
+    EXPECT_EQ(s.log_live_rows, 2u);
+    EXPECT_EQ(s.disk_bytes, log_segment_bytes(64, 4096, block));  // one segment made
+    EXPECT_EQ(s.io_buffer_bytes, log_store_staging_bytes(64, 4096, block, 8));
+    EXPECT_EQ(s.host_bytes, s.io_buffer_bytes + log_store_index_bytes(64, 4096, block));  // every index page made
+    return;
+  }
   EXPECT_GE(s.bytes_written, 2u * 4096);
   EXPECT_GE(s.write_ops, 2u);
   if (GetParam() == Backend::kHost) {
@@ -309,7 +334,7 @@ TEST_P(RowStoreTest, StatsCountRowsBytesAndOps) {
     EXPECT_EQ(s.disk_bytes, 64u * 4096);
     EXPECT_GT(s.io_buffer_bytes, 0u);
     EXPECT_EQ(s.host_bytes, s.io_buffer_bytes + 8 + 8);
-    EXPECT_EQ(s.direct_io, GetParam() != Backend::kFileBuffered);
+    EXPECT_EQ(s.direct_io, !is_buffered(GetParam()));
     EXPECT_EQ(s.io_engine, GetParam() == Backend::kFileUring ? "io_uring" : "threads");
   }
 }
@@ -345,7 +370,8 @@ TEST_P(RowStoreTest, ConcurrentReadsAndWritesOfDisjointRowsInSharedBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, RowStoreTest,
                          ::testing::Values(Backend::kHost, Backend::kFileUring, Backend::kFileThreads,
-                                           Backend::kFileBuffered),
+                                           Backend::kFileBuffered, Backend::kLogUring, Backend::kLogThreads,
+                                           Backend::kLogBuffered),
                          [](const auto& info) { return backend_name(info.param); });
 
 // Bad options are InvalidArgument; names parse both ways.
@@ -366,6 +392,9 @@ TEST(RowStoreOptionsTest, RejectsBadOptionsAndParsesNames) {
   EXPECT_FALSE(parse_store_kind("ssd").ok());
   EXPECT_EQ(*parse_io_engine_kind("threads"), IoEngineKind::kThreads);
   EXPECT_FALSE(parse_io_engine_kind("aio").ok());
+  EXPECT_EQ(*parse_file_store_layout("log"), FileStoreLayout::kLog);
+  EXPECT_EQ(file_store_layout_name(*parse_file_store_layout("in_place")), "in_place");
+  EXPECT_FALSE(parse_file_store_layout("lsm").ok());
 }
 
 // A huge host store costs no row pages until rows are written (lazy allocation).

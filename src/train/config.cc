@@ -198,6 +198,8 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
   LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch", &c.cache_prefetch));
   LEANEMB_RETURN_IF_ERROR(e.read_enum("store", &c.row_cache.store, parse_store_kind, store_kind_name));
   LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
+  LEANEMB_RETURN_IF_ERROR(
+      e.read_enum("store_layout", &c.row_cache.store_layout, parse_file_store_layout, file_store_layout_name));
   if (c.row_cache.store == StoreKind::kFile && c.row_cache.enabled() && c.store_dir.empty())
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
   const toml::node* dyn = e.get("dynamic");

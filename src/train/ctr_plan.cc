@@ -29,6 +29,7 @@ Result<Workload> ctr_workload(const TrainConfig& c) {
   if (c.row_cache.enabled()) {
     w.cache_fraction = c.row_cache.fraction;
     w.file_store = c.row_cache.store == StoreKind::kFile;
+    w.file_store_layout = c.row_cache.store_layout;
     w.cache_min_rows = c.cache_min_rows;
     w.cache_policy = c.row_cache.policy;
     w.cache_prefetch = c.cache_prefetch;
@@ -148,7 +149,9 @@ std::string config_to_toml(const TrainConfig& c) {
       << "\ncache_policy = " << str(std::string(tiered::cache_policy_name(c.row_cache.policy)))
       << "\ncache_prefetch_nice = " << c.row_cache.prefetch_nice
       << "\ncache_prefetch = " << (c.cache_prefetch ? "true" : "false")
-      << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(std::string(store_kind_name(c.row_cache.store))) << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
+      << "\ncache_min_rows = " << c.cache_min_rows << "\nstore = " << str(std::string(store_kind_name(c.row_cache.store)))
+      << "\nstore_layout = " << str(std::string(file_store_layout_name(c.row_cache.store_layout)))
+      << (c.store_dir.empty() ? "" : "\nstore_dir = " + str(c.store_dir));
   o << "\n\n[dense]\noptimizer = " << str(dense_opt_str(c.dense_optimizer.kind))
     << "\nlearning_rate = " << num(c.dense_optimizer.learning_rate) << "\nweight_decay = " << num(c.dense_optimizer.weight_decay)
     << "\nbeta1 = " << num(c.dense_optimizer.beta1) << "\nbeta2 = " << num(c.dense_optimizer.beta2) << "\n";

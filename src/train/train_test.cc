@@ -214,16 +214,19 @@ TEST(PlacementTrainTest, OptimizerStateOnHostTrainsIdentically) {
   EXPECT_GT(b.mem->stats()[1][Category::kOptimizerState].current_bytes, 0u);
 }
 
-// Tiered tables (a small cache over host RAM, and over files) train identically to resident ones.
+// Tiered tables (a small cache over host RAM, and over files in place and as logs) train
+// identically to resident ones.
 TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   const model::CtrModelOptions o = small_model(400);
   const std::string dir = ::testing::TempDir() + "leanemb_tiered_train_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  for (StoreKind store : {StoreKind::kHost, StoreKind::kFile}) {
-    SCOPED_TRACE(std::string(store_kind_name(store)));
+  for (int store_case = 0; store_case < 3; ++store_case) {
+    const StoreKind store = store_case == 0 ? StoreKind::kHost : StoreKind::kFile;
+    SCOPED_TRACE(std::string(store_kind_name(store)) + " " + std::to_string(store_case));
     model::CtrModelOptions oc = o;
     oc.row_cache.fraction = 0.25;  // 100 slots per table; a batch of 64 touches at most 64 rows
     oc.row_cache.store = store;
+    oc.row_cache.store_layout = store_case == 2 ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
     oc.store_dir = dir;
     Rig a = make_rig(o), b = make_rig(oc);
     amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
@@ -241,13 +244,14 @@ TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   }
   std::filesystem::remove_all(dir);
   // Config keys.
-  auto c = parse_config(default_config_text(), "<default>", std::vector<std::string>{"embedding.cache_fraction=0.25", "embedding.cache_policy=\"lfu\""});
+  auto c = parse_config(default_config_text(), "<default>", std::vector<std::string>{"embedding.cache_fraction=0.25", "embedding.cache_policy=\"lfu\"", "embedding.store_layout=\"log\""});
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c.value().row_cache.fraction, 0.25);
   EXPECT_EQ(c.value().row_cache.policy, CachePolicy::kLfu);
+  EXPECT_EQ(c.value().row_cache.store_layout, FileStoreLayout::kLog);
   for (const auto& [set, needle] : std::vector<std::pair<std::string, std::string>>{
            {"embedding.store=\"tape\"", "embedding.store"}, {"embedding.cache_policy=\"mru\"", "embedding.cache_policy"},
-           {"embedding.cache_fraction=2", "embedding.cache_fraction"}, {"embedding.cache_prefetch_nice=25", "embedding.cache_prefetch_nice"}}) {
+           {"embedding.cache_fraction=2", "embedding.cache_fraction"}, {"embedding.store_layout=\"lsm\"", "embedding.store_layout"}, {"embedding.cache_prefetch_nice=25", "embedding.cache_prefetch_nice"}}) {
     auto bad = parse_config(default_config_text(), "<default>", std::vector<std::string>{set});
     ASSERT_FALSE(bad.ok()) << set;
     EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
