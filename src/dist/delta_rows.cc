@@ -1,5 +1,7 @@
 #include "dist/delta_rows.h"
 
+#include <algorithm>
+
 #include "core/bytes.h"
 
 namespace leanemb::dist {
@@ -49,6 +51,29 @@ Result<std::vector<int64_t>> decode_delta_rows(std::span<const uint8_t> bytes, i
   }
   if (pos != bytes.size()) return bad("trailing bytes");
   return rows;
+}
+
+Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& table, int64_t num_rows, int64_t chunk_rows,
+                          const std::function<Status(int64_t, std::span<const uint8_t>)>& fn) {
+  const std::string name = kDeltaPrefix + table;
+  const ckpt::EntryInfo* e = r.find(name);
+  if (e == nullptr || e->kind != ckpt::EntryKind::kTable) return data_loss("incremental checkpoint '" + r.dir() + "' has no table '" + name + "'");
+  const size_t stride = e->row_bytes;
+  std::vector<uint8_t> fat;
+  for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
+    const int64_t r0 = k * kDeltaIdsPerBlob, count = std::min(kDeltaIdsPerBlob, e->total_rows - r0);
+    const std::string blob = delta_rows_blob(table, k);
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.read_blob(blob));
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, decode_delta_rows(bytes, count, num_rows, r.dir() + " blob " + blob));
+    for (int64_t c0 = 0; c0 < count; c0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, count - c0);
+      fat.resize(static_cast<size_t>(n) * stride);
+      LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0 + c0, n, fat));
+      for (int64_t i = 0; i < n; ++i)
+        LEANEMB_RETURN_IF_ERROR(fn(rows[static_cast<size_t>(c0 + i)], std::span<const uint8_t>(fat.data() + static_cast<size_t>(i) * stride, stride)));
+    }
+  }
+  return Status();
 }
 
 }  // namespace leanemb::dist

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "leanemb/checkpoint.h"
 #include "leanemb/status.h"
 
 namespace leanemb::dist {
@@ -26,5 +28,12 @@ std::vector<uint8_t> encode_delta_rows(std::span<const int64_t> rows);
 // bytes. Errors: DataLoss naming `where`.
 Result<std::vector<int64_t>> decode_delta_rows(std::span<const uint8_t> bytes, int64_t count, int64_t num_rows,
                                                const std::string& where);
+
+// Calls fn(row, fat row) for every row of incremental checkpoint r's table `table` (its table
+// "delta/<table>" of fat rows and their row-number blobs), in ascending row order, reading
+// chunk_rows rows at a time; num_rows bounds the row numbers. Errors: DataLoss (no such table, a
+// malformed blob), the reader's, fn's (which stop the walk).
+Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& table, int64_t num_rows, int64_t chunk_rows,
+                          const std::function<Status(int64_t, std::span<const uint8_t>)>& fn);
 
 }  // namespace leanemb::dist

@@ -186,7 +186,6 @@ Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables,
 // The changed rows of an incremental checkpoint (dist/delta_rows.h) over rows already loaded,
 // row by row through the global-row writer.
 Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
-  std::vector<uint8_t> fat;
   for (int t = 0; t < tables.num_tables(); ++t) {
     const RowLayout& l = tables.layout(t);
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
@@ -198,21 +197,9 @@ Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int
     as_table.total_rows = m.is_object() && m.contains("table_rows") && m["table_rows"].is_number_integer() ? m["table_rows"].get<int64_t>() : -1;
     const std::string diff = plain_table_diff(as_table, l, to);
     if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
-    const size_t stride = l.stride_bytes;
-    for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
-      const int64_t r0 = k * kDeltaIdsPerBlob, count = std::min(kDeltaIdsPerBlob, e->total_rows - r0);
-      const std::string blob = delta_rows_blob(to.name, k);
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.read_blob(blob));
-      LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, decode_delta_rows(bytes, count, to.num_rows, r.dir() + " blob " + blob));
-      for (int64_t c0 = 0; c0 < count; c0 += chunk_rows) {
-        const int64_t n = std::min(chunk_rows, count - c0);
-        fat.resize(static_cast<size_t>(n) * stride);
-        LEANEMB_RETURN_IF_ERROR(r.read_rows(name, r0 + c0, n, fat));
-        for (int64_t i = 0; i < n; ++i)
-          LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, rows[static_cast<size_t>(c0 + i)], 1,
-                                                        std::span<const uint8_t>(fat.data() + static_cast<size_t>(i) * stride, stride)));
-      }
-    }
+    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(r, to.name, to.num_rows, chunk_rows, [&](int64_t row, std::span<const uint8_t> fat) {
+      return tables.write_raw_rows(t, row, 1, fat);
+    }));
   }
   return Status();
 }

@@ -107,26 +107,12 @@ Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, ui
   const ckpt::EntryInfo* e = r.find(entry);
   if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != tl.stride_bytes)
     return data_loss("incremental checkpoint '" + r.dir() + "': no table '" + entry + "' of " + std::to_string(tl.stride_bytes) + "-byte rows");
-  std::vector<uint8_t> fat;
-  for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
-    const int64_t r0 = k * kDeltaIdsPerBlob, count = std::min(kDeltaIdsPerBlob, e->total_rows - r0);
-    const std::string blob = delta_rows_blob(tl.name, k);
-    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.read_blob(blob));
-    LEANEMB_ASSIGN_OR_RETURN(std::vector<int64_t> rows, decode_delta_rows(bytes, count, tl.num_rows, r.dir() + " blob " + blob));
-    for (int64_t c0 = 0; c0 < count; c0 += kChunkRows) {
-      const int64_t n = std::min(kChunkRows, count - c0);
-      fat.resize(static_cast<size_t>(n) * tl.stride_bytes);
-      LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0 + c0, n, fat));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = rows[static_cast<size_t>(c0 + i)];
-        if ((*seen)[static_cast<size_t>(row)]) continue;
-        (*seen)[static_cast<size_t>(row)] = true;
-        digest_internal::add_rows(sum, seed, std::span<const uint8_t>(fat.data() + static_cast<size_t>(i) * tl.stride_bytes, tl.stride_bytes),
-                                  tl.stride_bytes, 1, [&](int64_t) { return row; });
-      }
-    }
-  }
-  return Status();
+  return for_each_delta_row(r, tl.name, tl.num_rows, kChunkRows, [&](int64_t row, std::span<const uint8_t> fat) {
+    if ((*seen)[static_cast<size_t>(row)]) return Status();
+    (*seen)[static_cast<size_t>(row)] = true;
+    digest_internal::add_rows(sum, seed, fat, tl.stride_bytes, 1, [&](int64_t) { return row; });
+    return Status();
+  });
 }
 
 // The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
