@@ -426,7 +426,9 @@ TEST(UpdateRowsF16Test, SpecialHalvesMatchTheReference) {
         for (int64_t u = 0; u < kRows; ++u) ref_update_row(ref.view(3), rows[static_cast<size_t>(u)], grads.data() + u * kDim, us);
         ASSERT_EQ(fast.raw(), ref.raw());
         ASSERT_EQ(fast.col_next.size(), ref.col_next.size());  // bytes, not ==: NaN payloads count
-        if (!fast.col_next.empty()) ASSERT_EQ(0, std::memcmp(fast.col_next.data(), ref.col_next.data(), fast.col_next.size() * 4));
+        if (!fast.col_next.empty()) {
+          ASSERT_EQ(0, std::memcmp(fast.col_next.data(), ref.col_next.data(), fast.col_next.size() * 4));
+        }
       });
     }
 }
