@@ -120,7 +120,7 @@ Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, ui
 // full checkpoint at the root of the chain; `deltas` the incremental ones over it, oldest first
 // (empty for a full checkpoint): each row counts with its newest bytes.
 Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st,
-                                           const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& deltas) {
+                                           const std::vector<const ckpt::CheckpointReader*>& deltas) {
   if (st.tables.empty())
     return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
   size_t emb_entries = 0;
@@ -170,21 +170,18 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
   if (r->find(kLayoutBlob) != nullptr) {
     LEANEMB_ASSIGN_OR_RETURN(emb, sharded_checkpoint_digest(dir, env));
   } else {
-    // An incremental checkpoint: the rows of its whole chain (the blobs are the newest link's).
+    // The rows of the checkpoint's whole chain (a full checkpoint is a chain of one); the blobs
+    // below are its own.
     LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> chain, ckpt::checkpoint_chain(dir, env));
-    std::vector<std::unique_ptr<ckpt::CheckpointReader>> deltas;
-    std::unique_ptr<ckpt::CheckpointReader> base;
+    std::vector<std::unique_ptr<ckpt::CheckpointReader>> older;  // the links before `r`, oldest first
     for (size_t k = 0; k + 1 < chain.size(); ++k) {
       LEANEMB_ASSIGN_OR_RETURN(auto link, ckpt::CheckpointReader::open(chain[k].path, env));
-      if (k == 0) {
-        base = std::move(link);
-      } else {
-        deltas.push_back(std::move(link));
-      }
+      older.push_back(std::move(link));
     }
-    if (base) deltas.push_back(std::move(r));
-    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(base ? *base : *r, st, deltas));
-    if (base) r = std::move(deltas.back());
+    std::vector<const ckpt::CheckpointReader*> deltas;
+    for (size_t k = 1; k < older.size(); ++k) deltas.push_back(older[k].get());
+    if (!older.empty()) deltas.push_back(r.get());
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(older.empty() ? *r : *older.front(), st, deltas));
   }
   ckpt::Xxh128Stream h;
   h.bytes(kTrainingMagic, sizeof(kTrainingMagic) - 1);
