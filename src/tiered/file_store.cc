@@ -534,40 +534,12 @@ class FileRowStore final : public RowStore {
   // `row_of(i)`: a row of op i, for messages.
   template <typename RowOf>
   Status run_ops(std::vector<IoOp>& ops, RowOf row_of) {
-    std::vector<size_t> todo(ops.size());
-    for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
     std::vector<int> no_progress(ops.size(), 0);
-    std::vector<IoOp> batch;
-    while (!todo.empty()) {
-      batch.clear();
-      for (size_t i : todo) batch.push_back(ops[i]);
-      io_->submit_and_wait(batch);
-      std::vector<size_t> again;
-      for (size_t t = 0; t < todo.size(); ++t) {
-        const size_t i = todo[t];
-        IoOp& op = ops[i];
-        const int64_t res = batch[t].result;
-        const int64_t row = row_of(i);
-        if (res == static_cast<int64_t>(op.len)) continue;
-        if (res < 0 && res != -EINTR && res != -EAGAIN) return op_error(op, row, static_cast<int>(-res));
-        if (res == 0 && !op.write) {
-          return data_loss("short read of '" + path_ + "' at offset " + std::to_string(op.offset) + " (row " +
-                           std::to_string(row) + "): the file ends early");
-        }
-        const uint64_t advance = res > 0 ? align_down(static_cast<uint64_t>(res), block_) : 0;
-        if (advance == 0 && ++no_progress[i] >= kMaxNoProgressTries) {
-          return io_error(std::string(op.write ? "short write to '" : "short read of '") + path_ + "' at offset " +
-                          std::to_string(op.offset) + " (row " + std::to_string(row) + "): no progress after " +
-                          std::to_string(kMaxNoProgressTries) + " tries");
-        }
-        op.offset += advance;
-        op.buf += advance;
-        op.len -= static_cast<uint32_t>(advance);
-        again.push_back(i);
-      }
-      todo.swap(again);
-    }
-    return Status();
+    return run_ops_until_done(*io_, ops, [&](size_t i, IoOp* op, bool* again) {
+      Status error;
+      *again = settle(op, row_of(i), &no_progress[i], &error) == OpOutcome::kAgain;
+      return error;
+    });
   }
 
   Status op_error(const IoOp& op, int64_t row, int err) const {

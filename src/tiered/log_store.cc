@@ -604,24 +604,7 @@ Status LogRowStore::settle(IoOp* op, int* no_progress, bool* again) const {
 // Runs `ops` until each moved all its bytes (short transfers retried from the last whole unit).
 Status LogRowStore::run_ops(std::vector<IoOp>& ops) {
   std::vector<int> no_progress(ops.size(), 0);
-  std::vector<size_t> todo(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
-  std::vector<IoOp> batch;
-  while (!todo.empty()) {
-    batch.clear();
-    for (size_t i : todo) batch.push_back(ops[i]);
-    io_->submit_and_wait(batch);
-    std::vector<size_t> again_list;
-    for (size_t t = 0; t < todo.size(); ++t) {
-      IoOp& op = ops[todo[t]];
-      op.result = batch[t].result;
-      bool again = false;
-      LEANEMB_RETURN_IF_ERROR(settle(&op, &no_progress[todo[t]], &again));
-      if (again) again_list.push_back(todo[t]);
-    }
-    todo.swap(again_list);
-  }
-  return Status();
+  return run_ops_until_done(*io_, ops, [&](size_t i, IoOp* op, bool* again) { return settle(op, &no_progress[i], again); });
 }
 
 Allocation LogRowStore::acquire_read_staging() {

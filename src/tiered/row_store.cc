@@ -52,6 +52,27 @@ namespace leanemb::tiered {
 std::string_view io_engine_kind_name(IoEngineKind k) { return enum_name(k); }
 Result<IoEngineKind> parse_io_engine_kind(std::string_view s) { return parse_enum<IoEngineKind>(s); }
 
+Status run_ops_until_done(RowFileIo& io, std::vector<IoOp>& ops, const std::function<Status(size_t, IoOp*, bool*)>& settle) {
+  std::vector<size_t> todo(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) todo[i] = i;
+  std::vector<IoOp> batch;
+  while (!todo.empty()) {
+    batch.clear();
+    for (size_t i : todo) batch.push_back(ops[i]);
+    io.submit_and_wait(batch);
+    std::vector<size_t> again_list;
+    for (size_t t = 0; t < todo.size(); ++t) {
+      IoOp& op = ops[todo[t]];
+      op.result = batch[t].result;
+      bool again = false;
+      LEANEMB_RETURN_IF_ERROR(settle(todo[t], &op, &again));
+      if (again) again_list.push_back(todo[t]);
+    }
+    todo.swap(again_list);
+  }
+  return Status();
+}
+
 Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, const char* what) {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 0 || rows[i] >= num_rows) {

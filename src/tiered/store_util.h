@@ -8,9 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "leanemb/status.h"
+#include "tiered/file_io.h"
 #include "tiered/row_store.h"
 
 namespace leanemb::tiered {
@@ -22,6 +25,12 @@ Status check_rows_in_range(std::span<const int64_t> rows, int64_t num_rows, cons
 Status check_range_in_table(int64_t begin, int64_t count, int64_t num_rows, const char* what);
 // InvalidArgument for bad RowStoreOptions (sizes, path, queue depth).
 Status check_row_store_options(const RowStoreOptions& options);
+
+// The file stores' driver of a batch of transfers: submits `ops` through `io`, then for each op
+// (its `result` set) calls settle(i, &op, &again), which checks it and, for a short transfer,
+// advances it past what moved and sets `again`; the ops to do again are resubmitted until none is
+// left. settle's error stops the loop and is returned.
+Status run_ops_until_done(RowFileIo& io, std::vector<IoOp>& ops, const std::function<Status(size_t, IoOp*, bool*)>& settle);
 
 class StopWatch {
  public:
