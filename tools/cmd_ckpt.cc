@@ -17,8 +17,9 @@ namespace leanemb::tools {
 // "; incremental: N links over the full checkpoint of step B, all verified" for a chain
 // (docs/formats/checkpoint.md, "Chains"); "" for a full checkpoint.
 std::string chain_note(const ckpt::VerifyReport& r) {
-  if (r.num_links <= 1) return "";
-  return "; incremental: " + std::to_string(r.num_links) + " links over the full checkpoint of step " + std::to_string(r.base_step) +
+  const std::string base = r.sparse_base ? "sparse base" : "full checkpoint";
+  if (r.num_links <= 1) return r.sparse_base ? "; a sparse base (the rows changed since the initial rows)" : "";
+  return "; incremental: " + std::to_string(r.num_links) + " links over the " + base + " of step " + std::to_string(r.base_step) +
          ", all verified";
 }
 

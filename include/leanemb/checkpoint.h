@@ -156,6 +156,7 @@ struct VerifyReport {
   // (the counts above are their sums) and the step of its full base; 1 and this step otherwise.
   size_t num_links = 1;
   int64_t base_step = -1;
+  bool sparse_base = false;  // the chain's root holds only the rows changed since the initial rows
 };
 
 class CheckpointReader {

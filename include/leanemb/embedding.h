@@ -108,11 +108,15 @@ class EmbeddingCollection final : public EmbeddingTables {
   // Changed rows, for incremental checkpoints (dist::TablesSaveOptions::incremental). After
   // track_changes(), every row a step updates or a write replaces is marked, per table (a layer
   // over the table's residency: one bit per row in host memory, category weights). The marks
-  // are relative to a base, the checkpoint they started from (its step and id; step -1: none);
-  // reset_changes(base) clears them. Tracking never changes results. Errors: ResourceExhausted.
+  // are relative to a base, the checkpoint they started from (its step and id; step -1: none),
+  // or the tables' initial state (`initial`: tracking began before any row changed, so the
+  // first checkpoint can hold only the changed rows, a sparse base: docs/formats/checkpoint.md,
+  // "Chains"); reset_changes(base) clears them. Tracking never changes results. Errors:
+  // ResourceExhausted.
   struct ChangeBase {
     int64_t step = -1;
-    std::string id;  // the checkpoint's id (32 hex digits)
+    std::string id;        // the checkpoint's id (32 hex digits)
+    bool initial = false;  // step -1: the marks count from the initial rows (what create gave)
   };
   Status track_changes();
   bool tracks_changes() const;
@@ -122,6 +126,15 @@ class EmbeddingCollection final : public EmbeddingTables {
   int64_t num_changed_rows(int table) const;
   // Up to out.size() changed rows >= from of `table`, ascending, into out; returns how many.
   int64_t changed_rows(int table, int64_t from, std::span<int64_t> out) const;
+  // Marks `rows` of `table` changed (a checkpoint writer widening an increment to a new sparse
+  // base: the rows of the chain it replaces). No-op when not tracking. REQUIRES: valid rows.
+  void mark_changed(int table, std::span<const int64_t> rows);
+  // True while no row of `table` has changed since create (no update, write or admitted id).
+  bool has_initial_rows(int table) const;
+  // Gives every row of `table` its initial bytes again (those create gave it): nothing to do
+  // when has_initial_rows(table), else every row is rewritten in chunks (O(rows); for a cached
+  // table through its store). Loading a sparse base starts with it. Errors: the residency's.
+  Status reset_rows_to_initial(int table);
 
   // Tables with a row cache (TableCacheOptions): starts fetching the rows `next` will touch on a
   // background thread, so that the fetch overlaps the current step. Call it after forward()

@@ -1,8 +1,12 @@
 #include "dist/delta_rows.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "core/bytes.h"
+#include "core/json.h"
+#include "table/residency.h"
 
 namespace leanemb::dist {
 
@@ -74,6 +78,69 @@ Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& ta
     }
   }
   return Status();
+}
+
+void InitialRows::row(int64_t r, const RowLayout& l, float* tmp, uint8_t* out) const {
+  if (options.dynamic.enabled) {
+    std::memset(out, 0, l.stride_bytes);  // as a dynamic table's residency (ResidencyContext::init_row)
+    return;
+  }
+  init_row(options, l, seed, static_cast<uint32_t>(table), r, tmp, out);
+}
+
+namespace {
+// The initializer kinds as configs name them (train/toml_section.cc's table).
+constexpr std::pair<InitKind, const char*> kInitNames[] = {
+    {InitKind::kUniform, "uniform"}, {InitKind::kNormal, "normal"}, {InitKind::kZeros, "zeros"}};
+}  // namespace
+
+std::string initial_rows_meta_json(const TableOptions& to, uint64_t seed, int table) {
+  // The bound as the initializer resolves it (embedding_collection.cc, init_row_keyed).
+  const int64_t rows = to.shard.global_rows > 0 ? to.shard.global_rows : to.num_rows;
+  const float bound = to.init.bound > 0.0f ? to.init.bound : 1.0f / std::sqrt(static_cast<float>(rows));
+  const nlohmann::json j = {{"init", [&] {
+                              for (const auto& [k, n] : kInitNames)
+                                if (k == to.init.kind) return std::string(n);
+                              return std::string("?");
+                            }()}, {"bound", static_cast<double>(bound)},
+                            {"mean", static_cast<double>(to.init.mean)}, {"std", static_cast<double>(to.init.std)},
+                            {"seed", seed}, {"table", table}, {"dynamic", to.dynamic.enabled}};
+  return dump_json(j);
+}
+
+Result<InitialRows> parse_initial_rows(std::span<const uint8_t> meta, int64_t num_rows, const std::string& where) {
+  auto bad = [&](const std::string& what) { return data_loss("sparse base: " + where + ": " + what); };
+  const nlohmann::json m = parse_json_or_discarded(meta.data(), meta.size());
+  if (!m.is_object() || !m.contains("initial") || !m["initial"].is_object()) return bad("meta has no \"initial\" object");
+  const nlohmann::json& j = m["initial"];
+  InitialRows ir;
+  ir.options.num_rows = num_rows;
+  auto num = [&](const char* key, float* out) {
+    if (!j.contains(key) || !j[key].is_number()) return false;
+    *out = static_cast<float>(j[key].get<double>());
+    return true;
+  };
+  if (!j.contains("init") || !j["init"].is_string()) return bad("\"initial\" has no string \"init\"");
+  const std::string kind = j["init"].get<std::string>();
+  const auto* it = std::find_if(std::begin(kInitNames), std::end(kInitNames), [&](const auto& e) { return kind == e.second; });
+  if (it == std::end(kInitNames)) return bad("unknown initializer \"" + kind + "\"");
+  ir.options.init.kind = it->first;
+  if (!num("bound", &ir.options.init.bound) || !num("mean", &ir.options.init.mean) || !num("std", &ir.options.init.std))
+    return bad("\"initial\" needs numbers \"bound\", \"mean\" and \"std\"");
+  if (!j.contains("seed") || !j["seed"].is_number_unsigned() || !j.contains("table") || !j["table"].is_number_unsigned() ||
+      !j.contains("dynamic") || !j["dynamic"].is_boolean())
+    return bad("\"initial\" needs \"seed\", \"table\" and \"dynamic\"");
+  ir.seed = j["seed"].get<uint64_t>();
+  ir.table = j["table"].get<int>();
+  ir.options.dynamic.enabled = j["dynamic"].get<bool>();
+  return ir;
+}
+
+bool is_sparse_base(const ckpt::CheckpointReader& r) {
+  if (r.parent().has_value()) return false;
+  for (const ckpt::EntryInfo& e : r.entries())
+    if (e.kind == ckpt::EntryKind::kTable && e.name.rfind(kDeltaPrefix, 0) == 0) return true;
+  return false;
 }
 
 }  // namespace leanemb::dist

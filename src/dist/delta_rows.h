@@ -13,6 +13,7 @@
 
 #include "leanemb/checkpoint.h"
 #include "leanemb/status.h"
+#include "leanemb/table_options.h"
 
 namespace leanemb::dist {
 
@@ -35,5 +36,26 @@ Result<std::vector<int64_t>> decode_delta_rows(std::span<const uint8_t> bytes, i
 // malformed blob), the reader's, fn's (which stop the walk).
 Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& table, int64_t num_rows, int64_t chunk_rows,
                           const std::function<Status(int64_t, std::span<const uint8_t>)>& fn);
+
+// A sparse base: the root of a chain that holds, like a link, only changed rows, but changed
+// since the tables' initial state (the rows create gave them) instead of since a parent. It has
+// no parent, and each "delta/<name>" table's meta has "initial", what its other rows hold:
+//   {"init": "uniform" | "normal" | "zeros", "bound": f, "mean": f, "std": f, "seed": u64,
+//    "table": index in the collection, "dynamic": bool}
+// with the uniform bound resolved (the one the initializer used). Loading one gives every row
+// its initial bytes first (EmbeddingCollection::reset_rows_to_initial), then its rows.
+struct InitialRows {
+  TableOptions options;  // init (bound resolved), num_rows, dynamic.enabled
+  uint64_t seed = 0;
+  int table = 0;
+  // Row `row`'s initial fat-row bytes in layout l (zeros for a dynamic table). tmp: [dim] floats.
+  void row(int64_t row, const RowLayout& l, float* tmp, uint8_t* out) const;
+};
+// The "initial" meta of table `table` (options `to`) of a collection created with `seed`.
+std::string initial_rows_meta_json(const TableOptions& to, uint64_t seed, int table);
+// From the meta of a sparse base's table of num_rows rows. Errors: DataLoss naming `where`.
+Result<InitialRows> parse_initial_rows(std::span<const uint8_t> meta, int64_t num_rows, const std::string& where);
+// True if `r` is a sparse base: no parent and a "delta/" table.
+bool is_sparse_base(const ckpt::CheckpointReader& r);
 
 }  // namespace leanemb::dist

@@ -156,6 +156,86 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresExactlyTheRowsAFullCheckpointWou
 INSTANTIATE_TEST_SUITE_P(Residency, IncrementalCheckpointTest, testing::Bool(),
                          [](const testing::TestParamInfo<bool>& i) { return i.param ? "cached_file" : "resident"; });
 
+// A collection that tracks its changes from create writes its first checkpoint as a sparse base:
+// only the rows changed since the initial rows (plus their row numbers), which loads to the same
+// rows as a full checkpoint, into a fresh collection or one whose rows changed since (they are
+// reset to their initial bytes first), and refuses a collection of other initial rows. A new
+// base over a sparse chain is sparse again and holds every row the chain held.
+TEST_P(IncrementalCheckpointTest, ASparseBaseHoldsOnlyTheChangedRowsAndLoadsLikeAFullOne) {
+  TempDir dir, store, store2, store3;
+  const CollectionOptions o = options(GetParam() ? store.path : "");
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  ASSERT_TRUE(c->track_changes().ok());
+  EXPECT_TRUE(c->change_base().initial);
+  train(*c, o, 0, 2);
+  int64_t changed = 0, row_bytes = 0, all_bytes = 0;
+  for (int t = 0; t < c->num_tables(); ++t) {
+    EXPECT_FALSE(c->has_initial_rows(t));
+    changed += c->num_changed_rows(t);
+    row_bytes += c->num_changed_rows(t) * static_cast<int64_t>(c->layout(t).stride_bytes);
+    all_bytes += o.tables[static_cast<size_t>(t)].num_rows * static_cast<int64_t>(c->layout(t).stride_bytes);
+  }
+  const std::string out = dir.path + "/run";
+  auto info = save_tables_checkpoint(out, 2, *c, {}, incremental(2));
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_TRUE(info->sparse_base);
+  EXPECT_EQ(info->parent_step, -1);
+  EXPECT_EQ(info->rows_written, changed);
+  EXPECT_LE(static_cast<double>(info->entry_bytes), 1.2 * static_cast<double>(row_bytes));
+  EXPECT_LT(info->entry_bytes * 5, static_cast<uint64_t>(all_bytes)) << "a few dozen of 1300 rows";
+  auto rep = verify_tables_checkpoint(step_dir(out, 2));
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_TRUE(rep->sparse_base);
+  const std::string want2 = collection_digest(*c).value();
+  EXPECT_EQ(loaded_digest(step_dir(out, 2), 2, options(GetParam() ? store2.path : "")), want2);
+  // Into a collection whose rows changed since create (other steps): reset, then loaded.
+  {
+    const CollectionOptions o3 = options(GetParam() ? store3.path : "");
+    auto d = std::move(EmbeddingCollection::create(o3)).value();
+    train(*d, o3, 10, 13);
+    EXPECT_FALSE(d->has_initial_rows(0));
+    TablesLoadOptions lo;
+    lo.collection_step = 2;
+    auto st = load_tables_checkpoint(step_dir(out, 2), *d, lo);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    EXPECT_EQ(collection_digest(*d).value(), want2);
+  }
+  // Other initial rows (another seed): refused, naming them.
+  {
+    CollectionOptions other = options();
+    other.seed = 6;
+    auto d = std::move(EmbeddingCollection::create(other)).value();
+    auto st = load_tables_checkpoint(step_dir(out, 2), *d, {});
+    EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.status().message().find("other initial rows"), std::string::npos) << st.status().to_string();
+  }
+  // full_every = 2: step 4 extends step 2, step 6 is a new sparse base holding the rows of both
+  // and its own changes.
+  train(*c, o, 2, 4);
+  info = save_tables_checkpoint(out, 4, *c, {}, incremental(2));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->parent_step, 2);
+  EXPECT_FALSE(info->sparse_base);
+  train(*c, o, 4, 6);
+  info = save_tables_checkpoint(out, 6, *c, {}, incremental(2));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->parent_step, -1);
+  EXPECT_TRUE(info->sparse_base);
+  EXPECT_GT(info->rows_written, changed);
+  fs::remove_all(step_dir(out, 2));
+  fs::remove_all(step_dir(out, 4));
+  EXPECT_EQ(loaded_digest(step_dir(out, 6), 6, options(GetParam() ? store2.path : "")), collection_digest(*c).value());
+  // A collection that changed before tracking began writes full checkpoints.
+  auto late = std::move(EmbeddingCollection::create(options())).value();
+  train(*late, o, 0, 1);
+  ASSERT_TRUE(late->track_changes().ok());
+  EXPECT_FALSE(late->change_base().initial);
+  info = save_tables_checkpoint(dir.path + "/late", 1, *late, {}, incremental());
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->sparse_base);
+  EXPECT_EQ(info->rows_written, 1300);
+}
+
 // full_every = 2: every second checkpoint is a new base; a tiny max_chain_fraction: all full;
 // a collection that does not track changes, or whose base is another run's: full.
 TEST(IncrementalCheckpointPolicyTest, NewBasesEveryFullEveryOrPastTheFraction) {

@@ -148,9 +148,13 @@ Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckp
 // numbers (dist/delta_rows.h), and extends it
 // (WriterOptions::parent_step); the caller's blobs and a dynamic table's partitions are written
 // whole. A full checkpoint is written instead when there is no such base, every full_every-th
-// link (the chain then holds at most full_every checkpoints), or when the chain's changed rows
-// would pass max_chain_fraction of the tables' rows. After every commit the collection's
-// changes are reset to the new checkpoint. Sharded collections always write full checkpoints.
+// link (the chain then holds at most full_every checkpoints), or when the links' changed rows
+// would pass max_chain_fraction of the tables' rows (a sparse base's own rows not counted). That
+// full checkpoint is a sparse base (delta_rows.h: only the rows
+// changed since the tables' initial state) when the collection tracked its changes from its
+// initial rows or from a chain rooted at a sparse base, and that is smaller than every row.
+// After every commit the collection's changes are reset to the new checkpoint. Sharded
+// collections always write full checkpoints.
 struct IncrementalOptions {
   bool enabled = false;
   int full_every = 8;               // >= 1 (1: every checkpoint full)
@@ -171,6 +175,7 @@ struct TablesSaveInfo {
   std::vector<std::string> warnings;  // cleanup failures (the commit stands)
   std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
   int64_t parent_step = -1;           // the checkpoint an incremental one extends (-1: full)
+  bool sparse_base = false;           // full, as a sparse base (only the rows changed since create)
   int64_t rows_written = 0;           // embedding rows written (all of them when full)
   uint64_t entry_bytes = 0;           // plain: logical bytes of all entries (CommitInfo::entry_bytes);
                                       // sharded: the fat rows' bytes (rows x stride)

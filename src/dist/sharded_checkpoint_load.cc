@@ -197,9 +197,25 @@ Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int
     as_table.total_rows = m.is_object() && m.contains("table_rows") && m["table_rows"].is_number_integer() ? m["table_rows"].get<int64_t>() : -1;
     const std::string diff = plain_table_diff(as_table, l, to);
     if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
-    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(r, to.name, to.num_rows, chunk_rows, [&](int64_t row, std::span<const uint8_t> fat) {
-      return tables.write_raw_rows(t, row, 1, fat);
+    // Runs of consecutive rows are written with one call (up to chunk_rows rows).
+    const size_t stride = l.stride_bytes;
+    std::vector<uint8_t> run;
+    int64_t run_begin = 0, run_rows = 0;
+    auto flush_run = [&]() -> Status {
+      if (run_rows == 0) return Status();
+      const Status st = tables.write_raw_rows(t, run_begin, run_rows, std::span<const uint8_t>(run.data(), static_cast<size_t>(run_rows) * stride));
+      run_rows = 0;
+      return st;
+    };
+    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(r, to.name, to.num_rows, chunk_rows, [&](int64_t row, std::span<const uint8_t> fat) -> Status {
+      if (run_rows > 0 && (row != run_begin + run_rows || run_rows == chunk_rows)) LEANEMB_RETURN_IF_ERROR(flush_run());
+      if (run_rows == 0) run_begin = row;
+      run.resize(static_cast<size_t>(run_rows + 1) * stride);
+      std::memcpy(run.data() + static_cast<size_t>(run_rows) * stride, fat.data(), stride);
+      ++run_rows;
+      return Status();
     }));
+    LEANEMB_RETURN_IF_ERROR(flush_run());
   }
   return Status();
 }
@@ -223,13 +239,35 @@ Status read_dynamic(const ckpt::CheckpointReader& r, EmbeddingTables& tables, co
   return Status();
 }
 
-// A plain checkpoint and the chain it extends (oldest first): the base's rows, each link's
-// changed rows, the newest link's dynamic partitions.
+// A sparse base (delta_rows.h) into `tables`: every row its initial bytes, then the base's rows.
+// Its initial rows must be the collection's (the same initializer, seed and table order).
+Status read_sparse_base(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
+  for (int t = 0; t < tables.num_tables(); ++t) {
+    const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
+    const ckpt::EntryInfo* e = r.find(kDeltaPrefix + to.name);
+    if (e == nullptr) return invalid_argument("table " + to.name + " is not in the checkpoint '" + r.dir() + "' (a sparse base)");
+    LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(e->meta, to.num_rows, "'" + r.dir() + "': table '" + e->name + "'"));
+    const std::string want = initial_rows_meta_json(to, tables.options().seed, t);
+    const std::string have = initial_rows_meta_json(ir.options, ir.seed, ir.table);
+    if (want != have)
+      return invalid_argument("table " + to.name + ": the checkpoint holds the rows changed since other initial rows (" + have +
+                              ") than the collection's (" + want + "); create it with the run's seed and initializer");
+    LEANEMB_RETURN_IF_ERROR(view.local().reset_rows_to_initial(t));
+  }
+  return apply_delta(r, tables, chunk_rows);
+}
+
+// A plain checkpoint and the chain it extends (oldest first): the base's rows (a sparse base's
+// over the initial rows), each link's changed rows, the newest link's dynamic partitions.
 Status read_plain_chain(const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& chain, EmbeddingTables& tables,
                         const ShardView& view, int64_t chunk_rows) {
   if (is_sharded_checkpoint(*chain.front()))
     return data_loss("'" + chain.back()->dir() + "' extends the sharded checkpoint '" + chain.front()->dir() + "' (not supported)");
-  LEANEMB_RETURN_IF_ERROR(read_plain_rows(*chain.front(), tables, chunk_rows));
+  if (is_sparse_base(*chain.front())) {
+    LEANEMB_RETURN_IF_ERROR(read_sparse_base(*chain.front(), tables, view, chunk_rows));
+  } else {
+    LEANEMB_RETURN_IF_ERROR(read_plain_rows(*chain.front(), tables, chunk_rows));
+  }
   for (size_t k = 1; k < chain.size(); ++k) LEANEMB_RETURN_IF_ERROR(apply_delta(*chain[k], tables, chunk_rows));
   return read_dynamic(*chain.back(), tables, view);
 }

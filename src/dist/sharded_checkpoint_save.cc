@@ -182,8 +182,10 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
 // The changed rows of every table (EmbeddingCollection::changed_rows): table "delta/<name>" of
 // their fat rows and blobs "delta_rows/<name>/<k>" of their row numbers (dist/delta_rows.h);
 // runs of consecutive rows are read with one call.
+// `sparse_base`: the rows changed since the initial rows, as the root of a chain (each table's
+// meta then says what its other rows hold: delta_rows.h, InitialRows).
 Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
-                   const std::function<void(int64_t, int64_t)>& progress) {
+                   const std::function<void(int64_t, int64_t)>& progress, bool sparse_base) {
   int64_t written = 0, to_write = 0;
   for (int t = 0; t < emb.num_tables(); ++t) to_write += emb.num_changed_rows(t);
   const int64_t chunk = std::min(chunk_rows, kDeltaIdsPerBlob);
@@ -195,6 +197,7 @@ Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
     const size_t stride = l.stride_bytes;
     nlohmann::json meta = plain_meta(l);
     meta["table_rows"] = to.num_rows;
+    if (sparse_base) meta["initial"] = parse_json_or_discarded(initial_rows_meta_json(to, emb.options().seed, t));
     const std::string name = kDeltaPrefix + to.name;
     LEANEMB_RETURN_IF_ERROR(w.add_table(name, stride, emb.num_changed_rows(t), json_bytes(meta)));
     int64_t pos = 0, k = 0;
@@ -238,10 +241,12 @@ int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCo
   const std::string dir = ckpt::join_path(ckpt::checkpoints_dir(out_dir), ckpt::step_dir_name(base.step));
   auto chain = ckpt::checkpoint_chain(dir, env);
   if (!chain.ok() || static_cast<int>(chain->size()) >= inc.full_every) return -1;
+  // The links' rows (a sparse base's own rows not counted) against the tables' rows.
   int64_t chain_rows = 0, total = 0;
   for (size_t k = 0; k < chain->size(); ++k) {
     auto r = ckpt::CheckpointReader::open((*chain)[k].path, env);
     if (!r.ok() || (k + 1 == chain->size() && (*r)->id_hex() != base.id)) return -1;
+    if (k == 0) continue;
     for (const ckpt::EntryInfo& e : (*r)->entries())
       if (e.name.rfind(kDeltaPrefix, 0) == 0) chain_rows += e.total_rows;
   }
@@ -250,6 +255,52 @@ int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCo
     total += emb.options().tables[static_cast<size_t>(t)].num_rows;
   }
   return static_cast<double>(chain_rows) <= inc.max_chain_fraction * static_cast<double>(total) ? base.step : -1;
+}
+
+// Whether the next full checkpoint can be a sparse base (delta_rows.h): the changes count from
+// the initial rows, or from a chain rooted at a sparse base, whose rows (the root's and every
+// link's) are then marked changed too, so that the marks hold every row changed since create.
+bool widen_to_initial(const std::string& out_dir, EmbeddingCollection& emb, ckpt::Env* env) {
+  const EmbeddingCollection::ChangeBase& base = emb.change_base();
+  if (base.initial) return true;
+  if (base.step < 0) return false;
+  const std::string dir = ckpt::join_path(ckpt::checkpoints_dir(out_dir), ckpt::step_dir_name(base.step));
+  auto chain = ckpt::checkpoint_chain(dir, env);
+  if (!chain.ok()) return false;
+  std::vector<std::unique_ptr<ckpt::CheckpointReader>> links;
+  for (const ckpt::CheckpointRef& ref : *chain) {
+    auto r = ckpt::CheckpointReader::open(ref.path, env);
+    if (!r.ok()) return false;
+    links.push_back(std::move(*r));
+  }
+  if (!is_sparse_base(*links.front()) || links.back()->id_hex() != base.id) return false;
+  for (const auto& r : links) {
+    for (int t = 0; t < emb.num_tables(); ++t) {
+      const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+      const ckpt::EntryInfo* e = r->find(kDeltaPrefix + to.name);
+      if (e == nullptr) return false;
+      for (int64_t k = 0; k * kDeltaIdsPerBlob < e->total_rows; ++k) {
+        const std::string blob = delta_rows_blob(to.name, k);
+        auto bytes = r->read_blob(blob);
+        if (!bytes.ok()) return false;
+        auto rows = decode_delta_rows(*bytes, std::min(kDeltaIdsPerBlob, e->total_rows - k * kDeltaIdsPerBlob), to.num_rows, blob);
+        if (!rows.ok()) return false;
+        emb.mark_changed(t, *rows);
+      }
+    }
+  }
+  return true;
+}
+
+// A sparse base is smaller than a full checkpoint (its rows plus up to 3 bytes of row number each).
+bool sparse_base_pays(const EmbeddingCollection& emb) {
+  double sparse = 0, full = 0;
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    const double stride = static_cast<double>(emb.layout(t).stride_bytes);
+    sparse += static_cast<double>(emb.num_changed_rows(t)) * (stride + 3);
+    full += static_cast<double>(emb.options().tables[static_cast<size_t>(t)].num_rows) * stride;
+  }
+  return sparse < full;
 }
 
 }  // namespace
@@ -351,10 +402,12 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   wo.block_bytes = options.block_bytes;
   wo.keep_last = options.keep_last;
   wo.parent_step = delta_parent(out_dir, step, emb, inc, options.env);
+  const bool sparse_base = wo.parent_step < 0 && inc.enabled && emb.tracks_changes() &&
+                           widen_to_initial(out_dir, emb, options.env) && sparse_base_pays(emb);
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
   for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
-  if (wo.parent_step >= 0) {
-    LEANEMB_RETURN_IF_ERROR(write_delta(*w, emb, options.chunk_rows, options.progress));
+  if (wo.parent_step >= 0 || sparse_base) {
+    LEANEMB_RETURN_IF_ERROR(write_delta(*w, emb, options.chunk_rows, options.progress, sparse_base));
   } else {
     LEANEMB_RETURN_IF_ERROR(write_plain(*w, emb, options.chunk_rows, options.progress));
   }
@@ -364,9 +417,10 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   info.warnings = ci.warnings;
   info.set_aside = ci.set_aside;
   info.parent_step = wo.parent_step;
+  info.sparse_base = sparse_base;
   info.entry_bytes = ci.entry_bytes;
   for (int t = 0; t < emb.num_tables(); ++t)
-    info.rows_written += wo.parent_step >= 0 ? emb.num_changed_rows(t) : emb.options().tables[static_cast<size_t>(t)].num_rows;
+    info.rows_written += wo.parent_step >= 0 || sparse_base ? emb.num_changed_rows(t) : emb.options().tables[static_cast<size_t>(t)].num_rows;
   if (emb.tracks_changes()) {
     // The new checkpoint is the base of the changes from now on (a failure to read its id back
     // only costs the next checkpoint its increment: the base then matches no checkpoint).

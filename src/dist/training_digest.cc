@@ -18,6 +18,8 @@
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
+#include "leanemb/dtype.h"
+#include "leanemb/optimizer.h"
 
 namespace leanemb::dist {
 
@@ -75,16 +77,23 @@ Result<TrainState> read_train_state(const ckpt::CheckpointReader& r) {
   return s;
 }
 
-// The TableLayout of plain table entry `e` ("emb/<name>") from its meta JSON and shape.
+// The TableLayout of plain table entry `e` ("emb/<name>", or a sparse base's "delta/<name>",
+// whose meta gives the table's rows) from its meta JSON and shape.
 Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::string& dir) {
   auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + dir + "': table '" + e.name + "': " + what); };
   if (e.kind != ckpt::EntryKind::kTable) return bad("is a blob, expected a table of embedding rows");
-  if (e.total_rows < 1) return bad("has no rows");
+  if (e.total_rows < 1 && !starts_with(e.name, kDeltaPrefix)) return bad("has no rows");
   const json m = parse_json_or_discarded(e.meta.data(), e.meta.size());
   if (m.is_discarded() || !m.is_object()) return bad("meta is not a JSON object");
   TableLayout t;
-  t.name = e.name.substr(kEmbPrefix.size());
+  const bool sparse = starts_with(e.name, kDeltaPrefix);
+  t.name = e.name.substr(sparse ? std::string_view(kDeltaPrefix).size() : kEmbPrefix.size());
   t.num_rows = e.total_rows;
+  if (sparse) {
+    const auto rows = m.find("table_rows");
+    if (rows == m.end() || !rows->is_number_integer() || rows->get<int64_t>() < 1) return bad("meta has no positive integer \"table_rows\"");
+    t.num_rows = rows->get<int64_t>();
+  }
   const auto dim = m.find("dim"), stride = m.find("stride_bytes");
   if (dim == m.end() || !dim->is_number_integer() || dim->get<int64_t>() < 1) return bad("meta has no positive integer \"dim\"");
   t.dim = dim->get<int64_t>();
@@ -115,22 +124,49 @@ Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, ui
   });
 }
 
+// Adds to `sum` the rows of a sparse base's table that no link gave (`seen`): their initial
+// bytes, as the base's meta describes them (delta_rows.h, InitialRows).
+Status add_initial_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, uint64_t seed, const std::vector<bool>& seen, RowSum* sum) {
+  const std::string entry = kDeltaPrefix + tl.name;
+  LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(r.find(entry)->meta, tl.num_rows, "'" + r.dir() + "': table '" + entry + "'"));
+  OptimizerOptions opt;
+  LEANEMB_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(tl.dtype, DTypeUse::kRows));
+  LEANEMB_ASSIGN_OR_RETURN(opt.kind, parse_optimizer(tl.optimizer));
+  LEANEMB_ASSIGN_OR_RETURN(opt.state_dtype, parse_dtype(tl.state_dtype, DTypeUse::kOptimizerState));
+  LEANEMB_ASSIGN_OR_RETURN(const RowLayout l, make_row_layout(tl.dim, dtype, opt));
+  if (l.stride_bytes != tl.stride_bytes)
+    return data_loss("'" + r.dir() + "': table '" + entry + "': rows of " + std::to_string(tl.stride_bytes) + " bytes, but this build lays them out in " +
+                     std::to_string(l.stride_bytes));
+  std::vector<uint8_t> row(tl.stride_bytes);
+  std::vector<float> tmp(static_cast<size_t>(tl.dim));
+  for (int64_t g = 0; g < tl.num_rows; ++g) {
+    if (seen[static_cast<size_t>(g)]) continue;
+    ir.row(g, l, tmp.data(), row.data());
+    digest_internal::add_rows(sum, seed, row, tl.stride_bytes, 1, [&](int64_t) { return g; });
+  }
+  return Status();
+}
+
 // The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
 // them (the collection's order, which a sharded layout of the same model also has). `r` is the
 // full checkpoint at the root of the chain; `deltas` the incremental ones over it, oldest first
-// (empty for a full checkpoint): each row counts with its newest bytes.
+// (empty for a full checkpoint): each row counts with its newest bytes. A sparse root counts
+// as the oldest link, and the rows no link holds with their initial bytes.
 Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st,
-                                           const std::vector<const ckpt::CheckpointReader*>& deltas) {
+                                           std::vector<const ckpt::CheckpointReader*> deltas) {
   if (st.tables.empty())
     return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
+  const bool sparse = is_sparse_base(r);
+  const std::string prefix = sparse ? std::string(kDeltaPrefix) : std::string(kEmbPrefix);
+  if (sparse) deltas.insert(deltas.begin(), &r);
   size_t emb_entries = 0;
-  for (const ckpt::EntryInfo& e : r.entries()) emb_entries += starts_with(e.name, kEmbPrefix) ? 1 : 0;
+  for (const ckpt::EntryInfo& e : r.entries()) emb_entries += e.kind == ckpt::EntryKind::kTable && starts_with(e.name, prefix) ? 1 : 0;
   if (emb_entries != st.tables.size())
-    return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(emb_entries) + " 'emb/' tables, but train/state lists " +
+    return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(emb_entries) + " '" + prefix + "' tables, but train/state lists " +
                      std::to_string(st.tables.size()));
   std::vector<TableLayout> tables;
   for (const std::string& name : st.tables) {
-    const ckpt::EntryInfo* e = r.find(std::string(kEmbPrefix) + name);
+    const ckpt::EntryInfo* e = r.find(prefix + name);
     if (e == nullptr) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
     LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(*e, r.dir()));
     tables.push_back(std::move(t));
@@ -142,6 +178,10 @@ Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, cons
     const uint64_t seed = digest_internal::table_seed(tl.name);
     std::vector<bool> seen(deltas.empty() ? 0 : static_cast<size_t>(tl.num_rows), false);
     for (auto it = deltas.rbegin(); it != deltas.rend(); ++it) LEANEMB_RETURN_IF_ERROR(add_delta_rows(**it, tl, seed, &seen, &sums[t]));
+    if (sparse) {
+      LEANEMB_RETURN_IF_ERROR(add_initial_rows(r, tl, seed, seen, &sums[t]));
+      continue;
+    }
     const std::string entry = std::string(kEmbPrefix) + tl.name;
     for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
       const int64_t c = std::min(kChunkRows, tl.num_rows - r0);

@@ -79,8 +79,16 @@ Status auto_table_rows(const SavedRun& run, train::TrainConfig* c) {
   if (rows.empty()) {
     for (int f = 0; f < c->num_sparse; ++f) {
       const ckpt::EntryInfo* e = run.reader->find("emb/" + model::ctr_table_name(f));
+      if (e != nullptr) {
+        rows.push_back(e->total_rows);
+        continue;
+      }
+      // An incremental checkpoint or a sparse base: the table's rows are in its meta.
+      e = run.reader->find("delta/" + model::ctr_table_name(f));
       if (e == nullptr) break;
-      rows.push_back(e->total_rows);
+      const json m = parse_json_or_discarded(e->meta.data(), e->meta.size());
+      if (!m.is_object() || !m.contains("table_rows") || !m["table_rows"].is_number_integer()) break;
+      rows.push_back(m["table_rows"].get<int64_t>());
     }
   }
   if (static_cast<int>(rows.size()) != c->num_sparse) {

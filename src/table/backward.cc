@@ -361,6 +361,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   auto end_update = [&](int t) {
     TableState& ts = im.tables[t];
     ts.residency->end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier);
+    ts.initial_rows = ts.initial_rows && dd[t].num_unique == 0;
     ts.sm3_col.swap(ts.sm3_next);
   };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};

@@ -77,6 +77,9 @@ struct TableState {
   // new ones to (backward.cc swaps them after the table's update); empty for other optimizers.
   // Host memory outside the allocator's accounting: 8 * dim bytes per table.
   std::vector<float> sm3_col, sm3_next;
+  // No row changed since create (EmbeddingCollection::has_initial_rows): cleared by a step's
+  // update, a raw write and an admitted id (the residency's end_update / write_rows / write_row).
+  bool initial_rows = true;
 
   int64_t global_row(int64_t l) const { return l * key_stride + key_offset; }
   // Gives a view over rows or staged rows the keys of this table's rows.

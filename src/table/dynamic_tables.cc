@@ -295,6 +295,7 @@ Status EmbeddingCollection::Impl::map_dynamic(const SparseBatch& b, DynamicUse u
             init_row(to, ts.layout, options.seed, static_cast<uint32_t>(t), assigned[static_cast<size_t>(i)].raw_id,
                      tmp.data(), fat.data() + static_cast<size_t>(i) * stride, *backend);
         }, num_threads);
+        ts.initial_rows = false;
         for (size_t i = 0; i < a; ++i) {
           const Status w = ts.residency->write_row(assigned[i].row, fat.data() + i * stride, workspace_tier());
           if (!w.ok()) return table_error(to.name, w);

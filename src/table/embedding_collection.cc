@@ -337,7 +337,39 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
                         ") outside " + std::to_string(ts.num_rows) + " rows");
   const size_t bytes = static_cast<size_t>(count) * ts.layout.stride_bytes;
   if (in.size() != bytes) return invalid_argument("write_raw_rows: buffer of " + std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes));
+  ts.initial_rows = ts.initial_rows && count == 0;
   return ts.residency->write_rows(row_begin, count, in.data(), Impl::kCallerTier);
+}
+
+bool EmbeddingCollection::has_initial_rows(int table) const {
+  LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
+  return impl_->tables[static_cast<size_t>(table)].initial_rows;
+}
+
+Status EmbeddingCollection::reset_rows_to_initial(int table) {
+  if (table < 0 || table >= num_tables()) return out_of_range("reset_rows_to_initial: unknown table " + std::to_string(table));
+  Impl& im = *impl_;
+  TableState& ts = im.tables[static_cast<size_t>(table)];
+  if (ts.initial_rows) return Status();
+  const TableOptions& to = im.options.tables[static_cast<size_t>(table)];
+  const size_t stride = ts.layout.stride_bytes;
+  constexpr int64_t kChunk = 4096;
+  std::vector<uint8_t> rows(static_cast<size_t>(std::min(kChunk, ts.num_rows)) * stride);
+  std::vector<float> tmp(static_cast<size_t>(ts.layout.dim));
+  for (int64_t r0 = 0; r0 < ts.num_rows; r0 += kChunk) {
+    const int64_t n = std::min(kChunk, ts.num_rows - r0);
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t* out = rows.data() + static_cast<size_t>(i) * stride;
+      if (to.dynamic.enabled) {
+        std::memset(out, 0, stride);  // as a dynamic table's residency initializes its rows
+      } else {
+        init_row(to, ts.layout, im.options.seed, static_cast<uint32_t>(table), ts.global_row(r0 + i), tmp.data(), out, *im.backend);
+      }
+    }
+    LEANEMB_RETURN_IF_ERROR(ts.residency->write_rows(r0, n, rows.data(), Impl::kCallerTier));
+  }
+  ts.initial_rows = true;
+  return Status();
 }
 
 }  // namespace leanemb

@@ -119,6 +119,9 @@ Status EmbeddingCollection::track_changes() {
     LEANEMB_ASSIGN_OR_RETURN(ts.residency, table_internal::make_tracked_rows(std::move(ts.residency), ts.num_rows, host));
   }
   im.tracks_changes = true;
+  // Before any row changed, the marks count from the initial rows: a sparse base can be written.
+  im.change_base = ChangeBase{};
+  im.change_base.initial = std::all_of(im.tables.begin(), im.tables.end(), [](const TableState& ts) { return ts.initial_rows; });
   return Status();
 }
 
@@ -135,6 +138,13 @@ int64_t EmbeddingCollection::num_changed_rows(int table) const {
   LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
   const ChangedRows* c = impl_->tables[static_cast<size_t>(table)].residency->changes();
   return c ? c->count() : 0;
+}
+
+void EmbeddingCollection::mark_changed(int table, std::span<const int64_t> rows) {
+  LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
+  ChangedRows* c = impl_->tables[static_cast<size_t>(table)].residency->changes();
+  if (c == nullptr) return;
+  for (int64_t r : rows) c->mark(r);
 }
 
 int64_t EmbeddingCollection::changed_rows(int table, int64_t from, std::span<int64_t> out) const {

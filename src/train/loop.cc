@@ -115,8 +115,8 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
   return Status();
 }
 
-// Incremental checkpoints: a one-process run's tables mark their changed rows from the first
-// checkpoint written or loaded on (a sharded run writes full checkpoints: IncrementalOptions).
+// Incremental checkpoints: a one-process run's tables mark their changed rows from the start
+// (a sharded run writes full checkpoints: IncrementalOptions); a no-op once tracking.
 Status track_changes(const LoopSettings& ls, TrainTask& task) {
   if (!ls.incremental.enabled || task.tables().communicator() != nullptr) return Status();
   EmbeddingCollection* local = task.tables().local_shard().local;
@@ -438,6 +438,8 @@ Status Run::open() {
 
 Status Run::resume() {
   const std::string& resume_dir = resume_at_.dir;  // plain or sharded: either loads at any world size
+  // Before any row changes: the first checkpoint of a fresh run can then be a sparse base.
+  LEANEMB_RETURN_IF_ERROR(track_changes(ls_, *task_));
   if (ro_.resume) {
     if (resume_dir.empty()) {
       say("no checkpoint in " + ro_.out_dir + "/checkpoints: starting from the beginning");
@@ -530,10 +532,12 @@ Status Run::checkpoint() {
   LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, progress, &saved));
   last_ckpt_ = saved.path;
   // checkpoint_rows / checkpoint_bytes: the embedding rows and the entries' bytes written;
-  // checkpoint_extends: the step an incremental checkpoint extends (absent when full).
+  // checkpoint_extends: the step an incremental checkpoint extends (absent when full);
+  // checkpoint_sparse_base: a full one that holds only the rows changed since the initial rows.
   json line = {{"step", k_.step}, {"checkpoint", last_ckpt_}, {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()},
                {"checkpoint_rows", saved.rows_written}, {"checkpoint_bytes", saved.entry_bytes}};
   if (saved.parent_step >= 0) line["checkpoint_extends"] = saved.parent_step;
+  if (saved.sparse_base) line["checkpoint_sparse_base"] = true;
   log_metrics(line);
   if (metrics_) metrics_->sync(k_.step);  // the log is durable up to the checkpoint it names
   return Status();
