@@ -137,12 +137,28 @@ Status add_initial_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, 
   if (l.stride_bytes != tl.stride_bytes)
     return data_loss("'" + r.dir() + "': table '" + entry + "': rows of " + std::to_string(tl.stride_bytes) + " bytes, but this build lays them out in " +
                      std::to_string(l.stride_bytes));
-  std::vector<uint8_t> row(tl.stride_bytes);
-  std::vector<float> tmp(static_cast<size_t>(tl.dim));
-  for (int64_t g = 0; g < tl.num_rows; ++g) {
-    if (seen[static_cast<size_t>(g)]) continue;
-    ir.row(g, l, tmp.data(), row.data());
-    digest_internal::add_rows(sum, seed, row, tl.stride_bytes, 1, [&](int64_t) { return g; });
+  // Rows in blocks over the threads, each summing its own (sums of disjoint rows add); `seen` is
+  // only read here.
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (tl.num_rows + kBlock - 1) / kBlock;
+#pragma omp parallel
+  {
+    RowSum mine;
+    std::vector<uint8_t> row(tl.stride_bytes);
+    std::vector<float> tmp(static_cast<size_t>(tl.dim));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t g = b * kBlock; g < std::min(tl.num_rows, (b + 1) * kBlock); ++g) {
+        if (seen[static_cast<size_t>(g)]) continue;
+        ir.row(g, l, tmp.data(), row.data());
+        digest_internal::add_rows(&mine, seed, row, tl.stride_bytes, 1, [g](int64_t) { return g; });
+      }
+    }
+#pragma omp critical
+    {
+      sum->lo += mine.lo;
+      sum->hi += mine.hi;
+    }
   }
   return Status();
 }

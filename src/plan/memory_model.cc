@@ -246,6 +246,33 @@ void plan_split_rows(const ResidencyPlan& p) {
   plan_in_place_link(p);
 }
 
+// A file-store table over the whole run (Prediction::run_rows_touched, disk_bytes_run): the
+// distinct rows of run_steps steps of `step_ids` ids, this shard's share, and the file's bytes
+// then; the worst case (`most`, the file's largest size) when the run or the ids are unknown.
+void plan_run_disk(const Workload& w, const TableSpec& t, const TableStep& s, double step_ids, size_t most, Prediction* out) {
+  if (w.run_steps <= 0 || (t.vocab <= 0 && t.zipf <= 0)) {
+    out->disk_bytes_run += most;
+    return;
+  }
+  const double ids = std::min(9e18, step_ids * static_cast<double>(w.run_steps));
+  const double touched = expected_unique_rows(static_cast<int64_t>(ids), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows) /
+                         static_cast<double>(w.num_shards);
+  out->run_rows_touched = std::max(0.0, out->run_rows_touched) + touched;
+  const size_t rb = s.layout.stride_bytes, block = w.file_block_bytes;
+  size_t bytes = 0;
+  if (w.file_store_layout == FileStoreLayout::kLog) {
+    const uint64_t seg = tiered::log_segment_bytes(s.rows, rb, block);
+    bytes = tiered::log_max_segments(static_cast<int64_t>(std::ceil(touched)), tiered::log_segment_records(seg, rb, block)) * seg;
+  } else {
+    // In place: a block is allocated once any row in it is written (rows uniform over the table).
+    const double per_block = rb <= block ? static_cast<double>(block / rb) : 1.0;
+    const double blocks = std::ceil(static_cast<double>(s.rows) / per_block) * (rb <= block ? 1.0 : std::ceil(static_cast<double>(rb) / static_cast<double>(block)));
+    const double hit = 1.0 - std::pow(1.0 - std::min(1.0, touched / static_cast<double>(s.rows)), per_block);
+    bytes = static_cast<size_t>(blocks * hit) * block;
+  }
+  out->disk_bytes_run += std::min(bytes, most);
+}
+
 // CachedRows: the row store, the device-tier cache and its buffers, and the store's traffic.
 void plan_cached_rows(const ResidencyPlan& p) {
   const Workload& w = p.w;
@@ -292,6 +319,7 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
   out.store_rows_read_per_step += misses;
   out.store_rows_written_per_step += misses;
+  const size_t file_bytes_before = out.disk_bytes;
   if (log) {
     out.disk_bytes += tiered::log_store_max_file_bytes(s.rows, rb, w.file_block_bytes);
     out.store_requests_per_step += misses + misses * static_cast<double>(rb) / static_cast<double>(tiered::kBulkTransferBytes);
@@ -299,6 +327,7 @@ void plan_cached_rows(const ResidencyPlan& p) {
     out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
     out.store_requests_per_step += 3.0 * misses;
   }
+  if (w.file_store) plan_run_disk(w, t, s, static_cast<double>(step_ids), out.disk_bytes - file_bytes_before, &out);
   const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);
   out.cache_hit_rate = std::min(out.cache_hit_rate, hit);
   out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
@@ -572,7 +601,14 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
 
 }  // namespace
 
-Result<Prediction> predict_memory(const Workload& w, Estimate estimate) { return predict_impl(w, estimate, false); }
+Result<Prediction> predict_memory(const Workload& w, Estimate estimate) {
+  LEANEMB_ASSIGN_OR_RETURN(Prediction p, predict_impl(w, estimate, false));
+  if (w.run_steps > 0 && w.track_changed_rows) {
+    LEANEMB_ASSIGN_OR_RETURN(CheckpointBytes cb, checkpoint_bytes(w, 1));
+    p.sparse_base_bytes = cb.sparse_base / static_cast<double>(w.num_shards);
+  }
+  return p;
+}
 
 Result<Prediction> predict_naive_baseline(const Workload& w) {
   Workload b = w;
@@ -617,6 +653,15 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
     const double gap = changed > 0 ? static_cast<double>(t.num_rows) / changed : 1.0;
     const double id_bytes = std::max(1.0, std::ceil(std::log2(gap + 1.0) / 7.0));
     b.incremental += changed * (static_cast<double>(l.stride_bytes) + id_bytes);
+    if (w.run_steps > 0) {
+      const double run_ids = static_cast<double>(w.run_steps) * static_cast<double>(w.batch_size) * t.mean_ids_per_sample;
+      const double ever = t.vocab > 0 || t.zipf > 0
+                              ? expected_unique_rows(static_cast<int64_t>(std::min(run_ids, 9e18)), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
+                              : static_cast<double>(t.num_rows);
+      const double ever_gap = ever > 0 ? static_cast<double>(t.num_rows) / ever : 1.0;
+      b.sparse_base = std::max(0.0, b.sparse_base) +
+                      ever * (static_cast<double>(l.stride_bytes) + std::max(1.0, std::ceil(std::log2(ever_gap + 1.0) / 7.0)));
+    }
   }
   return b;
 }

@@ -92,6 +92,9 @@ struct Workload {
   // Incremental checkpoints of a one-process run (train.incremental_checkpoints): each table
   // marks its changed rows in a bitmap of one bit per row (host tier, category weights).
   bool track_changed_rows = false;
+  // The run's optimizer steps (0: unknown): with each table's vocabulary and skew, the rows the
+  // whole run touches (Prediction::run_rows_touched, disk_bytes_run, sparse_base_bytes).
+  int64_t run_steps = 0;
   int num_shards = 1;           // row-wise shards; per-device figures
   DType forward_payload = DType::kF32;   // shards > 1: rows on the wire
   DType backward_payload = DType::kF32;  // shards > 1: gradients on the wire
@@ -143,6 +146,16 @@ struct Prediction {
   // 1 MiB appends).
   size_t disk_bytes = 0;
   double store_requests_per_step = 0;
+  // Over the whole run (Workload::run_steps and the file-store tables' vocabulary and skew known;
+  // else -1 and disk_bytes): the expected distinct rows the file-store tables' steps touch (each
+  // written to the store once it is evicted), and their files' bytes then (a log: those records,
+  // with the stale copies its bound allows; in place: the blocks they fall in).
+  double run_rows_touched = -1;
+  size_t disk_bytes_run = 0;
+  // The largest sparse base of the run (train.incremental_checkpoints, docs/formats/checkpoint.md
+  // "Chains": the rows changed since the initial rows, with their row numbers), every table; -1
+  // when the run's steps or a table's ids are unknown.
+  double sparse_base_bytes = -1;
 };
 
 // Validates and predicts. Errors: InvalidArgument (empty tables, dims, batch, bad micro-batches,
@@ -163,6 +176,9 @@ Result<Prediction> predict_naive_baseline(const Workload& w);
 struct CheckpointBytes {
   uint64_t full = 0;
   double incremental = 0;  // expected, per checkpoint interval
+  // Expected, the largest sparse base of the run (the distinct rows of Workload::run_steps steps,
+  // at most every row); -1 when run_steps is 0.
+  double sparse_base = -1;
 };
 Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every);
 

@@ -84,6 +84,50 @@ TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
   EXPECT_EQ(predict_memory(w, Estimate::kExpected).value().host().peak_bytes, before + bits);
 }
 
+// A run of known steps over file-store tables: the rows it touches are those of its steps' ids
+// (expected_unique_rows of steps x ids), at most the table's; its files then hold them (a log:
+// within its bound for that many live rows, under the table's largest file), and its largest
+// sparse base is those rows (plus row numbers): more than one interval's increment, less than a
+// full checkpoint; unknown steps leave the worst case.
+TEST(PlannerTest, TheRunsTouchedRowsSizeItsFilesAndSparseBase) {
+  Workload w = seed_workload();
+  for (TableSpec& t : w.tables) {  // 1e8 rows, 4 ids a sample: a step touches a fraction of them
+    t.num_rows = 100000000;
+    t.dim = 64;
+    t.pooling = PoolingMode::kSum;
+    t.max_ids_per_sample = 4;
+    t.mean_ids_per_sample = 4;
+    t.zipf = 0.9;
+  }
+  w.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  w.cache_fraction = 0.01;
+  w.file_store = true;
+  w.file_store_layout = FileStoreLayout::kLog;
+  w.track_changed_rows = true;
+  const Prediction unknown = predict_memory(w, Estimate::kExpected).value();
+  EXPECT_LT(unknown.run_rows_touched, 0);
+  EXPECT_EQ(unknown.disk_bytes_run, unknown.disk_bytes);
+  EXPECT_LT(unknown.sparse_base_bytes, 0);
+  w.run_steps = 200;
+  const Prediction p = predict_memory(w, Estimate::kExpected).value();
+  ASSERT_GT(p.run_rows_touched, 0);
+  double touched = 0, ids_all = 0;
+  for (const TableSpec& t : w.tables) {
+    if (t.num_rows < w.cache_min_rows) continue;  // resident: no store
+    const double ids = 200.0 * static_cast<double>(w.batch_size) * t.mean_ids_per_sample;
+    ids_all += ids;
+    touched += expected_unique_rows(static_cast<int64_t>(ids), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows);
+  }
+  EXPECT_NEAR(p.run_rows_touched, touched, 1e-6 * touched);
+  EXPECT_LE(p.run_rows_touched, ids_all);
+  EXPECT_GT(p.disk_bytes_run, 0u);
+  EXPECT_LT(p.disk_bytes_run, p.disk_bytes);
+  const CheckpointBytes cb = checkpoint_bytes(w, 50).value();
+  EXPECT_NEAR(p.sparse_base_bytes, cb.sparse_base, 1e-6 * cb.sparse_base);
+  EXPECT_GT(cb.sparse_base, cb.incremental);
+  EXPECT_LT(cb.sparse_base, static_cast<double>(cb.full));
+}
+
 // With the disk's random-read rate (plan --disk-iops / --probe-disk), a file-store workload's
 // report gives the least time its store reads take per step: the predicted reads over the rate.
 TEST(PlannerTest, DiskReadRateGivesTheStepsLeastDiskTime) {

@@ -121,6 +121,11 @@ static std::string store_traffic_text(const char* which, const Workload& w, cons
                   which, both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
                   p.store_requests_per_step);
     std::string out = buf;
+    if (p.run_rows_touched >= 0) {
+      std::snprintf(buf, sizeof buf, "disk (%s) over the run: %.4g rows touched (each written once evicted), table files %s\n", which,
+                    p.run_rows_touched, both(p.disk_bytes_run).c_str());
+      out += buf;
+    }
     if (ctx.disk_read_iops > 0) {
       const double ms = disk_read_ms_per_step(p, ctx);
       std::snprintf(buf, sizeof buf,
@@ -237,7 +242,11 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   row("checkpoint_interval", "every " + std::to_string(ctx.checkpoint_every) + " steps", "atomic, checksummed (train.checkpoint_every)");
   if (auto cb = checkpoint_bytes(w, ctx.checkpoint_every); cb.ok()) {
     row("checkpoint_bytes", "full " + format_bytes(cb->full) + ", incremental ~" + format_bytes(static_cast<size_t>(cb->incremental)) +
-                                " per interval" + (ctx.incremental_checkpoints ? " (incremental on)" : ""),
+                                " per interval" +
+                                (ctx.incremental_checkpoints && cb->sparse_base >= 0
+                                     ? ", largest sparse base ~" + format_bytes(static_cast<size_t>(cb->sparse_base))
+                                     : "") +
+                                (ctx.incremental_checkpoints ? " (incremental on)" : ""),
         "train.incremental_checkpoints writes only the rows changed since the previous checkpoint");
   }
   return out;

@@ -36,6 +36,12 @@ Result<Workload> ctr_workload(const TrainConfig& c) {
   }
   w.num_threads = c.threads;
   w.track_changed_rows = c.incremental_checkpoints;
+  // The run's steps: train.steps, else the epochs over the generated rows (unknown for other data).
+  if (c.steps > 0) {
+    w.run_steps = c.steps;
+  } else if (c.generate && c.batch_size > 0) {
+    w.run_steps = (c.gen.train_rows + c.batch_size - 1) / c.batch_size * std::max<int64_t>(c.epochs, 1);
+  }
   w.forward_payload = c.forward_payload;
   w.backward_payload = c.backward_payload;
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is

@@ -67,9 +67,10 @@ Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manif
 
 // The disk space a run needs at least, against what the file systems of its store directory and
 // its output directory have free (statvfs f_bavail): the file stores' table files at their
-// planned size (every row written: plan's disk_bytes) less what the files already there hold,
-// and one full checkpoint (the tables' rows: the first checkpoint is full). One file system
-// holding both needs the sum. Errors: IoError "not enough disk space" naming each part
+// planned size (plan's disk_bytes_run: the rows the run is expected to touch, when its steps and
+// ids are known; else every row written, disk_bytes) less what the files already there hold,
+// and one full checkpoint (the tables' rows; with incremental checkpoints the run's largest
+// sparse base, when known). One file system holding both needs the sum. Errors: IoError "not enough disk space" naming each part
 // (train.disk_check = false skips the check).
 Status check_disk_space(const plan::Prediction& p, int world, const std::string& store_dir, const std::string& out_dir) {
   namespace fs = std::filesystem;
@@ -85,12 +86,25 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
       struct stat st {};
       if (e.is_regular_file(ec) && ::stat(e.path().c_str(), &st) == 0) held += static_cast<uint64_t>(st.st_blocks) * 512;
     }
-    const uint64_t files = static_cast<uint64_t>(p.disk_bytes) * static_cast<uint64_t>(world);
-    needs.push_back({store_dir, "the file stores' table files (" + format_bytes(files) + " when every row is written, " +
-                                    format_bytes(held) + " already on disk)", files > held ? files - held : 0});
+    // The run's expected rows when the planner knows them (its steps, the ids' vocabulary and
+    // skew), else every row.
+    const bool run_known = p.run_rows_touched >= 0;
+    const uint64_t files = static_cast<uint64_t>(run_known ? p.disk_bytes_run : p.disk_bytes) * static_cast<uint64_t>(world);
+    char touched[64];
+    std::snprintf(touched, sizeof touched, "%.3g", p.run_rows_touched * world);
+    needs.push_back({store_dir,
+                     "the file stores' table files (" + format_bytes(files) +
+                         (run_known ? " for the " + std::string(touched) + " rows the run is expected to touch, " : " when every row is written, ") +
+                         format_bytes(held) + " already on disk)",
+                     files > held ? files - held : 0});
   }
-  needs.push_back({out_dir, "the first checkpoint (every row: " + format_bytes(p.table_bytes * static_cast<uint64_t>(world)) + ")",
-                   static_cast<uint64_t>(p.table_bytes) * static_cast<uint64_t>(world)});
+  if (p.sparse_base_bytes >= 0) {
+    const auto base = static_cast<uint64_t>(p.sparse_base_bytes) * static_cast<uint64_t>(world);
+    needs.push_back({out_dir, "the largest checkpoint (a sparse base of the rows the run is expected to change: " + format_bytes(base) + ")", base});
+  } else {
+    needs.push_back({out_dir, "the first checkpoint (every row: " + format_bytes(p.table_bytes * static_cast<uint64_t>(world)) + ")",
+                     static_cast<uint64_t>(p.table_bytes) * static_cast<uint64_t>(world)});
+  }
   std::map<dev_t, std::pair<uint64_t, std::vector<const Need*>>> by_fs;  // free bytes, needs
   for (const Need& n : needs) {
     struct statvfs vs {};
