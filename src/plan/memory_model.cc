@@ -443,6 +443,7 @@ struct OutputFloats {
   size_t micro = 0;  // of the largest micro-batch (n records)
 };
 
+// Pooled features give dim floats per record, sequence features dim per id.
 OutputFloats output_floats(const Workload& w, int64_t n, Estimate est) {
   OutputFloats of;
   for (size_t i = 0; i < w.tables.size(); ++i) {
