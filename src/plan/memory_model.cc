@@ -97,6 +97,7 @@ struct TableStep {
   int64_t rows = 0;    // rows on this device (after sharding)
   int64_t ids = 0;     // ids of the step
   int64_t unique = 0;  // distinct rows of the step
+  bool cached = false;  // a row cache in front of the rows (tiered::cache_applies)
   bool split = false;  // weights and state in different tiers: staged update
 };
 
@@ -333,84 +334,114 @@ void plan_cached_rows(const ResidencyPlan& p) {
   out.host_link_bytes_per_step += 2.0 * (1.0 - hit) * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
 }
 
-Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_table_gradient) {
-  LEANEMB_RETURN_IF_ERROR(validate(w));
-  Prediction out;
-  Replay r(w.placement);
-  const Placement& pl = w.placement;
+// ---- the step's shape -----------------------------------------------------------------------
+struct StepShape {
+  int64_t slice = 0;        // the records a shard computes per step (the largest share)
+  int64_t groups_here = 1;  // that shard's gradient groups
+  int64_t n = 0;            // records of the largest micro-batch (the text model: of a group)
+};
+
+// kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
+// slice), the largest share over the shards, in micro-batches of at most n records.
+StepShape step_shape(const Workload& w) {
   const int shards = w.num_shards;
   const int64_t B = w.batch_size;
   const int64_t k = w.micro_batches;
-  int64_t n = (B + k - 1) / k;  // records of the largest micro-batch
-  // kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
-  // slice), the largest share over the shards, in micro-batches of at most n records.
-  int64_t slice = B, groups_here = 1;
+  StepShape sh;
+  sh.n = (B + k - 1) / k;
+  sh.slice = B;
   if (w.kind == WorkloadKind::kText) {  // TextModel::train_step: nn::group_slice, groups of at most n
-    slice = 0;
+    sh.slice = 0;
     for (int r = 0; r < shards; ++r) {
       const nn::GroupSlice sl = nn::group_slice(B, w.grad_groups, r, shards);
-      slice = std::max(slice, sl.hi - sl.lo);
-      groups_here = std::max(groups_here, sl.g1 - sl.g0);
+      sh.slice = std::max(sh.slice, sl.hi - sl.lo);
+      sh.groups_here = std::max(sh.groups_here, sl.g1 - sl.g0);
     }
-    n = (B + w.grad_groups - 1) / w.grad_groups;
+    sh.n = (B + w.grad_groups - 1) / w.grad_groups;
   }
   if (w.kind == WorkloadKind::kCtr) {
-    slice = 0;
+    sh.slice = 0;
     for (int r = 0; r < shards; ++r) {
       const model::CtrSlice sl = model::ctr_slice(B, static_cast<int>(k), w.grad_groups, r, shards);
-      slice = std::max(slice, sl.hi - sl.lo);
-      groups_here = std::max(groups_here, sl.g1 - sl.g0);
-      n = sl.max_micro;
+      sh.slice = std::max(sh.slice, sl.hi - sl.lo);
+      sh.groups_here = std::max(sh.groups_here, sl.g1 - sl.g0);
+      sh.n = sl.max_micro;
     }
   }
+  return sh;
+}
 
-  // ---- tables: rows, step buffers, staging ------------------------------------------------------
+// ---- tables: rows, step buffers, staging ------------------------------------------------------
+// Table t's per-device figures for a step of `slice` records.
+Result<TableStep> table_step(const Workload& w, const TableSpec& t, int64_t slice, Estimate est) {
+  const int shards = w.num_shards;
+  const Placement& pl = w.placement;
+  TableStep s;
+  auto layout = make_row_layout(t.dim, w.row_dtype, w.row_optimizer);
+  if (!layout.ok()) return Status(layout.status().code(), "table '" + t.name + "': " + layout.status().message());
+  s.layout = layout.value();
+  s.rows = (t.num_rows + shards - 1) / shards;
+  s.ids = ids_per_step(t, slice, est);
+  const int64_t bound = std::min(s.ids, s.rows);
+  s.unique = est == Estimate::kExpected && t.expected_unique_rows >= 0
+                 ? std::min<int64_t>(bound, static_cast<int64_t>(std::llround(t.expected_unique_rows / shards)))
+                 : bound;
+  if (s.ids > 0 && s.unique < 1) s.unique = 1;
+  s.cached = tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
+  s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !s.cached;
+  return s;
+}
+
+// One table's allocations kept between steps (its rows as its residency holds them, the
+// changed-rows bitmap, a dynamic table's maps and id buffers, the dedup buffers) and its share
+// of the step's figures.
+void plan_table(const ResidencyPlan& p, bool dense_table_gradient) {
+  const Workload& w = p.w;
+  const TableSpec& t = p.t;
+  const TableStep& s = p.s;
+  Replay& r = p.r;
+  Prediction& out = p.out;
+  const int shards = w.num_shards;
+  const size_t nr = static_cast<size_t>(s.rows);
+  out.table_bytes += nr * s.layout.stride_bytes;
+  if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
+  // The table's residency (src/table/residency.h), as make_residency chooses it.
+  if (s.cached) plan_cached_rows(p);
+  else if (s.split) plan_split_rows(p);
+  else plan_resident_rows(p);
+  // The TrackedRows layer's bitmap (table/residency.h ChangedRows): one process only.
+  if (w.track_changed_rows && shards == 1) r.persist(Item{Tier::kHost, Category::kWeights, std::max<size_t>((nr + 63) / 64, 1) * 8});
+  if (t.dynamic.enabled) {
+    // The IdMaps of the partitions held here and the row keys (host, row_cache), the id
+    // buffers of forward and backward (kWorkspace).
+    const uint32_t held = static_cast<uint32_t>(std::max<int64_t>(1, t.dynamic.partitions / shards));
+    r.persist(Item{Tier::kHost, Category::kRowCache, dynamic_table_host_bytes(t.dynamic, s.rows, held)});
+    for (int b = 0; b < kDynamicIdBuffers; ++b)
+      r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(dynamic_id_buffer_bytes(s.ids))));
+  }
+  if (s.ids > 0) {
+    // The collection's dedup buffers (kWorkspace, kept between steps, with headroom).
+    const DedupBufferBytes d = dedup_buffer_bytes(s.ids, s.unique);
+    for (size_t b : {d.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
+      r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
+  }
+  out.ids_per_step += s.ids;
+  out.unique_per_step += s.unique;
+  out.device_bytes_moved_per_step += static_cast<double>(s.ids) * static_cast<double>(s.layout.weight_bytes) +
+                                     2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
+}
+
+// Every table's figures and allocations, then what they share: a checkpoint's bulk transfer and
+// the fused update's scratch.
+Result<std::vector<TableStep>> plan_tables(const Workload& w, const StepShape& sh, Estimate est, bool dense_table_gradient,
+                                           Replay& r, Prediction& out) {
   std::vector<TableStep> ts;
   int64_t max_dim = 0;
   size_t ckpt_bulk = 0;  // a checkpoint's largest file-store bulk call (save or restore), host io_buffers
   for (const TableSpec& t : w.tables) {
-    TableStep s;
-    auto layout = make_row_layout(t.dim, w.row_dtype, w.row_optimizer);
-    if (!layout.ok()) return Status(layout.status().code(), "table '" + t.name + "': " + layout.status().message());
-    s.layout = layout.value();
-    s.rows = (t.num_rows + shards - 1) / shards;
-    s.ids = ids_per_step(t, slice, est);
-    const int64_t bound = std::min(s.ids, s.rows);
-    s.unique = est == Estimate::kExpected && t.expected_unique_rows >= 0
-                   ? std::min<int64_t>(bound, static_cast<int64_t>(std::llround(t.expected_unique_rows / shards)))
-                   : bound;
-    if (s.ids > 0 && s.unique < 1) s.unique = 1;
-    const bool cached = tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
-    s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !cached;
+    LEANEMB_ASSIGN_OR_RETURN(const TableStep s, table_step(w, t, sh.slice, est));
     max_dim = std::max(max_dim, t.dim);
-    const size_t nr = static_cast<size_t>(s.rows);
-    out.table_bytes += nr * s.layout.stride_bytes;
-    if (dense_table_gradient) r.persist(r.item(Category::kGradients, nr * static_cast<size_t>(t.dim) * 4));
-    // The table's residency (src/table/residency.h), as make_residency chooses it.
-    ResidencyPlan rp{w, t, s, slice, r, out, ckpt_bulk};
-    if (cached) plan_cached_rows(rp);
-    else if (s.split) plan_split_rows(rp);
-    else plan_resident_rows(rp);
-    // The TrackedRows layer's bitmap (table/residency.h ChangedRows): one process only.
-    if (w.track_changed_rows && shards == 1) r.persist(Item{Tier::kHost, Category::kWeights, std::max<size_t>((nr + 63) / 64, 1) * 8});
-    if (t.dynamic.enabled) {
-      // The IdMaps of the partitions held here and the row keys (host, row_cache), the id
-      // buffers of forward and backward (kWorkspace).
-      const uint32_t held = static_cast<uint32_t>(std::max<int64_t>(1, t.dynamic.partitions / shards));
-      r.persist(Item{Tier::kHost, Category::kRowCache, dynamic_table_host_bytes(t.dynamic, s.rows, held)});
-      for (int b = 0; b < kDynamicIdBuffers; ++b)
-        r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(dynamic_id_buffer_bytes(s.ids))));
-    }
-    if (s.ids > 0) {
-      // The collection's dedup buffers (kWorkspace, kept between steps, with headroom).
-      const DedupBufferBytes d = dedup_buffer_bytes(s.ids, s.unique);
-      for (size_t b : {d.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
-        r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
-    }
-    out.ids_per_step += s.ids;
-    out.unique_per_step += s.unique;
-    out.device_bytes_moved_per_step += static_cast<double>(s.ids) * static_cast<double>(s.layout.weight_bytes) +
-                                       2.0 * static_cast<double>(s.unique) * static_cast<double>(s.layout.stride_bytes);
+    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk}, dense_table_gradient);
     ts.push_back(s);
   }
   // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
@@ -420,6 +451,11 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   const int threads = w.num_threads > 0 ? w.num_threads : omp_get_max_threads();
   r.persist(r.item(Category::kGradients, step_buffer_alloc_bytes(kernels::reduce_and_update_scratch_floats(max_dim, threads) * 4),
                    Category::kWorkspace));
+  return ts;
+}
+
+// The staged update's buffers of the split tables (alive in the "embedding update" phase).
+std::vector<Item> update_staging(const std::vector<TableStep>& ts, const Replay& r) {
   std::vector<Item> staging;
   for (const TableStep& s : ts) {
     if (!s.split || s.unique == 0) continue;
@@ -427,141 +463,180 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
     staging.push_back(r.item(Category::kWorkspace, sb.fat));
     staging.push_back(r.item(Category::kWorkspace, sb.slots));
   }
+  return staging;
+}
 
-  // ---- the embedding output a step hands to the model -----------------------------------------
-  size_t out_floats_batch = 0, out_floats_micro = 0;
+// ---- the embedding output a step hands to the model -----------------------------------------
+struct OutputFloats {
+  size_t batch = 0;  // of the whole batch
+  size_t micro = 0;  // of the largest micro-batch (n records)
+};
+
+// Pooled features give dim floats per record, sequence features dim per id.
+OutputFloats output_floats(const Workload& w, int64_t n, Estimate est) {
+  OutputFloats of;
   for (size_t i = 0; i < w.tables.size(); ++i) {
     const TableSpec& t = w.tables[i];
     const int64_t per = t.pooling == PoolingMode::kNone ? ids_per_step(t, 1, est) : 1;
-    out_floats_batch += static_cast<size_t>(B * per * t.dim);
-    out_floats_micro += static_cast<size_t>(n * per * t.dim);
+    of.batch += static_cast<size_t>(w.batch_size * per * t.dim);
+    of.micro += static_cast<size_t>(n * per * t.dim);
   }
-  if (shards > 1) {
-    // The sharded collection's message and routing buffers (dist/comm_sizes.h), on the rank
-    // that needs the most. A CTR run reserves them for its largest slice at the longest bags
-    // (CtrModel: DistributionOptions::max_call); other runs grow them to their calls, sized here
-    // from this estimate's ids.
-    LEANEMB_ASSIGN_OR_RETURN(const std::vector<size_t> comm, comm_allocations(w, slice, est));
-    for (size_t bytes : comm) r.persist(r.item(Category::kCommBuffers, bytes));
-    const double share = static_cast<double>(shards - 1) / shards;
-    out.comm_bytes_per_step = share * (static_cast<double>(out.ids_per_step) * 8 + 2.0 * static_cast<double>(out_floats_batch) * 4);
-  }
+  return of;
+}
 
+// ---- the shards' exchange ---------------------------------------------------------------------
+// With shards, the sharded collection's message and routing buffers (dist/comm_sizes.h), on the
+// rank that needs the most, and the step's bytes between shards. A CTR run reserves them for its
+// largest slice at the longest bags (CtrModel: DistributionOptions::max_call); other runs grow
+// them to their calls, sized here from this estimate's ids.
+Status plan_comm(const Workload& w, int64_t slice, Estimate est, size_t out_floats_batch, Replay& r, Prediction& out) {
+  const int shards = w.num_shards;
+  if (shards <= 1) return Status();
+  LEANEMB_ASSIGN_OR_RETURN(const std::vector<size_t> comm, comm_allocations(w, slice, est));
+  for (size_t bytes : comm) r.persist(r.item(Category::kCommBuffers, bytes));
+  const double share = static_cast<double>(shards - 1) / shards;
+  out.comm_bytes_per_step = share * (static_cast<double>(out.ids_per_step) * 8 + 2.0 * static_cast<double>(out_floats_batch) * 4);
+  return Status();
+}
+
+// ---- the dense parts: the text model, the CTR model (or none) ---------------------------------
+// The allocations of one Mlp call of `rows` records (Mlp::forward / backward).
+struct MlpItems {
+  std::vector<Item> saved;  // kept from the forward to the backward
+  std::vector<Item> fwd;    // the forward's own
+  std::vector<Item> bwd;    // the backward's own (recomputed activations included)
+};
+
+MlpItems mlp_items(const Replay& r, const nn::MlpOptions& o, int64_t rows, size_t pb) {
+  MlpItems m;
+  const nn::MlpCallSizes s = nn::mlp_call_sizes(o, rows);
+  m.saved.push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_input_numel) * pb));
+  if (s.saved_output_numel) m.saved.push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_output_numel) * pb));
+  for (int64_t h : s.hidden_numel) {
+    const Item it = r.item(Category::kActivations, static_cast<size_t>(h) * pb);
+    (o.checkpoint_activations ? m.bwd : m.saved).push_back(it);
+  }
+  for (int i = 0; i < s.forward_buffers; ++i) m.fwd.push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+  for (int i = 0; i < s.backward_buffers; ++i) m.bwd.push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
+  if (s.scratch_floats) {
+    m.fwd.push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+    m.bwd.push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
+  }
+  return m;
+}
+
+// The items of `parts`, one after another.
+std::vector<Item> concat(std::initializer_list<const std::vector<Item>*> parts) {
+  std::vector<Item> v;
+  for (const auto* p : parts) v.insert(v.end(), p->begin(), p->end());
+  return v;
+}
+
+// The text model (TextModel::train_step, predict): the head's parameters, gradients, state and
+// buffers, and a step's phases (and an evaluation's).
+void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<Item>& staging, Replay& r, Prediction& out) {
+  const int shards = w.num_shards;
+  const int64_t slice = sh.slice, n = sh.n;
+  const int64_t D = w.tables[0].dim, C = w.num_labels;
+  nn::MlpOptions head;
+  head.widths = {D};
+  if (w.text_hidden > 0) head.widths.push_back(w.text_hidden);
+  head.widths.push_back(C);
+  head.precision = w.precision;
+  const size_t params = nn::mlp_parameter_floats(head);
+  r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
+  r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
+  r.persist(r.item(Category::kOptimizerState,
+                   (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
+  // Gradient groups: a slot per group here plus their sum (nn/grad_groups.h), always made.
+  r.persist(r.item(Category::kGradients, static_cast<size_t>(sh.groups_here + 1) * params * 4, Category::kActivations));
+  // The pooled buffer, kept: the larger of a step's slice and an evaluation batch's.
+  int64_t eval_slice = 0, eval_group = 0;
+  if (w.eval_batch_size > 0) {
+    for (int rk = 0; rk < shards; ++rk) {
+      const nn::GroupSlice es = nn::group_slice(w.eval_batch_size, w.grad_groups, rk, shards);
+      eval_slice = std::max(eval_slice, es.hi - es.lo);
+    }
+    eval_group = (w.eval_batch_size + w.grad_groups - 1) / w.grad_groups;
+  }
+  r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * 4));
+  r.persist(r.item(Category::kActivations, static_cast<size_t>(n * C) * 4));  // logits of a group
+  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * C) * 4));    // their gradient
+  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * 4));  // the pooled gradient
   const size_t pb = amp::precision_bytes(w.precision);
-  auto mlp_items = [&](const nn::MlpOptions& o, int64_t rows, std::vector<Item>* saved, std::vector<Item>* fwd, std::vector<Item>* bwd) {
-    const nn::MlpCallSizes s = nn::mlp_call_sizes(o, rows);
-    saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_input_numel) * pb));
-    if (s.saved_output_numel) saved->push_back(r.item(Category::kActivations, static_cast<size_t>(s.saved_output_numel) * pb));
-    for (int64_t h : s.hidden_numel) {
-      const Item it = r.item(Category::kActivations, static_cast<size_t>(h) * pb);
-      (o.checkpoint_activations ? bwd : saved)->push_back(it);
-    }
-    for (int i = 0; i < s.forward_buffers; ++i) fwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
-    for (int i = 0; i < s.backward_buffers; ++i) bwd->push_back(r.item(Category::kWorkspace, s.pingpong_floats * 4));
-    if (s.scratch_floats) {
-      fwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
-      bwd->push_back(r.item(Category::kWorkspace, s.scratch_floats * 4));
-    }
-  };
-  auto cat = [](std::initializer_list<const std::vector<Item>*> parts) {
-    std::vector<Item> v;
-    for (const auto* p : parts) v.insert(v.end(), p->begin(), p->end());
-    return v;
-  };
-
-  if (w.kind == WorkloadKind::kText) {
-    // ---- the text model (TextModel::train_step, predict) ----------------------------------------
-    const int64_t D = w.tables[0].dim, C = w.num_labels;
-    nn::MlpOptions head;
-    head.widths = {D};
-    if (w.text_hidden > 0) head.widths.push_back(w.text_hidden);
-    head.widths.push_back(C);
-    head.precision = w.precision;
-    const size_t params = nn::mlp_parameter_floats(head);
-    r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
-    r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
-    r.persist(r.item(Category::kOptimizerState,
-                     (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
-    // Gradient groups: a slot per group here plus their sum (nn/grad_groups.h), always made.
-    r.persist(r.item(Category::kGradients, static_cast<size_t>(groups_here + 1) * params * 4, Category::kActivations));
-    // The pooled buffer, kept: the larger of a step's slice and an evaluation batch's.
-    int64_t eval_slice = 0, eval_group = 0;
-    if (w.eval_batch_size > 0) {
-      for (int rk = 0; rk < shards; ++rk) {
-        const nn::GroupSlice es = nn::group_slice(w.eval_batch_size, w.grad_groups, rk, shards);
-        eval_slice = std::max(eval_slice, es.hi - es.lo);
-      }
-      eval_group = (w.eval_batch_size + w.grad_groups - 1) / w.grad_groups;
-    }
-    r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * 4));
-    r.persist(r.item(Category::kActivations, static_cast<size_t>(n * C) * 4));  // logits of a group
-    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * C) * 4));    // their gradient
-    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * 4));  // the pooled gradient
-    std::vector<Item> saved, fwd, bwd, esaved, efwd, ebwd;
-    mlp_items(head, n, &saved, &fwd, &bwd);
-    r.phase("embedding forward", {});
-    r.phase("head forward", cat({&saved, &fwd}));
-    r.phase("head backward", cat({&saved, &bwd}));
-    r.phase("embedding update", staging);
-    if (eval_group > 0) {
-      nn::MlpOptions eh = head;
-      mlp_items(eh, eval_group, &esaved, &efwd, &ebwd);
-      r.phase("evaluation", efwd);  // eval mode keeps nothing for a backward
-    }
-    out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * 4 + static_cast<double>(params) * 4 * 4;
-    r.finish(&out);
-    return out;
+  const MlpItems h = mlp_items(r, head, n, pb);
+  r.phase("embedding forward", {});
+  r.phase("head forward", concat({&h.saved, &h.fwd}));
+  r.phase("head backward", concat({&h.saved, &h.bwd}));
+  r.phase("embedding update", staging);
+  if (eval_group > 0) {
+    const MlpItems e = mlp_items(r, head, eval_group, pb);
+    r.phase("evaluation", e.fwd);  // eval mode keeps nothing for a backward
   }
+  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * 4 + static_cast<double>(params) * 4 * 4;
+}
 
-  if (w.kind == WorkloadKind::kEmbeddingOnly) {
-    // Output of a micro-batch (kActivations, fp32 as the collection writes it) and the
-    // gradient of the whole batch's output (kGradients): one update per step.
-    const Item act = r.item(Category::kActivations, out_floats_micro * 4);
-    const Item grad = r.item(Category::kGradients, out_floats_batch * 4);
-    r.phase("embedding forward + backward of a micro-batch", {act, grad});
-    std::vector<Item> upd = staging;
-    upd.push_back(grad);
-    r.phase("embedding update", upd);
-    out.device_bytes_moved_per_step += 3.0 * static_cast<double>(out_floats_batch) * 4;
-    r.finish(&out);
-    return out;
-  }
+// No dense part: the output of a micro-batch (kActivations, fp32 as the collection writes it)
+// and the gradient of the whole batch's output (kGradients): one update per step.
+void plan_embedding_only(const OutputFloats& of, const std::vector<Item>& staging, Replay& r, Prediction& out) {
+  const Item act = r.item(Category::kActivations, of.micro * 4);
+  const Item grad = r.item(Category::kGradients, of.batch * 4);
+  r.phase("embedding forward + backward of a micro-batch", {act, grad});
+  std::vector<Item> upd = staging;
+  upd.push_back(grad);
+  r.phase("embedding update", upd);
+  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(of.batch) * 4;
+}
 
-  // ---- the CTR model (CtrModel::train_step) ------------------------------------------------------
-  const int64_t F = static_cast<int64_t>(w.tables.size()), D = w.tables[0].dim;
+// The CTR model's layers: the interaction and the bottom and top MLPs.
+struct CtrLayers {
   nn::InteractionOptions io;
-  io.kind = w.interaction;
-  io.num_features = F;
-  io.embedding_dim = D;
-  io.dense_dim = w.bottom_mlp.back();
-  io.precision = w.precision;
-  if (io.kind == nn::InteractionKind::kDot && io.dense_dim != D)
-    return invalid_argument("memory model: interaction dot needs the bottom MLP to end in the embedding dim");
-  const int64_t idim = nn::interaction_output_dim(io);
-  model::CtrModelOptions mo;
-  mo.num_sparse = static_cast<int>(F);
-  mo.embedding_dim = D;
-  mo.bottom_hidden = w.bottom_mlp;
-  const model::CtrBufferFloats cb = model::ctr_buffer_floats(mo, idim, slice, n);
+  int64_t idim = 0;  // the interaction's output width
   nn::MlpOptions bottom, top;
-  bottom.widths = {w.num_dense};
-  bottom.widths.insert(bottom.widths.end(), w.bottom_mlp.begin(), w.bottom_mlp.end());
-  bottom.relu_after_last = true;
-  top.widths = {idim};
-  top.widths.insert(top.widths.end(), w.top_mlp.begin(), w.top_mlp.end());
-  top.widths.push_back(1);
-  for (nn::MlpOptions* m : {&bottom, &top}) {
+};
+
+Result<CtrLayers> ctr_layers(const Workload& w) {
+  const int64_t F = static_cast<int64_t>(w.tables.size()), D = w.tables[0].dim;
+  CtrLayers l;
+  l.io.kind = w.interaction;
+  l.io.num_features = F;
+  l.io.embedding_dim = D;
+  l.io.dense_dim = w.bottom_mlp.back();
+  l.io.precision = w.precision;
+  if (l.io.kind == nn::InteractionKind::kDot && l.io.dense_dim != D)
+    return invalid_argument("memory model: interaction dot needs the bottom MLP to end in the embedding dim");
+  l.idim = nn::interaction_output_dim(l.io);
+  l.bottom.widths = {w.num_dense};
+  l.bottom.widths.insert(l.bottom.widths.end(), w.bottom_mlp.begin(), w.bottom_mlp.end());
+  l.bottom.relu_after_last = true;
+  l.top.widths = {l.idim};
+  l.top.widths.insert(l.top.widths.end(), w.top_mlp.begin(), w.top_mlp.end());
+  l.top.widths.push_back(1);
+  for (nn::MlpOptions* m : {&l.bottom, &l.top}) {
     m->checkpoint_activations = w.checkpoint_activations;
     m->precision = w.precision;
   }
+  return l;
+}
+
+// The CTR model (CtrModel::train_step): the MLPs' parameters, gradients and state, CtrModel's
+// buffers, and a step's phases.
+Status plan_ctr_model(const Workload& w, const StepShape& sh, const std::vector<Item>& staging, Replay& r, Prediction& out) {
+  const int64_t k = w.micro_batches, n = sh.n;
+  LEANEMB_ASSIGN_OR_RETURN(const CtrLayers l, ctr_layers(w));
+  model::CtrModelOptions mo;
+  mo.num_sparse = static_cast<int>(w.tables.size());
+  mo.embedding_dim = w.tables[0].dim;
+  mo.bottom_hidden = w.bottom_mlp;
+  const model::CtrBufferFloats cb = model::ctr_buffer_floats(mo, l.idim, sh.slice, n);
   // Dense layers live where compute runs (the tier of kActivations); their optimizer's state
   // where kOptimizerState is placed.
-  const size_t params = nn::mlp_parameter_floats(bottom) + nn::mlp_parameter_floats(top);
+  const size_t params = nn::mlp_parameter_floats(l.bottom) + nn::mlp_parameter_floats(l.top);
   r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
   r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
   // Gradient groups (or shards): a slot per group here plus their sum (nn/grad_groups.h).
-  if (w.grad_groups > 1 || shards > 1)
-    r.persist(r.item(Category::kGradients, static_cast<size_t>(groups_here + 1) * params * 4, Category::kActivations));
+  if (w.grad_groups > 1 || w.num_shards > 1)
+    r.persist(r.item(Category::kGradients, static_cast<size_t>(sh.groups_here + 1) * params * 4, Category::kActivations));
   r.persist(r.item(Category::kOptimizerState,
                    (static_cast<size_t>(nn::dense_state_arrays(w.dense_optimizer)) * params + nn::kStepLimbFloats) * 4));
   // CtrModel's buffers, kept between steps.
@@ -571,30 +646,44 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
                       {Category::kWorkspace, cb.dinter}, {Category::kWorkspace, cb.dz}})
     r.persist(r.item(c, f * 4));
 
-  std::vector<Item> b_saved, b_fwd, b_bwd, t_saved, t_fwd, t_bwd;
-  mlp_items(bottom, n, &b_saved, &b_fwd, &b_bwd);
-  mlp_items(top, n, &t_saved, &t_fwd, &t_bwd);
-  const Item i_fwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, false) * 4);
-  const Item i_bwd = r.item(Category::kWorkspace, nn::interaction_scratch_floats(io, n, true) * 4);
-  const std::vector<Item> i_fwd_v{i_fwd}, i_bwd_v{i_bwd};
+  const size_t pb = amp::precision_bytes(w.precision);
+  const MlpItems b = mlp_items(r, l.bottom, n, pb), t = mlp_items(r, l.top, n, pb);
+  const std::vector<Item> i_fwd{r.item(Category::kWorkspace, nn::interaction_scratch_floats(l.io, n, false) * 4)};
+  const std::vector<Item> i_bwd{r.item(Category::kWorkspace, nn::interaction_scratch_floats(l.io, n, true) * 4)};
   r.phase("embedding forward", {});
-  r.phase("bottom MLP forward", cat({&b_saved, &b_fwd}));
-  r.phase("interaction forward", cat({&b_saved, &i_fwd_v}));
-  r.phase("top MLP forward", cat({&b_saved, &t_saved, &t_fwd}));
-  r.phase("top MLP backward", cat({&b_saved, &t_saved, &t_bwd}));
-  r.phase("interaction backward", cat({&b_saved, &i_bwd_v}));
-  r.phase("bottom MLP backward", cat({&b_saved, &b_bwd}));
+  r.phase("bottom MLP forward", concat({&b.saved, &b.fwd}));
+  r.phase("interaction forward", concat({&b.saved, &i_fwd}));
+  r.phase("top MLP forward", concat({&b.saved, &t.saved, &t.fwd}));
+  r.phase("top MLP backward", concat({&b.saved, &t.saved, &t.bwd}));
+  r.phase("interaction backward", concat({&b.saved, &i_bwd}));
+  r.phase("bottom MLP backward", concat({&b.saved, &b.bwd}));
   r.phase("embedding update", staging);
   // Activations written and read back, the pooled gradient written, reduced and read.
   size_t act = 0;
-  for (const Item& i : cat({&b_saved, &t_saved})) act += i.bytes;
+  for (const Item& i : concat({&b.saved, &t.saved})) act += i.bytes;
   out.device_bytes_moved_per_step += 2.0 * static_cast<double>(act) * static_cast<double>(k) +
                                      3.0 * static_cast<double>(cb.pooled + cb.grad_pooled) * 4 +
                                      static_cast<double>(params) * 4 * 4 * static_cast<double>(k);
   if (w.checkpoint_activations) {
-    for (const Item& i : b_bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
-    for (const Item& i : t_bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
+    for (const Item& i : b.bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
+    for (const Item& i : t.bwd) if (i.category == Category::kActivations) out.device_bytes_moved_per_step += 2.0 * i.bytes * k;
   }
+  return Status();
+}
+
+// One step's replay: the step's shape, the tables, the shards' exchange, the dense part.
+Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_table_gradient) {
+  LEANEMB_RETURN_IF_ERROR(validate(w));
+  Prediction out;
+  Replay r(w.placement);
+  const StepShape sh = step_shape(w);
+  LEANEMB_ASSIGN_OR_RETURN(const std::vector<TableStep> ts, plan_tables(w, sh, est, dense_table_gradient, r, out));
+  const std::vector<Item> staging = update_staging(ts, r);
+  const OutputFloats of = output_floats(w, sh.n, est);
+  LEANEMB_RETURN_IF_ERROR(plan_comm(w, sh.slice, est, of.batch, r, out));
+  if (w.kind == WorkloadKind::kText) plan_text_model(w, sh, staging, r, out);
+  else if (w.kind == WorkloadKind::kEmbeddingOnly) plan_embedding_only(of, staging, r, out);
+  else LEANEMB_RETURN_IF_ERROR(plan_ctr_model(w, sh, staging, r, out));
   r.finish(&out);
   return out;
 }

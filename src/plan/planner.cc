@@ -100,8 +100,10 @@ bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOpti
   }
 }
 
-Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options) {
-  // An option allowed by name widens the search as its own flag does.
+namespace {
+
+// `options` with each option allowed by name widening the search as its own flag does.
+PlannerOptions widened(const PlannerOptions& options) {
   PlannerOptions o = options;
   for (LeanOption a : options.allow_unproven) {
     if (a == LeanOption::kRowwiseOptimizer) o.allow_rowwise = true;
@@ -109,51 +111,134 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
     if (a == LeanOption::kInt8State) o.allow_8bit_state = true;
     if (a == LeanOption::kRowCache) o.allow_cache = true;
   }
+  return o;
+}
+
+// The values the search tries for each setting.
+struct SearchSpace {
+  std::vector<DType> dtypes;
+  std::vector<OptimizerKind> opts;
+  std::vector<DType> states;
+  std::vector<double> caches;
+  std::vector<int> shard_counts;
+  std::vector<int> micros;
+  std::vector<DType> precisions;
+  std::vector<bool> ckpts;
+};
+
+SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
+  SearchSpace sp;
+  sp.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  sp.opts = {base.row_optimizer.kind};
+  if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
+    sp.opts.push_back(rowwise_variant(base.row_optimizer.kind));
+  // SM3 replaces Adagrad only; whether the evidence (or the user) allows it is checked per candidate.
+  if (base.row_optimizer.kind == OptimizerKind::kAdagrad) sp.opts.push_back(OptimizerKind::kSm3);
+  sp.states = {DType::kF32};
+  if (o.allow_bf16_state) sp.states.push_back(DType::kBF16);
+  if (o.allow_8bit_state) sp.states.push_back(DType::kInt8Blockwise);
+  sp.caches = {1.0};
+  if (o.allow_cache) sp.caches.insert(sp.caches.end(), {0.5, 0.2, 0.05, 0.01});
+  for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) sp.shard_counts.push_back(s);
+  for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
+    if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) sp.micros.push_back(k);  // text: no micro-batches
+  sp.precisions = {base.precision};
+  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == DType::kF32)
+    sp.precisions.push_back(DType::kBF16);
+  sp.ckpts = base.kind == WorkloadKind::kCtr ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  return sp;
+}
+
+// What the search has found so far.
+struct Search {
+  bool have = false, have_small = false;  // a fitting candidate; a candidate within the host budget
+  double best_cost = 0;
+  int best_changes = 0, best_unproven = 0;
+  std::array<bool, kNumLeanOptions> excluded{};  // unproven options that ruled candidates out
+  Candidate smallest;                            // the one needing the least device memory
+  size_t smallest_need = std::numeric_limits<size_t>::max();
+};
+
+// Predicts and prices candidate `c` (its workload set), keeping it as the chosen one when it
+// fits and is better, and as the smallest when it needs the least device memory.
+void consider(const Workload& base, const PlannerOptions& o, Candidate c, PlanResult* res, Search* s) {
+  const Workload& w = c.workload;
+  auto p = predict_memory(w, Estimate::kWorstCase);
+  if (!p.ok()) return;  // e.g. a state dtype the optimizer lacks
+  c.prediction = std::move(p).value();
+  // Accuracy evidence: options not proven for the task need the user's consent.
+  int unproven = 0;
+  bool allowed = true;
+  for (LeanOption lo : lean_options_chosen(base, w)) {
+    if (proven_for(lean_option_info(lo, parity_of(o)), base.kind)) continue;
+    ++unproven;
+    if (!lean_option_allowed(lo, base, o)) {
+      s->excluded[static_cast<size_t>(lo)] = true;
+      allowed = false;
+    }
+  }
+  if (!allowed) return;
+  price(o.preset, &c);
+  ++res->num_candidates;
+  const size_t dev = c.prediction.device().budget_bytes;
+  const bool host_ok = o.host_budget_bytes == 0 || c.prediction.host().peak_bytes <= o.host_budget_bytes;
+  if (host_ok && (!s->have_small || dev < s->smallest_need)) {
+    s->smallest_need = dev;
+    s->smallest = c;
+    s->have_small = true;
+  }
+  if (!host_ok || dev > res->usable_device_bytes) return;
+  ++res->num_fitting;
+  const int ch = changes(base, w);
+  // Fewer unproven options first, then the cost, then the smaller change.
+  const bool better = !s->have || unproven < s->best_unproven ||
+                      (unproven == s->best_unproven &&
+                       (c.step_seconds < s->best_cost * (1 - 1e-9) ||
+                        (c.step_seconds <= s->best_cost * (1 + 1e-9) && ch < s->best_changes)));
+  if (better) {
+    res->chosen = c;
+    s->best_cost = c.step_seconds;
+    s->best_changes = ch;
+    s->best_unproven = unproven;
+    s->have = true;
+  }
+}
+
+// The result from the search: the chosen candidate (the smallest when none fits) and the
+// unproven options chosen and excluded.
+void finish_plan(const Workload& base, const PlannerOptions& o, const Search& s, PlanResult* res) {
+  res->fits = s.have;
+  if (s.have_small) res->smallest_device_bytes = s.smallest_need + o.preset.runtime_reserved_bytes;
+  if (!s.have && s.have_small) res->chosen = s.smallest;
+  if (s.have || s.have_small)
+    for (LeanOption lo : lean_options_chosen(base, res->chosen.workload))
+      if (!proven_for(lean_option_info(lo, parity_of(o)), base.kind)) res->unproven_chosen.push_back(lo);
+  for (int i = 0; i < kNumLeanOptions; ++i)
+    if (s.excluded[static_cast<size_t>(i)]) res->unproven_excluded.push_back(static_cast<LeanOption>(i));
+}
+
+}  // namespace
+
+Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options) {
+  const PlannerOptions o = widened(options);
   PlanResult res;
   LEANEMB_ASSIGN_OR_RETURN(res.naive, predict_naive_baseline(base));
   LEANEMB_ASSIGN_OR_RETURN(Prediction check, predict_memory(base, Estimate::kWorstCase));
   (void)check;  // the user's own settings must be valid
   const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
   res.usable_device_bytes = budget > o.preset.runtime_reserved_bytes ? budget - o.preset.runtime_reserved_bytes : 0;
-
-  std::vector<DType> dtypes = {DType::kF32, DType::kBF16, DType::kF16};
-  std::vector<OptimizerKind> opts = {base.row_optimizer.kind};
-  if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
-    opts.push_back(rowwise_variant(base.row_optimizer.kind));
-  // SM3 replaces Adagrad only; whether the evidence (or the user) allows it is checked per candidate.
-  if (base.row_optimizer.kind == OptimizerKind::kAdagrad) opts.push_back(OptimizerKind::kSm3);
-  std::vector<DType> states = {DType::kF32};
-  if (o.allow_bf16_state) states.push_back(DType::kBF16);
-  if (o.allow_8bit_state) states.push_back(DType::kInt8Blockwise);
-  std::vector<double> caches = {1.0};
-  if (o.allow_cache) caches.insert(caches.end(), {0.5, 0.2, 0.05, 0.01});
-  std::vector<int> shard_counts;
-  for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) shard_counts.push_back(s);
-  std::vector<int> micros;
-  for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
-    if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) micros.push_back(k);  // text: no micro-batches
-  std::vector<DType> precisions = {base.precision};
-  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == DType::kF32)
-    precisions.push_back(DType::kBF16);
-  const std::vector<bool> ckpts = base.kind == WorkloadKind::kCtr ? std::vector<bool>{false, true} : std::vector<bool>{false};
-
-  bool have = false, have_small = false;
-  double best_cost = 0;
-  int best_changes = 0, best_unproven = 0;
-  const std::span<const LeanOptionInfo> parity = parity_of(o);
-  std::array<bool, kNumLeanOptions> excluded{};
-  Candidate smallest;
-  size_t smallest_need = std::numeric_limits<size_t>::max();
-  for (DType dt : dtypes)
-    for (OptimizerKind ok : opts)
-      for (DType sd : states)
+  const SearchSpace sp = search_space(base, o);
+  Search s;
+  for (DType dt : sp.dtypes)
+    for (OptimizerKind ok : sp.opts)
+      for (DType sd : sp.states)
         for (int wt = 0; wt < 2; ++wt)
           for (int st = 0; st < 2; ++st)
-            for (double cf : caches)
-              for (int sh : shard_counts)
-                for (int k : micros)
-                  for (DType pr : precisions)
-                    for (bool ck : ckpts) {
+            for (double cf : sp.caches)
+              for (int sh : sp.shard_counts)
+                for (int k : sp.micros)
+                  for (DType pr : sp.precisions)
+                    for (bool ck : sp.ckpts) {
                       if (cf < 1.0 && wt == 0) continue;  // a cache sits in front of host rows
                       if (!o.allow_host && (wt || st)) continue;
                       Candidate c;
@@ -169,54 +254,9 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options
                       w.micro_batches = k;
                       w.precision = pr;
                       w.checkpoint_activations = ck;
-                      auto p = predict_memory(w, Estimate::kWorstCase);
-                      if (!p.ok()) continue;  // e.g. a state dtype the optimizer lacks
-                      c.prediction = std::move(p).value();
-                      // Accuracy evidence: options not proven for the task need the user's consent.
-                      int unproven = 0;
-                      bool allowed = true;
-                      for (LeanOption lo : lean_options_chosen(base, w)) {
-                        if (proven_for(lean_option_info(lo, parity), base.kind)) continue;
-                        ++unproven;
-                        if (!lean_option_allowed(lo, base, o)) {
-                          excluded[static_cast<size_t>(lo)] = true;
-                          allowed = false;
-                        }
-                      }
-                      if (!allowed) continue;
-                      price(o.preset, &c);
-                      ++res.num_candidates;
-                      const size_t dev = c.prediction.device().budget_bytes;
-                      const bool host_ok = o.host_budget_bytes == 0 || c.prediction.host().peak_bytes <= o.host_budget_bytes;
-                      if (host_ok && (!have_small || dev < smallest_need)) {
-                        smallest_need = dev;
-                        smallest = c;
-                        have_small = true;
-                      }
-                      if (!host_ok || dev > res.usable_device_bytes) continue;
-                      ++res.num_fitting;
-                      const int ch = changes(base, w);
-                      // Fewer unproven options first, then the cost, then the smaller change.
-                      const bool better = !have || unproven < best_unproven ||
-                                          (unproven == best_unproven &&
-                                           (c.step_seconds < best_cost * (1 - 1e-9) ||
-                                            (c.step_seconds <= best_cost * (1 + 1e-9) && ch < best_changes)));
-                      if (better) {
-                        res.chosen = c;
-                        best_cost = c.step_seconds;
-                        best_changes = ch;
-                        best_unproven = unproven;
-                        have = true;
-                      }
+                      consider(base, o, std::move(c), &res, &s);
                     }
-  res.fits = have;
-  if (have_small) res.smallest_device_bytes = smallest_need + o.preset.runtime_reserved_bytes;
-  if (!have && have_small) res.chosen = smallest;
-  if (have || have_small)
-    for (LeanOption lo : lean_options_chosen(base, res.chosen.workload))
-      if (!proven_for(lean_option_info(lo, parity), base.kind)) res.unproven_chosen.push_back(lo);
-  for (int i = 0; i < kNumLeanOptions; ++i)
-    if (excluded[static_cast<size_t>(i)]) res.unproven_excluded.push_back(static_cast<LeanOption>(i));
+  finish_plan(base, o, s, &res);
   return res;
 }
 

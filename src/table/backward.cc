@@ -96,7 +96,6 @@ int bit_width(uint64_t x) {
 Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                                         std::span<const std::span<const float>> grad_seq, float multiplier,
                                         TableDedup* out) {
-  const int64_t dim = tables[t].layout.dim;
   int64_t n = 0;
   for (size_t f = 0; f < options.features.size(); ++f)
     if (options.features[f].table == t) n += static_cast<int64_t>(batch.features[f].ids.size());
@@ -104,7 +103,7 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   if (n == 0) return Status();
   // The runs buffer first serves as the radix sort's scratch, then holds run starts [U + 1]
   // (U <= n), hence n + 1 entries.
-  DedupBufferBytes sz = dedup_buffer_bytes(n, n);  // rows: resized below, once U is known
+  const DedupBufferBytes sz = dedup_buffer_bytes(n, n);  // rows: sized in dedup_runs, once U is known
   LEANEMB_ASSIGN_OR_RETURN(uint64_t* keys, step_buffer<uint64_t>(buffers, alloc, t, kKeys, sz.keys));
   LEANEMB_ASSIGN_OR_RETURN(void* runs_p, step_buffer<void>(buffers, alloc, t, kRuns, sz.runs));
   LEANEMB_ASSIGN_OR_RETURN(const float** src, step_buffer<const float*>(buffers, alloc, t, kSrcPtr, sz.src_ptr));
@@ -114,8 +113,18 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   // the packed sort key row << 32 | contribution unless a resident table has 2^32 rows or more.
   const int row_bits = bit_width(static_cast<uint64_t>(view(t).num_rows - 1));
   const bool wide = row_bits > 32 || n >= (int64_t{1} << 32);
-  // Contributions in feature, bag, position order: that order is the summation order. Feature
-  // f's position i is contribution base + i (its offsets start at 0), so bags fill in parallel.
+  const float max_scale = dedup_contributions(t, batch, grad_pooled, grad_seq, wide, keys, src, scale);
+  if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
+  backend->sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits, exec());
+  return dedup_runs(t, n, keys, static_cast<int64_t*>(runs_p), src, scale, multiplier, max_scale, out);
+}
+
+// Contributions in feature, bag, position order: that order is the summation order. Feature
+// f's position i is contribution base + i (its offsets start at 0), so bags fill in parallel.
+float EmbeddingCollection::Impl::dedup_contributions(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
+                                                     std::span<const std::span<const float>> grad_seq, bool wide,
+                                                     uint64_t* keys, const float** src, float* scale) {
+  const int64_t dim = tables[t].layout.dim;
   int64_t base = 0;
   size_t seq_index = 0;
   std::atomic<uint32_t> max_scale_bits{0};  // of a non-negative float: ordered as the float
@@ -153,17 +162,19 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     base += static_cast<int64_t>(in.ids.size());
   }
   float max_scale;
-  {
-    const uint32_t mb = max_scale_bits.load();
-    std::memcpy(&max_scale, &mb, 4);
-  }
-  if (wide) return dedup_wide(t, n, keys, src, scale, multiplier, max_scale, out);
-  backend->sort_row_src(keys, static_cast<uint64_t*>(runs_p), n, row_bits, exec());
-  // Runs of equal rows, found in parallel over contiguous parts of the sorted keys: each part
-  // counts the runs that start in it, then (after a prefix over the parts and the rows buffer's
-  // allocation) writes their rows and starts, and gathers its contributions' pointers and
-  // scales into sorted order, so the reduce reads them sequentially. A part's last run may end
-  // in a later part: its length is found by reading on.
+  const uint32_t mb = max_scale_bits.load();
+  std::memcpy(&max_scale, &mb, 4);
+  return max_scale;
+}
+
+// Runs of equal rows, found in parallel over contiguous parts of the sorted keys: each part
+// counts the runs that start in it, then (after a prefix over the parts and the rows buffer's
+// allocation) writes their rows and starts, and gathers its contributions' pointers and
+// scales into sorted order, so the reduce reads them sequentially. A part's last run may end
+// in a later part: its length is found by reading on. The run starts overwrite the sort's
+// scratch (`runs`), which nothing reads any more.
+Status EmbeddingCollection::Impl::dedup_runs(int t, int64_t n, const uint64_t* keys, int64_t* runs, const float** src,
+                                             const float* scale, float multiplier, float max_scale, TableDedup* out) {
   RunParts rp = run_parts(n, num_threads);
   auto row_of = [keys](int64_t i) { return keys[i] >> 32; };
   auto starts_run = [&](int64_t i) { return i == 0 || row_of(i) != row_of(i - 1); };
@@ -174,12 +185,10 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
   }, num_threads);
   for (int p = 0; p < rp.parts; ++p) rp.first_run[p + 1] += rp.first_run[p];
   const int64_t num_unique = rp.first_run[rp.parts];
-  sz = dedup_buffer_bytes(n, num_unique);
+  const DedupBufferBytes sz = dedup_buffer_bytes(n, num_unique);
   LEANEMB_ASSIGN_OR_RETURN(int64_t* rows, step_buffer<int64_t>(buffers, alloc, t, kRows, sz.rows));
   LEANEMB_ASSIGN_OR_RETURN(const float** sorted_ptr, step_buffer<const float*>(buffers, alloc, t, kSortedPtr, sz.sorted_ptr));
   LEANEMB_ASSIGN_OR_RETURN(float* sorted_scale, step_buffer<float>(buffers, alloc, t, kSortedScale, sz.sorted_scale));
-  // The run starts overwrite the sort's scratch (runs_p), which nothing reads any more.
-  int64_t* runs = static_cast<int64_t*>(runs_p);
   std::atomic<int64_t> max_run{0};
   for_each_part(rp, [&](int p, int64_t b, int64_t e) {
     int64_t u = rp.first_run[p], longest = 0, open = -1;  // open: the start of the run being read
@@ -209,7 +218,8 @@ Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::sp
     }
   }, num_threads);
   runs[num_unique] = n;
-  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, dim, multiplier}, rows, num_unique, n, max_scale, max_run.load()};
+  *out = TableDedup{kernels::SegmentSource{runs, sorted_ptr, sorted_scale, tables[t].layout.dim, multiplier}, rows, num_unique, n,
+                    max_scale, max_run.load()};
   return Status();
 }
 

@@ -241,6 +241,14 @@ struct EmbeddingCollection::Impl {
   // Builds table t's sorted contributions for `batch` (buffers in StepBuffers slots of t).
   Status dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                std::span<const std::span<const float>> grad_seq, float multiplier, TableDedup* out);
+  // dedup's contributions of table t in summation order: keys (row << 32 | contribution, or the
+  // row when `wide`), gradient pointers and scales; returns the largest |scale|.
+  float dedup_contributions(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
+                            std::span<const std::span<const float>> grad_seq, bool wide, uint64_t* keys,
+                            const float** src, float* scale);
+  // dedup's end for sorted packed keys: the runs of equal rows and the contributions in row order.
+  Status dedup_runs(int t, int64_t n, const uint64_t* keys, int64_t* runs, const float** src, const float* scale,
+                    float multiplier, float max_scale, TableDedup* out);
   Status dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src, const float* scale, float multiplier,
                     float max_scale, TableDedup* out);
 };

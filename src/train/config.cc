@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "core/enum_names.h"
 #include "tiered/id_map.h"
@@ -108,155 +107,130 @@ Status read_dynamic_tables(const toml::table* t, const std::string& origin, int 
   return Status();
 }
 
-}  // namespace
-
-Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
-  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
-  TrainConfig c;
-  c.origin = origin;
-  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory", "dist"};
-  for (const auto& [k, node] : doc) {
-    if (k.str() == "task") {  // which trainer (train/toml_section.h: config_task); this one is "ctr"
-      if (node.value<std::string>() != std::optional<std::string>("ctr"))
-        return invalid_argument(origin + ": task must be \"ctr\" for a CTR config (text models: task = \"text\", docs/text.md)");
-      continue;
-    }
-    if (!node.is_table() || !kSections.count(std::string(k.str())))
-      return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) +
-                              "' (sections: data, model, embedding, dense, train, memory, dist)");
-  }
-  auto table = [&](const char* name) { return doc.get(name) ? doc.get(name)->as_table() : nullptr; };
-
-  // [data]
-  Section d(table("data"), "data", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(d.read("train", &c.train_files));
-  LEANEMB_RETURN_IF_ERROR(d.read("eval", &c.eval_files));
-  LEANEMB_RETURN_IF_ERROR(d.read("dir", &c.data_dir));
-  LEANEMB_RETURN_IF_ERROR(d.read("generate", &c.generate));
-  LEANEMB_RETURN_IF_ERROR(d.read("num_dense", &c.num_dense, 0, 1024));
-  LEANEMB_RETURN_IF_ERROR(d.read("num_sparse", &c.num_sparse, 1, 1024));
-  LEANEMB_RETURN_IF_ERROR(d.read("max_len", &c.max_len, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(d.read("shuffle_buffer", &c.shuffle_buffer, 0, int64_t{1} << 32));
-  LEANEMB_RETURN_IF_ERROR(d.read("max_malformed_rate", &c.max_malformed_rate, 0.0, 1.0));
+// [data]
+Status read_data_section(Section& d, TrainConfig* c) {
+  LEANEMB_RETURN_IF_ERROR(d.read("train", &c->train_files));
+  LEANEMB_RETURN_IF_ERROR(d.read("eval", &c->eval_files));
+  LEANEMB_RETURN_IF_ERROR(d.read("dir", &c->data_dir));
+  LEANEMB_RETURN_IF_ERROR(d.read("generate", &c->generate));
+  LEANEMB_RETURN_IF_ERROR(d.read("num_dense", &c->num_dense, 0, 1024));
+  LEANEMB_RETURN_IF_ERROR(d.read("num_sparse", &c->num_sparse, 1, 1024));
+  LEANEMB_RETURN_IF_ERROR(d.read("max_len", &c->max_len, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(d.read("shuffle_buffer", &c->shuffle_buffer, 0, int64_t{1} << 32));
+  LEANEMB_RETURN_IF_ERROR(d.read("max_malformed_rate", &c->max_malformed_rate, 0.0, 1.0));
   {
     std::string categorical = "hex";
     LEANEMB_RETURN_IF_ERROR(d.read("categorical", &categorical));
     if (categorical != "hex" && categorical != "string")
       return d.error("categorical", "expected \"hex\" (1-16 hex digits per value) or \"string\" (any strings, hashed), got \"" +
                                         categorical + "\"");
-    c.string_values = categorical == "string";
+    c->string_values = categorical == "string";
   }
-  LEANEMB_RETURN_IF_ERROR(d.read("eval_rows", &c.eval_rows, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(d.check_unknown());
-  // [data.gen]
-  const toml::table* gt = table("data") && table("data")->get("gen") ? table("data")->get("gen")->as_table() : nullptr;
-  Section g(gt, "data.gen", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(g.read("train_rows", &c.gen.train_rows, 1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(g.read("eval_rows", &c.gen.eval_rows, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(g.read("seed", &c.gen.seed));
-  LEANEMB_RETURN_IF_ERROR(g.read("vocab", &c.gen.vocab, 1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(g.read("zipf", &c.gen.zipf, 0.0, 10.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("multi_hot_max", &c.gen.multi_hot_max, 1, 1 << 20));
-  LEANEMB_RETURN_IF_ERROR(g.read("latent_dim", &c.gen.latent_dim, 1, 16));
-  LEANEMB_RETURN_IF_ERROR(g.read("noise_std", &c.gen.noise_std, 0.0, 100.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("dense_weight", &c.gen.dense_weight, 0.0, 100.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("first_order_weight", &c.gen.first_order_weight, 0.0, 100.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("pairwise_weight", &c.gen.pairwise_weight, 0.0, 100.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &c.gen.target_label_rate, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &c.gen.target_auc, 0.5, 1.0));
-  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &c.gen.format, data::parse_output_format, data::output_format_name));
-  LEANEMB_RETURN_IF_ERROR(g.check_unknown());
+  LEANEMB_RETURN_IF_ERROR(d.read("eval_rows", &c->eval_rows, 0, INT64_MAX));
+  return d.check_unknown();
+}
 
-  // [model]
-  Section m(table("model"), "model", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c.embedding_dim, 1, 4096));
+// [data.gen]
+Status read_gen_section(Section& g, data::GenOptions* gen) {
+  LEANEMB_RETURN_IF_ERROR(g.read("train_rows", &gen->train_rows, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("eval_rows", &gen->eval_rows, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("seed", &gen->seed));
+  LEANEMB_RETURN_IF_ERROR(g.read("vocab", &gen->vocab, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(g.read("zipf", &gen->zipf, 0.0, 10.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("multi_hot_max", &gen->multi_hot_max, 1, 1 << 20));
+  LEANEMB_RETURN_IF_ERROR(g.read("latent_dim", &gen->latent_dim, 1, 16));
+  LEANEMB_RETURN_IF_ERROR(g.read("noise_std", &gen->noise_std, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("dense_weight", &gen->dense_weight, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("first_order_weight", &gen->first_order_weight, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("pairwise_weight", &gen->pairwise_weight, 0.0, 100.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("target_label_rate", &gen->target_label_rate, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(g.read("target_auc", &gen->target_auc, 0.5, 1.0));
+  LEANEMB_RETURN_IF_ERROR(g.read_enum("format", &gen->format, data::parse_output_format, data::output_format_name));
+  return g.check_unknown();
+}
+
+// [model]
+Status read_model_section(Section& m, TrainConfig* c) {
+  LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c->embedding_dim, 1, 4096));
   if (const toml::node* tr = m.get("table_rows"); tr && tr->is_string()) {
     if (tr->value<std::string>() != std::optional<std::string>("auto"))
       return m.error("table_rows", "expected \"auto\" (sizes derived from the training data), an integer, or one integer per "
                                    "sparse feature, got \"" + tr->value<std::string>().value_or("") + "\"");
-    c.table_rows_auto = true;
-    c.table_rows.clear();
+    c->table_rows_auto = true;
+    c->table_rows.clear();
     m.note("table_rows", "\"auto\"");
   } else {
-    LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c.table_rows, 1, (int64_t{1} << 32) - 1));
+    LEANEMB_RETURN_IF_ERROR(m.read("table_rows", &c->table_rows, 1, (int64_t{1} << 32) - 1));
   }
-  LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c.bottom_mlp, 1, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c.top_mlp, 1, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c.interaction, parse_interaction, interaction_name));
-  LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c.pooling, parse_pooling, pooling_name));
-  LEANEMB_RETURN_IF_ERROR(m.check_unknown());
+  LEANEMB_RETURN_IF_ERROR(m.read("bottom_mlp", &c->bottom_mlp, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(m.read("top_mlp", &c->top_mlp, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("interaction", &c->interaction, parse_interaction, interaction_name));
+  LEANEMB_RETURN_IF_ERROR(m.read_enum("pooling", &c->pooling, parse_pooling, pooling_name));
+  return m.check_unknown();
+}
 
-  // [embedding]
-  Section e(table("embedding"), "embedding", origin, &c.record);
-  c.row_optimizer.kind = OptimizerKind::kAdagrad;
-  c.row_optimizer.learning_rate = 0.05f;
-  LEANEMB_RETURN_IF_ERROR(read_row_table_keys(e, &c.row_dtype, &c.row_optimizer, &c.row_init));
-  LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c.row_cache.fraction, 0.0, 1.0));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c.row_cache.policy, tiered::parse_cache_policy, tiered::cache_policy_name));
-  LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c.cache_min_rows, 0, int64_t{1} << 40));
-  LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch_nice", &c.row_cache.prefetch_nice, -20, 19));
-  LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch", &c.cache_prefetch));
-  LEANEMB_RETURN_IF_ERROR(e.read_enum("store", &c.row_cache.store, parse_store_kind, store_kind_name));
-  LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c.store_dir));
+// [embedding] (after [data]: the dynamic tables are checked against data.num_sparse)
+Status read_embedding_section(Section& e, const std::string& origin, TrainConfig* c) {
+  c->row_optimizer.kind = OptimizerKind::kAdagrad;
+  c->row_optimizer.learning_rate = 0.05f;
+  LEANEMB_RETURN_IF_ERROR(read_row_table_keys(e, &c->row_dtype, &c->row_optimizer, &c->row_init));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c->row_cache.fraction, 0.0, 1.0));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c->row_cache.policy, tiered::parse_cache_policy, tiered::cache_policy_name));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c->cache_min_rows, 0, int64_t{1} << 40));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch_nice", &c->row_cache.prefetch_nice, -20, 19));
+  LEANEMB_RETURN_IF_ERROR(e.read("cache_prefetch", &c->cache_prefetch));
+  LEANEMB_RETURN_IF_ERROR(e.read_enum("store", &c->row_cache.store, parse_store_kind, store_kind_name));
+  LEANEMB_RETURN_IF_ERROR(e.read("store_dir", &c->store_dir));
   LEANEMB_RETURN_IF_ERROR(
-      e.read_enum("store_layout", &c.row_cache.store_layout, parse_file_store_layout, file_store_layout_name));
-  if (c.row_cache.store == StoreKind::kFile && c.row_cache.enabled() && c.store_dir.empty())
+      e.read_enum("store_layout", &c->row_cache.store_layout, parse_file_store_layout, file_store_layout_name));
+  if (c->row_cache.store == StoreKind::kFile && c->row_cache.enabled() && c->store_dir.empty())
     return invalid_argument(origin + ": embedding.store = \"file\" needs embedding.store_dir (where the table files go)");
   const toml::node* dyn = e.get("dynamic");
   if (dyn && !dyn->is_table()) return e.error("dynamic", "expected a table ([embedding.dynamic])");
-  LEANEMB_RETURN_IF_ERROR(read_dynamic_tables(dyn ? dyn->as_table() : nullptr, origin, c.num_sparse, &c.record, &c.dynamic_tables));
-  LEANEMB_RETURN_IF_ERROR(e.check_unknown());
+  LEANEMB_RETURN_IF_ERROR(read_dynamic_tables(dyn ? dyn->as_table() : nullptr, origin, c->num_sparse, &c->record, &c->dynamic_tables));
+  return e.check_unknown();
+}
 
-  // [dense]
-  Section dn(table("dense"), "dense", origin, &c.record);
-  c.dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
-  c.dense_optimizer.learning_rate = 0.001;
-  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c.dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_name));
-  LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c.dense_optimizer.learning_rate, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c.dense_optimizer.weight_decay, 0.0, 1e6));
-  LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c.dense_optimizer.beta1, 0.0, 0.999999));
-  LEANEMB_RETURN_IF_ERROR(dn.read("beta2", &c.dense_optimizer.beta2, 0.0, 0.999999));
+// [dense]
+Status read_dense_section(Section& dn, TrainConfig* c) {
+  c->dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
+  c->dense_optimizer.learning_rate = 0.001;
+  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c->dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_name));
+  LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c->dense_optimizer.learning_rate, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c->dense_optimizer.weight_decay, 0.0, 1e6));
+  LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c->dense_optimizer.beta1, 0.0, 0.999999));
+  LEANEMB_RETURN_IF_ERROR(dn.read("beta2", &c->dense_optimizer.beta2, 0.0, 0.999999));
   if (dn.get("eps")) {
     double eps = 0;
     LEANEMB_RETURN_IF_ERROR(dn.read("eps", &eps, 0.0, 1.0));
-    c.dense_optimizer.eps = eps;
+    c->dense_optimizer.eps = eps;
   } else {
     dn.note("eps", "\"the optimizer's default\"");
   }
-  LEANEMB_RETURN_IF_ERROR(dn.check_unknown());
+  return dn.check_unknown();
+}
 
-  // [train]
-  Section t(table("train"), "train", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c.batch_size, 1, int64_t{1} << 24));
-  LEANEMB_RETURN_IF_ERROR(t.read("steps", &c.steps, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c.epochs, 0, 1 << 20));
-  LEANEMB_RETURN_IF_ERROR(t.read_dtype("precision", &c.precision, DTypeUse::kActivations));
-  LEANEMB_RETURN_IF_ERROR(t.read("micro_batches", &c.micro_batches, 1, 1 << 16));
-  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_activations", &c.checkpoint_activations));
-  LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c.deterministic));
-  LEANEMB_RETURN_IF_ERROR(t.read("seed", &c.seed));
-  LEANEMB_RETURN_IF_ERROR(t.read("threads", &c.threads, 0, 1024));
-  LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c.eval_every, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("eval_every_epochs", &c.eval_every_epochs, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c.checkpoint_every, -1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c.keep_checkpoints, 0, 1000));
-  LEANEMB_RETURN_IF_ERROR(t.read("incremental_checkpoints", &c.incremental_checkpoints));
-  LEANEMB_RETURN_IF_ERROR(t.read("full_checkpoint_every", &c.full_checkpoint_every, 1, 1000000));
-  LEANEMB_RETURN_IF_ERROR(t.read("max_delta_fraction", &c.max_delta_fraction, 1e-6, 1.0));
-  LEANEMB_RETURN_IF_ERROR(t.read("disk_check", &c.disk_check));
-  LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c.log_every, 1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c.inject_nonfinite_steps, 1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c.max_consecutive_skipped, 0, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(t.read("max_loss_growth", &c.max_loss_growth, 0, 1e300));
-  LEANEMB_RETURN_IF_ERROR(t.check_unknown());
+// [train]
+Status read_train_section(Section& t, TrainConfig* c) {
+  LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c->batch_size, 1, int64_t{1} << 24));
+  LEANEMB_RETURN_IF_ERROR(t.read("steps", &c->steps, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c->epochs, 0, 1 << 20));
+  LEANEMB_RETURN_IF_ERROR(t.read_dtype("precision", &c->precision, DTypeUse::kActivations));
+  LEANEMB_RETURN_IF_ERROR(t.read("micro_batches", &c->micro_batches, 1, 1 << 16));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_activations", &c->checkpoint_activations));
+  LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c->deterministic));
+  LEANEMB_RETURN_IF_ERROR(t.read("seed", &c->seed));
+  LEANEMB_RETURN_IF_ERROR(t.read("threads", &c->threads, 0, 1024));
+  LEANEMB_RETURN_IF_ERROR(read_train_cadence_keys(t, c));
+  LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c->log_every, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c->inject_nonfinite_steps, 1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(read_train_guard_keys(t, c));
+  return t.check_unknown();
+}
 
-  // [memory], [dist]
-  Section mem(table("memory"), "memory", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(read_memory_section(mem, &c));
-  Section ds(table("dist"), "dist", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(read_dist_section(ds, &c));
-
-  // Cross-field checks.
+// The checks across sections, once every section is read.
+Status check_cross_fields(const TrainConfig& c) {
+  const std::string& origin = c.origin;
   if (c.train_files.empty() && !c.generate)
     return invalid_argument(origin + ": data.train is empty (give files, or data.dir with data.generate = true)");
   if (c.generate && c.data_dir.empty()) return invalid_argument(origin + ": data.generate needs data.dir");
@@ -285,15 +259,51 @@ Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& 
       return invalid_argument(origin + ": embedding.dynamic." + d.table + ": the capacity (" + std::to_string(rows) +
                               " rows) must be a multiple of partitions (" + std::to_string(d.options.partitions) + ")");
   }
-  if (c.generate) {
-    c.gen.out_dir = c.data_dir;
-    c.gen.num_dense = c.num_dense;
-    c.gen.num_sparse = c.num_sparse;
-    const char* ext = c.gen.format == data::OutputFormat::kBinary ? ".bin" : ".tsv";
-    if (c.train_files.empty()) c.train_files = {c.data_dir + "/train" + ext};
-    if (c.eval_files.empty() && c.gen.eval_rows > 0) c.eval_files = {c.data_dir + "/eval" + ext};
-    LEANEMB_RETURN_IF_ERROR(data::validate_gen_options(c.gen));
-  }
+  return Status();
+}
+
+// With data.generate: the generator's output and shape from [data], and its files as the
+// train / eval files when none are given.
+Status complete_generated_data(TrainConfig* c) {
+  if (!c->generate) return Status();
+  c->gen.out_dir = c->data_dir;
+  c->gen.num_dense = c->num_dense;
+  c->gen.num_sparse = c->num_sparse;
+  const char* ext = c->gen.format == data::OutputFormat::kBinary ? ".bin" : ".tsv";
+  if (c->train_files.empty()) c->train_files = {c->data_dir + "/train" + ext};
+  if (c->eval_files.empty() && c->gen.eval_rows > 0) c->eval_files = {c->data_dir + "/eval" + ext};
+  return data::validate_gen_options(c->gen);
+}
+
+}  // namespace
+
+Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
+  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
+  TrainConfig c;
+  c.origin = origin;
+  // `task` is which trainer (train/toml_section.h: config_task); this one is "ctr".
+  LEANEMB_RETURN_IF_ERROR(check_top_level_keys(doc, origin, "ctr",
+                                               "task must be \"ctr\" for a CTR config (text models: task = \"text\", docs/text.md)",
+                                               "sections: data, model, embedding, dense, train, memory, dist"));
+  const toml::table* data = config_section(doc, "data");
+  Section d(data, "data", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_data_section(d, &c));
+  Section g(data && data->get("gen") ? data->get("gen")->as_table() : nullptr, "data.gen", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_gen_section(g, &c.gen));
+  Section m(config_section(doc, "model"), "model", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_model_section(m, &c));
+  Section e(config_section(doc, "embedding"), "embedding", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_embedding_section(e, origin, &c));
+  Section dn(config_section(doc, "dense"), "dense", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_dense_section(dn, &c));
+  Section t(config_section(doc, "train"), "train", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_train_section(t, &c));
+  Section mem(config_section(doc, "memory"), "memory", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_memory_section(mem, &c));
+  Section ds(config_section(doc, "dist"), "dist", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(read_dist_section(ds, &c));
+  LEANEMB_RETURN_IF_ERROR(check_cross_fields(c));
+  LEANEMB_RETURN_IF_ERROR(complete_generated_data(&c));
   return c;
 }
 

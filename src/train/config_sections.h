@@ -1,9 +1,12 @@
-// The config sections every task's config shares ([memory] and [dist], docs/train.md), read
-// the same way for `task = "ctr"` (train/config.cc) and `task = "text"` (text/text_config.cc).
+// The config sections every task's config shares ([memory] and [dist], docs/train.md), and the
+// top-level keys and [train] keys they share, read the same way for `task = "ctr"`
+// (train/config.cc) and `task = "text"` (text/text_config.cc).
 // C is a config struct with the fields named below (TrainConfig, text::TextConfig).
 #pragma once
 
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "dist/payload.h"
 #include "dist/shard_plan.h"
@@ -11,6 +14,50 @@
 #include "train/toml_section.h"
 
 namespace leanemb::train {
+
+// Checks a config's top-level keys: `task`, when given, must be `task`; every other key must be
+// one of the sections. Errors: InvalidArgument "origin: " + task_error, or naming the unknown key
+// followed by "(" + known + ")".
+inline Status check_top_level_keys(const toml::table& doc, const std::string& origin, std::string_view task,
+                                   std::string_view task_error, std::string_view known) {
+  static const std::set<std::string> kSections = {"data", "model", "embedding", "dense", "train", "memory", "dist"};
+  for (const auto& [k, node] : doc) {
+    if (k.str() == "task") {
+      if (node.value<std::string>() != std::optional<std::string>(std::string(task)))
+        return invalid_argument(origin + ": " + std::string(task_error));
+      continue;
+    }
+    if (!node.is_table() || !kSections.count(std::string(k.str())))
+      return invalid_argument(origin + ": unknown section or top-level key '" + std::string(k.str()) + "' (" +
+                              std::string(known) + ")");
+  }
+  return Status();
+}
+
+// The top-level table `name` of a config, or null when absent (or not a table).
+inline const toml::table* config_section(const toml::table& doc, const char* name) {
+  return doc.get(name) ? doc.get(name)->as_table() : nullptr;
+}
+
+// The [train] keys of the evaluation and checkpoint cadence.
+template <typename C>
+Status read_train_cadence_keys(Section& t, C* c) {
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every", &c->eval_every, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("eval_every_epochs", &c->eval_every_epochs, 0, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("checkpoint_every", &c->checkpoint_every, -1, INT64_MAX));
+  LEANEMB_RETURN_IF_ERROR(t.read("keep_checkpoints", &c->keep_checkpoints, 0, 1000));
+  LEANEMB_RETURN_IF_ERROR(t.read("incremental_checkpoints", &c->incremental_checkpoints));
+  LEANEMB_RETURN_IF_ERROR(t.read("full_checkpoint_every", &c->full_checkpoint_every, 1, 1000000));
+  LEANEMB_RETURN_IF_ERROR(t.read("max_delta_fraction", &c->max_delta_fraction, 1e-6, 1.0));
+  return t.read("disk_check", &c->disk_check);
+}
+
+// The [train] keys of the guard against non-finite and diverging steps.
+template <typename C>
+Status read_train_guard_keys(Section& t, C* c) {
+  LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c->max_consecutive_skipped, 0, INT64_MAX));
+  return t.read("max_loss_growth", &c->max_loss_growth, 0, 1e300);
+}
 
 template <typename C>
 Status read_memory_section(Section& mem, C* c) {
