@@ -102,6 +102,11 @@ class EmbeddingCollection final : public EmbeddingTables {
   // The raw fat rows (weights and state bytes exactly as stored): [count, stride_bytes].
   Status read_raw_rows(int table, int64_t row_begin, int64_t count, std::span<uint8_t> out) const override;
   Status write_raw_rows(int table, int64_t row_begin, int64_t count, std::span<const uint8_t> in) override;
+  // The raw fat rows `rows` (any order) into out [rows.size(), stride_bytes]: a cached table
+  // reads its resident rows from their slots and the others from its store in one batch (a
+  // checkpoint's changed rows). Errors: OutOfRange (a row outside the table), InvalidArgument
+  // (the buffer's size), the store's.
+  Status read_raw_rows_at(int table, std::span<const int64_t> rows, std::span<uint8_t> out) const;
   // Whole tables are saved and loaded with checkpoints (dist::save_tables_checkpoint /
   // load_tables_checkpoint: crash-safe, checksummed, any world size).
 

@@ -181,7 +181,8 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
 
 // The changed rows of every table (EmbeddingCollection::changed_rows): table "delta/<name>" of
 // their fat rows and blobs "delta_rows/<name>/<k>" of their row numbers (dist/delta_rows.h);
-// runs of consecutive rows are read with one call.
+// each chunk of rows is read with one call (read_raw_rows_at: a cache reads its resident rows from
+// their slots and the others from its store in one batch).
 // `sparse_base`: the rows changed since the initial rows, as the root of a chain (each table's
 // meta then says what its other rows hold: delta_rows.h, InitialRows).
 Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
@@ -208,13 +209,7 @@ Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
       const int64_t n = emb.changed_rows(t, from, std::span<int64_t>(ids.data(), static_cast<size_t>(room)));
       if (n == 0) break;
       fat.resize(static_cast<size_t>(n) * stride);
-      for (int64_t a = 0; a < n;) {
-        int64_t e = a + 1;
-        while (e < n && ids[static_cast<size_t>(e)] == ids[static_cast<size_t>(e - 1)] + 1) ++e;
-        LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows(t, ids[static_cast<size_t>(a)], e - a,
-                                                  std::span<uint8_t>(fat.data() + static_cast<size_t>(a) * stride, static_cast<size_t>(e - a) * stride)));
-        a = e;
-      }
+      LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows_at(t, std::span<const int64_t>(ids.data(), static_cast<size_t>(n)), fat));
       LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, fat));
       block.insert(block.end(), ids.begin(), ids.begin() + n);
       if (static_cast<int64_t>(block.size()) == kDeltaIdsPerBlob) {

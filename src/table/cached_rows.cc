@@ -43,6 +43,9 @@ class CachedRows final : public Residency {
   }
 
   // The caller's memory is read and written by the cache and its store directly (host memory).
+  Status read_rows_at(std::span<const int64_t> rows, size_t, uint8_t* out, Tier) const override {
+    return cache_->read_rows_at(rows, out);
+  }
   Status read_rows(int64_t begin, int64_t count, uint8_t* out, Tier) const override {
     return cache_->read_rows(begin, count, out);
   }

@@ -341,6 +341,16 @@ Status EmbeddingCollection::write_raw_rows(int table, int64_t row_begin, int64_t
   return ts.residency->write_rows(row_begin, count, in.data(), Impl::kCallerTier);
 }
 
+Status EmbeddingCollection::read_raw_rows_at(int table, std::span<const int64_t> rows, std::span<uint8_t> out) const {
+  if (table < 0 || table >= num_tables()) return out_of_range("read_raw_rows_at: unknown table " + std::to_string(table));
+  const TableState& ts = impl_->tables[static_cast<size_t>(table)];
+  for (int64_t r : rows)
+    if (r < 0 || r >= ts.num_rows) return out_of_range("read_raw_rows_at: row " + std::to_string(r) + " outside " + std::to_string(ts.num_rows) + " rows");
+  const size_t bytes = rows.size() * ts.layout.stride_bytes;
+  if (out.size() != bytes) return invalid_argument("read_raw_rows_at: buffer of " + std::to_string(out.size()) + " bytes, expected " + std::to_string(bytes));
+  return ts.residency->read_rows_at(rows, ts.layout.stride_bytes, out.data(), Impl::kCallerTier);
+}
+
 bool EmbeddingCollection::has_initial_rows(int table) const {
   LEANEMB_CHECK(table >= 0 && table < num_tables(), "table index out of range");
   return impl_->tables[static_cast<size_t>(table)].initial_rows;

@@ -52,6 +52,16 @@ void ResidencyContext::init_row(int64_t row, const RowLayout& l, float* tmp, uin
   leanemb::init_row(options, l, seed, static_cast<uint32_t>(table), row * key_stride + key_offset, tmp, out, *backend);
 }
 
+Status Residency::read_rows_at(std::span<const int64_t> rows, size_t stride, uint8_t* out, Tier tier) const {
+  for (size_t a = 0; a < rows.size();) {
+    size_t e = a + 1;
+    while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+    LEANEMB_RETURN_IF_ERROR(read_rows(rows[a], static_cast<int64_t>(e - a), out + a * stride, tier));
+    a = e;
+  }
+  return Status();
+}
+
 Status Residency::acquire(std::span<const int64_t> rows, int64_t* out, tiered::PinSet, bool) {
   if (!rows.empty()) std::memcpy(out, rows.data(), rows.size() * 8);
   return Status();

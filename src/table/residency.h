@@ -138,6 +138,10 @@ class Residency {
   // alignment gaps read as zeros). REQUIRES: the range within the table. write_rows is a bulk
   // replacement (a restore); write_row replaces one row during training.
   virtual Status read_rows(int64_t begin, int64_t count, uint8_t* out, Tier tier) const = 0;
+  // Fat rows `rows` (any order; valid rows) of `stride` bytes into out [rows.size(), stride]:
+  // by default runs of consecutive rows through read_rows; a cache reads its resident rows from
+  // their slots and the others from its store in one batch.
+  virtual Status read_rows_at(std::span<const int64_t> rows, size_t stride, uint8_t* out, Tier tier) const;
   virtual Status write_rows(int64_t begin, int64_t count, const uint8_t* in, Tier tier) = 0;
   virtual Status write_row(int64_t row, const uint8_t* fat, Tier tier) { return write_rows(row, 1, fat, tier); }
   // The rows changed since the last clear, when a TrackedRows layer is on top; else null.

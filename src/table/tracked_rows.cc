@@ -82,6 +82,9 @@ class TrackedRows final : public Residency {
   Status read_rows(int64_t begin, int64_t count, uint8_t* out, Tier tier) const override {
     return rows_->read_rows(begin, count, out, tier);
   }
+  Status read_rows_at(std::span<const int64_t> rows, size_t stride, uint8_t* out, Tier tier) const override {
+    return rows_->read_rows_at(rows, stride, out, tier);
+  }
   // Marked even when the write fails: the rows may hold new or torn bytes (write_rows' contract).
   Status write_rows(int64_t begin, int64_t count, const uint8_t* in, Tier tier) override {
     changes_.mark_range(begin, count);

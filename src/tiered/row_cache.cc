@@ -658,6 +658,32 @@ Status RowCache::read_rows(int64_t begin, int64_t count, uint8_t* out) {
   return Status();
 }
 
+Status RowCache::read_rows_at(std::span<const int64_t> rows, uint8_t* out) {
+  LEANEMB_RETURN_IF_ERROR(wait_prefetch());
+  std::lock_guard<std::mutex> f(fetch_mu_);  // no fetch changes the row -> slot map meanwhile
+  const size_t stride = layout_.stride_bytes;
+  std::vector<int64_t> missed;
+  std::vector<int32_t> at;  // the position in `rows` of each missed row
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int32_t s = index_.find(rows[i]);
+      if (s >= 0) {
+        std::memcpy(out + i * stride, slots() + static_cast<size_t>(s) * stride, stride);
+      } else {
+        missed.push_back(rows[i]);
+        at.push_back(static_cast<int32_t>(i));
+      }
+    }
+  }
+  if (missed.empty()) return Status();
+  std::vector<uint8_t> present(missed.size());
+  LEANEMB_RETURN_IF_ERROR(store_->read_rows(missed, RowsAt<uint8_t>(out, at.data(), stride), present.data()));
+  for (size_t j = 0; j < missed.size(); ++j)
+    if (!present[j]) init_(missed[j], out + static_cast<size_t>(at[j]) * stride);
+  return Status();
+}
+
 Status RowCache::write_row(int64_t row, const uint8_t* fat) {
   LEANEMB_RETURN_IF_ERROR(wait_prefetch());
   std::lock_guard<std::mutex> f(fetch_mu_);

@@ -136,6 +136,10 @@ class RowCache {
   // taken from their slots (their bytes are the current ones). Not while a prefetch is in flight
   // (waits for it). Errors: the store's.
   Status read_rows(int64_t begin, int64_t count, uint8_t* out);
+  // Rows `rows` (any order, valid rows) into out [rows.size(), stride]: resident rows from their
+  // slots, the others read from the store in one batch (RowStore::read_rows, its queue depth in
+  // flight), rows never written initialized. Not while a prefetch is in flight (waits for it).
+  Status read_rows_at(std::span<const int64_t> rows, uint8_t* out);
   // Replaces one row's bytes: in its slot (marked dirty) if resident, else in the store.
   Status write_row(int64_t row, const uint8_t* fat);
   // Replaces rows [begin, begin + count) from src [count, stride] (a restore): the store gets
