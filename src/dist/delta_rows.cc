@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/bytes.h"
 #include "core/json.h"
@@ -81,11 +80,7 @@ Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& ta
 }
 
 void InitialRows::row(int64_t r, const RowLayout& l, float* tmp, uint8_t* out) const {
-  if (options.dynamic.enabled) {
-    std::memset(out, 0, l.stride_bytes);  // as a dynamic table's residency (ResidencyContext::init_row)
-    return;
-  }
-  init_row(options, l, seed, static_cast<uint32_t>(table), r, tmp, out);
+  initial_row(options, l, seed, static_cast<uint32_t>(table), r, tmp, out);
 }
 
 namespace {

@@ -115,6 +115,15 @@ void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_
   init_row_keyed(to, l, row_key(seed, kInitStepRow, table, static_cast<uint64_t>(key)), tmp, row, backend);
 }
 
+void initial_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
+                 uint8_t* row, const kernels::KernelBackend& backend) {
+  if (to.dynamic.enabled) {
+    std::memset(row, 0, l.stride_bytes);
+    return;
+  }
+  init_row(to, l, seed, table, key, tmp, row, backend);
+}
+
 
 Result<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::create(const CollectionOptions& options,
                                                                          Allocator* allocator) {
@@ -368,14 +377,9 @@ Status EmbeddingCollection::reset_rows_to_initial(int table) {
   std::vector<float> tmp(static_cast<size_t>(ts.layout.dim));
   for (int64_t r0 = 0; r0 < ts.num_rows; r0 += kChunk) {
     const int64_t n = std::min(kChunk, ts.num_rows - r0);
-    for (int64_t i = 0; i < n; ++i) {
-      uint8_t* out = rows.data() + static_cast<size_t>(i) * stride;
-      if (to.dynamic.enabled) {
-        std::memset(out, 0, stride);  // as a dynamic table's residency initializes its rows
-      } else {
-        init_row(to, ts.layout, im.options.seed, static_cast<uint32_t>(table), ts.global_row(r0 + i), tmp.data(), out, *im.backend);
-      }
-    }
+    for (int64_t i = 0; i < n; ++i)
+      initial_row(to, ts.layout, im.options.seed, static_cast<uint32_t>(table), ts.global_row(r0 + i), tmp.data(),
+                  rows.data() + static_cast<size_t>(i) * stride, *im.backend);
     LEANEMB_RETURN_IF_ERROR(ts.residency->write_rows(r0, n, rows.data(), Impl::kCallerTier));
   }
   ts.initial_rows = true;

@@ -45,11 +45,7 @@ Result<std::unique_ptr<Residency>> make_residency(const ResidencyContext& ctx) {
 }
 
 void ResidencyContext::init_row(int64_t row, const RowLayout& l, float* tmp, uint8_t* out) const {
-  if (options.dynamic.enabled) {
-    std::memset(out, 0, l.stride_bytes);
-    return;
-  }
-  leanemb::init_row(options, l, seed, static_cast<uint32_t>(table), row * key_stride + key_offset, tmp, out, *backend);
+  initial_row(options, l, seed, static_cast<uint32_t>(table), row * key_stride + key_offset, tmp, out, *backend);
 }
 
 Status Residency::read_rows_at(std::span<const int64_t> rows, size_t stride, uint8_t* out, Tier tier) const {

@@ -41,6 +41,10 @@ namespace leanemb {
 // store_weights_rne). Defined in embedding_collection.cc.
 void init_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
               uint8_t* row, const kernels::KernelBackend& backend = kernels::cpu_backend());
+// A row's bytes before anything wrote it: zeros for a dynamic table (a row gets values when an
+// id is admitted), else init_row's. Defined in embedding_collection.cc.
+void initial_row(const TableOptions& to, const RowLayout& l, uint64_t seed, uint32_t table, int64_t key, float* tmp,
+                 uint8_t* row, const kernels::KernelBackend& backend = kernels::cpu_backend());
 
 }  // namespace leanemb
 
