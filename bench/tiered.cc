@@ -420,13 +420,17 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     LEANEMB_RETURN_IF_ERROR(cached.e.coll->flush());
     summary["final_flush_s"] = ms_since(t_flush) / 1e3;
     const json cj = cache_json(st, cached.after_warmup, iters, 0);
-    // The probe reads the blocks of rows the run touched (all written by now: the flush above).
+    // The in-place layout's probe reads the blocks of rows the run touched (all written by now:
+    // the flush above); the log layout's file holds only written segments, so its probe reads
+    // blocks of the whole file (a row's number says nothing of where its record is).
     std::vector<int64_t> written;
-    for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
-    // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64 over the blocks
-    // of rows this run wrote (tiered/disk_probe.h); 0 when it fails.
+    if (co.store_layout == FileStoreLayout::kInPlace)
+      for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
+    // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64
+    // (tiered/disk_probe.h); 0, with the reason on stderr, when it fails.
     const Result<double> probed =
         tiered::random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
+    if (!probed.ok()) std::fprintf(stderr, "[bench] tiered: the disk probe failed: %s\n", probed.status().to_string().c_str());
     const double probe = probed.ok() ? probed.value() : 0.0;
     summary["store_read_iops"] = cj["store_read_iops"];
     summary["probe_random_read_iops_4k_qd64"] = probe;
