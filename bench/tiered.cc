@@ -275,12 +275,14 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   co.store = o.store;
   co.store_path = path;
   co.store_layout = o.store_layout;
+  co.direct_io = o.store_direct_io;
   co.prefetch_nice = o.prefetch_nice;
   json policy_names = json::array();
   for (CachePolicy p : policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
   (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))},
                      {"policies", policy_names}, {"store", std::string(store_kind_name(co.store))}, {"store_path", file ? path : ""},
                      {"store_layout", file ? std::string(file_store_layout_name(co.store_layout)) : ""},
+                     {"store_direct_io", file && co.direct_io},
                      {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
 
   progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",

@@ -162,6 +162,7 @@ struct BenchOptions {
   StoreKind store = StoreKind::kHost;  // host | file
   std::string store_path;              // file store; default ./leanemb-tiered-<pid>.rows, removed after
   FileStoreLayout store_layout = TableCacheOptions{}.store_layout;  // file store: in_place | log
+  bool store_direct_io = TableCacheOptions{}.direct_io;            // file store: O_DIRECT or buffered
   bool prefetch = true;                // fetch step t+1's rows while step t computes
   int prefetch_nice = TableCacheOptions{}.prefetch_nice;  // the prefetch thread's nice value
   bool no_resident = false;            // skip the resident contender (host store)

@@ -154,6 +154,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
   }
   if (!o.store_path.empty() && o.store != StoreKind::kFile && o.workload != "restore")
     return invalid_argument("--store-path needs --store file");
+  if (!a.store_direct_io.empty()) {
+    if (a.store_direct_io != "on" && a.store_direct_io != "off")
+      return invalid_argument("--store-direct-io must be on or off, got '" + a.store_direct_io + "'");
+    if (o.store != StoreKind::kFile) return invalid_argument("--store-direct-io needs --store file");
+    o.store_direct_io = a.store_direct_io == "on";
+  }
   if (!a.prefetch.empty()) {
     if (a.prefetch != "on" && a.prefetch != "off") return invalid_argument("--prefetch must be on or off, got '" + a.prefetch + "'");
     o.prefetch = a.prefetch == "on";
@@ -179,11 +185,11 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
   o.sweep = a.sweep;
   o.no_resident = a.no_resident;
-  const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.store_layout.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
+  const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.store_layout.empty() || !a.store_direct_io.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
   const bool restore_ok = o.workload == "restore" && !tiered_only;  // restore takes --cache-fraction, --store-path
   if ((tiered_only || !a.cache_fraction.empty() || !a.store_path.empty()) && o.workload != "tiered" && !restore_ok)
-    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --store-layout, --prefetch, --prefetch-nice, --sweep* and --no-resident "
+    return invalid_argument("--cache-fraction, --policy, --store, --store-path, --store-layout, --store-direct-io, --prefetch, --prefetch-nice, --sweep* and --no-resident "
                             "belong to --workload tiered (--workload restore takes --cache-fraction and --store-path)");
   o.json_path = a.json;
   o.quiet = a.quiet;

@@ -65,7 +65,7 @@ struct BenchArgs {
   std::string rows, dim, batch, bag_size, pooling, alpha, tables, dtype, optimizer, state_dtype;
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
   std::string device_budget, host_budget, placement, max_split, ops;
-  std::string cache_fraction, policy, store, store_path, store_layout, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
+  std::string cache_fraction, policy, store, store_path, store_layout, store_direct_io, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
   bool sweep = false, no_resident = false;
   bool quiet = false;
 };

@@ -170,6 +170,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_option("--store", a->store, "tiered: row store behind the cache, host or file (default host)")->type_name("NAME")->check(non_empty());
   cmd->add_option("--store-path", a->store_path, "tiered: the file store's table file (default ./leanemb-tiered-<pid>.rows, removed after the run); restore: the directory of its store file and checkpoints (default ./leanemb-restore-<pid>, removed after)")->type_name("FILE")->check(non_empty());
   cmd->add_option("--store-layout", a->store_layout, "tiered: the file store's layout, log or in_place (default log)")->type_name("NAME")->check(non_empty());
+  cmd->add_option("--store-direct-io", a->store_direct_io, "tiered: the file store's O_DIRECT, on or off (off: buffered, through the page cache; default on)")->type_name("on|off")->check(non_empty());
   cmd->add_option("--prefetch", a->prefetch, "tiered: fetch the next step's rows during this step, on or off (default on)")->type_name("on|off")->check(non_empty());
   cmd->add_option("--prefetch-nice", a->prefetch_nice, "tiered: nice value of the cache's prefetch thread, -20..19 (default 19; 0 = the process's)")->type_name("N")->check(non_empty());
   cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");

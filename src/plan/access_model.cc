@@ -61,6 +61,15 @@ double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_r
   return std::min(rows, -rows * std::expm1(-ranks / rows));
 }
 
+double first_touches_per_step(int64_t n, int64_t run_steps, int64_t vocab, double zipf, int64_t num_rows) {
+  if (n <= 0 || run_steps <= 0) return 0.0;
+  const int64_t half = run_steps / 2;
+  auto unique_after = [&](int64_t steps) {
+    return expected_unique_rows(static_cast<int64_t>(std::min(9e18, static_cast<double>(n) * static_cast<double>(steps))), vocab, zipf, num_rows);
+  };
+  return (unique_after(run_steps) - unique_after(half)) / static_cast<double>(run_steps - half);
+}
+
 double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows) {
   if (vocab <= 0) return 1.0;
   if (cached_rows >= vocab) return 1.0;

@@ -317,16 +317,24 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const int64_t step_ids = ids_per_step(t, w.batch_size, Estimate::kExpected);
   // Ids hashed into fewer rows than the vocabulary are taken as ranks of their own (the
   // collisions are ignored: a few percent at the example configs' vocab / rows).
-  const double misses = lru_misses_per_step(step_ids, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, cap * shards) / shards;
-  out.store_rows_read_per_step += misses;
+  const int64_t vocab = t.vocab > 0 ? t.vocab : t.num_rows;
+  const double misses = lru_misses_per_step(step_ids, vocab, t.zipf, cap * shards) / shards;
+  // A miss on a row no step touched before initializes it: no read (known when the run's length
+  // and the ids' vocabulary or skew are).
+  const bool ids_known = w.run_steps > 0 && (t.vocab > 0 || t.zipf > 0);
+  const double first = ids_known ? std::min(misses, first_touches_per_step(step_ids, w.run_steps, vocab, t.zipf, t.num_rows) / shards) : 0.0;
+  const double reads = misses - first;
+  out.store_misses_per_step += misses;
+  out.store_first_touches_per_step += first;
+  out.store_rows_read_per_step += reads;
   out.store_rows_written_per_step += misses;
   const size_t file_bytes_before = out.disk_bytes;
   if (log) {
     out.disk_bytes += tiered::log_store_max_file_bytes(s.rows, rb, w.file_block_bytes);
-    out.store_requests_per_step += misses + misses * static_cast<double>(rb) / static_cast<double>(tiered::kBulkTransferBytes);
+    out.store_requests_per_step += reads + misses * static_cast<double>(rb) / static_cast<double>(tiered::kBulkTransferBytes);
   } else if (w.file_store) {
     out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
-    out.store_requests_per_step += 3.0 * misses;
+    out.store_requests_per_step += reads + 2.0 * misses;
   }
   if (w.file_store) plan_run_disk(w, t, s, static_cast<double>(step_ids), out.disk_bytes - file_bytes_before, &out);
   const double hit = zipf_head_mass(t.num_rows, t.zipf, cap * shards);

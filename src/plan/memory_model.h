@@ -135,8 +135,13 @@ struct Prediction {
   int64_t unique_per_step = 0;   // all tables
   size_t table_bytes = 0;        // rows of every table (weights + state), all tiers
   // Cached tables, per device, in the cache's steady state (the LRU model lru_misses_per_step
-  // over the step's ids, capacity and the table's zipf): rows the store reads (one per miss) and
-  // writes back (one per miss: every fetched row is updated, so every victim is dirty).
+  // over the step's ids, capacity and the table's zipf): the misses; of them, the rows touched
+  // for the first time, which are initialized, not read (first_touches_per_step over the run's
+  // second half; 0 when the run's length or the ids' vocabulary and skew are unknown); the rows
+  // the store reads (the other misses); and the rows it writes back (one per miss: every fetched
+  // row is updated, so every victim is dirty).
+  double store_misses_per_step = 0;
+  double store_first_touches_per_step = 0;
   double store_rows_read_per_step = 0;
   double store_rows_written_per_step = 0;
   // File-store tables: the table files' sizes (the most they can hold on disk: in place, num_rows
@@ -185,6 +190,11 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every);
 // Expected distinct rows when `n` ids are drawn from a Zipf(zipf) law over `vocab` ranks (zipf 0:
 // uniform) and hashed into `num_rows` rows: sum over ranks of 1 - (1 - p_r)^n, capped at num_rows.
 double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows);
+// Rows touched for the first time per step, averaged over the second half of a run of
+// `run_steps` steps of `n` ids each (expected_unique_rows after the run less after its first
+// half, over the second half's steps): a cache miss on such a row initializes it instead of
+// reading the store. 0 when run_steps <= 0.
+double first_touches_per_step(int64_t n, int64_t run_steps, int64_t vocab, double zipf, int64_t num_rows);
 // Share of the id mass on the `cached_rows` hottest of `vocab` ranks (the cache's hit rate).
 double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows);
 // Rows an LRU row cache of `capacity` rows misses per step in its steady state, when each step

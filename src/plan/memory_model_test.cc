@@ -290,5 +290,65 @@ TEST(LruMissModelTest, MatchesASimulatedLruCache) {
   EXPECT_EQ(lru_misses_per_step(kIds, kVocab, 1.05, kVocab), 0.0);
 }
 
+// The store's reads are the misses of rows some earlier step touched; a miss on a row never
+// touched before initializes it. Over the second half of a run whose ids keep reaching new rows,
+// the model's reads (lru_misses_per_step less first_touches_per_step) against a simulated LRU
+// cache that remembers which rows were ever touched. Ranks are hashed into 8x as many rows, as
+// generated data's values are (expected_unique_rows counts the collisions).
+TEST(LruMissModelTest, ReadsAreTheMissesOfRowsTouchedBefore) {
+  constexpr int64_t kVocab = 2000000, kRows = 8 * kVocab, kIds = 4000, kCapacity = 40000;
+  constexpr int kSteps = 600;
+  for (double zipf : {0.9, 1.05}) {
+    SCOPED_TRACE("zipf " + std::to_string(zipf));
+    std::vector<double> cdf(kVocab);
+    double acc = 0;
+    for (int64_t r = 0; r < kVocab; ++r) cdf[r] = acc += std::pow(static_cast<double>(r + 1), -zipf);
+    for (double& c : cdf) c /= acc;
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::list<int64_t> lru;
+    std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+    std::vector<uint8_t> touched(kRows, 0);
+    double misses = 0, firsts = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<int64_t> ids(kIds);
+      for (auto& id : ids) {
+        uint64_t h = static_cast<uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin()) + 0x9e3779b97f4a7c15ULL;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finalizer
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+        id = static_cast<int64_t>((h ^ (h >> 31)) % static_cast<uint64_t>(kRows));
+      }
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (int64_t id : ids) {
+        auto it = where.find(id);
+        if (it != where.end()) {
+          lru.splice(lru.begin(), lru, it->second);
+          continue;
+        }
+        if (step >= kSteps / 2) {
+          ++misses;
+          firsts += touched[id] ? 0 : 1;
+        }
+        touched[id] = 1;
+        lru.push_front(id);
+        where[id] = lru.begin();
+        if (static_cast<int64_t>(lru.size()) > kCapacity) {
+          where.erase(lru.back());
+          lru.pop_back();
+        }
+      }
+    }
+    const double half = kSteps - kSteps / 2;
+    const double sim_first = firsts / half, sim_reads = (misses - firsts) / half;
+    const double first = first_touches_per_step(kIds, kSteps, kVocab, zipf, kRows);
+    const double reads = lru_misses_per_step(kIds, kVocab, zipf, kCapacity) - first;
+    EXPECT_GT(sim_first, 0.2 * misses / half);  // the run still reaches new rows: the case that matters
+    EXPECT_NEAR(first, sim_first, 0.05 * sim_first);
+    EXPECT_NEAR(reads, sim_reads, 0.05 * sim_reads) << "model " << reads << " simulated " << sim_reads;
+  }
+  EXPECT_EQ(first_touches_per_step(kIds, 0, kVocab, 1.05, kVocab), 0.0);
+}
+
 }  // namespace
 }  // namespace leanemb::plan

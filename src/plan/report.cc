@@ -112,13 +112,20 @@ static double disk_read_ms_per_step(const Prediction& p, const ReportContext& ct
 // and the disk"), one line; empty without a cache.
 static std::string store_traffic_text(const char* which, const Workload& w, const Prediction& p,
                                       const ReportContext& ctx) {
-  if (p.store_rows_read_per_step <= 0 && p.disk_bytes == 0) return "";
+  if (p.store_misses_per_step <= 0 && p.disk_bytes == 0) return "";
   char buf[700];
+  // The misses that initialize a row instead of reading it, when the run's ids are known.
+  std::string first;
+  if (p.store_first_touches_per_step > 0) {
+    std::snprintf(buf, sizeof buf, " (of %.0f misses, %.0f rows touched for the first time in the run's second half, not read)",
+                  p.store_misses_per_step, p.store_first_touches_per_step);
+    first = buf;
+  }
   if (w.file_store) {
     std::snprintf(buf, sizeof buf,
-                  "disk (%s): table files %s; per step (LRU model, steady state) %.0f rows read, %.0f written back, "
+                  "disk (%s): table files %s; per step (LRU model, steady state) %.0f rows read%s, %.0f written back, "
                   "at most %.0f I/O requests\n",
-                  which, both(p.disk_bytes).c_str(), p.store_rows_read_per_step, p.store_rows_written_per_step,
+                  which, both(p.disk_bytes).c_str(), p.store_rows_read_per_step, first.c_str(), p.store_rows_written_per_step,
                   p.store_requests_per_step);
     std::string out = buf;
     if (p.run_rows_touched >= 0) {
@@ -136,8 +143,8 @@ static std::string store_traffic_text(const char* which, const Workload& w, cons
     }
     return out;
   } else {
-    std::snprintf(buf, sizeof buf, "row store (%s) per step (LRU model, steady state): %.0f rows read, %.0f written back\n",
-                  which, p.store_rows_read_per_step, p.store_rows_written_per_step);
+    std::snprintf(buf, sizeof buf, "row store (%s) per step (LRU model, steady state): %.0f rows read%s, %.0f written back\n",
+                  which, p.store_rows_read_per_step, first.c_str(), p.store_rows_written_per_step);
   }
   return buf;
 }
@@ -283,6 +290,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
   if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
     const Prediction& a = as_is.value();
     j["as_configured"] = {{"device", tier_json(a.device())}, {"host", tier_json(a.host())},
+                          {"store_misses_per_step", a.store_misses_per_step},
+                          {"store_first_touches_per_step", a.store_first_touches_per_step},
                           {"store_rows_read_per_step", a.store_rows_read_per_step},
                           {"store_rows_written_per_step", a.store_rows_written_per_step},
                           {"disk_bytes", a.disk_bytes},
@@ -304,6 +313,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                {"needs_tiered_storage", w.cache_fraction < 1.0},
                {"cost", {{"device_bytes_per_step", r.chosen.prediction.device_bytes_moved_per_step},
                          {"host_link_bytes_per_step", r.chosen.prediction.host_link_bytes_per_step},
+                         {"store_misses_per_step", r.chosen.prediction.store_misses_per_step},
+                         {"store_first_touches_per_step", r.chosen.prediction.store_first_touches_per_step},
                          {"store_rows_read_per_step", r.chosen.prediction.store_rows_read_per_step},
                          {"store_rows_written_per_step", r.chosen.prediction.store_rows_written_per_step},
                          {"disk_bytes", r.chosen.prediction.disk_bytes},
