@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>  // mkdtemp
 #include <filesystem>
 #include <list>
 #include <random>
@@ -28,13 +29,23 @@ struct RunCase {
   std::vector<std::string> sets;
 };
 
+// This process's scratch directory: made by mkdtemp (a name of the process id alone can be an
+// earlier run's, whose outputs a fresh run refuses to replace), removed at exit.
 std::string base_dir() {
-  static const std::string d = [] {
-    auto p = std::filesystem::temp_directory_path() / ("leanemb_plan_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return d;
+  struct Scratch {
+    std::string path;
+    Scratch() {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "leanemb_plan_test_XXXXXX").string();
+      if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+      path = tmpl;
+    }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Scratch d;
+  return d.path;
 }
 
 // A small config: 8 sparse features, synthetic data, 4 steps, 2 threads.
