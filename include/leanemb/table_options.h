@@ -60,9 +60,14 @@ Result<StoreKind> parse_store_kind(std::string_view s);  // errors: InvalidArgum
 //             of the block first when it holds another written row);
 //   kLog      written rows are appended to a log of fixed-size segments in large sequential
 //             writes, an index in RAM (4 or 8 bytes per row) says where each row's last copy is,
-//             and segments full of stale copies are compacted and reused.
-enum class FileStoreLayout : uint8_t { kInPlace, kLog };
-std::string_view file_store_layout_name(FileStoreLayout l);          // "in_place" | "log"
+//             and segments full of stale copies are compacted and reused;
+//   kMapped   row r at byte r * row_bytes of a file mapped into memory (mmap, MAP_SHARED): rows
+//             move by memcpy through the page cache, which the kernel fills and writes back. For
+//             a table whose file fits in RAM beside the run (the page cache is not in any
+//             budget); the file's blocks are allocated when it is opened, so a full disk fails
+//             there and not as SIGBUS in a step.
+enum class FileStoreLayout : uint8_t { kInPlace, kLog, kMapped };
+std::string_view file_store_layout_name(FileStoreLayout l);          // "in_place" | "log" | "mapped"
 Result<FileStoreLayout> parse_file_store_layout(std::string_view s);  // errors: InvalidArgument
 
 struct TableCacheOptions {

@@ -98,7 +98,7 @@ class EmbeddingBagConfig:
     cache_store: str = "host"           # "host" | "file"
     cache_store_path: str = ""
     cache_direct_io: bool = True
-    cache_store_layout: str = ""        # file store: "in_place" | "log"; "" = the engine's default
+    cache_store_layout: str = ""        # file store: "in_place" | "log" | "mapped"; "" = the engine's default
     dynamic: bool = False               # raw 64-bit ids mapped to rows on admission
     dynamic_min_count: int = 1
     dynamic_eviction: str = "age"       # "age" | "lfu"

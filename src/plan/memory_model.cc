@@ -261,7 +261,9 @@ void plan_run_disk(const Workload& w, const TableSpec& t, const TableStep& s, do
   out->run_rows_touched = std::max(0.0, out->run_rows_touched) + touched;
   const size_t rb = s.layout.stride_bytes, block = w.file_block_bytes;
   size_t bytes = 0;
-  if (w.file_store_layout == FileStoreLayout::kLog) {
+  if (w.file_store_layout == FileStoreLayout::kMapped) {
+    bytes = most;  // every block allocated when the file is opened
+  } else if (w.file_store_layout == FileStoreLayout::kLog) {
     const uint64_t seg = tiered::log_segment_bytes(s.rows, rb, block);
     bytes = tiered::log_max_segments(static_cast<int64_t>(std::ceil(touched)), tiered::log_segment_records(seg, rb, block)) * seg;
   } else {
@@ -284,9 +286,11 @@ void plan_cached_rows(const ResidencyPlan& p) {
   const int shards = w.num_shards;
   const size_t nr = static_cast<size_t>(s.rows);
   // The row store (src/tiered/row_store.cc): a host store holds every fat row in host RAM
-  // (category weights); a file store keeps them on disk. Both keep a presence bit per row, but
-  // the log layout, whose index (every page made) says where each row is.
+  // (category weights); a file store keeps them on disk (a mapped one in the page cache, which
+  // no budget holds). Both keep a presence bit per row, but the log layout, whose index (every
+  // page made) says where each row is.
   const bool log = w.file_store && w.file_store_layout == FileStoreLayout::kLog;
+  const bool mapped = w.file_store && w.file_store_layout == FileStoreLayout::kMapped;
   const size_t rb = s.layout.stride_bytes;
   r.persist(Item{Tier::kHost, Category::kWeights,
                  log ? tiered::log_store_index_bytes(s.rows, rb, w.file_block_bytes)
@@ -304,7 +308,7 @@ void plan_cached_rows(const ResidencyPlan& p) {
   if (log) {  // its buffers; checkpoints go through read_rows / write_rows (no bulk buffer)
     r.persist(Item{Tier::kHost, Category::kIoBuffers,
                    tiered::log_store_staging_bytes(s.rows, rb, w.file_block_bytes, w.file_queue_depth)});
-  } else if (w.file_store) {
+  } else if (w.file_store && !mapped) {  // a mapping copies rows with no buffer
     r.persist(Item{Tier::kHost, Category::kIoBuffers,
                    tiered::file_store_staging_bytes(s.layout.stride_bytes, w.file_block_bytes, w.file_queue_depth)});
     p.ckpt_bulk = std::max(p.ckpt_bulk, tiered::file_store_bulk_bytes(std::min(tiered::kCheckpointChunkRows, s.rows),
@@ -332,6 +336,8 @@ void plan_cached_rows(const ResidencyPlan& p) {
   if (log) {
     out.disk_bytes += tiered::log_store_max_file_bytes(s.rows, rb, w.file_block_bytes);
     out.store_requests_per_step += reads + misses * static_cast<double>(rb) / static_cast<double>(tiered::kBulkTransferBytes);
+  } else if (mapped) {  // the page cache serves the copies: no request while the file fits in RAM
+    out.disk_bytes += nr * rb;
   } else if (w.file_store) {
     out.disk_bytes += (nr * s.layout.stride_bytes + w.file_block_bytes - 1) / w.file_block_bytes * w.file_block_bytes;
     out.store_requests_per_step += reads + 2.0 * misses;

@@ -611,7 +611,8 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
   // block it holds, and on a file system mounted with `discard` that is one synchronous discard
   // per extent: minutes for the millions of scattered extents of a large table's file.
   const int flags = O_RDWR | O_CREAT | O_CLOEXEC;
-  bool direct = options.direct_io;
+  // The mapped layout goes through the page cache by design.
+  bool direct = options.direct_io && options.layout != FileStoreLayout::kMapped;
   int fd = direct ? ::open(options.path.c_str(), flags | O_DIRECT, 0644) : -1;
   if (direct && fd < 0 && errno == EINVAL) {
     static std::once_flag warned;
@@ -650,6 +651,12 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
     return io_error("lock of row file '" + options.path + "': " + errno_text(err));
   }
   const uint32_t block = direct ? query_block_bytes(fd) : kDefaultBlockBytes;
+  if (options.layout == FileStoreLayout::kMapped) {
+    RowFile file;
+    file.path = options.path;
+    file.fd = fd;
+    return make_mapped_row_store(options, host_alloc, file);
+  }
   if (options.layout == FileStoreLayout::kLog) {
     RowFile file;
     file.path = options.path;

@@ -38,6 +38,11 @@ struct RowFile {
 // thread pool), wrapped by hooks.wrap_io. Errors: Unimplemented (kUring refused).
 Result<std::unique_ptr<RowFileIo>> make_row_file_io(const RowFile& file, size_t slots, IoEngineKind engine,
                                                      const FileStoreHooks& hooks);
+// The mapped layout (row_store.cc: the host store over a mapping of the file, its blocks
+// allocated first). Takes the file's descriptor (closed on error too). Errors: ResourceExhausted
+// (no space for the file's blocks, no address space), IoError.
+Result<std::unique_ptr<RowStore>> make_mapped_row_store(const RowStoreOptions& options, Allocator* host_alloc,
+                                                        const RowFile& file);
 // The log layout (log_store.cc). Takes the file's descriptor (closed on error too).
 Result<std::unique_ptr<RowStore>> make_log_row_store(const RowStoreOptions& options, Allocator* host_alloc,
                                                      const RowFile& file, const FileStoreHooks& hooks);

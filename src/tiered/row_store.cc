@@ -1,11 +1,21 @@
-// Names of the store kinds and I/O engines, option checks, the host row store and the factory.
+// Names of the store kinds and I/O engines, option checks, the host row store (and the file
+// store's mapped layout, which is the host store over a file mapping) and the factory.
 //
-// Host store invariant: row r lives at rows_ + r * row_bytes; its bytes are meaningful only
+// Host store invariant: row r lives at base_ + r * row_bytes; its bytes are meaningful only
 // once presence bit r is set (the buffer is never memset, so creating a 10^9-row store touches
-// no page of it: the kernel backs pages on first write).
+// no page of it: the kernel backs pages on first write). base_ is a host allocation, or a
+// MAP_SHARED mapping of the whole row file (mapped layout), whose blocks were allocated when it
+// was opened (so a page's first write never fails for space: that would be SIGBUS).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,7 +47,8 @@ template <>
 struct EnumNames<FileStoreLayout> {
   static constexpr std::string_view kWhat = "file store layout";
   static constexpr EnumName<FileStoreLayout> kNames[] = {{FileStoreLayout::kInPlace, "in_place", "inplace in-place"},
-                                                         {FileStoreLayout::kLog, "log", ""}};
+                                                         {FileStoreLayout::kLog, "log", ""},
+                                                         {FileStoreLayout::kMapped, "mapped", "mmap"}};
 };
 
 std::string_view store_kind_name(StoreKind k) { return enum_name(k); }
@@ -128,19 +139,37 @@ namespace {
 
 constexpr size_t kRowsAhead = 8;  // rows prefetched ahead by the host store's copy loops
 
+// A row file mapped whole (the mapped layout): unmapped and closed with the store.
+struct MappedFile {
+  std::string path;
+  int fd = -1;
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (base != nullptr) ::munmap(base, bytes);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 class HostRowStore final : public RowStore {
  public:
   HostRowStore(const RowStoreOptions& o, Allocation rows, PresenceBitmap presence)
-      : num_rows_(o.num_rows), row_bytes_(o.row_bytes), rows_(std::move(rows)), presence_(std::move(presence)) {}
+      : num_rows_(o.num_rows), row_bytes_(o.row_bytes), rows_(std::move(rows)), base_(rows_.as<uint8_t>()),
+        presence_(std::move(presence)) {}
+  HostRowStore(const RowStoreOptions& o, std::unique_ptr<MappedFile> map, PresenceBitmap presence)
+      : num_rows_(o.num_rows), row_bytes_(o.row_bytes), map_(std::move(map)), base_(map_->base), presence_(std::move(presence)) {}
 
-  StoreKind kind() const override { return StoreKind::kHost; }
+  StoreKind kind() const override { return map_ ? StoreKind::kFile : StoreKind::kHost; }
   int64_t num_rows() const override { return num_rows_; }
   size_t row_bytes() const override { return row_bytes_; }
 
   Status read_rows(std::span<const int64_t> rows, RowsAt<uint8_t> dst, uint8_t* present) override {
     LEANEMB_RETURN_IF_ERROR(check_rows_in_range(rows, num_rows_, "read_rows"));
     const StopWatch watch;
-    const uint8_t* base = rows_.as<uint8_t>();
+    const uint8_t* base = base_;
     uint64_t copied = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       // Rows are random in a buffer of gigabytes: fetch a few ahead so the copies overlap (only
@@ -166,7 +195,7 @@ class HostRowStore final : public RowStore {
     std::lock_guard<std::mutex> lock(write_mu_);  // write_rows calls are serialized
     const StopWatch watch;
     for (int64_t r : rows) LEANEMB_RETURN_IF_ERROR(presence_.prepare(r));
-    uint8_t* base = rows_.as<uint8_t>();
+    uint8_t* base = base_;
     for (size_t i = 0; i < rows.size(); ++i) {
       if (i + kRowsAhead < rows.size()) {
         kernels::prefetch_span<1, 0>(base + static_cast<size_t>(rows[i + kRowsAhead]) * row_bytes_, row_bytes_);
@@ -185,7 +214,7 @@ class HostRowStore final : public RowStore {
     const StopWatch watch;
     LEANEMB_RETURN_IF_ERROR(presence_.prepare_range(begin, count));
     const size_t bytes = static_cast<size_t>(count) * row_bytes_;
-    if (bytes) std::memcpy(rows_.as<uint8_t>() + static_cast<size_t>(begin) * row_bytes_, src, bytes);
+    if (bytes) std::memcpy(base_ + static_cast<size_t>(begin) * row_bytes_, src, bytes);
     presence_.set_range(begin, count);
     counters_.add_write(static_cast<uint64_t>(count), bytes, static_cast<uint64_t>(count), watch.ns());
     return Status();
@@ -194,7 +223,7 @@ class HostRowStore final : public RowStore {
   Status read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present) override {
     LEANEMB_RETURN_IF_ERROR(check_range_in_table(begin, count, num_rows_, "read_range"));
     const StopWatch watch;
-    const uint8_t* base = rows_.as<uint8_t>() + static_cast<size_t>(begin) * row_bytes_;
+    const uint8_t* base = base_ + static_cast<size_t>(begin) * row_bytes_;
     uint64_t copied = 0;
     // Runs of present rows, one copy each (absent rows' bytes stay unspecified).
     for (int64_t i = 0; i < count;) {
@@ -214,25 +243,72 @@ class HostRowStore final : public RowStore {
     return Status();
   }
 
-  Status flush() override { return Status(); }
+  // Mapped: the dirty pages written and the file synced (msync + fsync); host: nothing to do.
+  Status flush() override {
+    if (!map_) return Status();
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (map_->bytes > 0 && ::msync(map_->base, map_->bytes, MS_SYNC) != 0)
+      return io_error("msync of row file '" + map_->path + "': " + std::strerror(errno));
+    if (::fsync(map_->fd) != 0) return io_error("fsync of row file '" + map_->path + "': " + std::strerror(errno));
+    return Status();
+  }
 
   RowStoreStats stats() const override {
     RowStoreStats s = counters_.snapshot();
+    // A mapping's pages are the page cache's, in no allocator: not host_bytes.
     s.host_bytes = rows_.size_bytes() + presence_.bytes();
     s.io_engine = "memcpy";
+    if (map_) {
+      s.io_engine = "mmap";
+      s.layout = "mapped";
+      s.disk_bytes = map_->bytes;
+      s.block_bytes = 4096;
+    }
     return s;
   }
 
  private:
   int64_t num_rows_;
   size_t row_bytes_;
-  Allocation rows_;
+  Allocation rows_;                  // host
+  std::unique_ptr<MappedFile> map_;  // mapped
+  uint8_t* base_;
   PresenceBitmap presence_;
   std::mutex write_mu_;
   StoreCounters counters_;
 };
 
 }  // namespace
+
+Result<std::unique_ptr<RowStore>> make_mapped_row_store(const RowStoreOptions& options, Allocator* host_alloc,
+                                                        const RowFile& file) {
+  auto map = std::make_unique<MappedFile>();
+  map->path = file.path;
+  map->fd = file.fd;  // closed by map from here on
+  map->bytes = static_cast<size_t>(options.num_rows) * options.row_bytes;
+  struct stat st {};
+  if (::fstat(map->fd, &st) != 0) return io_error("stat of row file '" + file.path + "': " + std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) > map->bytes && ::ftruncate(map->fd, static_cast<off_t>(map->bytes)) != 0)
+    return io_error("resize of row file '" + file.path + "': " + std::strerror(errno));
+  if (map->bytes > 0) {
+    // Every block allocated now: a page's first write through the mapping then never needs
+    // space (on a full disk it would be SIGBUS in a step, not an error here).
+    if (const int err = ::posix_fallocate(map->fd, 0, static_cast<off_t>(map->bytes)); err != 0) {
+      std::string msg = "allocating the " + std::to_string(map->bytes) + " bytes of mapped row file '" + file.path +
+                        "': " + std::strerror(err);
+      return err == ENOSPC || err == EDQUOT ? resource_exhausted(std::move(msg)) : io_error(std::move(msg));
+    }
+    void* p = ::mmap(nullptr, map->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, map->fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      std::string msg = "mmap of row file '" + file.path + "' (" + std::to_string(map->bytes) + " bytes): " + std::strerror(err);
+      return err == ENOMEM ? resource_exhausted(std::move(msg)) : io_error(std::move(msg));
+    }
+    map->base = static_cast<uint8_t*>(p);
+  }
+  LEANEMB_ASSIGN_OR_RETURN(auto presence, PresenceBitmap::create(options.num_rows, host_alloc));
+  return std::unique_ptr<RowStore>(new HostRowStore(options, std::move(map), std::move(presence)));
+}
 
 Status check_row_store_options(const RowStoreOptions& o) {
   if (o.kind != StoreKind::kHost && o.kind != StoreKind::kFile)
@@ -248,7 +324,7 @@ Status check_row_store_options(const RowStoreOptions& o) {
   }
   if (o.kind == StoreKind::kFile) {
     if (o.path.empty()) return invalid_argument("file row store: path is empty");
-    if (o.layout != FileStoreLayout::kInPlace && o.layout != FileStoreLayout::kLog)
+    if (o.layout != FileStoreLayout::kInPlace && o.layout != FileStoreLayout::kLog && o.layout != FileStoreLayout::kMapped)
       return invalid_argument("file row store: unknown layout code " + std::to_string(static_cast<int>(o.layout)));
     if (o.queue_depth < 1 || o.queue_depth > 4096) {
       return invalid_argument("file row store: queue_depth " + std::to_string(o.queue_depth) +

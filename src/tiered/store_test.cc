@@ -1,5 +1,6 @@
 // Row store backends against an in-memory reference; file store faults through
 // FaultInjectionFileIo (wrapping the io_uring and the thread-pool engine alike).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,8 +42,8 @@ class TempDir {
 };
 
 // Which backend a parameterized test runs on.
-// The kLog* ones are the file store's log layout.
-enum class Backend { kHost, kFileUring, kFileThreads, kFileBuffered, kLogUring, kLogThreads, kLogBuffered };
+// The kLog* ones are the file store's log layout; kMapped its mapped layout.
+enum class Backend { kHost, kFileUring, kFileThreads, kFileBuffered, kLogUring, kLogThreads, kLogBuffered, kMapped };
 std::string backend_name(Backend b) {
   switch (b) {
     case Backend::kHost: return "host";
@@ -52,6 +53,7 @@ std::string backend_name(Backend b) {
     case Backend::kLogUring: return "log_uring";
     case Backend::kLogThreads: return "log_threads";
     case Backend::kLogBuffered: return "log_buffered";
+    case Backend::kMapped: return "mapped";
   }
   return "?";
 }
@@ -67,7 +69,7 @@ RowStoreOptions options_for(Backend b, const TempDir& dir, int64_t num_rows, siz
   o.queue_depth = 8;  // small, so that calls span several groups of pieces
   o.io_engine = b == Backend::kFileUring || b == Backend::kLogUring ? IoEngineKind::kUring : IoEngineKind::kThreads;
   o.direct_io = !is_buffered(b);
-  o.layout = is_log(b) ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
+  o.layout = is_log(b) ? FileStoreLayout::kLog : b == Backend::kMapped ? FileStoreLayout::kMapped : FileStoreLayout::kInPlace;
   return o;
 }
 
@@ -217,7 +219,7 @@ TEST_P(RowStoreTest, BulkRangesMatchReference) {
 // A bulk write moves whole blocks in few requests: a range of 1 MiB of 40-byte rows takes a few
 // large writes (plus at most two block reads), not one request per row.
 TEST_P(RowStoreTest, BulkWriteUsesFewLargeRequests) {
-  if (GetParam() == Backend::kHost) GTEST_SKIP() << "the host store copies rows";
+  if (GetParam() == Backend::kHost || GetParam() == Backend::kMapped) GTEST_SKIP() << "the host store copies rows";
   TempDir dir;
   const int64_t n = (int64_t{1} << 20) / 40 + 1000;
   auto store = make_row_store(options_for(GetParam(), dir, n, 40), nullptr);
@@ -236,7 +238,7 @@ TEST_P(RowStoreTest, BulkWriteUsesFewLargeRequests) {
 // phase (plan/memory_model.cc) predicts it from the count alone. The log layout stages nothing
 // beyond its buffers (its bulk calls are batches of read_rows / write_rows).
 TEST_P(RowStoreTest, BulkStagingIsTheSizeFunctionOfTheCount) {
-  if (GetParam() == Backend::kHost) GTEST_SKIP() << "the host store copies rows without staging";
+  if (GetParam() == Backend::kHost || GetParam() == Backend::kMapped) GTEST_SKIP() << "the host store copies rows without staging";
   TempDir dir;
   TrackingAllocator alloc;
   const size_t rb = 40;
@@ -328,6 +330,13 @@ TEST_P(RowStoreTest, StatsCountRowsBytesAndOps) {
   if (GetParam() == Backend::kHost) {
     EXPECT_EQ(s.bytes_read, 3u * 4096);  // rows 1, 5, 5 (row 9 is absent)
     EXPECT_EQ(s.host_bytes, 64u * 4096 + 8 + 8);  // rows, presence directory and its one page
+  } else if (GetParam() == Backend::kMapped) {
+    EXPECT_EQ(s.bytes_read, 3u * 4096);  // copies, as the host store's
+    EXPECT_EQ(s.host_bytes, 8u + 8);  // the presence bitmap: the mapping's pages are the page cache's
+    EXPECT_EQ(s.disk_bytes, 64u * 4096);
+    EXPECT_EQ(s.layout, "mapped");
+    EXPECT_EQ(s.io_engine, "mmap");
+    EXPECT_EQ((*store)->kind(), StoreKind::kFile);
   } else {
     EXPECT_EQ(s.bytes_read, 2u * 4096);  // one aligned access per distinct present row
     EXPECT_EQ(s.read_ops, 2u);
@@ -371,8 +380,45 @@ TEST_P(RowStoreTest, ConcurrentReadsAndWritesOfDisjointRowsInSharedBlocks) {
 INSTANTIATE_TEST_SUITE_P(Backends, RowStoreTest,
                          ::testing::Values(Backend::kHost, Backend::kFileUring, Backend::kFileThreads,
                                            Backend::kFileBuffered, Backend::kLogUring, Backend::kLogThreads,
-                                           Backend::kLogBuffered),
+                                           Backend::kLogBuffered, Backend::kMapped),
                          [](const auto& info) { return backend_name(info.param); });
+
+// The mapped layout: row r at byte r * row_bytes of the file once flushed (the same bytes a
+// pread sees), the file's blocks allocated at open (no hole left for a page's first write), and
+// a reopened file's bytes ignored (no row present). (The lock against a second process is the
+// other layouts' code: store_io_test's FileStoreFile.)
+TEST(MappedStoreTest, RowsLiveInPlaceInTheFileAndAReopenedFileHasNoRow) {
+  TempDir dir;
+  const size_t rb = 24;
+  const int64_t n = 1000;
+  RowStoreOptions o = options_for(Backend::kMapped, dir, n, rb);
+  std::vector<uint8_t> src(3 * rb);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  const std::vector<int64_t> rows = {999, 0, 431};
+  {
+    auto store = make_row_store(o, nullptr);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    ASSERT_TRUE((*store)->write_rows(rows, src.data()).ok());
+    ASSERT_TRUE((*store)->flush().ok());
+    const int fd = ::open(o.path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    EXPECT_EQ(static_cast<size_t>(st.st_size), n * rb);
+    EXPECT_GE(static_cast<size_t>(st.st_blocks) * 512, n * rb);  // allocated, not sparse
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::vector<uint8_t> got(rb);
+      ASSERT_EQ(::pread(fd, got.data(), rb, static_cast<off_t>(rows[i]) * static_cast<off_t>(rb)), static_cast<ssize_t>(rb));
+      EXPECT_EQ(0, std::memcmp(got.data(), &src[i * rb], rb)) << "row " << rows[i];
+    }
+    ::close(fd);
+  }
+  auto again = make_row_store(o, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  std::vector<uint8_t> out(3 * rb), present(3, 9);
+  ASSERT_TRUE((*again)->read_rows(rows, out.data(), present.data()).ok());
+  EXPECT_EQ(present, std::vector<uint8_t>(3, 0));
+}
 
 // Bad options are InvalidArgument; names parse both ways.
 TEST(RowStoreOptionsTest, RejectsBadOptionsAndParsesNames) {
@@ -395,6 +441,8 @@ TEST(RowStoreOptionsTest, RejectsBadOptionsAndParsesNames) {
   EXPECT_EQ(*parse_file_store_layout("log"), FileStoreLayout::kLog);
   EXPECT_EQ(file_store_layout_name(*parse_file_store_layout("in_place")), "in_place");
   EXPECT_FALSE(parse_file_store_layout("lsm").ok());
+  EXPECT_EQ(*parse_file_store_layout("mmap"), FileStoreLayout::kMapped);
+  EXPECT_EQ(file_store_layout_name(FileStoreLayout::kMapped), "mapped");
 }
 
 // A huge host store costs no row pages until rows are written (lazy allocation).

@@ -214,19 +214,21 @@ TEST(PlacementTrainTest, OptimizerStateOnHostTrainsIdentically) {
   EXPECT_GT(b.mem->stats()[1][Category::kOptimizerState].current_bytes, 0u);
 }
 
-// Tiered tables (a small cache over host RAM, and over files in place and as logs) train
+// Tiered tables (a small cache over host RAM, and over files in place, as logs and mapped) train
 // identically to resident ones.
 TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   const model::CtrModelOptions o = small_model(400);
   const std::string dir = ::testing::TempDir() + "leanemb_tiered_train_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  for (int store_case = 0; store_case < 3; ++store_case) {
+  for (int store_case = 0; store_case < 4; ++store_case) {
     const StoreKind store = store_case == 0 ? StoreKind::kHost : StoreKind::kFile;
     SCOPED_TRACE(std::string(store_kind_name(store)) + " " + std::to_string(store_case));
     model::CtrModelOptions oc = o;
     oc.row_cache.fraction = 0.25;  // 100 slots per table; a batch of 64 touches at most 64 rows
     oc.row_cache.store = store;
-    oc.row_cache.store_layout = store_case == 2 ? FileStoreLayout::kLog : FileStoreLayout::kInPlace;
+    oc.row_cache.store_layout = store_case == 2   ? FileStoreLayout::kLog
+                                : store_case == 3 ? FileStoreLayout::kMapped
+                                                  : FileStoreLayout::kInPlace;
     oc.store_dir = dir;
     Rig a = make_rig(o), b = make_rig(oc);
     amp::LossScaler s1 = std::move(amp::LossScaler::create({.enabled = false})).value();
