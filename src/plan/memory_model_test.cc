@@ -255,43 +255,66 @@ TEST(UniqueRowsTest, MatchesClosedFormForUniformDraws) {
 // on Zipf draws, at several skews and capacities: within 10% (the planner's store reads per step).
 // (At a capacity below one step's distinct rows, which the row cache refuses, the model runs up
 // to 13% low: Che's approximation assumes requests spread over time, not a step's burst.)
+// The cumulative Zipf(zipf) law over `vocab` ranks (zipf 0: uniform), for inverse-CDF sampling.
+std::vector<double> zipf_cdf(int64_t vocab, double zipf) {
+  std::vector<double> cdf(static_cast<size_t>(vocab));
+  double acc = 0;
+  for (int64_t r = 0; r < vocab; ++r) cdf[r] = acc += zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r + 1), -zipf);
+  for (double& c : cdf) c /= acc;
+  return cdf;
+}
+
+// An exact LRU cache of `capacity` rows. A step asks for its distinct rows, as the row cache
+// does; each call of access() is one of them and says whether it missed.
+class ExactLru {
+ public:
+  explicit ExactLru(int64_t capacity) : capacity_(capacity) {}
+  bool access(int64_t id) {
+    auto it = where_.find(id);
+    if (it != where_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return false;
+    }
+    lru_.push_front(id);
+    where_[id] = lru_.begin();
+    if (static_cast<int64_t>(lru_.size()) > capacity_) {
+      where_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    return true;
+  }
+
+ private:
+  int64_t capacity_;
+  std::list<int64_t> lru_;  // front: most recent
+  std::unordered_map<int64_t, std::list<int64_t>::iterator> where_;
+};
+
+// A step's distinct ids, sorted.
+void distinct(std::vector<int64_t>& ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+}
+
 TEST(LruMissModelTest, MatchesASimulatedLruCache) {
   constexpr int64_t kVocab = 200000, kIds = 4000;
   for (double zipf : {0.0, 0.9, 1.05, 1.15}) {
-    // Inverse-CDF sampling over the ranks.
-    std::vector<double> cdf(kVocab);
-    double acc = 0;
-    for (int64_t r = 0; r < kVocab; ++r) cdf[r] = acc += zipf == 0.0 ? 1.0 : std::pow(static_cast<double>(r + 1), -zipf);
-    for (double& c : cdf) c /= acc;
+    const std::vector<double> cdf = zipf_cdf(kVocab, zipf);
     // Capacities the row cache can run: above two steps' distinct rows (a step pins its own
     // rows and the prefetch's; a step here has at most 4,000).
     for (int64_t capacity : {int64_t{8000}, int64_t{20000}, int64_t{60000}}) {
       SCOPED_TRACE("zipf " + std::to_string(zipf) + " capacity " + std::to_string(capacity));
       std::mt19937_64 rng(11);
       std::uniform_real_distribution<double> u(0.0, 1.0);
-      std::list<int64_t> lru;  // front: most recent
-      std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+      ExactLru lru(capacity);
       constexpr int kWarm = 400, kSteps = 200;
       double misses = 0;
       for (int step = 0; step < kWarm + kSteps; ++step) {
         std::vector<int64_t> ids(kIds);
         for (auto& id : ids) id = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-        for (int64_t id : ids) {
-          auto it = where.find(id);
-          if (it != where.end()) {
-            lru.splice(lru.begin(), lru, it->second);
-            continue;
-          }
-          if (step >= kWarm) ++misses;
-          lru.push_front(id);
-          where[id] = lru.begin();
-          if (static_cast<int64_t>(lru.size()) > capacity) {
-            where.erase(lru.back());
-            lru.pop_back();
-          }
-        }
+        distinct(ids);
+        for (int64_t id : ids)
+          if (lru.access(id) && step >= kWarm) ++misses;
       }
       const double simulated = misses / kSteps;
       const double model = lru_misses_per_step(kIds, kVocab, zipf, capacity);
@@ -311,14 +334,10 @@ TEST(LruMissModelTest, ReadsAreTheMissesOfRowsTouchedBefore) {
   constexpr int kSteps = 600;
   for (double zipf : {0.9, 1.05}) {
     SCOPED_TRACE("zipf " + std::to_string(zipf));
-    std::vector<double> cdf(kVocab);
-    double acc = 0;
-    for (int64_t r = 0; r < kVocab; ++r) cdf[r] = acc += std::pow(static_cast<double>(r + 1), -zipf);
-    for (double& c : cdf) c /= acc;
+    const std::vector<double> cdf = zipf_cdf(kVocab, zipf);
     std::mt19937_64 rng(5);
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    std::list<int64_t> lru;
-    std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+    ExactLru lru(kCapacity);
     std::vector<uint8_t> touched(kRows, 0);
     double misses = 0, firsts = 0;
     for (int step = 0; step < kSteps; ++step) {
@@ -329,25 +348,13 @@ TEST(LruMissModelTest, ReadsAreTheMissesOfRowsTouchedBefore) {
         h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
         id = static_cast<int64_t>((h ^ (h >> 31)) % static_cast<uint64_t>(kRows));
       }
-      std::sort(ids.begin(), ids.end());
-      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      distinct(ids);
       for (int64_t id : ids) {
-        auto it = where.find(id);
-        if (it != where.end()) {
-          lru.splice(lru.begin(), lru, it->second);
-          continue;
-        }
-        if (step >= kSteps / 2) {
+        if (lru.access(id) && step >= kSteps / 2) {
           ++misses;
           firsts += touched[id] ? 0 : 1;
         }
         touched[id] = 1;
-        lru.push_front(id);
-        where[id] = lru.begin();
-        if (static_cast<int64_t>(lru.size()) > kCapacity) {
-          where.erase(lru.back());
-          lru.pop_back();
-        }
       }
     }
     const double half = kSteps - kSteps / 2;
