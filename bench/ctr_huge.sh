@@ -75,6 +75,8 @@ b = max(rc, key=lambda x: x[0])
 n = b[0] - a[0]
 for k in ("misses", "evictions", "hits"):
     print(f"{k} per step, steps {a[0]}-{b[0]}: {(b[1][k] - a[1][k]) / n:.0f}")
+# 132-byte fat rows (64 bf16 values and row-wise Adagrad's accumulator): the rows read back.
+print(f"rows read from the stores per step, steps {a[0]}-{b[0]}: {(b[1]['fetched_bytes'] - a[1]['fetched_bytes']) / 132 / n:.0f}")
 print(f"hit rate: {(b[1]['hits'] - a[1]['hits']) / max(1, (b[1]['hits'] - a[1]['hits']) + (b[1]['misses'] - a[1]['misses'])):.3f}")
 print(f"fetch seconds per step {(b[1]['fetch_seconds'] - a[1]['fetch_seconds']) / n:.4f}, exposed {(b[1]['exposed_seconds'] - a[1]['exposed_seconds']) / n:.4f}")
 sps = [l["samples_per_s"] for l in lines if "samples_per_s" in l and l["step"] >= half]

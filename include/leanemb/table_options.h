@@ -101,6 +101,7 @@ struct RowCacheStats {
   uint64_t evictions = 0;
   uint64_t writebacks = 0;        // dirty rows written to the store
   uint64_t initialized_rows = 0;  // rows created by the initializer on first touch
+  uint64_t placed_rows = 0;       // rows a bulk write (a restore) put in slots instead of the store
   uint64_t bytes_read = 0;        // store -> cache
   uint64_t bytes_written = 0;     // cache -> store
   double fetch_seconds = 0;       // the fetches' store transfers (write-backs and reads), on any thread

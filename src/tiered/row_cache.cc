@@ -700,16 +700,47 @@ Status RowCache::write_row(int64_t row, const uint8_t* fat) {
   return store_->write_rows(r, fat);
 }
 
+int64_t RowCache::place_rows_locked(int64_t begin, int64_t count, const uint8_t* src) {
+  CacheIndex& ix = index_;
+  if (!ix.has_free()) return begin;
+  const size_t stride = layout_.stride_bytes;
+  const uint32_t tick = ix.begin_call();
+  ++map_version_;  // rows join the map: a lookup made before no longer holds
+  int64_t r = begin;
+  for (; r < begin + count; ++r) {
+    int32_t s = ix.find(r);
+    const bool fresh = s < 0;
+    if (fresh) {
+      if (!ix.has_free()) break;
+      s = ix.take_free();
+      ix.assign(s, r, tick);
+      ix.flags(s) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
+    }
+    std::memcpy(slots() + static_cast<size_t>(s) * stride, src + static_cast<size_t>(r - begin) * stride, stride);
+    ix.flags(s) |= CacheIndex::kDirty;
+    if (fresh) ix.make_evictable(s);
+  }
+  stats_.placed_rows += static_cast<uint64_t>(r - begin);
+  return r;
+}
+
 Status RowCache::write_rows(int64_t begin, int64_t count, const uint8_t* src) {
   LEANEMB_RETURN_IF_ERROR(wait_prefetch());
   std::lock_guard<std::mutex> f(fetch_mu_);
-  const Status st = store_->write_range(begin, count, src);
+  int64_t placed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    placed = place_rows_locked(begin, count, src);
+  }
+  const int64_t rest = begin + count - placed;
+  const uint8_t* rest_src = src + static_cast<size_t>(placed - begin) * layout_.stride_bytes;
+  const Status st = rest > 0 ? store_->write_range(placed, rest, rest_src) : Status();
   const size_t stride = layout_.stride_bytes;
   std::lock_guard<std::mutex> l(mu_);
-  for_each_resident_locked(begin, count, [&](int64_t r, int32_t s) {
+  for_each_resident_locked(placed, rest, [&](int64_t r, int32_t s) {
     uint8_t& fl = index_.flags(s);
     if (st.ok()) {
-      std::memcpy(slots() + static_cast<size_t>(s) * stride, src + static_cast<size_t>(r - begin) * stride, stride);
+      std::memcpy(slots() + static_cast<size_t>(s) * stride, rest_src + static_cast<size_t>(r - placed) * stride, stride);
       fl &= static_cast<uint8_t>(~CacheIndex::kDirty);
     } else {
       fl |= CacheIndex::kDirty;

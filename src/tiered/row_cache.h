@@ -142,12 +142,17 @@ class RowCache {
   Status read_rows_at(std::span<const int64_t> rows, uint8_t* out);
   // Replaces one row's bytes: in its slot (marked dirty) if resident, else in the store.
   Status write_row(int64_t row, const uint8_t* fat);
-  // Replaces rows [begin, begin + count) from src [count, stride] (a restore): the store gets
-  // them in large aligned transfers (RowStore::write_range), and each resident row of the range
+  // Replaces rows [begin, begin + count) from src [count, stride] (a restore). While the cache
+  // has free slots, the range's first rows go to the cache alone: each row not resident takes a
+  // free slot, and every row of that prefix gets its bytes in its slot, dirty (the store gets
+  // them on eviction; stats().placed_rows counts them). So a restore into a fresh cache warms
+  // it and writes nothing to the store for the rows it holds. The rest of the range goes to
+  // the store in large aligned transfers (RowStore::write_range), and each resident row of it
   // gets the same bytes in its slot, clean (the store holds them). Waits for a prefetch in
-  // flight. Errors: the store's; then the resident rows of the range keep their old bytes and
-  // are marked dirty (so that their possibly torn store copies are rewritten on eviction), and
-  // the other rows of the range may hold old, new or torn bytes (as RowStore::write_rows).
+  // flight. Errors: the store's; then the placed rows hold their new bytes, the other resident
+  // rows of the range keep their old bytes and are marked dirty (so that their possibly torn
+  // store copies are rewritten on eviction), and the other rows of the range may hold old, new
+  // or torn bytes (as RowStore::write_rows).
   Status write_rows(int64_t begin, int64_t count, const uint8_t* src);
 
   CacheStats stats() const;
@@ -206,6 +211,9 @@ class RowCache {
   // fetch in flight (fetch_mu_ held).
   template <typename F>
   void for_each_resident_locked(int64_t begin, int64_t count, F&& f) const;
+  // write_rows' prefix: rows from `begin` into slots (free ones for rows not resident), dirty,
+  // until a row finds no free slot; returns the first row not placed. REQUIRES: mu_ and fetch_mu_.
+  int64_t place_rows_locked(int64_t begin, int64_t count, const uint8_t* src);
   void prefetch_main();
   void stop_worker();
 

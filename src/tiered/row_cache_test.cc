@@ -453,11 +453,13 @@ class FailingStore : public tiered::RowStore {
       std::memcpy(data_.data() + static_cast<size_t>(rows[i]) * bytes_, src.row(i, bytes_), bytes_);
       present_[static_cast<size_t>(rows[i])] = 1;
     }
+    rows_written += rows.size();
     return Status();
   }
   Status flush() override { return Status(); }
   tiered::RowStoreStats stats() const override { return {}; }
   bool fail_writes = false, fail_reads = false;
+  uint64_t rows_written = 0;
 
  private:
   int64_t rows_;
@@ -506,8 +508,9 @@ TEST(RowCache, FailedWriteBackKeepsTheDirtyRows) {
   EXPECT_TRUE(resident(*f.cache, 3));
 }
 
-// A bulk write (a restore) gives the resident rows of its range the same bytes, clean; a failed
-// one leaves them as they were and dirty, so their bytes go back to the store on eviction.
+// A bulk write (a restore) into a full cache gives the resident rows of its range the same
+// bytes, clean; a failed one leaves them as they were and dirty, so their bytes go back to the
+// store on eviction.
 TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
   FailingStore* store = nullptr;
   Fixture f = make_cache(100, 10, CachePolicy::kLru, failing_store(&store));
@@ -531,7 +534,9 @@ TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
   ASSERT_TRUE(f.cache->acquire(std::vector<int64_t>{5, 6, 7, 8, 9}, slots.data(), tiered::PinSet::kStep).ok());
   f.cache->mark_dirty(slots);
   f.cache->release(tiered::PinSet::kStep);
+  touch(*f.cache, {90, 91, 92, 93, 94});  // full: no free slot to place restored rows in
   ASSERT_TRUE(f.cache->write_rows(0, 50, rows_with(1000.0f).data()).ok());
+  EXPECT_EQ(f.cache->stats().placed_rows, 0u);
   std::vector<uint8_t> all(100 * stride);
   ASSERT_TRUE(f.cache->read_rows(0, 100, all.data()).ok());
   for (int64_t r = 0; r < 100; ++r) {
@@ -550,6 +555,36 @@ TEST(RowCache, BulkWriteKeepsResidentRowsConsistent) {
   EXPECT_EQ(f.cache->stats().writebacks, 2u);
   EXPECT_EQ(first_float(5), 1005.0f);
   EXPECT_EQ(first_float(6), 1006.0f);
+}
+
+// A bulk write into a cache with free slots places the range's first rows in them (the rows not
+// resident take free slots; every row of that prefix gets its bytes, dirty) and writes only the
+// rest to the store: a restore warms a fresh cache. The placed rows reach the store when evicted.
+TEST(RowCache, BulkWritePlacesRowsInFreeSlotsFirst) {
+  FailingStore* store = nullptr;
+  Fixture f = make_cache(100, 10, CachePolicy::kLru, failing_store(&store));
+  const size_t stride = f.layout.stride_bytes;
+  touch(*f.cache, {3});  // resident and clean: 9 free slots
+  std::vector<uint8_t> src(20 * stride, 0);
+  for (int i = 0; i < 20; ++i) {
+    const float v = 500.0f + static_cast<float>(i);
+    std::memcpy(src.data() + static_cast<size_t>(i) * stride, &v, 4);
+  }
+  ASSERT_TRUE(f.cache->write_rows(0, 20, src.data()).ok());  // rows 0..9 (3 was resident) placed
+  tiered::CacheStats st = f.cache->stats();
+  EXPECT_EQ(st.placed_rows, 10u);
+  EXPECT_EQ(st.resident_rows, 10);
+  EXPECT_EQ(store->rows_written, 10u);  // rows 10..19 only
+  for (int64_t r = 0; r < 10; ++r) EXPECT_TRUE(resident(*f.cache, r)) << r;
+  std::vector<uint8_t> all(20 * stride);
+  ASSERT_TRUE(f.cache->read_rows(0, 20, all.data()).ok());
+  EXPECT_EQ(all, src);
+  touch(*f.cache, {40, 41, 42, 43, 44, 45, 46, 47, 48, 49});  // evicts 0..9: dirty, written back
+  st = f.cache->stats();
+  EXPECT_EQ(st.writebacks, 10u);
+  EXPECT_EQ(store->rows_written, 20u);
+  ASSERT_TRUE(f.cache->read_rows(0, 20, all.data()).ok());
+  EXPECT_EQ(all, src);
 }
 
 // A table of 2^33 rows over a sparse file store (in place, or a log with 8-byte index entries):

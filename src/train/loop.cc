@@ -232,6 +232,7 @@ void add_table_counters(const MemorySystem& mem, const EmbeddingTables& tables, 
     sum.hits += s.value().hits;
     sum.misses += s.value().misses;
     sum.evictions += s.value().evictions;
+    sum.placed_rows += s.value().placed_rows;
     sum.prefetched_rows += s.value().prefetched_rows;
     sum.prefetches_taken += s.value().prefetches_taken;
     sum.fetch_seconds += s.value().fetch_seconds;
@@ -241,7 +242,7 @@ void add_table_counters(const MemorySystem& mem, const EmbeddingTables& tables, 
     (*j)["row_cache"] = {{"fetched_bytes", sum.bytes_read}, {"written_back_bytes", sum.bytes_written}, {"hits", sum.hits},
                          {"misses", sum.misses}, {"evictions", sum.evictions}, {"prefetched_rows", sum.prefetched_rows},
                          {"prefetches_taken", sum.prefetches_taken}, {"fetch_seconds", sum.fetch_seconds},
-                         {"exposed_seconds", sum.exposed_seconds}};
+                         {"exposed_seconds", sum.exposed_seconds}, {"placed_rows", sum.placed_rows}};
   DynamicTableStats dyn;
   bool dynamic = false;
   for (int t = 0; t < tables.num_tables(); ++t) {
