@@ -21,13 +21,14 @@ namespace {
 
 using testing_util::OwnedBatch;
 
-enum class Kind { kResident, kCached, kStateOnHost, kDynamic };
+enum class Kind { kResident, kCached, kStateOnHost, kDynamic, kDynamicFiltered };
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::kResident: return "resident";
     case Kind::kCached: return "cached";
     case Kind::kStateOnHost: return "state_on_host";
     case Kind::kDynamic: return "dynamic";
+    case Kind::kDynamicFiltered: return "dynamic_min_count_2";
   }
   return "?";
 }
@@ -50,7 +51,7 @@ CollectionOptions options_for(const AccCase& s) {
   for (int t = 0; t < 2; ++t) {
     TableOptions to;
     to.name = t == 0 ? "a" : "b";
-    to.num_rows = s.kind == Kind::kDynamic ? 4 * kRows[t] : kRows[t];
+    to.num_rows = s.kind == Kind::kDynamic || s.kind == Kind::kDynamicFiltered ? 4 * kRows[t] : kRows[t];
     to.dim = kDims[t];
     to.optimizer.kind = s.opt;
     to.optimizer.learning_rate = 0.05f;
@@ -60,7 +61,10 @@ CollectionOptions options_for(const AccCase& s) {
       to.cache.fraction = 0.8;  // evicts between steps
       to.cache.store = StoreKind::kHost;
     }
-    if (s.kind == Kind::kDynamic) to.dynamic.enabled = true;
+    if (s.kind == Kind::kDynamic || s.kind == Kind::kDynamicFiltered) to.dynamic.enabled = true;
+    // An id needs two sightings for a row: the first steps drop ids (their sequence gradients
+    // are compacted, mean bags reweighted).
+    if (s.kind == Kind::kDynamicFiltered) to.dynamic.min_count = 2;
     o.tables.push_back(to);
   }
   o.features = {{"f0", 0, s.pooling}, {"f1", s.shared ? 0 : 1, s.pooling}};
@@ -162,7 +166,7 @@ std::vector<uint8_t> rows_by_id(EmbeddingTables& t, const AccCase& s) {
     const size_t stride = t.layout(tb).stride_bytes;
     for (int64_t id = 0; id < kRows[tb] / 2; ++id) {
       int64_t row = id;
-      if (s.kind == Kind::kDynamic) row = t.dynamic_row(tb, id).value();
+      if (s.kind == Kind::kDynamic || s.kind == Kind::kDynamicFiltered) row = t.dynamic_row(tb, id).value();
       const size_t at = out.size();
       out.resize(at + stride, 0xEE);  // an id without a row: a fixed pattern on both sides
       if (row >= 0) {
@@ -198,6 +202,9 @@ TEST_P(AccumulateBitIdentityTest, MicroBatchesEqualOneBackwardUpdate) {
     EXPECT_FALSE(r2.value().skipped_nonfinite);
   }
   EXPECT_EQ(ref->step(), got->step());
+  if (kind == Kind::kDynamicFiltered) {
+    EXPECT_GT(got->dynamic_stats(0).value().rejected_min_count, 0) << "no id was dropped: the compaction went untested";
+  }
   const std::vector<uint8_t> a = rows_by_id(*ref, s), b = rows_by_id(*got, s);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << "rows or optimizer state differ";
@@ -217,7 +224,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, AccumulateBitIdentityTest,
                                             ::testing::Values(1, 2, 3)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Residencies, AccumulateBitIdentityTest,
-                         ::testing::Combine(::testing::Values(Kind::kStateOnHost, Kind::kDynamic),
+                         ::testing::Combine(::testing::Values(Kind::kStateOnHost, Kind::kDynamic, Kind::kDynamicFiltered),
                                             ::testing::Values(OptimizerKind::kAdam),
                                             ::testing::Values(PoolingMode::kMean, PoolingMode::kNone), ::testing::Values(3)),
                          param_name);
