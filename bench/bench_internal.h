@@ -191,6 +191,12 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc);
 // (restore.cc).
 Status run_restore(const BenchOptions& o, const Progress& progress, json* doc);
 
+// ---- gradient accumulation (grad_accum.cc, built with src/plan) -----------------------------
+
+// The grad-accum workload: the embedding-only workload with 1, 2 and 4 micro-batches on the
+// device arena, measured device peak by category beside the memory model's prediction.
+Status run_grad_accum(const BenchOptions& o, const Progress& progress, json* doc);
+
 // ---- sharding (sharded.cc, built with src/dist) ---------------------------------------------
 
 // The sharded workload: per-rank embedding bytes and bytes sent per step at P = 1 and 2 ranks

@@ -574,7 +574,7 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
 
 const std::vector<std::string>& workload_names() {
   static const std::vector<std::string> kNames = {"roofline", "tbe-default", "optimizer", "precision", "tbe-ci", "skew",
-                                                     "arena-soak", "tiered", "sharded", "restore"};
+                                                     "arena-soak", "tiered", "sharded", "restore", "grad-accum"};
   return kNames;
 }
 
@@ -636,6 +636,14 @@ Status run_workload(const BenchOptions& o, json* out) {
     LEANEMB_RETURN_IF_ERROR(run_restore(o, progress, &doc));
     doc["machine_load"] = load_monitor.finish();
     print_load(doc);
+  } else if (o.workload == "grad-accum") {
+#ifdef LEANEMB_HAVE_PLAN
+    LEANEMB_RETURN_IF_ERROR(run_grad_accum(o, progress, &doc));
+    doc["machine_load"] = load_monitor.finish();
+    print_load(doc);
+#else
+    return unimplemented("workload 'grad-accum' needs the plan module (this build skips it)");
+#endif
   } else if (o.workload == "roofline") {
     RooflineOptions ro;
     ro.buffer_bytes = o.roofline_bytes;

@@ -92,6 +92,19 @@ class EmbeddingCollection final : public EmbeddingTables {
                                        std::span<const std::span<const float>> grad_seq = {},
                                        const UpdateOptions& update = {}) override;
 
+  // Gradient accumulation over micro-batches (leanemb/tables.h): the step's distinct rows are
+  // found once (begin: the batch's rows sorted in the step buffers), each micro-batch is deduped
+  // as backward_update dedups a batch and its runs are added into the rows' sums [U, dim]
+  // (category gradients, kept between steps as the other step buffers; the rows [U] int64 in
+  // workspace); apply multiplies by grad_multiplier, checks as the two-pass path does and runs
+  // the optimizer once per row.
+  Status begin_accumulation(const SparseBatch& batch, const UpdateOptions& update = {}) override;
+  Status accumulate(int64_t bag_begin, int64_t bag_end, std::span<const float> grad_pooled,
+                    std::span<const std::span<const float>> grad_seq = {}) override;
+  Result<UpdateReport> apply_accumulated() override;
+  void discard_accumulation() override;
+  bool accumulates_by_row() const override { return true; }
+
   // Rows as fp32 (dequantized): out [count, dim]. Errors: OutOfRange.
   Status read_rows(int table, int64_t row_begin, int64_t count, std::span<float> out) const override;
   // Sets rows from fp32 (rounded to nearest for low-precision dtypes; optimizer state kept).

@@ -100,7 +100,8 @@ struct TablesCommTotals {
 
 class EmbeddingTables {
  public:
-  virtual ~EmbeddingTables() = default;
+  EmbeddingTables();
+  virtual ~EmbeddingTables();
 
   // ---- shape --------------------------------------------------------------------------------
   // The collection's options as given to create_tables (global row counts).
@@ -157,6 +158,46 @@ class EmbeddingTables {
   virtual Result<UpdateReport> backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                                std::span<const std::span<const float>> grad_seq = {},
                                                const UpdateOptions& update = {}) = 0;
+
+  // ---- gradient accumulation over micro-batches (docs/train.md, "Gradient accumulation") -----
+  // One optimizer step whose output gradients arrive micro-batch by micro-batch, without keeping
+  // them until the update:
+  //   begin_accumulation(batch, update)                   the step's whole batch
+  //   accumulate(bag_begin, bag_end, grad_pooled, grad_seq)   each micro-batch, bags in order
+  //   apply_accumulated()                                 one fused optimizer update per row
+  //   (or discard_accumulation(): nothing changes, as a skipped step)
+  // Each micro-batch's contributions are added, as it arrives, into a buffer over the step's
+  // distinct rows ([U, dim] fp32, category gradients; U <= min(rows, ids of the step)), in the
+  // order backward_update sums them (feature, bag, position): when every table is looked up by
+  // one feature (or micro-batch count 1) the rows, optimizer state and step counter are bit
+  // identical to backward_update(batch, the whole batch's gradients, update). A table shared by
+  // several features sums a row's contributions bag-major instead (each micro-batch's features
+  // in turn), which can differ in the last bits. The caller may free a micro-batch's gradients
+  // once accumulate returns.
+  // REQUIRES: batch's arrays alive until apply or discard. Tables with a row cache or a dynamic
+  // vocabulary: the kTrain forward of the whole batch came before begin_accumulation, and no
+  // forward or prefetch comes before apply / discard (forward then fails with
+  // FailedPrecondition); other tables may be looked up micro-batch by micro-batch in between.
+  // Sharded: collective, as backward_update.
+  // Errors: begin: FailedPrecondition (an accumulation is open; the most recent forward was a
+  // kEval one), InvalidArgument / OutOfRange (the batch, the options), ResourceExhausted (the
+  // buffers); accumulate: FailedPrecondition (none open), InvalidArgument (bags not the next
+  // ones, gradient sizes); apply: FailedPrecondition (none open, bags missing). After an error of
+  // begin or accumulate no row has changed and the accumulation stays as it was (accumulate) or
+  // closed (begin). A non-finite incoming gradient is not an error: apply then skips the step
+  // (UpdateReport::skipped_nonfinite), as backward_update does.
+  virtual Status begin_accumulation(const SparseBatch& batch, const UpdateOptions& update = {});
+  // grad_pooled: [bag_end - bag_begin, pooled_dim()]; grad_seq: one span per sequence feature,
+  // [ids of those bags, dim].
+  virtual Status accumulate(int64_t bag_begin, int64_t bag_end, std::span<const float> grad_pooled,
+                            std::span<const std::span<const float>> grad_seq = {});
+  virtual Result<UpdateReport> apply_accumulated();
+  virtual void discard_accumulation();
+  // True: accumulation keeps only the per-row sums (a local collection). False: the default
+  // implementation, which keeps a copy of every micro-batch's gradients (host heap) and calls
+  // backward_update in apply (sharded collections today): correct, but no memory saved.
+  virtual bool accumulates_by_row() const { return false; }
+
   // Starts fetching the rows `next` will touch (tables with a row cache); a no-op otherwise.
   // Call it after forward(current), or before it (the pipelined order): while an earlier
   // prefetch is outstanding, this one starts once forward(current) has taken that prefetch's
@@ -189,6 +230,11 @@ class EmbeddingTables {
   virtual TablesCommTotals comm_totals() const { return {}; }
   // Frees the per-step buffers kept between steps.
   virtual void release_step_buffers() = 0;
+
+ private:
+  // The default accumulation's copies of the gradients (tables_accumulate.cc).
+  struct CopiedGradients;
+  std::unique_ptr<CopiedGradients> copied_;
 };
 
 // Creates the stack the options describe: a local EmbeddingCollection, or with

@@ -72,6 +72,7 @@ CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& o, int64_t interaction_
   CtrBufferFloats b;
   b.pooled = f(batch_size * fd);
   b.grad_pooled = f(batch_size * fd);
+  b.grad_pooled_micro = f(micro_rows * fd);
   b.z = f(micro_rows * zd);
   b.inter = f(micro_rows * interaction_dim);
   b.logits = f(micro_rows);
@@ -297,10 +298,13 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   const Slice sl = slice_of(B, micro_batches);
   const int64_t nl = sl.hi - sl.lo;
   const bool grouped = sl.G > 1 || options_.comm != nullptr;  // dense gradients through group_grads
+  // By row: the tables sum each micro-batch's pooled gradient as it comes (one micro-batch's kept).
+  const bool by_row = ctr_accumulates(sl, options_.accumulate_by_row && tables_->accumulates_by_row());
   const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, nl, sl.max_micro);
   Allocator* work = memory_->allocator_for(Category::kWorkspace);
   Allocator* grads = memory_->allocator_for(Category::kGradients);
-  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled, b.grad_pooled.get(grads, Category::kGradients, sz.grad_pooled));
+  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled,
+                           b.grad_pooled.get(grads, Category::kGradients, by_row ? sz.grad_pooled_micro : sz.grad_pooled));
   LEANEMB_ASSIGN_OR_RETURN(float* logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.logits));
   LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, sz.dlogits));
   LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, sz.dinter));
@@ -319,9 +323,17 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     bottom_->release_saved();
     top_->release_saved();
     dense_opt_->zero_grad();
+    if (by_row) tables_->discard_accumulation();
     return s;
   };
   if (Status s = lookup_slice(batch, sl.lo, sl.hi, ForwardMode::kTrain); !s.ok()) return fail(s);
+  const float inv = scaler.inv_scale();
+  UpdateOptions uo;
+  uo.grad_multiplier = inv;
+  bool found = false;  // a non-finite gradient: the step is skipped
+  if (by_row) {
+    if (Status s = tables_->begin_accumulation(b.slice, uo); !s.ok()) return fail(s);
+  }
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     for (int64_t i = 0; i < sl.per_group; ++i) {
       const auto [begin, end] = sl.micro(g, i);
@@ -338,13 +350,18 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
       }
       if (s.ok()) s = top_->backward(std::span<const float>(dlogits, static_cast<size_t>(n)), std::span<float>(dinter, static_cast<size_t>(n * idim)));
       const int64_t row = (begin - sl.lo) * F * D;
+      const std::span<float> gp(grad_pooled + (by_row ? 0 : row), static_cast<size_t>(n * F * D));
       if (s.ok())
         s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
                                    std::span<const float>(b.pooled.a.as<float>() + row, static_cast<size_t>(n * F * D)),
                                    std::span<const float>(dinter, static_cast<size_t>(n * idim)),
-                                   std::span<float>(dz, static_cast<size_t>(n * zd)),
-                                   std::span<float>(grad_pooled + row, static_cast<size_t>(n * F * D)));
+                                   std::span<float>(dz, static_cast<size_t>(n * zd)), gp);
       if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
+      if (s.ok() && by_row) {  // the slice's record 0 is this micro-batch's first when begin == lo
+        if (inject_nonfinite && begin == sl.lo) gp[0] = std::numeric_limits<float>::infinity();
+        found = found || amp::found_nonfinite(gp);
+        if (!found) s = tables_->accumulate(begin - sl.lo, end - sl.lo, gp);
+      }
       if (!s.ok()) return fail(s);
     }
     if (grouped) save_group_grads(g - sl.g0);
@@ -352,11 +369,12 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   if (grouped) {
     if (Status s = reduce_dense_grads(sl.g1 - sl.g0); !s.ok()) return fail(s);
   }
-  if (inject_nonfinite && nl > 0) grad_pooled[0] = std::numeric_limits<float>::infinity();
-
   // Found-inf check before anything is updated (with a communicator: agreed by every rank; the
-  // dense gradients are already the global sums).
-  bool found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(nl * F * D)));
+  // dense gradients are already the global sums). By row, each micro-batch was checked above.
+  if (!by_row) {
+    if (inject_nonfinite && nl > 0) grad_pooled[0] = std::numeric_limits<float>::infinity();
+    found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(nl * F * D)));
+  }
   found = found || dense_opt_->any_nonfinite_grad();
   if (options_.comm && options_.comm->size() > 1) {
     double agreed[2] = {loss, found ? 1.0 : 0.0};
@@ -365,15 +383,18 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
     found = agreed[1] > 0;
   }
   st.loss = loss;
-  const float inv = scaler.inv_scale();
   if (!found) {
-    UpdateOptions uo;
-    uo.grad_multiplier = inv;
-    const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
     UpdateReport rep;
-    LEANEMB_ASSIGN_OR_RETURN(rep, tables_->backward_update(b.slice, gp, {}, uo));
+    if (by_row) {
+      LEANEMB_ASSIGN_OR_RETURN(rep, tables_->apply_accumulated());
+    } else {
+      const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
+      LEANEMB_ASSIGN_OR_RETURN(rep, tables_->backward_update(b.slice, gp, {}, uo));
+    }
     found = rep.skipped_nonfinite;
     st.unique_rows = rep.unique_rows;
+  } else if (by_row) {
+    tables_->discard_accumulation();
   }
   if (!found) LEANEMB_RETURN_IF_ERROR(dense_opt_->step(inv));
   dense_opt_->zero_grad();

@@ -6,9 +6,12 @@
 //
 // One train_step() is one optimizer step over a batch, optionally as k micro-batches (gradient
 // accumulation): each micro-batch runs forward and backward through the dense layers (their
-// gradients accumulate) and writes its rows of the pooled-embedding gradient [B, F * d]; the
-// embedding rows are then updated once, with the summed gradient of the whole batch, by the
-// collection's fused sparse optimizer. Each micro-batch's loss gradient is weighted by its share
+// gradients accumulate) and computes its rows of the pooled-embedding gradient; the embedding
+// rows are then updated once, with the summed gradient of the whole batch, by the collection's
+// fused sparse optimizer. With a local collection and more than one micro-batch the tables add
+// each micro-batch's gradient into per-row sums as it comes (ctr_accumulates; bit-identical to
+// one update over the kept [B, F * d] gradient, which sharded tables still use). Each
+// micro-batch's loss gradient is weighted by its share
 // of the batch, so k micro-batches of B/k equal one batch of B up to fp32 rounding.
 //
 // Loss scaling (fp16): the loss gradient is multiplied by the scaler's scale; before anything is
@@ -105,6 +108,10 @@ struct CtrModelOptions {
   // without a communicator) is the plain single-pass gradient. REQUIRES: a multiple of the
   // world size.
   int grad_groups = 1;
+  // With more than one micro-batch pass, hand the pooled gradient to the tables micro-batch by
+  // micro-batch (ctr_accumulates) when they can sum it by row. false keeps the slice's whole
+  // gradient and updates once (the path sharded tables take; tests compare the two bit for bit).
+  bool accumulate_by_row = true;
   // With a communicator: the global batch of a training step and the most ids a record holds
   // per feature. Given (batch_size > 0), the sharded tables reserve their communication buffers
   // for the largest slice once (DistributionOptions::max_call), as `leanemb plan` predicts them.
@@ -118,6 +125,9 @@ struct CtrModelOptions {
 struct CtrBufferFloats {
   size_t pooled = 0;       // kActivations: pooled embeddings of the whole batch [B, F * d]
   size_t grad_pooled = 0;  // kGradients: their gradient [B, F * d]
+  // kGradients, instead of grad_pooled when train_step accumulates by row (ctr_accumulates):
+  // the gradient of one micro-batch's pooled rows [n, F * d]; the tables keep the row sums.
+  size_t grad_pooled_micro = 0;
   size_t z = 0;            // kActivations: bottom MLP output of a slice [n, bottom out]
   size_t inter = 0;        // kActivations: interaction output of a slice [n, interaction_dim]
   size_t logits = 0;       // kActivations: [n]
@@ -142,6 +152,13 @@ CtrSlice ctr_slice(int64_t B, int micro_batches, int64_t G, int64_t rank, int64_
 
 CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& options, int64_t interaction_dim, int64_t batch_size,
                                   int64_t micro_rows);
+// Whether train_step hands the pooled gradient to the tables micro-batch by micro-batch
+// (EmbeddingTables::begin_accumulation / accumulate / apply_accumulated), keeping one
+// micro-batch's gradient instead of the slice's: when the tables sum by row
+// (accumulates_by_row: a local collection) and the slice runs in more than one pass.
+inline bool ctr_accumulates(const CtrSlice& s, bool tables_accumulate_by_row) {
+  return tables_accumulate_by_row && (s.g1 - s.g0) * s.per_group > 1;
+}
 
 struct StepStats {
   double loss = 0.0;        // mean BCE over the (global) batch (unscaled)

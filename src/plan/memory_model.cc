@@ -216,6 +216,8 @@ struct ResidencyPlan {
   Replay& r;
   Prediction& out;
   size_t& ckpt_bulk;  // a checkpoint's largest file-store bulk call (host io_buffers)
+  int64_t micro = 0;  // records of the largest micro-batch
+  bool by_row = false;  // the step accumulates its gradients by row (StepShape::by_row)
 };
 
 // What the collection records per step for rows read and updated in place off the device
@@ -353,6 +355,11 @@ struct StepShape {
   int64_t slice = 0;        // the records a shard computes per step (the largest share)
   int64_t groups_here = 1;  // that shard's gradient groups
   int64_t n = 0;            // records of the largest micro-batch (the text model: of a group)
+  // The tables sum each micro-batch's gradient into per-row sums as it comes
+  // (EmbeddingTables::begin_accumulation): a local collection (one shard) and more than one
+  // micro-batch pass (the CTR model: model::ctr_accumulates; the embedding-only workload: its
+  // micro-batches). The text model does not.
+  bool by_row = false;
 };
 
 // kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
@@ -380,8 +387,10 @@ StepShape step_shape(const Workload& w) {
       sh.slice = std::max(sh.slice, sl.hi - sl.lo);
       sh.groups_here = std::max(sh.groups_here, sl.g1 - sl.g0);
       sh.n = sl.max_micro;
+      sh.by_row = sh.by_row || model::ctr_accumulates(sl, shards == 1);
     }
   }
+  if (w.kind == WorkloadKind::kEmbeddingOnly) sh.by_row = shards == 1 && k > 1;
   return sh;
 }
 
@@ -404,6 +413,24 @@ Result<TableStep> table_step(const Workload& w, const TableSpec& t, int64_t slic
   s.cached = tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
   s.split = s.layout.state_bytes > 0 && pl[Category::kWeights] != pl[Category::kOptimizerState] && !s.cached;
   return s;
+}
+
+// A table whose step accumulates by row (accumulate.cc): the dedup buffers of a micro-batch's
+// ids but the keys, where begin_accumulation sorts the step's ids; the step's distinct rows
+// (kWorkspace) and their sums (kGradients, from the workspace allocator), kept between steps
+// with headroom up to the most rows a step can touch.
+void plan_accumulation(const ResidencyPlan& p) {
+  const TableStep& s = p.s;
+  const int64_t n = std::min(s.ids, std::max<int64_t>(1, static_cast<int64_t>(std::llround(
+                                        static_cast<double>(s.ids) * static_cast<double>(p.micro) / static_cast<double>(p.slice)))));
+  const DedupBufferBytes step = dedup_buffer_bytes(s.ids, s.unique), d = dedup_buffer_bytes(n, std::min(n, s.unique));
+  for (size_t b : {step.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
+    p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
+  const int64_t kernel_rows = s.cached ? tiered::cache_capacity_rows(s.rows, p.w.cache_fraction) : s.rows;
+  const int64_t most = std::min(s.ids, kernel_rows);
+  const AccumulationBytes a = accumulation_bytes(std::min(s.unique, most), s.layout.dim), cap = accumulation_bytes(most, s.layout.dim);
+  p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(a.rows, cap.rows)));
+  p.r.persist(p.r.item(Category::kGradients, step_buffer_alloc_bytes(a.sums, cap.sums), Category::kWorkspace));
 }
 
 // One table's allocations kept between steps (its rows as its residency holds them, the
@@ -433,11 +460,13 @@ void plan_table(const ResidencyPlan& p, bool dense_table_gradient) {
     for (int b = 0; b < kDynamicIdBuffers; ++b)
       r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(dynamic_id_buffer_bytes(s.ids))));
   }
-  if (s.ids > 0) {
+  if (s.ids > 0 && !p.by_row) {
     // The collection's dedup buffers (kWorkspace, kept between steps, with headroom).
     const DedupBufferBytes d = dedup_buffer_bytes(s.ids, s.unique);
     for (size_t b : {d.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
       r.persist(r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
+  } else if (s.ids > 0) {
+    plan_accumulation(p);
   }
   out.ids_per_step += s.ids;
   out.unique_per_step += s.unique;
@@ -455,16 +484,18 @@ Result<std::vector<TableStep>> plan_tables(const Workload& w, const StepShape& s
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(const TableStep s, table_step(w, t, sh.slice, est));
     max_dim = std::max(max_dim, t.dim);
-    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk}, dense_table_gradient);
+    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, sh.n, sh.by_row}, dense_table_gradient);
     ts.push_back(s);
   }
   // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
   // file store's rows kCheckpointChunkRows at a time through a bulk staging buffer.
   if (ckpt_bulk > 0) r.phase("checkpoint (file store bulk transfer)", {Item{Tier::kHost, Category::kIoBuffers, ckpt_bulk}});
-  // The fused update's scratch (kGradients, one StepBuffers slot, from the workspace allocator).
+  // The fused update's scratch (kGradients, one StepBuffers slot, from the workspace allocator);
+  // a step accumulated by row updates from its sums instead.
   const int threads = w.num_threads > 0 ? w.num_threads : omp_get_max_threads();
-  r.persist(r.item(Category::kGradients, step_buffer_alloc_bytes(kernels::reduce_and_update_scratch_floats(max_dim, threads) * 4),
-                   Category::kWorkspace));
+  if (!sh.by_row)
+    r.persist(r.item(Category::kGradients, step_buffer_alloc_bytes(kernels::reduce_and_update_scratch_floats(max_dim, threads) * 4),
+                     Category::kWorkspace));
   return ts;
 }
 
@@ -591,13 +622,15 @@ void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<I
 }
 
 // No dense part: the output of a micro-batch (kActivations, fp32 as the collection writes it)
-// and the gradient of the whole batch's output (kGradients): one update per step.
-void plan_embedding_only(const OutputFloats& of, const std::vector<Item>& staging, Replay& r, Prediction& out) {
+// and its gradient (kGradients), one update per step. One micro-batch: the gradient of the whole
+// batch's output is alive in the update. Several (by_row): each micro-batch's output gradient
+// is summed into the tables' per-row sums (plan_accumulation) and freed before the next.
+void plan_embedding_only(const OutputFloats& of, bool by_row, const std::vector<Item>& staging, Replay& r, Prediction& out) {
   const Item act = r.item(Category::kActivations, of.micro * 4);
-  const Item grad = r.item(Category::kGradients, of.batch * 4);
+  const Item grad = r.item(Category::kGradients, (by_row ? of.micro : of.batch) * 4);
   r.phase("embedding forward + backward of a micro-batch", {act, grad});
   std::vector<Item> upd = staging;
-  upd.push_back(grad);
+  if (!by_row) upd.push_back(grad);
   r.phase("embedding update", upd);
   out.device_bytes_moved_per_step += 3.0 * static_cast<double>(of.batch) * 4;
 }
@@ -656,7 +689,7 @@ Status plan_ctr_model(const Workload& w, const StepShape& sh, const std::vector<
   // CtrModel's buffers, kept between steps.
   for (auto [c, f] : {std::pair{Category::kActivations, cb.pooled}, {Category::kActivations, cb.z},
                       {Category::kActivations, cb.inter}, {Category::kActivations, cb.logits},
-                      {Category::kGradients, cb.grad_pooled}, {Category::kWorkspace, cb.dlogits},
+                      {Category::kGradients, sh.by_row ? cb.grad_pooled_micro : cb.grad_pooled}, {Category::kWorkspace, cb.dlogits},
                       {Category::kWorkspace, cb.dinter}, {Category::kWorkspace, cb.dz}})
     r.persist(r.item(c, f * 4));
 
@@ -696,7 +729,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   const OutputFloats of = output_floats(w, sh.n, est);
   LEANEMB_RETURN_IF_ERROR(plan_comm(w, sh.slice, est, of.batch, r, out));
   if (w.kind == WorkloadKind::kText) plan_text_model(w, sh, staging, r, out);
-  else if (w.kind == WorkloadKind::kEmbeddingOnly) plan_embedding_only(of, staging, r, out);
+  else if (w.kind == WorkloadKind::kEmbeddingOnly) plan_embedding_only(of, sh.by_row, staging, r, out);
   else LEANEMB_RETURN_IF_ERROR(plan_ctr_model(w, sh, staging, r, out));
   r.finish(&out);
   return out;

@@ -243,6 +243,28 @@ TEST(SeedExampleTest, NaiveBaselineHasCorrectedFigures) {
   EXPECT_GE(d.peak[static_cast<size_t>(Category::kGradients)], 2048000000u + 17179869184u);
 }
 
+// Issue 39: with micro-batches the plan keeps one micro-batch's output gradient and the sums over
+// the step's distinct rows (at most min(rows, ids) = 1e6 rows x 512 x 4 = 2.05 GB, the 1/8
+// headroom capped there), not the whole batch's output gradient (17.2 GB).
+TEST(SeedExampleTest, MicroBatchesKeepOneOutputGradientAndTheRowSums) {
+  constexpr size_t kOutput = 17179869184u;  // 4096 x 2048 x 512 x 4
+  constexpr size_t kSums = 2048000000u;     // 1e6 x 512 x 4
+  Workload w = testing_util::seed_workload();
+  auto grads = [&](int micro) {
+    w.micro_batches = micro;
+    auto p = predict_memory(w, Estimate::kWorstCase);
+    EXPECT_TRUE(p.ok()) << p.status().message();
+    return p.ok() ? p.value().device() : TierPrediction{};
+  };
+  const TierPrediction one = grads(1), two = grads(2), four = grads(4);
+  EXPECT_GE(one.peak[static_cast<size_t>(Category::kGradients)], kOutput);  // the whole output's gradient
+  EXPECT_LT(one.peak[static_cast<size_t>(Category::kGradients)], kOutput + kSums);
+  EXPECT_EQ(two.peak[static_cast<size_t>(Category::kGradients)], kOutput / 2 + kSums);
+  EXPECT_EQ(four.peak[static_cast<size_t>(Category::kGradients)], kOutput / 4 + kSums);
+  EXPECT_LE(four.peak_bytes, size_t{20} << 30) << "4 micro-batches fit in 20 GiB";
+  EXPECT_LT(two.peak_bytes, one.peak_bytes);
+}
+
 // Expected unique rows: uniform draws follow R (1 - (1 - 1/R)^n); never more than rows or draws.
 TEST(UniqueRowsTest, MatchesClosedFormForUniformDraws) {
   const double r = 1000, n = 500;

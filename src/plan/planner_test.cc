@@ -31,6 +31,25 @@ TEST(PlannerTest, SeedWorkloadFitsAscend910aOnlyWithAPlan) {
   // Accuracy-safe by default: a full-rank optimizer with fp32 state.
   EXPECT_EQ(r.value().chosen.workload.row_optimizer.kind, OptimizerKind::kAdam);
   EXPECT_EQ(r.value().chosen.workload.row_optimizer.state_dtype, DType::kF32);
+  // Issue 39: its micro-batches sum their output gradients by row, so the plan's gradients are
+  // one micro-batch's output gradient plus the row sums, below the whole output's 16 GiB.
+  EXPECT_GT(r.value().chosen.workload.micro_batches, 1);
+  EXPECT_LT(r.value().chosen.prediction.device().peak[static_cast<size_t>(Category::kGradients)], size_t{16} << 30);
+}
+
+// Issue 39: with the device cut to 20 GiB the seed example still fits, with more micro-batches
+// (before, the whole batch's output gradient, 16 GiB, left no room for the rest).
+TEST(PlannerTest, SeedWorkloadFitsTwentyGiBWithMoreMicroBatches) {
+  auto preset = find_preset("ascend-910a");
+  ASSERT_TRUE(preset.ok());
+  PlannerOptions o;
+  o.preset = preset.value();
+  o.device_budget_bytes = size_t{20} << 30;
+  auto r = make_plan(seed_workload(), o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r.value().fits);
+  EXPECT_LE(r.value().chosen.prediction.device().peak_bytes, size_t{20} << 30);
+  EXPECT_GE(r.value().chosen.workload.micro_batches, 4);
 }
 
 // Nothing fits: the report says so and names the smallest budget that would.

@@ -23,8 +23,10 @@ const char* formula(Category c, WorkloadKind k) {
     case Category::kWeights: return "rows x weight bytes (+ dense layers)";
     case Category::kOptimizerState: return "rows x state bytes (Adam: 2 x dim x state dtype)";
     case Category::kGradients:
-      return k == WorkloadKind::kCtr ? "naive: rows x dim x 4; plan: B x F x dim x 4 + dense"
-                                     : "naive: rows x dim x 4; both: output grad B x L x dim x 4";
+      return k == WorkloadKind::kCtr
+                 ? "naive: rows x dim x 4; plan: B x F x dim x 4 + dense; micro > 1: B/micro x F x dim x 4 + unique rows x dim x 4"
+                 : "naive: rows x dim x 4 + B x L x dim x 4; micro > 1: B/micro x L x dim x 4 + unique rows x dim x 4 "
+                   "(<= min(rows, B x L))";
     case Category::kActivations:
       return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4";
     case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch";

@@ -24,12 +24,11 @@ namespace leanemb {
 
 namespace {
 
-// Per table: sort keys, radix scratch / run starts, contribution pointers and scales in position
-// order, the same sorted by row, unique rows, gradients (two-pass path).
-constexpr size_t kSlotsPerTable = 8;
-enum Slot : size_t { kKeys, kRuns, kSrcPtr, kScale, kSortedPtr, kSortedScale, kRows, kGrads };
-
-size_t slot(int table, Slot s) { return static_cast<size_t>(table) * kSlotsPerTable + s; }
+// The step buffers' slots (collection_impl.h, StepSlot).
+using Slot = StepSlot;
+constexpr Slot kKeys = kSlotKeys, kRuns = kSlotRuns, kSrcPtr = kSlotSrcPtr, kScale = kSlotScale,
+               kSortedPtr = kSlotSortedPtr, kSortedScale = kSlotSortedScale, kRows = kSlotRows, kGrads = kSlotGrads;
+size_t slot(int table, Slot s) { return step_slot(table, s); }
 
 // Table t's step buffer `s` of at least `bytes` (workspace memory), as T*.
 template <typename T>
@@ -92,6 +91,8 @@ int bit_width(uint64_t x) {
 }
 
 }  // namespace
+
+float step_max_abs(std::span<const float> x, int num_threads) { return max_abs(x, num_threads); }
 
 Status EmbeddingCollection::Impl::dedup(int t, const SparseBatch& batch, std::span<const float> grad_pooled,
                                         std::span<const std::span<const float>> grad_seq, float multiplier,
@@ -272,6 +273,7 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
                                                           std::span<const std::span<const float>> grad_seq,
                                                           const UpdateOptions& update) {
   Impl& im = *impl_;
+  if (im.acc) return failed_precondition("backward_update: a gradient accumulation is open (apply_accumulated or discard_accumulation first)");
   if (im.eval_forward)
     return failed_precondition(
         "backward_update: the most recent forward was an evaluation forward (ForwardMode::kEval), which looks ids up "

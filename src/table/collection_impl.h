@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -100,20 +101,31 @@ struct TableDedup {
   int64_t max_run = 0;            // most contributions to one row
 };
 
+// The StepBuffers slots of EmbeddingCollection::Impl::buffers: kStepSlotsPerTable per table
+// (backward.cc: sort keys, radix scratch / run starts, contribution pointers and scales in
+// position order, the same sorted by row, unique rows, gradients of the two-pass path), then
+// shared ones. begin_accumulation (accumulate.cc) sorts the step's rows in table t's keys slot.
+enum StepSlot : size_t {
+  kSlotKeys, kSlotRuns, kSlotSrcPtr, kSlotScale, kSlotSortedPtr, kSlotSortedScale, kSlotRows, kSlotGrads
+};
+inline constexpr size_t kStepSlotsPerTable = 8;
+inline size_t step_slot(int table, StepSlot s) { return static_cast<size_t>(table) * kStepSlotsPerTable + s; }
+
 // Buffers of a step, kept between steps and grown on demand: allocating and freeing them every
 // step would make the OS fault in and zero fresh pages each time (a large share of a step's
 // time at 2 million rows). They stay visible in the allocator's accounting while held;
 // EmbeddingCollection::release_step_buffers() returns them.
 class StepBuffers {
  public:
-  // A buffer of at least `bytes` for `slot`, allocated in `category` if the held one is smaller.
-  Result<void*> get(size_t slot, size_t bytes, Category category, Allocator* alloc) {
+  // A buffer of at least `bytes` for `slot`, allocated in `category` if the held one is smaller
+  // (with headroom up to most_bytes: no request of this slot exceeds it).
+  Result<void*> get(size_t slot, size_t bytes, Category category, Allocator* alloc, size_t most_bytes = SIZE_MAX) {
     if (slot >= slots_.size()) slots_.resize(slot + 1);
     Allocation& a = slots_[slot];
     if (a.size_bytes() < bytes || a.empty()) {
       a.reset();  // free first: the old and new buffer never coexist
       // 1/8 headroom so that slowly growing batches do not reallocate every step.
-      LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(step_buffer_alloc_bytes(bytes), category));
+      LEANEMB_ASSIGN_OR_RETURN(a, alloc->allocate(step_buffer_alloc_bytes(bytes, most_bytes), category));
     }
     return a.data();
   }
@@ -133,6 +145,24 @@ struct DynamicBatch {
   SparseBatch batch;
   std::vector<std::span<const uint8_t>> kept;  // per feature: [nnz] 1 = kept, or empty (all kept)
   Workspace ws;
+};
+
+// A step whose gradients arrive in micro-batches (EmbeddingTables::begin_accumulation ..
+// apply_accumulated; accumulate.cc). Holds the step's batch as the update sees it: checked,
+// dynamic ids mapped, cached rows as slots (their pins held until apply or discard).
+struct Accumulation {
+  explicit Accumulation(Allocator* a) : dyn(a) {}
+  SparseBatch batch;          // the caller's views (its arrays must outlive the accumulation)
+  CheckedBatch cb;            // checked (cb.batch: &batch or the filtered copy)
+  DynamicBatch dyn;           // dynamic ids mapped
+  SparseBatch step;           // the kernels' rows: the update's batch
+  UpdateOptions update;
+  int64_t next_bag = 0;       // the first bag the next accumulate must start at
+  bool nonfinite = false;     // an incoming gradient was Inf or NaN: apply skips the step
+  std::vector<int64_t> num_unique;  // per table: the step's distinct rows U (0: frozen or none)
+  std::vector<const int64_t*> rows;  // per table: [U] those rows (kernel rows), ascending
+  std::vector<float*> sums;          // per table: [U, dim] their summed gradients
+  std::vector<int64_t> offsets;     // accumulate(): the micro-batch's rebased offsets
 };
 
 struct EmbeddingCollection::Impl {
@@ -171,6 +201,11 @@ struct EmbeddingCollection::Impl {
   std::vector<tiered::RowAssignment> assigned_rows;  // map_dynamic: rows a forward gave to ids
   // The most recent forward was ForwardMode::kEval: backward_update fails until a kTrain one.
   bool eval_forward = false;
+  // Gradient accumulation (accumulate.cc): the open step, if any, and its buffers, kept between
+  // steps: per table t slot 2t the step's distinct rows [U] int64 (kWorkspace), slot 2t + 1
+  // their summed gradients [U, dim] fp32 (kGradients).
+  std::unique_ptr<Accumulation> acc;
+  StepBuffers acc_buffers;
 
   // The backend every kernel call and every copy between tiers goes through (docs/backend.md):
   // CollectionOptions::backend, else the reference backend under use_reference_kernels, else
@@ -251,7 +286,19 @@ struct EmbeddingCollection::Impl {
                     float multiplier, float max_scale, TableDedup* out);
   Status dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src, const float* scale, float multiplier,
                     float max_scale, TableDedup* out);
+  // Gradient accumulation (accumulate.cc). accumulation_rows: table t's distinct rows of the
+  // step batch `b` (sorted in its keys slot) into acc_buffers, and their sums zeroed.
+  Status accumulation_rows(int t, const SparseBatch& b, Accumulation* a);
+  // The micro-batch's sequence gradients of the kept positions (dynamic tables that dropped ids)
+  // for bags [b0, b1) of the open accumulation; copies in `ws`.
+  Status compact_micro_seq_grads(int64_t b0, int64_t b1, std::span<const std::span<const float>> grad_seq,
+                                 Workspace* ws, std::vector<std::span<const float>>* out);
+  // The update of every table's accumulated rows with their sums (already multiplied).
+  Status update_accumulated(UpdateReport* report);
 };
+
+// Largest |x| over finite inputs; +Inf if any element is Inf or NaN (backward.cc).
+float step_max_abs(std::span<const float> x, int num_threads);
 
 // The ids of table t's features in `b`, concatenated in feature order, into `out` (sized by the
 // caller: the table's nnz).

@@ -229,6 +229,8 @@ int64_t EmbeddingCollection::step() const { return impl_->step; }
 uint64_t EmbeddingCollection::num_skipped_ids() const { return impl_->skipped_ids; }
 uint64_t EmbeddingCollection::num_skipped_lookups() const { return impl_->skipped_lookups; }
 void EmbeddingCollection::release_step_buffers() {
+  discard_accumulation();  // its rows and sums live in acc_buffers
+  impl_->acc_buffers.release();
   impl_->buffers.release();
   impl_->remap_buffers.release();
   impl_->dyn_buffers.release();
@@ -276,6 +278,9 @@ Status check_outputs(const EmbeddingCollection& c, const SparseBatch& b, size_t 
 Status EmbeddingCollection::forward(const SparseBatch& batch, std::span<float> pooled_out,
                                     std::span<const std::span<float>> seq_out, ForwardMode mode) {
   Impl& im = *impl_;
+  if (im.acc && (im.maps_rows || im.has_dynamic))
+    return failed_precondition("forward: a gradient accumulation is open over tables that map rows (a row cache or a dynamic "
+                               "vocabulary); apply_accumulated or discard_accumulation first");
   const bool eval = mode == ForwardMode::kEval;
   im.eval_forward = eval;  // whatever happens below: this is the most recent forward
   CheckedBatch cb;

@@ -15,6 +15,11 @@ namespace leanemb {
 
 // Bytes a StepBuffers slot allocates for a request of `bytes`: 1/8 headroom, at least 64.
 inline size_t step_buffer_alloc_bytes(size_t bytes) { return std::max<size_t>(bytes + bytes / 8, 64); }
+// The same when no request can exceed `most_bytes` (a buffer over at most all of a table's
+// rows): the headroom stops there.
+inline size_t step_buffer_alloc_bytes(size_t bytes, size_t most_bytes) {
+  return std::max(bytes, std::min(step_buffer_alloc_bytes(bytes), most_bytes));
+}
 
 // One table's dedup buffers (kWorkspace, kept between steps).
 struct DedupBufferBytes {
@@ -50,6 +55,18 @@ size_t dynamic_table_host_bytes(const TableDynamicOptions& d, int64_t num_rows, 
 
 // The two-pass (checked) path's reduced gradients [U, dim] fp32 (kGradients, kept).
 inline size_t reduced_grad_bytes(int64_t num_unique, int64_t dim) { return static_cast<size_t>(num_unique * dim) * 4; }
+
+// Gradient accumulation over micro-batches (EmbeddingTables::begin_accumulation): per table the
+// step's distinct rows [U] int64 (kWorkspace) and their summed gradients [U, dim] fp32
+// (kGradients), kept between steps as StepBuffers (step_buffer_alloc_bytes on top).
+struct AccumulationBytes {
+  size_t rows = 0;
+  size_t sums = 0;
+};
+inline AccumulationBytes accumulation_bytes(int64_t num_unique, int64_t dim) {
+  const size_t u = static_cast<size_t>(num_unique);
+  return AccumulationBytes{u * 8, u * static_cast<size_t>(dim) * 4};
+}
 
 // A table split across tiers (weights and optimizer state in different tiers) stages its touched
 // fat rows on the device for the update (kWorkspace, freed at the end of the step).
