@@ -704,7 +704,9 @@ int64_t RowCache::place_rows_locked(int64_t begin, int64_t count, const uint8_t*
   CacheIndex& ix = index_;
   if (!ix.has_free()) return begin;
   const size_t stride = layout_.stride_bytes;
-  const uint32_t tick = ix.begin_call();
+  // No begin_call(): a restore makes many small calls, and every few calls begin_call passes
+  // over all slots' marks. Placed rows carry the tick of no call (the oldest use).
+  constexpr uint32_t kNoCall = 0;
   ++map_version_;  // rows join the map: a lookup made before no longer holds
   int64_t r = begin;
   for (; r < begin + count; ++r) {
@@ -713,7 +715,7 @@ int64_t RowCache::place_rows_locked(int64_t begin, int64_t count, const uint8_t*
     if (fresh) {
       if (!ix.has_free()) break;
       s = ix.take_free();
-      ix.assign(s, r, tick);
+      ix.assign(s, r, kNoCall);
       ix.flags(s) &= static_cast<uint8_t>(~CacheIndex::kInFlight);
     }
     std::memcpy(slots() + static_cast<size_t>(s) * stride, src + static_cast<size_t>(r - begin) * stride, stride);
