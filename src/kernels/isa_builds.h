@@ -53,14 +53,16 @@
   LEANEMB_ISA_BUILD_v4_(R, name, params, BODY)
 
 // The same builds, one translation unit each, so that the compiler's cores build them in
-// parallel (update.cc's loops: update_base.cc, update_v3.cc, update_v4.cc; each build alone is
-// most of a minute of GCC's time). Where the call is, and before each build,
+// parallel (update.cc's loops: update_base.cc, update_v3.cc, update_v4.cc; in one file they were
+// the build's longest step by minutes, docs/package.md "Build time"). Where the call is, and
+// before each build,
 //   LEANEMB_ISA_DECLARE_BUILDS(R, name, params)
 // declares the builds (external linkage, with their target attributes); each build's file has
 //   LEANEMB_ISA_BUILD(v3, R, name, params, BODY)
 // (base, v3 or v4), which defines exactly what LEANEMB_ISA_BUILDS defines for that ISA (nothing
-// where the ISA is not built). The build's body and its flattening are the same as in one file;
-// only its symbol is no longer file-local.
+// where the ISA is not built). The build's body and its flattening are the same as in one file,
+// and so are GCC's instructions for it (checked by disassembly), but for where some spill slots
+// lie in the stack frame; its symbol is no longer file-local.
 #define LEANEMB_ISA_BUILD(ISA, R, name, params, BODY) LEANEMB_ISA_BUILD_##ISA##_(R, name, params, BODY)
 #define LEANEMB_ISA_DECLARE_BUILDS(R, name, params)                                                      \
   R name##_base params;                                                                                  \
