@@ -100,11 +100,29 @@ endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${_py_dep}, python3-numpy, python3-torch")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "openmpi-bin")
 set(CPACK_PACKAGE_FILE_NAME leanemb_${PROJECT_VERSION}_${_deb_arch})
+# The .deb runs on any x86-64 CPU and must run each at its full speed: it needs every ISA build of
+# the kernels. A build configured with fewer (LEANEMB_KERNEL_ISAS=host, the quick start's default
+# where GoogleTest is missing; cmake/KernelIsas.cmake) makes cpack, and so the package target,
+# stop with this message (cpack reads CPACK_PROJECT_CONFIG_FILE before it installs anything).
+set(_pkg_check ${CMAKE_BINARY_DIR}/CPackKernelIsas.cmake)
+if(LEANEMB_KERNEL_ISAS_PORTABLE)
+  file(WRITE ${_pkg_check} "# every ISA build of the kernels is compiled (LEANEMB_KERNEL_ISAS): the package may be built\n")
+else()
+  file(WRITE ${_pkg_check}
+    "message(FATAL_ERROR \"leanemb: this build has only the kernel ISA builds of the machine that built it "
+    "(LEANEMB_KERNEL_ISAS=${LEANEMB_KERNEL_ISAS}: up to ${LEANEMB_KERNEL_ISA_HOST}), and the Debian package must "
+    "have all of them. Reconfigure with every ISA and build the package again:\n"
+    "  cmake --preset release -DLEANEMB_KERNEL_ISAS=all && cmake --build --preset release --target package\")\n")
+endif()
+set(CPACK_PROJECT_CONFIG_FILE ${_pkg_check})
 include(CPack)
 
 # The package as CI checks it: built by cpack into a scratch directory, unpacked with dpkg -x and
 # used from there (tests/package_test.sh; needs dpkg-deb, man for the man page check).
-if(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES)
+if(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES AND NOT LEANEMB_KERNEL_ISAS_PORTABLE)
+  message(STATUS "leanemb: test `package` left out: LEANEMB_KERNEL_ISAS=${LEANEMB_KERNEL_ISAS} builds only this "
+                 "machine's kernel ISAs, and the package target refuses such a build")
+elseif(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES)
   add_test(NAME package COMMAND ${PROJECT_SOURCE_DIR}/tests/package_test.sh ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
   set_tests_properties(package PROPERTIES TIMEOUT 300)
 endif()

@@ -17,6 +17,8 @@ if(LEANEMB_BUILD_FUZZERS)
       set_property(SOURCE ${_s} TARGET_DIRECTORY leanemb APPEND PROPERTY COMPILE_OPTIONS -O0 -fno-sanitize=all)
     endif()
   endforeach()
+  # The kernels' longest files, compiled as target leanemb_kernel_builds (CMakeLists.txt).
+  set_property(TARGET leanemb_kernel_builds APPEND PROPERTY COMPILE_OPTIONS -O0 -fno-sanitize=all)
   set(_fuzzers "")
   foreach(_n ${LEANEMB_FUZZ_HARNESSES})
     add_executable(fuzz_${_n} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${_n}.cc)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/enum_names.h"
+#include "kernels/vec16.h"  // LEANEMB_HAVE_V4
 #include "kernels/vec8.h"
 
 namespace leanemb {
@@ -29,7 +30,11 @@ Isa detect() {
   const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512vl");
+#if defined(LEANEMB_HAVE_V4)
   if (v4 && cpu_has_v3()) return Isa::kV4;
+#else
+  (void)v4;  // this build has no x86-64-v4 builds of the kernels (LEANEMB_KERNEL_ISAS=host)
+#endif
   if (cpu_has_v3()) return Isa::kV3;
 #endif
   return Isa::kBaseline;

@@ -22,8 +22,10 @@ namespace leanemb::kernels {
 
 enum class Isa : int { kBaseline = 0, kV3 = 1, kV4 = 2 };
 
-// The best ISA this CPU runs (x86-64-v4 needs AVX-512 F, BW, CD, DQ and VL). Non-x86 builds and
-// builds without optimization (see vec8.h) report kBaseline.
+// The best ISA this CPU runs (x86-64-v4 needs AVX-512 F, BW, CD, DQ and VL) that the build has
+// kernels for. Non-x86 builds and builds without optimization (see vec8.h) report kBaseline; a
+// build configured with LEANEMB_KERNEL_ISAS=host has only the ISAs of the machine that built it
+// (docs/package.md, "Build time") and reports at most the best of those.
 Isa cpu_isa();
 // The ISA the kernels use now: cpu_isa() capped by LEANEMB_ISA and set_isa_limit().
 Isa active_isa();

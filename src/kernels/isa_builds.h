@@ -37,14 +37,37 @@
 #define LEANEMB_ISA_IF_V4_(...)
 #endif
 
-#define LEANEMB_ISA_BUILDS(R, name, params, BODY)                                                         \
-  __attribute__((flatten)) R name##_base params { BODY(::leanemb::kernels::Isa::kBaseline) }              \
+#define LEANEMB_ISA_BUILD_base_(R, name, params, BODY)                                                   \
+  __attribute__((flatten)) R name##_base params { BODY(::leanemb::kernels::Isa::kBaseline) }
+#define LEANEMB_ISA_BUILD_v3_(R, name, params, BODY)                                                     \
   LEANEMB_ISA_IF_V3_(LEANEMB_TARGET_V3 __attribute__((flatten)) R name##_v3 params {                     \
     BODY(::leanemb::kernels::Isa::kV3)                                                                   \
-  })                                                                                                     \
+  })
+#define LEANEMB_ISA_BUILD_v4_(R, name, params, BODY)                                                     \
   LEANEMB_ISA_IF_V4_(LEANEMB_TARGET_V4 __attribute__((flatten)) R name##_v4 params {                     \
     BODY(::leanemb::kernels::Isa::kV4)                                                                   \
   })
+#define LEANEMB_ISA_BUILDS(R, name, params, BODY)                                                         \
+  LEANEMB_ISA_BUILD_base_(R, name, params, BODY)                                                          \
+  LEANEMB_ISA_BUILD_v3_(R, name, params, BODY)                                                            \
+  LEANEMB_ISA_BUILD_v4_(R, name, params, BODY)
+
+// The same builds, one translation unit each, so that the compiler's cores build them in
+// parallel (update.cc's loops: update_base.cc, update_v3.cc, update_v4.cc; in one file they were
+// the build's longest step by minutes, docs/package.md "Build time"). Where the call is, and
+// before each build,
+//   LEANEMB_ISA_DECLARE_BUILDS(R, name, params)
+// declares the builds (external linkage, with their target attributes); each build's file has
+//   LEANEMB_ISA_BUILD(v3, R, name, params, BODY)
+// (base, v3 or v4), which defines exactly what LEANEMB_ISA_BUILDS defines for that ISA (nothing
+// where the ISA is not built). The build's body and its flattening are the same as in one file,
+// and so are GCC's instructions for it (checked by disassembly), but for where some spill slots
+// lie in the stack frame; its symbol is no longer file-local.
+#define LEANEMB_ISA_BUILD(ISA, R, name, params, BODY) LEANEMB_ISA_BUILD_##ISA##_(R, name, params, BODY)
+#define LEANEMB_ISA_DECLARE_BUILDS(R, name, params)                                                      \
+  R name##_base params;                                                                                  \
+  LEANEMB_ISA_IF_V3_(LEANEMB_TARGET_V3 R name##_v3 params;)                                              \
+  LEANEMB_ISA_IF_V4_(LEANEMB_TARGET_V4 R name##_v4 params;)
 
 // LEANEMB_ISA_KERNEL(R, name, params, args) defines the entry point `R name params` of a kernel
 // whose body is the inline function `R name##_impl params` (defined before it): three builds

@@ -14,7 +14,9 @@
 #include "kernels/vec8.h"
 #include "leanemb/dtype.h"
 
-#if defined(LEANEMB_HAVE_V3)
+// LEANEMB_KERNELS_NO_V4 (CMake: LEANEMB_KERNEL_ISAS=host on a machine without AVX-512) leaves
+// the x86-64-v4 builds out.
+#if defined(LEANEMB_HAVE_V3) && !defined(LEANEMB_KERNELS_NO_V4)
 #define LEANEMB_HAVE_V4 1
 #define LEANEMB_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
 

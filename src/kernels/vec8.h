@@ -76,7 +76,10 @@ inline v8f load8(const uint8_t* row, int64_t j, int64_t d) {
 // inlined into their target("arch=x86-64-v3") callers. At -O0 GCC inlines nothing, and a call
 // between code built for the baseline ISA and AVX2 code disagrees on how the vector is returned
 // (the -Wpsabi note), which crashed table_test in a build without a build type.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
+// LEANEMB_KERNELS_NO_V3 (CMake: LEANEMB_KERNEL_ISAS=host on a machine without AVX2) leaves the
+// x86-64-v3 and v4 builds out.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__) && \
+    !defined(LEANEMB_KERNELS_NO_V3)
 #define LEANEMB_HAVE_V3 1
 #define LEANEMB_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
 
