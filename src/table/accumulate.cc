@@ -231,18 +231,9 @@ Status EmbeddingCollection::Impl::update_accumulated(UpdateReport* report) {
     const int64_t* rows = acc->rows[t];
     const float* sums = acc->sums[t];
     TableState& ts = tables[t];
-    table_internal::Residency::UpdateTarget u = ts.residency->begin_update(rows, U, fat[t], slots[t], tier);
-    u.view.table_index = static_cast<uint32_t>(t);
-    ts.set_keys(&u.view);
-    if (!ts.sm3_col.empty()) {
-      std::copy(ts.sm3_col.begin(), ts.sm3_col.end(), ts.sm3_next.begin());
-      u.view.sm3_col = ts.sm3_col.data();
-      u.view.sm3_col_next = ts.sm3_next.data();
-    }
+    table_internal::Residency::UpdateTarget u = ts.begin_update(static_cast<int>(t), rows, U, fat[t], slots[t], tier);
     backend->update_rows(u.view, u.rows, sums, U, us, exec());
-    ts.residency->end_update(rows, U, fat[t], tier);
-    ts.initial_rows = false;
-    ts.sm3_col.swap(ts.sm3_next);
+    ts.end_update(rows, U, fat[t], tier);
     report->unique_rows += U;
   }
   step = us.step;

@@ -353,29 +353,13 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
   const kernels::KernelBackend& be = *im.backend;
   const kernels::ExecContext x = im.exec();
   const Tier staging_tier = im.workspace_tier();
-  // An SM3 table's rows read its column accumulators of before the step and write the new ones
-  // to sm3_next, which replaces them after the table's update.
   auto begin_update = [&](int t, const int64_t** rows) {
-    TableState& ts = im.tables[t];
     table_internal::Residency::UpdateTarget u =
-        ts.residency->begin_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staged[t].slots, staging_tier);
-    u.view.table_index = static_cast<uint32_t>(t);
-    ts.set_keys(&u.view);
-    if (!ts.sm3_col.empty()) {
-      std::copy(ts.sm3_col.begin(), ts.sm3_col.end(), ts.sm3_next.begin());
-      u.view.sm3_col = ts.sm3_col.data();
-      u.view.sm3_col_next = ts.sm3_next.data();
-    }
+        im.tables[t].begin_update(t, dd[t].rows, dd[t].num_unique, staged[t].fat, staged[t].slots, staging_tier);
     *rows = u.rows;
     return u.view;
   };
-  // Writes staged rows back, marks cached rows changed.
-  auto end_update = [&](int t) {
-    TableState& ts = im.tables[t];
-    ts.residency->end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier);
-    ts.initial_rows = ts.initial_rows && dd[t].num_unique == 0;
-    ts.sm3_col.swap(ts.sm3_next);
-  };
+  auto end_update = [&](int t) { im.tables[t].end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier); };
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {
     // Phase 2, fused: reduce and update row by row. Nothing below can fail but the one

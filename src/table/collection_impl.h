@@ -2,6 +2,7 @@
 // (embedding_collection.cc: creation, forward, row access; backward.cc: backward_update).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -88,6 +89,28 @@ struct TableState {
     v->row_keys = id_map ? id_map->row_keys() : nullptr;
     v->key_stride = key_stride;
     v->key_offset = key_offset;
+  }
+  // The fused update of table t's `n` distinct rows (backward_update, apply_accumulated): the
+  // residency's target with this table's keys; an SM3 table's rows read its column
+  // accumulators of before the step and write the new ones to sm3_next.
+  table_internal::Residency::UpdateTarget begin_update(int t, const int64_t* rows, int64_t n, std::span<uint8_t> fat,
+                                                       std::span<int64_t> slots, Tier tier) {
+    table_internal::Residency::UpdateTarget u = residency->begin_update(rows, n, fat, slots, tier);
+    u.view.table_index = static_cast<uint32_t>(t);
+    set_keys(&u.view);
+    if (!sm3_col.empty()) {
+      std::copy(sm3_col.begin(), sm3_col.end(), sm3_next.begin());
+      u.view.sm3_col = sm3_col.data();
+      u.view.sm3_col_next = sm3_next.data();
+    }
+    return u;
+  }
+  // After the kernel: staged rows written back (cached rows marked changed), the new SM3
+  // column accumulators in place, and the table no longer at its initial rows if a row changed.
+  void end_update(const int64_t* rows, int64_t n, std::span<const uint8_t> fat, Tier tier) {
+    residency->end_update(rows, n, fat, tier);
+    initial_rows = initial_rows && n == 0;
+    sm3_col.swap(sm3_next);
   }
 };
 
