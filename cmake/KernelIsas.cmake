@@ -6,17 +6,20 @@
 #         machine, at its full speed, for about a third less compile time on a CPU without AVX-512
 #         (on an AVX-512 machine it is `all`). The binary still runs on any x86-64 CPU, with the
 #         builds it has.
-#   AUTO  (default) `all` when the tests are built (CI, scripts/test.sh: every build compiles with
-#         the warnings as errors), `host` otherwise (the README's quick start).
+#   AUTO  (default) `all` when the tests are asked for (-DLEANEMB_BUILD_TESTS=ON: CI and
+#         scripts/test.sh, where every build compiles with the warnings as errors), `host`
+#         otherwise: the README's quick start, also on a machine where GoogleTest happens to be
+#         installed (LEANEMB_BUILD_TESTS=AUTO then builds the tests, but the quick start's
+#         release-cli preset does not compile them, so `all` would only cost time).
 # The choice is a compile definition of every target (LEANEMB_KERNELS_NO_V4 / _NO_V3, kernels/vec8.h
 # and vec16.h), so the library, the tests and the Python module agree; kernels/isa.h's cpu_isa()
 # reports at most the best build compiled, so the tests run every build the CPU and the build have.
-set(LEANEMB_KERNEL_ISAS AUTO CACHE STRING "ISA builds of the kernels: AUTO (all with tests, else host), all (portable, for the package) or host (this machine's)")
+set(LEANEMB_KERNEL_ISAS AUTO CACHE STRING "ISA builds of the kernels: AUTO (all with -DLEANEMB_BUILD_TESTS=ON, else host), all (portable, for the package) or host (this machine's)")
 set_property(CACHE LEANEMB_KERNEL_ISAS PROPERTY STRINGS AUTO all host)
 
 set(_isas "${LEANEMB_KERNEL_ISAS}")
 if(_isas STREQUAL "AUTO")
-  if(LEANEMB_BUILD_TESTS)
+  if("$CACHE{LEANEMB_BUILD_TESTS}" STREQUAL "ON")
     set(_isas all)
   else()
     set(_isas host)
