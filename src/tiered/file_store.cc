@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -601,6 +602,59 @@ uint32_t file_store_block_bytes(const std::string& dir) {
   return block;
 }
 
+namespace {
+
+// One store per table file. Two stores sharing a file (two runs, or two tables of one process
+// given the same path) would overwrite each other's rows silently. Two locks:
+// - an open-file-description lock over [0, kPidMarker): it belongs to this open() of the file,
+//   so it refuses a second store in the same process as well as in another one, and it goes
+//   only when the store closes its descriptor;
+// - a classic record lock on the one byte at kPidMarker: its holder's pid can be read with
+//   F_GETLK (an OFD lock's holder has none), so the refusal can name the other process. (A
+//   classic lock is dropped when any descriptor of the file in its process closes, so it only
+//   names; the OFD lock excludes.)
+// On failure fd is closed.
+constexpr off_t kPidMarker = std::numeric_limits<off_t>::max() - 1;
+
+Status lock_row_file(int fd, const std::string& path) {
+  struct flock range {};
+  range.l_type = F_WRLCK;
+  range.l_whence = SEEK_SET;
+  range.l_len = kPidMarker;
+  if (::fcntl(fd, F_OFD_SETLK, &range) != 0) {
+    const int err = errno;
+    if (err != EACCES && err != EAGAIN) {
+      ::close(fd);
+      return io_error("lock of row file '" + path + "': " + errno_text(err));
+    }
+    struct flock who {};
+    who.l_type = F_WRLCK;
+    who.l_whence = SEEK_SET;
+    who.l_start = kPidMarker;
+    who.l_len = 1;
+    const bool other = ::fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK;
+    ::close(fd);
+    if (!other) {  // our own classic lock never conflicts with us: the holder is this process
+      return failed_precondition("row file '" + path + "' is already open in this process (pid " +
+                                 std::to_string(::getpid()) +
+                                 "): two tables or stores cannot share a file store (give each its own path)");
+    }
+    return failed_precondition("row file '" + path + "' is in use by another process (pid " +
+                               std::to_string(who.l_pid) +
+                               "): two runs cannot share a file store (give each its own embedding.store_dir)");
+  }
+  struct flock marker {};
+  marker.l_type = F_WRLCK;
+  marker.l_whence = SEEK_SET;
+  marker.l_start = kPidMarker;
+  marker.l_len = 1;
+  // Best effort: without it a refusal names no pid (the OFD lock above still excludes).
+  (void)::fcntl(fd, F_SETLK, &marker);
+  return Status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& options, Allocator* host_alloc,
                                                       const FileStoreHooks& hooks) {
   if (host_alloc == nullptr) host_alloc = default_host_allocator();
@@ -630,26 +684,7 @@ Result<std::unique_ptr<RowStore>> make_file_row_store(const RowStoreOptions& opt
     if (err == ENOSPC || err == EDQUOT) return resource_exhausted(std::move(msg));
     return io_error(std::move(msg));
   }
-  // One run per table file: a write lock over the whole file (fcntl record lock, so the holder's
-  // pid can be named; it dies with the process). Two runs sharing a file would overwrite each
-  // other's rows silently.
-  struct flock lk {};
-  lk.l_type = F_WRLCK;
-  lk.l_whence = SEEK_SET;
-  if (::fcntl(fd, F_SETLK, &lk) != 0) {
-    const int err = errno;
-    struct flock who {};
-    who.l_type = F_WRLCK;
-    who.l_whence = SEEK_SET;
-    const bool known = ::fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK;
-    ::close(fd);
-    if (err == EACCES || err == EAGAIN) {
-      return failed_precondition("row file '" + options.path + "' is in use by another process" +
-                                 (known ? " (pid " + std::to_string(who.l_pid) + ")" : std::string()) +
-                                 ": two runs cannot share a file store (give each its own embedding.store_dir)");
-    }
-    return io_error("lock of row file '" + options.path + "': " + errno_text(err));
-  }
+  LEANEMB_RETURN_IF_ERROR(lock_row_file(fd, options.path));
   const uint32_t block = direct ? query_block_bytes(fd) : kDefaultBlockBytes;
   if (options.layout == FileStoreLayout::kMapped) {
     RowFile file;

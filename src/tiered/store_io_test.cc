@@ -297,6 +297,33 @@ TEST(FileStoreFile, SecondProcessIsRefusedNamingTheHolder) {
   std::filesystem::remove_all(dir);
 }
 
+// The same file twice in one process (two tables given one path): the second store is refused
+// too, and closing it leaves the first store's lock in place (a POSIX record lock alone would
+// have let it in, and its close would have dropped the first store's lock).
+TEST(FileStoreFile, SecondStoreInTheSameProcessIsRefused) {
+  const std::string dir = temp_dir("lock_same");
+  const std::string path = dir + "/rows.bin";
+  for (FileStoreLayout layout : {FileStoreLayout::kInPlace, FileStoreLayout::kLog, FileStoreLayout::kMapped}) {
+    RowStoreOptions o{StoreKind::kFile, 1000, 64, path, true, 4, IoEngineKind::kThreads};
+    o.layout = layout;
+    auto first = make_file_row_store(o, nullptr);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    for (int attempt = 0; attempt < 2; ++attempt) {  // a refused open must not release the first lock
+      auto second = make_file_row_store(o, nullptr);
+      ASSERT_FALSE(second.ok());
+      EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().to_string();
+      EXPECT_NE(second.status().message().find("already open in this process"), std::string::npos)
+          << second.status().to_string();
+    }
+    first.value().reset();
+    auto again = make_file_row_store(o, nullptr);
+    EXPECT_TRUE(again.ok()) << again.status().to_string();
+    again.value().reset();
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // plan --probe-disk: the probe writes a scratch file in full, reads random blocks of it, and
 // leaves nothing behind; a directory it cannot write is an IoError naming the file.
 TEST(DiskProbeTest, ProbesAWrittenScratchFileAndDeletesIt) {
