@@ -10,7 +10,7 @@
 #include <string>
 
 #include "bench_internal.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::bench::internal {
 

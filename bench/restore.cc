@@ -16,7 +16,7 @@
 
 #include "bench_internal.h"
 #include "leanemb/checkpoint.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "train/run_dir.h"
 
 namespace leanemb::bench::internal {

@@ -26,7 +26,7 @@
 #include "tiered/disk_probe.h"
 #include "tiered/file_io.h"
 #include "tiered/row_cache.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::bench {
 namespace internal {

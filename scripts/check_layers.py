@@ -30,8 +30,6 @@ KNOWN = {
     ("private", "python -> plan"): "tables_py.cc: the memory model is not public yet",
     ("private", "python -> train"): "leanemb_py.cc: train config helpers",
     ("private", "python -> bench"): "leanemb_py.cc: the old Collection binding's zipf workloads",
-    ("private", "tools -> core"): "the CLI formats with core/ helpers",
-    ("private", "tools -> data"): "gen-data / convert call data/ directly",
     ("private", "tools -> dist"): "mpirun set-up and sharded checkpoints",
     ("private", "tools -> plan"): "leanemb plan",
     ("private", "tools -> serve"): "test / predict / export / report",

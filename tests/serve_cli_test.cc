@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include "data/metrics.h"
 #include "leanemb/checkpoint.h"

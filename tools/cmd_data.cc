@@ -2,20 +2,23 @@
 // planted teacher); see docs/data.md. Values are taken as strings and parsed here so that every
 // bad value gets a message naming the flag and exit code 2.
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/progress.h"
-#include "data/convert.h"
-#include "data/schema.h"
-#include "data/synthetic.h"
+#include "leanemb/progress.h"
+#include "leanemb/data_convert.h"
+#include "leanemb/data_synthetic.h"
 #include "tools/commands.h"
 
 namespace leanemb::tools {
@@ -38,6 +41,27 @@ Result<int64_t> parse_count(const std::string& flag, const std::string& v, int64
   }
   if (x < lo || x > hi) return invalid_argument(what);
   return static_cast<int64_t>(x);
+}
+
+// A comma-separated list of integers in [lo, hi] ("1000" or "10,20,30"). Errors:
+// InvalidArgument naming `what` and the bad element.
+Result<std::vector<int64_t>> parse_int_list(std::string_view s, std::string_view what, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  const std::string range = " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = s.find(',', pos);
+    const std::string_view item = s.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < lo || v > hi)
+      return invalid_argument(std::string(what) + " expects integers" + range + " separated by ',', got '" +
+                              std::string(item) + "'");
+    out.push_back(v);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
 }
 
 Result<double> parse_real(const std::string& flag, const std::string& v, double lo, double hi) {
@@ -120,7 +144,7 @@ Result<data::GenOptions> to_gen_options(const GenArgs& a) {
   o.num_dense = static_cast<int>(nd);
   o.num_sparse = static_cast<int>(ns);
   if (nd + ns == 0) return invalid_argument("--num-dense and --num-sparse are both 0: no features");
-  LEANEMB_ASSIGN_OR_RETURN(o.vocab, data::parse_int_list(a.vocab, "--vocab", 1, int64_t{1} << 32));
+  LEANEMB_ASSIGN_OR_RETURN(o.vocab, parse_int_list(a.vocab, "--vocab", 1, int64_t{1} << 32));
   if (o.vocab.size() != 1 && o.vocab.size() != static_cast<size_t>(ns))
     return invalid_argument("--vocab expects 1 value or one per sparse feature (" + std::to_string(ns) + "), got " +
                             std::to_string(o.vocab.size()));

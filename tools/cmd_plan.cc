@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/json.h"
-#include "data/io.h"
+#include "leanemb/json.h"
+#include "leanemb/paths.h"
 #include "plan/memory_model.h"
 #include "plan/parity.h"
 #include "plan/planner.h"

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/json.h"
-#include "core/progress.h"
+#include "leanemb/json.h"
+#include "leanemb/progress.h"
 
-#include "data/io.h"
+#include "leanemb/paths.h"
 
 #include "serve/export.h"
 #include "serve/predict.h"

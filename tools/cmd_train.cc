@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/io.h"
+#include "leanemb/paths.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
 #include "text/text_trainer.h"
@@ -24,7 +24,7 @@
 #include "train/stop_signal.h"
 #include "train/toml_section.h"
 #include "train/trainer.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::tools {
 

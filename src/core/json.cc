@@ -1,5 +1,5 @@
 // The one instantiation of nlohmann::json's parser and serializer (src/core/json.h).
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include <istream>
 

@@ -1,4 +1,4 @@
-#include "core/progress.h"
+#include "leanemb/progress.h"
 
 #include <algorithm>
 #include <cmath>

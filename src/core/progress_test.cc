@@ -1,6 +1,6 @@
 // The progress line's formatting (core/progress.h): counts, rates, ETA, the \r-rewritten line
 // and its final newline.
-#include "core/progress.h"
+#include "leanemb/progress.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "data/binary_format.h"
-#include "data/convert.h"
+#include "leanemb/data_convert.h"
 #include "data/data_testing.h"
 #include "data/reader.h"
 

@@ -1,4 +1,4 @@
-#include "data/convert.h"
+#include "leanemb/data_convert.h"
 
 #include <chrono>
 

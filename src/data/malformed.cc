@@ -1,4 +1,4 @@
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 
 #include "core/enum_names.h"
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "data/batch.h"
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 #include "data/schema.h"
 #include "data/source.h"
 

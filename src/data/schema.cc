@@ -110,23 +110,4 @@ uint64_t hash_categorical_string(std::string_view value, int feature) {
   return hash_categorical(XXH3_64bits(value.data(), value.size()), feature);
 }
 
-Result<std::vector<int64_t>> parse_int_list(std::string_view s, std::string_view what, int64_t lo, int64_t hi) {
-  std::vector<int64_t> out;
-  const std::string range = " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  size_t pos = 0;
-  while (true) {
-    const size_t comma = s.find(',', pos);
-    const std::string_view item = s.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < lo || v > hi)
-      return invalid_argument(std::string(what) + " expects integers" + range + " separated by ',', got '" +
-                              std::string(item) + "'");
-    out.push_back(v);
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace leanemb::data

@@ -117,10 +117,6 @@ class IdMapper {
   std::vector<Divisor> divisors_;
 };
 
-// Parses a comma-separated list of integers in [lo, hi] ("1000" or "10,20,30").
-// Errors: InvalidArgument naming `what` and the bad element.
-Result<std::vector<int64_t>> parse_int_list(std::string_view s, std::string_view what, int64_t lo, int64_t hi);
-
 // One record in hashed form, as the sources produce it and the shuffle buffer holds it.
 // Vectors keep their capacity when a Record is reused, so steady-state reading allocates nothing.
 struct Record {

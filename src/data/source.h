@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 #include "data/schema.h"
 
 namespace leanemb::data {

@@ -2,7 +2,7 @@
 // (features, teacher components, label) is a pure function of (options, split, row index); the
 // output is produced in fixed chunks written in order, so files are byte-identical for any
 // thread count.
-#include "data/synthetic.h"
+#include "leanemb/data_synthetic.h"
 
 #include <omp.h>
 

@@ -13,7 +13,7 @@
 #include "data/data_testing.h"
 #include "data/metrics.h"
 #include "data/reader.h"
-#include "data/synthetic.h"
+#include "leanemb/data_synthetic.h"
 
 namespace leanemb::data {
 namespace {

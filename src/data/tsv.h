@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "data/io.h"
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 #include "data/schema.h"
 
 namespace leanemb::data {

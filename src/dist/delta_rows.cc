@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/bytes.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "table/residency.h"
 
 namespace leanemb::dist {

@@ -9,7 +9,7 @@
 #include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "dist/sharded_checkpoint_internal.h"
 
 namespace leanemb::dist {

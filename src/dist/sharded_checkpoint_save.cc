@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
 #include "dist/sharded_checkpoint.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ckpt/xxh128_stream.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "dist/delta_rows.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"

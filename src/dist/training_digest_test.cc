@@ -11,7 +11,7 @@
 #include <random>
 #include <utility>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"

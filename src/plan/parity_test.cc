@@ -9,7 +9,7 @@
 #include "plan/plan_testing.h"
 #include "plan/planner.h"
 #include "plan/report.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::plan {
 namespace {

@@ -7,7 +7,7 @@
 #include <map>
 #include <memory>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include "data/reader.h"
 #include "dist/sharded_checkpoint.h"

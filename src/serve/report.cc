@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include "chart/svg_chart.h"
 #include "leanemb/memory.h"

@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include "dist/sharded_checkpoint.h"
 #include "model/ctr_model.h"

@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 #include "leanemb/status.h"
 
 namespace leanemb::text {

@@ -16,7 +16,7 @@
 #include "text/text_model.h"
 #include "text/text_plan.h"
 #include "train/task.h"
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::text {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "amp/precision.h"
-#include "data/synthetic.h"
+#include "leanemb/data_synthetic.h"
 #include "dist/payload.h"
 #include "dist/shard_plan.h"
 #include "leanemb/dtype.h"

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::train {
 

@@ -25,7 +25,7 @@
 #include <span>
 #include <string>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "nn/tensor.h"
 
 namespace leanemb::train {

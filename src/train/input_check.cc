@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 namespace leanemb::train {
 

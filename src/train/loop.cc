@@ -23,8 +23,8 @@
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
-#include "core/json.h"
-#include "core/progress.h"
+#include "leanemb/json.h"
+#include "leanemb/progress.h"
 
 namespace leanemb::train {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "leanemb/status.h"
 
 namespace leanemb::ckpt {

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <span>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 
 #include "ckpt/directory.h"
 #include "ckpt/env.h"

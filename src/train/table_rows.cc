@@ -6,7 +6,7 @@
 #include <fstream>
 #include <unordered_set>
 
-#include "core/json.h"
+#include "leanemb/json.h"
 #include "data/reader.h"
 
 namespace leanemb::train {

@@ -22,8 +22,8 @@
 #include "tiered/row_store.h"
 #include "tiered/sizes.h"
 #include "train/task.h"
-#include "core/json.h"
-#include "core/progress.h"
+#include "leanemb/json.h"
+#include "leanemb/progress.h"
 
 namespace leanemb::train {
 

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "data/malformed.h"
+#include "leanemb/data_malformed.h"
 
 namespace leanemb::data {
 
