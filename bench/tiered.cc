@@ -23,7 +23,7 @@
 #include <unordered_map>
 
 #include "bench_internal.h"
-#include "tiered/disk_probe.h"
+#include "leanemb/disk_probe.h"
 #include "tiered/file_io.h"
 #include "tiered/row_cache.h"
 #include "leanemb/json.h"
@@ -429,7 +429,7 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     if (co.store_layout == FileStoreLayout::kInPlace)
       for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
     // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64
-    // (tiered/disk_probe.h); 0, with the reason on stderr, when it fails.
+    // (leanemb/disk_probe.h); 0, with the reason on stderr, when it fails.
     const Result<double> probed =
         tiered::random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
     if (!probed.ok()) std::fprintf(stderr, "[bench] tiered: the disk probe failed: %s\n", probed.status().to_string().c_str());

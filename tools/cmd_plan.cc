@@ -15,7 +15,7 @@
 #include "train/ctr_plan.h"
 #include "text/text_config.h"
 #include "text/text_plan.h"
-#include "tiered/disk_probe.h"
+#include "leanemb/disk_probe.h"
 #include "tiered/row_store.h"
 #include "tools/commands.h"
 #include "train/table_rows.h"

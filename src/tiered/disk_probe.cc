@@ -1,5 +1,5 @@
 // random_read_iops and probe_disk (disk_probe.h).
-#include "tiered/disk_probe.h"
+#include "leanemb/disk_probe.h"
 
 #include <fcntl.h>
 #include <unistd.h>

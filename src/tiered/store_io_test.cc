@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tiered/disk_probe.h"
+#include "leanemb/disk_probe.h"
 #include "tiered/file_store.h"
 
 namespace leanemb::tiered {
