@@ -6,6 +6,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/predict.cc
   ${CMAKE_CURRENT_LIST_DIR}/export.cc
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_registry.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_serve.cc)
 

@@ -29,7 +29,7 @@
 #include "text/text_config.h"
 #include "text/text_data.h"
 #include "text/text_model.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 
 namespace leanemb::serve {
 
@@ -60,7 +60,7 @@ void make_serving(DType* dtype, OptimizerOptions* optimizer);
 std::string config_record_toml(const std::string& task, const train::ConfigRecord& record);
 
 struct LoadedCtr {
-  train::TrainConfig config;
+  ctr::CtrConfig config;
   std::unique_ptr<MemorySystem> memory;
   std::unique_ptr<model::CtrModel> model;
 };
