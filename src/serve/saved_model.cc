@@ -174,7 +174,7 @@ Result<SavedRun> open_saved_run(const std::string& path) {
     return data_loss(run.checkpoint + ": train/state is not the trainer's JSON object");
   run.step = st["step"].get<int64_t>();
   run.collection_step = st.value("collection_step", int64_t{0});
-  run.task = st.value("task", std::string("ctr"));
+  run.task = st.value("task", std::string(default_task().name));  // older checkpoints name no task: CTR ones
   if (auto task = find_task(run.task); !task.ok()) return with_context(task.status(), run.checkpoint + ": train/state");
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
   auto record = train::decode_config_record(cfg);

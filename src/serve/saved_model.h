@@ -37,7 +37,7 @@ struct SavedRun {
   std::string checkpoint;   // the checkpoint directory read
   int64_t step = 0;
   int64_t collection_step = 0;
-  std::string task;         // "ctr" | "text"
+  std::string task;         // a registered task's name (serve/task_registry.h: "ctr", "text")
   std::string config_toml;  // the saved configuration as TOML (task first, then every key)
   std::string origin;       // "the configuration saved in <checkpoint>"
   // A serving checkpoint (`leanemb export --serving`, serve/export.h): blob "serve/format"; its
