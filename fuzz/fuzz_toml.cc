@@ -1,4 +1,4 @@
-// libFuzzer harness: the TOML configs of `leanemb train` (train/config.h: CTR; text/text_config.h:
+// libFuzzer harness: the TOML configs of `leanemb train` (ctr/ctr_config.h: CTR; text/text_config.h:
 // text) and the task key, with and without a --set override.
 #include <cstdint>
 #include <string>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "text/text_config.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 #include "train/toml_section.h"
 
 using namespace leanemb;
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (first.find('=') != std::string::npos && first.find('.') != std::string::npos) sets.push_back(first);
   for (const auto& s : {std::vector<std::string>{}, sets}) {
     (void)train::config_task(text, "fuzz", s);
-    auto c = train::parse_config(text, "fuzz", s);
+    auto c = ctr::parse_ctr_config(text, "fuzz", s);
     if (c.ok() && c->record.empty()) __builtin_trap();  // every parsed config records its keys
     (void)text::parse_text_config(text, "fuzz", s);
   }

@@ -32,10 +32,9 @@ KNOWN = {
     ("private", "python -> bench"): "leanemb_py.cc: the old Collection binding's zipf workloads",
     ("private", "tools -> dist"): "mpirun set-up and sharded checkpoints",
     ("private", "tools -> plan"): "leanemb plan",
-    ("private", "tools -> serve"): "test / predict / export / report",
-    ("private", "tools -> text"): "the text task",
+    ("private", "tools -> serve"): "test / predict / export / report, and the task registry (serve/task_registry.h)",
     ("private", "tools -> tiered"): "bench workloads and the store probe",
-    ("private", "tools -> train"): "leanemb train",
+    ("private", "tools -> train"): "leanemb train: RunOptions, StopSignal, TaskConfig, config_task",
     ("private", "tools -> bench"): "leanemb bench",
 }
 

@@ -12,14 +12,10 @@
 #include "plan/parity.h"
 #include "plan/planner.h"
 #include "plan/report.h"
-#include "train/ctr_plan.h"
-#include "text/text_config.h"
-#include "text/text_plan.h"
+#include "serve/task_registry.h"
 #include "leanemb/disk_probe.h"
-#include "tiered/row_store.h"
 #include "tools/commands.h"
-#include "train/table_rows.h"
-#include "train/config.h"
+#include "train/task_config.h"
 #include "train/toml_section.h"
 
 namespace leanemb::tools {
@@ -101,52 +97,25 @@ Status disk_rate(const PlanArgs& a, plan::ReportContext* ctx) {
   return Status();
 }
 
-// A text config's workload: the data is read (dictionary rows, ids per line) to size it.
-Result<plan::Workload> text_config_workload(const PlanArgs& a, plan::ReportContext* ctx) {
-  if (!a.write_config.empty()) return invalid_argument("--write-config is for CTR configs");
-  LEANEMB_ASSIGN_OR_RETURN(text::TextConfig tc, text::load_text_config(a.config, a.sets));
-  LEANEMB_ASSIGN_OR_RETURN(auto data, text::read_text_data(tc));
-  LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, text::text_workload(tc, *data));
-  ctx->workload_text = "text model of " + a.config + ": " + std::to_string(w.tables[0].num_rows) + " rows x dim " +
-                       std::to_string(w.tables[0].dim) + ", " + std::to_string(w.num_labels) + " labels, batch " +
-                       std::to_string(w.batch_size);
-  if (tc.checkpoint_every > 0) ctx->checkpoint_every = tc.checkpoint_every;
-  ctx->incremental_checkpoints = tc.incremental_checkpoints;
-  return w;
-}
-
-// A CTR config's workload (*cfg: the config, for --write-config).
-Result<plan::Workload> ctr_config_workload(const PlanArgs& a, train::TrainConfig* cfg, plan::ReportContext* ctx) {
-  LEANEMB_ASSIGN_OR_RETURN(*cfg, train::load_config(a.config, a.sets));
-  if (cfg->table_rows_auto) {  // counted from the training files, as `leanemb train` does (train/table_rows.h)
-    for (const std::string& f : cfg->train_files) {
-      std::error_code ec;
-      if (!std::filesystem::exists(f, ec))
-        return invalid_argument(a.config + ": model.table_rows = \"auto\" is derived from the training data, and '" + f +
-                                "' does not exist" +
-                                (cfg->generate ? " (data.generate: `leanemb train` generates it first)" : "") +
-                                "; plan needs the data, or the sizes: --set 'model.table_rows=[...]'");
-    }
-    std::string said;
-    LEANEMB_RETURN_IF_ERROR(train::resolve_table_rows(cfg, "", false, false, &said));
-    std::fprintf(stderr, "leanemb: %s\n", said.c_str());
-  }
-  LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, train::ctr_workload(*cfg));
-  if (w.file_store) {  // the block the row files would get: probed in the nearest existing directory
-    std::filesystem::path d = cfg->store_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(cfg->store_dir);
-    std::error_code ec;
-    while (!d.empty() && !std::filesystem::is_directory(d, ec)) d = d.parent_path();
-    w.file_block_bytes = tiered::file_store_block_bytes(d.empty() ? "." : d.string());
-  }
-  ctx->workload_text = "CTR model of " + a.config + ": " + std::to_string(cfg->num_sparse) + " tables, dim " +
-                       std::to_string(cfg->embedding_dim) + ", batch " + std::to_string(cfg->batch_size);
-  if (cfg->checkpoint_every > 0) ctx->checkpoint_every = cfg->checkpoint_every;
-  ctx->incremental_checkpoints = cfg->incremental_checkpoints;
+// A config's workload, from its task's part of the memory model (*cfg: the parsed config, for
+// --write-config).
+Result<plan::Workload> config_workload(const PlanArgs& a, const std::string& text, std::unique_ptr<train::TaskConfig>* cfg,
+                                       plan::ReportContext* ctx) {
+  LEANEMB_ASSIGN_OR_RETURN(std::string name, train::config_task(text, a.config, a.sets));
+  auto task = serve::find_task(name);
+  if (!task.ok()) return Status(task.status().code(), a.config + ": " + task.status().message());
+  LEANEMB_ASSIGN_OR_RETURN(*cfg, task.value()->parse_config(text, a.config, a.sets));
+  train::TaskConfig& c = **cfg;
+  if (!a.write_config.empty() && !c.writes_planned_config())
+    return invalid_argument("--write-config is for CTR configs");
+  LEANEMB_ASSIGN_OR_RETURN(plan::Workload w, c.plan_workload(&ctx->workload_text));
+  if (c.run().checkpoint_every > 0) ctx->checkpoint_every = c.run().checkpoint_every;
+  ctx->incremental_checkpoints = c.run().incremental_checkpoints;
   return w;
 }
 
 // The workload of --config (text or CTR), or of the flags.
-Result<plan::Workload> workload_of(const PlanArgs& a, train::TrainConfig* cfg, plan::ReportContext* ctx) {
+Result<plan::Workload> workload_of(const PlanArgs& a, std::unique_ptr<train::TaskConfig>* cfg, plan::ReportContext* ctx) {
   if (a.config.empty()) {
     if (!a.sets.empty()) return invalid_argument("--set needs --config");
     ctx->sequence_length = a.seq_len > 1 ? a.seq_len : 0;
@@ -159,9 +128,7 @@ Result<plan::Workload> workload_of(const PlanArgs& a, train::TrainConfig* cfg, p
   if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
     return invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)");
   LEANEMB_ASSIGN_OR_RETURN(std::string text, train::read_text_file(a.config, "config"));
-  LEANEMB_ASSIGN_OR_RETURN(std::string task, train::config_task(text, a.config, a.sets));
-  if (task == "text") return text_config_workload(a, ctx);
-  return ctr_config_workload(a, cfg, ctx);
+  return config_workload(a, text, cfg, ctx);
 }
 
 // --largest-table: the largest table the plan and the naive baseline fit.
@@ -186,32 +153,19 @@ int print_largest_table(const PlanArgs& a, const plan::Workload& w, const plan::
   return 0;
 }
 
-// --write-config: the config with the fields the chosen plan decides replaced.
-Status write_plan_config(const PlanArgs& a, const train::TrainConfig& cfg, const plan::PlannerOptions& po,
+// --write-config: the config with the fields the chosen plan decides replaced (its task's
+// TaskConfig::planned_config).
+Status write_plan_config(const PlanArgs& a, const train::TaskConfig* cfg, const plan::PlannerOptions& po,
                          const plan::PlanResult& res) {
-  if (a.config.empty())
+  if (a.config.empty() || cfg == nullptr)
     return invalid_argument("--write-config needs --config: `leanemb train` runs the CTR model a config describes");
   const plan::Workload& c = res.chosen.workload;
   if (c.num_shards > 1)
     return failed_precondition("the chosen plan needs shards, which `leanemb train` cannot run yet; "
                                "rerun without --max-shards to write a config");
-  train::TrainConfig out = cfg;
-  if (c.cache_fraction < 1.0) {
-    out.row_cache.fraction = c.cache_fraction;  // a host store behind the cache (docs/tiered.md)
-    out.row_cache.store = StoreKind::kHost;
-    out.cache_min_rows = c.cache_min_rows;  // the tables the plan cached
-  }
-  out.row_dtype = c.row_dtype;
-  if (out.row_optimizer.kind != c.row_optimizer.kind) out.row_optimizer.eps = default_eps(c.row_optimizer.kind);
-  out.row_optimizer.kind = c.row_optimizer.kind;
-  out.row_optimizer.state_dtype = c.row_optimizer.state_dtype;
-  out.precision = c.precision;
-  out.micro_batches = c.micro_batches;
-  out.checkpoint_activations = c.checkpoint_activations;
-  out.memory.placement = c.placement;
-  if (po.device_budget_bytes) out.memory.device_budget_bytes = po.device_budget_bytes;
+  LEANEMB_ASSIGN_OR_RETURN(std::string toml, cfg->planned_config(c, po.device_budget_bytes));
   std::ofstream f(a.write_config);
-  f << train::config_to_toml(out);
+  f << toml;
   f.close();  // flushes: a write error shows here
   if (!f) return io_error("cannot write --write-config file '" + a.write_config + "'");
   std::fprintf(stderr, "wrote %s (leanemb train --config %s)\n", a.write_config.c_str(), a.write_config.c_str());
@@ -225,7 +179,7 @@ int run_plan(const PlanArgs& a) {
   if (!po.ok()) return report_error(po.status());
   plan::ReportContext ctx;
   if (Status s = disk_rate(a, &ctx); !s.ok()) return report_error(s);
-  train::TrainConfig cfg;
+  std::unique_ptr<train::TaskConfig> cfg;  // with --config
   auto wl = workload_of(a, &cfg, &ctx);
   if (!wl.ok()) return report_error(wl.status());
   const plan::Workload& w = wl.value();
@@ -245,7 +199,7 @@ int run_plan(const PlanArgs& a) {
   }
   if (!res.fits) return kExitMemory;
   if (!a.write_config.empty())
-    if (Status s = write_plan_config(a, cfg, po.value(), res); !s.ok()) return report_error(s);
+    if (Status s = write_plan_config(a, cfg.get(), po.value(), res); !s.ok()) return report_error(s);
   return 0;
 }
 

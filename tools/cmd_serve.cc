@@ -19,6 +19,7 @@
 #include "serve/predict.h"
 #include "serve/report.h"
 #include "serve/saved_model.h"
+#include "serve/task_registry.h"
 #include "tools/commands.h"
 
 namespace leanemb::tools {
@@ -51,26 +52,16 @@ int run_test(const ServeArgs& a) {
   }
   auto run = serve::open_saved_run(a.run);
   if (!run.ok()) return report_error(run.status());
-  nlohmann::json r;
-  if (run.value().task == "ctr") {
-    auto m = serve::load_ctr(run.value(), a.sets);
-    if (!m.ok()) return report_error(m.status());
-    auto t = serve::test_ctr_file(*m.value(), a.data, a.rows);
-    if (!t.ok()) return report_error(t.status());
-    r = std::move(t).value();
-    std::printf("N\t%lld\nAUC\t%.6f\nlogloss\t%.6f\n", static_cast<long long>(r["rows"].get<int64_t>()), r["auc"].get<double>(),
-                r["logloss"].get<double>());
-  } else {
-    auto m = serve::load_text(run.value(), a.sets);
-    if (!m.ok()) return report_error(m.status());
-    auto t = serve::test_text_file(*m.value(), a.data, static_cast<int>(a.k));
-    if (!t.ok()) return report_error(t.status());
-    r = std::move(t).value();
-    // fastText's `test FILE k` lines (std::setprecision(3): three significant digits).
-    std::printf("N\t%lld\nP@%lld\t%.3g\nR@%lld\t%.3g\n", static_cast<long long>(r["examples"].get<int64_t>()),
-                static_cast<long long>(a.k), r["precision_at_k"].get<double>(), static_cast<long long>(a.k),
-                r["recall_at_k"].get<double>());
-  }
+  auto task = serve::find_task(run.value().task);
+  if (!task.ok()) return report_error(task.status());
+  serve::TestOptions o;
+  o.sets = a.sets;
+  o.max_rows = a.rows;
+  o.k = static_cast<int>(a.k);
+  auto t = task.value()->test(run.value(), a.data, o);
+  if (!t.ok()) return report_error(t.status());
+  std::fputs(t.value().lines.c_str(), stdout);
+  nlohmann::json r = std::move(t.value().figures);
   r["checkpoint"] = run.value().checkpoint;
   r["step"] = run.value().step;
   r["data"] = a.data;
@@ -106,20 +97,14 @@ int run_predict(const ServeArgs& a) {
       bar->update(static_cast<double>(bytes) / 1e6, format_count(static_cast<double>(lines)) + " lines");
     };
   }
-  Result<serve::PredictStats> ps = serve::PredictStats{};
-  if (run.value().task == "ctr") {
-    auto m = serve::load_ctr(run.value(), a.sets);
-    if (!m.ok()) return report_error(m.status());
-    ps = serve::predict_ctr_file(*m.value(), a.data, out, progress);
-  } else {
-    auto m = serve::load_text(run.value(), a.sets);
-    if (!m.ok()) return report_error(m.status());
-    serve::TextPredictOptions o;
-    o.k = static_cast<int>(a.k);
-    o.probs = a.probs;
-    o.threshold = a.threshold;
-    ps = serve::predict_text_file(*m.value(), a.data, o, out, progress);
-  }
+  auto task = serve::find_task(run.value().task);
+  if (!task.ok()) return report_error(task.status());
+  serve::PredictOptions o;
+  o.sets = a.sets;
+  o.text.k = static_cast<int>(a.k);
+  o.text.probs = a.probs;
+  o.text.threshold = a.threshold;
+  Result<serve::PredictStats> ps = task.value()->predict(run.value(), a.data, o, out, progress);
   if (bar && bar->printed()) {  // the last line, complete, above the summary or the error
     if (ps.ok()) bar->finish(bar->total() > 0 ? bar->total() : 0.0, format_count(static_cast<double>(ps->lines)) + " lines");
     else std::fputc('\n', stderr);

@@ -1,5 +1,6 @@
-// `leanemb train`: train the model of a config file (or the embedded default): a CTR model or,
-// with task = "text", a text classifier, both on the one loop (train/task.h).
+// `leanemb train`: train the model of a config file (or the embedded default): the config's task
+// (serve/task_registry.h: a CTR model, or with task = "text" a text classifier), on the one loop
+// (train/task.h).
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,12 +19,11 @@
 #include "leanemb/paths.h"
 #include "dist/communicator.h"
 #include "dist/mpi_comm.h"
-#include "text/text_trainer.h"
+#include "serve/task_registry.h"
 #include "tools/commands.h"
-#include "train/config.h"
 #include "train/stop_signal.h"
+#include "train/task_config.h"
 #include "train/toml_section.h"
-#include "train/trainer.h"
 #include "leanemb/json.h"
 
 namespace leanemb::tools {
@@ -68,53 +68,6 @@ Status write_json_summary(const std::string& path, nlohmann::json out) {
   return Status();
 }
 
-// After a resume, what this run did: "steps 101-200 of this run (12800 samples; 200 steps, 25600
-// samples in all)"; empty for a run from step 0. Rates are always this run's samples over this
-// run's time.
-std::string resumed_part(const nlohmann::json& s, const char* unit) {
-  if (s["resumed_from_step"].is_null()) return "";
-  const int64_t from = s["resumed_from_step"].get<int64_t>(), to = s["steps"].get<int64_t>();
-  if (to <= from)  // resumed at the run's last step: only the final evaluation ran
-    return "resumed at step " + std::to_string(from) + ": nothing left to train (the checkpoint is at the run's last step; " +
-           "give more --steps to continue); ";
-  return "resumed at step " + std::to_string(from) + ": steps " + std::to_string(from + 1) + "-" + std::to_string(to) + " in this run (" +
-         std::to_string(s["samples_this_run"].get<int64_t>()) + " " + unit + "; " + std::to_string(to) + " steps, " +
-         std::to_string(s["samples"].get<int64_t>()) + " " + unit + " in all); ";
-}
-
-// What a text run (task = "text", docs/text.md) prints after the common part.
-void print_text_summary(const nlohmann::json& s) {
-  std::printf("\n%strained %.3g epochs (%lld steps) in %.1f s: %.0f lines/s, %.0f tokens/s%s; input table %s (%lld rows of %lld)\n",
-              resumed_part(s, "lines").c_str(),
-              s["epochs_trained"].get<double>(), static_cast<long long>(s["steps"].get<int64_t>()),
-              s["train_seconds"].get<double>(), s["examples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
-              s["resumed_from_step"].is_null() ? "" : " (this run's lines and tokens over this run's time)",
-              format_bytes(s["table_bytes"].get<size_t>()).c_str(), static_cast<long long>(s["table_rows"].get<int64_t>()),
-              static_cast<long long>(s["input_rows"].get<int64_t>()));
-  if (!s["eval"].is_null())
-    std::printf("eval: P@1 %.4f, R@1 %.4f, accuracy %.4f on %lld lines\n", s["eval"]["precision_at_1"].get<double>(),
-                s["eval"]["recall_at_1"].get<double>(), s["eval"]["accuracy"].get<double>(),
-                static_cast<long long>(s["eval"]["examples"].get<int64_t>()));
-  std::printf("peak RSS %s\n", format_bytes(s["peak_rss_bytes"].get<size_t>()).c_str());
-}
-
-// What a CTR run prints after the common part.
-void print_ctr_summary(const nlohmann::json& s) {
-  if (s["resumed_from_step"].is_null())
-    std::printf("\ntrained %lld steps (%lld samples) in %.1f s: %.0f samples/s; %lld skipped steps\n",
-                static_cast<long long>(s["steps"].get<int64_t>()), static_cast<long long>(s["samples"].get<int64_t>()),
-                s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
-                static_cast<long long>(s["skipped_steps"].get<int64_t>()));
-  else
-    std::printf("\n%strained in %.1f s: %.0f samples/s (this run's samples over this run's time); %lld skipped steps in all\n",
-                resumed_part(s, "samples").c_str(), s["train_seconds"].get<double>(), s["samples_per_s"].get<double>(),
-                static_cast<long long>(s["skipped_steps"].get<int64_t>()));
-  if (!s["eval"].is_null())
-    std::printf("eval: AUC %.4f, logloss %.4f on %lld rows%s\n", s["eval"]["auc"].get<double>(),
-                s["eval"]["logloss"].get<double>(), static_cast<long long>(s["eval"]["rows"].get<int64_t>()),
-                s["teacher_auc"].is_null() ? "" : (" (teacher AUC " + std::to_string(s["teacher_auc"].get<double>()).substr(0, 6) + ")").c_str());
-}
-
 // Multi-process runs (docs/dist.md): MPI's lifetime and this process's communicator.
 struct DistSetup {
   std::unique_ptr<dist::MpiRuntime> mpi;
@@ -137,12 +90,12 @@ Result<DistSetup> setup_dist(const std::string& backend, int64_t timeout_ms) {
   return d;
 }
 
-// Runs one parsed config of either task on the one loop: the flags, the communicator, the stop
-// signal, the summary. `run` calls the task's entry point, `print` its own lines.
+// Runs one parsed config of any task on the one loop: the flags, the communicator, the stop
+// signal, the summary (the task's own lines from its TaskConfig).
 // `inputs`: the files the run reads (config, data), which --json-summary must not be.
-int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_timeout_ms,
-            const std::function<Result<nlohmann::json>(const train::RunOptions&)>& run,
-            const std::function<void(const nlohmann::json&)>& print, const std::vector<data::NamedPath>& inputs) {
+int execute(const TrainArgs& a, const train::TaskConfig& task, const std::vector<data::NamedPath>& inputs) {
+  const std::string& dist_backend = task.run().dist_backend;
+  const int64_t dist_timeout_ms = task.run().dist_timeout_ms;
   int64_t steps = -1;
   if (!a.steps.empty()) {
     auto st = parse_steps(a.steps);
@@ -175,7 +128,7 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
   ro.progress_tty = isatty(STDERR_FILENO) != 0;
   ro.steps = steps;
   ro.stop = stop.value().get();
-  auto r = run(ro);
+  auto r = task.train(ro);
   if (!r.ok()) {
     if (comm && comm->size() > 1)
       return report_error(Status(r.status().code(), "rank " + std::to_string(comm->rank()) + ": " + r.status().message()));
@@ -217,7 +170,7 @@ int execute(const TrainArgs& a, const std::string& dist_backend, int64_t dist_ti
     if (!lines.empty())
       std::printf("\nplanned vs measured peak (leanemb plan's memory model, docs/plan.md):\n%s", lines.c_str());
   }
-  print(s);
+  std::fputs(task.summary_text(s).c_str(), stdout);
   const bool ckpt_on = s.value("checkpoints_enabled", true);
   const std::string ckpt = !s["checkpoint"].get<std::string>().empty() ? s["checkpoint"].get<std::string>()
                            : ckpt_on ? "(none)" : "(none: checkpoints are off, train.checkpoint_every = -1)";
@@ -288,40 +241,29 @@ int run_train(const TrainArgs& args) {
   flag_set("--device-budget", "memory.device_budget", a.device_budget);
   flag_set("--host-budget", "memory.host_budget", a.host_budget);
   flag_set("--placement", "memory.placement", a.placement);
+  const serve::TaskEntry& default_task = serve::default_task();
   if (a.print_config) {
-    std::fputs(std::string(train::default_config_text()).c_str(), stdout);
+    std::fputs(std::string(default_task.default_config()).c_str(), stdout);
     return 0;
   }
-  std::string config_text;
+  // The config's task (the embedded default's without --config), found once in the registry.
+  const std::string origin = a.config.empty() ? "<embedded default: examples/ctr_small.toml>" : a.config;
+  std::string config_text(a.config.empty() ? default_task.default_config() : std::string_view());
+  const serve::TaskEntry* task = &default_task;
   if (!a.config.empty()) {
     auto text = train::read_text_file(a.config, "config file");
     if (!text.ok()) return report_error(text.status());
     config_text = std::move(text).value();
-    auto task = train::config_task(config_text, a.config, sets);
-    if (!task.ok()) return report_error(attribute_to_flag(task.status(), a.config, shown));
-    if (task.value() == "text") {
-      auto cfg = text::parse_text_config(config_text, a.config, sets);
-      if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), a.config, shown));
-      const text::TextConfig c = std::move(cfg).value();
-      return execute(a, c.dist_backend, c.dist_timeout_ms,
-                     [&c](const train::RunOptions& ro) { return text::run_text_training(ro, c); }, print_text_summary,
-                     run_inputs(a.config, c.train_files, c.eval_files));
-    }
-    if (task.value() != "ctr")
-      return report_error(invalid_argument(a.config + ": unknown task '" + task.value() + "' (expected \"ctr\" or \"text\")"));
+    auto name = train::config_task(config_text, a.config, sets);
+    if (!name.ok()) return report_error(attribute_to_flag(name.status(), a.config, shown));
+    auto found = serve::find_task(name.value());
+    if (!found.ok()) return report_error(Status(found.status().code(), a.config + ": " + found.status().message()));
+    task = found.value();
   }
-  const std::string origin = a.config.empty() ? "<embedded default: examples/ctr_small.toml>" : a.config;
-  auto cfg = a.config.empty() ? train::parse_config(train::default_config_text(), origin, sets)
-                              : train::parse_config(config_text, a.config, sets);
+  auto cfg = task->parse_config(config_text, origin, sets);
   if (!cfg.ok()) return report_error(attribute_to_flag(cfg.status(), origin, shown));
-  const train::TrainConfig c = std::move(cfg).value();
-  return execute(a, c.dist_backend, c.dist_timeout_ms,
-                 [&c](const train::RunOptions& r) {
-                   train::RunOptions ro = r;
-                   ro.config = c;
-                   return train::run_training(ro);
-                 },
-                 print_ctr_summary, run_inputs(a.config, c.train_files, c.eval_files));
+  const train::TaskConfig& c = *cfg.value();
+  return execute(a, c, run_inputs(a.config, c.train_files(), c.eval_files()));
 }
 
 }  // namespace leanemb::tools

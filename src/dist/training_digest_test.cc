@@ -106,7 +106,7 @@ struct TrainerBlobs {
   }
 };
 
-// A plain checkpoint as train/trainer.cc's write_checkpoint lays it out; returns its directory.
+// A plain checkpoint as train/loop.cc's write_checkpoint lays it out; returns its directory.
 std::string write_plain(const std::string& out, const EmbeddingCollection& coll, const TrainerBlobs& tb) {
   auto w = std::move(ckpt::CheckpointWriter::create(out, tb.step)).value();
   for (const auto& [name, bytes] : tb.list()) EXPECT_TRUE(w->add_blob(name, bytes).ok());

@@ -17,9 +17,9 @@
 
 #include "dist/dist_testing.h"
 #include "plan/plan_testing.h"
-#include "train/ctr_plan.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "ctr/ctr_plan.h"
+#include "ctr/ctr_config.h"
+#include "ctr/ctr_task.h"
 
 namespace leanemb::plan {
 namespace {
@@ -49,7 +49,7 @@ std::string base_dir() {
 }
 
 // A small config: 8 sparse features, synthetic data, 4 steps, 2 threads.
-Result<train::TrainConfig> small_config(const RunCase& rc) {
+Result<ctr::CtrConfig> small_config(const RunCase& rc) {
   std::vector<std::string> sets = {
       "data.num_sparse=8", "data.generate=true", "data.gen.train_rows=2048", "data.gen.eval_rows=256",
       "data.gen.vocab=3000", "model.table_rows=2000", "train.batch_size=256", "train.steps=4", "train.threads=2",
@@ -58,7 +58,7 @@ Result<train::TrainConfig> small_config(const RunCase& rc) {
   std::string key;
   for (const auto& s : rc.sets) key += s.substr(0, s.find('=')) == "data.gen.multi_hot_max" ? s.substr(s.find('=') + 1) : "";
   sets.push_back("data.dir=\"" + base_dir() + "/data" + key + "\"");
-  return train::parse_config(train::default_config_text(), "plan test", sets);
+  return ctr::parse_ctr_config(ctr::default_config_text(), "plan test", sets);
 }
 
 double rel(double predicted, double measured) {
@@ -71,15 +71,14 @@ class PredictionVsMeasurement : public ::testing::TestWithParam<RunCase> {};
 TEST_P(PredictionVsMeasurement, DevicePeakWithin5PercentCategoriesWithin10) {
   auto cfg = small_config(GetParam());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  auto w = train::ctr_workload(cfg.value());
+  auto w = ctr::ctr_workload(cfg.value());
   ASSERT_TRUE(w.ok()) << w.status().message();
   auto pred = predict_memory(w.value());
   ASSERT_TRUE(pred.ok()) << pred.status().message();
   train::RunOptions ro;
-  ro.config = cfg.value();
   ro.out_dir = base_dir() + "/run_" + GetParam().name;
   ro.quiet = true;
-  auto sum = train::run_training(ro);
+  auto sum = ctr::run_ctr_training(ro, cfg.value());
   ASSERT_TRUE(sum.ok()) << sum.status().message();
   const auto& plan = sum.value()["plan"];
   for (const char* tier : {"device", "host"}) {
@@ -155,10 +154,9 @@ TEST(RowCachePrediction, PlannedEqualsMeasuredForEveryPolicy) {
     auto cfg = small_config(rc);
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     train::RunOptions ro;
-    ro.config = cfg.value();
     ro.out_dir = base_dir() + "/run_" + rc.name;
     ro.quiet = true;
-    auto sum = train::run_training(ro);
+    auto sum = ctr::run_ctr_training(ro, cfg.value());
     ASSERT_TRUE(sum.ok()) << sum.status().message();
     const auto& rcat = sum.value()["plan"]["device"]["categories"]["row_cache"];
     ASSERT_TRUE(rcat.is_object());
@@ -182,7 +180,7 @@ TEST_P(ShardedPredictionVsMeasurement, DevicePeakWithin5PercentCommBuffersWithin
   const ShardedCase& sc = GetParam();
   auto cfg = small_config(RunCase{sc.name, sc.sets});
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  auto w = train::ctr_workload(cfg.value());
+  auto w = ctr::ctr_workload(cfg.value());
   ASSERT_TRUE(w.ok()) << w.status().message();
   w.value().num_shards = sc.world;
   w.value().grad_groups = cfg.value().grad_groups == 0 ? sc.world : cfg.value().grad_groups;
@@ -192,11 +190,10 @@ TEST_P(ShardedPredictionVsMeasurement, DevicePeakWithin5PercentCommBuffersWithin
   const std::string out = base_dir() + "/run_" + sc.name;
   dist::test_util::expect_all_ok(dist::test_util::run_world(sc.world, [&](dist::Communicator& comm) -> Status {
     train::RunOptions ro;
-    ro.config = cfg.value();
     ro.out_dir = out;
     ro.quiet = true;
     ro.comm = &comm;
-    LEANEMB_ASSIGN_OR_RETURN(nlohmann::json sum, train::run_training(ro));
+    LEANEMB_ASSIGN_OR_RETURN(nlohmann::json sum, ctr::run_ctr_training(ro, cfg.value()));
     plans[static_cast<size_t>(comm.rank())] = sum["plan"]["device"];
     return Status();
   }, 120000));

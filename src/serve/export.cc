@@ -12,7 +12,8 @@
 #include "data/reader.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/pruned_rows.h"
-#include "train/ctr_serving.h"
+#include "ctr/ctr_serving.h"
+#include "serve/task_registry.h"
 #include "train/run_dir.h"
 #include "leanemb/dtype.h"
 
@@ -164,8 +165,8 @@ Status copy_rows(const EmbeddingTables& from, EmbeddingTables& to, const std::ve
 
 // Occurrences of every row of every table in one pass over the run's training files, read as
 // evaluation reads them (file order, the trainer's schema and id rules).
-Result<std::vector<std::vector<int64_t>>> count_ctr_rows(const train::TrainConfig& c) {
-  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, train::ctr_reader_options(c, c.train_files, false));
+Result<std::vector<std::vector<int64_t>>> count_ctr_rows(const ctr::CtrConfig& c) {
+  LEANEMB_ASSIGN_OR_RETURN(data::ReaderOptions ro, ctr::ctr_reader_options(c, c.train_files, false));
   std::vector<std::vector<int64_t>> counts(ro.schema.sparse.size());
   for (size_t f = 0; f < counts.size(); ++f) counts[f].assign(static_cast<size_t>(ro.schema.sparse[f].num_rows), 0);
   LEANEMB_ASSIGN_OR_RETURN(auto reader, data::DataReader::open(std::move(ro)));
@@ -217,6 +218,8 @@ Status check_out_dir_outside(const SavedRun& run, const std::string& out_dir) {
                             run.checkpoint + "); write the export into another directory");
   return Status();
 }
+
+}  // namespace
 
 // What a serving export writes besides the tables: the run's blobs, the dense parameters, the
 // kept rows of pruned tables and the "serve/format" record, then the checkpoint itself.
@@ -326,8 +329,6 @@ Result<std::string> export_text_serving(ServingWriter& w) {
   return w.save(m->model->tables(), serving->tables(), pr);
 }
 
-}  // namespace
-
 Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& o) {
   if (run.serving) return invalid_argument(run.checkpoint + " is a serving export already");
   if (o.prune_min_count < 0) return invalid_argument("prune_min_count must be >= 0, got " + std::to_string(o.prune_min_count));
@@ -342,7 +343,8 @@ Result<std::string> export_serving(const SavedRun& run, const ServingExportOptio
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::RunDir> owned, train::RunDir::open(ro));
   ServingWriter w(run, o);
   LEANEMB_RETURN_IF_ERROR(w.add_run_blobs());
-  LEANEMB_ASSIGN_OR_RETURN(const std::string path, run.task == "ctr" ? export_ctr_serving(w) : export_text_serving(w));
+  LEANEMB_ASSIGN_OR_RETURN(const TaskEntry* task, find_task(run.task));
+  LEANEMB_ASSIGN_OR_RETURN(const std::string path, task->export_serving(w));
   return "serving export of " + run.checkpoint + " (step " + std::to_string(run.step) + "): int8 rows, no optimizer state; tables " +
          format_bytes(w.before) + " -> " + format_bytes(w.after) + w.pruned_said + "; written to " + path + " (leanemb predict --run " +
          o.out_dir + ")\n";
@@ -366,6 +368,63 @@ Status write_npy_header(std::FILE* f, std::span<const int64_t> shape) {
   return std::ferror(f) ? io_error("cannot write an .npy header") : Status();
 }
 
+Result<std::string> export_ctr_arrays(const SavedRun& run, const ExportOptions& o, json* manifest_out) {
+  json& manifest = *manifest_out;
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets, o.with_state));
+  const ctr::CtrConfig& c = m->config;
+  LEANEMB_RETURN_IF_ERROR(export_tables(m->model->embeddings(), o.with_state, o.out_dir, &manifest));
+  LEANEMB_RETURN_IF_ERROR(export_dense(m->model->dense_parameters(), m->model->dense_optimizer_state(), o.with_state, o.out_dir, &manifest));
+  json features = json::array();
+  for (const FeatureOptions& f : m->model->embeddings().options().features)
+    features.push_back({{"name", f.name}, {"table", m->model->embeddings().options().tables[static_cast<size_t>(f.table)].name}});
+  manifest["features"] = features;
+  manifest["id_hashing"] = {
+      {"rule", "a categorical value (1-16 hex digits = a uint64 v) hashes to XXH3_64bits_withSeed(8 little-endian bytes of v, "
+               "seed = the feature's index, 0-based); its row is hash % rows of the feature's table (dynamic tables: the "
+               "IdMap of the checkpoint gives the row). docs/data.md"},
+      {"num_dense", c.num_dense}, {"num_sparse", c.num_sparse},
+      {"dense_transform", "log(1 + max(x, 0))"}};
+  manifest["model"] = {{"embedding_dim", c.embedding_dim}, {"bottom_mlp", c.bottom_mlp}, {"top_mlp", c.top_mlp},
+                       {"interaction", c.interaction == nn::InteractionKind::kDot ? "dot" : "cat"}};
+  return std::to_string(m->model->embeddings().num_tables()) + " tables, " +
+         std::to_string(m->model->dense_parameters().size()) + " dense parameters";
+}
+
+Result<std::string> export_text_arrays(const SavedRun& run, const ExportOptions& o, json* manifest_out) {
+  json& manifest = *manifest_out;
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets, o.with_state));
+  const EmbeddingTables& tables = m->model->tables();
+  LEANEMB_RETURN_IF_ERROR(export_tables(tables, o.with_state, o.out_dir, &manifest));
+  LEANEMB_RETURN_IF_ERROR(export_dense(m->model->dense_parameters(), m->model->dense_optimizer_state(), o.with_state, o.out_dir, &manifest));
+  // Word vectors: the rows of the vocabulary's words, in fastText's .vec text format.
+  const std::string vec = o.out_dir + "/words.vec";
+  LEANEMB_ASSIGN_OR_RETURN(FilePtr f, create_file(vec));
+  const int64_t words = m->dict.num_words(), dim = tables.layout(0).dim;
+  std::fprintf(f.get(), "%lld %lld\n", static_cast<long long>(words), static_cast<long long>(dim));
+  std::vector<float> buf;
+  for (int64_t r = 0; r < words; r += kChunkRows) {
+    const int64_t n = std::min(kChunkRows, words - r);
+    buf.resize(static_cast<size_t>(n * dim));
+    LEANEMB_RETURN_IF_ERROR(tables.read_rows(0, r, n, buf));
+    for (int64_t i = 0; i < n; ++i) {
+      std::fputs(m->dict.word(r + i).c_str(), f.get());
+      for (int64_t d = 0; d < dim; ++d) std::fprintf(f.get(), " %.5g", static_cast<double>(buf[static_cast<size_t>(i * dim + d)]));
+      std::fputc('\n', f.get());
+    }
+  }
+  LEANEMB_RETURN_IF_ERROR(close_file(std::move(f), vec));
+  json labels = json::array();
+  for (int32_t l = 0; l < m->dict.num_labels(); ++l) labels.push_back("__label__" + m->dict.label(l));
+  manifest["labels"] = labels;  // the rows of the output layer, in order
+  manifest["words_vec"] = "words.vec";
+  manifest["id_hashing"] = {
+      {"rule", "rows [0, words) are the vocabulary's words in words.vec's order; with word_ngrams > 1, rows [words, words + "
+               "buckets) are fastText's word n-gram buckets (docs/text.md)"},
+      {"words", words}, {"word_ngrams", m->config.data.word_ngrams}, {"buckets", m->config.data.buckets}};
+  return std::to_string(words) + " word vectors (words.vec), the input table, " +
+         std::to_string(m->model->dense_parameters().size()) + " dense parameters";
+}
+
 Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   LEANEMB_RETURN_IF_ERROR(make_dirs(o.out_dir));
   // writers_own_their_dirs: the export holds out_dir's lock while it writes (a running `leanemb
@@ -374,59 +433,8 @@ Result<std::string> export_model(const SavedRun& run, const ExportOptions& o) {
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<train::DirLock> lock, train::DirLock::acquire(o.out_dir));
   json manifest = {{"format", "leanemb-export-1"}, {"task", run.task}, {"checkpoint", run.checkpoint}, {"step", run.step},
                    {"npy", "NumPy format 1.0, little-endian float32, C order"}};
-  std::string said;
-  if (run.task == "ctr") {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets, o.with_state));
-    const train::TrainConfig& c = m->config;
-    LEANEMB_RETURN_IF_ERROR(export_tables(m->model->embeddings(), o.with_state, o.out_dir, &manifest));
-    LEANEMB_RETURN_IF_ERROR(export_dense(m->model->dense_parameters(), m->model->dense_optimizer_state(), o.with_state, o.out_dir, &manifest));
-    json features = json::array();
-    for (const FeatureOptions& f : m->model->embeddings().options().features)
-      features.push_back({{"name", f.name}, {"table", m->model->embeddings().options().tables[static_cast<size_t>(f.table)].name}});
-    manifest["features"] = features;
-    manifest["id_hashing"] = {
-        {"rule", "a categorical value (1-16 hex digits = a uint64 v) hashes to XXH3_64bits_withSeed(8 little-endian bytes of v, "
-                 "seed = the feature's index, 0-based); its row is hash % rows of the feature's table (dynamic tables: the "
-                 "IdMap of the checkpoint gives the row). docs/data.md"},
-        {"num_dense", c.num_dense}, {"num_sparse", c.num_sparse},
-        {"dense_transform", "log(1 + max(x, 0))"}};
-    manifest["model"] = {{"embedding_dim", c.embedding_dim}, {"bottom_mlp", c.bottom_mlp}, {"top_mlp", c.top_mlp},
-                         {"interaction", c.interaction == nn::InteractionKind::kDot ? "dot" : "cat"}};
-    said = std::to_string(m->model->embeddings().num_tables()) + " tables, " +
-           std::to_string(m->model->dense_parameters().size()) + " dense parameters";
-  } else {
-    LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets, o.with_state));
-    const EmbeddingTables& tables = m->model->tables();
-    LEANEMB_RETURN_IF_ERROR(export_tables(tables, o.with_state, o.out_dir, &manifest));
-    LEANEMB_RETURN_IF_ERROR(export_dense(m->model->dense_parameters(), m->model->dense_optimizer_state(), o.with_state, o.out_dir, &manifest));
-    // Word vectors: the rows of the vocabulary's words, in fastText's .vec text format.
-    const std::string vec = o.out_dir + "/words.vec";
-    LEANEMB_ASSIGN_OR_RETURN(FilePtr f, create_file(vec));
-    const int64_t words = m->dict.num_words(), dim = tables.layout(0).dim;
-    std::fprintf(f.get(), "%lld %lld\n", static_cast<long long>(words), static_cast<long long>(dim));
-    std::vector<float> buf;
-    for (int64_t r = 0; r < words; r += kChunkRows) {
-      const int64_t n = std::min(kChunkRows, words - r);
-      buf.resize(static_cast<size_t>(n * dim));
-      LEANEMB_RETURN_IF_ERROR(tables.read_rows(0, r, n, buf));
-      for (int64_t i = 0; i < n; ++i) {
-        std::fputs(m->dict.word(r + i).c_str(), f.get());
-        for (int64_t d = 0; d < dim; ++d) std::fprintf(f.get(), " %.5g", static_cast<double>(buf[static_cast<size_t>(i * dim + d)]));
-        std::fputc('\n', f.get());
-      }
-    }
-    LEANEMB_RETURN_IF_ERROR(close_file(std::move(f), vec));
-    json labels = json::array();
-    for (int32_t l = 0; l < m->dict.num_labels(); ++l) labels.push_back("__label__" + m->dict.label(l));
-    manifest["labels"] = labels;  // the rows of the output layer, in order
-    manifest["words_vec"] = "words.vec";
-    manifest["id_hashing"] = {
-        {"rule", "rows [0, words) are the vocabulary's words in words.vec's order; with word_ngrams > 1, rows [words, words + "
-                 "buckets) are fastText's word n-gram buckets (docs/text.md)"},
-        {"words", words}, {"word_ngrams", m->config.data.word_ngrams}, {"buckets", m->config.data.buckets}};
-    said = std::to_string(words) + " word vectors (words.vec), the input table, " +
-           std::to_string(m->model->dense_parameters().size()) + " dense parameters";
-  }
+  LEANEMB_ASSIGN_OR_RETURN(const TaskEntry* task, find_task(run.task));
+  LEANEMB_ASSIGN_OR_RETURN(const std::string said, task->export_arrays(run, o, &manifest));
   const std::string mpath = o.out_dir + "/manifest.json";
   std::ofstream mf(mpath);
   mf << dump_json(manifest, 2) << "\n";

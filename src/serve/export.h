@@ -40,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "leanemb/status.h"
 #include "serve/saved_model.h"
 
@@ -71,6 +73,17 @@ struct ServingExportOptions {
 // export as input, prune_min_count < 0, out_dir holding earlier work, out_dir being the
 // exported run's own directory), FailedPrecondition (out_dir locked by a run).
 Result<std::string> export_serving(const SavedRun& run, const ServingExportOptions& options);
+
+// The tasks' parts of export_model and export_serving, as the task registry calls them
+// (serve/task_registry.h). *_arrays: the task's model loaded (with options.sets and
+// with_state), its arrays written into options.out_dir and listed in *manifest; returns what was
+// written ("26 tables, 12 dense parameters"). *_serving: the task's serving copy written
+// through `w` (the export's blobs, pruning and checkpoint, export.cc); returns its path.
+struct ServingWriter;
+Result<std::string> export_ctr_arrays(const SavedRun& run, const ExportOptions& options, nlohmann::json* manifest);
+Result<std::string> export_text_arrays(const SavedRun& run, const ExportOptions& options, nlohmann::json* manifest);
+Result<std::string> export_ctr_serving(ServingWriter& w);
+Result<std::string> export_text_serving(ServingWriter& w);
 
 // One .npy file (format 1.0, '<f4', C order) of `shape` whose data the callback writes in order.
 // Exposed for tests.

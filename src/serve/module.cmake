@@ -6,12 +6,15 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/predict.cc
   ${CMAKE_CURRENT_LIST_DIR}/export.cc
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_registry.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_serve.cc)
 
 if(LEANEMB_BUILD_TESTS)
   # The report page's structure, number formatting and multi-run overlays (src/serve/report_test.cc).
   leanemb_add_test(report_test ${CMAKE_CURRENT_LIST_DIR}/report_test.cc)
+  # The task registry: names, each task's config through its entry, RunConfig -> LoopSettings.
+  leanemb_add_test(task_registry_test ${CMAKE_CURRENT_LIST_DIR}/task_registry_test.cc)
   # The commands as a user runs them, against the trainer's own figures (tests/serve_cli_test.cc).
   leanemb_add_test(serve_cli_test ${PROJECT_SOURCE_DIR}/tests/serve_cli_test.cc)
   target_compile_definitions(serve_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "text/text_trainer.h"
-#include "train/ctr_serving.h"
+#include "ctr/ctr_serving.h"
 
 namespace leanemb::serve {
 
@@ -29,7 +29,7 @@ Result<PredictStats> predict_ctr_file(LoadedCtr& m, const std::string& file, std
   const auto t0 = Clock::now();
   PredictStats ps;
   char buf[32];
-  auto stats = train::predict_ctr(*m.model, m.config, {file}, 0, [&](const data::Batch&, std::span<const float> p) -> Status {
+  auto stats = ctr::predict_ctr(*m.model, m.config, {file}, 0, [&](const data::Batch&, std::span<const float> p) -> Status {
     for (float v : p) {
       const int n = std::snprintf(buf, sizeof buf, "%.9g\n", static_cast<double>(v));
       std::fwrite(buf, 1, static_cast<size_t>(n), out);
@@ -124,7 +124,7 @@ Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, c
 
 Result<json> test_ctr_file(LoadedCtr& m, const std::string& file, int64_t max_rows) {
   data::DataStats st;
-  LEANEMB_ASSIGN_OR_RETURN(json ev, train::evaluate_ctr(*m.model, m.config, {file}, max_rows, &st));  // the trainer's evaluation
+  LEANEMB_ASSIGN_OR_RETURN(json ev, ctr::evaluate_ctr(*m.model, m.config, {file}, max_rows, &st));  // the trainer's evaluation
   ev["task"] = "ctr";
   ev["malformed"] = st.malformed;
   return ev;
@@ -146,6 +146,38 @@ Result<json> test_text_file(LoadedText& m, const std::string& file, int k) {
               {"loss", r.loss},
               {"skipped_unknown_label_lines", st.skipped_unknown},
               {"malformed", st.malformed}};
+}
+
+Result<TestReport> test_ctr_run(const SavedRun& run, const std::string& file, const TestOptions& o) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets));
+  LEANEMB_ASSIGN_OR_RETURN(json r, test_ctr_file(*m, file, o.max_rows));
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "N\t%lld\nAUC\t%.6f\nlogloss\t%.6f\n", static_cast<long long>(r["rows"].get<int64_t>()),
+                r["auc"].get<double>(), r["logloss"].get<double>());
+  return TestReport{std::move(r), buf};
+}
+
+Result<TestReport> test_text_run(const SavedRun& run, const std::string& file, const TestOptions& o) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets));
+  LEANEMB_ASSIGN_OR_RETURN(json r, test_text_file(*m, file, o.k));
+  // fastText's `test FILE k` lines (std::setprecision(3): three significant digits).
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "N\t%lld\nP@%lld\t%.3g\nR@%lld\t%.3g\n", static_cast<long long>(r["examples"].get<int64_t>()),
+                static_cast<long long>(o.k), r["precision_at_k"].get<double>(), static_cast<long long>(o.k),
+                r["recall_at_k"].get<double>());
+  return TestReport{std::move(r), buf};
+}
+
+Result<PredictStats> predict_ctr_run(const SavedRun& run, const std::string& file, const PredictOptions& o, std::FILE* out,
+                                     const PredictProgress& progress) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_ctr(run, o.sets));
+  return predict_ctr_file(*m, file, out, progress);
+}
+
+Result<PredictStats> predict_text_run(const SavedRun& run, const std::string& file, const PredictOptions& o, std::FILE* out,
+                                      const PredictProgress& progress) {
+  LEANEMB_ASSIGN_OR_RETURN(auto m, load_text(run, o.sets));
+  return predict_text_file(*m, file, o.text, out, progress);
 }
 
 }  // namespace leanemb::serve

@@ -4,7 +4,7 @@
 // max_len, malformed lines skipped and counted, the malformed-rate limit) in file order, and the
 // model's predict() runs in the config's batches and micro-batches on its memory system: one
 // probability per record, in order. `test` is the trainer's evaluation loop on the file
-// (train/ctr_serving.h: evaluate_ctr): the same AUC and logloss as the trainer's own final
+// (ctr/ctr_serving.h: evaluate_ctr): the same AUC and logloss as the trainer's own final
 // evaluation of that file.
 //
 // Text: every input line gives one output line, in fastText's `predict` format: the k best
@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,5 +58,28 @@ Result<PredictStats> predict_text_file(LoadedText& m, const std::string& file, c
 // "gold_labels", "skipped_unknown_label_lines", "malformed"}.
 Result<nlohmann::json> test_ctr_file(LoadedCtr& m, const std::string& file, int64_t max_rows);
 Result<nlohmann::json> test_text_file(LoadedText& m, const std::string& file, int k);
+
+// `leanemb test` and `leanemb predict` on a saved run of any task, as the task registry calls
+// them (serve/task_registry.h): each task's function loads its model (load_ctr, load_text with
+// `sets`) and runs the functions above.
+struct TestOptions {
+  std::vector<std::string> sets;  // applied to the saved config
+  int64_t max_rows = 0;           // CTR: the first N records (0: all)
+  int k = 1;                      // text: precision and recall at k
+};
+struct TestReport {
+  nlohmann::json figures;  // test_*_file's document
+  std::string lines;       // what `leanemb test` prints (CTR: N, AUC, logloss; text: fastText's `test` lines)
+};
+struct PredictOptions {
+  std::vector<std::string> sets;  // applied to the saved config
+  TextPredictOptions text;        // text: k, probs, threshold
+};
+Result<TestReport> test_ctr_run(const SavedRun& run, const std::string& file, const TestOptions& options);
+Result<TestReport> test_text_run(const SavedRun& run, const std::string& file, const TestOptions& options);
+Result<PredictStats> predict_ctr_run(const SavedRun& run, const std::string& file, const PredictOptions& options,
+                                     std::FILE* out, const PredictProgress& progress);
+Result<PredictStats> predict_text_run(const SavedRun& run, const std::string& file, const PredictOptions& options,
+                                      std::FILE* out, const PredictProgress& progress);
 
 }  // namespace leanemb::serve

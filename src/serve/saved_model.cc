@@ -12,8 +12,9 @@
 #include "dist/sharded_checkpoint.h"
 #include "model/ctr_model.h"
 #include "train/config_diff.h"
-#include "train/ctr_serving.h"
-#include "train/table_rows.h"
+#include "ctr/ctr_serving.h"
+#include "ctr/table_rows.h"
+#include "serve/task_registry.h"
 
 namespace leanemb::serve {
 
@@ -25,6 +26,12 @@ constexpr int64_t kChunkRows = 65536;
 
 Status with_context(const Status& s, const std::string& what) {
   return s.ok() ? s : Status(s.code(), what + ": " + s.message());
+}
+
+// A loader's guard: the saved run holds a model of its task (`what`: "a CTR model").
+Status check_task(const SavedRun& run, std::string_view task, const char* what) {
+  if (run.task == task) return Status();
+  return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not " + what);
 }
 
 Status load_tables(const SavedRun& run, EmbeddingTables& tables) {
@@ -64,10 +71,10 @@ Result<std::vector<PrunedRows>> read_pruned(const SavedRun& run, const std::vect
   return out;
 }
 
-// model.table_rows = "auto" (train/table_rows.h): the sizes training chose, from the checkpoint
+// model.table_rows = "auto" (ctr/table_rows.h): the sizes training chose, from the checkpoint
 // itself: a pruned serving export's "pruned_tables" (trained rows), else each table's rows as
 // stored (emb/C<f>), else the run directory's table_rows.json.
-Status auto_table_rows(const SavedRun& run, train::TrainConfig* c) {
+Status auto_table_rows(const SavedRun& run, ctr::CtrConfig* c) {
   if (!c->table_rows_auto) return Status();
   std::vector<int64_t> rows;
   if (run.serving) {
@@ -93,7 +100,7 @@ Status auto_table_rows(const SavedRun& run, train::TrainConfig* c) {
   }
   if (static_cast<int>(rows.size()) != c->num_sparse) {
     const std::filesystem::path run_dir = std::filesystem::path(run.checkpoint).parent_path().parent_path();
-    auto from_file = train::read_table_rows_file((run_dir / "table_rows.json").string(), c->num_sparse);
+    auto from_file = ctr::read_table_rows_file((run_dir / "table_rows.json").string(), c->num_sparse);
     rows = from_file.ok() ? from_file.value() : std::vector<int64_t>{};
   }
   if (static_cast<int>(rows.size()) != c->num_sparse || std::any_of(rows.begin(), rows.end(), [](int64_t r) { return r < 1; }))
@@ -116,7 +123,7 @@ std::string config_record_toml(const std::string& task, const train::ConfigRecor
     const size_t dot = key.rfind('.');
     if (dot == std::string::npos) continue;  // every key is section.key
     // A default the record describes instead of giving ("(default)" for an absent enum key
-    // without a name function, train/toml_section.h; dense.eps when unset, train/config.cc) is
+    // without a name function, train/toml_section.h; dense.eps when unset, ctr/ctr_config.cc) is
     // left out: the parser applies the same default again.
     if (value == "\"(default)\"" || value == "\"the optimizer's default\"") continue;
     sections[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
@@ -167,9 +174,8 @@ Result<SavedRun> open_saved_run(const std::string& path) {
     return data_loss(run.checkpoint + ": train/state is not the trainer's JSON object");
   run.step = st["step"].get<int64_t>();
   run.collection_step = st.value("collection_step", int64_t{0});
-  run.task = st.value("task", std::string("ctr"));
-  if (run.task != "ctr" && run.task != "text")
-    return invalid_argument(run.checkpoint + ": unknown task '" + run.task + "' in train/state");
+  run.task = st.value("task", std::string(default_task().name));  // older checkpoints name no task: CTR ones
+  if (auto task = find_task(run.task); !task.ok()) return with_context(task.status(), run.checkpoint + ": train/state");
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> cfg, r.read_blob("train/config"));
   auto record = train::decode_config_record(cfg);
   if (!record.ok()) return with_context(record.status(), run.checkpoint);
@@ -180,15 +186,15 @@ Result<SavedRun> open_saved_run(const std::string& path) {
 }
 
 Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const std::string> sets, bool state) {
-  if (run.task != "ctr") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a CTR model");
+  LEANEMB_RETURN_IF_ERROR(check_task(run, "ctr", "a CTR model"));
   if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
   auto out = std::make_unique<LoadedCtr>();
-  LEANEMB_ASSIGN_OR_RETURN(out->config, train::parse_config(run.config_toml, run.origin, sets));
+  LEANEMB_ASSIGN_OR_RETURN(out->config, ctr::parse_ctr_config(run.config_toml, run.origin, sets));
   LEANEMB_RETURN_IF_ERROR(auto_table_rows(run, &out->config));
   // Serving creates no data and keeps the model's file stores apart from the trainer's.
   out->config.generate = false;
   LEANEMB_ASSIGN_OR_RETURN(out->memory, MemorySystem::create(out->config.memory));
-  model::CtrModelOptions mo = train::ctr_model_options(out->config);
+  model::CtrModelOptions mo = ctr::ctr_model_options(out->config);
   if (run.serving) {
     make_serving(&mo.row_dtype, &mo.row_optimizer);
     mo.frozen_tables = true;
@@ -199,12 +205,12 @@ Result<std::unique_ptr<LoadedCtr>> load_ctr(const SavedRun& run, std::span<const
   }
   LEANEMB_ASSIGN_OR_RETURN(out->model, model::CtrModel::create(mo, out->memory.get()));
   LEANEMB_RETURN_IF_ERROR(load_tables(run, out->model->embeddings()));
-  LEANEMB_RETURN_IF_ERROR(with_context(train::load_ctr_dense(*out->model, *run.reader, state), run.checkpoint));
+  LEANEMB_RETURN_IF_ERROR(with_context(ctr::load_ctr_dense(*out->model, *run.reader, state), run.checkpoint));
   return out;
 }
 
 Result<std::unique_ptr<LoadedText>> load_text(const SavedRun& run, std::span<const std::string> sets, bool state) {
-  if (run.task != "text") return invalid_argument(run.checkpoint + " holds a " + run.task + " model, not a text model");
+  LEANEMB_RETURN_IF_ERROR(check_task(run, "text", "a text model"));
   if (run.serving && state) return invalid_argument(run.checkpoint + " is a serving export: it holds no optimizer state");
   auto out = std::make_unique<LoadedText>();
   LEANEMB_ASSIGN_OR_RETURN(out->config, text::parse_text_config(run.config_toml, run.origin, sets));

@@ -29,7 +29,7 @@
 #include "text/text_config.h"
 #include "text/text_data.h"
 #include "text/text_model.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 
 namespace leanemb::serve {
 
@@ -37,7 +37,7 @@ struct SavedRun {
   std::string checkpoint;   // the checkpoint directory read
   int64_t step = 0;
   int64_t collection_step = 0;
-  std::string task;         // "ctr" | "text"
+  std::string task;         // a registered task's name (serve/task_registry.h: "ctr", "text")
   std::string config_toml;  // the saved configuration as TOML (task first, then every key)
   std::string origin;       // "the configuration saved in <checkpoint>"
   // A serving checkpoint (`leanemb export --serving`, serve/export.h): blob "serve/format"; its
@@ -60,7 +60,7 @@ void make_serving(DType* dtype, OptimizerOptions* optimizer);
 std::string config_record_toml(const std::string& task, const train::ConfigRecord& record);
 
 struct LoadedCtr {
-  train::TrainConfig config;
+  ctr::CtrConfig config;
   std::unique_ptr<MemorySystem> memory;
   std::unique_ptr<model::CtrModel> model;
 };

@@ -7,6 +7,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/text_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/text_trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/text_plan.cc
+  ${CMAKE_CURRENT_LIST_DIR}/text_task_config.cc
 )
 
 if(LEANEMB_BUILD_TESTS)

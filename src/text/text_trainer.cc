@@ -15,6 +15,7 @@
 #include "amp/loss_scaler.h"
 #include "text/text_model.h"
 #include "text/text_plan.h"
+#include "train/run_config.h"
 #include "train/task.h"
 #include "leanemb/json.h"
 
@@ -316,28 +317,8 @@ class TextTask final : public train::TrainTask {
 
 Result<nlohmann::json> run_text_training(const train::RunOptions& ro, const TextConfig& config) {
   TextConfig c = config;
-  train::LoopSettings ls;
-  ls.task = "text";
+  train::LoopSettings ls = train::loop_settings("text", c, ro, !c.eval_files.empty());
   ls.progress_unit = "examples";
-  ls.origin = c.origin;
-  ls.steps = ro.steps >= 0 ? ro.steps : c.steps;
-  ls.epochs = ls.steps > 0 ? 0 : c.epochs;
-  ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
-  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
-  ls.checkpoint_every = c.checkpoint_every;
-  ls.keep_checkpoints = c.keep_checkpoints;
-  ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
-  ls.disk_check = c.disk_check;
-  ls.log_every = c.log_every > 0 ? c.log_every : 1000;
-  ls.log_every_s = c.log_every_s;
-  ls.max_consecutive_skipped = c.max_consecutive_skipped;
-  ls.max_loss_growth = c.max_loss_growth;
-  ls.threads = c.threads;
-  ls.grad_groups = c.grad_groups;
-  ls.memory = c.memory;
-  ls.inject_exit_rank = c.inject_exit_rank;
-  ls.inject_exit_step = c.inject_exit_step;
-  ls.record = c.record;
   const int world = ro.comm ? ro.comm->size() : 1;
   const int grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
   // The data is read once: by the plan (it needs the dictionary's rows and the examples' ids), then

@@ -7,14 +7,18 @@
 // summary holds every figure (docs/text.md lists them).
 #pragma once
 
+#include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "leanemb/status.h"
 #include "text/text_config.h"
-#include "train/trainer.h"
+#include "train/run_options.h"
+#include "train/task_config.h"
 
 namespace leanemb::text {
 
@@ -47,5 +51,10 @@ Result<TextEvalResult> evaluate_text(TextModel& model, const TextDataset& data, 
 // Errors: data (NotFound, IoError, InvalidArgument for malformed input), ResourceExhausted,
 // the loop's.
 Result<nlohmann::json> run_text_training(const train::RunOptions& options, const TextConfig& config);
+
+// The task registry's parse function (serve/task_registry.h): a text config as a
+// train::TaskConfig (text/text_task_config.cc). Errors: as parse_text_config.
+Result<std::unique_ptr<train::TaskConfig>> parse_task_config(std::string_view toml_text, const std::string& origin,
+                                                             std::span<const std::string> sets);
 
 }  // namespace leanemb::text

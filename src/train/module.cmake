@@ -1,32 +1,25 @@
-# src/train: the trainer behind `leanemb train` (config, step loop, eval, checkpoints, metrics).
+# src/train: the one step loop behind `leanemb train` (train/task.h: run dir, resume, steps,
+# checkpoints, metrics, divergence, graceful stop) and the config reading every task shares. The
+# tasks live in their own folders (src/ctr, src/text) and are found through serve/task_registry.h.
 find_package(tomlplusplus CONFIG QUIET)
-# The embedded default config: examples/ctr_small.toml as a string constant.
-file(READ ${PROJECT_SOURCE_DIR}/examples/ctr_small.toml LEANEMB_DEFAULT_CONFIG_TEXT)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/ctr_small.toml)
-configure_file(${CMAKE_CURRENT_LIST_DIR}/default_config.h.in ${PROJECT_BINARY_DIR}/generated/train/default_config.h @ONLY)
-target_include_directories(leanemb PRIVATE ${PROJECT_BINARY_DIR}/generated)
 target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/toml_section.cc
-  ${CMAKE_CURRENT_LIST_DIR}/config.cc
-  ${CMAKE_CURRENT_LIST_DIR}/trainer.cc
   ${CMAKE_CURRENT_LIST_DIR}/loop.cc
   ${CMAKE_CURRENT_LIST_DIR}/run_dir.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cc
   ${CMAKE_CURRENT_LIST_DIR}/stop_signal.cc
   ${CMAKE_CURRENT_LIST_DIR}/divergence.cc
-  ${CMAKE_CURRENT_LIST_DIR}/input_check.cc
   ${CMAKE_CURRENT_LIST_DIR}/config_diff.cc
-  ${CMAKE_CURRENT_LIST_DIR}/table_rows.cc
-  ${CMAKE_CURRENT_LIST_DIR}/ctr_plan.cc
+  ${CMAKE_CURRENT_LIST_DIR}/run_config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/task_config.cc
 )
 target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
 target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
-  # dist_train_test: the model over ranks as threads (LocalWorld), bit-identical to one process.
-  # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18).
-  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/train_test.cc ${CMAKE_CURRENT_LIST_DIR}/dist_train_test.cc
-                   ${CMAKE_CURRENT_LIST_DIR}/reliability_test.cc)
+  # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18),
+  # through small CTR runs.
+  leanemb_add_test(train_test ${CMAKE_CURRENT_LIST_DIR}/reliability_test.cc)
   # The same promises through the CLI (lock, consent, signals, exit codes): tests/train_cli_test.cc.
   leanemb_add_test(train_cli_test ${PROJECT_SOURCE_DIR}/tests/train_cli_test.cc)
   target_compile_definitions(train_cli_test PRIVATE LEANEMB_CLI_PATH="$<TARGET_FILE:leanemb_cli>")

@@ -20,14 +20,14 @@
 #include "dist/sharded_checkpoint.h"
 #include "dist/training_digest.h"
 #include "leanemb/checkpoint.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 #include "train/config_diff.h"
 #include "train/divergence.h"
 #include "train/metrics_testing.h"
 #include "train/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/toml_section.h"
-#include "train/trainer.h"
+#include "ctr/ctr_task.h"
 
 namespace leanemb::train {
 namespace {
@@ -42,14 +42,14 @@ std::string scratch(const std::string& name) {
 }
 
 // A tiny CTR config over synthetic data generated once per test binary.
-TrainConfig tiny_config(std::vector<std::string> extra = {}) {
+ctr::CtrConfig tiny_config(std::vector<std::string> extra = {}) {
   static const std::string data = scratch("data");
   std::vector<std::string> sets = {"data.dir=\"" + data + "\"", "data.gen.train_rows=2048", "data.gen.eval_rows=256",
                                    "data.gen.vocab=50", "data.num_sparse=4", "model.table_rows=64", "model.embedding_dim=8",
                                    "model.bottom_mlp=[16, 8]", "model.top_mlp=[16]", "train.batch_size=128",
                                    "train.threads=2", "train.log_every=1000", "train.checkpoint_every=2", "train.keep_checkpoints=2"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  auto c = parse_config(default_config_text(), "test", sets);
+  auto c = ctr::parse_ctr_config(ctr::default_config_text(), "test", sets);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.value();
 }
@@ -57,8 +57,8 @@ TrainConfig tiny_config(std::vector<std::string> extra = {}) {
 Result<nlohmann::json> train(const std::string& out, int64_t steps, bool resume, ckpt::Env* env = nullptr,
                              std::vector<std::string> extra = {}, StopSignal* stop = nullptr,
                              std::function<void(int64_t)> after_step = nullptr) {
+  const ctr::CtrConfig config = tiny_config(std::move(extra));
   RunOptions ro;
-  ro.config = tiny_config(std::move(extra));
   ro.out_dir = out;
   ro.steps = steps;
   ro.resume = resume;
@@ -66,7 +66,7 @@ Result<nlohmann::json> train(const std::string& out, int64_t steps, bool resume,
   ro.ckpt_env = env;
   ro.stop = stop;
   ro.after_step = std::move(after_step);
-  return run_training(ro);
+  return ctr::run_ctr_training(ro, config);
 }
 
 std::string digest_of(const std::string& out, int64_t step, ckpt::Env* env = nullptr) {
@@ -86,7 +86,7 @@ TEST(StrictConfigTest, WrongTypesAreRejectedNamingKeyAndValue) {
       {"embedding.learning_rate=true", "(a boolean)"}, {"data.train=5", "(an integer)"},
       {"model.table_rows=[1, true]", "an element true (a boolean)"}, {"memory.device_budget=true", "(a boolean)"}};
   for (const auto& [set, needle] : cases) {
-    auto c = parse_config(default_config_text(), "cfg", std::vector<std::string>{set});
+    auto c = ctr::parse_ctr_config(ctr::default_config_text(), "cfg", std::vector<std::string>{set});
     ASSERT_FALSE(c.ok()) << set;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
     const std::string key = std::string(set).substr(0, std::string(set).find('='));
@@ -94,7 +94,7 @@ TEST(StrictConfigTest, WrongTypesAreRejectedNamingKeyAndValue) {
     EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
   }
   // Integers still convert to floats.
-  EXPECT_TRUE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"embedding.learning_rate=1"}).ok());
+  EXPECT_TRUE(ctr::parse_ctr_config(ctr::default_config_text(), "cfg", std::vector<std::string>{"embedding.learning_rate=1"}).ok());
 }
 
 // Found by fuzz/fuzz_toml: toml++ 3.3.0 asserts (undefined behaviour in release builds) on a
@@ -106,7 +106,7 @@ TEST(StrictConfigTest, TableHeaderWithoutAKeyIsRefusedNotAsserted) {
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_NE(c.status().message().find("a table header must start with a key"), std::string::npos) << c.status().message();
   }
-  EXPECT_FALSE(parse_config(default_config_text(), "cfg", std::vector<std::string>{"train.steps=1\n[#"}).ok());
+  EXPECT_FALSE(ctr::parse_ctr_config(ctr::default_config_text(), "cfg", std::vector<std::string>{"train.steps=1\n[#"}).ok());
   const char* fine = "[model]\nbottom_mlp = [\n  64,\n  16,\n]\ntable_rows = [ # comment [#\n 10 ]\nx = [\n [{a = 1}],\n [\n 2 ] ]\n"
                      "[ \"data\" ]\ntrain = '''\n[#'''\n";
   auto ok = config_task(fine, "cfg");
@@ -159,8 +159,8 @@ TEST(StrictConfigTest, MismatchedBracketsAreRefusedNotAsserted) {
 // Every key is recorded with its effective value, defaults included, and a default written out
 // explicitly records the same value.
 TEST(ConfigRecordTest, RecordsEveryKeyWithDefaultsCanonically) {
-  auto a = parse_config(default_config_text(), "a", std::vector<std::string>{});
-  auto b = parse_config(default_config_text(), "b", std::vector<std::string>{"model.pooling=\"sum\"", "dense.optimizer=\"adam\"",
+  auto a = ctr::parse_ctr_config(ctr::default_config_text(), "a", std::vector<std::string>{});
+  auto b = ctr::parse_ctr_config(ctr::default_config_text(), "b", std::vector<std::string>{"model.pooling=\"sum\"", "dense.optimizer=\"adam\"",
                                                                            "train.max_consecutive_skipped=100"});
   ASSERT_TRUE(a.ok() && b.ok());
   const ConfigRecord& r = a.value().record;
@@ -642,13 +642,13 @@ TEST(DiskCheckTest, ARunTheDiskCannotHoldIsRefusedBeforeItStarts) {
 // whose errors nobody checked: a cut file and a clean summary.
 TEST(no_silent_write_errors, FailedMetricsWritesAreMarkedInTheSummaryAndEndTheLog) {
   auto run = [](const std::string& out, ckpt::FaultInjectionEnv* env) {
+    const ctr::CtrConfig config = tiny_config({"train.log_every=1", "train.checkpoint_every=-1"});
     RunOptions ro;
-    ro.config = tiny_config({"train.log_every=1", "train.checkpoint_every=-1"});
     ro.out_dir = out;
     ro.steps = 8;
     ro.quiet = true;
     ro.log_env = env;
-    return run_training(ro);
+    return ctr::run_ctr_training(ro, config);
   };
   auto lines_in = [](ckpt::FaultInjectionEnv& env, const std::string& path) {
     auto bytes = env.read_file(path);

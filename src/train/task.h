@@ -4,9 +4,9 @@
 // the steps, progress lines and metrics.jsonl, periodic and final checkpoints, divergence and
 // graceful stop, the final evaluation and the summary. A task owns its model (which holds an
 // EmbeddingTables: local or sharded, any layers), its data and what a checkpoint must add to
-// resume it bit-exactly. `task = "ctr"` (train/ctr_task.cc) and `task = "text"`
-// (text/text_task.cc) are the two; the CLI picks one by the config's task key and nothing
-// else forks.
+// resume it bit-exactly. `task = "ctr"` (ctr/ctr_task.cc) and `task = "text"`
+// (text/text_trainer.cc) are the two; the CLI finds the config's task in the task registry
+// (serve/task_registry.h) and nothing else forks.
 //
 // Checkpoints: the loop writes blob "train/state" (step, samples, skipped steps, the tables'
 // step counter, table order, task), "train/config" (the saved configuration, compared on
@@ -34,7 +34,7 @@
 #include "nn/tensor.h"
 #include "plan/memory_model.h"
 #include "train/config_diff.h"
-#include "train/trainer.h"
+#include "train/run_options.h"
 
 namespace leanemb::train {
 
@@ -123,7 +123,7 @@ struct LoopSettings {
 
 // Runs the loop (see the header comment) with the run options' output directory, resume,
 // stop signal, steps override and communicator. Returns the summary document
-// (train/trainer.h lists the common fields).
+// (ctr/ctr_task.h lists the common fields).
 Result<nlohmann::json> run_loop(const RunOptions& ro, LoopSettings settings);
 
 }  // namespace leanemb::train

@@ -1,4 +1,4 @@
-// Strict TOML config reading shared by the configs of `leanemb train` (train/config.h: CTR
+// Strict TOML config reading shared by the configs of `leanemb train` (ctr/ctr_config.h: CTR
 // models; text/text_config.h: text models): a Section reads the keys of one TOML table and
 // remembers which were used, so that unknown keys are errors; `--set section.key=value`
 // overrides; the parsers of enum-valued keys both configs share.

@@ -1,5 +1,5 @@
 // Input checks before training. See input_check.h.
-#include "train/input_check.h"
+#include "ctr/input_check.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,9 @@
 
 #include "leanemb/json.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
+
+using train::Section;
 
 namespace {
 
@@ -33,13 +35,13 @@ Status check_file(const std::string& key, const std::string& path) {
 
 }  // namespace
 
-Status check_data_files(const TrainConfig& c) {
+Status check_data_files(const CtrConfig& c) {
   for (const std::string& f : c.train_files) LEANEMB_RETURN_IF_ERROR(check_file(c.origin + ": data.train", f));
   for (const std::string& f : c.eval_files) LEANEMB_RETURN_IF_ERROR(check_file(c.origin + ": data.eval", f));
   return Status();
 }
 
-Status check_generated_data(const TrainConfig& c) {
+Status check_generated_data(const CtrConfig& c) {
   if (!c.generate) return Status();
   const std::string meta_path = c.data_dir + "/meta.json";
   std::ifstream in(meta_path);
@@ -86,4 +88,4 @@ Status check_generated_data(const TrainConfig& c) {
   return invalid_argument(msg + "\n(set them as the data was made, point data.dir at another directory, or remove " + c.data_dir + ")");
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

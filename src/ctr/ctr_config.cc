@@ -1,5 +1,5 @@
-// TrainConfig parsing on toml++ (exceptions are caught here; none cross the API).
-#include "train/config.h"
+// CtrConfig parsing on toml++ (exceptions are caught here; none cross the API).
+#include "ctr/ctr_config.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "tiered/id_map.h"
 #include "tiered/row_cache.h"
 #include "tiered/row_store.h"
-#include "train/default_config.h"  // generated: kDefaultConfigText
+#include "ctr/default_config.h"  // generated: kDefaultConfigText
 #include "train/config_sections.h"
 #include "train/toml_section.h"
 
@@ -22,11 +22,14 @@ struct EnumNames<nn::InteractionKind> {
 };
 }  // namespace leanemb
 
-namespace leanemb::train {
+namespace leanemb::ctr {
+
+using train::ConfigRecord;
+using train::Section;
 
 std::string_view default_config_text() { return kDefaultConfigText; }
 
-int64_t max_ids_per_field(const TrainConfig& c) {
+int64_t max_ids_per_field(const CtrConfig& c) {
   const int64_t mh = c.generate ? c.gen.multi_hot_max : 1;
   return c.max_len > 0 ? std::min<int64_t>(c.max_len, mh) : mh;
 }
@@ -108,7 +111,7 @@ Status read_dynamic_tables(const toml::table* t, const std::string& origin, int 
 }
 
 // [data]
-Status read_data_section(Section& d, TrainConfig* c) {
+Status read_data_section(Section& d, CtrConfig* c) {
   LEANEMB_RETURN_IF_ERROR(d.read("train", &c->train_files));
   LEANEMB_RETURN_IF_ERROR(d.read("eval", &c->eval_files));
   LEANEMB_RETURN_IF_ERROR(d.read("dir", &c->data_dir));
@@ -150,7 +153,7 @@ Status read_gen_section(Section& g, data::GenOptions* gen) {
 }
 
 // [model]
-Status read_model_section(Section& m, TrainConfig* c) {
+Status read_model_section(Section& m, CtrConfig* c) {
   LEANEMB_RETURN_IF_ERROR(m.read("embedding_dim", &c->embedding_dim, 1, 4096));
   if (const toml::node* tr = m.get("table_rows"); tr && tr->is_string()) {
     if (tr->value<std::string>() != std::optional<std::string>("auto"))
@@ -170,10 +173,10 @@ Status read_model_section(Section& m, TrainConfig* c) {
 }
 
 // [embedding] (after [data]: the dynamic tables are checked against data.num_sparse)
-Status read_embedding_section(Section& e, const std::string& origin, TrainConfig* c) {
+Status read_embedding_section(Section& e, const std::string& origin, CtrConfig* c) {
   c->row_optimizer.kind = OptimizerKind::kAdagrad;
   c->row_optimizer.learning_rate = 0.05f;
-  LEANEMB_RETURN_IF_ERROR(read_row_table_keys(e, &c->row_dtype, &c->row_optimizer, &c->row_init));
+  LEANEMB_RETURN_IF_ERROR(train::read_row_table_keys(e, &c->row_dtype, &c->row_optimizer, &c->row_init));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_fraction", &c->row_cache.fraction, 0.0, 1.0));
   LEANEMB_RETURN_IF_ERROR(e.read_enum("cache_policy", &c->row_cache.policy, tiered::parse_cache_policy, tiered::cache_policy_name));
   LEANEMB_RETURN_IF_ERROR(e.read("cache_min_rows", &c->cache_min_rows, 0, int64_t{1} << 40));
@@ -192,10 +195,10 @@ Status read_embedding_section(Section& e, const std::string& origin, TrainConfig
 }
 
 // [dense]
-Status read_dense_section(Section& dn, TrainConfig* c) {
+Status read_dense_section(Section& dn, CtrConfig* c) {
   c->dense_optimizer.kind = nn::DenseOptimizerKind::kAdam;
   c->dense_optimizer.learning_rate = 0.001;
-  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c->dense_optimizer.kind, parse_dense_optimizer, dense_optimizer_name));
+  LEANEMB_RETURN_IF_ERROR(dn.read_enum("optimizer", &c->dense_optimizer.kind, train::parse_dense_optimizer, train::dense_optimizer_name));
   LEANEMB_RETURN_IF_ERROR(dn.read("learning_rate", &c->dense_optimizer.learning_rate, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("weight_decay", &c->dense_optimizer.weight_decay, 0.0, 1e6));
   LEANEMB_RETURN_IF_ERROR(dn.read("beta1", &c->dense_optimizer.beta1, 0.0, 0.999999));
@@ -211,7 +214,7 @@ Status read_dense_section(Section& dn, TrainConfig* c) {
 }
 
 // [train]
-Status read_train_section(Section& t, TrainConfig* c) {
+Status read_train_section(Section& t, CtrConfig* c) {
   LEANEMB_RETURN_IF_ERROR(t.read("batch_size", &c->batch_size, 1, int64_t{1} << 24));
   LEANEMB_RETURN_IF_ERROR(t.read("steps", &c->steps, 0, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("epochs", &c->epochs, 0, 1 << 20));
@@ -221,15 +224,15 @@ Status read_train_section(Section& t, TrainConfig* c) {
   LEANEMB_RETURN_IF_ERROR(t.read("deterministic", &c->deterministic));
   LEANEMB_RETURN_IF_ERROR(t.read("seed", &c->seed));
   LEANEMB_RETURN_IF_ERROR(t.read("threads", &c->threads, 0, 1024));
-  LEANEMB_RETURN_IF_ERROR(read_train_cadence_keys(t, c));
+  LEANEMB_RETURN_IF_ERROR(train::read_train_cadence_keys(t, c));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every", &c->log_every, 1, INT64_MAX));
   LEANEMB_RETURN_IF_ERROR(t.read("inject_nonfinite_steps", &c->inject_nonfinite_steps, 1, INT64_MAX));
-  LEANEMB_RETURN_IF_ERROR(read_train_guard_keys(t, c));
+  LEANEMB_RETURN_IF_ERROR(train::read_train_guard_keys(t, c));
   return t.check_unknown();
 }
 
 // The checks across sections, once every section is read.
-Status check_cross_fields(const TrainConfig& c) {
+Status check_cross_fields(const CtrConfig& c) {
   const std::string& origin = c.origin;
   if (c.train_files.empty() && !c.generate)
     return invalid_argument(origin + ": data.train is empty (give files, or data.dir with data.generate = true)");
@@ -264,7 +267,7 @@ Status check_cross_fields(const TrainConfig& c) {
 
 // With data.generate: the generator's output and shape from [data], and its files as the
 // train / eval files when none are given.
-Status complete_generated_data(TrainConfig* c) {
+Status complete_generated_data(CtrConfig* c) {
   if (!c->generate) return Status();
   c->gen.out_dir = c->data_dir;
   c->gen.num_dense = c->num_dense;
@@ -277,39 +280,39 @@ Status complete_generated_data(TrainConfig* c) {
 
 }  // namespace
 
-Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
-  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, parse_toml_document(toml_text, origin, sets));
-  TrainConfig c;
+Result<CtrConfig> parse_ctr_config(std::string_view toml_text, const std::string& origin, std::span<const std::string> sets) {
+  LEANEMB_ASSIGN_OR_RETURN(toml::table doc, train::parse_toml_document(toml_text, origin, sets));
+  CtrConfig c;
   c.origin = origin;
   // `task` is which trainer (train/toml_section.h: config_task); this one is "ctr".
-  LEANEMB_RETURN_IF_ERROR(check_top_level_keys(doc, origin, "ctr",
+  LEANEMB_RETURN_IF_ERROR(train::check_top_level_keys(doc, origin, "ctr",
                                                "task must be \"ctr\" for a CTR config (text models: task = \"text\", docs/text.md)",
                                                "sections: data, model, embedding, dense, train, memory, dist"));
-  const toml::table* data = config_section(doc, "data");
+  const toml::table* data = train::config_section(doc, "data");
   Section d(data, "data", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_data_section(d, &c));
   Section g(data && data->get("gen") ? data->get("gen")->as_table() : nullptr, "data.gen", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_gen_section(g, &c.gen));
-  Section m(config_section(doc, "model"), "model", origin, &c.record);
+  Section m(train::config_section(doc, "model"), "model", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_model_section(m, &c));
-  Section e(config_section(doc, "embedding"), "embedding", origin, &c.record);
+  Section e(train::config_section(doc, "embedding"), "embedding", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_embedding_section(e, origin, &c));
-  Section dn(config_section(doc, "dense"), "dense", origin, &c.record);
+  Section dn(train::config_section(doc, "dense"), "dense", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_dense_section(dn, &c));
-  Section t(config_section(doc, "train"), "train", origin, &c.record);
+  Section t(train::config_section(doc, "train"), "train", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_train_section(t, &c));
-  Section mem(config_section(doc, "memory"), "memory", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(read_memory_section(mem, &c));
-  Section ds(config_section(doc, "dist"), "dist", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(read_dist_section(ds, &c));
+  Section mem(train::config_section(doc, "memory"), "memory", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(train::read_memory_section(mem, &c));
+  Section ds(train::config_section(doc, "dist"), "dist", origin, &c.record);
+  LEANEMB_RETURN_IF_ERROR(train::read_dist_section(ds, &c));
   LEANEMB_RETURN_IF_ERROR(check_cross_fields(c));
   LEANEMB_RETURN_IF_ERROR(complete_generated_data(&c));
   return c;
 }
 
-Result<TrainConfig> load_config(const std::string& path, std::span<const std::string> sets) {
-  LEANEMB_ASSIGN_OR_RETURN(std::string text, read_text_file(path, "config file"));
-  return parse_config(text, path, sets);
+Result<CtrConfig> load_ctr_config(const std::string& path, std::span<const std::string> sets) {
+  LEANEMB_ASSIGN_OR_RETURN(std::string text, train::read_text_file(path, "config file"));
+  return parse_ctr_config(text, path, sets);
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "leanemb/status.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 struct DistinctCounts {
   std::vector<int64_t> distinct;  // [num_sparse] distinct values per feature in data.train
@@ -38,7 +38,7 @@ struct DistinctCounts {
 
 // The counting pass over c.train_files (see above). Errors: the reader's (NotFound,
 // InvalidArgument above the malformed rate, IoError, DataLoss).
-Result<DistinctCounts> count_distinct_values(const TrainConfig& c);
+Result<DistinctCounts> count_distinct_values(const CtrConfig& c);
 
 // The table_rows of distinct counts (the rule above).
 std::vector<int64_t> table_rows_of(const DistinctCounts& d);
@@ -52,6 +52,6 @@ Result<std::vector<int64_t>> read_table_rows_file(const std::string& path, int n
 // the counting pass runs and, with `write`, the file is (re)written. *said receives one line
 // for the user. Errors: count_distinct_values's; DataLoss for an unreadable table_rows.json on
 // resume; IoError writing it.
-Status resolve_table_rows(TrainConfig* c, const std::string& run_dir, bool resume, bool write, std::string* said);
+Status resolve_table_rows(CtrConfig* c, const std::string& run_dir, bool resume, bool write, std::string* said);
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

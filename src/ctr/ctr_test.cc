@@ -14,17 +14,17 @@
 
 #include "amp/loss_scaler.h"
 #include "model/ctr_model.h"
-#include "train/config.h"
-#include "train/train_testing.h"
+#include "ctr/ctr_config.h"
+#include "ctr/ctr_testing.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 namespace {
 
 // ---- config -------------------------------------------------------------------------------------
 
 // The embedded default parses and names its synthetic files.
-TEST(TrainConfigTest, EmbeddedDefaultParses) {
-  auto c = parse_config(default_config_text(), "<default>");
+TEST(CtrConfigTest, EmbeddedDefaultParses) {
+  auto c = parse_ctr_config(default_config_text(), "<default>");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE(c.value().generate);
   ASSERT_EQ(c.value().train_files.size(), 1u);
@@ -32,10 +32,10 @@ TEST(TrainConfigTest, EmbeddedDefaultParses) {
 }
 
 // --set overrides keys (typed TOML values or bare strings) and creates missing sections.
-TEST(TrainConfigTest, SetOverridesKeys) {
+TEST(CtrConfigTest, SetOverridesKeys) {
   const std::vector<std::string> sets = {"train.steps=7", "embedding.dtype=bf16", "memory.placement=optimizer_state=host",
                                          "model.table_rows=[5, 6]", "data.num_sparse=2"};
-  auto c = parse_config(default_config_text(), "<default>", sets);
+  auto c = parse_ctr_config(default_config_text(), "<default>", sets);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c.value().steps, 7);
   EXPECT_EQ(c.value().row_dtype, DType::kBF16);
@@ -44,11 +44,11 @@ TEST(TrainConfigTest, SetOverridesKeys) {
 }
 
 // [embedding.dynamic] gives defaults and a table list, [embedding.dynamic.C<k>] per-table keys.
-TEST(TrainConfigTest, DynamicTablesFromTheConfig) {
+TEST(CtrConfigTest, DynamicTablesFromTheConfig) {
   const std::vector<std::string> sets = {"embedding.dynamic.tables=[\"C2\"]", "embedding.dynamic.min_count=3",
                                          "embedding.dynamic.partitions=2", "embedding.dynamic.C5.capacity_rows=64",
                                          "embedding.dynamic.C5.eviction=\"lfu\"", "embedding.dynamic.C5.max_age_steps=9"};
-  auto c = parse_config(default_config_text(), "<default>", sets);
+  auto c = parse_ctr_config(default_config_text(), "<default>", sets);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const auto& d = c.value().dynamic_tables;
   ASSERT_EQ(d.size(), 2u);
@@ -69,7 +69,7 @@ TEST(TrainConfigTest, DynamicTablesFromTheConfig) {
       {{"embedding.dynamic.eviction=\"lfu\""}, "names no table"},
   };
   for (const auto& [s2, needle] : bad) {
-    auto e = parse_config(default_config_text(), "<default>", s2);
+    auto e = parse_ctr_config(default_config_text(), "<default>", s2);
     ASSERT_FALSE(e.ok()) << s2[0];
     EXPECT_NE(e.status().message().find(needle), std::string::npos) << s2[0] << ": " << e.status().message();
   }
@@ -77,7 +77,7 @@ TEST(TrainConfigTest, DynamicTablesFromTheConfig) {
 
 // Unknown keys and sections, wrong types, out-of-range values and inconsistent combinations are
 // rejected with the key named.
-TEST(TrainConfigTest, BadConfigsNameTheKey) {
+TEST(CtrConfigTest, BadConfigsNameTheKey) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
       {{"train.stpes=3"}, "unknown key train.stpes"},
       {{"trian.steps=3"}, "unknown section"},
@@ -94,14 +94,14 @@ TEST(TrainConfigTest, BadConfigsNameTheKey) {
       {{"nonsense"}, "section.key=value"},
   };
   for (const auto& [sets, needle] : cases) {
-    auto c = parse_config(default_config_text(), "<default>", sets);
+    auto c = parse_ctr_config(default_config_text(), "<default>", sets);
     ASSERT_FALSE(c.ok()) << sets[0];
     EXPECT_NE(c.status().message().find(needle), std::string::npos) << sets[0] << ": " << c.status().message();
   }
-  auto bad_toml = parse_config("[train\nsteps = 1", "x.toml");
+  auto bad_toml = parse_ctr_config("[train\nsteps = 1", "x.toml");
   ASSERT_FALSE(bad_toml.ok());
   EXPECT_NE(bad_toml.status().message().find("x.toml:1"), std::string::npos) << bad_toml.status().message();
-  EXPECT_EQ(load_config("/nonexistent/leanemb.toml").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(load_ctr_config("/nonexistent/leanemb.toml").status().code(), StatusCode::kNotFound);
 }
 
 // ---- model --------------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   }
   std::filesystem::remove_all(dir);
   // Config keys.
-  auto c = parse_config(default_config_text(), "<default>", std::vector<std::string>{"embedding.cache_fraction=0.25", "embedding.cache_policy=\"lfu\"", "embedding.store_layout=\"log\""});
+  auto c = parse_ctr_config(default_config_text(), "<default>", std::vector<std::string>{"embedding.cache_fraction=0.25", "embedding.cache_policy=\"lfu\"", "embedding.store_layout=\"log\""});
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c.value().row_cache.fraction, 0.25);
   EXPECT_EQ(c.value().row_cache.policy, CachePolicy::kLfu);
@@ -283,11 +283,11 @@ TEST(TieredTrainTest, CachedTablesTrainIdentically) {
   for (const auto& [set, needle] : std::vector<std::pair<std::string, std::string>>{
            {"embedding.store=\"tape\"", "embedding.store"}, {"embedding.cache_policy=\"mru\"", "embedding.cache_policy"},
            {"embedding.cache_fraction=2", "embedding.cache_fraction"}, {"embedding.store_layout=\"lsm\"", "embedding.store_layout"}, {"embedding.cache_prefetch_nice=25", "embedding.cache_prefetch_nice"}}) {
-    auto bad = parse_config(default_config_text(), "<default>", std::vector<std::string>{set});
+    auto bad = parse_ctr_config(default_config_text(), "<default>", std::vector<std::string>{set});
     ASSERT_FALSE(bad.ok()) << set;
     EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
   }
-  auto no_dir = parse_config(default_config_text(), "<default>",
+  auto no_dir = parse_ctr_config(default_config_text(), "<default>",
                              std::vector<std::string>{"embedding.cache_fraction=0.5", "embedding.store=\"file\""});
   ASSERT_FALSE(no_dir.ok());
   EXPECT_NE(no_dir.status().message().find("store_dir"), std::string::npos) << no_dir.status().message();
@@ -375,4 +375,4 @@ TEST(ModelGradientTest, EmbeddingUpdateMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

@@ -7,18 +7,18 @@
 
 #include "leanemb/status.h"
 #include "plan/memory_model.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 
 // The CTR task's contribution to the memory model (as text/text_plan.h is the text task's):
 // plan/ depends on no task.
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 // Errors: InvalidArgument (a config the memory model cannot describe).
-Result<plan::Workload> ctr_workload(const TrainConfig& c);
+Result<plan::Workload> ctr_workload(const CtrConfig& c);
 
 // Writes the config back with the fields a plan decides replaced (row dtype, state dtype,
 // optimizer, precision, micro-batches, activation checkpointing, placement, reserve), as TOML
-// that parse_config accepts.
-std::string config_to_toml(const TrainConfig& c);
+// that parse_ctr_config accepts.
+std::string config_to_toml(const CtrConfig& c);
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

@@ -12,9 +12,9 @@
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_collection.h"
 #include "model/ctr_model.h"
-#include "train/train_testing.h"
+#include "ctr/ctr_testing.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 namespace {
 
 using dist::Communicator;
@@ -198,4 +198,4 @@ TEST(DistTrainTest, GradGroupsNotAMultipleOfRanksIsRejected) {
 }
 
 }  // namespace
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

@@ -7,18 +7,18 @@
 #pragma once
 
 #include "leanemb/status.h"
-#include "train/config.h"
+#include "ctr/ctr_config.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 // data.train and data.eval files. Errors: NotFound (missing), InvalidArgument (a directory or
 // another non-regular file, empty, unreadable), each naming the key and the path.
-Status check_data_files(const TrainConfig& c);
+Status check_data_files(const CtrConfig& c);
 
 // With data.generate and data that already exists: its meta.json must record the [data.gen]
 // values of the config (rows, seed, vocab, zipf, teacher shares, format, ...), since the data
 // is not generated again. Errors: InvalidArgument naming every differing key, the value the
 // data was generated with and the config's; OK when meta.json is absent (data not ours).
-Status check_generated_data(const TrainConfig& c);
+Status check_generated_data(const CtrConfig& c);
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

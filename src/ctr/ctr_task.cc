@@ -1,6 +1,6 @@
 // `task = "ctr"`: the DLRM-style CTR model and its data as a TrainTask of the one loop
-// (train/task.h). See trainer.h.
-#include "train/trainer.h"
+// (train/task.h). See ctr_task.h.
+#include "ctr/ctr_task.h"
 
 #include <chrono>
 #include <cmath>
@@ -15,17 +15,24 @@
 #include "dist/communicator.h"
 #include "model/ctr_model.h"
 #include "plan/memory_model.h"
-#include "train/ctr_plan.h"
-#include "train/ctr_serving.h"
-#include "train/table_rows.h"
-#include "train/input_check.h"
+#include "ctr/ctr_plan.h"
+#include "ctr/ctr_serving.h"
+#include "ctr/table_rows.h"
+#include "ctr/input_check.h"
 #include "tiered/row_store.h"
 #include "tiered/sizes.h"
+#include "train/run_config.h"
 #include "train/task.h"
 #include "leanemb/json.h"
 #include "leanemb/progress.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
+
+using train::Blobs;
+using train::LoopSettings;
+using train::TaskContext;
+using train::TaskStep;
+using train::TrainTask;
 
 using nlohmann::json;
 
@@ -35,7 +42,7 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
 
 }  // namespace
 
-model::CtrModelOptions ctr_model_options(const TrainConfig& c) {
+model::CtrModelOptions ctr_model_options(const CtrConfig& c) {
   model::CtrModelOptions o;
   o.num_dense = c.num_dense;
   o.num_sparse = c.num_sparse;
@@ -73,7 +80,7 @@ model::CtrModelOptions ctr_model_options(const TrainConfig& c) {
   return o;
 }
 
-Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::vector<std::string>& files, bool train) {
+Result<data::ReaderOptions> ctr_reader_options(const CtrConfig& c, const std::vector<std::string>& files, bool train) {
   data::ReaderOptions r;
   r.files = files;
   const auto rows = ctr_model_options(c).table_rows;
@@ -89,7 +96,7 @@ Result<data::ReaderOptions> ctr_reader_options(const TrainConfig& c, const std::
   return r;
 }
 
-Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files,
+Result<data::DataStats> predict_ctr(model::CtrModel& model, const CtrConfig& c, const std::vector<std::string>& files,
                                     int64_t max_rows,
                                     const std::function<Status(const data::Batch&, std::span<const float>)>& on_batch,
                                     const std::function<void(int64_t bytes_read)>& on_read) {
@@ -116,7 +123,7 @@ Result<data::DataStats> predict_ctr(model::CtrModel& model, const TrainConfig& c
   return reader->stats();
 }
 
-Result<json> evaluate_ctr(model::CtrModel& model, const TrainConfig& c, const std::vector<std::string>& files, int64_t max_rows,
+Result<json> evaluate_ctr(model::CtrModel& model, const CtrConfig& c, const std::vector<std::string>& files, int64_t max_rows,
                           data::DataStats* stats) {
   std::vector<float> labels, probs;
   LEANEMB_ASSIGN_OR_RETURN(data::DataStats st, predict_ctr(model, c, files, max_rows, [&](const data::Batch& b, std::span<const float> p) {
@@ -177,7 +184,7 @@ Result<std::vector<float>> read_floats(const ckpt::CheckpointReader& r, const st
 
 // Data: generate when asked and missing (with several ranks: rank 0 generates, the others wait
 // for its meta.json, written last, then meet it at a barrier); then every input is checked.
-Status prepare_data(const TrainConfig& c, dist::Communicator* comm, bool lead, bool quiet, bool tty, double* teacher_auc) {
+Status prepare_data(const CtrConfig& c, dist::Communicator* comm, bool lead, bool quiet, bool tty, double* teacher_auc) {
   const int world = comm ? comm->size() : 1;
   auto say = [&](const std::string& s) {
     if (!quiet && lead) std::fprintf(stderr, "[ctr] %s\n", s.c_str());
@@ -262,7 +269,7 @@ void say_row_caches(const model::CtrModelOptions& mo, const TaskContext& tc) {
 // The CTR model over the Criteo-format reader.
 class CtrTask final : public TrainTask {
  public:
-  static Result<std::unique_ptr<TrainTask>> create(const TrainConfig& c, int grad_groups, double teacher_auc,
+  static Result<std::unique_ptr<TrainTask>> create(const CtrConfig& c, int grad_groups, double teacher_auc,
                                                    const TaskContext& tc) {
     auto t = std::unique_ptr<CtrTask>(new CtrTask(c, teacher_auc));
     model::CtrModelOptions mo = ctr_model_options(c);
@@ -356,14 +363,14 @@ class CtrTask final : public TrainTask {
   }
 
  private:
-  CtrTask(const TrainConfig& c, double teacher_auc)
+  CtrTask(const CtrConfig& c, double teacher_auc)
       : c_(c), teacher_auc_(teacher_auc), lookahead_(c.row_cache.enabled() && c.cache_prefetch) {}
   // Reads the batch after batch_ into next_ and starts its prefetch.
   void read_ahead() {
     ahead_ = reader_->next(&next_);
     if (ahead_.ok() && ahead_.value()) (void)model_->prefetch(next_, c_.micro_batches);
   }
-  TrainConfig c_;
+  CtrConfig c_;
   double teacher_auc_;
   std::unique_ptr<model::CtrModel> model_;
   std::unique_ptr<data::DataReader> reader_;
@@ -380,35 +387,15 @@ class CtrTask final : public TrainTask {
 
 }  // namespace
 
-Result<json> run_training(const RunOptions& ro) {
-  TrainConfig c = ro.config;
+Result<json> run_ctr_training(const train::RunOptions& ro, const CtrConfig& config) {
+  CtrConfig c = config;
   if (ro.steps >= 0) c.steps = ro.steps;  // the reader's epochs follow it (reader_options)
-  LoopSettings ls;
-  ls.task = "ctr";
-  ls.origin = c.origin;
-  ls.steps = c.steps;
-  ls.epochs = ls.steps > 0 ? 0 : c.epochs;
-  ls.eval_every = c.eval_files.empty() ? 0 : c.eval_every;
-  ls.eval_every_epochs = c.eval_files.empty() ? 0 : c.eval_every_epochs;
-  ls.checkpoint_every = c.checkpoint_every;
-  ls.keep_checkpoints = c.keep_checkpoints;
-  ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
-  ls.disk_check = c.disk_check;
-  ls.log_every = c.log_every;
-  ls.max_consecutive_skipped = c.max_consecutive_skipped;
-  ls.max_loss_growth = c.max_loss_growth;
-  ls.threads = c.threads;
-  ls.grad_groups = c.grad_groups;
-  ls.memory = c.memory;
-  ls.inject_nonfinite_steps = c.inject_nonfinite_steps;
-  ls.inject_exit_rank = c.inject_exit_rank;
-  ls.inject_exit_step = c.inject_exit_step;
-  ls.record = c.record;
+  LoopSettings ls = train::loop_settings("ctr", c, ro, !c.eval_files.empty());
   if (c.row_cache.enabled() && c.row_cache.store == StoreKind::kFile) ls.store_dir = c.store_dir;
   auto teacher_auc = std::make_shared<double>(std::nan(""));
   // model.table_rows = "auto": sized after the data is there (generated or checked), before the
-  // plan and the model; `shared` carries the sizes to the plan and the task (train/table_rows.h).
-  auto shared = std::make_shared<TrainConfig>(c);
+  // plan and the model; `shared` carries the sizes to the plan and the task (ctr/table_rows.h).
+  auto shared = std::make_shared<CtrConfig>(c);
   ls.prepare = [shared, teacher_auc, quiet = ro.quiet, tty = ro.progress_tty, out = ro.out_dir,
                 resume = ro.resume](dist::Communicator* comm, bool lead) -> Status {
     LEANEMB_RETURN_IF_ERROR(prepare_data(*shared, comm, lead, quiet, tty, teacher_auc.get()));
@@ -418,8 +405,8 @@ Result<json> run_training(const RunOptions& ro) {
     return Status();
   };
   ls.plan = [shared](int world) -> Result<plan::Prediction> {
-    const TrainConfig& c = *shared;
-    LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, train::ctr_workload(c));
+    const CtrConfig& c = *shared;
+    LEANEMB_ASSIGN_OR_RETURN(plan::Workload workload, ctr_workload(c));
     workload.num_shards = world;  // the plan of one rank (its share of the rows; docs/dist.md)
     workload.grad_groups = c.grad_groups == 0 ? world : c.grad_groups;
     if (workload.file_store) {  // the block size the row files will get (the store directory exists by now)
@@ -434,7 +421,7 @@ Result<json> run_training(const RunOptions& ro) {
   ls.make_task = [shared, grad_groups, teacher_auc](const TaskContext& tc) {
     return CtrTask::create(*shared, grad_groups, *teacher_auc, tc);
   };
-  return run_loop(ro, std::move(ls));
+  return train::run_loop(ro, std::move(ls));
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

@@ -1,5 +1,5 @@
 // model.table_rows = "auto" (see table_rows.h).
-#include "train/table_rows.h"
+#include "ctr/table_rows.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,11 +9,11 @@
 #include "leanemb/json.h"
 #include "data/reader.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 using nlohmann::json;
 
-Result<DistinctCounts> count_distinct_values(const TrainConfig& c) {
+Result<DistinctCounts> count_distinct_values(const CtrConfig& c) {
   data::ReaderOptions r;
   r.files = c.train_files;
   const std::vector<int64_t> one = {1};
@@ -66,7 +66,7 @@ std::string list(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-Status resolve_table_rows(TrainConfig* c, const std::string& run_dir, bool resume, bool write, std::string* said) {
+Status resolve_table_rows(CtrConfig* c, const std::string& run_dir, bool resume, bool write, std::string* said) {
   if (!c->table_rows_auto) return Status();
   const std::string path = run_dir + "/table_rows.json";
   std::error_code ec;
@@ -98,4 +98,4 @@ Status resolve_table_rows(TrainConfig* c, const std::string& run_dir, bool resum
   return Status();
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

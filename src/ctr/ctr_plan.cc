@@ -1,5 +1,5 @@
 // ctr_workload and config_to_toml. See ctr_plan.h.
-#include "train/ctr_plan.h"
+#include "ctr/ctr_plan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,11 +7,11 @@
 
 #include "tiered/row_cache.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 using namespace plan;  // NOLINT: the memory model's types, throughout
 
-Result<Workload> ctr_workload(const TrainConfig& c) {
+Result<Workload> ctr_workload(const CtrConfig& c) {
   Workload w;
   w.kind = WorkloadKind::kCtr;
   w.batch_size = c.batch_size;
@@ -47,7 +47,7 @@ Result<Workload> ctr_workload(const TrainConfig& c) {
   // Ids per sample: synthetic data holds 1..multi_hot_max values (uniform) in a field that is
   // non-empty with probability 1 - missing; max_len truncates. Other data: one id, unknown skew.
   const int64_t mh = c.generate ? c.gen.multi_hot_max : 1;
-  const int64_t cap = train::max_ids_per_field(c);
+  const int64_t cap = max_ids_per_field(c);
   double mean = 0.0;
   for (int64_t l = 1; l <= mh; ++l) mean += static_cast<double>(std::min(l, cap));
   mean = mean / static_cast<double>(mh) * (c.generate ? 1.0 - c.gen.sparse_missing_rate : 1.0);
@@ -69,8 +69,8 @@ Result<Workload> ctr_workload(const TrainConfig& c) {
     }
     w.tables.push_back(t);
   }
-  // Dynamic tables: rows of their capacity, ids mapped by an IdMap (model_options in trainer.cc).
-  for (const train::DynamicTableConfig& d : c.dynamic_tables) {
+  // Dynamic tables: rows of their capacity, ids mapped by an IdMap (ctr_model_options in ctr_task.cc).
+  for (const DynamicTableConfig& d : c.dynamic_tables) {
     TableSpec& t = w.tables[static_cast<size_t>(std::stoi(d.table.substr(1)) - 1)];
     t.dynamic = d.options;
     if (d.capacity_rows > 0) t.num_rows = d.capacity_rows;
@@ -117,7 +117,7 @@ const char* dense_opt_str(nn::DenseOptimizerKind k) {
 const char* init_str(InitKind k) { return k == InitKind::kUniform ? "uniform" : (k == InitKind::kNormal ? "normal" : "zeros"); }
 }  // namespace
 
-std::string config_to_toml(const TrainConfig& c) {
+std::string config_to_toml(const CtrConfig& c) {
   std::ostringstream o;
   o << "# Written by `leanemb plan --write-config` (docs/plan.md); every key: docs/train.md.\n\n[data]\n";
   if (c.generate) {
@@ -177,4 +177,4 @@ std::string config_to_toml(const TrainConfig& c) {
   return o.str();
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

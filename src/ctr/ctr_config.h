@@ -1,4 +1,4 @@
-// TrainConfig: everything `leanemb train` needs, read from a TOML file (docs/train.md lists
+// CtrConfig: everything `leanemb train` needs, read from a TOML file (docs/train.md lists
 // every key with its default) with `--set section.key=value` overrides.
 //
 // Parsing is strict: an unknown section or key, a value of the wrong type or out of range is an
@@ -25,9 +25,10 @@
 #include "leanemb/status.h"
 #include "nn/dense_optimizer.h"
 #include "nn/interaction.h"
+#include "train/run_config.h"
 #include "train/toml_section.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 // One dynamic table of a CTR model (docs/train.md, [embedding.dynamic]): feature `table` (C1,
 // C2, ...) gets raw 64-bit ids and an IdMap of `capacity_rows` rows.
@@ -37,7 +38,10 @@ struct DynamicTableConfig {
   TableDynamicOptions options;   // min_count, eviction, max_age_steps, partitions, bloom_*
 };
 
-struct TrainConfig {
+// A CTR config: the shared part (train/run_config.h: steps, epochs, seed, threads, log_every,
+// the cadence, checkpoint and guard keys of [train], [memory], [dist], origin, record) and the
+// CTR task's own sections and [train] keys below.
+struct CtrConfig : train::RunConfig {
   // [data]
   std::vector<std::string> train_files;  // Criteo TSV or leanemb binary
   std::vector<std::string> eval_files;
@@ -56,7 +60,7 @@ struct TrainConfig {
   int64_t embedding_dim = 16;
   std::vector<int64_t> table_rows = {100000};  // one value for every feature, or num_sparse
   // model.table_rows = "auto": table_rows is derived from the training files before training
-  // (derive_table_rows, train/table_rows.h; docs/train.md "Deriving table_rows"); table_rows is
+  // (derive_table_rows, ctr/table_rows.h; docs/train.md "Deriving table_rows"); table_rows is
   // empty until then.
   bool table_rows_auto = false;
   std::vector<int64_t> bottom_mlp = {64, 16};  // hidden widths..., last = embedding_dim (dot)
@@ -82,55 +86,21 @@ struct TrainConfig {
   // [dense]
   nn::DenseOptimizerOptions dense_optimizer;
 
-  // [train]
+  // [train] (the shared keys: train::RunConfig)
   int64_t batch_size = 1024;
-  int64_t steps = 0;               // optimizer steps; 0 = run `epochs` epochs
-  int64_t epochs = 1;
   DType precision = DType::kF32;
   int micro_batches = 1;           // gradient accumulation: batch_size / micro_batches per pass
   bool checkpoint_activations = false;
   bool deterministic = true;
-  uint64_t seed = 1;
-  int threads = 0;                 // 0 = OpenMP's default
-  int64_t eval_every = 0;          // steps; 0 = only at the end
-  int64_t eval_every_epochs = 0;   // also after every N-th epoch (0 = no)
-  int64_t checkpoint_every = 0;    // steps; 0 = only at the end; -1 = never (checkpoints off)
-  int keep_checkpoints = 3;
-  bool incremental_checkpoints = false;  // only the rows changed since the last checkpoint (docs/train.md)
-  int full_checkpoint_every = 8;         // incremental: every N-th checkpoint of a chain is full
-  double max_delta_fraction = 0.5;       // incremental: a full one when a chain's rows pass this fraction
-  bool disk_check = true;                // refuse to start when the disk cannot hold the store files and a checkpoint
-  int64_t log_every = 100;         // steps between progress / metrics lines
-  std::vector<int64_t> inject_nonfinite_steps;  // testing: these steps get an Inf gradient
-  int64_t max_consecutive_skipped = 100;  // diverged after this many skipped steps in a row (0 = never)
-  double max_loss_growth = 1e6;  // diverged when a step's loss exceeds this times the first step's (0 = no check)
-
-  // [memory]
-  MemorySystemOptions memory;
-
-  // [dist] multi-process training (docs/dist.md)
-  std::string dist_backend = "auto";  // auto (mpi when started by mpirun) | local (one process) | mpi
-  int64_t dist_timeout_ms = 60000;    // every collective fails after this long, naming the silent rank
-  dist::ShardingKind sharding = dist::ShardingKind::kRowModulo;
-  DType forward_payload = DType::kF32;
-  DType backward_payload = DType::kF32;
-  int grad_groups = 0;                // dense gradient groups (CtrModelOptions::grad_groups); 0 = the world size
-  int inject_exit_rank = -1;          // testing: this rank ends its process (exit code 9, no cleanup)...
-  int64_t inject_exit_step = 0;       // ...after completing this step, as a crashed rank would
-
-  std::string origin;              // file name or "<embedded default>"
-  // Every key's effective value (train/toml_section.h): saved in checkpoints ("train/config")
-  // and compared on resume (train/config_diff.h).
-  ConfigRecord record;
 };
 
 // Parses TOML text. `sets` are "section.key=value" overrides applied before validation; value
 // is a TOML value (`3`, `"x"`, `[1, 2]`, `true`) or else taken as a string.
 // Errors: InvalidArgument naming the key, the value and the origin.
-Result<TrainConfig> parse_config(std::string_view toml_text, const std::string& origin,
-                                 std::span<const std::string> sets = {});
-// Reads and parses a file. Errors: NotFound / IoError, then as parse_config.
-Result<TrainConfig> load_config(const std::string& path, std::span<const std::string> sets = {});
+Result<CtrConfig> parse_ctr_config(std::string_view toml_text, const std::string& origin,
+                                   std::span<const std::string> sets = {});
+// Reads and parses a file. Errors: NotFound / IoError, then as parse_ctr_config.
+Result<CtrConfig> load_ctr_config(const std::string& path, std::span<const std::string> sets = {});
 
 // The embedded default (examples/ctr_small.toml, compiled in).
 std::string_view default_config_text();
@@ -138,6 +108,6 @@ std::string_view default_config_text();
 // The most ids a record holds per sparse feature: generated data holds 1..multi_hot_max values
 // per field, other data is taken as one id; max_len truncates (the planner and the sharded
 // tables' buffers use it).
-int64_t max_ids_per_field(const TrainConfig& c);
+int64_t max_ids_per_field(const CtrConfig& c);
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr

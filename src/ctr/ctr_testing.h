@@ -13,7 +13,7 @@
 #include "amp/loss_scaler.h"
 #include "model/ctr_model.h"
 
-namespace leanemb::train {
+namespace leanemb::ctr {
 
 inline model::CtrModelOptions small_model(int64_t rows = 50) {
   model::CtrModelOptions o;
@@ -117,4 +117,4 @@ inline void train_pair(Rig& a, Rig& b, const model::CtrModelOptions& o, int step
   }
 }
 
-}  // namespace leanemb::train
+}  // namespace leanemb::ctr
