@@ -16,7 +16,7 @@
 #include "core/json.h"
 
 #include "ckpt/directory.h"
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "ckpt/format.h"
 #include "dist/communicator.h"
 #include "dist/sharded_checkpoint.h"
