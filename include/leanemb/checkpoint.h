@@ -14,7 +14,7 @@
 // without a valid manifest are moved into <out_dir>/corrupt/, never deleted), leftovers (.tmp,
 // .deleting) and all but the newest `keep_last` complete checkpoints after. A directory without
 // a valid manifest is never deleted by a commit. One process writes a given out_dir at a time
-// (`leanemb train` holds <out_dir>/LOCK, train/run_dir.h).
+// (`leanemb train` holds <out_dir>/LOCK, leanemb/run_dir.h).
 //
 // Writing:   auto w = CheckpointWriter::create(out_dir, step);  w->add_blob(...);
 //            w->add_table(...); w->append_rows(...) ...;  w->commit();

@@ -13,7 +13,7 @@
 #include "dist/sharded_checkpoint.h"
 #include "table/pruned_rows.h"
 #include "train/ctr_serving.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::serve {

@@ -20,7 +20,7 @@
 #include "tiered/sizes.h"
 #include "train/divergence.h"
 #include "train/metrics_log.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "core/json.h"

@@ -1,5 +1,5 @@
 // RunDir: lock, consent and resume point of a run's output directory. See run_dir.h.
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
