@@ -3,9 +3,10 @@
 
 For SGD, Adagrad and Adam (torch.optim.SGD / Adagrad / SparseAdam) and the pooling modes sum,
 mean and weighted sum, 20 steps of nn.EmbeddingBag(sparse=True) and of _leanemb.Tables (the
-native table interface under leanemb.torch: one table, one feature) start from identical weights, see identical ids (duplicates within and across bags, an empty
-bag) and the same fixed random gradient G of loss = (out * G).sum(); forward outputs and weights
-and optimizer state must agree within 1e-5 * (1 + |value|) at every step.
+native table interface under leanemb.torch: one table, one feature) start from identical
+weights, see identical ids (duplicates within and across bags, an empty bag) and the same fixed
+random gradient G of loss = (out * G).sum(); forward outputs and weights and optimizer state
+must agree within 1e-5 * (1 + |value|) at every step.
 
 Run by CTest with PYTHONPATH at the _leanemb module. Exit code 77 (skip) when torch, numpy or
 _leanemb cannot be imported; 1 on a mismatch; prints nothing when it passes.

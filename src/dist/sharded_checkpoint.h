@@ -1,6 +1,7 @@
 // Sharded checkpoints of any EmbeddingTables (a sharded collection; a local one is a world of one
-// rank): crash-safe, loadable at any world size (resharding), with a digest that does not depend on the shard count. Layout and protocol in
-// docs/dist.md ("Sharded checkpoints") and docs/formats/checkpoint.md.
+// rank): crash-safe, loadable at any world size (resharding), with a digest that does not depend
+// on the shard count. Layout and protocol in docs/dist.md ("Sharded checkpoints") and
+// docs/formats/checkpoint.md.
 //
 //   <out_dir>/shards/step-<N>/rank-<r>-of-<P>/checkpoints/step-<N>/   rank r's shard: a normal
 //        checkpoint (CheckpointWriter) with table "rows/<name>" = its own rows of each table, in
