@@ -11,11 +11,15 @@ distinct Zipf(1.05) ids, 2 threads on both sides. For each of SGD, Adagrad and A
 
   * torch: nn.EmbeddingBag(mode="sum", sparse=True) + torch.optim.SGD / Adagrad / SparseAdam;
     one step = forward, loss = (out * G).sum() (so d loss / d out = G), backward, optimizer step;
-  * leanemb: _leanemb.Collection with the same initial weights (set_weights), hyper-parameters
-    and gradient G: forward + backward_update(G).
+  * leanemb: one table and one pooled feature of _leanemb.Tables (the table interface that
+    leanemb.torch is built on, called directly: the engine alone) with the same initial weights
+    (write_rows), hyper-parameters and gradient G: forward + backward_update(G), into
+    preallocated numpy buffers.
 
-The id stream is generated once (the same generator as `leanemb bench`, through
-_leanemb.zipf_batches) and both contenders consume the same batches in the same order. They
+The id stream is generated once in numpy (zipf_batches below: per bag L distinct ids, Zipf(alpha)
+ranks truncated to [1, rows] scattered over the table by a fixed permutation, the shape of
+`leanemb bench`'s stream; not the same arrays) and both contenders consume the same batches in
+the same order. They
 alternate in blocks (torch block, leanemb block, ...; who goes first alternates too); the speed
 ratio is the median of per-block ratios of medians. After the run the updated weights of both
 must agree: max |w_torch - w_leanemb| / (1 + |w_torch|) <= 1e-4 (fp32), else exit status 1.
@@ -161,8 +165,49 @@ class CpuLoadMonitor:
 
 # ---- inputs ----------------------------------------------------------------------------------
 
-def make_stream(le, a):
-    batches = le.zipf_batches(a.rows, a.batch, a.bag_size, a.alpha, a.seed, a.num_batches)
+def zipf_batches(rows, batch, bag_size, alpha, seed, num_batches):
+    """[(ids int64 [batch * bag_size], offsets int64 [batch + 1])]: per bag bag_size distinct rows
+    whose ranks follow Zipf(alpha) truncated to [1, rows] (alpha <= 1: uniform), rank k on row
+    perm[k - 1] for a fixed random permutation (hot rows scattered over the table)."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(rows).astype(np.int64)
+    cdf = None
+    if alpha > 1.0:
+        cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -alpha)
+        cdf /= cdf[-1]
+
+    def draw(shape):
+        if cdf is None:
+            return rng.integers(0, rows, size=shape, dtype=np.int64)
+        return np.minimum(np.searchsorted(cdf, rng.random(shape)), rows - 1).astype(np.int64)
+
+    offsets = np.arange(0, batch * bag_size + 1, bag_size, dtype=np.int64)
+    out = []
+    for _ in range(num_batches):
+        # 4L draws per bag; each bag keeps its first L distinct ranks in draw order (repeats of an
+        # earlier draw are skipped, as bench/zipf.cc does).
+        m = 4 * bag_size
+        cand = draw((batch, m))
+        order = np.argsort(cand, axis=1, kind="stable")  # equal ranks stay in draw order
+        srt = np.take_along_axis(cand, order, axis=1)
+        dup = np.zeros_like(cand, dtype=bool)
+        np.put_along_axis(dup, order[:, 1:], srt[:, 1:] == srt[:, :-1], axis=1)
+        pos = np.broadcast_to(np.arange(m), cand.shape)
+        keep = np.argsort(np.where(dup, m + pos, pos), axis=1)[:, :bag_size]
+        ids = np.take_along_axis(cand, keep, axis=1)
+        for b in np.nonzero(dup.sum(axis=1) > m - bag_size)[0]:  # fewer than L distinct: complete uniformly
+            have = list(dict.fromkeys(int(x) for x in cand[b]))
+            while len(have) < bag_size:
+                x = int(rng.integers(0, rows))
+                if x not in have:
+                    have.append(x)
+            ids[b] = have[:bag_size]
+        out.append((perm[ids].reshape(-1), offsets))
+    return out
+
+
+def make_stream(a):
+    batches = zipf_batches(a.rows, a.batch, a.bag_size, a.alpha, a.seed, a.num_batches)
     rng = np.random.default_rng(a.seed + 17)
     grad = (rng.random((a.batch, a.dim), dtype=np.float32) * 2.0 - 1.0) * 0.01
     return batches, grad.astype(np.float32)
@@ -234,36 +279,55 @@ class TorchContender:
 
 
 class LeanembContender:
+    """One table looked up by one pooled feature of _leanemb.Tables (docs/python.md, "The native
+    module"), outputs written into a preallocated buffer."""
+
     def __init__(self, le, kind, a, dtype="fp32", state_dtype="fp32", w0=None):
         eps = {"sgd": 1e-8, "adagrad": 1e-10, "rowwise_adagrad": 1e-10, "adam": 1e-8}[kind]
-        self.c = le.Collection(a.rows, a.dim, dtype=dtype, optimizer=kind, lr=a.lr, eps=eps, beta1=0.9, beta2=0.999,
-                               state_dtype=state_dtype, pooling="sum", threads=a.threads, seed=a.seed)
+        table = {"name": "table", "num_rows": a.rows, "dim": a.dim, "dtype": dtype, "optimizer": kind,
+                 "learning_rate": a.lr, "eps": eps, "beta1": 0.9, "beta2": 0.999, "state_dtype": state_dtype}
+        self.t = le.Tables([table], [{"name": "feature", "table": 0, "pooling": "sum"}],
+                           {"num_threads": a.threads, "seed": a.seed})
         if w0 is not None:
-            self.c.set_weights(w0)
+            self.t.write_rows(0, 0, w0)
+        self.rows, self.dim = a.rows, a.dim
+        self.out = np.empty((a.batch, a.dim), np.float32)
         self.name = "leanemb %s %s%s" % (dtype, kind, "" if state_dtype == "fp32" else " state:" + state_dtype)
 
     def prepare(self, batches, grad):
-        self.inputs = batches
+        self.inputs = [([ids], [off]) for ids, off in batches]
         self.grad = grad
 
     def step(self, i):
         ids, off = self.inputs[i % len(self.inputs)]
         t0 = time.perf_counter()
-        self.c.forward(ids, off)
+        self.t.forward(len(off[0]) - 1, ids, off, [None], self.out, [])
         t1 = time.perf_counter()
-        self.c.backward_update(ids, off, self.grad)
+        self.t.backward_update(len(off[0]) - 1, ids, off, [None], self.grad, [])
         t2 = time.perf_counter()
         return (t1 - t0) * 1e3, (t2 - t0) * 1e3
 
     def forward(self, i):
         ids, off = self.inputs[i % len(self.inputs)]
-        return self.c.forward(ids, off)
+        self.t.forward(len(off[0]) - 1, ids, off, [None], self.out, [])
+        return self.out.copy()
 
     def weights(self):
-        return self.c.get_weights()
+        return self.t.read_rows(0, 0, self.rows)
+
+    def memory(self):
+        """{category: {"current_bytes", "peak_bytes"}} summed over the tiers."""
+        out = {}
+        for tier in self.t.memory_stats().values():
+            for cat, v in tier["categories"].items():
+                o = out.setdefault(cat, {"current_bytes": 0, "peak_bytes": 0})
+                o["current_bytes"] += v["current_bytes"]
+                o["peak_bytes"] += v["peak_bytes"]
+        return out
 
     def bytes_per_param(self):
-        return self.c.bytes_per_param()
+        m = self.memory()
+        return (m["weights"]["current_bytes"] + m["optimizer_state"]["current_bytes"]) / (self.rows * self.dim)
 
 
 def max_rel_diff(ref, x, chunk=1 << 20):
@@ -326,7 +390,7 @@ def run_pair(torch, le, kind, a, batches, grad, log):
         "torch": {"name": tch.name, "step_ms": summary_ms(steps[tch]), "forward_ms": summary_ms(fwds[tch]),
                   "bytes_per_param": tch.bytes_per_param()},
         "leanemb": {"name": lean.name, "step_ms": summary_ms(steps[lean]), "forward_ms": summary_ms(fwds[lean]),
-                    "bytes_per_param": lean.bytes_per_param(), "memory": lean.c.memory()},
+                    "bytes_per_param": lean.bytes_per_param(), "memory": lean.memory()},
         "step_ratio_torch_over_leanemb": statistics.median(block_ratios),
         "forward_ratio_torch_over_leanemb": statistics.median(block_fwd_ratios),
         "block_step_ratios": block_ratios,
@@ -356,7 +420,7 @@ def rss_only(a):
     if name.startswith("torch_"):
         import torch  # noqa: PLC0415 (only torch contenders pay for importing torch)
         torch.set_num_threads(a.threads)
-    batches, grad = make_stream(le, a)
+    batches, grad = make_stream(a)
     baseline = rss_now_bytes()
     if name.startswith("torch_"):
         kind = {"torch_sgd": "sgd", "torch_adagrad": "adagrad", "torch_sparse_adam": "adam"}[name]
@@ -410,7 +474,7 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     log("generating the input stream: %d batches x %d bags x %d ids over %d rows, alpha %.2f" % (
         a.num_batches, a.batch, a.bag_size, a.rows, a.alpha))
-    batches, grad = make_stream(le, a)
+    batches, grad = make_stream(a)
 
     doc = {
         "benchmark": "peer_torch",
@@ -419,7 +483,7 @@ def main(argv=None):
                    "num_batches": a.num_batches, "lr": a.lr, "pooling": "sum",
                    "eps": {"sgd": None, "adagrad": 1e-10, "adam": 1e-8}, "betas": [0.9, 0.999],
                    "ids": "Zipf(alpha) ranks truncated to [1, rows], L distinct per bag, ranks scattered by a "
-                          "fixed permutation (bench/zipf.h)"},
+                          "fixed permutation (numpy, zipf_batches in bench/peer_torch.py)"},
         "machine": {"cpu_count": os.cpu_count(), "torch_version": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "numpy_version": np.__version__},
         "pairs": [],

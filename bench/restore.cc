@@ -17,7 +17,7 @@
 #include "bench_internal.h"
 #include "leanemb/checkpoint.h"
 #include "leanemb/json.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 
 namespace leanemb::bench::internal {
 namespace {

@@ -30,22 +30,23 @@
 #include <utility>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/mpi_comm.h"
-#include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
+#include "leanemb/communicator.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
+#include "leanemb/plan.h"
+#include "leanemb/run_dir.h"
+#include "leanemb/table_checkpoint.h"
 #include "leanemb/tables.h"
-#include "plan/memory_model.h"
-#include "plan/planner.h"
-#include "train/run_dir.h"
 #include "tables_py.h"
 
 namespace py = pybind11;
 
 namespace leanemb::python {
 
+namespace {
+
+// {category name: {"current_bytes", "peak_bytes"}} of every memory category in m.
 py::dict category_dict(const MemoryStats& m) {
   py::dict d;
   for (int c = 0; c < kNumCategories; ++c) {
@@ -57,8 +58,6 @@ py::dict category_dict(const MemoryStats& m) {
   }
   return d;
 }
-
-namespace {
 
 [[noreturn]] void raise_status(const Status& s) {
   PyObject* type = PyExc_RuntimeError;
@@ -560,14 +559,9 @@ class PyTables {
   }
 
   // The embedding digest (32 hex digits; docs/dist.md "Digest"): equal for the same rows, state
-  // and step whatever the world size and sharding. Sharded: collective
-  // (dist::sharded_collection_digest); one process: dist::collection_digest.
+  // and step whatever the world size and sharding (dist::tables_digest; sharded: collective).
   std::string digest() {
-    return value_or_raise(locked_without_gil([&]() -> Result<std::string> {
-      const EmbeddingTables::LocalShard part = T().local_shard();
-      if (part.plan != nullptr) return dist::sharded_collection_digest(T());
-      return dist::collection_digest(*part.local);
-    }));
+    return value_or_raise(locked_without_gil([&] { return dist::tables_digest(T()); }));
   }
 
   void release_step_buffers() {
@@ -686,11 +680,10 @@ py::dict tier_dict(const plan::TierPrediction& t) {
   return d;
 }
 
-// The memory model's prediction for an embedding-only workload (plan::WorkloadKind::
-// kEmbeddingOnly: the tables and their lookups; the model downstream is not counted).
+// The memory model's prediction for an embedding-only workload (plan::predict_tables_memory: the
+// tables and their lookups; the model downstream is not counted).
 py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::dict& options) {
-  plan::Workload w;
-  w.kind = plan::WorkloadKind::kEmbeddingOnly;
+  plan::TablesWorkload w;
   w.batch_size = batch_size;
   for (size_t i = 0; i < tables.size(); ++i) {
     Opts o(tables[i].cast<py::dict>(), "plan table " + std::to_string(i));
@@ -720,7 +713,7 @@ py::dict predict_memory(const py::list& tables, int64_t batch_size, const py::di
   plan::Estimate e = plan::Estimate::kExpected;
   if (estimate == "worst_case") e = plan::Estimate::kWorstCase;
   else if (estimate != "expected") throw py::value_error("estimate must be 'expected' or 'worst_case'");
-  const plan::Prediction p = value_or_raise(plan::predict_memory(w, e));
+  const plan::Prediction p = value_or_raise(plan::predict_tables_memory(w, e));
   py::dict d;
   d["device"] = tier_dict(p.device());
   d["host"] = tier_dict(p.host());

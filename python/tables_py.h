@@ -3,12 +3,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "leanemb/memory.h"
-
 namespace leanemb::python {
-
-// {category name: {"current_bytes", "peak_bytes"}} of every memory category in m.
-pybind11::dict category_dict(const MemoryStats& m);
 
 // Adds Tables, checkpoint_verify / checkpoint_digest / checkpoint_step / latest_checkpoint and
 // predict_memory to `m`.

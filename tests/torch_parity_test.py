@@ -2,10 +2,11 @@
 """torch_parity: leanemb (fp32 rows and state) against PyTorch itself.
 
 For SGD, Adagrad and Adam (torch.optim.SGD / Adagrad / SparseAdam) and the pooling modes sum,
-mean and weighted sum, 20 steps of nn.EmbeddingBag(sparse=True) and of _leanemb.Collection
-start from identical weights, see identical ids (duplicates within and across bags, an empty
-bag) and the same fixed random gradient G of loss = (out * G).sum(); forward outputs and weights
-and optimizer state must agree within 1e-5 * (1 + |value|) at every step.
+mean and weighted sum, 20 steps of nn.EmbeddingBag(sparse=True) and of _leanemb.Tables (the
+native table interface under leanemb.torch: one table, one feature) start from identical
+weights, see identical ids (duplicates within and across bags, an empty bag) and the same fixed
+random gradient G of loss = (out * G).sum(); forward outputs and weights and optimizer state
+must agree within 1e-5 * (1 + |value|) at every step.
 
 Run by CTest with PYTHONPATH at the _leanemb module. Exit code 77 (skip) when torch, numpy or
 _leanemb cannot be imported; 1 on a mismatch; prints nothing when it passes.
@@ -56,7 +57,7 @@ def torch_optimizer(name, params, lr):
 
 
 def compare_state(optimizer, opt, param, got):
-    """leanemb's get_state() is [rows, states * dim]: Adagrad sum; Adam exp_avg then exp_avg_sq."""
+    """leanemb's read_state() is [rows, states * dim]: Adagrad sum; Adam exp_avg then exp_avg_sq."""
     if optimizer == "sgd":
         return ""
     st = opt.state[param]
@@ -67,9 +68,36 @@ def compare_state(optimizer, opt, param, got):
     return "" if close(got, want).all() else first_mismatch(got, want)
 
 
-def step_count(collection):
-    s = collection.step
-    return s() if callable(s) else s
+class OneTable:
+    """One table looked up by one feature of _leanemb.Tables, over numpy arrays."""
+
+    def __init__(self, optimizer, mode, lr, eps):
+        table = {"name": "table", "num_rows": ROWS, "dim": DIM, "dtype": "fp32", "optimizer": optimizer,
+                 "learning_rate": lr, "eps": eps, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0,
+                 "state_dtype": "fp32"}
+        self.t = _leanemb.Tables([table], [{"name": "feature", "table": 0, "pooling": mode}],
+                                 {"num_threads": 2, "seed": 0, "use_reference_kernels": False})
+
+    def set_weights(self, w):
+        self.t.write_rows(0, 0, np.ascontiguousarray(w, np.float32))
+
+    def get_weights(self):
+        return self.t.read_rows(0, 0, ROWS)
+
+    def get_state(self):
+        return self.t.read_state(0, 0, ROWS)
+
+    def forward(self, ids, offsets, psw):
+        out = np.empty((len(offsets) - 1, DIM), np.float32)
+        self.t.forward(len(offsets) - 1, [ids], [offsets], [psw], out, [])
+        return out
+
+    def backward_update(self, ids, offsets, grad, psw):
+        self.t.backward_update(len(offsets) - 1, [ids], [offsets], [psw], grad, [])
+
+    @property
+    def step(self):
+        return self.t.step
 
 
 def run_case(optimizer, mode, weighted, seed):
@@ -84,9 +112,7 @@ def run_case(optimizer, mode, weighted, seed):
         bag.weight.copy_(torch.from_numpy(w0))
     opt = torch_optimizer(optimizer, bag.parameters(), lr)
 
-    col = _leanemb.Collection(ROWS, DIM, dtype="fp32", optimizer=optimizer, lr=lr, eps=eps, beta1=0.9,
-                              beta2=0.999, weight_decay=0.0, state_dtype="fp32", pooling=mode, threads=2,
-                              seed=0, use_reference=False)
+    col = OneTable(optimizer, mode, lr, eps)
     col.set_weights(w0)
     if not np.array_equal(col.get_weights(), w0):
         return ["set_weights/get_weights do not round-trip fp32 weights"]
@@ -122,8 +148,8 @@ def run_case(optimizer, mode, weighted, seed):
         if msg:
             failures.append(f"step {step}: optimizer state differs {msg}")
             break
-    if not failures and step_count(col) != STEPS:
-        failures.append(f"step count {step_count(col)} after {STEPS} steps")
+    if not failures and col.step != STEPS:
+        failures.append(f"step count {col.step} after {STEPS} steps")
     return failures
 
 

@@ -14,14 +14,14 @@
 // without a valid manifest are moved into <out_dir>/corrupt/, never deleted), leftovers (.tmp,
 // .deleting) and all but the newest `keep_last` complete checkpoints after. A directory without
 // a valid manifest is never deleted by a commit. One process writes a given out_dir at a time
-// (`leanemb train` holds <out_dir>/LOCK, train/run_dir.h).
+// (`leanemb train` holds <out_dir>/LOCK, leanemb/run_dir.h).
 //
 // Writing:   auto w = CheckpointWriter::create(out_dir, step);  w->add_blob(...);
 //            w->add_table(...); w->append_rows(...) ...;  w->commit();
 // Resuming:  auto latest = find_latest_complete(out_dir);   // NotFound: start fresh
 //            auto r = CheckpointReader::open(latest->ref.path);  r->read_blob / r->read_rows
 //
-// Every function takes an Env (src/ckpt/env.h): nullptr means the real file system; tests pass
+// Every function takes an Env (leanemb/env.h): nullptr means the real file system; tests pass
 // a FaultInjectionEnv.
 //
 // Ownership: a writer or reader owns its open files; the Env must outlive them.
@@ -37,11 +37,10 @@
 #include <string_view>
 #include <vector>
 
+#include "leanemb/env.h"
 #include "leanemb/status.h"
 
 namespace leanemb::ckpt {
-
-class Env;  // src/ckpt/env.h
 
 enum class EntryKind : uint8_t { kBlob = 1, kTable = 2 };
 std::string_view entry_kind_name(EntryKind kind);  // "blob", "table"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "ckpt/format.h"
 
 namespace leanemb::ckpt {

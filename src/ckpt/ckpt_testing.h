@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "leanemb/checkpoint.h"
 
 namespace leanemb::ckpt::testing_util {

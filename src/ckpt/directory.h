@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 
 namespace leanemb::ckpt {
 

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 
 namespace leanemb::ckpt {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 
 namespace leanemb::ckpt {
 

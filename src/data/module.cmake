@@ -12,6 +12,7 @@ target_sources(leanemb PRIVATE
   src/data/source.cc
   src/data/batch.cc
   src/data/reader.cc
+  src/data/ctr_reader.cc
   src/data/convert.cc
   src/data/synthetic.cc
   src/data/metrics.cc

@@ -17,6 +17,7 @@
 
 #include "data/data_testing.h"
 #include "data/reader.h"
+#include "leanemb/ctr_reader.h"
 #include "leanemb/embedding.h"
 
 namespace leanemb::data {
@@ -554,6 +555,55 @@ TEST(DataReaderOptionsTest, BadOptionsAndMissingFilesFailAtOpen) {
   o.files = {path};
   o.schema.sparse[1].num_rows = 0;
   EXPECT_EQ(DataReader::open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The public CtrReader (leanemb/ctr_reader.h) gives the DataReader's batches over make_schema's
+// schema, shuffled and over epochs too, and ends with it.
+TEST(CtrReaderTest, GivesTheDataReadersBatches) {
+  ScratchDir dir;
+  const std::string path = dir.write("ctr.tsv", good_lines(500));
+  CtrReaderOptions co;
+  co.files = {path};
+  co.num_dense = 2;
+  co.num_sparse = 3;
+  co.table_rows = {7, 11, 13};
+  co.batch_size = 64;
+  co.shuffle_buffer = 100;
+  co.seed = 5;
+  co.num_epochs = 2;
+  std::unique_ptr<CtrReader> ctr = CtrReader::open(co).value();
+  ReaderOptions o = options({path}, make_schema(2, 3, co.table_rows).value(), 64);
+  o.shuffle_buffer = 100;
+  o.seed = 5;
+  o.num_epochs = 2;
+  std::unique_ptr<DataReader> reader = open_reader(o);
+  Batch want;
+  int batches = 0;
+  while (reader->next(&want).value()) {
+    ASSERT_TRUE(ctr->next().value());
+    ASSERT_EQ(ctr->batch_size(), want.batch_size);
+    EXPECT_TRUE(std::ranges::equal(ctr->labels(), want.labels));
+    EXPECT_TRUE(std::ranges::equal(ctr->dense(), want.dense));
+    ASSERT_EQ(ctr->num_sparse(), 3);
+    for (int f = 0; f < 3; ++f) {
+      EXPECT_TRUE(std::ranges::equal(ctr->ids(f), want.sparse[static_cast<size_t>(f)].ids)) << "feature " << f;
+      EXPECT_TRUE(std::ranges::equal(ctr->offsets(f), want.sparse[static_cast<size_t>(f)].offsets)) << "feature " << f;
+    }
+    ++batches;
+  }
+  EXPECT_FALSE(ctr->next().value());
+  EXPECT_EQ(batches, 16);  // 2 epochs of ceil(500 / 64) batches
+}
+
+// table_rows must hold one value or one per feature.
+TEST(CtrReaderTest, RefusesTableRowsOfAnotherLength) {
+  ScratchDir dir;
+  CtrReaderOptions co;
+  co.files = {dir.write("ctr.tsv", good_lines(10))};
+  co.num_dense = 2;
+  co.num_sparse = 3;
+  co.table_rows = {7, 11};
+  EXPECT_EQ(CtrReader::open(co).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Sharded checkpoints of any EmbeddingTables (a sharded collection; a local one is a world of one
-// rank): crash-safe, loadable at any world size
-// (resharding), with a digest that does not depend on the shard count. Layout and protocol in
-// docs/dist.md ("Sharded checkpoints") and docs/formats/checkpoint.md.
+// rank): crash-safe, loadable at any world size (resharding), with a digest that does not depend
+// on the shard count. Layout and protocol in docs/dist.md ("Sharded checkpoints") and
+// docs/formats/checkpoint.md.
 //
 //   <out_dir>/shards/step-<N>/rank-<r>-of-<P>/checkpoints/step-<N>/   rank r's shard: a normal
 //        checkpoint (CheckpointWriter) with table "rows/<name>" = its own rows of each table, in
@@ -25,6 +25,10 @@
 // blobs are written); every rank returns the same verdict. The out_dir must be one directory
 // visible to every rank (a shared file system across nodes).
 //
+// The entry points for either format (save_tables_checkpoint, load_tables_checkpoint,
+// verify_tables_checkpoint, tables_digest, ...) are public: leanemb/table_checkpoint.h. This
+// header adds the sharded format's own functions and the per-format digests.
+//
 // Thread safety: as the collection (one call at a time, the communicator used by no one else).
 #pragma once
 
@@ -38,19 +42,9 @@
 #include "dist/sharded_collection.h"
 #include "leanemb/checkpoint.h"
 #include "leanemb/embedding.h"
-
-namespace leanemb::ckpt {
-class Env;
-}
+#include "leanemb/table_checkpoint.h"
 
 namespace leanemb::dist {
-
-// A caller blob stored in the global checkpoint (rank 0's are written; others are ignored).
-// Names must be valid checkpoint entry names and must not start with "sharded/".
-struct ShardedBlob {
-  std::string name;
-  std::span<const uint8_t> bytes;
-};
 
 struct ShardedSaveOptions {
   ckpt::Env* env = nullptr;         // this rank's Env; nullptr: the real file system
@@ -88,14 +82,6 @@ Result<ShardedSaveInfo> save_sharded_checkpoint(const std::string& out_dir, int6
 // tables, and with verify_blocks every block's checksum. No communicator needed.
 // Errors: NotFound (no manifest or a missing shard), DataLoss (corrupt or mismatched), IoError.
 Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env = nullptr, bool verify_blocks = true);
-
-// Everything `--resume`, `leanemb test` / `predict` and `load_tables_checkpoint` would read of
-// checkpoint `dir`, checked: its manifest and every block, when it is the global directory
-// of a sharded checkpoint every shard it names (verify_sharded_checkpoint), and when it is
-// incremental every link of its chain (num_links, base_step; the counts are summed). The report is the
-// global directory's with the shards' files, bytes and blocks added (num_shards set).
-// Errors: as ckpt::verify and verify_sharded_checkpoint; a shard's name it.
-Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env = nullptr);
 
 // The newest complete sharded checkpoint under <out_dir>/checkpoints (FindOptions as for
 // ckpt::find_latest_complete; skipped directories are listed with the reason).
@@ -135,76 +121,5 @@ Result<std::string> sharded_collection_digest(EmbeddingTables& coll);
 // From a global checkpoint on disk (reads every shard; no communicator). Equal to
 // collection_digest / sharded_collection_digest of the collection that was saved.
 Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckpt::Env* env = nullptr);
-
-// ---- any collection, either format ----------------------------------------------------------
-// A local collection writes a plain checkpoint (one directory: tables "emb/<name>" of global
-// rows, dynamic partitions as blobs "dyn/<name>/<g>", the caller's blobs); a sharded one writes
-// the sharded checkpoint above. Loading takes either format at any world size.
-
-// Incremental checkpoints (docs/formats/checkpoint.md, "Chains"). A plain checkpoint of a local
-// collection that tracks its changed rows (EmbeddingCollection::track_changes) whose change base
-// is a complete checkpoint of out_dir (same step and id) holds only the rows changed since that
-// base, as table "delta/<name>" of their fat rows and blobs "delta_rows/<name>/<k>" of their row
-// numbers (dist/delta_rows.h), and extends it
-// (WriterOptions::parent_step); the caller's blobs and a dynamic table's partitions are written
-// whole. A full checkpoint is written instead when there is no such base, every full_every-th
-// link (the chain then holds at most full_every checkpoints), or when the links' changed rows
-// would pass max_chain_fraction of the tables' rows (a sparse base's own rows not counted). That
-// full checkpoint is a sparse base (delta_rows.h: only the rows
-// changed since the tables' initial state) when the collection tracked its changes from its
-// initial rows or from a chain rooted at a sparse base, and that is smaller than every row.
-// After every commit the collection's changes are reset to the new checkpoint. Sharded
-// collections always write full checkpoints.
-struct IncrementalOptions {
-  bool enabled = false;
-  int full_every = 8;               // >= 1 (1: every checkpoint full)
-  double max_chain_fraction = 0.5;  // in (0, 1]
-};
-
-struct TablesSaveOptions {
-  ckpt::Env* env = nullptr;
-  uint32_t block_bytes = 1u << 20;
-  int keep_last = 3;          // as WriterOptions::keep_last
-  int64_t chunk_rows = 65536;  // rows copied per call
-  std::function<void(int64_t, int64_t)> progress;  // as ShardedSaveOptions::progress
-  IncrementalOptions incremental;
-};
-
-struct TablesSaveInfo {
-  std::string path;                   // <out_dir>/checkpoints/step-<N> (the global directory)
-  std::vector<std::string> warnings;  // cleanup failures (the commit stands)
-  std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
-  int64_t parent_step = -1;           // the checkpoint an incremental one extends (-1: full)
-  bool sparse_base = false;           // full, as a sparse base (only the rows changed since create)
-  int64_t rows_written = 0;           // embedding rows written (all of them when full)
-  uint64_t entry_bytes = 0;           // plain: logical bytes of all entries (CommitInfo::entry_bytes);
-                                      // sharded: the fat rows' bytes (rows x stride)
-};
-
-// Collective for a sharded collection (only rank 0's blobs are written). Errors: the writers'.
-Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_t step, EmbeddingTables& tables,
-                                              std::span<const ShardedBlob> blobs = {}, const TablesSaveOptions& options = {});
-
-// True if `r` is the global directory of a sharded checkpoint.
-bool is_sharded_checkpoint(const ckpt::CheckpointReader& r);
-
-// The newest complete checkpoint of either format under <out_dir>/checkpoints (a sharded one
-// counts only with every shard). Errors: NotFound, IoError.
-Result<ckpt::LatestCheckpoint> find_latest_tables_checkpoint(const std::string& out_dir, const ckpt::FindOptions& options = {});
-
-struct TablesLoadOptions {
-  ckpt::Env* env = nullptr;
-  int64_t chunk_rows = 65536;
-  // Plain checkpoints do not record the collection's step counter (the caller's blobs do): the
-  // step to set (< 0: leave it). Sharded checkpoints set their recorded one.
-  int64_t collection_step = -1;
-};
-
-// Loads rows, dynamic partitions and the step counter of checkpoint `dir` into `tables`; an
-// incremental checkpoint's whole chain is read (its base, then each link's changed rows, then
-// the newest link's dynamic partitions). A local collection that tracks changes gets the loaded
-// checkpoint as its change base. Collective. Returns the collection step set. Errors: InvalidArgument (tables differ),
-// NotFound / DataLoss (missing or corrupt files), IoError; every rank fails if one does.
-Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables, const TablesLoadOptions& options = {});
 
 }  // namespace leanemb::dist

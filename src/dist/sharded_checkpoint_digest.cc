@@ -128,6 +128,12 @@ Result<std::string> sharded_collection_digest(EmbeddingTables& collection) {
   return finish_digest(coll.step(), tables, sums);
 }
 
+Result<std::string> tables_digest(EmbeddingTables& tables) {
+  const EmbeddingTables::LocalShard part = tables.local_shard();
+  if (part.plan != nullptr) return sharded_collection_digest(tables);
+  return collection_digest(*part.local);
+}
+
 Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckpt::Env* env) {
   LEANEMB_ASSIGN_OR_RETURN(OpenedGlobal g, open_global(global_dir, env));
   std::vector<RowSum> sums(g.layout.tables.size());

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "core/bytes.h"
 #include "ckpt/format.h"
 #include "dist/communicator.h"

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <random>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "ckpt/fault_injection_env.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"

@@ -23,6 +23,9 @@
 // the sharded collection's communication buffers (dist/comm_sizes.h, the function that the
 // collection reserves them with). A row cache (cache_fraction < 1) keeps the rows in a row store (docs/tiered.md).
 //
+// The types a prediction is made of (TableSpec, Estimate, TierPrediction, Prediction) and the
+// embedding-only entry point (predict_tables_memory) are public: leanemb/plan.h.
+//
 // Thread safety: plain functions of their inputs.
 #pragma once
 
@@ -35,6 +38,7 @@
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"
 #include "leanemb/optimizer.h"
+#include "leanemb/plan.h"
 #include "leanemb/table_options.h"
 #include "leanemb/tables.h"
 #include "leanemb/status.h"
@@ -44,20 +48,6 @@
 namespace leanemb::plan {
 
 enum class WorkloadKind : uint8_t { kCtr, kEmbeddingOnly, kText };
-
-// One table and the feature that looks it up (one feature per table).
-struct TableSpec {
-  std::string name;
-  int64_t num_rows = 0;
-  int64_t dim = 0;
-  PoolingMode pooling = PoolingMode::kSum;
-  int64_t max_ids_per_sample = 1;      // longest bag (pooled) or the sequence length (kNone)
-  double mean_ids_per_sample = 1.0;    // mean ids per sample (what sizes a typical step)
-  double expected_unique_rows = -1.0;  // distinct rows per step; < 0: unknown (worst case used)
-  double zipf = 0.0;                   // id skew (0 = uniform), for the cache hit rate
-  int64_t vocab = 0;                   // distinct ids drawn (0: num_rows), for the cache's misses
-  TableDynamicOptions dynamic;         // enabled: a dynamic vocabulary of num_rows rows (docs/tiered.md)
-};
 
 struct Workload {
   WorkloadKind kind = WorkloadKind::kCtr;
@@ -102,65 +92,6 @@ struct Workload {
   // batch of all shards (each computes its groups' records), as `leanemb train` runs it.
   int grad_groups = 1;
   int num_threads = 0;          // CPU threads of the fused update (0 = OpenMP's default)
-};
-
-// How step sizes are chosen: kExpected uses mean ids per sample and the expected unique rows
-// (what a run measures); kWorstCase uses the longest bags and unique = min(ids, rows) (what a
-// budget must hold).
-enum class Estimate : uint8_t { kExpected, kWorstCase };
-
-using CategoryBytesArray = std::array<size_t, kNumCategories>;
-
-struct TierPrediction {
-  CategoryBytesArray peak{};  // per category, the largest bytes over the phases
-  size_t peak_bytes = 0;      // the largest sum over the phases (bytes requested, as MemoryStats counts)
-  // The budget that holds the run: device tier, the largest sum over the phases of the
-  // allocations rounded as the DeviceArena rounds them (512 bytes) plus alignment headroom, so
-  // that a device budget (and reserve) of budget_bytes runs; host tier, peak_bytes.
-  size_t budget_bytes = 0;
-  std::string peak_phase;     // where the tier's peak happens
-  size_t small_request_bytes = 0;  // bytes of requests <= 1 MiB at the peak (arena small pool)
-};
-
-struct Prediction {
-  std::array<TierPrediction, 2> tier;  // device, host
-  const TierPrediction& device() const { return tier[0]; }
-  const TierPrediction& host() const { return tier[1]; }
-  // Bytes that cross the host link per step (both directions), and all-to-all bytes per device.
-  double host_link_bytes_per_step = 0;
-  double comm_bytes_per_step = 0;
-  double device_bytes_moved_per_step = 0;  // HBM traffic estimate (rows, activations, grads)
-  double cache_hit_rate = 1.0;
-  int64_t ids_per_step = 0;      // all tables
-  int64_t unique_per_step = 0;   // all tables
-  size_t table_bytes = 0;        // rows of every table (weights + state), all tiers
-  // Cached tables, per device, in the cache's steady state (the LRU model lru_misses_per_step
-  // over the step's ids, capacity and the table's zipf): the misses; of them, the rows touched
-  // for the first time, which are initialized, not read (first_touches_per_step over the run's
-  // second half; 0 when the run's length or the ids' vocabulary and skew are unknown); the rows
-  // the store reads (the other misses); and the rows it writes back (one per miss: every fetched
-  // row is updated, so every victim is dirty).
-  double store_misses_per_step = 0;
-  double store_first_touches_per_step = 0;
-  double store_rows_read_per_step = 0;
-  double store_rows_written_per_step = 0;
-  // File-store tables: the table files' sizes (the most they can hold on disk: in place, num_rows
-  // x row bytes rounded up to the block; a log, log_store_max_file_bytes), and the I/O requests
-  // per step at most (in place: a read per miss, a write per write-back and the read-modify-write
-  // read before it, docs/tiered.md "Writes"; a log: a read per miss and the write-backs' bytes in
-  // 1 MiB appends).
-  size_t disk_bytes = 0;
-  double store_requests_per_step = 0;
-  // Over the whole run (Workload::run_steps and the file-store tables' vocabulary and skew known;
-  // else -1 and disk_bytes): the expected distinct rows the file-store tables' steps touch (each
-  // written to the store once it is evicted), and their files' bytes then (a log: those records,
-  // with the stale copies its bound allows; in place: the blocks they fall in).
-  double run_rows_touched = -1;
-  size_t disk_bytes_run = 0;
-  // The largest sparse base of the run (train.incremental_checkpoints, docs/formats/checkpoint.md
-  // "Chains": the rows changed since the initial rows, with their row numbers), every table; -1
-  // when the run's steps or a table's ids are unknown.
-  double sparse_base_bytes = -1;
 };
 
 // Validates and predicts. Errors: InvalidArgument (empty tables, dims, batch, bad micro-batches,

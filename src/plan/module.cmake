@@ -2,6 +2,7 @@
 # functions), the planner (device presets, search, cost model) and `leanemb plan`.
 target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/memory_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tables_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/access_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/planner.cc
   ${CMAKE_CURRENT_LIST_DIR}/parity.cc

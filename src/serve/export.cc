@@ -14,7 +14,7 @@
 #include "table/pruned_rows.h"
 #include "ctr/ctr_serving.h"
 #include "serve/task_registry.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 #include "leanemb/dtype.h"
 
 namespace leanemb::serve {

@@ -20,7 +20,7 @@
 #include "tiered/sizes.h"
 #include "train/divergence.h"
 #include "train/metrics_log.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "leanemb/json.h"
@@ -417,7 +417,7 @@ Status Run::open() {
   if (ls_.grad_groups % world_ != 0)
     return invalid_argument(ls_.origin + ": dist.grad_groups (" + std::to_string(ls_.grad_groups) +
                             ") must be a multiple of the number of ranks (" + std::to_string(world_) + ")");
-  // The output directory, locked for the run, and where the run starts (train/run_dir.h).
+  // The output directory, locked for the run, and where the run starts (leanemb/run_dir.h).
   LEANEMB_ASSIGN_OR_RETURN(resume_at_, open_run_dir(run_dir_options(ro_), comm_, &run_dir_));
   // A run never goes back: a step count below the checkpoint's leaves nothing to do, and saying
   // "steps 21-20 in this run" with exit 0 hid that the flag was wrong (docs/train.md "Resuming").

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <span>
 
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 
 namespace leanemb::train {
 

@@ -24,7 +24,7 @@
 #include "train/config_diff.h"
 #include "train/divergence.h"
 #include "train/metrics_testing.h"
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 #include "train/stop_signal.h"
 #include "train/toml_section.h"
 #include "ctr/ctr_task.h"

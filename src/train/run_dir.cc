@@ -1,5 +1,5 @@
 // RunDir: lock, consent and resume point of a run's output directory. See run_dir.h.
-#include "train/run_dir.h"
+#include "leanemb/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,7 +16,7 @@
 #include "leanemb/json.h"
 
 #include "ckpt/directory.h"
-#include "ckpt/env.h"
+#include "leanemb/env.h"
 #include "ckpt/format.h"
 #include "dist/communicator.h"
 #include "dist/sharded_checkpoint.h"

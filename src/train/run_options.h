@@ -21,7 +21,7 @@ namespace leanemb::train {
 class StopSignal;
 
 struct RunOptions {
-  std::string out_dir = "runs/ctr_small";  // locked for the run; see train/run_dir.h
+  std::string out_dir = "runs/ctr_small";  // locked for the run; see leanemb/run_dir.h
   bool resume = false;
   bool overwrite = false;    // move an earlier run's checkpoints and metrics aside (run_dir.h)
   bool start_fresh = false;  // with resume: no valid checkpoint -> set them aside, step 0

@@ -1,8 +1,12 @@
-// Env: the file-system operations checkpoints need, behind an interface (as LevelDB's Env), so
-// that tests can swap the real file system for one that injects faults and simulates crashes.
+// Env: the file seam. Checkpoints (their files and directories, leanemb/checkpoint.h and
+// leanemb/table_checkpoint.h) and a run's metrics log are read and written through this
+// interface (as LevelDB's Env), so that callers and tests can swap the real file system for
+// one that injects faults and simulates crashes. Functions that take an `Env*`
+// (leanemb/checkpoint.h, leanemb/table_checkpoint.h) read nullptr as posix_env().
 //
 // Two implementations: posix_env() (real syscalls: open/write/fsync/rename/fsync of the parent
-// directory) and FaultInjectionEnv (fault_injection_env.h, in memory, for tests).
+// directory) and the library's FaultInjectionEnv (src/ckpt/fault_injection_env.h, in memory, for
+// its tests). Other implementations subclass Env.
 //
 // Durability contract, which callers must follow and FaultInjectionEnv enforces: bytes
 // appended to a file survive a crash only after WritableFile::sync(); a file creation, a rename

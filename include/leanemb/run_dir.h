@@ -26,6 +26,10 @@
 // (an earlier run's or an earlier writer's work is refused unless the writer was told to
 // overwrite, which moves it aside), so no writer deletes a checkpoint it did not write itself.
 //
+// Public (leanemb/run_dir.h) because every writer of checkpoints into a directory it was given
+// (the CLI, the Python module's save()) must follow the same protocol; implemented in
+// src/train/run_dir.cc.
+//
 // Ownership: a RunDir owns the lock until it is destroyed.
 // Thread safety: one thread at a time; the lock excludes other processes and other RunDirs
 // of this process.
@@ -40,10 +44,10 @@
 #include "leanemb/status.h"
 
 namespace leanemb::ckpt {
-class Env;
+class Env;  // leanemb/env.h
 }
 namespace leanemb::dist {
-class Communicator;
+class Communicator;  // leanemb/communicator.h
 }
 
 namespace leanemb::train {
