@@ -26,7 +26,6 @@ SKIP = re.compile(r"(_test\.cc|_testing\.h|_test_main\.cc|_fuzz\.cc)$")
 
 # Violations still open, each with why (remove an entry when its code is fixed).
 KNOWN = {
-    ("private", "tools -> dist"): "mpirun set-up and sharded checkpoints",
     ("private", "tools -> plan"): "leanemb plan",
     ("private", "tools -> serve"): "test / predict / export / report, and the task registry (serve/task_registry.h)",
     ("private", "tools -> tiered"): "bench workloads and the store probe",

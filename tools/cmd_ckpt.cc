@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "dist/sharded_checkpoint.h"
-#include "dist/training_digest.h"
+#include "leanemb/table_checkpoint.h"
+#include "leanemb/training_digest.h"
 #include "leanemb/checkpoint.h"
 #include "tools/commands.h"
 

@@ -17,8 +17,7 @@
 #include <vector>
 
 #include "leanemb/paths.h"
-#include "dist/communicator.h"
-#include "dist/mpi_comm.h"
+#include "leanemb/communicator.h"
 #include "serve/task_registry.h"
 #include "tools/commands.h"
 #include "train/stop_signal.h"

@@ -1,7 +1,7 @@
 // The training digest (training_digest.h). The embedding part of a plain checkpoint goes
 // through the same digest_internal functions as collection_digest and the sharded digests, so
 // equal rows give equal strings by construction; only the table list and the row source differ.
-#include "dist/training_digest.h"
+#include "leanemb/training_digest.h"
 
 #include <xxhash.h>
 

@@ -1,7 +1,7 @@
 // The training digest: a plain trainer-style checkpoint written by one process and a sharded
 // checkpoint of the same state written by two ranks have the same digest; one changed dense
 // byte, row byte or step changes it; a missing blob is DataLoss naming it.
-#include "dist/training_digest.h"
+#include "leanemb/training_digest.h"
 
 #include <gtest/gtest.h>
 

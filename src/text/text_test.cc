@@ -15,7 +15,7 @@
 
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
-#include "dist/training_digest.h"
+#include "leanemb/training_digest.h"
 #include "nn/loss.h"
 #include "text/text_config.h"
 #include "text/text_data.h"

@@ -18,7 +18,7 @@
 #include "ckpt/fault_injection_env.h"
 #include "ckpt/format.h"
 #include "dist/sharded_checkpoint.h"
-#include "dist/training_digest.h"
+#include "leanemb/training_digest.h"
 #include "leanemb/checkpoint.h"
 #include "ctr/ctr_config.h"
 #include "train/config_diff.h"

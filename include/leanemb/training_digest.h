@@ -5,7 +5,7 @@
 // sharded one. Format details: docs/formats/checkpoint.md, "Training digest".
 //
 // Two kinds of checkpoint directory (<out>/checkpoints/step-<N>) are accepted:
-//   sharded  it has blob "sharded/layout" (sharded_checkpoint.h): the embedding part is
+//   sharded  it has blob "sharded/layout" (table_checkpoint.h): the embedding part is
 //            sharded_checkpoint_digest(dir) (every shard it names is read).
 //   plain    the trainer's own checkpoint: tables "emb/<name>" (total_rows rows of fat bytes,
 //            meta JSON {"dim","dtype","optimizer","state_dtype","stride_bytes"}); the
@@ -33,11 +33,8 @@
 
 #include <string>
 
+#include "leanemb/env.h"
 #include "leanemb/status.h"
-
-namespace leanemb::ckpt {
-class Env;
-}
 
 namespace leanemb::dist {
 
