@@ -1,8 +1,11 @@
 // One contender's engine and its correctness gate, and the small statistics and process helpers
 // the workloads share. Invariant: the gate never runs on an engine that is being timed at the
 // same moment, and a reference copy exists only while its gate runs.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -272,3 +275,26 @@ Result<GateResult> run_gate(const Shape& s, const Contender& c, Engine& fast, co
 }
 
 }  // namespace leanemb::bench::internal
+
+// The machine figures workloads.h declares (next to the /proc readers above).
+namespace leanemb::bench {
+
+size_t process_max_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+size_t l3_cache_bytes() {
+  std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (f == nullptr) return 0;
+  unsigned long long v = 0;
+  char unit = 0;
+  const int n = std::fscanf(f, "%llu%c", &v, &unit);
+  std::fclose(f);
+  if (n < 1) return 0;
+  const size_t mult = unit == 'K' ? size_t{1} << 10 : unit == 'M' ? size_t{1} << 20 : unit == 'G' ? size_t{1} << 30 : 1;
+  return static_cast<size_t>(v) * mult;
+}
+
+}  // namespace leanemb::bench

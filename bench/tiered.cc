@@ -241,10 +241,8 @@ Status run_sweep(const TieredShape& base, const BenchOptions& o, const Progress&
   return Status();
 }
 
-}  // namespace
-
-Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
-  const auto started = Clock::now();
+// The table and id stream (defaults: 10M rows x 128 bf16, rowwise Adagrad, batch 4096 x 16).
+TieredShape tiered_shape(const BenchOptions& o) {
   TieredShape s;
   s.rows = o.rows.value_or(10000000);
   s.dim = o.dim.value_or(128);
@@ -256,76 +254,71 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
   s.optimizer.learning_rate = 0.05f;
   s.optimizer.eps = default_eps(s.optimizer.kind);
   s.optimizer.state_dtype = o.state_dtype.value_or(DType::kF32);
-  if (o.tables.value_or(1) != 1) return invalid_argument("--workload tiered runs one table (--tables 1)");
-  const int warmup = o.warmup.value_or(100), iters = o.iters.value_or(50);
-  (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"bag", s.bag}, {"alpha", s.alpha},
-                     {"dtype", std::string(dtype_name(s.dtype))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))}};
-  (*doc)["warmup"] = warmup;
-  if (o.sweep) return run_sweep(s, o, progress, warmup, iters, doc);
+  return s;
+}
 
-  const bool file = o.store == StoreKind::kFile;
-  const std::vector<CachePolicy>& policies = o.cache_policies;
-  if (policies.empty()) return invalid_argument("tiered: no cache policy");
-  if (file && policies.size() > 1) return invalid_argument("tiered: several policies (--policy) need --store host");
-  std::string path = o.store_path;
-  if (file && path.empty()) path = "leanemb-tiered-" + std::to_string(::getpid()) + ".rows";
+// The cached contenders' cache (its policy: the first one's) and the report's "cache" entry.
+TableCacheOptions tiered_cache(const BenchOptions& o, bool file, const std::string& path, json* doc) {
   TableCacheOptions co;
   co.fraction = o.cache_fraction;
-  co.policy = policies[0];
+  co.policy = o.cache_policies[0];
   co.store = o.store;
   co.store_path = path;
   co.store_layout = o.store_layout;
   co.direct_io = o.store_direct_io;
   co.prefetch_nice = o.prefetch_nice;
   json policy_names = json::array();
-  for (CachePolicy p : policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
+  for (CachePolicy p : o.cache_policies) policy_names.push_back(std::string(tiered::cache_policy_name(p)));
   (*doc)["cache"] = {{"fraction", co.fraction}, {"policy", std::string(tiered::cache_policy_name(co.policy))},
                      {"policies", policy_names}, {"store", std::string(store_kind_name(co.store))}, {"store_path", file ? path : ""},
                      {"store_layout", file ? std::string(file_store_layout_name(co.store_layout)) : ""},
                      {"store_direct_io", file && co.direct_io},
                      {"prefetch", o.prefetch}, {"prefetch_nice", co.prefetch_nice}};
+  return co;
+}
 
-  progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
-           static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(s.dtype)).c_str(),
-           std::string(optimizer_name(s.optimizer.kind)).c_str(), static_cast<long long>(s.batch),
-           static_cast<long long>(s.bag), s.alpha, warmup + iters + 1);
-  LEANEMB_ASSIGN_OR_RETURN(auto batches, make_batches(s, static_cast<size_t>(warmup + iters + 1), derive_seed(o.seed, 7)));
-  std::vector<float> grad(static_cast<size_t>(s.batch * s.dim));
-  {
-    std::mt19937_64 rng(o.seed);
-    std::normal_distribution<float> g(0.0f, 0.01f);
-    for (auto& x : grad) x = g(rng);
-  }
-  std::vector<float> out(static_cast<size_t>(s.batch * s.dim));
+// Gradients drawn from N(0, 0.01), [n].
+std::vector<float> random_grad(size_t n, uint64_t seed) {
+  std::vector<float> grad(n);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  for (auto& x : grad) x = g(rng);
+  return grad;
+}
 
-  std::vector<Run> runs;
-  if (!file && !o.no_resident) {
-    progress("creating the resident table");
-    LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, nullptr));
-    runs.push_back(Run{"resident", std::move(e)});
-  }
-  const size_t first_cached = runs.size();
-  const double batches_s = ms_since(started) / 1e3;
-  json create_s = json::object();  // seconds to create each contender's table
+// One cached contender per policy, after `runs`' resident one; create_s: seconds each took.
+Status add_cached_runs(const TieredShape& s, const BenchOptions& o, TableCacheOptions co, const Progress& progress,
+                       std::vector<Run>* runs, json* create_s) {
+  const std::vector<CachePolicy>& policies = o.cache_policies;
   for (CachePolicy p : policies) {
     const std::string pname(tiered::cache_policy_name(p));
     progress("creating the cached table (%s store, %s)", std::string(store_kind_name(o.store)).c_str(), pname.c_str());
     co.policy = p;
     const auto t_create = Clock::now();
     LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, &co));
-    create_s[policies.size() == 1 ? "cached" : "cached_" + pname] = ms_since(t_create) / 1e3;
+    (*create_s)[policies.size() == 1 ? "cached" : "cached_" + pname] = ms_since(t_create) / 1e3;
     Run r{policies.size() == 1 ? "cached" : "cached_" + pname, std::move(e)};
     r.cached = true;
     r.policy = p;
-    runs.push_back(std::move(r));
+    runs->push_back(std::move(r));
   }
-  // Start-up: from the workload's start to its first step (the id batches, every contender's
-  // table), and what the table creation took of it.
-  (*doc)["startup"] = {{"time_to_first_step_s", ms_since(started) / 1e3}, {"batches_s", batches_s}, {"create_table_s", create_s}};
-  progress("first step %.2f s after the start (tables created in %s s)", ms_since(started) / 1e3, create_s.dump().c_str());
+  return Status();
+}
+
+// The steps every contender takes: warm-up (the cache fills), then the measured ones.
+struct Steps {
+  const std::vector<IdBatch>& batches;
+  const std::vector<float>& grad;
+  int64_t batch;
+  bool prefetch;
+  std::vector<float>& out;
+  int warmup, iters;
+};
+
+Status warm_up(std::vector<Run>& runs, const Steps& st, const Progress& progress) {
   for (Run& r : runs) {
-    progress("%s: %d warm-up steps", r.name.c_str(), warmup);
-    for (int i = 0; i < warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, o.prefetch));
+    progress("%s: %d warm-up steps", r.name.c_str(), st.warmup);
+    for (int i = 0; i < st.warmup; ++i) LEANEMB_RETURN_IF_ERROR(one_step(r, st.batches, st.grad, st.batch, st.out, st.prefetch));
     // The last warm-up step's prefetch finishes here, not in the next contender's steps.
     if (r.cached) LEANEMB_RETURN_IF_ERROR(r.e.coll->wait_prefetch());
     if (r.cached) { LEANEMB_ASSIGN_OR_RETURN(r.after_warmup, r.e.coll->cache_stats(0)); }
@@ -333,30 +326,38 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
     r.e.mem->reset_peaks();
     r.timing = true;
   }
-  // Measured steps in interleaved rounds of 5, rotating which contender goes first. A cached
-  // contender's last step of a round waits for the prefetch it started (timed, as the wait its
-  // next forward would have had): without it the fetch would run on into the next contender's
-  // steps, slowing them and coming free to this one.
+  return Status();
+}
+
+// Measured steps in interleaved rounds of 5, rotating which contender goes first. A cached
+// contender's last step of a round waits for the prefetch it started (timed, as the wait its
+// next forward would have had): without it the fetch would run on into the next contender's
+// steps, slowing them and coming free to this one.
+Status measure(std::vector<Run>& runs, const Steps& st, const Progress& progress) {
   constexpr int kBlock = 5;
-  for (int done = 0, round = 0; done < iters; done += kBlock, ++round) {
-    const int n = std::min(kBlock, iters - done);
+  for (int done = 0, round = 0; done < st.iters; done += kBlock, ++round) {
+    const int n = std::min(kBlock, st.iters - done);
     for (size_t k = 0; k < runs.size(); ++k) {
       Run& r = runs[(k + static_cast<size_t>(round)) % runs.size()];
       for (int i = 0; i < n; ++i) {
         const auto t0 = Clock::now();
-        LEANEMB_RETURN_IF_ERROR(one_step(r, batches, grad, s.batch, out, o.prefetch));
+        LEANEMB_RETURN_IF_ERROR(one_step(r, st.batches, st.grad, st.batch, st.out, st.prefetch));
         if (r.cached && i + 1 == n) LEANEMB_RETURN_IF_ERROR(r.e.coll->wait_prefetch());
         r.step_ms.push_back(ms_since(t0));
       }
     }
-    if (round % 4 == 3) progress("measured %d/%d steps", done + n, iters);
+    if (round % 4 == 3) progress("measured %d/%d steps", done + n, st.iters);
   }
+  return Status();
+}
+
+// Per contender: step times, bytes moved between tiers per step, memory, and a cached one's
+// cache figures; each one's median step time in *median_ms.
+Result<json> contenders_json(std::vector<Run>& runs, int iters, std::vector<double>* median_ms) {
   json contenders = json::array();
-  double resident_ms = 0, cached_ms = 0;
-  std::vector<double> median_ms;
   for (Run& r : runs) {
     const Summary sm = summarize(r.step_ms);
-    median_ms.push_back(sm.median);
+    median_ms->push_back(sm.median);
     json j{{"name", r.name},
            {"step_ms", {{"median", sm.median}, {"p10", sm.p10}, {"p90", sm.p90}}},
            {"forward_ms_median", median_of(r.forward_ms)},
@@ -375,37 +376,79 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
       LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, r.e.coll->cache_stats(0));
       j["cache"] = cache_json(st, r.after_warmup, iters, r.e.coll->layout(0).stride_bytes);
       j["policy"] = std::string(tiered::cache_policy_name(r.policy));
-      if (&r == &runs[first_cached]) cached_ms = sm.median;
-    } else {
-      resident_ms = sm.median;
     }
     contenders.push_back(j);
   }
-  (*doc)["contenders"] = contenders;
-  json summary;
-  if (resident_ms > 0) summary["step_time_ratio_cached_over_resident"] = cached_ms / resident_ms;
+  return contenders;
+}
+
+// With several policies: each one's figures, and its step time over the first policy's.
+Status policies_summary(std::vector<Run>& runs, size_t first_cached, const std::vector<double>& median_ms,
+                        double resident_ms, const BenchOptions& o, int iters, json* summary) {
+  json per = json::array();
+  for (size_t k = first_cached; k < runs.size(); ++k) {
+    LEANEMB_ASSIGN_OR_RETURN(RowCacheStats pst, runs[k].e.coll->cache_stats(0));
+    const json cj = cache_json(pst, runs[k].after_warmup, iters, 0);
+    json pj{{"policy", std::string(tiered::cache_policy_name(runs[k].policy))},
+            {"step_ms_median", median_ms[k]},
+            {"step_time_ratio_over_" + std::string(tiered::cache_policy_name(o.cache_policies[0])), median_ms[k] / median_ms[first_cached]},
+            {"hit_rate", cj["hit_rate"]},
+            {"index_bytes_per_cached_row", cj["index_bytes_per_cached_row"]}};
+    if (resident_ms > 0) pj["step_time_ratio_cached_over_resident"] = median_ms[k] / resident_ms;
+    per.push_back(pj);
+  }
+  (*summary)["policies"] = per;
+  return Status();
+}
+
+// The file store's end: the final flush's time, and the store's read IOPS next to a same-run
+// probe of the medium. st: the cache's stats after the measured steps.
+Status file_store_summary(Run& cached, const RowCacheStats& st, const BenchOptions& o, int iters, const std::string& path,
+                          const std::vector<std::vector<int64_t>>& measured_trace, json* summary) {
+  // Writing every dirty cached row back (what a checkpoint or the end of a run does first).
+  const auto t_flush = Clock::now();
+  LEANEMB_RETURN_IF_ERROR(cached.e.coll->flush());
+  (*summary)["final_flush_s"] = ms_since(t_flush) / 1e3;
+  const json cj = cache_json(st, cached.after_warmup, iters, 0);
+  // The in-place layout's probe reads the blocks of rows the run touched (all written by now:
+  // the flush above); the log layout's file holds only written segments, so its probe reads
+  // blocks of the whole file (a row's number says nothing of where its record is).
+  std::vector<int64_t> written;
+  if (o.store_layout == FileStoreLayout::kInPlace)
+    for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
+  // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64
+  // (leanemb/disk_probe.h); 0, with the reason on stderr, when it fails.
+  const Result<double> probed =
+      tiered::random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
+  if (!probed.ok()) std::fprintf(stderr, "[bench] tiered: the disk probe failed: %s\n", probed.status().to_string().c_str());
+  const double probe = probed.ok() ? probed.value() : 0.0;
+  (*summary)["store_read_iops"] = cj["store_read_iops"];
+  (*summary)["probe_random_read_iops_4k_qd64"] = probe;
+  if (probe > 0) (*summary)["store_iops_over_probe"] = cj["store_read_iops"].get<double>() / probe;
+  return Status();
+}
+
+// The report's contenders and summary: cached over resident, the first policy's hit rate next
+// to the offline LRU's, each policy's figures, the determinism gate, the file store's figures,
+// peak RSS.
+Status tiered_summary(std::vector<Run>& runs, size_t first_cached, const std::vector<IdBatch>& batches,
+                      const TieredShape& s, const BenchOptions& o, const Steps& steps, const std::string& path,
+                      json* doc, json* summary) {
+  const int warmup = steps.warmup, iters = steps.iters;
+  std::vector<double> median_ms;
+  LEANEMB_ASSIGN_OR_RETURN(json contenders, contenders_json(runs, iters, &median_ms));
+  (*doc)["contenders"] = std::move(contenders);
+  const double resident_ms = first_cached > 0 ? median_ms[0] : 0.0;
+  if (resident_ms > 0) (*summary)["step_time_ratio_cached_over_resident"] = median_ms[first_cached] / resident_ms;
   const auto trace = trace_of(batches);
   const std::vector<std::vector<int64_t>> measured_trace(trace.begin(), trace.begin() + warmup + iters);
   Run& cached = runs[first_cached];  // the first policy's: the summary's figures
   LEANEMB_ASSIGN_OR_RETURN(RowCacheStats st, cached.e.coll->cache_stats(0));
-  summary["hit_rate"] = cache_json(st, cached.after_warmup, iters, 0)["hit_rate"];
-  summary["index_bytes_per_cached_row"] = cache_json(st, cached.after_warmup, iters, 0)["index_bytes_per_cached_row"];
-  summary["lru_simulation_hit_rate"] = simulate_lru(measured_trace, static_cast<size_t>(warmup), st.capacity_rows);
-  if (policies.size() > 1) {  // each policy's figures, and its step time over the first policy's
-    json per = json::array();
-    for (size_t k = first_cached; k < runs.size(); ++k) {
-      LEANEMB_ASSIGN_OR_RETURN(RowCacheStats pst, runs[k].e.coll->cache_stats(0));
-      const json cj = cache_json(pst, runs[k].after_warmup, iters, 0);
-      json pj{{"policy", std::string(tiered::cache_policy_name(runs[k].policy))},
-              {"step_ms_median", median_ms[k]},
-              {"step_time_ratio_over_" + std::string(tiered::cache_policy_name(policies[0])), median_ms[k] / median_ms[first_cached]},
-              {"hit_rate", cj["hit_rate"]},
-              {"index_bytes_per_cached_row", cj["index_bytes_per_cached_row"]}};
-      if (resident_ms > 0) pj["step_time_ratio_cached_over_resident"] = median_ms[k] / resident_ms;
-      per.push_back(pj);
-    }
-    summary["policies"] = per;
-  }
+  (*summary)["hit_rate"] = cache_json(st, cached.after_warmup, iters, 0)["hit_rate"];
+  (*summary)["index_bytes_per_cached_row"] = cache_json(st, cached.after_warmup, iters, 0)["index_bytes_per_cached_row"];
+  (*summary)["lru_simulation_hit_rate"] = simulate_lru(measured_trace, static_cast<size_t>(warmup), st.capacity_rows);
+  if (o.cache_policies.size() > 1)
+    LEANEMB_RETURN_IF_ERROR(policies_summary(runs, first_cached, median_ms, resident_ms, o, iters, summary));
   // The gate: every cached contender against the resident one (or, without it, the first policy).
   if (runs.size() >= 2) {
     bool same = true;
@@ -413,32 +456,61 @@ Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
       LEANEMB_ASSIGN_OR_RETURN(bool ok, same_rows(*runs[0].e.coll, *runs[k].e.coll, trace[warmup + iters - 1], s.rows, o.seed));
       same = same && ok;
     }
-    summary["gate"] = same ? "pass" : "fail";
+    (*summary)["gate"] = same ? "pass" : "fail";
     if (!same) return internal_error("tiered: cached and resident rows differ (determinism gate)");
   }
-  if (file) {
-    // Writing every dirty cached row back (what a checkpoint or the end of a run does first).
-    const auto t_flush = Clock::now();
-    LEANEMB_RETURN_IF_ERROR(cached.e.coll->flush());
-    summary["final_flush_s"] = ms_since(t_flush) / 1e3;
-    const json cj = cache_json(st, cached.after_warmup, iters, 0);
-    // The in-place layout's probe reads the blocks of rows the run touched (all written by now:
-    // the flush above); the log layout's file holds only written segments, so its probe reads
-    // blocks of the whole file (a row's number says nothing of where its record is).
-    std::vector<int64_t> written;
-    if (co.store_layout == FileStoreLayout::kInPlace)
-      for (const auto& step : measured_trace) written.insert(written.end(), step.begin(), step.end());
-    // Same-run probe of the medium: random 4 KiB O_DIRECT reads at queue depth 64
-    // (leanemb/disk_probe.h); 0, with the reason on stderr, when it fails.
-    const Result<double> probed =
-        tiered::random_read_iops(path, 4096, 64, 3.0, o.seed, written, cached.e.coll->layout(0).stride_bytes);
-    if (!probed.ok()) std::fprintf(stderr, "[bench] tiered: the disk probe failed: %s\n", probed.status().to_string().c_str());
-    const double probe = probed.ok() ? probed.value() : 0.0;
-    summary["store_read_iops"] = cj["store_read_iops"];
-    summary["probe_random_read_iops_4k_qd64"] = probe;
-    if (probe > 0) summary["store_iops_over_probe"] = cj["store_read_iops"].get<double>() / probe;
+  if (o.store == StoreKind::kFile)
+    LEANEMB_RETURN_IF_ERROR(file_store_summary(cached, st, o, iters, path, measured_trace, summary));
+  (*summary)["peak_rss_bytes"] = process_max_rss_bytes();
+  return Status();
+}
+
+}  // namespace
+
+Status run_tiered(const BenchOptions& o, const Progress& progress, json* doc) {
+  const auto started = Clock::now();
+  const TieredShape s = tiered_shape(o);
+  if (o.tables.value_or(1) != 1) return invalid_argument("--workload tiered runs one table (--tables 1)");
+  const int warmup = o.warmup.value_or(100), iters = o.iters.value_or(50);
+  (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"bag", s.bag}, {"alpha", s.alpha},
+                     {"dtype", std::string(dtype_name(s.dtype))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))}};
+  (*doc)["warmup"] = warmup;
+  if (o.sweep) return run_sweep(s, o, progress, warmup, iters, doc);
+
+  const bool file = o.store == StoreKind::kFile;
+  if (o.cache_policies.empty()) return invalid_argument("tiered: no cache policy");
+  if (file && o.cache_policies.size() > 1) return invalid_argument("tiered: several policies (--policy) need --store host");
+  std::string path = o.store_path;
+  if (file && path.empty()) path = "leanemb-tiered-" + std::to_string(::getpid()) + ".rows";
+  const TableCacheOptions co = tiered_cache(o, file, path, doc);
+
+  progress("tiered: %lld rows x %lld %s, %s, batch %lld x %lld ids, alpha %.2f; generating %d batches",
+           static_cast<long long>(s.rows), static_cast<long long>(s.dim), std::string(dtype_name(s.dtype)).c_str(),
+           std::string(optimizer_name(s.optimizer.kind)).c_str(), static_cast<long long>(s.batch),
+           static_cast<long long>(s.bag), s.alpha, warmup + iters + 1);
+  LEANEMB_ASSIGN_OR_RETURN(auto batches, make_batches(s, static_cast<size_t>(warmup + iters + 1), derive_seed(o.seed, 7)));
+  const std::vector<float> grad = random_grad(static_cast<size_t>(s.batch * s.dim), o.seed);
+  std::vector<float> out(static_cast<size_t>(s.batch * s.dim));
+
+  std::vector<Run> runs;
+  if (!file && !o.no_resident) {
+    progress("creating the resident table");
+    LEANEMB_ASSIGN_OR_RETURN(Engine e, make_engine(s, o, nullptr));
+    runs.push_back(Run{"resident", std::move(e)});
   }
-  summary["peak_rss_bytes"] = process_max_rss_bytes();
+  const size_t first_cached = runs.size();
+  const double batches_s = ms_since(started) / 1e3;
+  json create_s = json::object();  // seconds to create each contender's table
+  LEANEMB_RETURN_IF_ERROR(add_cached_runs(s, o, co, progress, &runs, &create_s));
+  // Start-up: from the workload's start to its first step (the id batches, every contender's
+  // table), and what the table creation took of it.
+  (*doc)["startup"] = {{"time_to_first_step_s", ms_since(started) / 1e3}, {"batches_s", batches_s}, {"create_table_s", create_s}};
+  progress("first step %.2f s after the start (tables created in %s s)", ms_since(started) / 1e3, create_s.dump().c_str());
+  const Steps steps{batches, grad, s.batch, o.prefetch, out, warmup, iters};
+  LEANEMB_RETURN_IF_ERROR(warm_up(runs, steps, progress));
+  LEANEMB_RETURN_IF_ERROR(measure(runs, steps, progress));
+  json summary;
+  LEANEMB_RETURN_IF_ERROR(tiered_summary(runs, first_cached, batches, s, o, steps, path, doc, &summary));
   (*doc)["summary"] = summary;
   std::printf("tiered: %s\n", dump_json(summary).c_str());
   for (Run& r : runs) std::printf("\nmemory of %s:\n%s", r.name.c_str(), r.e.mem->memory_summary().c_str());

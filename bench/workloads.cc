@@ -8,8 +8,6 @@
 //   * ceilings used for efficiencies are measured in the same run, right before the contender.
 #include "workloads.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -159,12 +157,9 @@ Status run_forward_only(Live& lv, int n, int round) {
   return Status();
 }
 
-// Fills the timing part of lv.j. `base` is the shape's baseline contender when it ran in the
-// same group (per-round ratios), else null.
-void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling, const GatherCeiling* full_ceiling,
-            int rounds, int block) {
+// Forward and step times, their rates and bytes per second.
+void timing_json(Live& lv, int rounds, int block) {
   json& j = lv.j;
-  const Shape& s = *lv.shape;
   const RowLayout& l = lv.e.coll->layout(0);
   const Summary fs = summarize(lv.fwd), ss = summarize(lv.step);
   const double lookups = static_cast<double>(lv.stream->lookups_per_batch);
@@ -198,47 +193,62 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
     j["step_true_gbs"] = ss.median > 0 ? true_bytes / (ss.median * 1e-3) / 1e9 : 0.0;
     j["step_bytes_formula"] = "lookups x row bytes + unique rows x 2 x (row + state bytes) + gradient bytes";
   }
-  if (base != nullptr) {
-    std::vector<double> fr, sr, fo;
-    for (int r = 0; r < rounds; ++r) {
-      const double bo = median_of(base->fwd_only_round[static_cast<size_t>(r)]);
-      const double co = median_of(lv.fwd_only_round[static_cast<size_t>(r)]);
-      if (bo > 0 && co > 0) fo.push_back(co / bo);
-      const double bf = median_of(base->fwd_round[static_cast<size_t>(r)]), cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
-      const double bs = median_of(base->step_round[static_cast<size_t>(r)]), cs = median_of(lv.step_round[static_cast<size_t>(r)]);
-      if (bf > 0 && cf > 0) fr.push_back(cf / bf);
-      if (bs > 0 && cs > 0 && !lv.c->frozen && !base->c->frozen) sr.push_back(cs / bs);
-    }
-    j["baseline"] = base->c->name;
-    j["forward_ms_ratio_vs_baseline"] = fr.empty() ? json(nullptr) : json(median_of(fr));
-    j["forward_only_ms_ratio_vs_baseline"] = fo.empty() ? json(nullptr) : json(median_of(fo));
-    j["step_ms_ratio_vs_baseline"] = sr.empty() ? json(nullptr) : json(median_of(sr));
-    j["ratio_method"] = "median over rounds of (this contender's median / baseline's median in the same round)";
+}
+
+// Per-round ratios against the shape's baseline contender `base`, which ran in the same group.
+void baseline_json(Live& lv, const Live& base, int rounds) {
+  json& j = lv.j;
+  std::vector<double> fr, sr, fo;
+  for (int r = 0; r < rounds; ++r) {
+    const double bo = median_of(base.fwd_only_round[static_cast<size_t>(r)]);
+    const double co = median_of(lv.fwd_only_round[static_cast<size_t>(r)]);
+    if (bo > 0 && co > 0) fo.push_back(co / bo);
+    const double bf = median_of(base.fwd_round[static_cast<size_t>(r)]), cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
+    const double bs = median_of(base.step_round[static_cast<size_t>(r)]), cs = median_of(lv.step_round[static_cast<size_t>(r)]);
+    if (bf > 0 && cf > 0) fr.push_back(cf / bf);
+    if (bs > 0 && cs > 0 && !lv.c->frozen && !base.c->frozen) sr.push_back(cs / bs);
   }
-  if (round_ceiling != nullptr && full_ceiling != nullptr) {
-    std::vector<double> eff;
-    for (int r = 0; r < rounds; ++r) {
-      const double cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
-      const double ceil_r = (*round_ceiling)[static_cast<size_t>(r)];
-      if (cf > 0 && ceil_r > 0) eff.push_back(lv.fwd_bytes / (cf * 1e-3) / 1e9 / ceil_r);
-    }
-    const double quick = median_of(*round_ceiling);
-    const double ceiling = std::max(quick, full_ceiling->gather_gbs);
-    j["gather_ceiling"] = to_json(*full_ceiling);
-    j["gather_ceiling_round_median_gbs"] = quick;
-    j["gather_ceiling_gbs"] = ceiling;
-    j["gather_ceiling_note"] =
-        "random gather of rows of this contender's row bytes and stride over a separate buffer (in table-sized "
-        "segments, one feature's lookups at a time, when a table is smaller than the buffer), summed in registers. "
-        "gather_ceiling: full probe before the rounds (best of repeats, prefetch distances and hints); "
-        "gather_ceiling_round_median_gbs: short probes between the rounds; gather_ceiling_gbs: the larger of the two";
-    j["forward_efficiency"] = ceiling > 0 ? fwd_gbs / ceiling : 0.0;
-    j["forward_efficiency_note"] = "forward GB/s (median) / gather_ceiling_gbs";
-    j["forward_efficiency_same_round"] = eff.empty() ? 0.0 : median_of(eff);
-    j["forward_efficiency_same_round_note"] =
-        "median over rounds of forward GB/s / that round's short probe; the short probes run between contender "
-        "blocks and suffer the same cold page walks, so this is the kinder figure";
+  j["baseline"] = base.c->name;
+  j["forward_ms_ratio_vs_baseline"] = fr.empty() ? json(nullptr) : json(median_of(fr));
+  j["forward_only_ms_ratio_vs_baseline"] = fo.empty() ? json(nullptr) : json(median_of(fo));
+  j["step_ms_ratio_vs_baseline"] = sr.empty() ? json(nullptr) : json(median_of(sr));
+  j["ratio_method"] = "median over rounds of (this contender's median / baseline's median in the same round)";
+}
+
+// The forward's efficiency against the random-gather ceiling: the full probe before the rounds
+// and the short probes between them (one per round). fwd_gbs: the forward's median GB/s.
+void ceiling_json(Live& lv, const std::vector<double>& round_ceiling, const GatherCeiling& full_ceiling, int rounds,
+                  double fwd_gbs) {
+  json& j = lv.j;
+  std::vector<double> eff;
+  for (int r = 0; r < rounds; ++r) {
+    const double cf = median_of(lv.fwd_round[static_cast<size_t>(r)]);
+    const double ceil_r = round_ceiling[static_cast<size_t>(r)];
+    if (cf > 0 && ceil_r > 0) eff.push_back(lv.fwd_bytes / (cf * 1e-3) / 1e9 / ceil_r);
   }
+  const double quick = median_of(round_ceiling);
+  const double ceiling = std::max(quick, full_ceiling.gather_gbs);
+  j["gather_ceiling"] = to_json(full_ceiling);
+  j["gather_ceiling_round_median_gbs"] = quick;
+  j["gather_ceiling_gbs"] = ceiling;
+  j["gather_ceiling_note"] =
+      "random gather of rows of this contender's row bytes and stride over a separate buffer (in table-sized "
+      "segments, one feature's lookups at a time, when a table is smaller than the buffer), summed in registers. "
+      "gather_ceiling: full probe before the rounds (best of repeats, prefetch distances and hints); "
+      "gather_ceiling_round_median_gbs: short probes between the rounds; gather_ceiling_gbs: the larger of the two";
+  j["forward_efficiency"] = ceiling > 0 ? fwd_gbs / ceiling : 0.0;
+  j["forward_efficiency_note"] = "forward GB/s (median) / gather_ceiling_gbs";
+  j["forward_efficiency_same_round"] = eff.empty() ? 0.0 : median_of(eff);
+  j["forward_efficiency_same_round_note"] =
+      "median over rounds of forward GB/s / that round's short probe; the short probes run between contender "
+      "blocks and suffer the same cold page walks, so this is the kinder figure";
+}
+
+// Memory by tier, the arena, bytes per parameter, the table against L3, peak RSS.
+void footprint_json(Live& lv) {
+  json& j = lv.j;
+  const Shape& s = *lv.shape;
+  const RowLayout& l = lv.e.coll->layout(0);
   const auto tiers = lv.e.mem->stats();
   j["memory"] = memory_json(tiers[0]);
   j["memory_host"] = memory_json(tiers[1]);
@@ -273,6 +283,19 @@ void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling
       "process-wide (getrusage ru_maxrss) at the end of this contender's group: contenders compared with each other "
       "are alive together, so this covers all of them; rss_growth_at_build_bytes is this contender's own resident "
       "growth when its tables were built, and memory is its exact engine accounting";
+}
+
+// Fills the timing part of lv.j. `base` is the shape's baseline contender when it ran in the
+// same group (per-round ratios), else null.
+void finish(Live& lv, const Live* base, const std::vector<double>* round_ceiling, const GatherCeiling* full_ceiling,
+            int rounds, int block) {
+  timing_json(lv, rounds, block);
+  if (base != nullptr) baseline_json(lv, *base, rounds);
+  if (round_ceiling != nullptr && full_ceiling != nullptr) {
+    const double fwd_ms = summarize(lv.fwd).median;
+    ceiling_json(lv, *round_ceiling, *full_ceiling, rounds, fwd_ms > 0 ? lv.fwd_bytes / (fwd_ms * 1e-3) / 1e9 : 0.0);
+  }
+  footprint_json(lv);
 }
 
 json contender_header(const Shape& s, const Contender& c) {
@@ -360,6 +383,76 @@ Contender single_contender(const BenchOptions& o, DType default_dtype, Optimizer
   return make_contender(0, dt, k, o.state_dtype.value_or(DType::kF32), ceiling);
 }
 
+// --workload optimizer: every optimizer (and a few dtypes) on one shape, or the one --dtype /
+// --optimizer / --state-dtype name.
+Status plan_optimizer(const BenchOptions& o, bool single, Plan* out) {
+  Plan& p = *out;
+  p.shapes.push_back(apply_overrides({"optimizer", 1, 2000000, 128, 4096, 20, 1.05, PoolingMode::kSum}, o));
+  if (single) {
+    if (o.dtype && !dtype_traits(*o.dtype).trainable)
+      return invalid_argument("--dtype " + std::string(dtype_name(*o.dtype)) +
+                              " rows are lookup-only; the optimizer workload trains (use --workload precision)");
+    p.contenders.push_back(single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false));
+  } else {
+    using K = OptimizerKind;
+    for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam, K::kSm3})
+      p.contenders.push_back(make_contender(0, DType::kF32, k, DType::kF32, false));
+    p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, DType::kInt8Blockwise, false));
+    p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, DType::kF32, false));
+    p.contenders.push_back(make_contender(0, DType::kBF16, K::kSm3, DType::kF32, false));
+    // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
+    p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
+  }
+  return Status();
+}
+
+// --workload precision: every row dtype on three table sizes.
+void plan_precision(const BenchOptions& o, Plan* out) {
+  Plan& p = *out;
+  // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB
+  // L3: out of cache, and within the reach of the TLB's huge-page entries); one of 1e7 rows
+  // (155x L3 in fp32, where every lookup also pays a page walk). --rows, --batch and --tables resize
+  // the 1e7-row table; --dim, --bag-size, --alpha, --pooling apply to all three.
+  for (Shape s : {Shape{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum},
+                  Shape{"mid-table", 1, 1000000, 128, 4096, 20, 1.0, PoolingMode::kSum}}) {
+    if (o.dim) s.dim = *o.dim;
+    if (o.bag_size) s.bag = *o.bag_size;
+    if (o.alpha) s.alpha = *o.alpha;
+    if (o.pooling) s.pooling = *o.pooling;
+    p.shapes.push_back(s);
+  }
+  p.shapes.push_back(apply_overrides({"large-table", 1, 10000000, 128, 4096, 20, 1.0, PoolingMode::kSum}, o));
+  std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
+  if (o.dtype) dtypes = {DType::kF32, *o.dtype};  // fp32 stays as the baseline of the speedup
+  if (o.dtype && *o.dtype == DType::kF32) dtypes = {DType::kF32};
+  const OptimizerKind k = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
+  const DType sd = o.state_dtype.value_or(DType::kF32);
+  for (int si = 0; si < static_cast<int>(p.shapes.size()); ++si)
+    for (DType dt : dtypes) {
+      Contender c = make_contender(si, dt, k, sd, true);
+      c.name = p.shapes[static_cast<size_t>(si)].name + ":" + c.name;
+      p.contenders.push_back(c);
+    }
+}
+
+// --workload skew: one contender per Zipf exponent, the first (uniform) everyone's baseline.
+void plan_skew(const BenchOptions& o, Plan* out) {
+  Plan& p = *out;
+  p.baseline_per_shape = false;
+  for (double a : {1.0, 1.05, 1.15, 1.2}) {
+    Shape s = apply_overrides({"", 1, 10000000, 128, 2048, 20, 1.0, PoolingMode::kSum}, o);
+    s.alpha = a;
+    char name[32];
+    std::snprintf(name, sizeof name, a <= 1.0 ? "uniform" : "zipf-%.2f", a);
+    s.name = name;
+    p.shapes.push_back(s);
+    Contender c = single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false);
+    c.shape = static_cast<int>(p.shapes.size()) - 1;
+    c.name = s.name + ":" + c.name;
+    p.contenders.push_back(c);
+  }
+}
+
 Result<Plan> plan_workload(const BenchOptions& o) {
   Plan p;
   const std::string& w = o.workload;
@@ -372,61 +465,11 @@ Result<Plan> plan_workload(const BenchOptions& o) {
     p.shapes.push_back(apply_overrides({"tbe-ci", 1, 10000000, 256, 13107, 55, 1.15, PoolingMode::kSum}, o));
     p.contenders.push_back(single_contender(o, DType::kF16, OptimizerKind::kRowwiseAdagrad, true));
   } else if (w == "optimizer") {
-    p.shapes.push_back(apply_overrides({"optimizer", 1, 2000000, 128, 4096, 20, 1.05, PoolingMode::kSum}, o));
-    if (single) {
-      if (o.dtype && !dtype_traits(*o.dtype).trainable)
-        return invalid_argument("--dtype " + std::string(dtype_name(*o.dtype)) +
-                                " rows are lookup-only; the optimizer workload trains (use --workload precision)");
-      p.contenders.push_back(single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false));
-    } else {
-      using K = OptimizerKind;
-      for (K k : {K::kSgd, K::kAdagrad, K::kRowwiseAdagrad, K::kAdam, K::kPartialRowwiseAdam, K::kSm3})
-        p.contenders.push_back(make_contender(0, DType::kF32, k, DType::kF32, false));
-      p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, DType::kInt8Blockwise, false));
-      p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, DType::kF32, false));
-      p.contenders.push_back(make_contender(0, DType::kBF16, K::kSm3, DType::kF32, false));
-      // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
-      p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
-    }
+    LEANEMB_RETURN_IF_ERROR(plan_optimizer(o, single, &p));
   } else if (w == "precision") {
-    // The tbe-default shape; one table of 1e6 rows (fp32 16x and bf16 8x this machine's 32 MiB
-    // L3: out of cache, and within the reach of the TLB's huge-page entries); one of 1e7 rows
-    // (155x L3 in fp32, where every lookup also pays a page walk). --rows, --batch and --tables resize
-    // the 1e7-row table; --dim, --bag-size, --alpha, --pooling apply to all three.
-    for (Shape s : {Shape{"tbe-default", 32, 100000, 128, 512, 20, 1.0, PoolingMode::kSum},
-                    Shape{"mid-table", 1, 1000000, 128, 4096, 20, 1.0, PoolingMode::kSum}}) {
-      if (o.dim) s.dim = *o.dim;
-      if (o.bag_size) s.bag = *o.bag_size;
-      if (o.alpha) s.alpha = *o.alpha;
-      if (o.pooling) s.pooling = *o.pooling;
-      p.shapes.push_back(s);
-    }
-    p.shapes.push_back(apply_overrides({"large-table", 1, 10000000, 128, 4096, 20, 1.0, PoolingMode::kSum}, o));
-    std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
-    if (o.dtype) dtypes = {DType::kF32, *o.dtype};  // fp32 stays as the baseline of the speedup
-    if (o.dtype && *o.dtype == DType::kF32) dtypes = {DType::kF32};
-    const OptimizerKind k = o.optimizer.value_or(OptimizerKind::kRowwiseAdagrad);
-    const DType sd = o.state_dtype.value_or(DType::kF32);
-    for (int si = 0; si < static_cast<int>(p.shapes.size()); ++si)
-      for (DType dt : dtypes) {
-        Contender c = make_contender(si, dt, k, sd, true);
-        c.name = p.shapes[static_cast<size_t>(si)].name + ":" + c.name;
-        p.contenders.push_back(c);
-      }
+    plan_precision(o, &p);
   } else if (w == "skew") {
-    p.baseline_per_shape = false;
-    for (double a : {1.0, 1.05, 1.15, 1.2}) {
-      Shape s = apply_overrides({"", 1, 10000000, 128, 2048, 20, 1.0, PoolingMode::kSum}, o);
-      s.alpha = a;
-      char name[32];
-      std::snprintf(name, sizeof name, a <= 1.0 ? "uniform" : "zipf-%.2f", a);
-      s.name = name;
-      p.shapes.push_back(s);
-      Contender c = single_contender(o, DType::kF32, OptimizerKind::kRowwiseAdagrad, false);
-      c.shape = static_cast<int>(p.shapes.size()) - 1;
-      c.name = s.name + ":" + c.name;
-      p.contenders.push_back(c);
-    }
+    plan_skew(o, &p);
   } else {
     std::string names;
     for (const auto& n : workload_names()) names += (names.empty() ? "" : ", ") + n;
@@ -475,10 +518,9 @@ size_t baseline_of(const Plan& p, size_t i) {
   return i;
 }
 
-// Runs one group: prepare all, warm up all, then interleaved rounds with ceiling probes.
-Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector<std::optional<Stream>>& streams,
-                 const RunConfig& rc, const Progress& progress, json* contenders_out, std::string* failed) {
-  std::vector<std::unique_ptr<Live>> lives;
+// Builds and gates a group's contenders (a shape's id stream is generated on first use).
+Status prepare_group(const Plan& plan, const std::vector<size_t>& group, std::vector<std::optional<Stream>>& streams,
+                     const RunConfig& rc, const Progress& progress, std::vector<std::unique_ptr<Live>>* lives) {
   for (size_t i : group) {
     const Contender& c = plan.contenders[i];
     const Shape& s = plan.shapes[static_cast<size_t>(c.shape)];
@@ -498,48 +540,62 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
     progress("contender %zu/%zu: %s", i + 1, plan.contenders.size(), c.name.c_str());
     const Status ps = prepare(*lv, rc, progress);
     if (!ps.ok()) return Status(ps.code(), c.name + ": " + ps.message());
-    lives.push_back(std::move(lv));
+    lives->push_back(std::move(lv));
   }
-  // Ceilings: one full probe per distinct row shape, then a short probe every round.
+  return Status();
+}
+
+// A group's gather ceilings, per distinct row pattern: the full probe before the rounds, and
+// the best of a few short probes in each round.
+using CeilingKey = std::tuple<size_t, size_t, size_t, int64_t>;
+CeilingKey ceiling_key(const GatherPattern& p) { return CeilingKey{p.row_bytes, p.stride_bytes, p.segment_bytes, p.per_segment}; }
+struct Ceilings {
   std::unique_ptr<GatherProbe> probe;
-  using Key = std::tuple<size_t, size_t, size_t, int64_t>;
-  auto key = [](const GatherPattern& p) { return Key{p.row_bytes, p.stride_bytes, p.segment_bytes, p.per_segment}; };
-  std::map<Key, std::pair<GatherPattern, GatherCeiling>> full;
-  std::map<Key, std::vector<double>> per_round;
+  std::map<CeilingKey, std::pair<GatherPattern, GatherCeiling>> full;
+  std::map<CeilingKey, std::vector<double>> per_round;
+};
+
+// One full probe per distinct row pattern of the contenders that want a ceiling.
+Status measure_full_ceilings(const std::vector<std::unique_ptr<Live>>& lives, const RunConfig& rc,
+                             const Progress& progress, Ceilings* c) {
   for (const auto& lv : lives) {
-    if (!lv->c->want_ceiling || full.count(key(lv->pattern))) continue;
-    if (!probe) { LEANEMB_ASSIGN_OR_RETURN(probe, GatherProbe::create(rc.roofline_bytes, rc.threads)); }
+    if (!lv->c->want_ceiling || c->full.count(ceiling_key(lv->pattern))) continue;
+    if (!c->probe) { LEANEMB_ASSIGN_OR_RETURN(c->probe, GatherProbe::create(rc.roofline_bytes, rc.threads)); }
     progress("measuring the random-gather ceiling for %zu-byte rows (stride %zu) over %s%s", lv->pattern.row_bytes,
              lv->pattern.stride_bytes, format_bytes(rc.roofline_bytes).c_str(),
              lv->pattern.segment_bytes ? (" in table-sized segments of " + format_bytes(lv->pattern.segment_bytes)).c_str() : "");
-    LEANEMB_ASSIGN_OR_RETURN(GatherCeiling g, probe->measure(lv->pattern));
-    full[key(lv->pattern)] = {lv->pattern, g};
+    LEANEMB_ASSIGN_OR_RETURN(GatherCeiling g, c->probe->measure(lv->pattern));
+    c->full[ceiling_key(lv->pattern)] = {lv->pattern, g};
   }
-  progress("warm-up: %d iteration(s) per contender", rc.warmup);
-  for (auto& lv : lives) LEANEMB_RETURN_IF_ERROR(run_iters(*lv, rc.warmup, -1));
-  const int block = std::max(1, std::min(rc.block, rc.iters));
-  const int rounds = (rc.iters + block - 1) / block;
-  for (auto& lv : lives) {
-    lv->fwd_round.assign(static_cast<size_t>(rounds), {});
-    lv->step_round.assign(static_cast<size_t>(rounds), {});
-    lv->fwd_only_round.assign(static_cast<size_t>(rounds), {});
+  return Status();
+}
+
+// A round's short probes: per pattern, as many row bytes as one forward of its contenders reads
+// (at least 64 MiB), best of 3.
+Status probe_round(const std::vector<std::unique_ptr<Live>>& lives, Ceilings* c) {
+  for (auto& [k, pg] : c->full) {
+    double best = 0;
+    size_t traffic = size_t{64} << 20;
+    for (const auto& lv : lives)
+      if (ceiling_key(lv->pattern) == k)
+        traffic = std::max(traffic, static_cast<size_t>(lv->stream->lookups_per_batch) * lv->pattern.row_bytes);
+    for (int rep = 0; rep < 3; ++rep) {
+      LEANEMB_ASSIGN_OR_RETURN(double v, c->probe->quick_gbs(pg.first, pg.second.best_prefetch_rows, traffic));
+      best = std::max(best, v);
+    }
+    c->per_round[k].push_back(best);
   }
+  return Status();
+}
+
+// The measured rounds: each round probes the ceilings, then every contender (rotating which goes
+// first) runs a block of steps and of forwards alone.
+Status run_rounds(std::vector<std::unique_ptr<Live>>& lives, const RunConfig& rc, int rounds, int block,
+                  const Progress& progress, Ceilings* c) {
   auto last_report = Clock::now();
   for (int r = 0; r < rounds; ++r) {
     const int n = std::min(block, rc.iters - r * block);
-    for (auto& [k, pg] : full) {
-      double best = 0;
-      // As many row bytes as one forward of the contenders reads (at least 64 MiB), best of 3.
-      size_t traffic = size_t{64} << 20;
-      for (const auto& lv : lives)
-        if (key(lv->pattern) == k)
-          traffic = std::max(traffic, static_cast<size_t>(lv->stream->lookups_per_batch) * lv->pattern.row_bytes);
-      for (int rep = 0; rep < 3; ++rep) {
-        LEANEMB_ASSIGN_OR_RETURN(double v, probe->quick_gbs(pg.first, pg.second.best_prefetch_rows, traffic));
-        best = std::max(best, v);
-      }
-      per_round[k].push_back(best);
-    }
+    LEANEMB_RETURN_IF_ERROR(probe_round(lives, c));
     for (size_t k = 0; k < lives.size(); ++k) {
       Live& lv = *lives[(k + static_cast<size_t>(r)) % lives.size()];
       // One unmeasured iteration first: the previous contender evicted this one's hot rows
@@ -554,15 +610,37 @@ Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector
       progress("round %d/%d done (%d measured iterations per contender)", r + 1, rounds, std::min(rc.iters, (r + 1) * block));
     }
   }
+  return Status();
+}
+
+// Runs one group: prepare all, warm up all, then interleaved rounds with ceiling probes.
+Status run_group(const Plan& plan, const std::vector<size_t>& group, std::vector<std::optional<Stream>>& streams,
+                 const RunConfig& rc, const Progress& progress, json* contenders_out, std::string* failed) {
+  std::vector<std::unique_ptr<Live>> lives;
+  LEANEMB_RETURN_IF_ERROR(prepare_group(plan, group, streams, rc, progress, &lives));
+  // Ceilings: one full probe per distinct row shape, then a short probe every round.
+  Ceilings ceilings;
+  LEANEMB_RETURN_IF_ERROR(measure_full_ceilings(lives, rc, progress, &ceilings));
+  progress("warm-up: %d iteration(s) per contender", rc.warmup);
+  for (auto& lv : lives) LEANEMB_RETURN_IF_ERROR(run_iters(*lv, rc.warmup, -1));
+  const int block = std::max(1, std::min(rc.block, rc.iters));
+  const int rounds = (rc.iters + block - 1) / block;
+  for (auto& lv : lives) {
+    lv->fwd_round.assign(static_cast<size_t>(rounds), {});
+    lv->step_round.assign(static_cast<size_t>(rounds), {});
+    lv->fwd_only_round.assign(static_cast<size_t>(rounds), {});
+  }
+  LEANEMB_RETURN_IF_ERROR(run_rounds(lives, rc, rounds, block, progress, &ceilings));
   for (auto& lv : lives) {
     // Per-round ratios need the baseline in this group.
     const size_t bi = baseline_of(plan, static_cast<size_t>(lv->c - plan.contenders.data()));
     const Live* base = nullptr;
     for (auto& other : lives)
       if (other->c == &plan.contenders[bi]) base = other.get();
-    const bool has_ceiling = lv->c->want_ceiling && full.count(key(lv->pattern));
-    finish(*lv, base, has_ceiling ? &per_round[key(lv->pattern)] : nullptr,
-           has_ceiling ? &full[key(lv->pattern)].second : nullptr, rounds, block);
+    const CeilingKey key = ceiling_key(lv->pattern);
+    const bool has_ceiling = lv->c->want_ceiling && ceilings.full.count(key);
+    finish(*lv, base, has_ceiling ? &ceilings.per_round[key] : nullptr, has_ceiling ? &ceilings.full[key].second : nullptr,
+           rounds, block);
     if (!lv->gate_pass) *failed += (failed->empty() ? "" : ", ") + lv->c->name;
     contenders_out->push_back(lv->j);
     std::printf("\nmemory of %s:\n%s", lv->c->name.c_str(), lv->e.mem->memory_summary().c_str());
@@ -578,26 +656,10 @@ const std::vector<std::string>& workload_names() {
   return kNames;
 }
 
-size_t process_max_rss_bytes() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
-}
+namespace {
 
-size_t l3_cache_bytes() {
-  std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-  if (f == nullptr) return 0;
-  unsigned long long v = 0;
-  char unit = 0;
-  const int n = std::fscanf(f, "%llu%c", &v, &unit);
-  std::fclose(f);
-  if (n < 1) return 0;
-  const size_t mult = unit == 'K' ? size_t{1} << 10 : unit == 'M' ? size_t{1} << 20 : unit == 'G' ? size_t{1} << 30 : 1;
-  return static_cast<size_t>(v) * mult;
-}
-
-Status run_workload(const BenchOptions& o, json* out) {
-  const Progress progress{o.quiet};
+// The options every planned workload runs with. Errors: InvalidArgument.
+Result<RunConfig> run_config(const BenchOptions& o) {
   if (o.threads < 1 || o.threads > 1024) return invalid_argument("--threads must be in [1, 1024], got " + std::to_string(o.threads));
   RunConfig rc;
   rc.threads = o.threads;
@@ -609,6 +671,70 @@ Status run_workload(const BenchOptions& o, json* out) {
   rc.quiet = o.quiet;
   if (rc.iters < 1) return invalid_argument("--iters must be >= 1, got " + std::to_string(rc.iters));
   if (rc.warmup < 0) return invalid_argument("--warmup must be >= 0, got " + std::to_string(rc.warmup));
+  return rc;
+}
+
+// --workload roofline: the machine's bandwidth ceilings.
+Status run_roofline(const RunConfig& rc, const Progress& progress, const CpuLoadMonitor& load_monitor, json* doc) {
+  RooflineOptions ro;
+  ro.buffer_bytes = rc.roofline_bytes;
+  ro.num_threads = rc.threads;
+  progress("roofline: %s buffer, %d thread(s)", format_bytes(ro.buffer_bytes).c_str(), rc.threads);
+  LEANEMB_ASSIGN_OR_RETURN(RooflineResult r, measure_roofline(ro));
+  (*doc)["roofline"] = to_json(r);
+  (*doc)["machine_load"] = load_monitor.finish();
+  (*doc)["peak_rss_bytes"] = process_max_rss_bytes();
+  print_roofline((*doc)["roofline"]);
+  print_load(*doc);
+  std::fflush(stdout);
+  return Status();
+}
+
+// The planned workloads (tbe-default, tbe-ci, optimizer, precision, skew): the plan's groups one
+// after the other. *failed: the contenders whose correctness gate failed.
+Status run_planned(const BenchOptions& o, const RunConfig& rc, const Progress& progress,
+                   const CpuLoadMonitor& load_monitor, json* doc, std::string* failed) {
+  LEANEMB_ASSIGN_OR_RETURN(Plan plan, plan_workload(o));
+  if (rc.roofline_bytes < (size_t{64} << 20))
+    return invalid_argument("--roofline-bytes must be >= 64MiB, got " + std::to_string(rc.roofline_bytes));
+  // Contenders of a shape run together if 70% of the available memory holds them, next to the
+  // probe buffer and one transient reference copy for the gate (< 2 GiB).
+  const size_t avail = mem_available_bytes();
+  const size_t reserve = rc.roofline_bytes + kFullGateMaxBytes;
+  const size_t budget = avail == 0 ? SIZE_MAX : (avail / 10 * 7 > reserve ? avail / 10 * 7 - reserve : 1);
+  const auto groups = plan_groups(plan, budget);
+  (*doc)["groups"] = json::array();
+  for (const auto& g : groups) {
+    json names = json::array();
+    for (size_t i : g) names.push_back(plan.contenders[i].name);
+    (*doc)["groups"].push_back(names);
+  }
+  std::vector<std::optional<Stream>> streams(plan.shapes.size());
+  (*doc)["contenders"] = json::array();
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    if (groups.size() > 1) progress("group %zu/%zu (%zu contender(s))", gi + 1, groups.size(), groups[gi].size());
+    LEANEMB_RETURN_IF_ERROR(run_group(plan, groups[gi], streams, rc, progress, &(*doc)["contenders"], failed));
+    // Streams of shapes that no later group uses can go.
+    for (size_t si = 0; si < plan.shapes.size(); ++si) {
+      bool used_later = false;
+      for (size_t gk = gi + 1; gk < groups.size(); ++gk)
+        for (size_t i : groups[gk]) used_later |= plan.contenders[i].shape == static_cast<int>(si);
+      if (!used_later) streams[si].reset();
+    }
+  }
+  (*doc)["summary"] = summarize_workload(o.workload, (*doc)["contenders"]);
+  (*doc)["machine_load"] = load_monitor.finish();
+  (*doc)["peak_rss_bytes"] = process_max_rss_bytes();
+  (*doc)["peak_rss_scope"] = "process-wide (getrusage ru_maxrss)";
+  print_table(*doc);
+  return Status();
+}
+
+}  // namespace
+
+Status run_workload(const BenchOptions& o, json* out) {
+  const Progress progress{o.quiet};
+  LEANEMB_ASSIGN_OR_RETURN(const RunConfig rc, run_config(o));
 
   const CpuLoadMonitor load_monitor;
   json doc;
@@ -645,52 +771,10 @@ Status run_workload(const BenchOptions& o, json* out) {
     return unimplemented("workload 'grad-accum' needs the plan module (this build skips it)");
 #endif
   } else if (o.workload == "roofline") {
-    RooflineOptions ro;
-    ro.buffer_bytes = o.roofline_bytes;
-    ro.num_threads = rc.threads;
-    progress("roofline: %s buffer, %d thread(s)", format_bytes(ro.buffer_bytes).c_str(), rc.threads);
-    LEANEMB_ASSIGN_OR_RETURN(RooflineResult r, measure_roofline(ro));
-    doc["roofline"] = to_json(r);
-    doc["machine_load"] = load_monitor.finish();
-    doc["peak_rss_bytes"] = process_max_rss_bytes();
-    print_roofline(doc["roofline"]);
-    print_load(doc);
-    std::fflush(stdout);
+    LEANEMB_RETURN_IF_ERROR(run_roofline(rc, progress, load_monitor, &doc));
   } else {
-    LEANEMB_ASSIGN_OR_RETURN(Plan plan, plan_workload(o));
-    if (rc.roofline_bytes < (size_t{64} << 20))
-      return invalid_argument("--roofline-bytes must be >= 64MiB, got " + std::to_string(rc.roofline_bytes));
-    // Contenders of a shape run together if 70% of the available memory holds them, next to the
-    // probe buffer and one transient reference copy for the gate (< 2 GiB).
-    const size_t avail = mem_available_bytes();
-    const size_t reserve = rc.roofline_bytes + kFullGateMaxBytes;
-    const size_t budget = avail == 0 ? SIZE_MAX : (avail / 10 * 7 > reserve ? avail / 10 * 7 - reserve : 1);
-    const auto groups = plan_groups(plan, budget);
-    doc["groups"] = json::array();
-    for (const auto& g : groups) {
-      json names = json::array();
-      for (size_t i : g) names.push_back(plan.contenders[i].name);
-      doc["groups"].push_back(names);
-    }
-    std::vector<std::optional<Stream>> streams(plan.shapes.size());
-    doc["contenders"] = json::array();
     std::string failed;
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-      if (groups.size() > 1) progress("group %zu/%zu (%zu contender(s))", gi + 1, groups.size(), groups[gi].size());
-      LEANEMB_RETURN_IF_ERROR(run_group(plan, groups[gi], streams, rc, progress, &doc["contenders"], &failed));
-      // Streams of shapes that no later group uses can go.
-      for (size_t si = 0; si < plan.shapes.size(); ++si) {
-        bool used_later = false;
-        for (size_t gk = gi + 1; gk < groups.size(); ++gk)
-          for (size_t i : groups[gk]) used_later |= plan.contenders[i].shape == static_cast<int>(si);
-        if (!used_later) streams[si].reset();
-      }
-    }
-    doc["summary"] = summarize_workload(o.workload, doc["contenders"]);
-    doc["machine_load"] = load_monitor.finish();
-    doc["peak_rss_bytes"] = process_max_rss_bytes();
-    doc["peak_rss_scope"] = "process-wide (getrusage ru_maxrss)";
-    print_table(doc);
+    LEANEMB_RETURN_IF_ERROR(run_planned(o, rc, progress, load_monitor, &doc, &failed));
     if (!failed.empty()) {
       *out = doc;
       if (!o.json_path.empty()) LEANEMB_RETURN_IF_ERROR(write_json(o.json_path, doc));

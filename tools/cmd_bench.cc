@@ -51,9 +51,9 @@ Result<double> parse_real(const std::string& flag, const std::string& v) {
 // Prefixes a parse error with the flag it came from.
 Status flag_error(const std::string& flag, const Status& s) { return Status(s.code(), flag + ": " + s.message()); }
 
-Result<bench::BenchOptions> to_options(const BenchArgs& a) {
-  bench::BenchOptions o;
-  o.workload = a.workload;
+// The table and batch shape, the pooling, the rows' dtype and the optimizer.
+Status parse_shape_flags(const BenchArgs& a, bench::BenchOptions* out) {
+  bench::BenchOptions& o = *out;
   constexpr int64_t kBig = int64_t{1} << 40;
   if (!a.rows.empty()) { LEANEMB_ASSIGN_OR_RETURN(o.rows, parse_int("--rows", a.rows, 1, kBig)); }
   if (!a.dim.empty()) { LEANEMB_ASSIGN_OR_RETURN(o.dim, parse_int("--dim", a.dim, 1, 65536)); }
@@ -85,6 +85,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!s.ok()) return flag_error("--state-dtype", s.status());
     o.state_dtype = s.value();
   }
+  return Status();
+}
+
+// The memory budgets, placement and the arena soak's flags.
+Status parse_memory_flags(const BenchArgs& a, bench::BenchOptions* out) {
+  bench::BenchOptions& o = *out;
   if (!a.device_budget.empty()) {
     auto b = parse_bytes(a.device_budget);
     if (!b.ok()) return flag_error("--device-budget", b.status());
@@ -109,21 +115,12 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     if (!b.ok()) return flag_error("--max-split", b.status());
     o.memory.max_split_bytes = b.value();
   }
-  LEANEMB_ASSIGN_OR_RETURN(int64_t threads, parse_int("--threads", a.threads, 1, 1024));
-  o.threads = static_cast<int>(threads);
-  if (!a.iters.empty()) {
-    LEANEMB_ASSIGN_OR_RETURN(int64_t it, parse_int("--iters", a.iters, 1, 1000000));
-    o.iters = static_cast<int>(it);
-  }
-  if (!a.warmup.empty()) {
-    LEANEMB_ASSIGN_OR_RETURN(int64_t wu, parse_int("--warmup", a.warmup, 0, 1000000));
-    o.warmup = static_cast<int>(wu);
-  }
-  LEANEMB_ASSIGN_OR_RETURN(int64_t seed, parse_int("--seed", a.seed, 0, INT64_MAX));
-  o.seed = static_cast<uint64_t>(seed);
-  auto rb = parse_bytes(a.roofline_bytes);
-  if (!rb.ok()) return flag_error("--roofline-bytes", rb.status());
-  o.roofline_bytes = rb.value();
+  return Status();
+}
+
+// --workload tiered's cache and row store (--cache-fraction and --store-path: restore's too).
+Status parse_cache_flags(const BenchArgs& a, bench::BenchOptions* out) {
+  bench::BenchOptions& o = *out;
   if (!a.cache_fraction.empty()) {
     LEANEMB_ASSIGN_OR_RETURN(o.cache_fraction, parse_real("--cache-fraction", a.cache_fraction));
     if (!(o.cache_fraction > 0 && o.cache_fraction <= 1)) return invalid_argument("--cache-fraction must be in (0, 1]");
@@ -168,19 +165,27 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
     LEANEMB_ASSIGN_OR_RETURN(int64_t n, parse_int("--prefetch-nice", a.prefetch_nice, -20, 19));
     o.prefetch_nice = static_cast<int>(n);
   }
-  auto parse_list = [&](const std::string& flag, const std::string& v, std::vector<double>* out) -> Status {
-    out->clear();
-    size_t i = 0;
-    while (i <= v.size()) {
-      const size_t j = std::min(v.find(',', i), v.size());
-      LEANEMB_ASSIGN_OR_RETURN(double x, parse_real(flag, v.substr(i, j - i)));
-      out->push_back(x);
-      i = j + 1;
-    }
-    return Status();
-  };
-  if (!a.sweep_fractions.empty()) LEANEMB_RETURN_IF_ERROR(parse_list("--sweep-fractions", a.sweep_fractions, &o.sweep_fractions));
-  if (!a.sweep_alphas.empty()) LEANEMB_RETURN_IF_ERROR(parse_list("--sweep-alphas", a.sweep_alphas, &o.sweep_alphas));
+  return Status();
+}
+
+// A comma list of finite numbers.
+Status parse_real_list(const std::string& flag, const std::string& v, std::vector<double>* out) {
+  out->clear();
+  size_t i = 0;
+  while (i <= v.size()) {
+    const size_t j = std::min(v.find(',', i), v.size());
+    LEANEMB_ASSIGN_OR_RETURN(double x, parse_real(flag, v.substr(i, j - i)));
+    out->push_back(x);
+    i = j + 1;
+  }
+  return Status();
+}
+
+// --workload tiered's sweeps; then the check that no tiered flag was given to another workload.
+Status parse_sweep_flags(const BenchArgs& a, bench::BenchOptions* out) {
+  bench::BenchOptions& o = *out;
+  if (!a.sweep_fractions.empty()) LEANEMB_RETURN_IF_ERROR(parse_real_list("--sweep-fractions", a.sweep_fractions, &o.sweep_fractions));
+  if (!a.sweep_alphas.empty()) LEANEMB_RETURN_IF_ERROR(parse_real_list("--sweep-alphas", a.sweep_alphas, &o.sweep_alphas));
   for (double f : o.sweep_fractions)
     if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
   o.sweep = a.sweep;
@@ -191,6 +196,31 @@ Result<bench::BenchOptions> to_options(const BenchArgs& a) {
   if ((tiered_only || !a.cache_fraction.empty() || !a.store_path.empty()) && o.workload != "tiered" && !restore_ok)
     return invalid_argument("--cache-fraction, --policy, --store, --store-path, --store-layout, --store-direct-io, --prefetch, --prefetch-nice, --sweep* and --no-resident "
                             "belong to --workload tiered (--workload restore takes --cache-fraction and --store-path)");
+  return Status();
+}
+
+Result<bench::BenchOptions> to_options(const BenchArgs& a) {
+  bench::BenchOptions o;
+  o.workload = a.workload;
+  LEANEMB_RETURN_IF_ERROR(parse_shape_flags(a, &o));
+  LEANEMB_RETURN_IF_ERROR(parse_memory_flags(a, &o));
+  LEANEMB_ASSIGN_OR_RETURN(int64_t threads, parse_int("--threads", a.threads, 1, 1024));
+  o.threads = static_cast<int>(threads);
+  if (!a.iters.empty()) {
+    LEANEMB_ASSIGN_OR_RETURN(int64_t it, parse_int("--iters", a.iters, 1, 1000000));
+    o.iters = static_cast<int>(it);
+  }
+  if (!a.warmup.empty()) {
+    LEANEMB_ASSIGN_OR_RETURN(int64_t wu, parse_int("--warmup", a.warmup, 0, 1000000));
+    o.warmup = static_cast<int>(wu);
+  }
+  LEANEMB_ASSIGN_OR_RETURN(int64_t seed, parse_int("--seed", a.seed, 0, INT64_MAX));
+  o.seed = static_cast<uint64_t>(seed);
+  auto rb = parse_bytes(a.roofline_bytes);
+  if (!rb.ok()) return flag_error("--roofline-bytes", rb.status());
+  o.roofline_bytes = rb.value();
+  LEANEMB_RETURN_IF_ERROR(parse_cache_flags(a, &o));
+  LEANEMB_RETURN_IF_ERROR(parse_sweep_flags(a, &o));
   o.json_path = a.json;
   o.quiet = a.quiet;
   return o;

@@ -82,8 +82,10 @@ CtrBufferFloats ctr_buffer_floats(const CtrModelOptions& o, int64_t interaction_
   return b;
 }
 
-Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, MemorySystem* memory) {
-  if (memory == nullptr) return invalid_argument("CtrModel: null MemorySystem");
+namespace {
+
+// create's checks of the options (world: the communicator's size, 1 without one).
+Status check_model_options(const CtrModelOptions& o, int world) {
   if (o.num_dense < 1 || o.num_sparse < 1) return invalid_argument("CtrModel: needs >= 1 dense and >= 1 sparse feature");
   if (static_cast<int>(o.table_rows.size()) != o.num_sparse)
     return invalid_argument("CtrModel: table_rows must have one value per sparse feature");
@@ -92,11 +94,14 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   if (o.bottom_hidden.empty()) return invalid_argument("CtrModel: bottom MLP needs at least one layer");
   if (!o.pruned_rows.empty() && static_cast<int>(o.pruned_rows.size()) != o.num_sparse)
     return invalid_argument("CtrModel: pruned_rows must be empty or have one entry per sparse feature");
-  std::unique_ptr<CtrModel> m(new CtrModel());
-  m->options_ = o;
-  m->memory_ = memory;
-  m->buf_ = std::make_unique<Buffers>();
+  if (o.grad_groups < 1 || o.grad_groups % world != 0)
+    return invalid_argument("CtrModel: grad_groups (" + std::to_string(o.grad_groups) + ") must be a positive multiple of the world size (" +
+                            std::to_string(world) + ")");
+  return Status();
+}
 
+// One table and one feature per sparse field.
+CollectionOptions ctr_collection_options(const CtrModelOptions& o) {
   CollectionOptions co;
   for (int f = 0; f < o.num_sparse; ++f) {
     TableOptions t;
@@ -117,10 +122,10 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   }
   co.seed = o.seed;
   co.num_threads = o.num_threads;
-  const int world = o.comm ? o.comm->size() : 1;
-  if (o.grad_groups < 1 || o.grad_groups % world != 0)
-    return invalid_argument("CtrModel: grad_groups (" + std::to_string(o.grad_groups) + ") must be a positive multiple of the world size (" +
-                            std::to_string(world) + ")");
+  return co;
+}
+
+DistributionOptions ctr_distribution_options(const CtrModelOptions& o, int world, size_t num_features) {
   DistributionOptions dist;
   dist.comm = o.comm;
   dist.sharding = o.sharding;
@@ -132,21 +137,43 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
       const CtrSlice s = ctr_slice(o.batch_size, 1, o.grad_groups, r, world);
       bags = std::max(bags, s.hi - s.lo);
     }
-    dist.max_call.assign(co.features.size(), FeatureCallShape{bags, bags * o.max_ids_per_field, false});
+    dist.max_call.assign(num_features, FeatureCallShape{bags, bags * o.max_ids_per_field, false});
   }
-  LEANEMB_ASSIGN_OR_RETURN(m->tables_, create_tables(co, memory, dist));
+  return dist;
+}
+
+// The bottom MLP (dense features -> bottom_hidden, ReLU after every layer) or the top one
+// (in_dim -> top_hidden -> 1 logit).
+nn::MlpOptions ctr_mlp_options(const CtrModelOptions& o, bool bottom, int64_t in_dim) {
+  nn::MlpOptions m;
+  const std::vector<int64_t>& hidden = bottom ? o.bottom_hidden : o.top_hidden;
+  m.widths = {in_dim};
+  m.widths.insert(m.widths.end(), hidden.begin(), hidden.end());
+  if (!bottom) m.widths.push_back(1);
+  m.relu_after_last = bottom;
+  m.checkpoint_activations = o.checkpoint_activations;
+  m.precision = o.precision;
+  m.seed = o.seed * 1000003 + (bottom ? 1 : 2);
+  m.name = bottom ? "bottom" : "top";
+  return m;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, MemorySystem* memory) {
+  if (memory == nullptr) return invalid_argument("CtrModel: null MemorySystem");
+  const int world = o.comm ? o.comm->size() : 1;
+  LEANEMB_RETURN_IF_ERROR(check_model_options(o, world));
+  std::unique_ptr<CtrModel> m(new CtrModel());
+  m->options_ = o;
+  m->memory_ = memory;
+  m->buf_ = std::make_unique<Buffers>();
+  const CollectionOptions co = ctr_collection_options(o);
+  LEANEMB_ASSIGN_OR_RETURN(m->tables_, create_tables(co, memory, ctr_distribution_options(o, world, co.features.size())));
 
   // The dense layers live where compute runs (see ctr_model.h).
   Allocator* dense_alloc = memory->allocator_for(Category::kActivations);
-  nn::MlpOptions bo;
-  bo.widths = {o.num_dense};
-  bo.widths.insert(bo.widths.end(), o.bottom_hidden.begin(), o.bottom_hidden.end());
-  bo.relu_after_last = true;
-  bo.checkpoint_activations = o.checkpoint_activations;
-  bo.precision = o.precision;
-  bo.seed = o.seed * 1000003 + 1;
-  bo.name = "bottom";
-  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp bottom, nn::Mlp::create(bo, dense_alloc));
+  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp bottom, nn::Mlp::create(ctr_mlp_options(o, true, o.num_dense), dense_alloc));
   m->bottom_ = std::make_unique<nn::Mlp>(std::move(bottom));
 
   nn::InteractionOptions io;
@@ -158,16 +185,8 @@ Result<std::unique_ptr<CtrModel>> CtrModel::create(const CtrModelOptions& o, Mem
   LEANEMB_ASSIGN_OR_RETURN(nn::Interaction inter, nn::Interaction::create(io, memory->allocator_for(Category::kWorkspace)));
   m->interaction_ = std::make_unique<nn::Interaction>(std::move(inter));
 
-  nn::MlpOptions to;
-  to.widths = {m->interaction_->output_dim()};
-  to.widths.insert(to.widths.end(), o.top_hidden.begin(), o.top_hidden.end());
-  to.widths.push_back(1);
-  to.relu_after_last = false;
-  to.checkpoint_activations = o.checkpoint_activations;
-  to.precision = o.precision;
-  to.seed = o.seed * 1000003 + 2;
-  to.name = "top";
-  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp top, nn::Mlp::create(to, dense_alloc));
+  LEANEMB_ASSIGN_OR_RETURN(nn::Mlp top,
+                           nn::Mlp::create(ctr_mlp_options(o, false, m->interaction_->output_dim()), dense_alloc));
   m->top_ = std::make_unique<nn::Mlp>(std::move(top));
 
   std::vector<nn::DenseParam> params = m->bottom_->dense_params();
@@ -286,114 +305,54 @@ Status CtrModel::prefetch(const data::Batch& next, int micro_batches) {
   return tables_->prefetch(b.next_slice);
 }
 
+// One train_step: this rank's slice, how its gradients travel, its buffers and running sums.
+struct CtrModel::StepState {
+  Slice sl;
+  int64_t nl = 0;         // this rank's records, sl.hi - sl.lo
+  bool grouped = false;   // dense gradients through group_grads
+  bool by_row = false;    // the tables sum each micro-batch's pooled gradient as it comes
+  float scale = 1.0f;     // the loss scale
+  float* grad_pooled = nullptr;  // [nl, F * D], by row [one micro-batch, F * D]
+  float* logits = nullptr;
+  float* dlogits = nullptr;
+  float* dinter = nullptr;
+  float* dz = nullptr;
+  double loss = 0.0;      // this rank's share of the batch's mean loss
+  bool found = false;     // a non-finite gradient: the step is skipped
+};
+
 Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batches, amp::LossScaler& scaler,
                                        bool inject_nonfinite) {
   LEANEMB_RETURN_IF_ERROR(check_batch_shape(batch, options_));
   if (!options_.pruned_rows.empty()) return failed_precondition("CtrModel: a pruned serving model cannot be trained");
-  Buffers& b = *buf_;
-  const int64_t B = batch.batch_size;
-  const int64_t F = options_.num_sparse, D = options_.embedding_dim;
-  const int64_t zd = options_.bottom_hidden.back();
-  const int64_t idim = interaction_->output_dim();
-  const Slice sl = slice_of(B, micro_batches);
-  const int64_t nl = sl.hi - sl.lo;
-  const bool grouped = sl.G > 1 || options_.comm != nullptr;  // dense gradients through group_grads
+  StepState s;
+  s.sl = slice_of(batch.batch_size, micro_batches);
+  s.nl = s.sl.hi - s.sl.lo;
+  s.grouped = s.sl.G > 1 || options_.comm != nullptr;
   // By row: the tables sum each micro-batch's pooled gradient as it comes (one micro-batch's kept).
-  const bool by_row = ctr_accumulates(sl, options_.accumulate_by_row && tables_->accumulates_by_row());
-  const CtrBufferFloats sz = ctr_buffer_floats(options_, idim, nl, sl.max_micro);
-  Allocator* work = memory_->allocator_for(Category::kWorkspace);
-  Allocator* grads = memory_->allocator_for(Category::kGradients);
-  LEANEMB_ASSIGN_OR_RETURN(float* grad_pooled,
-                           b.grad_pooled.get(grads, Category::kGradients, by_row ? sz.grad_pooled_micro : sz.grad_pooled));
-  LEANEMB_ASSIGN_OR_RETURN(float* logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.logits));
-  LEANEMB_ASSIGN_OR_RETURN(float* dlogits, b.dlogits.get(work, Category::kWorkspace, sz.dlogits));
-  LEANEMB_ASSIGN_OR_RETURN(float* dinter, b.dinter.get(work, Category::kWorkspace, sz.dinter));
-  LEANEMB_ASSIGN_OR_RETURN(float* dz, b.dz.get(work, Category::kWorkspace, sz.dz));
-  if (grouped)
-    LEANEMB_RETURN_IF_ERROR(b.group_grads.get(memory_->allocator_for(Category::kActivations), Category::kGradients,
-                                              static_cast<size_t>(sl.g1 - sl.g0 + 1) * dense_param_floats(*dense_opt_)).status());
+  s.by_row = ctr_accumulates(s.sl, options_.accumulate_by_row && tables_->accumulates_by_row());
+  LEANEMB_RETURN_IF_ERROR(step_buffers(&s));
 
   // Gradients of the dense layers start at zero and accumulate over a group's micro-batches.
   dense_opt_->zero_grad();
   StepStats st;
-  st.samples = B;
-  double loss = 0.0;
-  const float scale = scaler.scale();
-  auto fail = [&](Status s) {
-    bottom_->release_saved();
-    top_->release_saved();
-    dense_opt_->zero_grad();
-    if (by_row) tables_->discard_accumulation();
-    return s;
-  };
-  if (Status s = lookup_slice(batch, sl.lo, sl.hi, ForwardMode::kTrain); !s.ok()) return fail(s);
+  st.samples = batch.batch_size;
+  s.scale = scaler.scale();
+  if (Status e = lookup_slice(batch, s.sl.lo, s.sl.hi, ForwardMode::kTrain); !e.ok()) return abandon_step(e, s.by_row);
   const float inv = scaler.inv_scale();
   UpdateOptions uo;
   uo.grad_multiplier = inv;
-  bool found = false;  // a non-finite gradient: the step is skipped
-  if (by_row) {
-    if (Status s = tables_->begin_accumulation(b.slice, uo); !s.ok()) return fail(s);
+  if (s.by_row) {
+    if (Status e = tables_->begin_accumulation(buf_->slice, uo); !e.ok()) return abandon_step(e, s.by_row);
   }
-  for (int64_t g = sl.g0; g < sl.g1; ++g) {
-    for (int64_t i = 0; i < sl.per_group; ++i) {
-      const auto [begin, end] = sl.micro(g, i);
-      const int64_t n = end - begin;
-      Status s = forward_micro(batch, begin, end, sl.lo, nl, true, logits);
-      if (n == 0 && s.ok()) continue;
-      if (s.ok()) {
-        const float share = static_cast<float>(static_cast<double>(n) / static_cast<double>(B));
-        auto l = nn::bce_with_logits(std::span<const float>(logits, static_cast<size_t>(n)),
-                                     std::span<const float>(batch.labels.data() + begin, static_cast<size_t>(n)),
-                                     scale * share, std::span<float>(dlogits, static_cast<size_t>(n)));
-        if (!l.ok()) s = l.status();
-        else loss += static_cast<double>(l.value()) * static_cast<double>(n) / static_cast<double>(B);
-      }
-      if (s.ok()) s = top_->backward(std::span<const float>(dlogits, static_cast<size_t>(n)), std::span<float>(dinter, static_cast<size_t>(n * idim)));
-      const int64_t row = (begin - sl.lo) * F * D;
-      const std::span<float> gp(grad_pooled + (by_row ? 0 : row), static_cast<size_t>(n * F * D));
-      if (s.ok())
-        s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
-                                   std::span<const float>(b.pooled.a.as<float>() + row, static_cast<size_t>(n * F * D)),
-                                   std::span<const float>(dinter, static_cast<size_t>(n * idim)),
-                                   std::span<float>(dz, static_cast<size_t>(n * zd)), gp);
-      if (s.ok()) s = bottom_->backward(std::span<const float>(dz, static_cast<size_t>(n * zd)), {});
-      if (s.ok() && by_row) {  // the slice's record 0 is this micro-batch's first when begin == lo
-        if (inject_nonfinite && begin == sl.lo) gp[0] = std::numeric_limits<float>::infinity();
-        found = found || amp::found_nonfinite(gp);
-        if (!found) s = tables_->accumulate(begin - sl.lo, end - sl.lo, gp);
-      }
-      if (!s.ok()) return fail(s);
-    }
-    if (grouped) save_group_grads(g - sl.g0);
-  }
-  if (grouped) {
-    if (Status s = reduce_dense_grads(sl.g1 - sl.g0); !s.ok()) return fail(s);
-  }
-  // Found-inf check before anything is updated (with a communicator: agreed by every rank; the
-  // dense gradients are already the global sums). By row, each micro-batch was checked above.
-  if (!by_row) {
-    if (inject_nonfinite && nl > 0) grad_pooled[0] = std::numeric_limits<float>::infinity();
-    found = amp::found_nonfinite(std::span<const float>(grad_pooled, static_cast<size_t>(nl * F * D)));
-  }
-  found = found || dense_opt_->any_nonfinite_grad();
-  if (options_.comm && options_.comm->size() > 1) {
-    double agreed[2] = {loss, found ? 1.0 : 0.0};
-    if (Status s = options_.comm->all_reduce(std::span<double>(agreed, 2), dist::ReduceOp::kSum); !s.ok()) return fail(s);
-    loss = agreed[0];
-    found = agreed[1] > 0;
-  }
-  st.loss = loss;
+  if (Status e = train_groups(batch, inject_nonfinite, &s); !e.ok()) return abandon_step(e, s.by_row);
+  if (Status e = check_step_gradients(inject_nonfinite, &s); !e.ok()) return abandon_step(e, s.by_row);
+  st.loss = s.loss;
+  bool found = s.found;
   if (!found) {
-    UpdateReport rep;
-    if (by_row) {
-      LEANEMB_ASSIGN_OR_RETURN(rep, tables_->apply_accumulated());
-    } else {
-      const std::span<const float> gp(grad_pooled, static_cast<size_t>(nl * F * D));
-      LEANEMB_ASSIGN_OR_RETURN(rep, tables_->backward_update(b.slice, gp, {}, uo));
-    }
-    found = rep.skipped_nonfinite;
-    st.unique_rows = rep.unique_rows;
-  } else if (by_row) {
+    LEANEMB_RETURN_IF_ERROR(update_step(s, uo, &st));
+    found = st.skipped;
+  } else if (s.by_row) {
     tables_->discard_accumulation();
   }
   if (!found) LEANEMB_RETURN_IF_ERROR(dense_opt_->step(inv));
@@ -401,6 +360,121 @@ Result<StepStats> CtrModel::train_step(const data::Batch& batch, int micro_batch
   scaler.update(found);
   st.skipped = found;
   return st;
+}
+
+// The step's buffers (kept between steps; grown here when the batch is larger).
+Status CtrModel::step_buffers(StepState* s) {
+  Buffers& b = *buf_;
+  const CtrBufferFloats sz = ctr_buffer_floats(options_, interaction_->output_dim(), s->nl, s->sl.max_micro);
+  Allocator* work = memory_->allocator_for(Category::kWorkspace);
+  Allocator* grads = memory_->allocator_for(Category::kGradients);
+  LEANEMB_ASSIGN_OR_RETURN(s->grad_pooled,
+                           b.grad_pooled.get(grads, Category::kGradients, s->by_row ? sz.grad_pooled_micro : sz.grad_pooled));
+  LEANEMB_ASSIGN_OR_RETURN(s->logits, b.logits.get(memory_->allocator_for(Category::kActivations), Category::kActivations, sz.logits));
+  LEANEMB_ASSIGN_OR_RETURN(s->dlogits, b.dlogits.get(work, Category::kWorkspace, sz.dlogits));
+  LEANEMB_ASSIGN_OR_RETURN(s->dinter, b.dinter.get(work, Category::kWorkspace, sz.dinter));
+  LEANEMB_ASSIGN_OR_RETURN(s->dz, b.dz.get(work, Category::kWorkspace, sz.dz));
+  if (s->grouped)
+    LEANEMB_RETURN_IF_ERROR(b.group_grads.get(memory_->allocator_for(Category::kActivations), Category::kGradients,
+                                              static_cast<size_t>(s->sl.g1 - s->sl.g0 + 1) * dense_param_floats(*dense_opt_)).status());
+  return Status();
+}
+
+// Every micro-batch of this rank's groups; grouped, each group's dense gradients are saved, then
+// summed (over the ranks too).
+Status CtrModel::train_groups(const data::Batch& batch, bool inject_nonfinite, StepState* s) {
+  const Slice& sl = s->sl;
+  for (int64_t g = sl.g0; g < sl.g1; ++g) {
+    for (int64_t i = 0; i < sl.per_group; ++i) {
+      const auto [begin, end] = sl.micro(g, i);
+      LEANEMB_RETURN_IF_ERROR(train_micro(batch, begin, end, inject_nonfinite, s));
+    }
+    if (s->grouped) save_group_grads(g - sl.g0);
+  }
+  if (s->grouped) LEANEMB_RETURN_IF_ERROR(reduce_dense_grads(sl.g1 - sl.g0));
+  return Status();
+}
+
+// Records [begin, end): forward, loss (scaled by their share of the batch), backward through the
+// top MLP, the interaction and the bottom MLP; the pooled gradient into grad_pooled (by row: the
+// micro-batch's, checked and handed to the tables' accumulation).
+Status CtrModel::train_micro(const data::Batch& batch, int64_t begin, int64_t end, bool inject_nonfinite, StepState* st) {
+  Buffers& b = *buf_;
+  const Slice& sl = st->sl;
+  const int64_t B = batch.batch_size, n = end - begin;
+  const int64_t F = options_.num_sparse, D = options_.embedding_dim;
+  const int64_t zd = options_.bottom_hidden.back();
+  const int64_t idim = interaction_->output_dim();
+  Status s = forward_micro(batch, begin, end, sl.lo, st->nl, true, st->logits);
+  if (n == 0 && s.ok()) return Status();
+  if (s.ok()) {
+    const float share = static_cast<float>(static_cast<double>(n) / static_cast<double>(B));
+    auto l = nn::bce_with_logits(std::span<const float>(st->logits, static_cast<size_t>(n)),
+                                 std::span<const float>(batch.labels.data() + begin, static_cast<size_t>(n)),
+                                 st->scale * share, std::span<float>(st->dlogits, static_cast<size_t>(n)));
+    if (!l.ok()) s = l.status();
+    else st->loss += static_cast<double>(l.value()) * static_cast<double>(n) / static_cast<double>(B);
+  }
+  if (s.ok())
+    s = top_->backward(std::span<const float>(st->dlogits, static_cast<size_t>(n)),
+                       std::span<float>(st->dinter, static_cast<size_t>(n * idim)));
+  const int64_t row = (begin - sl.lo) * F * D;
+  const std::span<float> gp(st->grad_pooled + (st->by_row ? 0 : row), static_cast<size_t>(n * F * D));
+  if (s.ok())
+    s = interaction_->backward(n, std::span<const float>(b.z.a.as<float>(), static_cast<size_t>(n * zd)),
+                               std::span<const float>(b.pooled.a.as<float>() + row, static_cast<size_t>(n * F * D)),
+                               std::span<const float>(st->dinter, static_cast<size_t>(n * idim)),
+                               std::span<float>(st->dz, static_cast<size_t>(n * zd)), gp);
+  if (s.ok()) s = bottom_->backward(std::span<const float>(st->dz, static_cast<size_t>(n * zd)), {});
+  if (s.ok() && st->by_row) {  // the slice's record 0 is this micro-batch's first when begin == lo
+    if (inject_nonfinite && begin == sl.lo) gp[0] = std::numeric_limits<float>::infinity();
+    st->found = st->found || amp::found_nonfinite(gp);
+    if (!st->found) s = tables_->accumulate(begin - sl.lo, end - sl.lo, gp);
+  }
+  return s;
+}
+
+// Found-inf check before anything is updated (with a communicator: agreed by every rank, with
+// the loss; the dense gradients are already the global sums). By row, each micro-batch was
+// checked as it came.
+Status CtrModel::check_step_gradients(bool inject_nonfinite, StepState* s) {
+  if (!s->by_row) {
+    const int64_t FD = options_.num_sparse * options_.embedding_dim;
+    if (inject_nonfinite && s->nl > 0) s->grad_pooled[0] = std::numeric_limits<float>::infinity();
+    s->found = amp::found_nonfinite(std::span<const float>(s->grad_pooled, static_cast<size_t>(s->nl * FD)));
+  }
+  s->found = s->found || dense_opt_->any_nonfinite_grad();
+  if (options_.comm && options_.comm->size() > 1) {
+    double agreed[2] = {s->loss, s->found ? 1.0 : 0.0};
+    LEANEMB_RETURN_IF_ERROR(options_.comm->all_reduce(std::span<double>(agreed, 2), dist::ReduceOp::kSum));
+    s->loss = agreed[0];
+    s->found = agreed[1] > 0;
+  }
+  return Status();
+}
+
+// The tables' update (st->skipped: the tables skipped it after all) and its row count.
+Status CtrModel::update_step(const StepState& s, const UpdateOptions& uo, StepStats* st) {
+  UpdateReport rep;
+  if (s.by_row) {
+    LEANEMB_ASSIGN_OR_RETURN(rep, tables_->apply_accumulated());
+  } else {
+    const std::span<const float> gp(s.grad_pooled, static_cast<size_t>(s.nl * options_.num_sparse * options_.embedding_dim));
+    LEANEMB_ASSIGN_OR_RETURN(rep, tables_->backward_update(buf_->slice, gp, {}, uo));
+  }
+  st->skipped = rep.skipped_nonfinite;
+  st->unique_rows = rep.unique_rows;
+  return Status();
+}
+
+// A step that failed before any update: the saved activations, the dense gradients and an open
+// accumulation are dropped, so the model is as before the step.
+Status CtrModel::abandon_step(Status s, bool by_row) {
+  bottom_->release_saved();
+  top_->release_saved();
+  dense_opt_->zero_grad();
+  if (by_row) tables_->discard_accumulation();
+  return s;
 }
 
 Status CtrModel::predict(const data::Batch& in, std::span<float> probs, int micro_batches) {

@@ -216,6 +216,17 @@ class CtrModel {
   // Moves the params' grads into group slot `slot` and zeroes them.
   void save_group_grads(int64_t slot);
   Status lookup_slice(const data::Batch& batch, int64_t lo, int64_t hi, ForwardMode mode);
+  // train_step's pieces (ctr_model.cc), sharing one StepState: the step's buffers; every group's
+  // micro-batches (forward, loss, backward; by row, each one's pooled gradient accumulated) and
+  // the dense gradients' reduction; the found-inf check agreed by the ranks; the updates. A
+  // failure before the updates goes through abandon_step, which leaves the model as it was.
+  struct StepState;
+  Status step_buffers(StepState* s);
+  Status train_groups(const data::Batch& batch, bool inject_nonfinite, StepState* s);
+  Status train_micro(const data::Batch& batch, int64_t begin, int64_t end, bool inject_nonfinite, StepState* s);
+  Status check_step_gradients(bool inject_nonfinite, StepState* s);
+  Status update_step(const StepState& s, const UpdateOptions& uo, StepStats* st);
+  Status abandon_step(Status s, bool by_row);
   struct Buffers;
   CtrModelOptions options_;
   MemorySystem* memory_ = nullptr;

@@ -151,26 +151,37 @@ static std::string store_traffic_text(const char* which, const Workload& w, cons
   return buf;
 }
 
-std::string plan_report_text(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
-  std::string out;
+// plan_report_text's parts, in the order it prints them. Each formats into a 512-byte buffer
+// as the report always has (snprintf truncates a longer line the same way).
+
+// The workload and the device.
+static std::string header_text(const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
   char buf[512];
   const size_t budget = o.device_budget_bytes ? o.device_budget_bytes : o.preset.device_bytes;
   std::snprintf(buf, sizeof buf, "workload: %s\ndevice: %s, %s per device (%s usable after the runtime's %s), HBM %.0f GB/s, host link %.0f GB/s%s\n",
                 ctx.workload_text.c_str(), o.preset.name.c_str(), both(budget).c_str(), format_bytes(r.usable_device_bytes).c_str(),
                 format_bytes(o.preset.runtime_reserved_bytes).c_str(), o.preset.hbm_gbps, o.preset.host_link_gbps,
                 o.host_budget_bytes ? (", host budget " + format_bytes(o.host_budget_bytes)).c_str() : "");
-  out += buf;
-  if (!r.fits) {
-    out += "\nNOTHING FITS: no plan searched (" + std::to_string(r.num_candidates) + " candidates) fits in " +
-           format_bytes(r.usable_device_bytes) + " of device memory" +
-           (o.host_budget_bytes ? " and " + format_bytes(o.host_budget_bytes) + " of host memory" : std::string()) + ".\n";
-    if (r.smallest_device_bytes)
-      out += "The smallest device budget that would fit: " + both(r.smallest_device_bytes) + " per device, with: " +
-             describe_settings(r.chosen.workload) + ".\n";
-    else
-      out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-cache, --max-shards).\n";
-    return out + accuracy_text(base, o, r);
-  }
+  return buf;
+}
+
+// No plan fits: the smallest budget that would, or what to allow.
+static std::string nothing_fits_text(const PlannerOptions& o, const PlanResult& r) {
+  std::string out = "\nNOTHING FITS: no plan searched (" + std::to_string(r.num_candidates) + " candidates) fits in " +
+                    format_bytes(r.usable_device_bytes) + " of device memory" +
+                    (o.host_budget_bytes ? " and " + format_bytes(o.host_budget_bytes) + " of host memory" : std::string()) + ".\n";
+  if (r.smallest_device_bytes)
+    out += "The smallest device budget that would fit: " + both(r.smallest_device_bytes) + " per device, with: " +
+           describe_settings(r.chosen.workload) + ".\n";
+  else
+    out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-cache, --max-shards).\n";
+  return out;
+}
+
+// Memory per device and category, naive against the plan, and the peak.
+static std::string memory_table_text(const Workload& base, const PlanResult& r) {
+  std::string out;
+  char buf[512];
   out += "\nMemory per device, bytes as allocated (the seed's section 2 table, corrected):\n";
   out += "  naive = fp32 rows, full-table gradient, Adam fp32, fp32 activations, one micro-batch, all on the device\n";
   out += "  plan  = " + describe_settings(r.chosen.workload) + "\n\n";
@@ -192,6 +203,14 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                 both(r.naive.device().budget_bytes).c_str(), both(r.chosen.prediction.device().budget_bytes).c_str(),
                 both(r.chosen.prediction.host().peak_bytes).c_str());
   out += buf;
+  return out;
+}
+
+// Whether the naive baseline fits, the config as it is, the step's cost, the plan's notes and
+// the row store's traffic.
+static std::string summary_text(const Workload& base, const PlanResult& r, const ReportContext& ctx) {
+  std::string out;
+  char buf[512];
   const bool naive_fits = r.naive.device().budget_bytes <= r.usable_device_bytes;
   std::snprintf(buf, sizeof buf, "\nnaive baseline %s (%s of %s usable); plan peak in phase '%s'; %d of %d searched plans fit.\n",
                 naive_fits ? "fits" : "DOES NOT FIT", gb(r.naive.device().budget_bytes).c_str(), gb(r.usable_device_bytes).c_str(),
@@ -220,9 +239,12 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   if (as_is.ok()) out += store_traffic_text("as configured", base, as_is.value(), ctx);
   if (r.chosen.workload.num_shards > 1)
     out += "note: sharding (issue 7) is not built yet; shard figures are per device by the formula in docs/plan.md, not measured.\n";
-  out += accuracy_text(base, o, r);
+  return out;
+}
 
-  // The seed's section 8 deployment table.
+// The seed's section 8 deployment table.
+static std::string deployment_text(const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
+  std::string out;
   const Workload& w = r.chosen.workload;
   out += "\nDeployment (the seed's section 8 table, for this plan):\n\n| parameter | value | note |\n|---|---|---|\n";
   auto row = [&](const std::string& k, const std::string& v, const std::string& n) { out += "| " + k + " | " + v + " | " + n + " |\n"; };
@@ -258,6 +280,16 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
                                 (ctx.incremental_checkpoints ? " (incremental on)" : ""),
         "train.incremental_checkpoints writes only the rows changed since the previous checkpoint");
   }
+  return out;
+}
+
+std::string plan_report_text(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
+  std::string out = header_text(o, r, ctx);
+  if (!r.fits) return out + nothing_fits_text(o, r) + accuracy_text(base, o, r);
+  out += memory_table_text(base, r);
+  out += summary_text(base, r, ctx);
+  out += accuracy_text(base, o, r);
+  out += deployment_text(o, r, ctx);
   return out;
 }
 

@@ -261,14 +261,6 @@ Status EmbeddingCollection::Impl::dedup_wide(int t, int64_t n, const uint64_t* k
   return Status();
 }
 
-namespace {
-// A split table's staging buffers for one step: fat rows [U, stride] and slot numbers 0..U-1.
-struct Staged {
-  std::span<uint8_t> fat;
-  std::span<int64_t> slots;
-};
-}  // namespace
-
 Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& batch, std::span<const float> grad_pooled,
                                                           std::span<const std::span<const float>> grad_seq,
                                                           const UpdateOptions& update) {
@@ -318,107 +310,136 @@ Result<UpdateReport> EmbeddingCollection::backward_update(const SparseBatch& bat
       return report;
     }
   }
-  // Phase 1: dedup every trainable table. Allocations may fail here; no row has changed.
+  // Phase 1: dedup every trainable table; 1b: the staging buffers. No row has changed yet.
   std::vector<TableDedup> dd(im.tables.size());
   bool fused = update.fuse_when_safe;
-  for (int t = 0; t < num_tables(); ++t) {
-    if (im.options.tables[t].frozen) continue;
-    LEANEMB_RETURN_IF_ERROR(im.dedup(t, b, grad_pooled, grad_seq, update.grad_multiplier, &dd[t]));
-    if (update.check_finite) {
-      // |reduced g| <= max_run * max|scale| * max|grad| * |multiplier| (1 + rounding); a margin of
-      // 2^10 below FLT_MAX makes overflow impossible, so the check after reducing can be skipped.
-      const double bound = static_cast<double>(dd[t].max_run) * dd[t].max_abs_scale * max_grad *
-                           std::fabs(static_cast<double>(update.grad_multiplier));
-      if (!(bound < static_cast<double>(FLT_MAX) / 1024.0)) fused = false;
-      // Above the bound on reduced gradients the reduced values must be looked at (the bound is
-      // an upper bound: most such steps still pass the check below).
-      if (!(bound <= static_cast<double>(update.max_abs_grad))) fused = false;
-    }
-  }
-  // Phase 1b: a residency that stages rows for the update (a table split across tiers: its
-  // touched fat rows in workspace memory) gets its buffers here, before any row changes; they
-  // return to the arena when `staging` goes out of scope.
+  LEANEMB_RETURN_IF_ERROR(im.dedup_tables(b, grad_pooled, grad_seq, update, max_grad, dd, &fused));
   Workspace staging(im.alloc);
-  std::vector<Staged> staged(im.tables.size());
-  for (int t = 0; t < num_tables(); ++t) {
-    if (dd[t].num_unique == 0) continue;
-    const StagingBytes sb = im.tables[t].residency->update_staging(dd[t].num_unique);
-    if (sb.fat == 0 && sb.slots == 0) continue;
-    LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging.take<uint8_t>(sb.fat));
-    LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging.take<int64_t>(sb.slots / 8));
-  }
-  // The view and row numbers table t's update runs on (staged rows are gathered first, through
-  // the backend, which records the bytes that cross tiers; an unstaged view off the device is
-  // updated in place and the backend's update records its rows' bytes).
-  const kernels::KernelBackend& be = *im.backend;
-  const kernels::ExecContext x = im.exec();
-  const Tier staging_tier = im.workspace_tier();
-  auto begin_update = [&](int t, const int64_t** rows) {
-    table_internal::Residency::UpdateTarget u =
-        im.tables[t].begin_update(t, dd[t].rows, dd[t].num_unique, staged[t].fat, staged[t].slots, staging_tier);
-    *rows = u.rows;
-    return u.view;
-  };
-  auto end_update = [&](int t) { im.tables[t].end_update(dd[t].rows, dd[t].num_unique, staged[t].fat, staging_tier); };
+  std::vector<UpdateStaging> staged(im.tables.size());
+  LEANEMB_RETURN_IF_ERROR(im.stage_updates(dd, &staging, staged));
+  // Phase 2.
   const kernels::UpdateStep us{im.options.seed, im.step + 1};
   if (fused) {
-    // Phase 2, fused: reduce and update row by row. Nothing below can fail but the one
-    // allocation, which happens before any row changes.
-    int64_t max_dim = 0;
-    for (int t = 0; t < num_tables(); ++t) max_dim = std::max(max_dim, im.tables[t].layout.dim);
-    const size_t floats = be.reduce_and_update_scratch_floats(max_dim, im.num_threads);
-    LEANEMB_ASSIGN_OR_RETURN(void* scratch, im.buffers.get(slot(num_tables(), kKeys), floats * 4, Category::kGradients, im.alloc));
-    for (int t = 0; t < num_tables(); ++t) {
-      if (dd[t].num_unique == 0) continue;
-      const int64_t* rows = nullptr;
-      const kernels::TableView tv = begin_update(t, &rows);
-      be.reduce_and_update(tv, dd[t].source, rows, dd[t].num_unique, us, x, static_cast<float*>(scratch));
-      end_update(t);
-      report.unique_rows += dd[t].num_unique;
-    }
+    LEANEMB_RETURN_IF_ERROR(im.update_fused(dd, staged, us, &report));
   } else {
-    // Phase 2, checked: reduce every table into [U, dim], check, then update.
-    std::vector<float*> grads(im.tables.size(), nullptr);
-    bool finite = true;
-    for (int t = 0; t < num_tables(); ++t) {
-      if (dd[t].num_unique == 0) continue;
-      const size_t bytes = reduced_grad_bytes(dd[t].num_unique, im.tables[t].layout.dim);
-      LEANEMB_ASSIGN_OR_RETURN(void* g, im.buffers.get(slot(t, kGrads), bytes, Category::kGradients, im.alloc));
-      grads[t] = static_cast<float*>(g);
-      const bool ok = be.reduce_segments(dd[t].source, dd[t].num_unique, grads[t], x);
-      finite = finite && ok;
-    }
-    if (update.check_finite && !finite) {
-      report.skipped_nonfinite = true;
-      return report;
-    }
-    // Finite but huge: g^2 in Adagrad's and Adam's state would overflow (the state turns
-    // infinite and its rows stop learning). Only this path sees such gradients, so normal
-    // steps pay nothing.
-    if (update.check_finite && std::isfinite(update.max_abs_grad)) {
-      for (int t = 0; t < num_tables(); ++t) {
-        if (dd[t].num_unique == 0) continue;
-        const size_t n = static_cast<size_t>(dd[t].num_unique * im.tables[t].layout.dim);
-        if (max_abs(std::span<const float>(grads[t], n), im.num_threads) > update.max_abs_grad) {
-          report.skipped_nonfinite = true;
-          report.skipped_huge_grad = true;
-          return report;
-        }
-      }
-    }
-    for (int t = 0; t < num_tables(); ++t) {
-      if (dd[t].num_unique == 0) continue;
-      const int64_t* rows = nullptr;
-      const kernels::TableView tv = begin_update(t, &rows);
-      be.update_rows(tv, rows, grads[t], dd[t].num_unique, us, x);
-      end_update(t);
-      report.unique_rows += dd[t].num_unique;
-    }
+    LEANEMB_RETURN_IF_ERROR(im.update_checked(dd, staged, update, us, &report));
+    if (report.skipped_nonfinite) return report;
   }
   for (const auto& f : b.features) report.lookups += static_cast<int64_t>(f.ids.size());
   im.step = us.step;
   if (im.has_dynamic) LEANEMB_RETURN_IF_ERROR(im.end_dynamic_step());
   return report;
+}
+
+// Phase 1. Allocations may fail here; no row has changed.
+Status EmbeddingCollection::Impl::dedup_tables(const SparseBatch& b, std::span<const float> grad_pooled,
+                                               std::span<const std::span<const float>> grad_seq,
+                                               const UpdateOptions& update, float max_grad, std::span<TableDedup> dd,
+                                               bool* fused) {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (options.tables[t].frozen) continue;
+    LEANEMB_RETURN_IF_ERROR(dedup(static_cast<int>(t), b, grad_pooled, grad_seq, update.grad_multiplier, &dd[t]));
+    if (update.check_finite) {
+      // |reduced g| <= max_run * max|scale| * max|grad| * |multiplier| (1 + rounding); a margin of
+      // 2^10 below FLT_MAX makes overflow impossible, so the check after reducing can be skipped.
+      const double bound = static_cast<double>(dd[t].max_run) * dd[t].max_abs_scale * max_grad *
+                           std::fabs(static_cast<double>(update.grad_multiplier));
+      if (!(bound < static_cast<double>(FLT_MAX) / 1024.0)) *fused = false;
+      // Above the bound on reduced gradients the reduced values must be looked at (the bound is
+      // an upper bound: most such steps still pass the check below).
+      if (!(bound <= static_cast<double>(update.max_abs_grad))) *fused = false;
+    }
+  }
+  return Status();
+}
+
+// Phase 1b: a residency that stages rows for the update (a table split across tiers: its
+// touched fat rows in workspace memory) gets its buffers here, before any row changes; they
+// return to the arena when `staging` goes out of scope.
+Status EmbeddingCollection::Impl::stage_updates(std::span<const TableDedup> dd, Workspace* staging,
+                                                std::span<UpdateStaging> staged) {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (dd[t].num_unique == 0) continue;
+    const StagingBytes sb = tables[t].residency->update_staging(dd[t].num_unique);
+    if (sb.fat == 0 && sb.slots == 0) continue;
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].fat, staging->take<uint8_t>(sb.fat));
+    LEANEMB_ASSIGN_OR_RETURN(staged[t].slots, staging->take<int64_t>(sb.slots / 8));
+  }
+  return Status();
+}
+
+// Phase 2, fused: reduce and update row by row. Nothing below can fail but the one allocation,
+// which happens before any row changes. The view and row numbers table t's update runs on come
+// from TableState::begin_update (staged rows are gathered first, through the backend, which
+// records the bytes that cross tiers; an unstaged view off the device is updated in place and
+// the backend's update records its rows' bytes).
+Status EmbeddingCollection::Impl::update_fused(std::span<const TableDedup> dd, std::span<const UpdateStaging> staged,
+                                               const kernels::UpdateStep& us, UpdateReport* report) {
+  const int num_tables = static_cast<int>(tables.size());
+  const kernels::ExecContext x = exec();
+  const Tier staging_tier = workspace_tier();
+  int64_t max_dim = 0;
+  for (int t = 0; t < num_tables; ++t) max_dim = std::max(max_dim, tables[t].layout.dim);
+  const size_t floats = backend->reduce_and_update_scratch_floats(max_dim, num_threads);
+  LEANEMB_ASSIGN_OR_RETURN(void* scratch, buffers.get(slot(num_tables, kKeys), floats * 4, Category::kGradients, alloc));
+  for (int t = 0; t < num_tables; ++t) {
+    const TableDedup& d = dd[t];
+    if (d.num_unique == 0) continue;
+    const table_internal::Residency::UpdateTarget u =
+        tables[t].begin_update(t, d.rows, d.num_unique, staged[t].fat, staged[t].slots, staging_tier);
+    backend->reduce_and_update(u.view, d.source, u.rows, d.num_unique, us, x, static_cast<float*>(scratch));
+    tables[t].end_update(d.rows, d.num_unique, staged[t].fat, staging_tier);
+    report->unique_rows += d.num_unique;
+  }
+  return Status();
+}
+
+// Phase 2, checked: reduce every table into [U, dim], check, then update. A skipped step sets
+// report->skipped_nonfinite (and skipped_huge_grad) and returns OK with no row changed.
+Status EmbeddingCollection::Impl::update_checked(std::span<const TableDedup> dd, std::span<const UpdateStaging> staged,
+                                                 const UpdateOptions& update, const kernels::UpdateStep& us,
+                                                 UpdateReport* report) {
+  const int num_tables = static_cast<int>(tables.size());
+  const kernels::ExecContext x = exec();
+  std::vector<float*> grads(tables.size(), nullptr);
+  bool finite = true;
+  for (int t = 0; t < num_tables; ++t) {
+    if (dd[t].num_unique == 0) continue;
+    const size_t bytes = reduced_grad_bytes(dd[t].num_unique, tables[t].layout.dim);
+    LEANEMB_ASSIGN_OR_RETURN(void* g, buffers.get(slot(t, kGrads), bytes, Category::kGradients, alloc));
+    grads[t] = static_cast<float*>(g);
+    const bool ok = backend->reduce_segments(dd[t].source, dd[t].num_unique, grads[t], x);
+    finite = finite && ok;
+  }
+  if (update.check_finite && !finite) {
+    report->skipped_nonfinite = true;
+    return Status();
+  }
+  // Finite but huge: g^2 in Adagrad's and Adam's state would overflow (the state turns
+  // infinite and its rows stop learning). Only this path sees such gradients, so normal
+  // steps pay nothing.
+  if (update.check_finite && std::isfinite(update.max_abs_grad)) {
+    for (int t = 0; t < num_tables; ++t) {
+      if (dd[t].num_unique == 0) continue;
+      const size_t n = static_cast<size_t>(dd[t].num_unique * tables[t].layout.dim);
+      if (max_abs(std::span<const float>(grads[t], n), num_threads) > update.max_abs_grad) {
+        report->skipped_nonfinite = true;
+        report->skipped_huge_grad = true;
+        return Status();
+      }
+    }
+  }
+  const Tier staging_tier = workspace_tier();
+  for (int t = 0; t < num_tables; ++t) {
+    const TableDedup& d = dd[t];
+    if (d.num_unique == 0) continue;
+    const table_internal::Residency::UpdateTarget u =
+        tables[t].begin_update(t, d.rows, d.num_unique, staged[t].fat, staged[t].slots, staging_tier);
+    backend->update_rows(u.view, u.rows, grads[t], d.num_unique, us, x);
+    tables[t].end_update(d.rows, d.num_unique, staged[t].fat, staging_tier);
+    report->unique_rows += d.num_unique;
+  }
+  return Status();
 }
 
 }  // namespace leanemb

@@ -124,6 +124,13 @@ struct TableDedup {
   int64_t max_run = 0;            // most contributions to one row
 };
 
+// A split table's staging buffers for one update (backward.cc): fat rows [U, stride] and slot
+// numbers 0..U-1; both empty for a table whose residency updates in place.
+struct UpdateStaging {
+  std::span<uint8_t> fat;
+  std::span<int64_t> slots;
+};
+
 // The StepBuffers slots of EmbeddingCollection::Impl::buffers: kStepSlotsPerTable per table
 // (backward.cc: sort keys, radix scratch / run starts, contribution pointers and scales in
 // position order, the same sorted by row, unique rows, gradients of the two-pass path), then
@@ -309,6 +316,21 @@ struct EmbeddingCollection::Impl {
                     float multiplier, float max_scale, TableDedup* out);
   Status dedup_wide(int t, int64_t n, const uint64_t* keys, const float** src, const float* scale, float multiplier,
                     float max_scale, TableDedup* out);
+  // backward_update's phases after the batch is in kernel rows (backward.cc). dedup_tables:
+  // dedup of every trainable table into dd[t] ([T]); clears *fused when the bound on reduced
+  // gradients does not prove them finite and within update.max_abs_grad. stage_updates: the
+  // staging buffers of the tables whose residency stages rows ([T], in `staging`). Neither
+  // changes a row. update_fused / update_checked: phase 2, the one-pass and the reduce, check,
+  // then update paths; update_checked sets report->skipped_nonfinite (no row changed) when the
+  // reduced gradients fail the check.
+  Status dedup_tables(const SparseBatch& b, std::span<const float> grad_pooled,
+                      std::span<const std::span<const float>> grad_seq, const UpdateOptions& update, float max_grad,
+                      std::span<TableDedup> dd, bool* fused);
+  Status stage_updates(std::span<const TableDedup> dd, Workspace* staging, std::span<UpdateStaging> staged);
+  Status update_fused(std::span<const TableDedup> dd, std::span<const UpdateStaging> staged,
+                      const kernels::UpdateStep& us, UpdateReport* report);
+  Status update_checked(std::span<const TableDedup> dd, std::span<const UpdateStaging> staged,
+                        const UpdateOptions& update, const kernels::UpdateStep& us, UpdateReport* report);
   // Gradient accumulation (accumulate.cc). accumulation_rows: table t's distinct rows of the
   // step batch `b` (sorted in its keys slot) into acc_buffers, and their sums zeroed.
   Status accumulation_rows(int t, const SparseBatch& b, Accumulation* a);
