@@ -28,7 +28,6 @@ SKIP = re.compile(r"(_test\.cc|_testing\.h|_test_main\.cc|_fuzz\.cc)$")
 KNOWN = {
     ("private", "tools -> plan"): "leanemb plan",
     ("private", "tools -> serve"): "test / predict / export / report, and the task registry (serve/task_registry.h)",
-    ("private", "tools -> tiered"): "bench workloads and the store probe",
     ("private", "tools -> train"): "leanemb train: RunOptions, StopSignal, TaskConfig, config_task",
     ("private", "tools -> bench"): "leanemb bench",
 }

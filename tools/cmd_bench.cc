@@ -12,8 +12,7 @@
 #include "bench/workloads.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
-#include "tiered/row_cache.h"
-#include "tiered/row_store.h"
+#include "leanemb/table_options.h"
 #include "tools/commands.h"
 
 namespace leanemb::tools {
@@ -129,7 +128,7 @@ Status parse_cache_flags(const BenchArgs& a, bench::BenchOptions* out) {
     o.cache_policies.clear();
     for (size_t i = 0; i <= a.policy.size();) {
       const size_t j = std::min(a.policy.find(',', i), a.policy.size());
-      auto p = tiered::parse_cache_policy(a.policy.substr(i, j - i));
+      auto p = parse_cache_policy(a.policy.substr(i, j - i));
       if (!p.ok()) return flag_error("--policy", p.status());
       if (std::find(o.cache_policies.begin(), o.cache_policies.end(), p.value()) != o.cache_policies.end())
         return invalid_argument("--policy names '" + a.policy.substr(i, j - i) + "' twice");

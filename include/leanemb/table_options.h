@@ -47,7 +47,8 @@ struct InitOptions {
 // (a hand sweeps the slots and evicts the first unpinned row not used since it last passed;
 // no per-slot key, the leanest index).
 enum class CachePolicy : uint8_t { kLru, kLfu, kClock };
-// (cache_policy_name / parse_cache_policy: src/tiered/row_cache.h.)
+std::string_view cache_policy_name(CachePolicy p);          // "lru" | "lfu" | "clock"
+Result<CachePolicy> parse_cache_policy(std::string_view s);  // errors: InvalidArgument
 
 // Where a cached table's rows live below the cache: host RAM, or a file (O_DIRECT where the file
 // system allows it) at TableCacheOptions::store_path.

@@ -13,16 +13,6 @@
 #include "kernels/kernels.h"
 #include "kernels/row_access.h"
 #include "tiered/sizes.h"
-#include "core/enum_names.h"
-
-namespace leanemb {
-template <>
-struct EnumNames<CachePolicy> {
-  static constexpr std::string_view kWhat = "cache policy";
-  static constexpr EnumName<CachePolicy> kNames[] = {
-      {CachePolicy::kLru, "lru", ""}, {CachePolicy::kLfu, "lfu", ""}, {CachePolicy::kClock, "clock", ""}};
-};
-}  // namespace leanemb
 
 namespace leanemb::tiered {
 
@@ -60,9 +50,6 @@ Status scratch_exhausted() {
 }
 
 }  // namespace
-
-std::string_view cache_policy_name(CachePolicy p) { return enum_name(p); }
-Result<CachePolicy> parse_cache_policy(std::string_view s) { return parse_enum<CachePolicy>(s); }
 
 // What phase A of a fetch decided: rows to read into new slots and victims to write back. Its
 // arrays are kept between fetches (io_buffers; row_cache_scratch_bytes counts 16 B per new row

@@ -58,8 +58,8 @@
 namespace leanemb::tiered {
 
 using leanemb::CachePolicy;
-std::string_view cache_policy_name(CachePolicy p);          // "lru" | "lfu" | "clock"
-Result<CachePolicy> parse_cache_policy(std::string_view s);  // errors: InvalidArgument
+using leanemb::cache_policy_name;   // include/leanemb/table_options.h
+using leanemb::parse_cache_policy;
 
 enum class PinSet : uint8_t { kStep = 0, kPrefetch = 1 };
 

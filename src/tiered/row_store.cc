@@ -30,6 +30,13 @@
 namespace leanemb {
 
 template <>
+struct EnumNames<CachePolicy> {
+  static constexpr std::string_view kWhat = "cache policy";
+  static constexpr EnumName<CachePolicy> kNames[] = {
+      {CachePolicy::kLru, "lru", ""}, {CachePolicy::kLfu, "lfu", ""}, {CachePolicy::kClock, "clock", ""}};
+};
+
+template <>
 struct EnumNames<StoreKind> {
   static constexpr std::string_view kWhat = "row store kind";
   static constexpr EnumName<StoreKind> kNames[] = {{StoreKind::kHost, "host", ""}, {StoreKind::kFile, "file", ""}};
@@ -55,6 +62,8 @@ std::string_view store_kind_name(StoreKind k) { return enum_name(k); }
 Result<StoreKind> parse_store_kind(std::string_view s) { return parse_enum<StoreKind>(s); }
 std::string_view file_store_layout_name(FileStoreLayout l) { return enum_name(l); }
 Result<FileStoreLayout> parse_file_store_layout(std::string_view s) { return parse_enum<FileStoreLayout>(s); }
+std::string_view cache_policy_name(CachePolicy p) { return enum_name(p); }
+Result<CachePolicy> parse_cache_policy(std::string_view s) { return parse_enum<CachePolicy>(s); }
 
 }  // namespace leanemb
 
