@@ -136,6 +136,20 @@ def is_declarator_suffix(tokens, i, end):
     return True
 
 
+def skip_back(tokens, j, head_start, open_, close):
+    """The index of the `open_` that matches the `close` at tokens[j] (head_start - 1 if none)."""
+    depth = 0
+    while j >= head_start:
+        if tokens[j][0] == close:
+            depth += 1
+        elif tokens[j][0] == open_:
+            depth -= 1
+            if depth == 0:
+                return j
+        j -= 1
+    return j
+
+
 def function_name(tokens, head_start, paren):
     """The (possibly qualified) name before the parameter list at tokens[paren]."""
     j = paren - 1
@@ -149,34 +163,14 @@ def function_name(tokens, head_start, paren):
             name = "operator" + "".join(x[0] for x in tokens[k + 1:paren])
             return qualify(tokens, head_start, k, name), tokens[k][1]
         k -= 1
-    if t == ">":  # a template specialization: f<int>(...)
-        depth = 0
-        while j >= head_start:
-            if tokens[j][0] == ">":
-                depth += 1
-            elif tokens[j][0] == "<":
-                depth -= 1
-                if depth == 0:
-                    break
-            j -= 1
-        j -= 1
-        if j < head_start:
-            return None, None
-        t = tokens[j][0]
-    if t == ")":  # a macro that produces a name, BENCHMARK_DEFINE_F(...)(...): take the macro
-        depth = 0
-        while j >= head_start:
-            if tokens[j][0] == ")":
-                depth += 1
-            elif tokens[j][0] == "(":
-                depth -= 1
-                if depth == 0:
-                    break
-            j -= 1
-        j -= 1
-        if j < head_start:
-            return None, None
-        t = tokens[j][0]
+    # a template specialization, f<int>(...); then a macro that produces a name,
+    # BENCHMARK_DEFINE_F(...)(...): take the macro
+    for close, open_ in ((">", "<"), (")", "(")):
+        if t == close:
+            j = skip_back(tokens, j, head_start, open_, close) - 1
+            if j < head_start:
+                return None, None
+            t = tokens[j][0]
     if not re.match(r"[A-Za-z_]\w*$", t):
         return None, None
     name = t

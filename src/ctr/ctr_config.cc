@@ -301,10 +301,7 @@ Result<CtrConfig> parse_ctr_config(std::string_view toml_text, const std::string
   LEANEMB_RETURN_IF_ERROR(read_dense_section(dn, &c));
   Section t(train::config_section(doc, "train"), "train", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_train_section(t, &c));
-  Section mem(train::config_section(doc, "memory"), "memory", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(train::read_memory_section(mem, &c));
-  Section ds(train::config_section(doc, "dist"), "dist", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(train::read_dist_section(ds, &c));
+  LEANEMB_RETURN_IF_ERROR(train::read_run_sections(doc, origin, &c));
   LEANEMB_RETURN_IF_ERROR(check_cross_fields(c));
   LEANEMB_RETURN_IF_ERROR(complete_generated_data(&c));
   return c;

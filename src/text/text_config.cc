@@ -100,11 +100,8 @@ Result<TextConfig> parse_text_config(std::string_view toml_text, const std::stri
   LEANEMB_RETURN_IF_ERROR(read_dense_section(dn, &m));
   Section t(train::config_section(doc, "train"), "train", origin, &c.record);
   LEANEMB_RETURN_IF_ERROR(read_train_section(t, &c));
-  // [memory], [dist]: as a CTR config's.
-  Section mem(train::config_section(doc, "memory"), "memory", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(train::read_memory_section(mem, &c));
-  Section ds(train::config_section(doc, "dist"), "dist", origin, &c.record);
-  LEANEMB_RETURN_IF_ERROR(train::read_dist_section(ds, &c));
+  // [memory], [dist]: as every task's (train/run_config.h).
+  LEANEMB_RETURN_IF_ERROR(train::read_run_sections(doc, origin, &c));
 
   if (c.train_files.empty()) return invalid_argument(origin + ": data.train is empty (fastText-format files)");
   if (!dtype_traits(m.dtype).trainable)

@@ -3,6 +3,7 @@
 
 #include "dist/payload.h"
 #include "dist/shard_plan.h"
+#include "train/config_sections.h"
 #include "train/task.h"
 
 namespace leanemb::train {
@@ -22,6 +23,8 @@ Status read_train_guard_keys(Section& t, RunConfig* c) {
   LEANEMB_RETURN_IF_ERROR(t.read("max_consecutive_skipped", &c->max_consecutive_skipped, 0, INT64_MAX));
   return t.read("max_loss_growth", &c->max_loss_growth, 0, 1e300);
 }
+
+namespace {
 
 Status read_memory_section(Section& mem, RunConfig* c) {
   LEANEMB_RETURN_IF_ERROR(mem.read_bytes("device_budget", &c->memory.device_budget_bytes));
@@ -50,6 +53,15 @@ Status read_dist_section(Section& ds, RunConfig* c) {
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_rank", &c->inject_exit_rank, -1, 1 << 20));
   LEANEMB_RETURN_IF_ERROR(ds.read("inject_exit_step", &c->inject_exit_step, 0, INT64_MAX));
   return ds.check_unknown();
+}
+
+}  // namespace
+
+Status read_run_sections(const toml::table& doc, const std::string& origin, RunConfig* c) {
+  Section mem(config_section(doc, "memory"), "memory", origin, &c->record);
+  LEANEMB_RETURN_IF_ERROR(read_memory_section(mem, c));
+  Section ds(config_section(doc, "dist"), "dist", origin, &c->record);
+  return read_dist_section(ds, c);
 }
 
 LoopSettings loop_settings(const std::string& task, const RunConfig& c, const RunOptions& ro, bool has_eval) {

@@ -73,11 +73,11 @@ Status read_train_cadence_keys(Section& t, RunConfig* c);
 // The [train] keys of the guard against non-finite and diverging steps: max_consecutive_skipped,
 // max_loss_growth.
 Status read_train_guard_keys(Section& t, RunConfig* c);
-// [memory]: device_budget, host_budget, max_split, reserve, placement (then no other key).
-Status read_memory_section(Section& mem, RunConfig* c);
-// [dist]: backend, timeout_ms, sharding, forward_payload, backward_payload, grad_groups and the
-// testing hooks (then no other key).
-Status read_dist_section(Section& ds, RunConfig* c);
+// The sections every task's config has as they are: [memory] (device_budget, host_budget,
+// max_split, reserve, placement) and [dist] (backend, timeout_ms, sharding, forward_payload,
+// backward_payload, grad_groups and the testing hooks), each then with no other key, recorded
+// in c->record. Errors: InvalidArgument naming the key and `origin`.
+Status read_run_sections(const toml::table& doc, const std::string& origin, RunConfig* c);
 
 // The loop's settings of a run of `task` (recorded in train/state) with this config: ro.steps
 // (>= 0) overrides the config's steps; without evaluation data (`has_eval` false) there is no
