@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tiered/cache_testing.h"
 #include "tiered/file_store.h"
 
 namespace leanemb::tiered {
@@ -25,9 +26,7 @@ class FaultFixture : public ::testing::TestWithParam<IoEngineKind> {
   static constexpr size_t kRowBytes = 1000;  // rows straddle blocks: writes read-modify-write
 
   void SetUp() override {
-    static std::atomic<int> n{0};
-    dir_ = "/tmp/leanemb-store-" + std::to_string(::getpid()) + "-f" + std::to_string(n++);
-    std::filesystem::create_directories(dir_);
+    dir_ = testing_util::make_scratch_dir("leanemb-store-f-");
     RowStoreOptions o{StoreKind::kFile, kRows, kRowBytes, dir_ + "/rows.bin", true, 4, GetParam()};
     FileStoreHooks hooks;
     hooks.wrap_io = [this](std::unique_ptr<RowFileIo> io, uint32_t block) {

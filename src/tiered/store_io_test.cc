@@ -18,16 +18,14 @@
 #include <gtest/gtest.h>
 
 #include "leanemb/disk_probe.h"
+#include "tiered/cache_testing.h"
 #include "tiered/file_store.h"
 
 namespace leanemb::tiered {
 namespace {
 
 std::string temp_dir(const char* tag) {
-  static std::atomic<int> n{0};
-  std::string d = "/tmp/leanemb-storeio-" + std::to_string(::getpid()) + "-" + tag + std::to_string(n++);
-  std::filesystem::create_directories(d);
-  return d;
+  return testing_util::make_scratch_dir(std::string("leanemb-storeio-") + tag + "-");
 }
 
 // Jobs of two ops on one block each: read block b, add 1 to each of its bytes, write it back.

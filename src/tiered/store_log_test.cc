@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tiered/cache_testing.h"
 #include "tiered/file_store.h"
 #include "tiered/sizes.h"
 
@@ -29,9 +30,7 @@ constexpr uint64_t kSegBytes = 4 * 4096;  // 120 records per segment
 class LogStoreTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
-    static std::atomic<int> n{0};
-    dir_ = "/tmp/leanemb-store-" + std::to_string(::getpid()) + "-log" + std::to_string(n++);
-    std::filesystem::create_directories(dir_);
+    dir_ = testing_util::make_scratch_dir("leanemb-store-log-");
   }
   void TearDown() override {
     store_.reset();

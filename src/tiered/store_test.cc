@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tiered/cache_testing.h"
 #include "tiered/file_store.h"
 #include "tiered/row_store.h"
 #include "tiered/sizes.h"
@@ -30,9 +31,7 @@ namespace {
 class TempDir {
  public:
   TempDir() {
-    static std::atomic<int> n{0};
-    path_ = "/tmp/leanemb-store-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-    std::filesystem::create_directories(path_);
+    path_ = testing_util::make_scratch_dir("leanemb-store-");
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
