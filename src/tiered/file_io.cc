@@ -19,7 +19,8 @@ namespace leanemb::tiered {
 namespace {
 
 // One read or write with EINTR retried; the raw count or -errno (no short-transfer retry).
-int64_t do_sync_op(int fd, const IoOp& op) {
+int64_t do_sync_op(int engine_fd, const IoOp& op) {
+  const int fd = op.fd >= 0 ? op.fd : engine_fd;
   for (;;) {
     const ssize_t n = op.write ? ::pwrite(fd, op.buf, op.len, static_cast<off_t>(op.offset))
                                : ::pread(fd, op.buf, op.len, static_cast<off_t>(op.offset));
@@ -110,9 +111,9 @@ class UringFileIo final : public RowFileIo {
         if (sqe == nullptr) break;
         IoOp& op = ops[next];
         if (op.write) {
-          io_uring_prep_write(sqe, fd_, op.buf, op.len, op.offset);
+          io_uring_prep_write(sqe, op.fd >= 0 ? op.fd : fd_, op.buf, op.len, op.offset);
         } else {
-          io_uring_prep_read(sqe, fd_, op.buf, op.len, op.offset);
+          io_uring_prep_read(sqe, op.fd >= 0 ? op.fd : fd_, op.buf, op.len, op.offset);
         }
         io_uring_sqe_set_data64(sqe, next);
         ++next;
@@ -184,9 +185,9 @@ class UringFileIo final : public RowFileIo {
       io_uring_sqe* sqe = io_uring_get_sqe(ring);  // never null: in flight + queued <= slots <= qd_
       const IoOp& op = op_of[slot];
       if (op.write) {
-        io_uring_prep_write(sqe, fd_, op.buf, op.len, op.offset);
+        io_uring_prep_write(sqe, op.fd >= 0 ? op.fd : fd_, op.buf, op.len, op.offset);
       } else {
-        io_uring_prep_read(sqe, fd_, op.buf, op.len, op.offset);
+        io_uring_prep_read(sqe, op.fd >= 0 ? op.fd : fd_, op.buf, op.len, op.offset);
       }
       io_uring_sqe_set_data64(sqe, slot);
       queued.push_back(slot);

@@ -11,7 +11,7 @@
 // Engines: io_uring (make_uring_file_io; fails where io_uring_queue_init is refused) and a
 // pread / pwrite thread pool (make_thread_pool_file_io). FaultInjectionFileIo wraps either.
 //
-// Ownership: an engine does not own the file descriptor. Thread safety: submit_and_wait may be
+// Ownership: an engine does not own the file descriptor (its own, or an op's IoOp::fd). Thread safety: submit_and_wait may be
 // called from several threads at once (the io_uring engine keeps a pool of rings, one per
 // concurrent caller; the thread pool shares its workers).
 #pragma once
@@ -33,6 +33,7 @@ struct IoOp {
   uint8_t* buf = nullptr;
   uint32_t len = 0;     // > 0
   int64_t result = 0;   // out: bytes transferred (<= len) or -errno
+  int fd = -1;          // the file: -1 is the engine's own (the log store's segments pass theirs)
 };
 
 // A stream of jobs for RowFileIo::run_jobs. A job is a chain of ops that uses one staging slot

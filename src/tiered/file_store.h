@@ -43,6 +43,9 @@ Result<std::unique_ptr<RowFileIo>> make_row_file_io(const RowFile& file, size_t 
 // (no space for the file's blocks, no address space), IoError.
 Result<std::unique_ptr<RowStore>> make_mapped_row_store(const RowStoreOptions& options, Allocator* host_alloc,
                                                         const RowFile& file);
+// The directory of a log store's segment files (log_segments.h): `<path>.log`; `path` itself is
+// the store's lock file.
+inline std::string log_store_dir(const std::string& path) { return path + ".log"; }
 // The log layout (log_store.cc). Takes the file's descriptor (closed on error too).
 Result<std::unique_ptr<RowStore>> make_log_row_store(const RowStoreOptions& options, Allocator* host_alloc,
                                                      const RowFile& file, const FileStoreHooks& hooks);

@@ -21,6 +21,9 @@
 //   lookups until its reads are done; pending segments become free only after reuse_mu_ was
 //   taken exclusively once, so no read of a location can meet a segment written again after
 //   the lookup.
+// - Files: segment s is a file of its own (files_, log_segments.h), created empty when s becomes
+//   the head, sealed when it stops being the head and unlinked when it becomes free, so a sealed
+//   file never changes and link_rows() can hard-link it into a checkpoint.
 // - Bound: the segments made stay within cap = ceil(2 x live records / seg_recs_) +
 //   kLogSlackSegments. An append takes a free segment or makes one only while more than
 //   kLogReserveSegments of the two kinds remain (compaction may take the rest); when it cannot,
@@ -42,6 +45,7 @@
 #include <vector>
 
 #include "tiered/file_store.h"
+#include "tiered/log_segments.h"
 #include "tiered/sizes.h"
 #include "tiered/store_util.h"
 
@@ -144,7 +148,9 @@ static_assert(sizeof(SegInfo) == kLogSegmentInfoBytes);
 
 // One read request: an aligned span inside one record group, and the call's rows it carries.
 struct ReadPiece {
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // in the log (segment s at s x segment bytes)
+  uint64_t seg_begin = 0;  // the log offset of its segment's file
+  int fd = -1;             // its segment's file
   uint32_t len = 0;
   size_t first = 0, last = 0;  // [first, last) of the call's sorted disk reads
 };
@@ -166,7 +172,7 @@ class LogRowStore final : public RowStore {
     num_slots_ = log_store_num_slots(row_bytes_, block_, o.queue_depth);
   }
   ~LogRowStore() override {
-    io_.reset();  // workers stop before the descriptor goes
+    io_.reset();  // workers stop before the descriptors go
     ::close(file_.fd);
   }
 
@@ -181,8 +187,7 @@ class LogRowStore final : public RowStore {
     LEANEMB_ASSIGN_OR_RETURN(Allocation first_read, new_buffer(num_slots_ * group_bytes_));
     read_staging_.push_back(std::move(first_read));
     buf_cap_recs_ = buf_.size_bytes() / group_bytes_ * group_recs_;
-    struct stat st {};
-    if (::fstat(file_.fd, &st) == 0) file_bytes_ = static_cast<uint64_t>(st.st_size);
+    LEANEMB_RETURN_IF_ERROR(files_.open(log_store_dir(file_.path), file_.direct, max_segments_));
     LEANEMB_ASSIGN_OR_RETURN(io_, make_row_file_io(file_, num_slots_, o.io_engine, hooks));
     return Status();
   }
@@ -195,6 +200,8 @@ class LogRowStore final : public RowStore {
   Status write_rows(std::span<const int64_t> rows, RowsAt<const uint8_t> src) override;
   Status flush() override;
   RowStoreStats stats() const override;
+  Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink) override;
+  Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source) override;
 
  private:
   uint64_t rec_offset(uint64_t rec) const {
@@ -217,7 +224,9 @@ class LogRowStore final : public RowStore {
   Status append(int64_t row, const uint8_t* bytes);
   Status write_buffer();
   Status next_head(bool for_compaction);
-  Status make_segment(uint64_t s);
+  void seal_head();
+  // The ops that move [off, off + len) of the log from / to `buf` (one segment's file).
+  void add_ops(std::vector<IoOp>& ops, bool write, uint64_t off, uint64_t len, uint8_t* buf) const;
   Status compact();
   std::vector<uint32_t> choose_victims() const;
   Status relocate(const std::vector<std::pair<uint64_t, int64_t>>& moves);
@@ -256,7 +265,7 @@ class LogRowStore final : public RowStore {
   bool compacting_ = false;    // a compaction pass is appending
   uint64_t head_next_ = 0;     // next record index inside the head
   std::vector<uint32_t> free_, pending_;
-  uint64_t file_bytes_ = 0;    // the file's size
+  SegmentFiles files_;         // a file per segment (log_segments.h)
   Allocation gc_buf_;
 
   mutable std::mutex buf_mu_;  // the append range (and readers' copies out of it)
@@ -322,10 +331,10 @@ Status LogRowStore::write_buffer() {
   const uint64_t off = rec_offset(buf_rec0_);
   const uint64_t len = (buf_recs_ + group_recs_ - 1) / group_recs_ * group_bytes_;
   std::vector<IoOp> ops;
-  for (uint64_t o = 0; o < len; o += kBulkTransferBytes)
-    ops.push_back({true, off + o, buf_.as<uint8_t>() + o, static_cast<uint32_t>(std::min<uint64_t>(kBulkTransferBytes, len - o)), 0});
+  add_ops(ops, true, off, len, buf_.as<uint8_t>());
   const size_t n = ops.size();
   LEANEMB_RETURN_IF_ERROR(run_ops(ops));
+  files_.wrote(static_cast<uint32_t>(head_), off - head_ * seg_bytes_, buf_.as<uint8_t>(), len);
   counters_.add_write(0, len, n, 0);
   std::lock_guard<std::mutex> lock(buf_mu_);
   buf_recs_ = 0;
@@ -337,8 +346,7 @@ Status LogRowStore::write_buffer() {
 // compaction); else compaction frees some.
 Status LogRowStore::next_head(bool for_compaction) {
   LEANEMB_CHECK(buf_recs_ == 0, "log store: the head changes with records in the buffer");
-  if (has_head_) segs_[head_].state = SegState::kSealed;
-  has_head_ = false;
+  seal_head();
   const uint64_t keep = for_compaction ? 0 : kLogReserveSegments;
   for (uint64_t tries = 0;; ++tries) {
     if (free_.size() + growable() <= keep && !pending_.empty()) promote_pending();
@@ -348,7 +356,12 @@ Status LogRowStore::next_head(bool for_compaction) {
         free_.pop_back();
       } else {
         head_ = segments_made_.load(std::memory_order_relaxed);
-        LEANEMB_RETURN_IF_ERROR(make_segment(head_));
+        segments_made_.store(head_ + 1, std::memory_order_relaxed);
+      }
+      if (const Status st = files_.create(static_cast<uint32_t>(head_)); !st.ok()) {
+        segs_[head_].state = SegState::kFree;  // the slot stays free for a later try
+        free_.push_back(static_cast<uint32_t>(head_));
+        return st;
       }
       break;
     }
@@ -356,8 +369,7 @@ Status LogRowStore::next_head(bool for_compaction) {
       return internal_error("log store '" + file_.path + "': no segment free for compaction (bound broken)");
     LEANEMB_RETURN_IF_ERROR(compact());
     if (has_head_ && head_next_ < seg_recs_) return Status();  // the compaction's head has room
-    if (has_head_) segs_[head_].state = SegState::kSealed;
-    has_head_ = false;
+    seal_head();
   }
   segs_[head_].state = SegState::kHead;
   segs_[head_].live = 0;
@@ -366,23 +378,33 @@ Status LogRowStore::next_head(bool for_compaction) {
   return Status();
 }
 
-// Segment `s` (the next one) joins the file: the file grows to hold it (sparse; a longer file
-// left by an earlier run is used as it is).
-Status LogRowStore::make_segment(uint64_t s) {
-  const uint64_t need = (s + 1) * seg_bytes_;
-  if (file_bytes_ < need) {
-    if (::ftruncate(file_.fd, static_cast<off_t>(need)) != 0) return os_error("ftruncate of", errno);
-    file_bytes_ = need;
+// The head's records are all on disk (the buffer is empty): its file is sealed, never written
+// again.
+void LogRowStore::seal_head() {
+  if (!has_head_) return;
+  segs_[head_].state = SegState::kSealed;
+  files_.seal(static_cast<uint32_t>(head_));
+  has_head_ = false;
+}
+
+void LogRowStore::add_ops(std::vector<IoOp>& ops, bool write, uint64_t off, uint64_t len, uint8_t* buf) const {
+  const uint64_t seg = off / seg_bytes_;
+  const int fd = files_.fd(static_cast<uint32_t>(seg));
+  for (uint64_t o = 0; o < len; o += kBulkTransferBytes) {
+    IoOp op{write, off + o - seg * seg_bytes_, buf + o, static_cast<uint32_t>(std::min<uint64_t>(kBulkTransferBytes, len - o)), 0};
+    op.fd = fd;
+    ops.push_back(op);
   }
-  segments_made_.store(s + 1, std::memory_order_relaxed);
-  return Status();
 }
 
 // Free segments become reusable once no reader can hold a location in them: every reader that
 // looked one up before the index moved away holds reuse_mu_ shared until its reads are done.
 void LogRowStore::promote_pending() {
   { std::unique_lock<std::shared_mutex> quiesce(reuse_mu_); }
-  for (uint32_t s : pending_) segs_[s].state = SegState::kFree;
+  for (uint32_t s : pending_) {
+    segs_[s].state = SegState::kFree;
+    files_.drop(s);  // a checkpoint's link keeps its bytes; the store's name goes
+  }
   free_.insert(free_.end(), pending_.begin(), pending_.end());
   pending_.clear();
 }
@@ -451,8 +473,7 @@ Status LogRowStore::relocate(const std::vector<std::pair<uint64_t, int64_t>>& mo
       ++j;
     }
     std::vector<IoOp> ops;
-    for (uint64_t o = w0; o < w1; o += kBulkTransferBytes)
-      ops.push_back({false, o, gc_buf_.as<uint8_t>() + (o - w0), static_cast<uint32_t>(std::min<uint64_t>(kBulkTransferBytes, w1 - o)), 0});
+    add_ops(ops, false, w0, w1 - w0, gc_buf_.as<uint8_t>());
     LEANEMB_RETURN_IF_ERROR(run_ops(ops));
     counters_.add_read(0, w1 - w0, 0, 0);  // bytes only: read_ops and read_seconds are read_rows'
     gc_bytes_read_.fetch_add(w1 - w0, std::memory_order_relaxed);
@@ -471,10 +492,84 @@ Status LogRowStore::flush() {
   LEANEMB_RETURN_IF_ERROR(write_buffer());
   // The rest of the written head's last group stays unused: the next append starts a group.
   if (had) head_next_ = std::min(seg_recs_, (head_next_ + group_recs_ - 1) / group_recs_ * group_recs_);
-  while (::fdatasync(file_.fd) != 0) {
-    if (errno != EINTR) return os_error("fdatasync of", errno);
+  return files_.sync();
+}
+
+// ---- links (checkpoints that keep the rows by hard links) ----------------------------------
+
+Result<LinkedRows> LogRowStore::link_rows(const std::string& dir, const RowPlaceSink& sink) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  LEANEMB_RETURN_IF_ERROR(write_buffer());
+  if (has_head_ && head_next_ > 0) seal_head();  // an empty head has nothing to link
+  LEANEMB_RETURN_IF_ERROR(files_.sync());
+  LinkedRows out;
+  out.row_bytes = row_bytes_;
+  out.block_bytes = block_;
+  out.segment_bytes = seg_bytes_;
+  std::vector<uint32_t> file_of(max_segments_, UINT32_MAX);
+  const uint64_t made = segments_made_.load(std::memory_order_relaxed);
+  for (uint64_t s = 0; s < made; ++s) {
+    if (segs_[s].live == 0) continue;
+    LEANEMB_RETURN_IF_ERROR(files_.link(static_cast<uint32_t>(s), dir));
+    const SegmentFileInfo fi = files_.info(static_cast<uint32_t>(s));
+    file_of[s] = static_cast<uint32_t>(out.files.size());
+    out.files.push_back({fi.name, fi.bytes, fi.hash});
   }
-  return Status();
+  std::vector<RowPlace> chunk;
+  constexpr size_t kChunk = size_t{1} << 16;
+  chunk.reserve(kChunk);
+  Status st;
+  index_.for_each(num_rows_, [&](int64_t row, uint64_t e) {
+    if (!st.ok()) return;
+    const uint64_t rec = e - 1, seg = rec / seg_recs_;
+    chunk.push_back({row, file_of[seg], rec_offset(rec) - seg * seg_bytes_});
+    ++out.rows;
+    if (chunk.size() == kChunk) {
+      st = sink(chunk);
+      chunk.clear();
+    }
+  });
+  if (st.ok() && !chunk.empty()) st = sink(chunk);
+  LEANEMB_RETURN_IF_ERROR(st);
+  return out;
+}
+
+Status LogRowStore::adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  const std::string what = "log store '" + file_.path + "': adopting the links in '" + dir + "'";
+  if (live_rows_.load(std::memory_order_relaxed) != 0 || segments_made_.load(std::memory_order_relaxed) != 0)
+    return failed_precondition(what + ": the store has rows already");
+  if (linked.row_bytes != row_bytes_ || linked.block_bytes != block_ || linked.segment_bytes != seg_bytes_ ||
+      linked.files.size() > max_segments_) {
+    return failed_precondition(what + ": their layout (row " + std::to_string(linked.row_bytes) + " B, block " +
+                               std::to_string(linked.block_bytes) + " B, segment " + std::to_string(linked.segment_bytes) +
+                               " B, " + std::to_string(linked.files.size()) + " files) is not this store's");
+  }
+  for (size_t f = 0; f < linked.files.size(); ++f) {
+    const LinkedRowFile& lf = linked.files[f];
+    if (lf.bytes > seg_bytes_) return data_loss(what + ": file '" + lf.name + "' is larger than a segment");
+    LEANEMB_RETURN_IF_ERROR(files_.adopt(static_cast<uint32_t>(f), dir + "/" + lf.name, {lf.name, lf.bytes, lf.hash}));
+    segs_[f] = SegInfo{0, SegState::kSealed};
+  }
+  segments_made_.store(linked.files.size(), std::memory_order_relaxed);
+  for (;;) {
+    LEANEMB_ASSIGN_OR_RETURN(const std::span<const RowPlace> chunk, source());
+    if (chunk.empty()) break;
+    for (const RowPlace& p : chunk) {
+      const uint64_t within = p.offset % group_bytes_, k = within / row_bytes_;
+      if (p.row < 0 || p.row >= num_rows_ || p.file >= linked.files.size() || within % row_bytes_ != 0 ||
+          k >= group_recs_ || p.offset + row_bytes_ > linked.files[p.file].bytes) {
+        return data_loss(what + ": row " + std::to_string(p.row) + " at offset " + std::to_string(p.offset) + " of file " +
+                         std::to_string(p.file) + " is outside the table or its file");
+      }
+      LEANEMB_RETURN_IF_ERROR(index_.prepare(p.row));
+      if (index_.get(p.row) != 0) return data_loss(what + ": row " + std::to_string(p.row) + " is given twice");
+      index_.set(p.row, p.file * seg_recs_ + p.offset / group_bytes_ * group_recs_ + k + 1);
+      ++segs_[p.file].live;
+      live_rows_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return files_.sync();
 }
 
 // ---- reads --------------------------------------------------------------------------------
@@ -517,7 +612,9 @@ struct LogReadJobs final : IoJobs {
   size_t num_jobs() const override { return pieces.size(); }
   bool aborted() const override { return !error.ok(); }
   IoOp start(size_t job, size_t slot) override {
-    return IoOp{false, pieces[job].offset, slots + slot * slot_bytes, pieces[job].len, 0};
+    IoOp op{false, pieces[job].offset - pieces[job].seg_begin, slots + slot * slot_bytes, pieces[job].len, 0};
+    op.fd = pieces[job].fd;
+    return op;
   }
   bool next(size_t job, size_t slot, IoOp* op) override;
   std::function<Status(IoOp*, int*, bool*)> settle;
@@ -559,7 +656,8 @@ Status LogRowStore::read_disk(std::vector<DiskRead>& reads, RowsAt<uint8_t> dst,
       last->len = static_cast<uint32_t>(std::max<uint64_t>(last->offset + last->len, e) - last->offset);
       last->last = k + 1;
     } else {
-      pieces.push_back({s, static_cast<uint32_t>(e - s), k, k + 1});
+      const uint64_t seg = s / seg_bytes_;
+      pieces.push_back({s, seg * seg_bytes_, files_.fd(static_cast<uint32_t>(seg)), static_cast<uint32_t>(e - s), k, k + 1});
     }
   }
   Allocation staging = acquire_read_staging();
@@ -629,12 +727,12 @@ RowStoreStats LogRowStore::stats() const {
   RowStoreStats s = counters_.snapshot();
   s.io_buffer_bytes = io_buffer_bytes_.load(std::memory_order_relaxed);
   s.host_bytes = index_.bytes() + seg_alloc_.size_bytes() + s.io_buffer_bytes;
-  s.disk_bytes = segments_made_.load(std::memory_order_relaxed) * seg_bytes_;
+  s.disk_bytes = files_.disk_bytes();
   s.io_engine = io_->engine_name();
   s.direct_io = file_.direct;
   s.block_bytes = block_;
   s.layout = "log";
-  s.log_segments = segments_made_.load(std::memory_order_relaxed);
+  s.log_segments = files_.num_files();
   s.gc_passes = gc_passes_.load(std::memory_order_relaxed);
   s.gc_rows_moved = gc_rows_moved_.load(std::memory_order_relaxed);
   s.gc_bytes_read = gc_bytes_read_.load(std::memory_order_relaxed);

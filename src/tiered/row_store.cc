@@ -144,6 +144,15 @@ Status RowStore::read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t*
   return Status();
 }
 
+Result<LinkedRows> RowStore::link_rows(const std::string&, const RowPlaceSink&) {
+  return unimplemented(std::string("link_rows: the ") + (kind() == StoreKind::kHost ? "host" : "file") +
+                       " store keeps no files to link (only the file store's log layout does)");
+}
+
+Status RowStore::adopt_links(const std::string&, const LinkedRows&, const RowPlaceSource&) {
+  return unimplemented("adopt_links: only the file store's log layout takes linked files");
+}
+
 namespace {
 
 constexpr size_t kRowsAhead = 8;  // rows prefetched ahead by the host store's copy loops

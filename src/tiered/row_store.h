@@ -24,10 +24,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
@@ -67,7 +69,7 @@ struct RowStoreStats {
   double read_seconds = 0, write_seconds = 0;  // wall time inside read_rows / write_rows
   size_t host_bytes = 0;       // RAM the store holds (rows for host; presence bitmap, buffers)
   size_t io_buffer_bytes = 0;  // of host_bytes: aligned staging buffers for direct I/O
-  size_t disk_bytes = 0;       // file: the file's logical size
+  size_t disk_bytes = 0;       // file: the file's logical size (log: the segment files' bytes)
   // Added to the original interface:
   std::string_view io_engine = "memcpy";  // "memcpy" (host), "io_uring" or "threads" (file)
   bool direct_io = false;      // file: O_DIRECT is active (false after the buffered fallback)
@@ -76,7 +78,7 @@ struct RowStoreStats {
   // (their bytes also counted in bytes_written, their writes in write_ops) and bytes they read
   // (also in bytes_read; not in read_ops, which counts read_rows' requests).
   std::string_view layout = "";  // "in_place" | "log" (file)
-  uint64_t log_segments = 0, gc_passes = 0, gc_rows_moved = 0, gc_bytes_read = 0;
+  uint64_t log_segments = 0, gc_passes = 0, gc_rows_moved = 0, gc_bytes_read = 0;  // log_segments: files
   uint64_t log_live_rows = 0;    // rows with a record (present rows)
 };
 
@@ -96,6 +98,31 @@ struct RowsAt {
     return base + (slots ? static_cast<size_t>(slots[i]) : i) * (stride ? stride : row_bytes);
   }
 };
+
+// A store's rows kept by hard links instead of copies (RowStore::link_rows): the store's sealed
+// files holding the rows' newest copies, linked into a directory, and each row's place in them.
+struct LinkedRowFile {
+  std::string name;    // in the directory
+  uint64_t bytes = 0;  // its size
+  uint64_t hash = 0;   // XXH3-64 of its bytes
+};
+struct LinkedRows {
+  std::vector<LinkedRowFile> files;
+  // The layout the places assume: a store adopts the links only when its own is the same.
+  size_t row_bytes = 0;
+  uint32_t block_bytes = 0;
+  uint64_t segment_bytes = 0;
+  uint64_t rows = 0;  // rows with a place
+};
+struct RowPlace {
+  int64_t row = 0;
+  uint32_t file = 0;    // index in LinkedRows::files
+  uint64_t offset = 0;  // of the row's bytes in that file
+};
+// Receives the places of link_rows in ascending row order, a chunk at a time.
+using RowPlaceSink = std::function<Status(std::span<const RowPlace>)>;
+// Gives adopt_links the places, a chunk at a time (an empty chunk: no more).
+using RowPlaceSource = std::function<Result<std::span<const RowPlace>>()>;
 
 class RowStore {
  public:
@@ -129,6 +156,19 @@ class RowStore {
   virtual Status read_range(int64_t begin, int64_t count, uint8_t* dst, uint8_t* present);
   // Makes every written row durable (fsync for file; no-op for host).
   virtual Status flush() = 0;
+  // Links instead of copies (the log layout; the other stores: Unimplemented). link_rows makes
+  // every written row durable, seals the file being appended (the next write starts another),
+  // hard-links into the existing directory `dir` each file that holds a row's newest copy, and
+  // gives `sink` every written row's place, in ascending row order. The linked files never
+  // change again, whatever the store does next, and stay on disk as long as their links do.
+  // Errors: IoError, ResourceExhausted, and `sink`'s.
+  virtual Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink);
+  // The reverse, into a store with no row written yet: the files of `linked` (in `dir`) become
+  // the store's, hard-linked (no byte copied), and each place from `source` a row's copy.
+  // Errors: FailedPrecondition (rows were written, or `linked` has another layout: copy the rows
+  // instead), DataLoss (a file of another size, a place outside its file or given twice),
+  // NotFound / IoError (a file). After an error the store's rows are unspecified: drop it.
+  virtual Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source);
   virtual RowStoreStats stats() const = 0;
 };
 

@@ -9,6 +9,7 @@ target_sources(leanemb PRIVATE
   src/tiered/file_io.cc
   src/tiered/file_store.cc
   src/tiered/log_store.cc
+  src/tiered/log_segments.cc
   src/tiered/id_map.cc
   src/tiered/id_map_io.cc
   src/tiered/disk_probe.cc
@@ -22,7 +23,7 @@ target_link_libraries(leanemb PRIVATE ${URING_LINK_LIBRARIES} ${XXHASH_LINK_LIBR
 
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(store_test src/tiered/store_test.cc src/tiered/store_fault_test.cc src/tiered/store_io_test.cc
-                   src/tiered/store_log_test.cc)
+                   src/tiered/store_log_test.cc src/tiered/store_link_test.cc)
   leanemb_add_test(id_map_test src/tiered/id_map_test.cc)
   # Not a CTest test: measures random-read IOPS of the file store's engines (docs/tiered.md).
   add_executable(store_iops_probe src/tiered/store_iops_probe.cc)

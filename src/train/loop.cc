@@ -80,9 +80,11 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
   };
   std::vector<Need> needs;
   if (p.disk_bytes > 0 && !store_dir.empty()) {
-    uint64_t held = 0;  // blocks the table files of an earlier run already hold (reused as they are)
+    // Blocks the table files of an earlier run already hold: reused as they are (in place), or
+    // removed when the store opens (a log's segment files, in <table>.rows.log/).
+    uint64_t held = 0;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(store_dir, ec)) {
+    for (const auto& e : fs::recursive_directory_iterator(store_dir, ec)) {
       struct stat st {};
       if (e.is_regular_file(ec) && ::stat(e.path().c_str(), &st) == 0) held += static_cast<uint64_t>(st.st_blocks) * 512;
     }
