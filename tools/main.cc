@@ -1,7 +1,9 @@
-// leanemb command-line tool: parse arguments, call the library, print, map Status to exit codes.
+// leanemb command-line tool: parse arguments and call one function of the public API per command.
 // Every subcommand's options are declared here, the one translation unit that includes CLI11
-// (a header-only library that costs about half a minute to compile per file under the sanitizers);
-// the commands themselves are in tools/cmd_<name>.cc (tools/commands.h).
+// (a header-only library that costs about half a minute to compile per file under the sanitizers),
+// into the options structs of include/leanemb/commands.h; the commands themselves (parse the
+// values, call the library, print, map Status to exit codes) are in src/cli/<name>_command.cc and
+// bench/command.cc.
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,9 +17,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 namespace {
 
 // An explicitly empty value ("--rows ''") is an error, not "use the default".
@@ -326,7 +328,7 @@ void add_serve(CLI::App& app, int* result) {
 }
 
 }  // namespace
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli
 
 namespace {
 // Sets `name` to `value` unless the user set it; true when it was set here.
@@ -351,27 +353,27 @@ int main(int argc, char** argv) {
   if (set_omp || set_blas) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
   CLI::App app{"leanemb: train embedding models whose tables and optimizer state exceed fast memory"};
   app.require_subcommand(1);
-  app.footer(leanemb::tools::exit_code_table());
+  app.footer(leanemb::cli::exit_code_table());
   app.set_version_flag("--version", std::string("leanemb ") + LEANEMB_VERSION_STRING);
-  int result = leanemb::tools::kExitOk;
-  leanemb::tools::add_train(app, &result);
-  leanemb::tools::add_plan(app, &result);
-  leanemb::tools::add_bench(app, &result);
-  leanemb::tools::add_ckpt(app, &result);
-  leanemb::tools::add_data(app, &result);
-  leanemb::tools::add_serve(app, &result);
+  int result = leanemb::cli::kExitOk;
+  leanemb::cli::add_train(app, &result);
+  leanemb::cli::add_plan(app, &result);
+  leanemb::cli::add_bench(app, &result);
+  leanemb::cli::add_ckpt(app, &result);
+  leanemb::cli::add_data(app, &result);
+  leanemb::cli::add_serve(app, &result);
   // A first argument that is neither an option nor a command is an unknown command (CLI11 would
   // say "A subcommand is required", which misleads).
-  if (argc > 1 && argv[1][0] != '-' && !leanemb::tools::has_command(app, argv[1])) {
+  if (argc > 1 && argv[1][0] != '-' && !leanemb::cli::has_command(app, argv[1])) {
     std::fprintf(stderr, "leanemb: error: unknown command '%s'; the commands are: %s (leanemb --help)\n", argv[1],
-                 leanemb::tools::command_list(app).c_str());
-    return leanemb::tools::kExitBadInput;
+                 leanemb::cli::command_list(app).c_str());
+    return leanemb::cli::kExitBadInput;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every other parse error is a bad argument (exit code 2).
-    return app.exit(e) == 0 ? leanemb::tools::kExitOk : leanemb::tools::kExitBadInput;
+    return app.exit(e) == 0 ? leanemb::cli::kExitOk : leanemb::cli::kExitBadInput;
   }
   return result;
 }

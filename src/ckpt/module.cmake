@@ -19,8 +19,6 @@ target_sources(leanemb PRIVATE
 target_include_directories(leanemb PRIVATE ${LEANEMB_XXHASH_INCLUDE_DIR})
 target_link_libraries(leanemb PRIVATE ${LEANEMB_XXHASH_LIBRARY})
 
-target_sources(leanemb_cli PRIVATE tools/cmd_ckpt.cc)
-
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(ckpt_test src/ckpt/ckpt_test.cc src/ckpt/ckpt_crash_test.cc)
   leanemb_add_test(ckpt_cli_test src/ckpt/ckpt_cli_test.cc)

@@ -1,5 +1,5 @@
 # src/data: readers (Criteo TSV, binary), batching, shuffling, synthetic data, metrics; the
-# `convert` and `gen-data` CLI commands; the data_test suite.
+# data_test suite (the `convert` and `gen-data` commands: src/cli/data_command.cc).
 find_path(LEANEMB_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(LEANEMB_XXHASH_LIBRARY NAMES xxhash REQUIRED)
 
@@ -21,9 +21,6 @@ target_include_directories(leanemb PRIVATE ${LEANEMB_XXHASH_INCLUDE_DIR})
 # A plain library path (not an imported target): the installed package needs no extra
 # find_dependency for it.
 target_link_libraries(leanemb PRIVATE ${LEANEMB_XXHASH_LIBRARY})
-
-target_sources(leanemb_cli PRIVATE tools/cmd_data.cc)
-target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(data_test

@@ -21,8 +21,6 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/column_state_ckpt.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
-# `leanemb ckpt digest --training` (tools/cmd_ckpt.cc) calls src/dist.
-target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 set(LEANEMB_HAVE_MPI OFF)
 if(LEANEMB_WITH_MPI)

@@ -1,5 +1,5 @@
 # src/plan: the memory model (every byte of a run, predicted from the allocating code's size
-# functions), the planner (device presets, search, cost model) and `leanemb plan`.
+# functions), the planner (device presets, search, cost model); `leanemb plan` is src/cli/plan_command.cc.
 target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/memory_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables_plan.cc
@@ -9,7 +9,6 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
   ${CMAKE_CURRENT_LIST_DIR}/report_html.cc
 )
-target_sources(leanemb_cli PRIVATE tools/cmd_plan.cc)
 
 if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(plan_test ${CMAKE_CURRENT_LIST_DIR}/memory_model_test.cc ${CMAKE_CURRENT_LIST_DIR}/planner_test.cc

@@ -8,7 +8,6 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/report.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_registry.cc
 )
-target_sources(leanemb_cli PRIVATE tools/cmd_serve.cc)
 
 if(LEANEMB_BUILD_TESTS)
   # The report page's structure, number formatting and multi-run overlays (src/serve/report_test.cc).

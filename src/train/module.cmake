@@ -13,8 +13,6 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/run_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/task_config.cc
 )
-target_sources(leanemb_cli PRIVATE tools/cmd_train.cc)
-target_include_directories(leanemb_cli PRIVATE ${PROJECT_SOURCE_DIR}/src)
 
 if(LEANEMB_BUILD_TESTS)
   # reliability_test: the run directory, signals, divergence, saved config, crash points (issue 18),
@@ -55,7 +53,7 @@ if(LEANEMB_BUILD_TESTS)
   # read from the pages and checked against the binary (issue 37 items 12, 13, 16).
   add_test(NAME doc_claims COMMAND ${PROJECT_SOURCE_DIR}/tests/doc_claims.sh $<TARGET_FILE:leanemb_cli> ${PROJECT_SOURCE_DIR})
   # The layering rules of docs/architecture.md: no include cycle between folders, python/ and
-  # tools/ on the public API, no downcast of tables (known violations listed in the script).
+  # tools/ on the public API, no downcast of tables (a known violation would be listed in the script).
   add_test(NAME check_layers COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_layers.py)
   set_tests_properties(attack doc_claims PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 endif()

@@ -19,13 +19,13 @@
 #include "leanemb/paths.h"
 #include "leanemb/communicator.h"
 #include "serve/task_registry.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 #include "train/stop_signal.h"
 #include "train/task_config.h"
 #include "train/toml_section.h"
 #include "leanemb/json.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 namespace {
 
@@ -265,4 +265,4 @@ int run_train(const TrainArgs& args) {
   return execute(a, c, run_inputs(a.config, c.train_files(), c.eval_files()));
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

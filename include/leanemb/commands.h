@@ -1,6 +1,9 @@
-// The leanemb CLI's commands. main.cc, the one translation unit that includes CLI11, declares
-// every subcommand's options into an <Name>Args struct below and calls the command's run_<name>
-// (tools/cmd_<name>.cc), whose return value is the process's exit code.
+// The leanemb CLI's commands. tools/main.cc, the one translation unit that includes CLI11,
+// declares every subcommand's options into an <Name>Args struct below and calls the command's
+// run_<name>, whose return value is the process's exit code. Each run_<name> parses the values,
+// calls the library, prints and maps Status to an exit code; implemented in src/cli/<name>_command.cc
+// (common.cc: the exit codes), except run_bench and bench_workload_list, which are in bench/command.cc
+// (the benchmark workloads' library, leanemb_bench_workloads, which the CLI links; not installed).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +12,7 @@
 
 #include "leanemb/status.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 // The exit codes of every command (README "Exit codes", `leanemb --help`):
 inline constexpr int kExitOk = 0;
@@ -31,7 +34,7 @@ int report_error(const Status& s);
 double busy_cores_elsewhere(double seconds);
 
 
-// `leanemb train` (cmd_train.cc): a config of either task (docs/train.md, docs/text.md).
+// `leanemb train` (src/cli/train_command.cc): a config of either task (docs/train.md, docs/text.md).
 struct TrainArgs {
   std::string config;
   std::vector<std::string> sets;
@@ -41,24 +44,24 @@ struct TrainArgs {
 };
 int run_train(const TrainArgs& a);
 
-// `leanemb plan` (cmd_plan.cc, docs/plan.md).
+// `leanemb plan` (src/cli/plan_command.cc, docs/plan.md).
 struct PlanArgs {
   std::string config;
   std::vector<std::string> sets;
   int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
   std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
   std::string device_budget, host_budget, write_config;
-  std::string html;  // --html FILE: also the breakdown as a picture (plan/report.h plan_report_html)
-  std::vector<std::string> allow_unproven;  // lean options (plan/parity.h names) allowed without proof
+  std::string html;  // --html FILE: also the breakdown as a picture (plan_report_html)
+  std::vector<std::string> allow_unproven;  // --allow-unproven: lean options (bf16-rows, ..., all) allowed without proof
   bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
   bool no_host = false, keep_precision = false, largest_table = false;
   int max_shards = 1;
   double disk_iops = 0;    // --disk-iops: random reads/s of the store's disk
-  std::string probe_disk;  // --probe-disk DIR: measure them there (tiered::probe_disk)
+  std::string probe_disk;  // --probe-disk DIR: measure them there (probe_disk, leanemb/disk_probe.h)
 };
 int run_plan(const PlanArgs& a);
 
-// `leanemb bench` (cmd_bench.cc, docs/benchmarks.md). Values stay strings: run_bench parses them,
+// `leanemb bench` (bench/command.cc, docs/benchmarks.md). Values stay strings: run_bench parses them,
 // so that every bad value gets a message naming its flag and exit code 2.
 struct BenchArgs {
   std::string workload = "optimizer";
@@ -73,12 +76,12 @@ int run_bench(const BenchArgs& a);
 // "roofline, tbe-default, ...": the workloads --workload accepts.
 std::string bench_workload_list();
 
-// `leanemb ckpt verify | digest | list` (cmd_ckpt.cc, docs/formats/checkpoint.md).
+// `leanemb ckpt verify | digest | list` (src/cli/ckpt_command.cc, docs/formats/checkpoint.md).
 int run_ckpt_verify(const std::string& dir);
 int run_ckpt_digest(const std::string& dir, bool training);
 int run_ckpt_list(const std::string& out_dir);
 
-// `leanemb convert` and `leanemb gen-data` (cmd_data.cc, docs/data.md); values parsed as in bench.
+// `leanemb convert` and `leanemb gen-data` (src/cli/data_command.cc, docs/data.md); values parsed as in bench.
 struct ConvertArgs {
   std::string in, out, num_dense = "13", num_sparse = "26", max_malformed_rate = "0.001";
   bool quiet = false;
@@ -92,7 +95,7 @@ struct GenArgs {
 };
 int run_gen_data(const GenArgs& a);
 
-// `leanemb test`, `predict`, `export`, `report` (cmd_serve.cc, docs/serve.md).
+// `leanemb test`, `predict`, `export`, `report` (src/cli/serve_command.cc, docs/serve.md).
 struct ServeArgs {
   std::string run, data, json_out, output, out_dir, summary;
   std::vector<std::string> sets;
@@ -106,4 +109,4 @@ int run_predict(const ServeArgs& a);
 int run_export(const ServeArgs& a);
 int run_report(const ServeArgs& a);
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 const char* exit_code_table() {
   return "Exit codes (every command):\n"
@@ -96,4 +96,4 @@ int report_error(const Status& s) {
   return exit_code_for(s);
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "bench/workloads.h"
+#include "workloads.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory.h"
 #include "leanemb/table_options.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 namespace {
 
@@ -242,4 +242,4 @@ std::string bench_workload_list() {
   return names;
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

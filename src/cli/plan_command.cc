@@ -14,11 +14,11 @@
 #include "plan/report.h"
 #include "serve/task_registry.h"
 #include "leanemb/disk_probe.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 #include "train/task_config.h"
 #include "train/toml_section.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 namespace {
 
@@ -203,4 +203,4 @@ int run_plan(const PlanArgs& a) {
   return 0;
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

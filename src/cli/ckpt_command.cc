@@ -10,9 +10,9 @@
 #include "leanemb/table_checkpoint.h"
 #include "leanemb/training_digest.h"
 #include "leanemb/checkpoint.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 // "; incremental: N links over the full checkpoint of step B, all verified" for a chain
 // (docs/formats/checkpoint.md, "Chains"); "" for a full checkpoint.
@@ -75,4 +75,4 @@ int run_ckpt_list(const std::string& out_dir) {
 }
 
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

@@ -19,9 +19,9 @@
 #include "leanemb/progress.h"
 #include "leanemb/data_convert.h"
 #include "leanemb/data_synthetic.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 namespace {
 
@@ -190,4 +190,4 @@ int run_gen_data(const GenArgs& a) {
   return 0;
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli

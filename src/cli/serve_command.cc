@@ -20,9 +20,9 @@
 #include "serve/report.h"
 #include "serve/saved_model.h"
 #include "serve/task_registry.h"
-#include "tools/commands.h"
+#include "leanemb/commands.h"
 
-namespace leanemb::tools {
+namespace leanemb::cli {
 
 namespace {
 
@@ -222,4 +222,4 @@ int run_report(const ServeArgs& a) {
   return kExitOk;
 }
 
-}  // namespace leanemb::tools
+}  // namespace leanemb::cli
