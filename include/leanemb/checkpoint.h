@@ -68,6 +68,17 @@ struct ParentRef {
 };
 inline constexpr std::string_view kParentBlob = "ckpt/parent";
 
+// Files a checkpoint holds besides its data files, hard-linked into its directory by the caller
+// (CheckpointWriter::add_linked_file; a table's store files: leanemb/linked_rows.h). Recorded in
+// the reserved blob kLinkedFilesBlob; a reader checks each one's size at open and its hash in
+// verify(). docs/formats/checkpoint.md, "Linked files".
+struct LinkedFile {
+  std::string path;    // relative to the checkpoint's directory
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;   // XXH3-64 of its bytes
+};
+inline constexpr std::string_view kLinkedFilesBlob = "ckpt/linked_files";
+
 struct CommitInfo {
   int64_t step = 0;
   std::string path;                   // <out_dir>/checkpoints/step-<N>
@@ -113,6 +124,14 @@ class CheckpointWriter {
   // total_rows), IoError (writer failed), FailedPrecondition.
   Status append_rows(std::string_view name, int64_t row_begin, std::span<const uint8_t> rows);
 
+  // The directory being written (<out_dir>/checkpoints/step-<N>.tmp): files the caller links
+  // there move with the commit.
+  const std::string& staging_dir() const;
+  // Records a file the caller has put at `path` under staging_dir() (a hard link of a file that
+  // never changes again), `bytes` long with XXH3-64 `xxh3`. commit() fsyncs the directories that
+  // hold such files and records them (kLinkedFilesBlob). Errors: InvalidArgument (an absolute
+  // path, "..", a name of the format's own files, a path given twice), FailedPrecondition.
+  Status add_linked_file(std::string_view path, uint64_t bytes, uint64_t xxh3);
   // Publishes the checkpoint (see the header comment) and cleans up. After it returns OK the
   // checkpoint survives a crash; on error the previous checkpoints are intact and this one is
   // either absent or complete. Either way the writer is finished.
@@ -156,6 +175,8 @@ struct VerifyReport {
   size_t num_links = 1;
   int64_t base_step = -1;
   bool sparse_base = false;  // the chain's root holds only the rows changed since the initial rows
+  size_t num_linked_files = 0;   // linked files (kLinkedFilesBlob), each hashed
+  uint64_t linked_bytes = 0;
 };
 
 class CheckpointReader {
@@ -164,7 +185,8 @@ class CheckpointReader {
   // version, consistency) and the size of every data file. Block checksums are checked as
   // blocks are read (or all at once by verify()).
   // Errors: NotFound (no MANIFEST: not a checkpoint, or an incomplete one), DataLoss (corrupt
-  // manifest, missing or wrongly sized data file), Unimplemented (newer format), IoError.
+  // manifest, missing or wrongly sized data file or linked file), Unimplemented (newer format),
+  // IoError.
   static Result<std::unique_ptr<CheckpointReader>> open(const std::string& dir, Env* env = nullptr);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
@@ -179,6 +201,9 @@ class CheckpointReader {
   const EntryInfo* find(std::string_view name) const;  // nullptr if there is no such entry
   // The checkpoint this one extends (WriterOptions::parent_step), or none for a full one.
   const std::optional<ParentRef>& parent() const;
+  // The files linked into the checkpoint (kLinkedFilesBlob; empty: none). open() checked that
+  // each exists with its size; verify() checks their hashes.
+  const std::vector<LinkedFile>& linked_files() const;
 
   // The content of blob `name`. Errors: NotFound, InvalidArgument (a table), DataLoss (a block
   // fails its checksum: the message names file, block and entry), IoError.
@@ -189,8 +214,9 @@ class CheckpointReader {
   // != count * row_bytes), OutOfRange (rows beyond total_rows), DataLoss, IoError.
   Status read_rows(std::string_view name, int64_t row_begin, int64_t count, std::span<uint8_t> out) const;
 
-  // Reads every block of every data file and checks its checksum.
-  // Errors: DataLoss naming the file, the block (index and byte offset) and the entries in it.
+  // Reads every block of every data file and checks its checksum, then every linked file's hash.
+  // Errors: DataLoss naming the file, the block (index and byte offset) and the entries in it;
+  // DataLoss naming a linked file whose bytes differ.
   Result<VerifyReport> verify() const;
 
   // 32 hex digits: XXH3-128 of the logical content (step, and per entry in name order its kind,

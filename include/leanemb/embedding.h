@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "leanemb/linked_rows.h"
 #include "leanemb/table_options.h"
 #include "leanemb/tables.h"
 
@@ -153,6 +154,20 @@ class EmbeddingCollection final : public EmbeddingTables {
   // when has_initial_rows(table), else every row is rewritten in chunks (O(rows); for a cached
   // table through its store). Loading a sparse base starts with it. Errors: the residency's.
   Status reset_rows_to_initial(int table);
+
+  // Linked rows (leanemb/linked_rows.h; docs/formats/checkpoint.md, "Linked rows"). can_link_rows:
+  // `table`'s rows can be kept by hard links of its store's files (a cache over a log-layout
+  // file store; not a dynamic table). link_rows writes the table's changed rows back to its store
+  // (they stay cached, clean), hard-links the store's files holding rows into the existing
+  // directory `dir` and gives each written row's place to `sink`; every row without a place
+  // holds its initial bytes. adopt_linked_rows makes a table that holds its initial rows (as
+  // created) take such files as its rows, with no row copied. Errors: Unimplemented (not
+  // linkable), FailedPrecondition (adopt: rows changed already, or another store layout: copy
+  // the rows instead), DataLoss (a file or place that does not fit), the store's.
+  // into_dir: the links must be able to go there too (one file system); empty: not checked.
+  bool can_link_rows(int table, const std::string& into_dir = {}) const;
+  Result<LinkedRows> link_rows(int table, const std::string& dir, const RowPlaceSink& sink);
+  Status adopt_linked_rows(int table, const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source);
 
   // Tables with a row cache (TableCacheOptions): starts fetching the rows `next` will touch on a
   // background thread, so that the fetch overlaps the current step. Call it after forward()

@@ -65,6 +65,12 @@ struct IncrementalOptions {
   bool enabled = false;
   int full_every = 8;               // >= 1 (1: every checkpoint full)
   double max_chain_fraction = 0.5;  // in (0, 1]
+  // Tables whose rows live in a log-layout file store on out_dir's file system
+  // (EmbeddingCollection::can_link_rows) are kept by hard links of the store's files instead of
+  // copies, in every checkpoint, full or not (docs/formats/checkpoint.md, "Linked rows"): a
+  // checkpoint then writes only their changed rows still in the cache (into the store) and where
+  // each row is. One-process collections only; independent of `enabled`.
+  bool link_store_rows = false;
 };
 
 struct TablesSaveOptions {
@@ -84,7 +90,9 @@ struct TablesSaveInfo {
   std::vector<std::string> set_aside; // plain: incomplete step directories moved aside (CommitInfo)
   int64_t parent_step = -1;           // the checkpoint an incremental one extends (-1: full)
   bool sparse_base = false;           // full, as a sparse base (only the rows changed since create)
-  int64_t rows_written = 0;           // embedding rows written (all of them when full)
+  int64_t rows_written = 0;           // embedding rows written (all of them when full), linked tables' not counted
+  int64_t rows_linked = 0;            // rows of linked tables kept by links (IncrementalOptions::link_store_rows)
+  int linked_tables = 0;              // tables kept by links
   uint64_t entry_bytes = 0;           // plain: logical bytes of all entries (CommitInfo::entry_bytes);
                                       // sharded: the fat rows' bytes (rows x stride)
 };

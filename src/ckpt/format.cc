@@ -177,6 +177,51 @@ Result<ParentRef> decode_parent_blob(std::span<const uint8_t> bytes, const std::
   return p;
 }
 
+namespace {
+constexpr std::string_view kLinkedMagic = "leanemb-linked-v1";
+}  // namespace
+
+bool is_linked_file_path(std::string_view path) {
+  if (path.empty() || path.front() == '/' || path.back() == '/') return false;
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    const std::string_view part = path.substr(i, j - i);
+    if (part.empty() || part == "." || part == "..") return false;
+    i = j + 1;
+  }
+  return true;
+}
+
+std::vector<uint8_t> encode_linked_files_blob(std::span<const LinkedFile> files) {
+  std::vector<uint8_t> out;
+  ByteWriter w(&out);
+  w.raw(kLinkedMagic);
+  w.u32(static_cast<uint32_t>(files.size()));
+  for (const LinkedFile& f : files) {
+    w.str32(f.path);
+    w.u64(f.bytes);
+    w.u64(f.xxh3);
+  }
+  return out;
+}
+
+Result<std::vector<LinkedFile>> decode_linked_files_blob(std::span<const uint8_t> bytes, const std::string& where) {
+  ByteReader r(bytes);
+  std::string magic;
+  uint32_t n = 0;
+  const std::string bad = "checkpoint '" + where + "': blob '" + std::string(kLinkedFilesBlob) + "' is malformed";
+  if (!r.raw(kLinkedMagic.size(), &magic) || magic != kLinkedMagic || !r.get(&n)) return data_loss(bad);
+  std::vector<LinkedFile> files;
+  for (uint32_t i = 0; i < n; ++i) {
+    LinkedFile f;
+    if (!r.str32(&f.path, 4096) || !r.get(&f.bytes) || !r.get(&f.xxh3) || !is_linked_file_path(f.path)) return data_loss(bad);
+    files.push_back(std::move(f));
+  }
+  if (!r.done()) return data_loss(bad);
+  return files;
+}
+
 void put_u32(std::vector<uint8_t>* out, uint32_t v) { ByteWriter(out).u32(v); }
 void put_u64(std::vector<uint8_t>* out, uint64_t v) { ByteWriter(out).u64(v); }
 uint32_t get_u32(const uint8_t* p) { return load_le<uint32_t>(p); }

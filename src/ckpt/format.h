@@ -111,6 +111,12 @@ std::vector<uint8_t> encode_parent_blob(int64_t step, std::string_view id_hex);
 // Errors: DataLoss naming `where` (bad magic, truncated, trailing bytes, a negative step or an
 // id that is not 32 hex digits).
 Result<ParentRef> decode_parent_blob(std::span<const uint8_t> bytes, const std::string& where);
+// The blob kLinkedFilesBlob: "leanemb-linked-v1", u32 count, then per file str32 path, u64
+// bytes, u64 xxh3. Decode errors: DataLoss (malformed; a path that is absolute or has "..").
+std::vector<uint8_t> encode_linked_files_blob(std::span<const LinkedFile> files);
+Result<std::vector<LinkedFile>> decode_linked_files_blob(std::span<const uint8_t> bytes, const std::string& where);
+// A path a linked file may have: relative, no "." or ".." part, not empty.
+bool is_linked_file_path(std::string_view path);
 
 // Entry names: 1..kMaxNameBytes bytes, no control characters. Errors: InvalidArgument.
 Status check_entry_name(std::string_view name);

@@ -31,6 +31,7 @@ struct CheckpointReader::Impl {
   std::vector<EntryInfo> infos;  // parallel to manifest.entries
   std::vector<std::unique_ptr<BlockFileReader>> files;
   std::optional<ParentRef> parent;  // blob kParentBlob, read at open
+  std::vector<LinkedFile> linked;    // blob kLinkedFilesBlob, read (and sizes checked) at open
 
   // Index into manifest.entries, or -1.
   ptrdiff_t index_of(std::string_view name) const {
@@ -96,6 +97,16 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
       return data_loss("checkpoint '" + dir + "': its parent step " + std::to_string(ref.step) + " is not earlier");
     reader->impl_->parent = std::move(ref);
   }
+  if (reader->find(kLinkedFilesBlob) != nullptr) {
+    LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> blob, reader->read_blob(kLinkedFilesBlob));
+    LEANEMB_ASSIGN_OR_RETURN(reader->impl_->linked, decode_linked_files_blob(blob, dir));
+    for (const LinkedFile& f : reader->impl_->linked) {
+      auto size = reader->impl_->env->file_size(join_path(dir, f.path));
+      if (!size.ok() || *size != f.bytes)
+        return data_loss("checkpoint '" + dir + "': linked file '" + f.path + "' " +
+                         (size.ok() ? "has " + std::to_string(*size) + " bytes, " + std::to_string(f.bytes) + " expected" : "is missing (" + size.status().message() + ")"));
+    }
+  }
   return reader;
 }
 
@@ -105,6 +116,7 @@ uint32_t CheckpointReader::format_version() const { return impl_->manifest.versi
 std::string CheckpointReader::id_hex() const { return checkpoint_id_hex(impl_->manifest.id); }
 const std::vector<EntryInfo>& CheckpointReader::entries() const { return impl_->infos; }
 const std::optional<ParentRef>& CheckpointReader::parent() const { return impl_->parent; }
+const std::vector<LinkedFile>& CheckpointReader::linked_files() const { return impl_->linked; }
 
 const EntryInfo* CheckpointReader::find(std::string_view name) const {
   const ptrdiff_t i = impl_->index_of(name);
@@ -184,6 +196,23 @@ std::string CheckpointReader::Impl::entries_in(uint32_t file, uint64_t lo, uint6
   return s.empty() ? "no entry" : s;
 }
 
+namespace {
+// XXH3-64 of the first `bytes` bytes of a file, read 1 MiB at a time through `env`.
+Result<uint64_t> xxh3_of_file(Env* env, const std::string& path, uint64_t bytes) {
+  LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, env->new_random_access_file(path));
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), &XXH3_freeState);
+  if (st == nullptr) return resource_exhausted("XXH3_createState");
+  XXH3_64bits_reset(st.get());
+  std::vector<uint8_t> buf(size_t{1} << 20);
+  for (uint64_t off = 0; off < bytes; off += buf.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - off));
+    LEANEMB_RETURN_IF_ERROR(f->read_at(off, std::span<uint8_t>(buf.data(), n)));
+    XXH3_64bits_update(st.get(), buf.data(), n);
+  }
+  return static_cast<uint64_t>(XXH3_64bits_digest(st.get()));
+}
+}  // namespace
+
 Result<VerifyReport> CheckpointReader::verify() const {
   const Impl& r = *impl_;
   VerifyReport rep;
@@ -203,6 +232,13 @@ Result<VerifyReport> CheckpointReader::verify() const {
                                     r.entries_in(static_cast<uint32_t>(f), file.block_begin(b), file.block_end(b)));
       ++rep.num_blocks;
     }
+  }
+  for (const LinkedFile& f : r.linked) {
+    LEANEMB_ASSIGN_OR_RETURN(const uint64_t h, xxh3_of_file(r.env, join_path(r.dir, f.path), f.bytes));
+    if (h != f.xxh3)
+      return data_loss("checkpoint '" + r.dir + "': linked file '" + f.path + "' does not hold the bytes it was linked with (XXH3 differs)");
+    ++rep.num_linked_files;
+    rep.linked_bytes += f.bytes;
   }
   return rep;
 }

@@ -64,6 +64,7 @@ struct CheckpointWriter::Impl {
   std::unique_ptr<BlockFileWriter> data;
   std::map<std::string, EntryRecord, std::less<>> blobs;
   std::map<std::string, TableState, std::less<>> tables;
+  std::vector<LinkedFile> linked;  // add_linked_file, recorded at commit
   Status failed;          // first I/O error; the writer is unusable after one
   bool finished = false;  // commit() ran (successfully or not)
   bool published = false; // the checkpoint was renamed into place
@@ -86,6 +87,7 @@ struct CheckpointWriter::Impl {
     return Status();
   }
   Status add_parent();
+  Status add_linked_blob();
   Status check_complete() const;
   Manifest build_manifest() const;
   Status publish(CommitInfo* info);
@@ -158,6 +160,7 @@ Status CheckpointWriter::add_blob(std::string_view name, std::span<const uint8_t
   Impl& w = *impl_;
   LEANEMB_RETURN_IF_ERROR(w.usable());
   if (name == kParentBlob) return invalid_argument("checkpoint entry name '" + std::string(name) + "' is reserved (WriterOptions::parent_step)");
+  if (name == kLinkedFilesBlob) return invalid_argument("checkpoint entry name '" + std::string(name) + "' is reserved (add_linked_file)");
   LEANEMB_RETURN_IF_ERROR(w.check_new_name(name));
   EntryRecord e;
   e.kind = EntryKind::kBlob;
@@ -167,6 +170,44 @@ Status CheckpointWriter::add_blob(std::string_view name, std::span<const uint8_t
   e.size = bytes.size();
   LEANEMB_RETURN_IF_ERROR(w.fail(w.data->append(bytes)));
   w.blobs.emplace(e.name, std::move(e));
+  return Status();
+}
+
+const std::string& CheckpointWriter::staging_dir() const { return impl_->tmp_dir; }
+
+Status CheckpointWriter::add_linked_file(std::string_view path, uint64_t bytes, uint64_t xxh3) {
+  Impl& w = *impl_;
+  LEANEMB_RETURN_IF_ERROR(w.usable());
+  const std::string p(path);
+  if (!is_linked_file_path(p) || p == kManifestName || p == kDataFileName)
+    return invalid_argument("linked file path '" + p + "' is not a relative path of the caller's own");
+  for (const LinkedFile& f : w.linked)
+    if (f.path == p) return invalid_argument("linked file '" + p + "' was already added");
+  w.linked.push_back({p, bytes, xxh3});
+  return Status();
+}
+
+// The reserved blob of the linked files, after every directory holding one is made durable.
+Status CheckpointWriter::Impl::add_linked_blob() {
+  if (linked.empty()) return Status();
+  std::vector<std::string> dirs;
+  for (const LinkedFile& f : linked) {
+    for (size_t slash = f.path.rfind('/'); slash != std::string::npos && slash > 0; slash = f.path.rfind('/', slash - 1)) {
+      const std::string d = f.path.substr(0, slash);
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+    }
+  }
+  std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& d : dirs) LEANEMB_RETURN_IF_ERROR(env->sync_dir(join_path(tmp_dir, d)));  // deepest first
+  const std::vector<uint8_t> blob = encode_linked_files_blob(linked);
+  EntryRecord e;
+  e.kind = EntryKind::kBlob;
+  e.name = std::string(kLinkedFilesBlob);
+  e.file = 0;
+  e.offset = data->payload_bytes();
+  e.size = blob.size();
+  LEANEMB_RETURN_IF_ERROR(fail(data->append(blob)));
+  blobs.emplace(e.name, std::move(e));
   return Status();
 }
 
@@ -340,6 +381,7 @@ Result<CommitInfo> CheckpointWriter::commit() {
   LEANEMB_RETURN_IF_ERROR(w.check_complete());  // caller's mistake: the writer stays usable
   w.finished = true;
   CommitInfo info;
+  LEANEMB_RETURN_IF_ERROR(w.fail(w.add_linked_blob()));
   LEANEMB_RETURN_IF_ERROR(w.fail(w.publish(&info)));
   info.step = w.step;
   info.path = w.final_dir;

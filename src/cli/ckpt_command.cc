@@ -15,12 +15,15 @@
 namespace leanemb::cli {
 
 // "; incremental: N links over the full checkpoint of step B, all verified" for a chain
-// (docs/formats/checkpoint.md, "Chains"); "" for a full checkpoint.
+// (docs/formats/checkpoint.md, "Chains"); "" for a full checkpoint. Then "; K linked store files
+// (B bytes), hashes checked" when tables are kept by links ("Linked rows").
 std::string chain_note(const ckpt::VerifyReport& r) {
   const std::string base = r.sparse_base ? "sparse base" : "full checkpoint";
-  if (r.num_links <= 1) return r.sparse_base ? "; a sparse base (the rows changed since the initial rows)" : "";
+  const std::string linked = r.num_linked_files == 0 ? "" :
+      "; " + std::to_string(r.num_linked_files) + " linked store files (" + std::to_string(r.linked_bytes) + " bytes), hashes checked";
+  if (r.num_links <= 1) return (r.sparse_base ? "; a sparse base (the rows changed since the initial rows)" : "") + linked;
   return "; incremental: " + std::to_string(r.num_links) + " links over the " + base + " of step " + std::to_string(r.base_step) +
-         ", all verified";
+         ", all verified" + linked;
 }
 
 // "ok: ..." of a verified checkpoint (plain or sharded: every shard).

@@ -14,6 +14,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_rows.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/delta_rows.cc
+  ${CMAKE_CURRENT_LIST_DIR}/linked_tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_load.cc
@@ -60,7 +61,8 @@ if(LEANEMB_BUILD_TESTS)
   # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
   leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
   # Incremental checkpoints: chains of changed rows, new bases, incomplete chains, keep, crashes.
-  leanemb_add_test(incremental_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/incremental_checkpoint_test.cc)
+  leanemb_add_test(incremental_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/incremental_checkpoint_test.cc
+                   ${CMAKE_CURRENT_LIST_DIR}/linked_checkpoint_test.cc)
   # Training digest: a plain trainer checkpoint and a sharded one of the same state agree.
   leanemb_add_test(training_digest_test ${CMAKE_CURRENT_LIST_DIR}/training_digest_test.cc)
   if(LEANEMB_HAVE_MPI)

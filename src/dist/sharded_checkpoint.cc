@@ -283,6 +283,8 @@ Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt
     rep.num_files += link->num_files;
     rep.file_bytes += link->file_bytes;
     rep.num_blocks += link->num_blocks;
+    rep.num_linked_files += link->num_linked_files;
+    rep.linked_bytes += link->linked_bytes;
   }
   return rep;
 }

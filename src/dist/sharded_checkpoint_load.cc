@@ -8,6 +8,7 @@
 
 #include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
+#include "dist/linked_tables.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/json.h"
 #include "dist/sharded_checkpoint_internal.h"
@@ -163,9 +164,11 @@ std::string plain_table_diff(const ckpt::EntryInfo& e, const RowLayout& l, const
 
 // The tables "emb/<name>" of a plain checkpoint into `tables`, local or sharded: rows go
 // through the global-row writer (each rank keeps the rows it owns).
-Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
+// `use[t]`: table t is read from here (false: from links elsewhere in the chain).
+Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows, const std::vector<bool>& use) {
   std::vector<uint8_t> rows;
   for (int t = 0; t < tables.num_tables(); ++t) {
+    if (!use[static_cast<size_t>(t)]) continue;
     const RowLayout& l = tables.layout(t);
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     const std::string name = kPlainPrefix + to.name;
@@ -185,8 +188,9 @@ Status read_plain_rows(const ckpt::CheckpointReader& r, EmbeddingTables& tables,
 
 // The changed rows of an incremental checkpoint (dist/delta_rows.h) over rows already loaded,
 // row by row through the global-row writer.
-Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows) {
+Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int64_t chunk_rows, const std::vector<bool>& use) {
   for (int t = 0; t < tables.num_tables(); ++t) {
+    if (!use[static_cast<size_t>(t)]) continue;
     const RowLayout& l = tables.layout(t);
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     const std::string name = kDeltaPrefix + to.name;
@@ -241,8 +245,10 @@ Status read_dynamic(const ckpt::CheckpointReader& r, EmbeddingTables& tables, co
 
 // A sparse base (delta_rows.h) into `tables`: every row its initial bytes, then the base's rows.
 // Its initial rows must be the collection's (the same initializer, seed and table order).
-Status read_sparse_base(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows) {
+Status read_sparse_base(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int64_t chunk_rows,
+                        const std::vector<bool>& use) {
   for (int t = 0; t < tables.num_tables(); ++t) {
+    if (!use[static_cast<size_t>(t)]) continue;
     const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
     const ckpt::EntryInfo* e = r.find(kDeltaPrefix + to.name);
     if (e == nullptr) return invalid_argument("table " + to.name + " is not in the checkpoint '" + r.dir() + "' (a sparse base)");
@@ -254,7 +260,28 @@ Status read_sparse_base(const ckpt::CheckpointReader& r, EmbeddingTables& tables
                               ") than the collection's (" + want + "); create it with the run's seed and initializer");
     LEANEMB_RETURN_IF_ERROR(view.local().reset_rows_to_initial(t));
   }
-  return apply_delta(r, tables, chunk_rows);
+  return apply_delta(r, tables, chunk_rows, use);
+}
+
+// Table t from the links of `r` (linked_tables.h), checked against the collection's table.
+Status read_linked(const ckpt::CheckpointReader& r, EmbeddingTables& tables, const ShardView& view, int t, int64_t chunk_rows) {
+  const TableOptions& to = tables.options().tables[static_cast<size_t>(t)];
+  LEANEMB_ASSIGN_OR_RETURN(const LinkedTable lt, read_linked_table(r, to.name));
+  ckpt::EntryInfo as_table;  // the shape of the rows, checked as a full table's
+  as_table.kind = ckpt::EntryKind::kTable;
+  as_table.name = kLinksPrefix + to.name;
+  as_table.row_bytes = lt.linked.row_bytes;
+  as_table.total_rows = lt.num_rows;
+  as_table.meta = lt.meta;
+  const std::string diff = plain_table_diff(as_table, tables.layout(t), to);
+  if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
+  LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(lt.meta, to.num_rows, "'" + r.dir() + "': blob '" + as_table.name + "'"));
+  const std::string want = initial_rows_meta_json(to, tables.options().seed, t);
+  const std::string have = initial_rows_meta_json(ir.options, ir.seed, ir.table);
+  if (want != have)
+    return invalid_argument("table " + to.name + ": the checkpoint's links hold the rows changed since other initial rows (" + have +
+                            ") than the collection's (" + want + "); create it with the run's seed and initializer");
+  return load_linked_table(r, lt, tables, &view.local(), t, chunk_rows, nullptr);
 }
 
 // A plain checkpoint and the chain it extends (oldest first): the base's rows (a sparse base's
@@ -263,12 +290,36 @@ Status read_plain_chain(const std::vector<std::unique_ptr<ckpt::CheckpointReader
                         const ShardView& view, int64_t chunk_rows) {
   if (is_sharded_checkpoint(*chain.front()))
     return data_loss("'" + chain.back()->dir() + "' extends the sharded checkpoint '" + chain.front()->dir() + "' (not supported)");
-  if (is_sparse_base(*chain.front())) {
-    LEANEMB_RETURN_IF_ERROR(read_sparse_base(*chain.front(), tables, view, chunk_rows));
-  } else {
-    LEANEMB_RETURN_IF_ERROR(read_plain_rows(*chain.front(), tables, chunk_rows));
+  // A table held as links restarts at the newest link holding it (its whole state); later links
+  // may hold its changed rows. The other tables read the chain from its root.
+  const size_t T = static_cast<size_t>(tables.num_tables());
+  std::vector<int> linked_at(T, -1);
+  std::vector<bool> from_root(T, true);
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t k = chain.size(); k-- > 0;) {
+      if (has_linked_table(*chain[k], tables.options().tables[t].name)) {
+        linked_at[t] = static_cast<int>(k);
+        from_root[t] = false;
+        break;
+      }
+    }
   }
-  for (size_t k = 1; k < chain.size(); ++k) LEANEMB_RETURN_IF_ERROR(apply_delta(*chain[k], tables, chunk_rows));
+  if (std::find(from_root.begin(), from_root.end(), true) != from_root.end()) {
+    if (is_sparse_base(*chain.front())) {
+      LEANEMB_RETURN_IF_ERROR(read_sparse_base(*chain.front(), tables, view, chunk_rows, from_root));
+    } else {
+      LEANEMB_RETURN_IF_ERROR(read_plain_rows(*chain.front(), tables, chunk_rows, from_root));
+    }
+  }
+  for (size_t t = 0; t < T; ++t)
+    if (linked_at[t] == 0) LEANEMB_RETURN_IF_ERROR(read_linked(*chain.front(), tables, view, static_cast<int>(t), chunk_rows));
+  for (size_t k = 1; k < chain.size(); ++k) {
+    std::vector<bool> use(T, false);
+    for (size_t t = 0; t < T; ++t) use[t] = static_cast<int>(k) > linked_at[t];
+    for (size_t t = 0; t < T; ++t)
+      if (static_cast<int>(k) == linked_at[t]) LEANEMB_RETURN_IF_ERROR(read_linked(*chain[k], tables, view, static_cast<int>(t), chunk_rows));
+    LEANEMB_RETURN_IF_ERROR(apply_delta(*chain[k], tables, chunk_rows, use));
+  }
   return read_dynamic(*chain.back(), tables, view);
 }
 

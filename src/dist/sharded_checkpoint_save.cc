@@ -10,6 +10,7 @@
 #include "leanemb/json.h"
 #include "dist/column_state_ckpt.h"
 #include "dist/delta_rows.h"
+#include "dist/linked_tables.h"
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_checkpoint_internal.h"
 
@@ -156,12 +157,14 @@ Status write_dynamic(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int t)
   return Status();
 }
 
+// `linked[t]`: table t is kept by links (written elsewhere), not here.
 Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
-                   const std::function<void(int64_t, int64_t)>& progress) {
+                   const std::function<void(int64_t, int64_t)>& progress, const std::vector<bool>& linked) {
   std::vector<uint8_t> rows;
   int64_t written = 0, to_write = 0;
-  for (const TableOptions& to : emb.options().tables) to_write += to.num_rows;
+  for (int t = 0; t < emb.num_tables(); ++t) to_write += linked[static_cast<size_t>(t)] ? 0 : emb.options().tables[static_cast<size_t>(t)].num_rows;
   for (int t = 0; t < emb.num_tables(); ++t) {
+    if (linked[static_cast<size_t>(t)]) continue;
     const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
     const std::string name = kPlainPrefix + to.name;
@@ -186,13 +189,14 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
 // `sparse_base`: the rows changed since the initial rows, as the root of a chain (each table's
 // meta then says what its other rows hold: delta_rows.h, InitialRows).
 Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
-                   const std::function<void(int64_t, int64_t)>& progress, bool sparse_base) {
+                   const std::function<void(int64_t, int64_t)>& progress, bool sparse_base, const std::vector<bool>& linked) {
   int64_t written = 0, to_write = 0;
-  for (int t = 0; t < emb.num_tables(); ++t) to_write += emb.num_changed_rows(t);
+  for (int t = 0; t < emb.num_tables(); ++t) to_write += linked[static_cast<size_t>(t)] ? 0 : emb.num_changed_rows(t);
   const int64_t chunk = std::min(chunk_rows, kDeltaIdsPerBlob);
   std::vector<int64_t> ids(static_cast<size_t>(chunk)), block;
   std::vector<uint8_t> fat;
   for (int t = 0; t < emb.num_tables(); ++t) {
+    if (linked[static_cast<size_t>(t)]) continue;
     const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
     const size_t stride = l.stride_bytes;
@@ -230,7 +234,7 @@ Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
 // The step of the checkpoint an incremental checkpoint `step` of `emb` would extend, or -1 (a
 // full one): see IncrementalOptions.
 int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCollection& emb, const IncrementalOptions& inc,
-                     ckpt::Env* env) {
+                     ckpt::Env* env, const std::vector<bool>& linked) {
   const EmbeddingCollection::ChangeBase& base = emb.change_base();
   if (!inc.enabled || !emb.tracks_changes() || base.step < 0 || base.step >= step) return -1;
   const std::string dir = ckpt::join_path(ckpt::checkpoints_dir(out_dir), ckpt::step_dir_name(base.step));
@@ -246,6 +250,7 @@ int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCo
       if (e.name.rfind(kDeltaPrefix, 0) == 0) chain_rows += e.total_rows;
   }
   for (int t = 0; t < emb.num_tables(); ++t) {
+    if (linked[static_cast<size_t>(t)]) continue;  // links hold their whole table in every checkpoint
     chain_rows += emb.num_changed_rows(t);
     total += emb.options().tables[static_cast<size_t>(t)].num_rows;
   }
@@ -255,7 +260,7 @@ int64_t delta_parent(const std::string& out_dir, int64_t step, const EmbeddingCo
 // Whether the next full checkpoint can be a sparse base (delta_rows.h): the changes count from
 // the initial rows, or from a chain rooted at a sparse base, whose rows (the root's and every
 // link's) are then marked changed too, so that the marks hold every row changed since create.
-bool widen_to_initial(const std::string& out_dir, EmbeddingCollection& emb, ckpt::Env* env) {
+bool widen_to_initial(const std::string& out_dir, EmbeddingCollection& emb, ckpt::Env* env, const std::vector<bool>& linked) {
   const EmbeddingCollection::ChangeBase& base = emb.change_base();
   if (base.initial) return true;
   if (base.step < 0) return false;
@@ -271,6 +276,7 @@ bool widen_to_initial(const std::string& out_dir, EmbeddingCollection& emb, ckpt
   if (!is_sparse_base(*links.front()) || links.back()->id_hex() != base.id) return false;
   for (const auto& r : links) {
     for (int t = 0; t < emb.num_tables(); ++t) {
+      if (linked[static_cast<size_t>(t)]) continue;
       const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
       const ckpt::EntryInfo* e = r->find(kDeltaPrefix + to.name);
       if (e == nullptr) return false;
@@ -288,9 +294,10 @@ bool widen_to_initial(const std::string& out_dir, EmbeddingCollection& emb, ckpt
 }
 
 // A sparse base is smaller than a full checkpoint (its rows plus up to 3 bytes of row number each).
-bool sparse_base_pays(const EmbeddingCollection& emb) {
+bool sparse_base_pays(const EmbeddingCollection& emb, const std::vector<bool>& linked) {
   double sparse = 0, full = 0;
   for (int t = 0; t < emb.num_tables(); ++t) {
+    if (linked[static_cast<size_t>(t)]) continue;
     const double stride = static_cast<double>(emb.layout(t).stride_bytes);
     sparse += static_cast<double>(emb.num_changed_rows(t)) * (stride + 3);
     full += static_cast<double>(emb.options().tables[static_cast<size_t>(t)].num_rows) * stride;
@@ -392,19 +399,27 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   if (inc.enabled && (inc.full_every < 1 || !(inc.max_chain_fraction > 0.0 && inc.max_chain_fraction <= 1.0)))
     return invalid_argument("incremental checkpoints: full_every must be >= 1 and max_chain_fraction in (0, 1]");
   EmbeddingCollection& emb = view.local();
+  std::vector<bool> linked(static_cast<size_t>(emb.num_tables()), false);
+  for (int t = 0; t < emb.num_tables(); ++t) linked[static_cast<size_t>(t)] = inc.link_store_rows && links_table(emb, t, out_dir);
   ckpt::WriterOptions wo;
   wo.env = options.env;
   wo.block_bytes = options.block_bytes;
   wo.keep_last = options.keep_last;
-  wo.parent_step = delta_parent(out_dir, step, emb, inc, options.env);
+  wo.parent_step = delta_parent(out_dir, step, emb, inc, options.env, linked);
   const bool sparse_base = wo.parent_step < 0 && inc.enabled && emb.tracks_changes() &&
-                           widen_to_initial(out_dir, emb, options.env) && sparse_base_pays(emb);
+                           widen_to_initial(out_dir, emb, options.env, linked) && sparse_base_pays(emb, linked);
   LEANEMB_ASSIGN_OR_RETURN(auto w, ckpt::CheckpointWriter::create(out_dir, step, wo));
   for (const ShardedBlob& b : blobs) LEANEMB_RETURN_IF_ERROR(w->add_blob(b.name, b.bytes));
   if (wo.parent_step >= 0 || sparse_base) {
-    LEANEMB_RETURN_IF_ERROR(write_delta(*w, emb, options.chunk_rows, options.progress, sparse_base));
+    LEANEMB_RETURN_IF_ERROR(write_delta(*w, emb, options.chunk_rows, options.progress, sparse_base, linked));
   } else {
-    LEANEMB_RETURN_IF_ERROR(write_plain(*w, emb, options.chunk_rows, options.progress));
+    LEANEMB_RETURN_IF_ERROR(write_plain(*w, emb, options.chunk_rows, options.progress, linked));
+  }
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    if (!linked[static_cast<size_t>(t)]) continue;
+    LEANEMB_ASSIGN_OR_RETURN(const int64_t rows, write_linked_table(*w, emb, t, emb.options().seed));
+    info.rows_linked += rows;
+    ++info.linked_tables;
   }
   LEANEMB_RETURN_IF_ERROR(add_column_state_blobs(*w, emb));  // whole in every link
   LEANEMB_ASSIGN_OR_RETURN(ckpt::CommitInfo ci, w->commit());
@@ -414,8 +429,10 @@ Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_
   info.parent_step = wo.parent_step;
   info.sparse_base = sparse_base;
   info.entry_bytes = ci.entry_bytes;
-  for (int t = 0; t < emb.num_tables(); ++t)
+  for (int t = 0; t < emb.num_tables(); ++t) {
+    if (linked[static_cast<size_t>(t)]) continue;
     info.rows_written += wo.parent_step >= 0 || sparse_base ? emb.num_changed_rows(t) : emb.options().tables[static_cast<size_t>(t)].num_rows;
+  }
   if (emb.tracks_changes()) {
     // The new checkpoint is the base of the changes from now on (a failure to read its id back
     // only costs the next checkpoint its increment: the base then matches no checkpoint).

@@ -15,6 +15,7 @@
 #include "ckpt/xxh128_stream.h"
 #include "leanemb/json.h"
 #include "dist/delta_rows.h"
+#include "dist/linked_tables.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
@@ -126,16 +127,18 @@ Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, ui
 
 // Adds to `sum` the rows of a sparse base's table that no link gave (`seen`): their initial
 // bytes, as the base's meta describes them (delta_rows.h, InitialRows).
-Status add_initial_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, uint64_t seed, const std::vector<bool>& seen, RowSum* sum) {
-  const std::string entry = kDeltaPrefix + tl.name;
-  LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(r.find(entry)->meta, tl.num_rows, "'" + r.dir() + "': table '" + entry + "'"));
+// `meta`: the JSON holding "initial" (a sparse base's table, or a linked table's blob), `entry`
+// its name in checkpoint `dir`.
+Status add_initial_rows(std::span<const uint8_t> meta, const std::string& dir, const std::string& entry, const TableLayout& tl,
+                        uint64_t seed, const std::vector<bool>& seen, RowSum* sum) {
+  LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(meta, tl.num_rows, "'" + dir + "': table '" + entry + "'"));
   OptimizerOptions opt;
   LEANEMB_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(tl.dtype, DTypeUse::kRows));
   LEANEMB_ASSIGN_OR_RETURN(opt.kind, parse_optimizer(tl.optimizer));
   LEANEMB_ASSIGN_OR_RETURN(opt.state_dtype, parse_dtype(tl.state_dtype, DTypeUse::kOptimizerState));
   LEANEMB_ASSIGN_OR_RETURN(const RowLayout l, make_row_layout(tl.dim, dtype, opt));
   if (l.stride_bytes != tl.stride_bytes)
-    return data_loss("'" + r.dir() + "': table '" + entry + "': rows of " + std::to_string(tl.stride_bytes) + " bytes, but this build lays them out in " +
+    return data_loss("'" + dir + "': table '" + entry + "': rows of " + std::to_string(tl.stride_bytes) + " bytes, but this build lays them out in " +
                      std::to_string(l.stride_bytes));
   // Rows in blocks over the threads, each summing its own (sums of disjoint rows add); `seen` is
   // only read here.
@@ -163,56 +166,91 @@ Status add_initial_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, 
   return Status();
 }
 
-// The embedding digest of a plain trainer checkpoint: its tables in the order train/state lists
-// them (the collection's order, which a sharded layout of the same model also has). `r` is the
-// full checkpoint at the root of the chain; `deltas` the incremental ones over it, oldest first
-// (empty for a full checkpoint): each row counts with its newest bytes. A sparse root counts
-// as the oldest link, and the rows no link holds with their initial bytes.
-Result<std::string> plain_embedding_digest(const ckpt::CheckpointReader& r, const TrainState& st,
-                                           std::vector<const ckpt::CheckpointReader*> deltas) {
+// One table's part of the embedding digest of a plain chain (oldest first): each row counts
+// once, with its newest bytes. The table's root is the newest link holding it as links
+// (linked_tables.h: rows at their places, the others initial), else the chain's root (a full
+// checkpoint's rows, or a sparse base's rows and the others initial); the links after the root
+// hold its changed rows.
+Result<TableLayout> table_digest(const std::vector<const ckpt::CheckpointReader*>& chain, const std::string& name, RowSum* sum) {
+  size_t root = 0;
+  for (size_t k = chain.size(); k-- > 0;) {
+    if (has_linked_table(*chain[k], name)) {
+      root = k;
+      break;
+    }
+  }
+  const ckpt::CheckpointReader& r = *chain[root];
+  const bool linked = has_linked_table(r, name);
+  const bool sparse = !linked && is_sparse_base(r);
+  TableLayout tl;
+  LinkedTable lt;
+  if (linked) {
+    LEANEMB_ASSIGN_OR_RETURN(lt, read_linked_table(r, name));
+    ckpt::EntryInfo e;  // the rows' shape, as a sparse base's table would give it
+    e.kind = ckpt::EntryKind::kTable;
+    e.name = kDeltaPrefix + name;
+    e.row_bytes = lt.linked.row_bytes;
+    e.meta = lt.meta;
+    LEANEMB_ASSIGN_OR_RETURN(tl, plain_table_layout(e, r.dir()));
+  } else {
+    const ckpt::EntryInfo* e = r.find((sparse ? std::string(kDeltaPrefix) : std::string(kEmbPrefix)) + name);
+    if (e == nullptr) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
+    LEANEMB_ASSIGN_OR_RETURN(tl, plain_table_layout(*e, r.dir()));
+  }
+  const uint64_t seed = digest_internal::table_seed(tl.name);
+  const bool whole = chain.size() == root + 1 && !linked && !sparse;  // no row given twice: no `seen`
+  std::vector<bool> seen(whole ? 0 : static_cast<size_t>(tl.num_rows), false);
+  for (size_t k = chain.size(); k-- > root + 1;) LEANEMB_RETURN_IF_ERROR(add_delta_rows(*chain[k], tl, seed, &seen, sum));
+  if (linked) {
+    LEANEMB_RETURN_IF_ERROR(for_each_linked_row(r, lt, [&](int64_t row, std::span<const uint8_t> fat) {
+      if (seen[static_cast<size_t>(row)]) return Status();
+      seen[static_cast<size_t>(row)] = true;
+      digest_internal::add_rows(sum, seed, fat, tl.stride_bytes, 1, [&](int64_t) { return row; });
+      return Status();
+    }));
+    LEANEMB_RETURN_IF_ERROR(add_initial_rows(lt.meta, r.dir(), kLinksPrefix + name, tl, seed, seen, sum));
+    return tl;
+  }
+  if (sparse) {
+    LEANEMB_RETURN_IF_ERROR(add_delta_rows(r, tl, seed, &seen, sum));
+    LEANEMB_RETURN_IF_ERROR(add_initial_rows(r.find(kDeltaPrefix + name)->meta, r.dir(), kDeltaPrefix + name, tl, seed, seen, sum));
+    return tl;
+  }
+  const std::string entry = std::string(kEmbPrefix) + tl.name;
+  std::vector<uint8_t> rows;
+  for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
+    const int64_t c = std::min(kChunkRows, tl.num_rows - r0);
+    rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
+    LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, rows));
+    for (int64_t i = 0; i < c; ++i) {
+      if (!whole && seen[static_cast<size_t>(r0 + i)]) continue;
+      digest_internal::add_rows(sum, seed, std::span<const uint8_t>(rows.data() + static_cast<size_t>(i) * tl.stride_bytes, tl.stride_bytes),
+                                tl.stride_bytes, 1, [&](int64_t) { return r0 + i; });
+    }
+  }
+  return tl;
+}
+
+// The embedding digest of a plain trainer checkpoint's chain (oldest first): its tables in the
+// order train/state lists them (the collection's order, which a sharded layout of the same
+// model also has).
+Result<std::string> plain_embedding_digest(const std::vector<const ckpt::CheckpointReader*>& chain, const TrainState& st) {
+  const ckpt::CheckpointReader& r = *chain.front();
   if (st.tables.empty())
     return data_loss("checkpoint '" + r.dir() + "': blob 'train/state' has no \"tables\" (the table order; a checkpoint of an older build)");
-  const bool sparse = is_sparse_base(r);
-  const std::string prefix = sparse ? std::string(kDeltaPrefix) : std::string(kEmbPrefix);
-  if (sparse) deltas.insert(deltas.begin(), &r);
-  size_t emb_entries = 0;
-  for (const ckpt::EntryInfo& e : r.entries()) emb_entries += e.kind == ckpt::EntryKind::kTable && starts_with(e.name, prefix) ? 1 : 0;
-  if (emb_entries != st.tables.size())
-    return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(emb_entries) + " '" + prefix + "' tables, but train/state lists " +
-                     std::to_string(st.tables.size()));
-  std::vector<TableLayout> tables;
-  for (const std::string& name : st.tables) {
-    const ckpt::EntryInfo* e = r.find(prefix + name);
-    if (e == nullptr) return data_loss("checkpoint '" + r.dir() + "': train/state lists table '" + name + "', which it does not hold");
-    LEANEMB_ASSIGN_OR_RETURN(TableLayout t, plain_table_layout(*e, r.dir()));
-    tables.push_back(std::move(t));
+  // Every table of the root is one train/state lists (links, or the root's own rows).
+  size_t held = 0;
+  for (const ckpt::EntryInfo& e : r.entries()) {
+    const bool rows = e.kind == ckpt::EntryKind::kTable && (starts_with(e.name, kEmbPrefix) || starts_with(e.name, kDeltaPrefix));
+    held += rows || (e.kind == ckpt::EntryKind::kBlob && starts_with(e.name, kLinksPrefix)) ? 1 : 0;
   }
-  std::vector<RowSum> sums(tables.size());
-  std::vector<uint8_t> rows;
-  for (size_t t = 0; t < tables.size(); ++t) {
-    const TableLayout& tl = tables[t];
-    const uint64_t seed = digest_internal::table_seed(tl.name);
-    std::vector<bool> seen(deltas.empty() ? 0 : static_cast<size_t>(tl.num_rows), false);
-    for (auto it = deltas.rbegin(); it != deltas.rend(); ++it) LEANEMB_RETURN_IF_ERROR(add_delta_rows(**it, tl, seed, &seen, &sums[t]));
-    if (sparse) {
-      LEANEMB_RETURN_IF_ERROR(add_initial_rows(r, tl, seed, seen, &sums[t]));
-      continue;
-    }
-    const std::string entry = std::string(kEmbPrefix) + tl.name;
-    for (int64_t r0 = 0; r0 < tl.num_rows; r0 += kChunkRows) {
-      const int64_t c = std::min(kChunkRows, tl.num_rows - r0);
-      rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
-      LEANEMB_RETURN_IF_ERROR(r.read_rows(entry, r0, c, rows));
-      if (deltas.empty()) {
-        digest_internal::add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return r0 + i; });
-        continue;
-      }
-      for (int64_t i = 0; i < c; ++i) {
-        if (seen[static_cast<size_t>(r0 + i)]) continue;
-        digest_internal::add_rows(&sums[t], seed, std::span<const uint8_t>(rows.data() + static_cast<size_t>(i) * tl.stride_bytes, tl.stride_bytes),
-                                  tl.stride_bytes, 1, [&](int64_t) { return r0 + i; });
-      }
-    }
+  if (held != st.tables.size())
+    return data_loss("checkpoint '" + r.dir() + "': " + std::to_string(held) + " tables, but train/state lists " + std::to_string(st.tables.size()));
+  std::vector<TableLayout> tables;
+  std::vector<RowSum> sums(st.tables.size());
+  for (size_t t = 0; t < st.tables.size(); ++t) {
+    LEANEMB_ASSIGN_OR_RETURN(TableLayout tl, table_digest(chain, st.tables[t], &sums[t]));
+    tables.push_back(std::move(tl));
   }
   return digest_internal::finish_digest(st.collection_step, tables, sums);
 }
@@ -234,10 +272,10 @@ Result<std::string> training_digest(const std::string& dir, ckpt::Env* env) {
       LEANEMB_ASSIGN_OR_RETURN(auto link, ckpt::CheckpointReader::open(chain[k].path, env));
       older.push_back(std::move(link));
     }
-    std::vector<const ckpt::CheckpointReader*> deltas;
-    for (size_t k = 1; k < older.size(); ++k) deltas.push_back(older[k].get());
-    if (!older.empty()) deltas.push_back(r.get());
-    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(older.empty() ? *r : *older.front(), st, deltas));
+    std::vector<const ckpt::CheckpointReader*> links;
+    for (const auto& link : older) links.push_back(link.get());
+    links.push_back(r.get());
+    LEANEMB_ASSIGN_OR_RETURN(emb, plain_embedding_digest(links, st));
   }
   ckpt::Xxh128Stream h;
   h.bytes(kTrainingMagic, sizeof(kTrainingMagic) - 1);

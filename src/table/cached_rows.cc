@@ -54,6 +54,16 @@ class CachedRows final : public Residency {
   }
   Status write_row(int64_t row, const uint8_t* fat, Tier) override { return cache_->write_row(row, fat); }
 
+  bool can_link_rows(const std::string& into_dir) const override { return cache_->store()->links_rows(into_dir); }
+  Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink) override {
+    LEANEMB_RETURN_IF_ERROR(cache_->flush());  // every changed row into the store, clean in the cache
+    return cache_->store()->link_rows(dir, sink);
+  }
+  Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source) override {
+    if (cache_->stats().resident_rows != 0) return failed_precondition("adopt_links: the cache holds rows already");
+    return cache_->store()->adopt_links(dir, linked, source);
+  }
+
  private:
   RowLayout layout_;
   std::unique_ptr<tiered::RowCache> cache_;

@@ -391,4 +391,24 @@ Status EmbeddingCollection::reset_rows_to_initial(int table) {
   return Status();
 }
 
+bool EmbeddingCollection::can_link_rows(int table, const std::string& into_dir) const {
+  if (table < 0 || table >= num_tables()) return false;
+  return !impl_->options.tables[static_cast<size_t>(table)].dynamic.enabled &&
+         impl_->tables[static_cast<size_t>(table)].residency->can_link_rows(into_dir);
+}
+
+Result<LinkedRows> EmbeddingCollection::link_rows(int table, const std::string& dir, const RowPlaceSink& sink) {
+  if (!can_link_rows(table)) return unimplemented("link_rows: table " + std::to_string(table) + " keeps no store files to link");
+  return impl_->tables[static_cast<size_t>(table)].residency->link_rows(dir, sink);
+}
+
+Status EmbeddingCollection::adopt_linked_rows(int table, const std::string& dir, const LinkedRows& linked,
+                                              const RowPlaceSource& source) {
+  if (!can_link_rows(table)) return unimplemented("adopt_linked_rows: table " + std::to_string(table) + " takes no linked files");
+  TableState& ts = impl_->tables[static_cast<size_t>(table)];
+  if (!ts.initial_rows) return failed_precondition("adopt_linked_rows: table " + std::to_string(table) + " has changed rows");
+  ts.initial_rows = false;  // from here on (even after an error) its rows are not the initial ones
+  return ts.residency->adopt_links(dir, linked, source);
+}
+
 }  // namespace leanemb

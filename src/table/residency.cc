@@ -58,6 +58,14 @@ Status Residency::read_rows_at(std::span<const int64_t> rows, size_t stride, uin
   return Status();
 }
 
+Result<LinkedRows> Residency::link_rows(const std::string&, const RowPlaceSink&) {
+  return unimplemented("link_rows: the '" + std::string(name()) + "' residency keeps no store files to link");
+}
+
+Status Residency::adopt_links(const std::string&, const LinkedRows&, const RowPlaceSource&) {
+  return unimplemented("adopt_links: the '" + std::string(name()) + "' residency takes no linked files");
+}
+
 Status Residency::acquire(std::span<const int64_t> rows, int64_t* out, tiered::PinSet, bool) {
   if (!rows.empty()) std::memcpy(out, rows.data(), rows.size() * 8);
   return Status();

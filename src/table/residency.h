@@ -24,11 +24,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "kernels/backend.h"
 #include "kernels/kernels.h"
 #include "leanemb/embedding.h"
+#include "leanemb/linked_rows.h"
 #include "leanemb/memory_system.h"
 #include "table/step_sizes.h"
 #include "tiered/row_cache.h"
@@ -150,6 +152,16 @@ class Residency {
   virtual Status write_row(int64_t row, const uint8_t* fat, Tier tier) { return write_rows(row, 1, fat, tier); }
   // The rows changed since the last clear, when a TrackedRows layer is on top; else null.
   virtual ChangedRows* changes() { return nullptr; }
+
+  // Linked rows (leanemb/linked_rows.h): a residency whose rows live in a store of files that
+  // can be hard-linked (a cache over a log-layout file store). link_rows writes every changed row
+  // back to the store (they stay resident, clean) and links the store's files into `dir`, giving
+  // each written row's place to `sink`; a row without a place holds its initial bytes.
+  // adopt_links makes a residency that holds no row yet take linked files as its rows.
+  // Elsewhere: false / Unimplemented (the caller copies rows instead).
+  virtual bool can_link_rows(const std::string& /*into_dir*/) const { return false; }
+  virtual Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink);
+  virtual Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source);
 };
 
 // The residency of table ctx.table: the first registered kind that applies, or the one

@@ -95,6 +95,12 @@ class TrackedRows final : public Residency {
     return rows_->write_row(row, fat, tier);
   }
   ChangedRows* changes() override { return &changes_; }
+  // Links hold the whole table: nothing to mark (the caller resets the changes to the checkpoint).
+  bool can_link_rows(const std::string& into_dir) const override { return rows_->can_link_rows(into_dir); }
+  Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink) override { return rows_->link_rows(dir, sink); }
+  Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source) override {
+    return rows_->adopt_links(dir, linked, source);
+  }
 
  private:
   std::unique_ptr<Residency> rows_;

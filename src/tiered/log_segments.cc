@@ -234,6 +234,28 @@ Status SegmentFiles::link(uint32_t slot, const std::string& to_dir) const {
   return os_error("link of log segment '" + path(slot) + "' to '" + to + "'", err);
 }
 
+namespace {
+bool device_of(std::string path, dev_t* dev) {
+  for (;;) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      *dev = st.st_dev;
+      return true;
+    }
+    const size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) path = ".";
+    else if (slash == 0) path = "/";
+    else path.resize(slash);
+    if (path == "." || path == "/") return ::stat(path.c_str(), &st) == 0 && ((*dev = st.st_dev), true);
+  }
+}
+}  // namespace
+
+bool same_file_system(const std::string& a, const std::string& b) {
+  dev_t da = 0, db = 0;
+  return device_of(a, &da) && device_of(b, &db) && da == db;
+}
+
 Result<uint64_t> file_xxh3(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return os_error("open of '" + path + "'", errno);

@@ -100,6 +100,10 @@ class SegmentFiles {
   std::atomic<uint64_t> files_{0}, bytes_{0};
 };
 
+// Whether `a` and `b` (or their nearest existing ancestors) are on one file system: a hard link
+// between them can be made.
+bool same_file_system(const std::string& a, const std::string& b);
+
 // XXH3-64 of a whole file's bytes (what SegmentFileInfo::hash says of a sealed file): checks a
 // linked file. Errors: NotFound, IoError.
 Result<uint64_t> file_xxh3(const std::string& path);

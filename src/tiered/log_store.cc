@@ -200,6 +200,7 @@ class LogRowStore final : public RowStore {
   Status write_rows(std::span<const int64_t> rows, RowsAt<const uint8_t> src) override;
   Status flush() override;
   RowStoreStats stats() const override;
+  bool links_rows(const std::string& into_dir) const override { return into_dir.empty() || same_file_system(files_.dir(), into_dir); }
   Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink) override;
   Status adopt_links(const std::string& dir, const LinkedRows& linked, const RowPlaceSource& source) override;
 
@@ -514,6 +515,14 @@ Result<LinkedRows> LogRowStore::link_rows(const std::string& dir, const RowPlace
     const SegmentFileInfo fi = files_.info(static_cast<uint32_t>(s));
     file_of[s] = static_cast<uint32_t>(out.files.size());
     out.files.push_back({fi.name, fi.bytes, fi.hash});
+  }
+  if (!out.files.empty()) {  // the links are durable before the caller publishes them
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return io_error("open of '" + dir + "': " + errno_text(errno));
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0) return io_error("fsync of '" + dir + "': " + errno_text(err));
   }
   std::vector<RowPlace> chunk;
   constexpr size_t kChunk = size_t{1} << 16;

@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "leanemb/linked_rows.h"
 #include "leanemb/memory.h"
 #include "leanemb/status.h"
 #include "leanemb/table_options.h"
@@ -99,30 +100,7 @@ struct RowsAt {
   }
 };
 
-// A store's rows kept by hard links instead of copies (RowStore::link_rows): the store's sealed
-// files holding the rows' newest copies, linked into a directory, and each row's place in them.
-struct LinkedRowFile {
-  std::string name;    // in the directory
-  uint64_t bytes = 0;  // its size
-  uint64_t hash = 0;   // XXH3-64 of its bytes
-};
-struct LinkedRows {
-  std::vector<LinkedRowFile> files;
-  // The layout the places assume: a store adopts the links only when its own is the same.
-  size_t row_bytes = 0;
-  uint32_t block_bytes = 0;
-  uint64_t segment_bytes = 0;
-  uint64_t rows = 0;  // rows with a place
-};
-struct RowPlace {
-  int64_t row = 0;
-  uint32_t file = 0;    // index in LinkedRows::files
-  uint64_t offset = 0;  // of the row's bytes in that file
-};
-// Receives the places of link_rows in ascending row order, a chunk at a time.
-using RowPlaceSink = std::function<Status(std::span<const RowPlace>)>;
-// Gives adopt_links the places, a chunk at a time (an empty chunk: no more).
-using RowPlaceSource = std::function<Result<std::span<const RowPlace>>()>;
+// Linked rows (LinkedRows, RowPlace, RowPlaceSink, RowPlaceSource): leanemb/linked_rows.h.
 
 class RowStore {
  public:
@@ -162,6 +140,9 @@ class RowStore {
   // gives `sink` every written row's place, in ascending row order. The linked files never
   // change again, whatever the store does next, and stay on disk as long as their links do.
   // Errors: IoError, ResourceExhausted, and `sink`'s.
+  // link_rows is implemented, and its links can go into directory `into_dir` (empty: anywhere
+  // the store's files are: one file system).
+  virtual bool links_rows(const std::string& into_dir = {}) const { return false; }
   virtual Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink);
   // The reverse, into a store with no row written yet: the files of `linked` (in `dir`) become
   // the store's, hard-linked (no byte copied), and each place from `source` a row's copy.

@@ -15,7 +15,7 @@ constexpr char kFormat[] = "leanemb-config-1";
 constexpr const char* kMayChange[] = {
     "memory.", "dist.",
     "train.steps", "train.epochs", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.incremental_checkpoints", "train.full_checkpoint_every", "train.max_delta_fraction", "train.disk_check",
+    "train.incremental_checkpoints", "train.full_checkpoint_every", "train.max_delta_fraction", "train.link_store_rows", "train.disk_check",
     "train.log_every", "train.threads", "train.max_consecutive_skipped", "train.max_loss_growth", "train.inject_nonfinite_steps",
     "data.eval", "data.eval_rows", "data.train", "data.dir", "data.generate",
     "embedding.cache_fraction", "embedding.cache_policy", "embedding.cache_min_rows", "embedding.cache_prefetch_nice",

@@ -16,6 +16,7 @@ Status read_train_cadence_keys(Section& t, RunConfig* c) {
   LEANEMB_RETURN_IF_ERROR(t.read("incremental_checkpoints", &c->incremental_checkpoints));
   LEANEMB_RETURN_IF_ERROR(t.read("full_checkpoint_every", &c->full_checkpoint_every, 1, 1000000));
   LEANEMB_RETURN_IF_ERROR(t.read("max_delta_fraction", &c->max_delta_fraction, 1e-6, 1.0));
+  LEANEMB_RETURN_IF_ERROR(t.read("link_store_rows", &c->link_store_rows));
   return t.read("disk_check", &c->disk_check);
 }
 
@@ -74,7 +75,7 @@ LoopSettings loop_settings(const std::string& task, const RunConfig& c, const Ru
   ls.eval_every_epochs = has_eval ? c.eval_every_epochs : 0;
   ls.checkpoint_every = c.checkpoint_every;
   ls.keep_checkpoints = c.keep_checkpoints;
-  ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction};
+  ls.incremental = {c.incremental_checkpoints, c.full_checkpoint_every, c.max_delta_fraction, c.link_store_rows};
   ls.disk_check = c.disk_check;
   ls.log_every = c.log_every > 0 ? c.log_every : 1000;
   ls.log_every_s = c.log_every_s;

@@ -43,6 +43,7 @@ struct RunConfig {
   bool incremental_checkpoints = false;  // only the rows changed since the last checkpoint (docs/train.md)
   int full_checkpoint_every = 8;         // incremental: every N-th checkpoint of a chain is full
   double max_delta_fraction = 0.5;       // incremental: a full one when a chain's rows pass this fraction
+  bool link_store_rows = true;           // checkpoints keep log-store tables by hard links (docs/train.md)
   bool disk_check = true;                // refuse to start when the disk cannot hold the store files and a checkpoint
   int64_t max_consecutive_skipped = 100;  // diverged after this many skipped steps in a row (0 = never)
   double max_loss_growth = 1e6;  // diverged when a step's loss exceeds this times the first step's (0 = no check)
