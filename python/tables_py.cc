@@ -535,11 +535,13 @@ class PyTables {
   // Sharded: collective (rank 0 holds the lock; every rank learns its verdict).
   // incremental: only the rows changed since the previous save or load (dist::IncrementalOptions;
   // one process only: a sharded collection saves in full); the first such save starts tracking.
+  // link_store_rows: tables over a log-layout file store are kept by hard links of the store's
+  // files (IncrementalOptions::link_store_rows).
   std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite, bool incremental, int full_every,
-                   double max_delta_fraction) {
+                   double max_delta_fraction, bool link_store_rows) {
     dist::TablesSaveOptions so;
     so.keep_last = keep_last;
-    so.incremental = {incremental, full_every, max_delta_fraction};
+    so.incremental = {incremental, full_every, max_delta_fraction, link_store_rows};
     Result<dist::TablesSaveInfo> r = locked_without_gil([&]() -> Result<dist::TablesSaveInfo> {
       LEANEMB_RETURN_IF_ERROR(own_dir(out_dir, overwrite));
       EmbeddingCollection* local = T().communicator() == nullptr ? T().local_shard().local : nullptr;
@@ -763,7 +765,8 @@ void bind_tables(py::module_& m) {
       .def("dynamic_stats", &PyTables::dynamic_stats, py::arg("table"))
       .def("dynamic_row", &PyTables::dynamic_row, py::arg("table"), py::arg("raw_id"))
       .def("save", &PyTables::save, py::arg("out_dir"), py::arg("step"), py::arg("keep_last") = 3, py::arg("overwrite") = false,
-           py::arg("incremental") = false, py::arg("full_every") = 8, py::arg("max_delta_fraction") = 0.5)
+           py::arg("incremental") = false, py::arg("full_every") = 8, py::arg("max_delta_fraction") = 0.5,
+           py::arg("link_store_rows") = true)
       .def("load", &PyTables::load, py::arg("dir"), py::arg("collection_step") = -1)
       .def("digest", &PyTables::digest)
       .def("release_step_buffers", &PyTables::release_step_buffers);

@@ -557,6 +557,38 @@ def test_incremental_saves_load_like_full_ones(tmp_path):
         a.save(tmp_path / "inc", incremental=True, full_every=0)
 
 
+def test_saves_link_a_log_store_instead_of_copying_its_rows(tmp_path):
+    """A table cached over a log-layout file store is saved by hard links of its store's files
+    (link_store_rows, docs/formats/checkpoint.md "Linked rows"): the checkpoint holds no copy of
+    its rows, loads into a new module (links) with the writer's digest, and loads alike with
+    link_store_rows=False."""
+    rng = np.random.default_rng(23)
+
+    def cfgs(d):
+        d.mkdir(exist_ok=True)
+        return [lt.EmbeddingBagConfig(num_embeddings=20000, embedding_dim=DIM, name="t0", feature_names=["a"],
+                                      optimizer="adagrad", cache_rows=256, cache_store="file",
+                                      cache_store_path=str(d / "t0.rows"), cache_store_layout="log")]
+    a = lt.EmbeddingBagCollection(cfgs(tmp_path / "sa"))
+    for _ in range(4):
+        (a(batch(rng, ["a"], rows=20000)).values() ** 2).sum().backward()
+    linked = a.save(tmp_path / "linked")
+    copied = a.save(tmp_path / "copied", link_store_rows=False)
+    assert os.path.isdir(os.path.join(linked, "links")) and not os.path.exists(os.path.join(copied, "links"))
+    data = lambda p: sum(f.stat().st_size for f in Path(p).iterdir() if f.is_file())
+    assert data(linked) < data(copied) / 4, (data(linked), data(copied))  # the rows are not in its data file
+    report = leanemb.checkpoint_verify(linked)
+    assert report["step"] == 4
+    # The writer's seed: the files are linked into the new store; another seed: rows copied over
+    # the writer's initial rows; a copied checkpoint: as ever.
+    for path, d, seed in ((linked, "sb", None), (linked, "sb9", 9), (copied, "sc", 9)):
+        b = lt.EmbeddingBagCollection(cfgs(tmp_path / d)) if seed is None else lt.EmbeddingBagCollection(cfgs(tmp_path / d), seed=seed)
+        b.load(path)
+        assert b.digest() == a.digest(), (path, seed)
+        if d == "sb":  # linked into its store, not copied
+            assert any(n.endswith(".seg") for n in os.listdir(tmp_path / "sb" / "t0.rows.log"))
+
+
 def test_writers_own_their_dirs_module_save(tmp_path):
     """writers_own_their_dirs: save() into a directory holding checkpoints this module did not
     write (a training run's --out, an earlier module's) raises and changes nothing, unless

@@ -214,10 +214,11 @@ class CheckpointReader {
   // != count * row_bytes), OutOfRange (rows beyond total_rows), DataLoss, IoError.
   Status read_rows(std::string_view name, int64_t row_begin, int64_t count, std::span<uint8_t> out) const;
 
-  // Reads every block of every data file and checks its checksum, then every linked file's hash.
+  // Reads every block of every data file and checks its checksum, then (hash_linked_files) every
+  // linked file's hash (each file once per process: the links of a chain share them).
   // Errors: DataLoss naming the file, the block (index and byte offset) and the entries in it;
   // DataLoss naming a linked file whose bytes differ.
-  Result<VerifyReport> verify() const;
+  Result<VerifyReport> verify(bool hash_linked_files = true) const;
 
   // 32 hex digits: XXH3-128 of the logical content (step, and per entry in name order its kind,
   // name, and bytes or row_bytes/total_rows/meta/rows in row order). Independent of block size,
@@ -257,7 +258,9 @@ Result<std::vector<CheckpointRef>> checkpoint_chain(const std::string& dir, Env*
 struct FindOptions {
   Env* env = nullptr;
   // true: read and check every block (a checkpoint whose data rotted is skipped too);
-  // false: check only the manifest and the data file sizes (fast).
+  // false: check only the manifest and the data file sizes (fast). Either way linked files are
+  // checked by size only: hashing them reads a whole store (tens of GB) at every --resume;
+  // `leanemb ckpt verify` / `list` hash them.
   bool verify_blocks = true;
   // Print "leanemb: warning: ..." to stderr for each checkpoint skipped.
   bool warn_to_stderr = true;

@@ -662,7 +662,8 @@ class _TablesModule(torch.nn.Module):
         if step is not None:
             self._tables.set_step(step)
 
-    def save(self, out_dir, keep_last=3, overwrite=False, incremental=False, full_every=8, max_delta_fraction=0.5):
+    def save(self, out_dir, keep_last=3, overwrite=False, incremental=False, full_every=8, max_delta_fraction=0.5,
+             link_store_rows=True):
         """Writes a crash-safe checkpoint <out_dir>/checkpoints/step-<N> (N = step_count) in leanemb's
         format (leanemb ckpt verify / digest read it). Returns its directory.
 
@@ -675,13 +676,18 @@ class _TablesModule(torch.nn.Module):
         incremental=True: the save holds only the rows changed since this module's previous save
         or load (as `leanemb train`'s train.incremental_checkpoints; docs/formats/checkpoint.md,
         "Chains"), every full_every-th save of a chain, or one past max_delta_fraction of the
-        rows, in full. One process only (a sharded module saves in full)."""
+        rows, in full. One process only (a sharded module saves in full).
+
+        link_store_rows=True: a table cached over a log-layout file store (cache_store="file",
+        cache_store_layout="log") on out_dir's file system is kept by hard links of its store's
+        files instead of copies of its rows (as train.link_store_rows; docs/formats/checkpoint.md,
+        "Linked rows"): the save writes only its rows still dirty in the cache."""
         if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
             raise ValueError(f"full_every must be an integer >= 1, got {full_every!r}")
         if not 0.0 < float(max_delta_fraction) <= 1.0:
             raise ValueError(f"max_delta_fraction must be in (0, 1], got {max_delta_fraction!r}")
         return self._tables.save(os.fspath(out_dir), int(self._tables.step), int(keep_last), bool(overwrite),
-                                 bool(incremental), int(full_every), float(max_delta_fraction))
+                                 bool(incremental), int(full_every), float(max_delta_fraction), bool(link_store_rows))
 
     def load(self, path):
         """Loads a checkpoint: a step-<N> directory, or the newest under <path>/checkpoints. The

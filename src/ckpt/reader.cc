@@ -1,8 +1,12 @@
 // CheckpointReader: manifest-checked access to blobs and table rows, full verification and the
 // layout-independent digest.
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <cstdio>
 
 #include "ckpt/block_file.h"
@@ -198,7 +202,7 @@ std::string CheckpointReader::Impl::entries_in(uint32_t file, uint64_t lo, uint6
 
 namespace {
 // XXH3-64 of the first `bytes` bytes of a file, read 1 MiB at a time through `env`.
-Result<uint64_t> xxh3_of_file(Env* env, const std::string& path, uint64_t bytes) {
+Result<uint64_t> xxh3_of_file_uncached(Env* env, const std::string& path, uint64_t bytes) {
   LEANEMB_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, env->new_random_access_file(path));
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), &XXH3_freeState);
   if (st == nullptr) return resource_exhausted("XXH3_createState");
@@ -211,9 +215,31 @@ Result<uint64_t> xxh3_of_file(Env* env, const std::string& path, uint64_t bytes)
   }
   return static_cast<uint64_t>(XXH3_64bits_digest(st.get()));
 }
+
+// The same, once per file per process: the checkpoints of a chain link the same files (one
+// inode under several names), and `ckpt list` verifies every chain, so without this the store's
+// files would be read once per link that names them. Keyed by device, inode, size and change
+// time of the real file system's file; a file changed in place since gets another ctime.
+Result<uint64_t> xxh3_of_file(Env* env, const std::string& path, uint64_t bytes) {
+  struct stat st {};
+  if (env != posix_env() || ::stat(path.c_str(), &st) != 0) return xxh3_of_file_uncached(env, path, bytes);
+  using Key = std::tuple<uint64_t, uint64_t, uint64_t, int64_t, int64_t, uint64_t>;
+  static std::mutex mu;
+  static std::map<Key, uint64_t> seen;
+  const Key key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                static_cast<int64_t>(st.st_ctim.tv_sec), static_cast<int64_t>(st.st_ctim.tv_nsec), bytes};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = seen.find(key); it != seen.end()) return it->second;
+  }
+  LEANEMB_ASSIGN_OR_RETURN(const uint64_t h, xxh3_of_file_uncached(env, path, bytes));
+  std::lock_guard<std::mutex> lock(mu);
+  seen.emplace(key, h);
+  return h;
+}
 }  // namespace
 
-Result<VerifyReport> CheckpointReader::verify() const {
+Result<VerifyReport> CheckpointReader::verify(bool hash_linked_files) const {
   const Impl& r = *impl_;
   VerifyReport rep;
   rep.step = r.manifest.step;
@@ -234,6 +260,7 @@ Result<VerifyReport> CheckpointReader::verify() const {
     }
   }
   for (const LinkedFile& f : r.linked) {
+    if (!hash_linked_files) continue;
     LEANEMB_ASSIGN_OR_RETURN(const uint64_t h, xxh3_of_file(r.env, join_path(r.dir, f.path), f.bytes));
     if (h != f.xxh3)
       return data_loss("checkpoint '" + r.dir + "': linked file '" + f.path + "' does not hold the bytes it was linked with (XXH3 differs)");

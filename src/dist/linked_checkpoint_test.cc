@@ -25,6 +25,14 @@ using testing_util::OwnedBatch;
 
 constexpr int64_t kBags = 16;
 
+// Every test writes its places in blobs of 50, so that a table's places span many blobs.
+class SmallPlaceBlobs : public testing::Environment {
+ public:
+  void SetUp() override { set_places_per_blob_for_testing(50); }
+  void TearDown() override { set_places_per_blob_for_testing(0); }
+};
+const testing::Environment* const kSmallBlobs = testing::AddGlobalTestEnvironment(new SmallPlaceBlobs);
+
 // Table a (2000 rows, bf16, Adagrad) cached in 48 slots over a log store in `store_dir` (so
 // that rows are evicted to the store between checkpoints); table b resident. Empty store_dir:
 // both resident.

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <numeric>
 #include <system_error>
 
 #include "core/bytes.h"
@@ -18,6 +17,9 @@
 namespace leanemb::dist {
 
 namespace {
+
+int64_t g_places_per_blob = 0;  // set_places_per_blob_for_testing
+int64_t places_per_blob() { return g_places_per_blob > 0 ? g_places_per_blob : kPlacesPerBlob; }
 
 std::string places_blob(const std::string& table, int64_t k) {
   return std::string(kLinkPlacesPrefix) + table + "/" + std::to_string(k);
@@ -47,7 +49,7 @@ class PlaceBlobs {
   PlaceBlobs(ckpt::CheckpointWriter& w, std::string table) : w_(w), table_(std::move(table)) {}
   Status add(std::span<const RowPlace> chunk) {
     for (const RowPlace& p : chunk) {
-      if (count_ == kPlacesPerBlob) LEANEMB_RETURN_IF_ERROR(flush());
+      if (count_ == places_per_blob()) LEANEMB_RETURN_IF_ERROR(flush());
       pending_.push_back(p);
       ++count_;
     }
@@ -92,6 +94,12 @@ nlohmann::json table_meta(const EmbeddingCollection& emb, int t, uint64_t seed) 
 
 }  // namespace
 
+int64_t set_places_per_blob_for_testing(int64_t n) {
+  const int64_t old = g_places_per_blob;
+  g_places_per_blob = n;
+  return old;
+}
+
 bool links_table(const EmbeddingCollection& emb, int t, const std::string& out_dir) {
   return emb.can_link_rows(t, out_dir);
 }
@@ -112,6 +120,7 @@ Result<int64_t> write_linked_table(ckpt::CheckpointWriter& w, EmbeddingCollectio
   meta["block_bytes"] = linked.block_bytes;
   meta["segment_bytes"] = linked.segment_bytes;
   meta["places"] = linked.rows;
+  meta["places_per_blob"] = places_per_blob();
   meta["dir"] = rel;
   nlohmann::json files = nlohmann::json::array();
   for (const LinkedRowFile& f : linked.files) {
@@ -143,6 +152,7 @@ Result<LinkedTable> read_linked_table(const ckpt::CheckpointReader& r, const std
     lt.linked.block_bytes = m.at("block_bytes").get<uint32_t>();
     lt.linked.segment_bytes = m.at("segment_bytes").get<uint64_t>();
     lt.linked.rows = m.at("places").get<uint64_t>();
+    lt.places_per_blob = m.at("places_per_blob").get<int64_t>();
     const std::string dir = m.at("dir").get<std::string>();
     if (dir.empty() || dir.find("..") != std::string::npos || dir.front() == '/') return bad("\"dir\" is not a relative path");
     lt.dir = r.dir() + "/" + dir;
@@ -153,7 +163,7 @@ Result<LinkedTable> read_linked_table(const ckpt::CheckpointReader& r, const std
   } catch (const nlohmann::json::exception& e) {
     return bad(std::string("missing or mistyped field (") + e.what() + ")");
   }
-  if (lt.num_rows < 1 || lt.linked.row_bytes == 0 || lt.linked.block_bytes == 0 || lt.linked.segment_bytes == 0)
+  if (lt.num_rows < 1 || lt.linked.row_bytes == 0 || lt.linked.block_bytes == 0 || lt.linked.segment_bytes == 0 || lt.places_per_blob < 1)
     return bad("a size is zero");
   return lt;
 }
@@ -162,17 +172,21 @@ PlaceCursor::PlaceCursor(const ckpt::CheckpointReader& r, const LinkedTable& lt)
 
 Result<std::span<const RowPlace>> PlaceCursor::next() {
   const int64_t total = static_cast<int64_t>(lt_.linked.rows);
-  if (k_ * kPlacesPerBlob >= total) return std::span<const RowPlace>();
+  const int64_t per_blob = lt_.places_per_blob;
+  if (k_ * per_blob >= total) return std::span<const RowPlace>();
   const std::string name = places_blob(lt_.name, k_);
   auto bad = [&](const std::string& what) { return data_loss("checkpoint '" + r_.dir() + "': blob '" + name + "': " + what); };
   LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r_.read_blob(name));
-  const int64_t count = std::min(kPlacesPerBlob, total - k_ * kPlacesPerBlob);
+  const int64_t count = std::min(per_blob, total - k_ * per_blob);
   ++k_;
   ByteReader br(bytes);
   uint64_t n = 0;
   if (!br.u64(&n) || n != static_cast<uint64_t>(count)) return bad("expected " + std::to_string(count) + " places");
   places_.resize(static_cast<size_t>(count));
   size_t pos = 8;
+  // Each blob's gaps start from row -1 (as the writer's); its rows follow the blob before's.
+  const int64_t last = prev_;
+  prev_ = -1;
   for (int64_t i = 0; i < count; ++i) {
     uint64_t gap = 0, file = 0, off = 0;
     if (!get_varint(bytes, &pos, &gap) || !get_varint(bytes, &pos, &file) || !get_varint(bytes, &pos, &off)) return bad("truncated");
@@ -180,6 +194,7 @@ Result<std::span<const RowPlace>> PlaceCursor::next() {
         off + lt_.linked.row_bytes > lt_.linked.files[file].bytes)
       return bad("a place outside the table or its file");
     prev_ += 1 + static_cast<int64_t>(gap);
+    if (i == 0 && prev_ <= last) return bad("its rows do not follow the blob before's");
     places_[static_cast<size_t>(i)] = {prev_, static_cast<uint32_t>(file), off};
   }
   if (pos != bytes.size()) return bad("trailing bytes");
@@ -198,53 +213,55 @@ Status for_each_place_chunk(const ckpt::CheckpointReader& r, const LinkedTable& 
 
 Status for_each_linked_row(const ckpt::CheckpointReader& r, const LinkedTable& lt,
                            const std::function<Status(int64_t, std::span<const uint8_t>)>& fn) {
-  const size_t rb = lt.linked.row_bytes;
-  constexpr size_t kWindow = size_t{1} << 20;
-  std::vector<uint8_t> window(kWindow), rows;
-  std::vector<size_t> order;
-  return for_each_place_chunk(r, lt, [&](std::span<const RowPlace> places) -> Status {
-    // The chunk's rows, read file by file in windows of 1 MiB (the places sorted by file and
-    // offset), then given in row order.
-    rows.resize(places.size() * rb);
-    order.resize(places.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return places[a].file != places[b].file ? places[a].file < places[b].file : places[a].offset < places[b].offset;
-    });
-    for (size_t i = 0; i < order.size();) {
-      const uint32_t file = places[order[i]].file;
-      const std::string path = lt.dir + "/" + lt.linked.files[file].name;
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError, "open of linked file '" + path + "': " + std::generic_category().message(errno));
-      Status st;
-      while (st.ok() && i < order.size() && places[order[i]].file == file) {
-        const uint64_t w0 = places[order[i]].offset;
-        const uint64_t w1 = std::min<uint64_t>(w0 + kWindow, lt.linked.files[file].bytes);
-        size_t got = 0;
-        while (got < w1 - w0) {
-          const ssize_t n = ::pread(fd, window.data() + got, w1 - w0 - got, static_cast<off_t>(w0 + got));
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) {
-            st = n == 0 ? data_loss("linked file '" + path + "' ends early") : io_error("read of '" + path + "': " + std::generic_category().message(errno));
-            break;
-          }
-          got += static_cast<size_t>(n);
-        }
-        for (; st.ok() && i < order.size() && places[order[i]].file == file && places[order[i]].offset + rb <= w1; ++i)
-          std::memcpy(rows.data() + order[i] * rb, window.data() + (places[order[i]].offset - w0), rb);
-      }
-      ::close(fd);
-      LEANEMB_RETURN_IF_ERROR(st);
-    }
-    for (size_t i = 0; i < places.size(); ++i) LEANEMB_RETURN_IF_ERROR(fn(places[i].row, std::span<const uint8_t>(rows.data() + i * rb, rb)));
+  // Every place of the table (16 bytes each), by file and offset: each file is read once, front
+  // to back, in windows of up to 1 MiB that start at a place and end at the last place they hold
+  // whole. (Chunk by chunk in row order, every chunk would read nearly every file.)
+  std::vector<RowPlace> places;
+  places.reserve(static_cast<size_t>(lt.linked.rows));
+  LEANEMB_RETURN_IF_ERROR(for_each_place_chunk(r, lt, [&](std::span<const RowPlace> c) {
+    places.insert(places.end(), c.begin(), c.end());
     return Status();
+  }));
+  std::sort(places.begin(), places.end(), [](const RowPlace& a, const RowPlace& b) {
+    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
   });
+  const size_t rb = lt.linked.row_bytes;
+  constexpr uint64_t kWindow = uint64_t{1} << 20;
+  std::vector<uint8_t> window(std::max<size_t>(kWindow, rb));
+  for (size_t i = 0; i < places.size();) {
+    const uint32_t file = places[i].file;
+    const std::string path = lt.dir + "/" + lt.linked.files[file].name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
+                    "open of linked file '" + path + "': " + std::generic_category().message(errno));
+    Status st;
+    while (st.ok() && i < places.size() && places[i].file == file) {
+      const uint64_t w0 = places[i].offset;
+      size_t end = i + 1;  // the places [i, end) the window holds whole
+      while (end < places.size() && places[end].file == file && places[end].offset + rb - w0 <= window.size()) ++end;
+      const uint64_t len = places[end - 1].offset + rb - w0;
+      for (uint64_t got = 0; st.ok() && got < len;) {
+        const ssize_t n = ::pread(fd, window.data() + got, len - got, static_cast<off_t>(w0 + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          st = n == 0 ? data_loss("linked file '" + path + "' ends early") : io_error("read of '" + path + "': " + std::generic_category().message(errno));
+          break;
+        }
+        got += static_cast<uint64_t>(n);
+      }
+      for (; st.ok() && i < end; ++i) st = fn(places[i].row, std::span<const uint8_t>(window.data() + (places[i].offset - w0), rb));
+    }
+    ::close(fd);
+    LEANEMB_RETURN_IF_ERROR(st);
+  }
+  return Status();
 }
 
 Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt, EmbeddingTables& tables,
-                         EmbeddingCollection* local, int t, int64_t chunk_rows, bool* adopted) {
+                         EmbeddingCollection* local, int t, int64_t chunk_rows, const InitialRows* writer_initial, bool* adopted) {
   if (adopted) *adopted = false;
-  if (tables.communicator() == nullptr && local->has_initial_rows(t) && local->can_link_rows(t)) {
+  if (writer_initial == nullptr && tables.communicator() == nullptr && local->has_initial_rows(t) && local->can_link_rows(t)) {
     PlaceCursor cursor(r, lt);  // the places stream from their blobs into the store
     const Status st = local->adopt_linked_rows(t, lt.dir, lt.linked, [&cursor]() { return cursor.next(); });
     if (st.ok()) {
@@ -254,8 +271,20 @@ Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt,
     if (st.code() != StatusCode::kFailedPrecondition) return st;
     // Another layout: copied below, over the table's initial rows again.
   }
-  LEANEMB_RETURN_IF_ERROR(local->reset_rows_to_initial(t));
   const size_t stride = lt.linked.row_bytes;
+  if (writer_initial == nullptr) {
+    LEANEMB_RETURN_IF_ERROR(local->reset_rows_to_initial(t));
+  } else {  // the writer's initial bytes in every row first
+    const RowLayout& l = tables.layout(t);
+    std::vector<uint8_t> rows;
+    std::vector<float> tmp(static_cast<size_t>(l.dim));
+    for (int64_t r0 = 0; r0 < lt.num_rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, lt.num_rows - r0);
+      rows.assign(static_cast<size_t>(n) * stride, 0);
+      for (int64_t i = 0; i < n; ++i) writer_initial->row(r0 + i, l, tmp.data(), rows.data() + static_cast<size_t>(i) * stride);
+      LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, r0, n, rows));
+    }
+  }
   std::vector<uint8_t> run;
   int64_t run_begin = 0, run_rows = 0;
   auto flush_run = [&]() -> Status {

@@ -7,8 +7,9 @@
 //                                the files' layout ("row_bytes", "block_bytes", "segment_bytes"),
 //                                "places" (rows with a place), "dir" (where the files are,
 //                                relative to the checkpoint) and "files" [{name, bytes, hash}]
-//   blobs "link_places/<name>/<k>"  places [k x 2^20, (k + 1) x 2^20) of the table's, in
-//                                ascending row order: u64 count, then per place three LEB128
+//   blobs "link_places/<name>/<k>"  places [k x N, (k + 1) x N) of the table's (N =
+//                                "places_per_blob", 2^20), in ascending row order: u64
+//                                count, then per place three LEB128
 //                                varints: the gap to the row before (row_i - row_{i-1} - 1), the
 //                                file's index in "files", the row's byte offset in the file
 //   files <dir>/<name>           the linked files (CheckpointWriter::add_linked_file)
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/delta_rows.h"
 #include "leanemb/checkpoint.h"
 #include "leanemb/embedding.h"
 #include "leanemb/linked_rows.h"
@@ -34,6 +36,9 @@ namespace leanemb::dist {
 inline constexpr char kLinksPrefix[] = "links/";
 inline constexpr char kLinkPlacesPrefix[] = "link_places/";
 inline constexpr int64_t kPlacesPerBlob = int64_t{1} << 20;
+// Testing: the places per blob the writer uses from now on (0: kPlacesPerBlob); the blob records
+// it ("places_per_blob"), so readers take any. Returns the previous value.
+int64_t set_places_per_blob_for_testing(int64_t n);
 
 // Whether the next checkpoint may link table t of `emb` into a checkpoint under `out_dir`: it
 // can (EmbeddingCollection::can_link_rows) and its store is on out_dir's file system.
@@ -52,6 +57,7 @@ struct LinkedTable {
   int64_t num_rows = 0;  // the table's rows
   std::vector<uint8_t> meta;  // the JSON (for the table checks and the initial rows)
   std::string dir;       // where the files are (absolute: the checkpoint's directory + "dir")
+  int64_t places_per_blob = kPlacesPerBlob;
   LinkedRows linked;
 };
 // Errors: DataLoss (a malformed blob, naming it).
@@ -73,15 +79,19 @@ class PlaceCursor {
 // places blob), the reader's, fn's.
 Status for_each_place_chunk(const ckpt::CheckpointReader& r, const LinkedTable& lt,
                             const std::function<Status(std::span<const RowPlace>)>& fn);
-// fn(row, fat row) for every row with a place (ascending within chunks of places), its bytes
-// read from the linked files. Errors: as above, NotFound / IoError / DataLoss (a file).
+// fn(row, fat row) for every row with a place, in the order of the files and the rows' places in
+// them (each file read once, front to back), its bytes read from the linked files. Holds every
+// place of the table in memory (16 bytes each). Errors: as above, NotFound / IoError / DataLoss
+// (a file), fn's.
 Status for_each_linked_row(const ckpt::CheckpointReader& r, const LinkedTable& lt,
                            const std::function<Status(int64_t, std::span<const uint8_t>)>& fn);
 
 // Loads linked table `lt` into table t of `tables`: a local table that holds its initial rows
 // and can link takes the files as they are (adopt_linked_rows: no row copied); any other table
-// gets its initial rows and then each row with a place (copied). `adopted` (may be null): which.
+// gets its initial rows and then each row with a place (copied). `writer_initial`: the rows
+// without a place hold these initial bytes, not the collection's (another seed or initializer:
+// every row is written); null: the collection's. `adopted` (may be null): which way it went.
 Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt, EmbeddingTables& tables,
-                         EmbeddingCollection* local, int t, int64_t chunk_rows, bool* adopted);
+                         EmbeddingCollection* local, int t, int64_t chunk_rows, const InitialRows* writer_initial, bool* adopted);
 
 }  // namespace leanemb::dist

@@ -276,12 +276,10 @@ Status read_linked(const ckpt::CheckpointReader& r, EmbeddingTables& tables, con
   const std::string diff = plain_table_diff(as_table, tables.layout(t), to);
   if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
   LEANEMB_ASSIGN_OR_RETURN(InitialRows ir, parse_initial_rows(lt.meta, to.num_rows, "'" + r.dir() + "': blob '" + as_table.name + "'"));
-  const std::string want = initial_rows_meta_json(to, tables.options().seed, t);
-  const std::string have = initial_rows_meta_json(ir.options, ir.seed, ir.table);
-  if (want != have)
-    return invalid_argument("table " + to.name + ": the checkpoint's links hold the rows changed since other initial rows (" + have +
-                            ") than the collection's (" + want + "); create it with the run's seed and initializer");
-  return load_linked_table(r, lt, tables, &view.local(), t, chunk_rows, nullptr);
+  // Rows without a place hold the writer's initial bytes: another initializer or seed than the
+  // collection's gets them written (every row).
+  const bool same_initial = initial_rows_meta_json(to, tables.options().seed, t) == initial_rows_meta_json(ir.options, ir.seed, ir.table);
+  return load_linked_table(r, lt, tables, &view.local(), t, chunk_rows, same_initial ? nullptr : &ir, nullptr);
 }
 
 // A plain checkpoint and the chain it extends (oldest first): the base's rows (a sparse base's

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "leanemb/optimizer.h"
+#include "tiered/sizes.h"
 
 namespace leanemb::plan {
 
@@ -30,7 +31,13 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
   CheckpointBytes b;
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(RowLayout l, make_row_layout(t.dim, w.row_dtype, w.row_optimizer));
-    b.full += static_cast<uint64_t>(t.num_rows) * l.stride_bytes;
+    // Linked (Workload::link_store_rows): every checkpoint holds the places of the rows written
+    // so far (dist/linked_tables.h: a varint gap, file and offset each, 7 bytes at most here), and
+    // no row: the store's files are linked.
+    const bool linked = w.link_store_rows && w.file_store && w.file_store_layout == FileStoreLayout::kLog &&
+                        tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
+    const double stride = linked ? 7.0 : static_cast<double>(l.stride_bytes);
+    b.full += static_cast<uint64_t>(static_cast<double>(t.num_rows) * stride);
     // The bytes of the distinct rows `steps` steps change: each fat row and its row number, a
     // varint gap (dist/delta_rows.h: 7 bits per byte of the mean gap); every row when the ids'
     // vocabulary and skew are unknown.
@@ -40,9 +47,10 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
                               ? expected_unique_rows(static_cast<int64_t>(std::min(ids, 9e18)), t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, t.num_rows)
                               : static_cast<double>(t.num_rows);
       const double gap = rows > 0 ? static_cast<double>(t.num_rows) / rows : 1.0;
-      return rows * (static_cast<double>(l.stride_bytes) + std::max(1.0, std::ceil(std::log2(gap + 1.0) / 7.0)));
+      return rows * (linked ? stride : static_cast<double>(l.stride_bytes) + std::max(1.0, std::ceil(std::log2(gap + 1.0) / 7.0)));
     };
-    b.incremental += changed_bytes(std::max<int64_t>(every, 1));
+    // A linked table's increment holds the places of every row written by then: at most the run's.
+    b.incremental += changed_bytes(linked && w.run_steps > 0 ? w.run_steps : std::max<int64_t>(every, 1));
     if (w.run_steps > 0) b.sparse_base = std::max(0.0, b.sparse_base) + changed_bytes(w.run_steps);
   }
   return b;

@@ -82,6 +82,10 @@ struct Workload {
   // Incremental checkpoints of a one-process run (train.incremental_checkpoints): each table
   // marks its changed rows in a bitmap of one bit per row (host tier, category weights).
   bool track_changed_rows = false;
+  // Checkpoints keep tables cached over a log-layout file store by hard links of the store's
+  // files (train.link_store_rows): such a table's part of a checkpoint is where its written rows
+  // are (about 7 bytes per row), not the rows.
+  bool link_store_rows = false;
   // The run's optimizer steps (0: unknown): with each table's vocabulary and skew, the rows the
   // whole run touches (Prediction::run_rows_touched, disk_bytes_run, sparse_base_bytes).
   int64_t run_steps = 0;

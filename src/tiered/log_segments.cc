@@ -5,11 +5,17 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <csignal>
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -54,6 +60,24 @@ Status sync_fd(int fd, const std::string& what, bool data_only) {
   return Status();
 }
 
+// Directories `<dir>.old-<pid>-<n>` whose process is gone (set aside by remove_leftovers).
+std::vector<std::string> old_dirs(const std::string& dir) {
+  std::vector<std::string> out;
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
+  const std::string prefix = (slash == std::string::npos ? dir : dir.substr(slash + 1)) + ".old-";
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) out.push_back(parent + "/" + name);
+  }
+  ::closedir(d);
+  return out;
+}
+
 }  // namespace segment_files_detail
 
 using segment_files_detail::is_segment_name;
@@ -95,16 +119,37 @@ Status SegmentFiles::open(const std::string& dir, bool direct, size_t slots) {
 
 // Segment files of an earlier store (a run that crashed before its store closed): their rows are
 // never read (a store starts with no row present), and checkpoints hold links of their own.
+// Unlinking tens of GB of them costs tens of seconds (one discard per extent on a file system
+// mounted with `discard`), so the directory is renamed aside at once (`<dir>.old-<pid>-<n>`) and
+// removed by a background thread at the lowest priority; directories set aside by earlier
+// processes that ended first go the same way. Start-up does not grow with the old store.
 Status SegmentFiles::remove_leftovers() {
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) return os_error("opendir of '" + dir_ + "'", errno);
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d))
-    if (is_segment_name(e->d_name)) names.emplace_back(e->d_name);
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) any = any || is_segment_name(e->d_name);
   ::closedir(d);
-  for (const std::string& n : names) {
-    if (::unlinkat(dir_fd_, n.c_str(), 0) != 0 && errno != ENOENT) return os_error("unlink of '" + dir_ + "/" + n + "'", errno);
+  std::vector<std::string> doomed = segment_files_detail::old_dirs(dir_);
+  if (any) {
+    static std::atomic<int> n{0};
+    const std::string aside = dir_ + ".old-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+    ::close(dir_fd_);
+    dir_fd_ = -1;
+    if (::rename(dir_.c_str(), aside.c_str()) != 0) return os_error("rename of '" + dir_ + "' to '" + aside + "'", errno);
+    if (::mkdir(dir_.c_str(), 0755) != 0) return os_error("mkdir of log store directory '" + dir_ + "'", errno);
+    dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd_ < 0) return os_error("open of log store directory '" + dir_ + "'", errno);
+    doomed.push_back(aside);
     dir_dirty_ = true;
+  }
+  if (!doomed.empty()) {
+    std::thread([doomed] {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+      for (const std::string& d : doomed) {
+        std::error_code ec;
+        std::filesystem::remove_all(d, ec);  // best effort: what is left goes the next time
+      }
+    }).detach();
   }
   return Status();
 }

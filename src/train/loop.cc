@@ -550,9 +550,15 @@ Status Run::checkpoint() {
   last_ckpt_ = saved.path;
   // checkpoint_rows / checkpoint_bytes: the embedding rows and the entries' bytes written;
   // checkpoint_extends: the step an incremental checkpoint extends (absent when full);
-  // checkpoint_sparse_base: a full one that holds only the rows changed since the initial rows.
+  // checkpoint_sparse_base: a full one that holds only the rows changed since the initial rows;
+  // checkpoint_linked_rows / _tables: rows of tables kept by links (train.link_store_rows: every
+  // row written to their stores, not copied).
   json line = {{"step", k_.step}, {"checkpoint", last_ckpt_}, {"checkpoint_seconds", std::chrono::duration<double>(Clock::now() - c0).count()},
                {"checkpoint_rows", saved.rows_written}, {"checkpoint_bytes", saved.entry_bytes}};
+  if (saved.linked_tables > 0) {
+    line["checkpoint_linked_rows"] = saved.rows_linked;
+    line["checkpoint_linked_tables"] = saved.linked_tables;
+  }
   if (saved.parent_step >= 0) line["checkpoint_extends"] = saved.parent_step;
   if (saved.sparse_base) line["checkpoint_sparse_base"] = true;
   log_metrics(line);
