@@ -29,9 +29,6 @@ const char* exit_code_table();
 int exit_code_for(const Status& s);
 // Prints "leanemb: error: <message>" to stderr and returns the exit code.
 int report_error(const Status& s);
-// Cores kept busy by all processes over the next `seconds` (this one sleeps meanwhile), from
-// /proc/stat; 0 when unknown.
-double busy_cores_elsewhere(double seconds);
 
 
 // `leanemb train` (src/cli/train_command.cc): a config of either task (docs/train.md, docs/text.md).

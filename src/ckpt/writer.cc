@@ -88,6 +88,8 @@ struct CheckpointWriter::Impl {
   }
   Status add_parent();
   Status add_linked_blob();
+  // Blob `name` of `bytes`, written now (the name already checked).
+  Status append_blob(std::string_view name, std::span<const uint8_t> bytes);
   Status check_complete() const;
   Manifest build_manifest() const;
   Status publish(CommitInfo* info);
@@ -144,14 +146,17 @@ Status CheckpointWriter::Impl::add_parent() {
   if (id.empty()) return invalid_argument(what + ": incremental checkpoints need format version 2");
   LEANEMB_ASSIGN_OR_RETURN(auto parent, CheckpointReader::open(join_path(root, step_dir_name(p)), env));
   if (parent->format_version() < 2) return invalid_argument(what + " has format version 1 (no id)");
-  const std::vector<uint8_t> blob = encode_parent_blob(p, parent->id_hex());
+  return append_blob(kParentBlob, encode_parent_blob(p, parent->id_hex()));
+}
+
+Status CheckpointWriter::Impl::append_blob(std::string_view name, std::span<const uint8_t> bytes) {
   EntryRecord e;
   e.kind = EntryKind::kBlob;
-  e.name = std::string(kParentBlob);
+  e.name = std::string(name);
   e.file = 0;
   e.offset = data->payload_bytes();
-  e.size = blob.size();
-  LEANEMB_RETURN_IF_ERROR(fail(data->append(blob)));
+  e.size = bytes.size();
+  LEANEMB_RETURN_IF_ERROR(fail(data->append(bytes)));
   blobs.emplace(e.name, std::move(e));
   return Status();
 }
@@ -162,15 +167,7 @@ Status CheckpointWriter::add_blob(std::string_view name, std::span<const uint8_t
   if (name == kParentBlob) return invalid_argument("checkpoint entry name '" + std::string(name) + "' is reserved (WriterOptions::parent_step)");
   if (name == kLinkedFilesBlob) return invalid_argument("checkpoint entry name '" + std::string(name) + "' is reserved (add_linked_file)");
   LEANEMB_RETURN_IF_ERROR(w.check_new_name(name));
-  EntryRecord e;
-  e.kind = EntryKind::kBlob;
-  e.name = std::string(name);
-  e.file = 0;
-  e.offset = w.data->payload_bytes();
-  e.size = bytes.size();
-  LEANEMB_RETURN_IF_ERROR(w.fail(w.data->append(bytes)));
-  w.blobs.emplace(e.name, std::move(e));
-  return Status();
+  return w.append_blob(name, bytes);
 }
 
 const std::string& CheckpointWriter::staging_dir() const { return impl_->tmp_dir; }
@@ -199,16 +196,7 @@ Status CheckpointWriter::Impl::add_linked_blob() {
   }
   std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (const std::string& d : dirs) LEANEMB_RETURN_IF_ERROR(env->sync_dir(join_path(tmp_dir, d)));  // deepest first
-  const std::vector<uint8_t> blob = encode_linked_files_blob(linked);
-  EntryRecord e;
-  e.kind = EntryKind::kBlob;
-  e.name = std::string(kLinkedFilesBlob);
-  e.file = 0;
-  e.offset = data->payload_bytes();
-  e.size = blob.size();
-  LEANEMB_RETURN_IF_ERROR(fail(data->append(blob)));
-  blobs.emplace(e.name, std::move(e));
-  return Status();
+  return append_blob(kLinkedFilesBlob, encode_linked_files_blob(linked));
 }
 
 Status CheckpointWriter::add_table(std::string_view name, uint64_t row_bytes, int64_t total_rows,

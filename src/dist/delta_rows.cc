@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/bytes.h"
 #include "leanemb/json.h"
@@ -129,6 +130,22 @@ Result<InitialRows> parse_initial_rows(std::span<const uint8_t> meta, int64_t nu
   ir.table = j["table"].get<int>();
   ir.options.dynamic.enabled = j["dynamic"].get<bool>();
   return ir;
+}
+
+Status RowRunWriter::add(int64_t row, std::span<const uint8_t> fat) {
+  if (rows_ > 0 && (row != begin_ + rows_ || rows_ == max_rows_)) LEANEMB_RETURN_IF_ERROR(flush());
+  if (rows_ == 0) begin_ = row;
+  run_.resize(static_cast<size_t>(rows_ + 1) * stride_);
+  std::memcpy(run_.data() + static_cast<size_t>(rows_) * stride_, fat.data(), stride_);
+  ++rows_;
+  return Status();
+}
+
+Status RowRunWriter::flush() {
+  if (rows_ == 0) return Status();
+  const Status st = tables_.write_raw_rows(t_, begin_, rows_, std::span<const uint8_t>(run_.data(), static_cast<size_t>(rows_) * stride_));
+  rows_ = 0;
+  return st;
 }
 
 bool is_sparse_base(const ckpt::CheckpointReader& r) {

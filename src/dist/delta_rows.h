@@ -14,6 +14,7 @@
 #include "leanemb/checkpoint.h"
 #include "leanemb/status.h"
 #include "leanemb/table_options.h"
+#include "leanemb/tables.h"
 
 namespace leanemb::dist {
 
@@ -57,5 +58,23 @@ std::string initial_rows_meta_json(const TableOptions& to, uint64_t seed, int ta
 Result<InitialRows> parse_initial_rows(std::span<const uint8_t> meta, int64_t num_rows, const std::string& where);
 // True if `r` is a sparse base: no parent and a "delta/" table.
 bool is_sparse_base(const ckpt::CheckpointReader& r);
+
+// Rows given one at a time (a delta's, a linked table's), written to table t of `tables` in runs
+// of consecutive rows, one write_raw_rows call per run of at most max_rows. Call flush() last.
+class RowRunWriter {
+ public:
+  RowRunWriter(EmbeddingTables& tables, int t, size_t stride, int64_t max_rows)
+      : tables_(tables), t_(t), stride_(stride), max_rows_(max_rows) {}
+  Status add(int64_t row, std::span<const uint8_t> fat);
+  Status flush();
+
+ private:
+  EmbeddingTables& tables_;
+  int t_;
+  size_t stride_;
+  int64_t max_rows_;
+  std::vector<uint8_t> run_;
+  int64_t begin_ = 0, rows_ = 0;
+};
 
 }  // namespace leanemb::dist

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "dist/local_comm.h"
+#include "leanemb/embedding.h"
+#include "table/owned_batch_testing.h"
 
 namespace leanemb::dist::test_util {
 
@@ -58,6 +60,37 @@ inline std::vector<float> normal_grads(uint64_t seed, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = g(rng);
   return v;
+}
+
+// Step `step`'s batch of `bags` bags of 1-3 ids each, uniform over each feature's table (a step
+// changes a few dozen rows), from seed batch_seed + step.
+inline testing_util::OwnedBatch random_bags(int step, const CollectionOptions& o, int64_t bags, uint64_t batch_seed) {
+  std::mt19937_64 rng(batch_seed + static_cast<uint64_t>(step));
+  testing_util::OwnedBatch b;
+  b.B = bags;
+  for (const FeatureOptions& f : o.features) {
+    const auto rows = static_cast<uint64_t>(o.tables[static_cast<size_t>(f.table)].num_rows);
+    std::vector<int64_t> ids, offsets = {0};
+    for (int64_t bag = 0; bag < b.B; ++bag) {
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 3); i < n; ++i) ids.push_back(static_cast<int64_t>(rng() % rows));
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+    }
+    b.ids.push_back(ids);
+    b.offsets.push_back(offsets);
+    b.weights.emplace_back();
+  }
+  return b;
+}
+
+// Steps [s0, s1) of random_bags batches with normal gradients (seed grad_seed + step).
+inline void train_random_bags(EmbeddingCollection& c, const CollectionOptions& o, int s0, int s1, int64_t bags,
+                              uint64_t batch_seed, uint64_t grad_seed) {
+  for (int s = s0; s < s1; ++s) {
+    const testing_util::OwnedBatch g = random_bags(s, o, bags, batch_seed);
+    std::vector<float> pooled(static_cast<size_t>(bags * c.pooled_dim()));
+    ASSERT_TRUE(c.forward(g.view(), pooled).ok());
+    ASSERT_TRUE(c.backward_update(g.view(), normal_grads(grad_seed + static_cast<uint64_t>(s), bags * c.pooled_dim())).ok());
+  }
 }
 
 // A Status that carries a test's mismatch out of a rank's thread.

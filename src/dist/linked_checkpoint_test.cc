@@ -55,31 +55,8 @@ CollectionOptions options(const std::string& store_dir) {
   return o;
 }
 
-OwnedBatch batch(int step, const CollectionOptions& o) {
-  std::mt19937_64 rng(31 + static_cast<uint64_t>(step));
-  OwnedBatch b;
-  b.B = kBags;
-  for (const FeatureOptions& f : o.features) {
-    const auto rows = static_cast<uint64_t>(o.tables[static_cast<size_t>(f.table)].num_rows);
-    std::vector<int64_t> ids, offsets = {0};
-    for (int64_t bag = 0; bag < b.B; ++bag) {
-      for (int i = 0, n = 1 + static_cast<int>(rng() % 3); i < n; ++i) ids.push_back(static_cast<int64_t>(rng() % rows));
-      offsets.push_back(static_cast<int64_t>(ids.size()));
-    }
-    b.ids.push_back(ids);
-    b.offsets.push_back(offsets);
-    b.weights.emplace_back();
-  }
-  return b;
-}
-
 void train(EmbeddingCollection& c, const CollectionOptions& o, int s0, int s1) {
-  for (int s = s0; s < s1; ++s) {
-    const OwnedBatch g = batch(s, o);
-    std::vector<float> pooled(static_cast<size_t>(kBags * c.pooled_dim()));
-    ASSERT_TRUE(c.forward(g.view(), pooled).ok());
-    ASSERT_TRUE(c.backward_update(g.view(), test_util::normal_grads(900 + static_cast<uint64_t>(s), kBags * c.pooled_dim())).ok());
-  }
+  test_util::train_random_bags(c, o, s0, s1, kBags, 31, 900);
 }
 
 TablesSaveOptions linking(bool incremental) {

@@ -285,23 +285,9 @@ Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt,
       LEANEMB_RETURN_IF_ERROR(tables.write_raw_rows(t, r0, n, rows));
     }
   }
-  std::vector<uint8_t> run;
-  int64_t run_begin = 0, run_rows = 0;
-  auto flush_run = [&]() -> Status {
-    if (run_rows == 0) return Status();
-    const Status st = tables.write_raw_rows(t, run_begin, run_rows, std::span<const uint8_t>(run.data(), static_cast<size_t>(run_rows) * stride));
-    run_rows = 0;
-    return st;
-  };
-  LEANEMB_RETURN_IF_ERROR(for_each_linked_row(r, lt, [&](int64_t row, std::span<const uint8_t> fat) -> Status {
-    if (run_rows > 0 && (row != run_begin + run_rows || run_rows == chunk_rows)) LEANEMB_RETURN_IF_ERROR(flush_run());
-    if (run_rows == 0) run_begin = row;
-    run.resize(static_cast<size_t>(run_rows + 1) * stride);
-    std::memcpy(run.data() + static_cast<size_t>(run_rows) * stride, fat.data(), stride);
-    ++run_rows;
-    return Status();
-  }));
-  return flush_run();
+  RowRunWriter runs(tables, t, stride, chunk_rows);
+  LEANEMB_RETURN_IF_ERROR(for_each_linked_row(r, lt, [&](int64_t row, std::span<const uint8_t> fat) { return runs.add(row, fat); }));
+  return runs.flush();
 }
 
 }  // namespace leanemb::dist

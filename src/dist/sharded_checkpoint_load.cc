@@ -202,24 +202,10 @@ Status apply_delta(const ckpt::CheckpointReader& r, EmbeddingTables& tables, int
     const std::string diff = plain_table_diff(as_table, l, to);
     if (!diff.empty()) return invalid_argument("table " + to.name + " in the checkpoint does not match the config: " + diff);
     // Runs of consecutive rows are written with one call (up to chunk_rows rows).
-    const size_t stride = l.stride_bytes;
-    std::vector<uint8_t> run;
-    int64_t run_begin = 0, run_rows = 0;
-    auto flush_run = [&]() -> Status {
-      if (run_rows == 0) return Status();
-      const Status st = tables.write_raw_rows(t, run_begin, run_rows, std::span<const uint8_t>(run.data(), static_cast<size_t>(run_rows) * stride));
-      run_rows = 0;
-      return st;
-    };
-    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(r, to.name, to.num_rows, chunk_rows, [&](int64_t row, std::span<const uint8_t> fat) -> Status {
-      if (run_rows > 0 && (row != run_begin + run_rows || run_rows == chunk_rows)) LEANEMB_RETURN_IF_ERROR(flush_run());
-      if (run_rows == 0) run_begin = row;
-      run.resize(static_cast<size_t>(run_rows + 1) * stride);
-      std::memcpy(run.data() + static_cast<size_t>(run_rows) * stride, fat.data(), stride);
-      ++run_rows;
-      return Status();
-    }));
-    LEANEMB_RETURN_IF_ERROR(flush_run());
+    RowRunWriter runs(tables, t, l.stride_bytes, chunk_rows);
+    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(r, to.name, to.num_rows, chunk_rows,
+                                               [&](int64_t row, std::span<const uint8_t> fat) { return runs.add(row, fat); }));
+    LEANEMB_RETURN_IF_ERROR(runs.flush());
   }
   return Status();
 }

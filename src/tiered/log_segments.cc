@@ -80,10 +80,7 @@ std::vector<std::string> old_dirs(const std::string& dir) {
 
 }  // namespace segment_files_detail
 
-using segment_files_detail::is_segment_name;
-using segment_files_detail::os_error;
-using segment_files_detail::raise_open_file_limit;
-using segment_files_detail::sync_fd;
+namespace sfd = segment_files_detail;
 
 struct SegmentFiles::Hasher {
   XXH3_state_t state{};
@@ -107,13 +104,13 @@ std::string SegmentFiles::name_of(uint64_t id) const {
 std::string SegmentFiles::path(uint32_t slot) const { return dir_ + "/" + name_of(slots_[slot].id); }
 
 Status SegmentFiles::open(const std::string& dir, bool direct, size_t slots) {
-  raise_open_file_limit();
+  sfd::raise_open_file_limit();
   dir_ = dir;
   direct_ = direct;
   slots_ = std::vector<Slot>(slots);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return os_error("mkdir of log store directory '" + dir + "'", errno);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return sfd::os_error("mkdir of log store directory '" + dir + "'", errno);
   dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd_ < 0) return os_error("open of log store directory '" + dir + "'", errno);
+  if (dir_fd_ < 0) return sfd::os_error("open of log store directory '" + dir + "'", errno);
   return remove_leftovers();
 }
 
@@ -125,20 +122,20 @@ Status SegmentFiles::open(const std::string& dir, bool direct, size_t slots) {
 // processes that ended first go the same way. Start-up does not grow with the old store.
 Status SegmentFiles::remove_leftovers() {
   DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return os_error("opendir of '" + dir_ + "'", errno);
+  if (d == nullptr) return sfd::os_error("opendir of '" + dir_ + "'", errno);
   bool any = false;
-  while (const dirent* e = ::readdir(d)) any = any || is_segment_name(e->d_name);
+  while (const dirent* e = ::readdir(d)) any = any || sfd::is_segment_name(e->d_name);
   ::closedir(d);
-  std::vector<std::string> doomed = segment_files_detail::old_dirs(dir_);
+  std::vector<std::string> doomed = sfd::old_dirs(dir_);
   if (any) {
     static std::atomic<int> n{0};
     const std::string aside = dir_ + ".old-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
     ::close(dir_fd_);
     dir_fd_ = -1;
-    if (::rename(dir_.c_str(), aside.c_str()) != 0) return os_error("rename of '" + dir_ + "' to '" + aside + "'", errno);
-    if (::mkdir(dir_.c_str(), 0755) != 0) return os_error("mkdir of log store directory '" + dir_ + "'", errno);
+    if (::rename(dir_.c_str(), aside.c_str()) != 0) return sfd::os_error("rename of '" + dir_ + "' to '" + aside + "'", errno);
+    if (::mkdir(dir_.c_str(), 0755) != 0) return sfd::os_error("mkdir of log store directory '" + dir_ + "'", errno);
     dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd_ < 0) return os_error("open of log store directory '" + dir_ + "'", errno);
+    if (dir_fd_ < 0) return sfd::os_error("open of log store directory '" + dir_ + "'", errno);
     doomed.push_back(aside);
     dir_dirty_ = true;
   }
@@ -160,7 +157,7 @@ Status SegmentFiles::create(uint32_t slot) {
   const std::string name = name_of(id);
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
   const int fd = ::openat(dir_fd_, name.c_str(), flags, 0644);
-  if (fd < 0) return os_error("create of log segment '" + dir_ + "/" + name + "'", errno);
+  if (fd < 0) return sfd::os_error("create of log segment '" + dir_ + "/" + name + "'", errno);
   s.id = id;
   s.bytes = 0;
   s.hash = 0;
@@ -178,13 +175,13 @@ Status SegmentFiles::adopt(uint32_t slot, const std::string& from, const Segment
   const uint64_t id = next_id_++;
   const std::string name = name_of(id);
   if (::linkat(AT_FDCWD, from.c_str(), dir_fd_, name.c_str(), 0) != 0)
-    return os_error("link of '" + from + "' into the log store '" + dir_ + "'", errno);
+    return sfd::os_error("link of '" + from + "' into the log store '" + dir_ + "'", errno);
   dir_dirty_ = true;
   const int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC | (direct_ ? O_DIRECT : 0));
   if (fd < 0) {
     const int err = errno;
     (void)::unlinkat(dir_fd_, name.c_str(), 0);
-    return os_error("open of '" + dir_ + "/" + name + "'", err);
+    return sfd::os_error("open of '" + dir_ + "/" + name + "'", err);
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != info.bytes) {
@@ -256,11 +253,11 @@ Status SegmentFiles::sync() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.unsynced) continue;
-    LEANEMB_RETURN_IF_ERROR(sync_fd(s.fd.load(std::memory_order_relaxed), "fdatasync of '" + path(static_cast<uint32_t>(i)) + "'", true));
+    LEANEMB_RETURN_IF_ERROR(sfd::sync_fd(s.fd.load(std::memory_order_relaxed), "fdatasync of '" + path(static_cast<uint32_t>(i)) + "'", true));
     s.unsynced = false;
   }
   if (dir_dirty_) {
-    LEANEMB_RETURN_IF_ERROR(sync_fd(dir_fd_, "fsync of directory '" + dir_ + "'", false));
+    LEANEMB_RETURN_IF_ERROR(sfd::sync_fd(dir_fd_, "fsync of directory '" + dir_ + "'", false));
     dir_dirty_ = false;
   }
   return Status();
@@ -276,7 +273,7 @@ Status SegmentFiles::link(uint32_t slot, const std::string& to_dir) const {
   if (err == EEXIST && ::fstat(s.fd.load(std::memory_order_relaxed), &a) == 0 && ::stat(to.c_str(), &b) == 0 &&
       a.st_ino == b.st_ino && a.st_dev == b.st_dev)
     return Status();
-  return os_error("link of log segment '" + path(slot) + "' to '" + to + "'", err);
+  return sfd::os_error("link of log segment '" + path(slot) + "' to '" + to + "'", err);
 }
 
 namespace {
@@ -303,7 +300,7 @@ bool same_file_system(const std::string& a, const std::string& b) {
 
 Result<uint64_t> file_xxh3(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error("open of '" + path + "'", errno);
+  if (fd < 0) return sfd::os_error("open of '" + path + "'", errno);
   XXH3_state_t h{};
   XXH3_64bits_reset(&h);
   std::vector<uint8_t> buf(size_t{1} << 20);
@@ -313,7 +310,7 @@ Result<uint64_t> file_xxh3(const std::string& path) {
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      return os_error("read of '" + path + "'", err);
+      return sfd::os_error("read of '" + path + "'", err);
     }
     if (n == 0) break;
     XXH3_64bits_update(&h, buf.data(), static_cast<size_t>(n));

@@ -142,7 +142,7 @@ class RowStore {
   // Errors: IoError, ResourceExhausted, and `sink`'s.
   // link_rows is implemented, and its links can go into directory `into_dir` (empty: anywhere
   // the store's files are: one file system).
-  virtual bool links_rows(const std::string& into_dir = {}) const { return false; }
+  virtual bool links_rows(const std::string& /*into_dir*/ = {}) const { return false; }
   virtual Result<LinkedRows> link_rows(const std::string& dir, const RowPlaceSink& sink);
   // The reverse, into a store with no row written yet: the files of `linked` (in `dir`) become
   // the store's, hard-linked (no byte copied), and each place from `source` a row's copy.
