@@ -277,18 +277,18 @@ Status SegmentFiles::link(uint32_t slot, const std::string& to_dir) const {
 }
 
 namespace {
-bool device_of(std::string path, dev_t* dev) {
+bool device_of(const std::string& p, dev_t* dev) {
+  std::error_code ec;
+  std::filesystem::path path = std::filesystem::absolute(p, ec);
+  if (ec) return false;
   for (;;) {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) {
       *dev = st.st_dev;
       return true;
     }
-    const size_t slash = path.find_last_of('/');
-    if (slash == std::string::npos) path = ".";
-    else if (slash == 0) path = "/";
-    else path.resize(slash);
-    if (path == "." || path == "/") return ::stat(path.c_str(), &st) == 0 && ((*dev = st.st_dev), true);
+    if (!path.has_parent_path() || path.parent_path() == path) return false;
+    path = path.parent_path();
   }
 }
 }  // namespace
