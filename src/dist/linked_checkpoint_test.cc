@@ -102,7 +102,9 @@ TEST_P(LinkedCheckpointTest, LinksRestoreExactlyTheWritersRowsAfterItsStoreIsGon
   std::vector<std::string> digests;
   {
     auto c = std::move(EmbeddingCollection::create(o)).value();
-    if (GetParam()) ASSERT_TRUE(c->track_changes().ok());
+    if (GetParam()) {
+      ASSERT_TRUE(c->track_changes().ok());
+    }
     for (int k = 1; k <= 3; ++k) {
       train(*c, o, 3 * (k - 1), 3 * k);
       auto info = save_tables_checkpoint(out, 3 * k, *c, {}, linking(GetParam()));
