@@ -147,7 +147,8 @@ std::string bytes_per_parameter_text(const Workload& base, const PlannerOptions&
       lo = std::min(lo, t.total());
       hi = std::max(hi, t.total());
     }
-    std::snprintf(buf, sizeof buf, "  %zu tables: plan %.2f to %.2f per table (--json has each)\n", pb->tables.size(), lo, hi);
+    if (hi - lo < 0.005) std::snprintf(buf, sizeof buf, "  %zu tables: plan %.2f each (--json has each)\n", pb->tables.size(), hi);
+    else std::snprintf(buf, sizeof buf, "  %zu tables: plan %.2f to %.2f per table (--json has each)\n", pb->tables.size(), lo, hi);
     out += buf;
   }
   return out;
