@@ -76,6 +76,10 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
   EXPECT_NE(text.find("  plan:  10.00 (bf16 rows 2.00 + adam state fp32 8.00); at parity"), std::string::npos) << text;
   EXPECT_NE(text.find("chosen, proven: bf16 rows (stochastic rounding): CTR proven (AUC: lowest -0.00003 +-0.00023 on ctr_small"),
             std::string::npos) << text;
+  // The cheapest lower peak is named, with the budget that chooses it: 4 micro-batches, 14.83 GiB.
+  EXPECT_NE(text.find("lower peak: bf16 rows (stochastic rounding), adam state fp32; weights on device, optimizer state on "
+                      "device; 4 micro-batches; 1 shard; device peak 15.93 GB (14.83 GiB), estimate 58.72 ms (+0.04 ms)"),
+            std::string::npos) << text;
   const auto j = plan_report_json(seed_workload(), o, r.value(), ctx);
   EXPECT_DOUBLE_EQ(j["bytes_per_parameter"]["plan"]["total"].get<double>(), 10.0);
   EXPECT_DOUBLE_EQ(j["bytes_per_parameter"]["naive"]["total"].get<double>(), 12.0);
