@@ -746,7 +746,7 @@ Result<Prediction> predict_memory(const Workload& w, Estimate estimate) {
   return p;
 }
 
-Result<Prediction> predict_naive_baseline(const Workload& w) {
+Workload naive_workload(const Workload& w) {
   Workload b = w;
   b.row_dtype = DType::kF32;
   b.row_optimizer.kind = OptimizerKind::kAdam;
@@ -758,7 +758,37 @@ Result<Prediction> predict_naive_baseline(const Workload& w) {
   b.placement = Placement{};
   b.cache_fraction = 1.0;
   b.num_shards = 1;
-  return predict_impl(b, Estimate::kWorstCase, true);
+  return b;
+}
+
+Result<Prediction> predict_naive_baseline(const Workload& w) { return predict_impl(naive_workload(w), Estimate::kWorstCase, true); }
+
+Result<BytesPerParameter> bytes_per_parameter(const Workload& w) {
+  BytesPerParameter out;
+  double bytes = 0;
+  for (const TableSpec& t : w.tables) {
+    LEANEMB_ASSIGN_OR_RETURN(const RowLayout l, make_row_layout(t.dim, w.row_dtype, w.row_optimizer));
+    // A table split across tiers keeps weights and state apart, each padded (step_sizes.h).
+    const bool split = l.state_bytes > 0 && w.placement[Category::kWeights] != w.placement[Category::kOptimizerState] &&
+                       w.cache_fraction >= 1.0;
+    const size_t stride = split ? split_weight_stride(l.weight_bytes) + split_state_stride(l.state_bytes) : l.stride_bytes;
+    const double d = static_cast<double>(t.dim);
+    TableBytesPerParameter b;
+    b.name = t.name;
+    b.rows = t.num_rows;
+    b.dim = t.dim;
+    b.row_bytes = static_cast<double>(l.weight_bytes) / d;
+    b.state_bytes = static_cast<double>(l.state_bytes) / d;
+    b.padding_bytes = static_cast<double>(stride - l.weight_bytes - l.state_bytes) / d;
+    // SM3's column accumulators: the table's current and next, dim fp32 each (embedding_collection.cc).
+    const double table_state = w.row_optimizer.kind == OptimizerKind::kSm3 ? 2.0 * d * 4 : 0.0;
+    b.table_state_bytes = t.num_rows > 0 ? table_state / (static_cast<double>(t.num_rows) * d) : 0.0;
+    out.tables.push_back(b);
+    out.parameters += t.num_rows * t.dim;
+    bytes += static_cast<double>(stride) * static_cast<double>(t.num_rows) + table_state;
+  }
+  out.total = out.parameters > 0 ? bytes / static_cast<double>(out.parameters) : 0.0;
+  return out;
 }
 
 }  // namespace leanemb::plan

@@ -107,6 +107,30 @@ Result<Prediction> predict_memory(const Workload& w, Estimate estimate = Estimat
 // micro-batches, no checkpointing, everything on the device.
 Result<Prediction> predict_naive_baseline(const Workload& w);
 
+// The naive baseline's workload (predict_naive_baseline predicts it): fp32 rows, Adam with fp32
+// state, fp32 activations, one micro-batch, default placement, no cache, one shard.
+Workload naive_workload(const Workload& w);
+
+// Bytes per parameter of the tables' rows and optimizer state (issue 39), from the fat-row
+// layout the tables allocate (make_row_layout; a table split across tiers: its two padded
+// strides): per table the row's weights (dtype bytes, and an int8 row's scale), its optimizer
+// state (per-element arrays, per-row accumulators, 8-bit block scales), the stride's padding and
+// the table's own state (SM3: its column accumulators), each divided by rows x dim; total: all
+// tables' bytes over all their parameters. Gradients, activations and buffers are not counted.
+struct TableBytesPerParameter {
+  std::string name;
+  int64_t rows = 0, dim = 0;
+  double row_bytes = 0, state_bytes = 0, padding_bytes = 0, table_state_bytes = 0;
+  double total() const { return row_bytes + state_bytes + padding_bytes + table_state_bytes; }
+};
+struct BytesPerParameter {
+  std::vector<TableBytesPerParameter> tables;
+  int64_t parameters = 0;
+  double total = 0;
+};
+// Errors: InvalidArgument from make_row_layout (a dtype the optimizer cannot train).
+Result<BytesPerParameter> bytes_per_parameter(const Workload& w);
+
 // What a checkpoint of the workload's tables writes (docs/plan.md, "Checkpoints"): a full one
 // every row (rows x fat-row stride); an incremental one (train.incremental_checkpoints) the rows
 // changed in `every` steps, each its fat row and its row number (a varint gap, 7 bits a byte of

@@ -1,9 +1,11 @@
 // The measured accuracy parity of each memory-lean option the planner can choose (issue 21).
 //
-// Each option carries, per task (CTR, text), the verdict of bench/parity.py: the worst
-// best-vs-best difference (the option at its own best learning rate minus the fp32 full-state
-// reference at its best rate, mean over 3 seeds) over the harness's datasets of that task, and
-// whether it is within the goal (|difference| <= 0.001 AUC on CTR, <= 0.003 P@1 on text).
+// Each option carries, per task (CTR, text), what bench/parity.py measured: the best-vs-best
+// differences (the option at its own best learning rate minus the fp32 full-state reference at
+// its best rate, mean over 3 seeds) over the harness's datasets of that task, the lowest and the
+// highest with their standard errors. "Without loss" is one-sided (issue 39): an option is
+// proven when its lowest difference is >= -band (0.001 AUC on CTR, 0.003 P@1 on text) on every
+// dataset; a gain beyond the band is not a loss (it is shown, "better than the reference by X").
 // docs/accuracy.md has every figure, its seeds, spread, command, CPU and load.
 //
 // The planner (planner.h) searches an option only when it is proven for the workload's task or
@@ -37,18 +39,46 @@ enum class LeanOption : uint8_t {
 inline constexpr int kNumLeanOptions = 8;
 
 enum class Verdict : uint8_t {
-  kProven,       // measured within the goal on every dataset of the task
-  kLoss,         // measured beyond the goal on at least one dataset
-  kNotMeasured,  // no measurement for this task
+  kProven,       // measured, and no dataset of the task below the reference by more than the band
+  kLoss,         // measured below the reference by more than the band on at least one dataset
+  kNotMeasured,  // no measurement for this task: unproven
   kExact,        // bit-identical to the reference (by construction, checked by tests)
 };
-std::string_view verdict_name(Verdict v);  // "proven", "outside the goal", "not measured", "exact"
+// "proven", "loss beyond the goal", "not measured (unproven)", "exact".
+std::string_view verdict_name(Verdict v);
+
+// The goal of issue 21, per task: a best-vs-best difference of at most this much below the
+// reference (AUC on CTR, P@1 on text).
+inline constexpr double kCtrBand = 0.001;
+inline constexpr double kTextBand = 0.003;
+
+// The one-sided rule: proven when the lowest difference over the task's datasets is >= -band (a
+// gain, however large, is not a loss); a loss otherwise. 1e-12 of slack for the decimal figures.
+constexpr Verdict one_sided_verdict(double lowest_difference, double band) {
+  return lowest_difference >= -band - 1e-12 ? Verdict::kProven : Verdict::kLoss;
+}
+
+// One best-vs-best difference: its value, its standard error (sqrt(sd_m^2/n + sd_r^2/n); < 0
+// when not recorded) and the dataset it was measured on.
+struct Difference {
+  double value = 0;
+  double se = -1;
+  std::string_view dataset;
+};
 
 struct TaskParity {
   Verdict verdict = Verdict::kNotMeasured;
-  double worst_difference = 0;  // the largest |best-vs-best difference| over the datasets (signed)
-  std::string_view datasets;    // where it was measured, e.g. "ctr_small (synthetic teacher)"
+  Difference lowest;          // the lowest difference over the datasets: what the rule judges
+  Difference highest;         // the highest: the two-sided view (a gain beyond the band is shown)
+  std::string_view datasets;  // where it was measured, e.g. "ctr_small, debpkg, debfiles"
 };
+
+// A measured task: its verdict by the one-sided rule at `band`.
+constexpr TaskParity measured(double band, Difference lowest, Difference highest, std::string_view datasets) {
+  return TaskParity{one_sided_verdict(lowest.value, band), lowest, highest, datasets};
+}
+// The band of a task's metric: kCtrBand for CTR, kTextBand for text.
+double band_of(bool text);
 
 struct LeanOptionInfo {
   LeanOption option;
@@ -75,7 +105,10 @@ std::vector<LeanOption> lean_options_configured(const Workload& base);
 // Safe for a workload kind: kProven or kExact on its task; kEmbeddingOnly (no model behind the
 // table, either task's kind of model) needs both tasks.
 bool proven_for(const LeanOptionInfo& info, WorkloadKind kind);
-// "text P@1 -0.0183 (loss; debian, gcloud); docs/accuracy.md#..." for the report.
+// For the report, per task of `kind`: "CTR proven (AUC: lowest -0.00072 +-0.00160 on debpkg >=
+// -0.001; highest +0.00065 +-0.00033 on debfiles; measured on ctr_small, debpkg, debfiles)", a
+// gain beyond the band as "better than the reference by +0.00103 +-0.00060 on debpkg (beyond
+// the band: a gain, not a loss)"; then "; docs/accuracy.md#...".
 std::string parity_text(const LeanOptionInfo& info, WorkloadKind kind);
 
 }  // namespace leanemb::plan

@@ -1,6 +1,7 @@
 // plan_report_text / plan_report_json. See report.h.
 #include "plan/report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace leanemb::plan {
@@ -52,7 +53,8 @@ std::span<const LeanOptionInfo> table_of(const PlannerOptions& o) { return o.par
 // The accuracy evidence of the plan's lean options (parity.h, docs/accuracy.md).
 std::string accuracy_text(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
   const auto table = table_of(o);
-  std::string out = "\nAccuracy evidence (bench/parity.py, best-vs-best over 3 seeds; docs/accuracy.md):\n";
+  std::string out = "\nAccuracy evidence (bench/parity.py, best-vs-best over 3 seeds, difference +-se; one-sided: proven "
+                    "when no dataset is below the reference by more than 0.001 AUC / 0.003 P@1; docs/accuracy.md):\n";
   const std::vector<LeanOption> chosen = lean_options_chosen(base, r.chosen.workload);
   if (chosen.empty()) out += "  the plan adds no lean option to your settings\n";
   for (LeanOption lo : chosen) {
@@ -75,12 +77,92 @@ std::string accuracy_text(const Workload& base, const PlannerOptions& o, const P
 }
 
 nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind) {
-  auto task = [](const TaskParity& p) {
-    return nlohmann::json{{"verdict", std::string(verdict_name(p.verdict))}, {"worst_difference", p.worst_difference},
-                          {"datasets", std::string(p.datasets)}};
+  auto diff = [](const Difference& d) {
+    return nlohmann::json{{"value", d.value}, {"se", d.se >= 0 ? nlohmann::json(d.se) : nlohmann::json(nullptr)},
+                          {"dataset", std::string(d.dataset)}};
+  };
+  auto task = [&](const TaskParity& p, double band) {
+    nlohmann::json j{{"verdict", std::string(verdict_name(p.verdict))}, {"band", band}, {"datasets", std::string(p.datasets)}};
+    if (p.verdict == Verdict::kProven || p.verdict == Verdict::kLoss) {
+      j["lowest_difference"] = diff(p.lowest);
+      j["highest_difference"] = diff(p.highest);
+      j["gain_beyond_band"] = p.highest.value > band;
+    }
+    return j;
   };
   return {{"name", std::string(i.name)}, {"what", std::string(i.what)}, {"proven", proven_for(i, kind)},
-          {"ctr", task(i.ctr)}, {"text", task(i.text)}, {"evidence", std::string(i.evidence)}};
+          {"ctr", task(i.ctr, kCtrBand)}, {"text", task(i.text, kTextBand)}, {"evidence", std::string(i.evidence)}};
+}
+
+// "bf16 rows 2.00 + adam state fp32 8.00" (+ padding, + column accumulators when there are any).
+std::string bytes_parts_text(const Workload& w, const TableBytesPerParameter& t) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s rows %.2f + %s state %s %.2f", std::string(dtype_name(w.row_dtype)).c_str(), t.row_bytes,
+                std::string(optimizer_name(w.row_optimizer.kind)).c_str(),
+                std::string(dtype_name(w.row_optimizer.state_dtype)).c_str(), t.state_bytes);
+  std::string s = buf;
+  if (t.padding_bytes > 0) {
+    std::snprintf(buf, sizeof buf, " + padding %.2f", t.padding_bytes);
+    s += buf;
+  }
+  if (t.table_state_bytes > 0) {
+    std::snprintf(buf, sizeof buf, " + column accumulators %.2g", t.table_state_bytes);
+    s += buf;
+  }
+  return s;
+}
+
+// Whether every lean option of the plan, the user's own included, is proven (or exact) for the task.
+bool plan_at_parity(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
+  for (LeanOption lo : lean_options_configured(r.chosen.workload))
+    if (!proven_for(lean_option_info(lo, table_of(o)), base.kind)) return false;
+  return true;
+}
+
+// Bytes per parameter (rows + optimizer state) of the naive baseline and the plan, in total and
+// per table (every table up to 8; beyond, the range over the tables).
+std::string bytes_per_parameter_text(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
+  const Workload naive = naive_workload(base);
+  const Result<BytesPerParameter> nb = bytes_per_parameter(naive), pb = bytes_per_parameter(r.chosen.workload);
+  if (!nb.ok() || !pb.ok() || pb->tables.empty()) return "";
+  char buf[512];
+  std::string out = "\nBytes per parameter (rows + optimizer state, the fat rows as allocated over rows x dim; gradients, "
+                    "activations and buffers not counted):\n";
+  std::snprintf(buf, sizeof buf, "  naive: %.2f (%s)\n  plan:  %.2f (%s)%s\n", nb->total, bytes_parts_text(naive, nb->tables[0]).c_str(),
+                pb->total, bytes_parts_text(r.chosen.workload, pb->tables[0]).c_str(),
+                plan_at_parity(base, o, r) ? "; at parity: every lean option of the plan is proven (below)"
+                                           : "; NOT proven at parity: the plan has unproven options (below)");
+  out += buf;
+  if (pb->tables.size() <= 8) {
+    for (size_t i = 0; i < pb->tables.size(); ++i) {
+      const TableBytesPerParameter& t = pb->tables[i];
+      std::snprintf(buf, sizeof buf, "  table \"%s\" (%lld x %lld): naive %.2f, plan %.2f (%s)\n", t.name.c_str(),
+                    static_cast<long long>(t.rows), static_cast<long long>(t.dim), nb->tables[i].total(), t.total(),
+                    bytes_parts_text(r.chosen.workload, t).c_str());
+      out += buf;
+    }
+  } else {
+    double lo = pb->tables[0].total(), hi = lo;
+    for (const TableBytesPerParameter& t : pb->tables) {
+      lo = std::min(lo, t.total());
+      hi = std::max(hi, t.total());
+    }
+    if (hi - lo < 0.005) std::snprintf(buf, sizeof buf, "  %zu tables: plan %.2f each (--json has each)\n", pb->tables.size(), hi);
+    else std::snprintf(buf, sizeof buf, "  %zu tables: plan %.2f to %.2f per table (--json has each)\n", pb->tables.size(), lo, hi);
+    out += buf;
+  }
+  return out;
+}
+
+nlohmann::json bytes_per_parameter_json(const Workload& w) {
+  const Result<BytesPerParameter> b = bytes_per_parameter(w);
+  if (!b.ok()) return nullptr;
+  nlohmann::json tables = nlohmann::json::array();
+  for (const TableBytesPerParameter& t : b->tables)
+    tables.push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"row_bytes", t.row_bytes},
+                      {"state_bytes", t.state_bytes}, {"padding_bytes", t.padding_bytes},
+                      {"table_state_bytes", t.table_state_bytes}, {"total", t.total()}});
+  return {{"total", b->total}, {"parameters", b->parameters}, {"tables", tables}};
 }
 
 }  // namespace
@@ -242,6 +324,25 @@ static std::string summary_text(const Workload& base, const PlanResult& r, const
   return out;
 }
 
+// The cheapest plan with a lower device peak than the chosen one (a budget just below the chosen
+// peak), when one fits with no more unproven options: what a smaller budget would trade for the
+// memory (e.g. more micro-batches for 20 us each). Empty when there is none.
+static std::string lower_peak_text(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
+  const size_t peak = r.chosen.prediction.device().budget_bytes;
+  if (peak == 0) return "";
+  PlannerOptions lower = o;
+  lower.device_budget_bytes = peak - 1 + o.preset.runtime_reserved_bytes;
+  const Result<PlanResult> l = make_plan(base, lower);
+  if (!l.ok() || !l->fits || l->unproven_chosen.size() > r.unproven_chosen.size()) return "";
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "lower peak: %s; device peak %s, estimate %.2f ms (%+.2f ms); --device-budget %zu chooses it\n",
+                describe_settings(l->chosen.workload).c_str(), both(l->chosen.prediction.device().budget_bytes).c_str(),
+                l->chosen.step_seconds * 1e3, (l->chosen.step_seconds - r.chosen.step_seconds) * 1e3,
+                l->chosen.prediction.device().budget_bytes + o.preset.runtime_reserved_bytes);
+  return buf;
+}
+
 // The seed's section 8 deployment table.
 static std::string deployment_text(const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
   std::string out;
@@ -288,6 +389,8 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   if (!r.fits) return out + nothing_fits_text(o, r) + accuracy_text(base, o, r);
   out += memory_table_text(base, r);
   out += summary_text(base, r, ctx);
+  out += lower_peak_text(base, o, r);
+  out += bytes_per_parameter_text(base, o, r);
   out += accuracy_text(base, o, r);
   out += deployment_text(o, r, ctx);
   return out;
@@ -367,6 +470,9 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
     for (LeanOption lo : r.unproven_chosen) acc["unproven_chosen"].push_back(std::string(lean_option_info(lo, table).name));
     j["accuracy"] = acc;
   }
+  j["bytes_per_parameter"] = {{"naive", bytes_per_parameter_json(naive_workload(base))},
+                              {"plan", bytes_per_parameter_json(w)},
+                              {"at_parity", plan_at_parity(base, o, r)}};
   j["deployment"] = {{"batch_size_per_device", w.batch_size},
                      {"sequence_length", ctx.sequence_length},
                      {"embedding_dim", w.tables[0].dim},
