@@ -9,6 +9,10 @@
 #   scripts/install_deps.sh --tests    also everything only the tests, fuzzers and micro-benches
 #                                      use (scripts/test.sh); includes --mpi
 #   scripts/install_deps.sh --peers    also perf, GNU time and stress-ng for bench/
+#   scripts/install_deps.sh --without-torch
+#                                      leave out python3-torch, which only `import leanemb.torch`
+#                                      needs, not the build (scripts/quickstart.sh installs it
+#                                      in the background while the build runs)
 # Flags combine (--tests --peers).
 set -euo pipefail
 
@@ -41,12 +45,14 @@ test_pkgs=(
 )
 peer_pkgs=(linux-perf time stress-ng)
 
+without_torch=0
 for arg in "$@"; do
   case "$arg" in
     --mpi) pkgs+=("${mpi_pkgs[@]}") ;;
     --tests) pkgs+=("${mpi_pkgs[@]}" "${test_pkgs[@]}") ;;
     --peers) pkgs+=("${peer_pkgs[@]}") ;;
-    *) echo "install_deps: unknown argument '$arg' (--mpi, --tests, --peers)" >&2; exit 2 ;;
+    --without-torch) without_torch=1 ;;
+    *) echo "install_deps: unknown argument '$arg' (--mpi, --tests, --peers, --without-torch)" >&2; exit 2 ;;
   esac
 done
 
@@ -54,6 +60,7 @@ missing=()
 declare -A seen=()
 for p in "${pkgs[@]}"; do
   [[ -n "${seen[$p]:-}" ]] && continue
+  [[ $without_torch -eq 1 && $p == python3-torch ]] && continue
   seen[$p]=1
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
