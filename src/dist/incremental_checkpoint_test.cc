@@ -11,7 +11,7 @@
 
 #include "ckpt/fault_injection_env.h"
 #include "ckpt/format.h"
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
@@ -22,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using test_util::TempDir;
 using testing_util::OwnedBatch;
+using table_ckpt::decode_delta_rows;
+using table_ckpt::encode_delta_rows;
 
 constexpr int64_t kBags = 8;
 

@@ -12,7 +12,7 @@
 
 #include "ckpt/format.h"
 #include "dist/dist_testing.h"
-#include "dist/linked_tables.h"
+#include "table/linked_tables.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
 
@@ -22,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using test_util::TempDir;
 using testing_util::OwnedBatch;
+using table_ckpt::has_linked_table;
+using table_ckpt::set_places_per_blob_for_testing;
 
 constexpr int64_t kBags = 16;
 
