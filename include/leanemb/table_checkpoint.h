@@ -44,25 +44,14 @@
 
 namespace leanemb::dist {
 
-// The option and result types live in leanemb/table_save.h (namespace leanemb); the names of
-// this namespace stay for callers written against them.
+// Saving and loading are EmbeddingTables::save / load (the free functions save_tables_checkpoint
+// and load_tables_checkpoint are gone). Their option and result types live in
+// leanemb/table_save.h (namespace leanemb); these names stay for callers written against them.
 using ShardedBlob = ::leanemb::CheckpointBlob;
 using ::leanemb::IncrementalOptions;
 using ::leanemb::TablesLoadOptions;
 using ::leanemb::TablesSaveInfo;
 using ::leanemb::TablesSaveOptions;
-
-// Deprecated: call tables.save(...) / tables.load(...) (EmbeddingTables, leanemb/tables.h), the
-// one entry point; these thin wrappers stay for existing callers.
-inline Result<TablesSaveInfo> save_tables_checkpoint(const std::string& out_dir, int64_t step, EmbeddingTables& tables,
-                                                     std::span<const ShardedBlob> blobs = {},
-                                                     const TablesSaveOptions& options = {}) {
-  return tables.save(out_dir, step, blobs, options);
-}
-inline Result<int64_t> load_tables_checkpoint(const std::string& dir, EmbeddingTables& tables,
-                                              const TablesLoadOptions& options = {}) {
-  return tables.load(dir, options);
-}
 
 // Everything `--resume`, `leanemb test` / `predict` and EmbeddingTables::load would read of
 // checkpoint `dir`, checked: its manifest and every block, when it is the global directory of a
