@@ -5,11 +5,13 @@
 # Components: `cli` (/usr/bin/leanemb, its man page and bash completion), `python` (the leanemb
 # package with the compiled _leanemb module and byte-compiled sources in
 # /usr/lib/python3/dist-packages/leanemb), `doc` (/usr/share/doc/leanemb: README.md, docs/) go into
-# the .deb; `dev` (libleanemb.a, the headers, the CMake package config) is installed by
-# `cmake --install` only.
+# the .deb; `dev` (libleanemb.a, libleanemb_bench_workloads.a, the headers, the CMake package
+# config) is installed by `cmake --install` only. A consumer links leanemb::leanemb, and
+# leanemb::leanemb_bench_workloads too when it calls run_bench / bench_workload_list
+# (include/leanemb/commands.h); tests/install_test.sh builds such a consumer.
 include(GNUInstallDirs)
 
-install(TARGETS leanemb EXPORT leanembTargets ARCHIVE DESTINATION lib COMPONENT dev)
+install(TARGETS leanemb leanemb_bench_workloads EXPORT leanembTargets ARCHIVE DESTINATION lib COMPONENT dev)
 install(TARGETS leanemb_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 install(DIRECTORY include/leanemb DESTINATION include COMPONENT dev)
 install(EXPORT leanembTargets NAMESPACE leanemb:: DESTINATION lib/cmake/leanemb COMPONENT dev)
@@ -125,4 +127,13 @@ if(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES AND NOT LEA
 elseif(LEANEMB_BUILD_TESTS AND TARGET _leanemb AND LEANEMB_PACKAGE_FILES)
   add_test(NAME package COMMAND ${PROJECT_SOURCE_DIR}/tests/package_test.sh ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
   set_tests_properties(package PROPERTIES TIMEOUT 300)
+endif()
+
+# The developer install as a consumer sees it: `cmake --install --component dev` into a scratch
+# prefix, and a project that finds the package there, links libleanemb and
+# libleanemb_bench_workloads and calls what the installed headers declare (tests/install_test.sh).
+# Not in sanitizer builds: a consumer would need their runtimes.
+if(LEANEMB_BUILD_TESTS AND NOT LEANEMB_SANITIZE AND NOT LEANEMB_BUILD_FUZZERS)
+  add_test(NAME install_consumer COMMAND ${PROJECT_SOURCE_DIR}/tests/install_test.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(install_consumer PROPERTIES TIMEOUT 300)
 endif()

@@ -2,7 +2,7 @@
 // docs/formats/checkpoint.md "Sharded checkpoints"): the global checkpoint's "sharded/layout"
 // blob, the shards it names (recorded MANIFEST, "shard/info", row tables), verify, the
 // shard-count-independent digest and a load into a small collection (either format, through
-// load_tables_checkpoint), over an in-memory file system holding a sharded checkpoint of out_dir
+// EmbeddingTables::load), over an in-memory file system holding a sharded checkpoint of out_dir
 // /c at world size 2.
 // Input: u8 file count, then per file: u8 file index (mod 6) into
 //   0 checkpoints/step-<N>/MANIFEST                                    (the global checkpoint)
@@ -115,11 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)dist::verify_sharded_checkpoint(global, &env, false);
   (void)dist::verify_tables_checkpoint(global, &env);
   (void)dist::sharded_checkpoint_digest(global, &env);
-  dist::TablesLoadOptions lo;
+  TablesLoadOptions lo;
   lo.env = &env;
   lo.chunk_rows = 4;  // several chunks per table
   lo.collection_step = 2;
-  (void)dist::load_tables_checkpoint(global, collection(), lo);
+  (void)collection().load(global, lo);
   (void)dist::find_latest_tables_checkpoint("/c", {.env = &env, .verify_blocks = true, .warn_to_stderr = false});
   return 0;
 }

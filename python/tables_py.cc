@@ -527,26 +527,26 @@ class PyTables {
 
   int64_t dynamic_row(int table, int64_t raw_id) const { return value_or_raise(T().dynamic_row(table, raw_id)); }
 
-  // Crash-safe checkpoint <out_dir>/checkpoints/step-<step> (dist::save_tables_checkpoint).
+  // Crash-safe checkpoint <out_dir>/checkpoints/step-<step> (EmbeddingTables::save).
   // writers_own_their_dirs: the first save into out_dir opens it as a train::RunDir (its lock,
   // held until close(); a directory holding checkpoints, shards/ or metrics.jsonl that this
   // object did not write is refused unless `overwrite`, which moves them aside) and later saves
   // into it write on: the commit's cleanup then only ever removes this object's checkpoints.
   // Sharded: collective (rank 0 holds the lock; every rank learns its verdict).
-  // incremental: only the rows changed since the previous save or load (dist::IncrementalOptions;
+  // incremental: only the rows changed since the previous save or load (IncrementalOptions;
   // one process only: a sharded collection saves in full); the first such save starts tracking.
   // link_store_rows: tables over a log-layout file store are kept by hard links of the store's
   // files (IncrementalOptions::link_store_rows).
   std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite, bool incremental, int full_every,
                    double max_delta_fraction, bool link_store_rows) {
-    dist::TablesSaveOptions so;
+    TablesSaveOptions so;
     so.keep_last = keep_last;
     so.incremental = {incremental, full_every, max_delta_fraction, link_store_rows};
-    Result<dist::TablesSaveInfo> r = locked_without_gil([&]() -> Result<dist::TablesSaveInfo> {
+    Result<TablesSaveInfo> r = locked_without_gil([&]() -> Result<TablesSaveInfo> {
       LEANEMB_RETURN_IF_ERROR(own_dir(out_dir, overwrite));
       EmbeddingCollection* local = T().communicator() == nullptr ? T().local_shard().local : nullptr;
       if (incremental && local != nullptr) LEANEMB_RETURN_IF_ERROR(local->track_changes());
-      return dist::save_tables_checkpoint(out_dir, step, T(), {}, so);
+      return T().save(out_dir, step, {}, so);
     });
     return value_or_raise(std::move(r)).path;
   }
@@ -554,9 +554,9 @@ class PyTables {
   // Loads checkpoint directory `dir` (a step-<N> directory); sets the step counter to
   // `collection_step` (>= 0) and returns the step set.
   int64_t load(const std::string& dir, int64_t collection_step) {
-    dist::TablesLoadOptions lo;
+    TablesLoadOptions lo;
     lo.collection_step = collection_step;
-    Result<int64_t> r = locked_without_gil([&] { return dist::load_tables_checkpoint(dir, T(), lo); });
+    Result<int64_t> r = locked_without_gil([&] { return T().load(dir, lo); });
     return value_or_raise(std::move(r));
   }
 

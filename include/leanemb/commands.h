@@ -2,8 +2,9 @@
 // declares every subcommand's options into an <Name>Args struct below and calls the command's
 // run_<name>, whose return value is the process's exit code. Each run_<name> parses the values,
 // calls the library, prints and maps Status to an exit code; implemented in src/cli/<name>_command.cc
-// (common.cc: the exit codes), except run_bench and bench_workload_list, which are in bench/command.cc
-// (the benchmark workloads' library, leanemb_bench_workloads, which the CLI links; not installed).
+// (common.cc: the exit codes), except run_bench and bench_workload_list, which are in bench/command.cc,
+// in the benchmark workloads' library: installed beside libleanemb (component dev) and exported
+// as leanemb::leanemb_bench_workloads, which a consumer calling them links (the CLI does).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,7 @@ struct PlanArgs {
 };
 int run_plan(const PlanArgs& a);
 
-// `leanemb bench` (bench/command.cc, docs/benchmarks.md). Values stay strings: run_bench parses them,
+// `leanemb bench` (bench/command.cc, docs/benchmarks.md; link leanemb::leanemb_bench_workloads). Values stay strings: run_bench parses them,
 // so that every bad value gets a message naming its flag and exit code 2.
 struct BenchArgs {
   std::string workload = "optimizer";

@@ -121,10 +121,13 @@ class EmbeddingCollection final : public EmbeddingTables {
   // checkpoint's changed rows). Errors: OutOfRange (a row outside the table), InvalidArgument
   // (the buffer's size), the store's.
   Status read_raw_rows_at(int table, std::span<const int64_t> rows, std::span<uint8_t> out) const;
-  // Whole tables are saved and loaded with checkpoints (dist::save_tables_checkpoint /
-  // load_tables_checkpoint: crash-safe, checksummed, any world size).
+  // Whole tables are saved and loaded with checkpoints (save / load, EmbeddingTables:
+  // crash-safe, checksummed, any world size). save writes the plain format, full or incremental
+  // (src/table/table_checkpoint_save.cc); load is EmbeddingTables' (either format).
+  Result<TablesSaveInfo> save(const std::string& out_dir, int64_t step, std::span<const CheckpointBlob> blobs = {},
+                              const TablesSaveOptions& options = {}) override;
 
-  // Changed rows, for incremental checkpoints (dist::TablesSaveOptions::incremental). After
+  // Changed rows, for incremental checkpoints (TablesSaveOptions::incremental). After
   // track_changes(), every row a step updates or a write replaces is marked, per table (a layer
   // over the table's residency: one bit per row in host memory, category weights). The marks
   // are relative to a base, the checkpoint they started from (its step and id; step -1: none),

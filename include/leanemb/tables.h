@@ -41,6 +41,7 @@
 #include "leanemb/memory.h"
 #include "leanemb/memory_system.h"
 #include "leanemb/status.h"
+#include "leanemb/table_save.h"
 
 namespace leanemb {
 
@@ -205,6 +206,35 @@ class EmbeddingTables {
   virtual Status prefetch(const SparseBatch& next) = 0;
   // Writes every changed cached row back to its store and makes the store durable.
   virtual Status flush() = 0;
+
+  // ---- checkpoints (the table's state; docs/formats/checkpoint.md) ------------------------------
+  // Every row (weights and optimizer state, byte for byte), dynamic tables' id maps and the step
+  // counter, crash-safe, in the checkpoint format of leanemb/checkpoint.h, as TorchRec's
+  // state_dict is part of its module contract. What `leanemb train`, `leanemb test` / `predict`
+  // and leanemb.torch's save / load call; leanemb/table_checkpoint.h has the formats and the
+  // functions that need no tables (verify, find, digest).
+  //
+  // save: writes checkpoint `step` into <out_dir>/checkpoints/step-<N> with the caller's `blobs`.
+  // A local collection writes a plain checkpoint (optionally incremental: IncrementalOptions;
+  // src/table/table_checkpoint_save.cc), a sharded one a sharded checkpoint (every rank its
+  // shard, rank 0 the global directory last; src/dist). Collective for a sharded collection.
+  // Errors: InvalidArgument (step < 0, options out of range, a reserved blob name), the
+  // checkpoint writer's (IoError, "disk full", ResourceExhausted), Internal (a collective
+  // failed); with a sharded collection every rank fails if one does.
+  virtual Result<TablesSaveInfo> save(const std::string& out_dir, int64_t step, std::span<const CheckpointBlob> blobs = {},
+                                      const TablesSaveOptions& options = {}) = 0;
+  // load: rows, dynamic partitions and the step counter of checkpoint `dir` (a step-<N>
+  // directory) of either format, saved at any world size (rows are keyed by their global row);
+  // tables are matched by name and must agree in rows, dim, dtype, optimizer and state dtype. An
+  // incremental checkpoint's whole chain is read. A local collection that tracks changes gets the
+  // loaded checkpoint as its change base. Collective. Returns the collection step set (plain
+  // checkpoints: options.collection_step; sharded: the recorded one). After an error in the copy
+  // phase (e.g. DataLoss in a block) the rows are a mix of old and loaded ones: load again or
+  // recreate the collection. The default serves every collection through local_shard()
+  // (src/dist/sharded_checkpoint_load.cc: a sharded checkpoint's layout needs dist's shard plans).
+  // Errors: InvalidArgument (tables differ, naming every field), NotFound / DataLoss (missing or
+  // corrupt files), IoError; every rank fails if one does.
+  virtual Result<int64_t> load(const std::string& dir, const TablesLoadOptions& options = {});
 
   // ---- rows by global row number ------------------------------------------------------------
   // As EmbeddingCollection's accessors (fp32 rows [count, dim], state [count, state floats],

@@ -11,7 +11,7 @@
 
 #include "ckpt/fault_injection_env.h"
 #include "ckpt/format.h"
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
@@ -22,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using test_util::TempDir;
 using testing_util::OwnedBatch;
+using table_ckpt::decode_delta_rows;
+using table_ckpt::encode_delta_rows;
 
 constexpr int64_t kBags = 8;
 
@@ -70,7 +72,7 @@ std::string loaded_digest(const std::string& dir, int64_t step, const Collection
   TablesLoadOptions lo;
   lo.env = env;
   lo.collection_step = step;
-  auto st = load_tables_checkpoint(dir, *c, lo);
+  auto st = c->load(dir, lo);
   EXPECT_TRUE(st.ok()) << st.status().to_string();
   return collection_digest(*c).value();
 }
@@ -94,7 +96,7 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresExactlyTheRowsAFullCheckpointWou
       changed += c->num_changed_rows(t);
       row_bytes += c->num_changed_rows(t) * static_cast<int64_t>(c->layout(t).stride_bytes);
     }
-    auto info = save_tables_checkpoint(out, 2 * k + 2, *c, {}, incremental());
+    auto info = c->save(out, 2 * k + 2, {}, incremental());
     ASSERT_TRUE(info.ok()) << info.status().to_string();
     parents[k] = info->parent_step;
     if (k > 0) {
@@ -113,7 +115,7 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresExactlyTheRowsAFullCheckpointWou
   EXPECT_EQ(loaded_digest(step_dir(out, 6), 6, options(GetParam() ? store2.path : "")), want);
   // The same state saved in full loads to the same digest.
   TablesSaveOptions full;
-  ASSERT_TRUE(save_tables_checkpoint(dir.path + "/full", 6, *c, {}, full).ok());
+  ASSERT_TRUE(c->save(dir.path + "/full", 6, {}, full).ok());
   EXPECT_EQ(loaded_digest(step_dir(dir.path + "/full", 6), 6, options(GetParam() ? store2.path : "")), want);
   auto rep = verify_tables_checkpoint(step_dir(out, 6));
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
@@ -123,7 +125,7 @@ TEST_P(IncrementalCheckpointTest, AChainRestoresExactlyTheRowsAFullCheckpointWou
   auto d = std::move(EmbeddingCollection::create(options(GetParam() ? store2.path : ""))).value();
   TablesLoadOptions lo;
   lo.collection_step = c->step();
-  ASSERT_TRUE(load_tables_checkpoint(step_dir(out, 6), *d, lo).ok());
+  ASSERT_TRUE(d->load(step_dir(out, 6), lo).ok());
   train(*c, o, 6, 8);
   train(*d, o, 6, 8);
   EXPECT_EQ(collection_digest(*d).value(), collection_digest(*c).value());
@@ -152,7 +154,7 @@ TEST_P(IncrementalCheckpointTest, ASparseBaseHoldsOnlyTheChangedRowsAndLoadsLike
     all_bytes += o.tables[static_cast<size_t>(t)].num_rows * static_cast<int64_t>(c->layout(t).stride_bytes);
   }
   const std::string out = dir.path + "/run";
-  auto info = save_tables_checkpoint(out, 2, *c, {}, incremental(2));
+  auto info = c->save(out, 2, {}, incremental(2));
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   EXPECT_TRUE(info->sparse_base);
   EXPECT_EQ(info->parent_step, -1);
@@ -172,7 +174,7 @@ TEST_P(IncrementalCheckpointTest, ASparseBaseHoldsOnlyTheChangedRowsAndLoadsLike
     EXPECT_FALSE(d->has_initial_rows(0));
     TablesLoadOptions lo;
     lo.collection_step = 2;
-    auto st = load_tables_checkpoint(step_dir(out, 2), *d, lo);
+    auto st = d->load(step_dir(out, 2), lo);
     ASSERT_TRUE(st.ok()) << st.status().to_string();
     EXPECT_EQ(collection_digest(*d).value(), want2);
   }
@@ -181,19 +183,19 @@ TEST_P(IncrementalCheckpointTest, ASparseBaseHoldsOnlyTheChangedRowsAndLoadsLike
     CollectionOptions other = options();
     other.seed = 6;
     auto d = std::move(EmbeddingCollection::create(other)).value();
-    auto st = load_tables_checkpoint(step_dir(out, 2), *d, {});
+    auto st = d->load(step_dir(out, 2), {});
     EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.status().message().find("other initial rows"), std::string::npos) << st.status().to_string();
   }
   // full_every = 2: step 4 extends step 2, step 6 is a new sparse base holding the rows of both
   // and its own changes.
   train(*c, o, 2, 4);
-  info = save_tables_checkpoint(out, 4, *c, {}, incremental(2));
+  info = c->save(out, 4, {}, incremental(2));
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->parent_step, 2);
   EXPECT_FALSE(info->sparse_base);
   train(*c, o, 4, 6);
-  info = save_tables_checkpoint(out, 6, *c, {}, incremental(2));
+  info = c->save(out, 6, {}, incremental(2));
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->parent_step, -1);
   EXPECT_TRUE(info->sparse_base);
@@ -206,7 +208,7 @@ TEST_P(IncrementalCheckpointTest, ASparseBaseHoldsOnlyTheChangedRowsAndLoadsLike
   train(*late, o, 0, 1);
   ASSERT_TRUE(late->track_changes().ok());
   EXPECT_FALSE(late->change_base().initial);
-  info = save_tables_checkpoint(dir.path + "/late", 1, *late, {}, incremental());
+  info = late->save(dir.path + "/late", 1, {}, incremental());
   ASSERT_TRUE(info.ok());
   EXPECT_FALSE(info->sparse_base);
   EXPECT_EQ(info->rows_written, 1300);
@@ -219,7 +221,7 @@ TEST(IncrementalCheckpointPolicyTest, NewBasesEveryFullEveryOrPastTheFraction) {
   const CollectionOptions o = options();
   auto c = std::move(EmbeddingCollection::create(o)).value();
   auto parent_of = [&](const std::string& out, int64_t step, const TablesSaveOptions& so) {
-    auto info = save_tables_checkpoint(out, step, *c, {}, so);
+    auto info = c->save(out, step, {}, so);
     EXPECT_TRUE(info.ok()) << info.status().to_string();
     return info.ok() ? info->parent_step : -2;
   };
@@ -255,7 +257,7 @@ TEST(IncrementalCheckpointPolicyTest, AnIncompleteChainIsSkipped) {
     EXPECT_TRUE(c->track_changes().ok());
     for (int s = 2; s <= 6; s += 2) {
       train(*c, o, s - 2, s);
-      EXPECT_TRUE(save_tables_checkpoint(out, s, *c, {}, incremental()).ok());
+      EXPECT_TRUE(c->save(out, s, {}, incremental()).ok());
     }
   };
   ckpt::FindOptions quiet;
@@ -271,7 +273,7 @@ TEST(IncrementalCheckpointPolicyTest, AnIncompleteChainIsSkipped) {
   {
     auto other = std::move(EmbeddingCollection::create(o)).value();
     const std::string tmp = dir.path + "/other";
-    ASSERT_TRUE(save_tables_checkpoint(tmp, 4, *other, {}, {}).ok());
+    ASSERT_TRUE(other->save(tmp, 4, {}, {}).ok());
     fs::remove_all(step_dir(replaced, 4));
     fs::rename(step_dir(tmp, 4), step_dir(replaced, 4));
   }
@@ -312,11 +314,11 @@ TEST(IncrementalCheckpointPolicyTest, KeepLastKeepsTheChainOfAKeptCheckpoint) {
   };
   for (int s = 1; s <= 3; ++s) {
     train(*c, o, s, s + 1);
-    ASSERT_TRUE(save_tables_checkpoint(out, s, *c, {}, so).ok());
+    ASSERT_TRUE(c->save(out, s, {}, so).ok());
   }
   EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2, 3}));
   train(*c, o, 4, 5);
-  auto info = save_tables_checkpoint(out, 4, *c, {}, so);  // the chain's 4th link: a new base
+  auto info = c->save(out, 4, {}, so);  // the chain's 4th link: a new base
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->parent_step, -1);
   EXPECT_EQ(steps(), (std::vector<int64_t>{4}));
@@ -331,13 +333,13 @@ TEST(IncrementalCheckpointPolicyTest, ACrashAnywhereInAnIncrementalSaveLeavesThe
     auto c = std::move(EmbeddingCollection::create(o)).value();
     EXPECT_TRUE(c->track_changes().ok());
     train(*c, o, 0, 2);
-    EXPECT_TRUE(save_tables_checkpoint("/out", 2, *c, {}, incremental(8, 0.5, &env)).ok());
+    EXPECT_TRUE(c->save("/out", 2, {}, incremental(8, 0.5, &env)).ok());
     d2 = collection_digest(*c).value();
     train(*c, o, 2, 4);
     d4 = collection_digest(*c).value();
     const uint64_t before = env.num_mutating_ops();
     if (fault_at >= 0) env.set_fault(before + static_cast<uint64_t>(fault_at), ckpt::FaultKind::kCrash);
-    auto info = save_tables_checkpoint("/out", 4, *c, {}, incremental(8, 0.5, &env));
+    auto info = c->save("/out", 4, {}, incremental(8, 0.5, &env));
     if (fault_at < 0) {
       EXPECT_TRUE(info.ok());
       EXPECT_EQ(info->parent_step, 2);

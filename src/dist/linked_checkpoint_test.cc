@@ -12,7 +12,7 @@
 
 #include "ckpt/format.h"
 #include "dist/dist_testing.h"
-#include "dist/linked_tables.h"
+#include "table/linked_tables.h"
 #include "dist/sharded_checkpoint.h"
 #include "table/owned_batch_testing.h"
 
@@ -22,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using test_util::TempDir;
 using testing_util::OwnedBatch;
+using table_ckpt::has_linked_table;
+using table_ckpt::set_places_per_blob_for_testing;
 
 constexpr int64_t kBags = 16;
 
@@ -78,7 +80,7 @@ std::string loaded_digest(const std::string& dir, const CollectionOptions& o, in
   auto c = std::move(EmbeddingCollection::create(o)).value();
   TablesLoadOptions lo;
   lo.collection_step = step;
-  auto st = load_tables_checkpoint(dir, *c, lo);
+  auto st = c->load(dir, lo);
   EXPECT_TRUE(st.ok()) << st.status().to_string();
   return collection_digest(*c).value();
 }
@@ -107,7 +109,7 @@ TEST_P(LinkedCheckpointTest, LinksRestoreExactlyTheWritersRowsAfterItsStoreIsGon
     }
     for (int k = 1; k <= 3; ++k) {
       train(*c, o, 3 * (k - 1), 3 * k);
-      auto info = save_tables_checkpoint(out, 3 * k, *c, {}, linking(GetParam()));
+      auto info = c->save(out, 3 * k, {}, linking(GetParam()));
       ASSERT_TRUE(info.ok()) << info.status().to_string();
       EXPECT_EQ(info->linked_tables, 1);
       EXPECT_GT(info->rows_linked, 0);
@@ -133,7 +135,7 @@ TEST_P(LinkedCheckpointTest, LinksRestoreExactlyTheWritersRowsAfterItsStoreIsGon
   auto c = std::move(EmbeddingCollection::create(options(store3.path))).value();
   TablesLoadOptions lo;
   lo.collection_step = 6;
-  ASSERT_TRUE(load_tables_checkpoint(step_dir(out, 6), *c, lo).ok());
+  ASSERT_TRUE(c->load(step_dir(out, 6), lo).ok());
   EXPECT_GT(files_in(store3.path + "/a.rows.log"), 0u);  // the checkpoint's files, linked in
   EXPECT_EQ(c->cache_stats(0).value().placed_rows, 0u);  // no row copied
   train(*c, o, 6, 9);
@@ -153,9 +155,9 @@ TEST(LinkedCheckpointFaults, AMissingOrChangedLinkedFileIsNamedAndTheRunFallsBac
   const std::string out = dir.path + "/run";
   auto c = std::move(EmbeddingCollection::create(o)).value();
   train(*c, o, 0, 3);
-  ASSERT_TRUE(save_tables_checkpoint(out, 3, *c, {}, linking(false)).ok());
+  ASSERT_TRUE(c->save(out, 3, {}, linking(false)).ok());
   train(*c, o, 3, 6);
-  ASSERT_TRUE(save_tables_checkpoint(out, 6, *c, {}, linking(false)).ok());
+  ASSERT_TRUE(c->save(out, 6, {}, linking(false)).ok());
   auto r6 = ckpt::CheckpointReader::open(step_dir(out, 6));
   ASSERT_TRUE(r6.ok());
   const ckpt::LinkedFile f = (*r6)->linked_files().back();
@@ -198,7 +200,7 @@ TEST(LinkedCheckpointFaults, KeepLastRemovesOldLinksOnly) {
   std::string last;
   for (int k = 1; k <= 4; ++k) {
     train(*c, o, 3 * (k - 1), 3 * k);
-    ASSERT_TRUE(save_tables_checkpoint(out, 3 * k, *c, {}, so).ok());
+    ASSERT_TRUE(c->save(out, 3 * k, {}, so).ok());
   }
   c->set_step(12);
   last = collection_digest(*c).value();

@@ -13,13 +13,10 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_backward.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection_rows.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables.cc
-  ${CMAKE_CURRENT_LIST_DIR}/delta_rows.cc
-  ${CMAKE_CURRENT_LIST_DIR}/linked_tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_load.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_digest.cc
-  ${CMAKE_CURRENT_LIST_DIR}/column_state_ckpt.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 #include "dist/sharded_checkpoint_internal.h"
 #include "dist/sharded_collection.h"
 
@@ -274,7 +274,7 @@ Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt
   LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, verify_one(dir, env));
   rep.num_links = chain.size();
   rep.base_step = chain.front().step;
-  if (auto root = ckpt::CheckpointReader::open(chain.front().path, env); root.ok()) rep.sparse_base = is_sparse_base(**root);
+  if (auto root = ckpt::CheckpointReader::open(chain.front().path, env); root.ok()) rep.sparse_base = table_ckpt::is_sparse_base(**root);
   for (size_t k = 0; k + 1 < chain.size(); ++k) {
     auto link = verify_one(chain[k].path, env);
     if (!link.ok()) return Status(link.status().code(), "'" + dir + "' extends '" + chain[k].path + "': " + link.status().message());

@@ -25,7 +25,7 @@
 // blobs are written); every rank returns the same verdict. The out_dir must be one directory
 // visible to every rank (a shared file system across nodes).
 //
-// The entry points for either format (save_tables_checkpoint, load_tables_checkpoint,
+// The entry points for either format (EmbeddingTables::save / load, and
 // verify_tables_checkpoint, tables_digest, ...) are public: leanemb/table_checkpoint.h. This
 // header adds the sharded format's own functions and the per-format digests.
 //

@@ -2,8 +2,9 @@
 // the sharded checkpoints (sharded_checkpoint.h) share:
 //   sharded_checkpoint.cc         the "sharded/layout" blob, opening a global checkpoint and its
 //                                 shards, verify / find
-//   sharded_checkpoint_save.cc    save_sharded_checkpoint, save_tables_checkpoint
-//   sharded_checkpoint_load.cc    load_sharded_checkpoint (at any world size), load_tables_checkpoint
+//   sharded_checkpoint_save.cc    save_sharded_checkpoint, ShardedEmbeddingCollection::save
+//   sharded_checkpoint_load.cc    load_sharded_checkpoint (at any world size), EmbeddingTables::load
+//                                 (either format; the plain chain: src/table/table_checkpoint.h)
 //   sharded_checkpoint_digest.cc  the embedding digests (digest_internal.h)
 // The blob formats are described at the top of sharded_checkpoint.cc.
 //
@@ -30,6 +31,7 @@
 #include "dist/shard_plan.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/embedding.h"
+#include "table/table_checkpoint.h"
 
 namespace leanemb::dist::sharded_ckpt_internal {
 
@@ -41,7 +43,7 @@ inline constexpr char kShardInfoBlob[] = "shard/info";
 inline constexpr char kShardMagic[] = "leanemb-shard-v1";
 inline constexpr char kRowsPrefix[] = "rows/";
 inline constexpr char kDigestMagic[] = "leanemb-embedding-digest-v1";
-inline constexpr char kPlainPrefix[] = "emb/";  // the tables of a plain (one-process) checkpoint
+using table_ckpt::kPlainPrefix;  // the tables of a plain (one-process) checkpoint
 
 inline ckpt::Env* env_or_posix(ckpt::Env* env) { return env != nullptr ? env : ckpt::posix_env(); }
 
@@ -99,9 +101,9 @@ class ShardView {
   EmbeddingCollection* local_ = nullptr;
 };
 
-// A dynamic table's id partition `g` (global index) in a shard: blob "dyn/<table>/<g>" (the
-// partition's IdMap state; its rows are rows of the shard's table like any other).
-inline std::string dynamic_blob(const std::string& table, uint32_t g) { return "dyn/" + table + "/" + std::to_string(g); }
+// A dynamic table's id partition `g` (global index) in a shard: blob "dyn/<table>/<g>", as in a
+// plain checkpoint (table/table_checkpoint.h).
+using table_ckpt::dynamic_blob;
 
 // Opens shard r of a global checkpoint and checks it against the layout (not the blocks); every
 // error names the shard.

@@ -427,7 +427,7 @@ TEST(ShardedCheckpointTest, SavesReportTheirRowsAfterEveryChunk) {
     TablesSaveOptions so;
     so.chunk_rows = 5;
     so.progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
-    ASSERT_TRUE(save_tables_checkpoint(dir.path, 1, *coll, {}, so).ok());
+    ASSERT_TRUE(coll->save(dir.path, 1, {}, so).ok());
     check(calls, rows, 5);
   }
   TempDir dir;
@@ -453,12 +453,12 @@ TEST(ShardedCheckpointTest, PlainCheckpointRestoresSm3ColumnState) {
   auto saved = train_reference(o, 2);
   auto want = train_reference(o, 4);
   TempDir dir;
-  auto info = save_tables_checkpoint(dir.path, 2, *saved, {}, {});
+  auto info = saved->save(dir.path, 2, {}, {});
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   auto coll = std::move(EmbeddingCollection::create(o)).value();
   TablesLoadOptions lo;
   lo.collection_step = 2;
-  ASSERT_TRUE(load_tables_checkpoint(info->path, *coll, lo).ok());
+  ASSERT_TRUE(coll->load(info->path, lo).ok());
   for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
     const auto got = coll->column_state(t), ref = saved->column_state(t);
     ASSERT_EQ(got.size(), static_cast<size_t>(o.tables[static_cast<size_t>(t)].dim));

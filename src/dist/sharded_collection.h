@@ -167,6 +167,9 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // Collective: the owner's answer as a global row (partition-aligned), or -1.
   Result<int64_t> dynamic_row(int table, int64_t raw_id) const override;
   TablesCommTotals comm_totals() const override { return totals(); }
+  // A sharded checkpoint (save_sharded_checkpoint, dist/sharded_checkpoint.h). Collective.
+  Result<TablesSaveInfo> save(const std::string& out_dir, int64_t step, std::span<const CheckpointBlob> blobs = {},
+                              const TablesSaveOptions& options = {}) override;
   void release_step_buffers() override;
 
  private:

@@ -335,13 +335,13 @@ TEST(HugeTableTest, ATableOf2To33IdsTrainsCheckpointsAndResumesBitIdentically) {
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   std::vector<float> out_a, out_b;
   for (int s = 0; s < 4; ++s) ASSERT_TRUE(step(*a.value(), s, &out_a).ok()) << "step " << s;
-  auto saved = save_tables_checkpoint(dir.path + "/run", 4, *a.value());
+  auto saved = a.value()->save(dir.path + "/run", 4);
   ASSERT_TRUE(saved.ok()) << saved.status().to_string();
   auto b = create_tables(options("b"), mem_b.value().get(), {});
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   TablesLoadOptions lo;
   lo.collection_step = a.value()->step();  // a plain checkpoint's step is the caller's (the trainer's state)
-  auto loaded = load_tables_checkpoint(saved.value().path, *b.value(), lo);
+  auto loaded = b.value()->load(saved.value().path, lo);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   for (int s = 4; s < 8; ++s) {
     const Status sa = step(*a.value(), s, &out_a), sb = step(*b.value(), s, &out_b);

@@ -14,8 +14,8 @@
 
 #include "ckpt/xxh128_stream.h"
 #include "leanemb/json.h"
-#include "dist/delta_rows.h"
-#include "dist/linked_tables.h"
+#include "table/delta_rows.h"
+#include "table/linked_tables.h"
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/checkpoint.h"
@@ -29,6 +29,16 @@ namespace {
 using digest_internal::RowSum;
 using digest_internal::TableLayout;
 using nlohmann::json;
+using table_ckpt::for_each_delta_row;
+using table_ckpt::for_each_linked_row;
+using table_ckpt::has_linked_table;
+using table_ckpt::InitialRows;
+using table_ckpt::is_sparse_base;
+using table_ckpt::kDeltaPrefix;
+using table_ckpt::kLinksPrefix;
+using table_ckpt::LinkedTable;
+using table_ckpt::parse_initial_rows;
+using table_ckpt::read_linked_table;
 
 constexpr char kTrainingMagic[] = "leanemb-training-digest-v1";
 constexpr char kLayoutBlob[] = "sharded/layout";  // as in sharded_checkpoint.cc
@@ -110,7 +120,7 @@ Result<TableLayout> plain_table_layout(const ckpt::EntryInfo& e, const std::stri
   return t;
 }
 
-// Adds to `sum` the rows of incremental checkpoint `r`'s table (dist/delta_rows.h) that no newer
+// Adds to `sum` the rows of incremental checkpoint `r`'s table (table/delta_rows.h) that no newer
 // link gave (`seen`), and marks them seen.
 Status add_delta_rows(const ckpt::CheckpointReader& r, const TableLayout& tl, uint64_t seed, std::vector<bool>* seen, RowSum* sum) {
   const std::string entry = kDeltaPrefix + tl.name;

@@ -32,14 +32,14 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(RowLayout l, make_row_layout(t.dim, w.row_dtype, w.row_optimizer));
     // Linked (Workload::link_store_rows): every checkpoint holds the places of the rows written
-    // so far (dist/linked_tables.h: a varint gap, file and offset each, 7 bytes at most here), and
+    // so far (table/linked_tables.h: a varint gap, file and offset each, 7 bytes at most here), and
     // no row: the store's files are linked.
     const bool linked = w.link_store_rows && w.file_store && w.file_store_layout == FileStoreLayout::kLog &&
                         tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
     const double stride = linked ? 7.0 : static_cast<double>(l.stride_bytes);
     b.full += static_cast<uint64_t>(static_cast<double>(t.num_rows) * stride);
     // The bytes of the distinct rows `steps` steps change: each fat row and its row number, a
-    // varint gap (dist/delta_rows.h: 7 bits per byte of the mean gap); every row when the ids'
+    // varint gap (table/delta_rows.h: 7 bits per byte of the mean gap); every row when the ids'
     // vocabulary and skew are unknown.
     auto changed_bytes = [&](int64_t steps) {
       const double ids = static_cast<double>(steps) * static_cast<double>(w.batch_size) * t.mean_ids_per_sample;

@@ -280,11 +280,11 @@ struct ServingWriter {
     after = table_bytes(to);
     const std::string f = dump_json(fmt);
     blobs.emplace_back("serve/format", std::vector<uint8_t>(f.begin(), f.end()));
-    std::vector<dist::ShardedBlob> sb;
+    std::vector<CheckpointBlob> sb;
     for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
-    dist::TablesSaveOptions so;
+    TablesSaveOptions so;
     so.keep_last = 1;
-    LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(o.out_dir, run.step, to, sb, so));
+    LEANEMB_ASSIGN_OR_RETURN(TablesSaveInfo info, to.save(o.out_dir, run.step, sb, so));
     return info.path;
   }
 };

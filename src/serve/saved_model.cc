@@ -35,10 +35,10 @@ Status check_task(const SavedRun& run, std::string_view task, const char* what) 
 }
 
 Status load_tables(const SavedRun& run, EmbeddingTables& tables) {
-  dist::TablesLoadOptions lo;
+  TablesLoadOptions lo;
   lo.chunk_rows = kChunkRows;
   lo.collection_step = run.collection_step;
-  auto loaded = dist::load_tables_checkpoint(run.checkpoint, tables, lo);
+  auto loaded = tables.load(run.checkpoint, lo);
   return with_context(loaded.status(), "loading the tables of " + run.checkpoint);
 }
 

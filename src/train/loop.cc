@@ -140,7 +140,7 @@ Status track_changes(const LoopSettings& ls, TrainTask& task) {
 }
 
 Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTask& task, const Counters& k,
-                        ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, dist::TablesSaveInfo* saved) {
+                        ckpt::Env* env, const std::function<void(int64_t, int64_t)>& progress, TablesSaveInfo* saved) {
   json tables = json::array();  // the collection's table order (the training digest follows it)
   for (const TableOptions& t : task.tables().options().tables) tables.push_back(t.name);
   const json st = {{"step", k.step},         {"samples", k.samples}, {"skipped_steps", k.skipped},
@@ -151,16 +151,16 @@ Status write_checkpoint(const std::string& out, const LoopSettings& ls, TrainTas
   blobs.emplace_back("train/config", encode_config_record(ls.record));
   LEANEMB_ASSIGN_OR_RETURN(Blobs more, task.checkpoint_blobs());
   for (auto& b : more) blobs.push_back(std::move(b));
-  std::vector<dist::ShardedBlob> sb;
+  std::vector<CheckpointBlob> sb;
   for (const auto& [name, bytes] : blobs) sb.push_back({name, bytes});
-  dist::TablesSaveOptions so;
+  TablesSaveOptions so;
   so.keep_last = ls.keep_checkpoints;
   so.chunk_rows = kCkptChunkRows;
   so.env = env;
   so.progress = progress;
   so.incremental = ls.incremental;
   LEANEMB_RETURN_IF_ERROR(track_changes(ls, task));
-  LEANEMB_ASSIGN_OR_RETURN(dist::TablesSaveInfo info, dist::save_tables_checkpoint(out, k.step, task.tables(), sb, so));
+  LEANEMB_ASSIGN_OR_RETURN(TablesSaveInfo info, task.tables().save(out, k.step, sb, so));
   for (const auto& warning : info.warnings) std::fprintf(stderr, "leanemb: warning: %s\n", warning.c_str());
   for (const auto& moved : info.set_aside) std::fprintf(stderr, "leanemb: warning: not a complete checkpoint, moved aside: %s\n", moved.c_str());
   *saved = std::move(info);
@@ -193,12 +193,12 @@ Status load_checkpoint(const std::string& dir, const LoopSettings& ls, ckpt::Env
     saved = parsed.value();
   }
   // Embedding tables (either format, any world size; every rank fails if one does).
-  dist::TablesLoadOptions lo;
+  TablesLoadOptions lo;
   lo.chunk_rows = kCkptChunkRows;
   lo.collection_step = collection_step;
   lo.env = env;
   if (Status s = track_changes(ls, task); !s.ok()) return ctx(s);
-  if (auto loaded = dist::load_tables_checkpoint(dir, task.tables(), lo); !loaded.ok()) return ctx(loaded.status());
+  if (auto loaded = task.tables().load(dir, lo); !loaded.ok()) return ctx(loaded.status());
   if (Status s = task.restore(r); !s.ok()) return ctx(s);
   *k = saved;
   return Status();
@@ -545,7 +545,7 @@ Status Run::checkpoint() {
       tty_line_open_ = tty_line_open_ || shown->printed();
     };
   }
-  dist::TablesSaveInfo saved;
+  TablesSaveInfo saved;
   LEANEMB_RETURN_IF_ERROR(write_checkpoint(ro_.out_dir, ls_, *task_, k_, ro_.ckpt_env, progress, &saved));
   last_ckpt_ = saved.path;
   // checkpoint_rows / checkpoint_bytes: the embedding rows and the entries' bytes written;

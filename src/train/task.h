@@ -10,7 +10,7 @@
 //
 // Checkpoints: the loop writes blob "train/state" (step, samples, skipped steps, the tables'
 // step counter, table order, task), "train/config" (the saved configuration, compared on
-// resume) and the tables (save_tables_checkpoint: plain or sharded, loadable at any world
+// resume) and the tables (EmbeddingTables::save: plain or sharded, loadable at any world
 // size); the task adds its own blobs (dense parameters and state, reader position, ...).
 // Every rank runs the same loop (collective calls in the same order).
 //

@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 #include "leanemb/checkpoint.h"
 #include "leanemb/embedding.h"
 #include "leanemb/linked_rows.h"
 #include "leanemb/status.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 inline constexpr char kLinksPrefix[] = "links/";
 inline constexpr char kLinkPlacesPrefix[] = "link_places/";
@@ -94,4 +94,4 @@ Status for_each_linked_row(const ckpt::CheckpointReader& r, const LinkedTable& l
 Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt, EmbeddingTables& tables,
                          EmbeddingCollection* local, int t, int64_t chunk_rows, const InitialRows* writer_initial, bool* adopted);
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt

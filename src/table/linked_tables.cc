@@ -1,5 +1,5 @@
 // Linked tables in plain checkpoints (linked_tables.h).
-#include "dist/linked_tables.h"
+#include "table/linked_tables.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,10 +11,10 @@
 #include <system_error>
 
 #include "core/bytes.h"
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 #include "leanemb/json.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 namespace {
 
@@ -290,4 +290,4 @@ Status load_linked_table(const ckpt::CheckpointReader& r, const LinkedTable& lt,
   return runs.flush();
 }
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt

@@ -12,7 +12,7 @@
 #include "leanemb/checkpoint.h"
 #include "leanemb/embedding.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 inline std::string column_state_blob(const std::string& table) { return "optstate/" + table; }
 
@@ -24,4 +24,4 @@ Status add_column_state_blobs(ckpt::CheckpointWriter& w, const EmbeddingCollecti
 // DataLoss when the blob's size is not dim * 4; nothing is changed on error.
 Status read_column_state_blobs(const ckpt::CheckpointReader& r, EmbeddingCollection& local);
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt

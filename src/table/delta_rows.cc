@@ -1,4 +1,4 @@
-#include "dist/delta_rows.h"
+#include "table/delta_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "leanemb/json.h"
 #include "table/residency.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 std::string delta_rows_blob(const std::string& table, int64_t k) {
   return std::string(kDeltaRowsPrefix) + table + "/" + std::to_string(k);
@@ -155,4 +155,4 @@ bool is_sparse_base(const ckpt::CheckpointReader& r) {
   return false;
 }
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt

@@ -1,9 +1,9 @@
-#include "dist/column_state_ckpt.h"
+#include "table/column_state_ckpt.h"
 
 #include <cstring>
 #include <vector>
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 Status add_column_state_blobs(ckpt::CheckpointWriter& w, const EmbeddingCollection& local) {
   for (int t = 0; t < local.num_tables(); ++t) {
@@ -38,4 +38,4 @@ Status read_column_state_blobs(const ckpt::CheckpointReader& r, EmbeddingCollect
   return Status();
 }
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt

@@ -16,7 +16,7 @@
 #include "leanemb/table_options.h"
 #include "leanemb/tables.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
 inline constexpr int64_t kDeltaIdsPerBlob = int64_t{1} << 20;
 inline constexpr char kDeltaPrefix[] = "delta/";
@@ -77,4 +77,4 @@ class RowRunWriter {
   int64_t begin_ = 0, rows_ = 0;
 };
 
-}  // namespace leanemb::dist
+}  // namespace leanemb::table_ckpt
