@@ -53,6 +53,7 @@ struct PlanArgs {
   bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
   bool no_host = false, keep_precision = false, largest_table = false;
   int max_shards = 1;
+  double speed_tolerance_pct = 1.0;  // --speed-tolerance: estimates within this % of the fastest are equal
   double disk_iops = 0;    // --disk-iops: random reads/s of the store's disk
   std::string probe_disk;  // --probe-disk DIR: measure them there (probe_disk, leanemb/disk_probe.h)
 };
