@@ -181,6 +181,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");
   cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
   cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty());
+  cmd->add_option("--micro-batches", a->micro_batches, "grad-accum: micro-batch counts to run besides 1, the reference (default 2,4)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--sweep-alphas", a->sweep_alphas, "tiered --sweep: Zipf exponents (default 1.05,1.15)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty());
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty());

@@ -67,6 +67,7 @@ struct BenchArgs {
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
   std::string device_budget, host_budget, placement, max_split, ops;
   std::string cache_fraction, policy, store, store_path, store_layout, store_direct_io, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
+  std::string micro_batches;  // grad-accum: --micro-batches LIST
   bool sweep = false, no_resident = false;
   bool quiet = false;
 };
