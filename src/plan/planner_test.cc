@@ -127,6 +127,14 @@ TEST(PlannerTest, EqualSpeedPlansGoToTheLowerDevicePeak) {
   const PlanResult below = pick(kEqualSpeedTolerance);
   EXPECT_GT(below.chosen.step_seconds, def.fastest_step_seconds * (1 + kEqualSpeedTolerance));
   EXPECT_EQ(below.chosen.workload.micro_batches, 32);
+  // Fewer unproven options still come first: allowing the row-wise optimizer (a loss beyond the
+  // goal; smaller state, a lower peak and fewer bytes) does not make the tie-break choose it.
+  o.device_budget_bytes = 0;
+  o.allow_unproven = {LeanOption::kRowwiseOptimizer};
+  const PlanResult allowed = pick(kEqualSpeedTolerance);
+  EXPECT_EQ(allowed.chosen.workload.row_optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_TRUE(allowed.unproven_chosen.empty());
+  EXPECT_EQ(allowed.chosen.workload.micro_batches, 16);
 }
 
 // Bytes per parameter from the fat-row layout: bf16 rows + rowwise_adagrad at dim 128 is 2.06
