@@ -189,6 +189,18 @@ Status parse_sweep_flags(const BenchArgs& a, bench::BenchOptions* out) {
     if (!(f > 0 && f <= 1)) return invalid_argument("--sweep-fractions entries must be in (0, 1]");
   o.sweep = a.sweep;
   o.no_resident = a.no_resident;
+  if (!a.micro_batches.empty()) {
+    if (o.workload != "grad-accum") return invalid_argument("--micro-batches belongs to --workload grad-accum");
+    std::vector<double> k;
+    LEANEMB_RETURN_IF_ERROR(parse_real_list("--micro-batches", a.micro_batches, &k));
+    o.micro_batches = {1};
+    for (double x : k) {
+      if (!(x >= 1 && x <= 65536 && x == std::floor(x))) return invalid_argument("--micro-batches entries must be integers in [1, 65536]");
+      o.micro_batches.push_back(static_cast<int>(x));
+    }
+    std::sort(o.micro_batches.begin(), o.micro_batches.end());
+    o.micro_batches.erase(std::unique(o.micro_batches.begin(), o.micro_batches.end()), o.micro_batches.end());
+  }
   const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.store_layout.empty() || !a.store_direct_io.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
   const bool restore_ok = o.workload == "restore" && !tiered_only;  // restore takes --cache-fraction, --store-path

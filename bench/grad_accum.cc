@@ -1,5 +1,6 @@
 // The `grad-accum` workload (issue 39): the embedding-only workload of `leanemb plan --vocab ...`
-// scaled down, run on the device arena with 1, 2 and 4 micro-batches, its measured device peak
+// scaled down, run on the device arena with 1, 2 and 4 micro-batches (--micro-batches LIST: 1 and
+// the listed counts), rows in --dtype (default fp32), its measured device peak
 // by category printed beside the memory model's prediction for the same workload (kExpected).
 //
 // One table (--rows, default 1e5; --dim 64) and one sequence feature (--pooling none unless
@@ -24,6 +25,7 @@ namespace {
 struct AccumShape {
   int64_t rows = 100000, dim = 64, batch = 256, seq = 128;
   PoolingMode pooling = PoolingMode::kNone;
+  DType dtype = DType::kF32;  // the rows' (--dtype)
   OptimizerOptions optimizer;
   int steps = 3;
 };
@@ -63,6 +65,7 @@ plan::Workload plan_workload_of(const AccumShape& s, int micro, int threads) {
   w.tables.push_back(t);
   w.batch_size = s.batch;
   w.micro_batches = micro;
+  w.row_dtype = s.dtype;
   w.row_optimizer = s.optimizer;
   w.num_threads = threads;
   return w;
@@ -121,6 +124,7 @@ Result<AccumRun> run_micro(const AccumShape& s, int micro, const BenchOptions& o
   t.name = "t0";
   t.num_rows = s.rows;
   t.dim = s.dim;
+  t.dtype = s.dtype;
   t.optimizer = s.optimizer;
   co.tables.push_back(t);
   co.features.push_back(FeatureOptions{"f0", 0, s.pooling});
@@ -181,17 +185,19 @@ Status run_grad_accum(const BenchOptions& o, const Progress& progress, json* doc
   s.batch = o.batch.value_or(s.batch);
   s.seq = o.bag_size.value_or(s.seq);
   s.pooling = o.pooling.value_or(PoolingMode::kNone);
+  s.dtype = o.dtype.value_or(DType::kF32);
+  if (!dtype_traits(s.dtype).trainable) return invalid_argument("--dtype: grad-accum needs a trainable row dtype");
   s.optimizer.kind = o.optimizer.value_or(OptimizerKind::kAdam);
   s.optimizer.eps = default_eps(s.optimizer.kind);
   s.steps = o.iters.value_or(3);
   if (s.steps < 1) return invalid_argument("--iters must be >= 1");
   (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"seq_len", s.seq},
-                     {"pooling", std::string(pooling_name(s.pooling))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))},
+                     {"pooling", std::string(pooling_name(s.pooling))}, {"dtype", std::string(dtype_name(s.dtype))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))},
                      {"steps", s.steps}, {"ids", "uniform"}};
   (*doc)["runs"] = json::array();
   std::vector<uint8_t> reference;
   bool all_pass = true;
-  for (int micro : {1, 2, 4}) {
+  for (int micro : o.micro_batches) {
     if (micro > s.batch) break;
     progress("grad-accum: %d micro-batch(es), %d step(s)", micro, s.steps);
     LEANEMB_ASSIGN_OR_RETURN(AccumRun r, run_micro(s, micro, o));

@@ -169,6 +169,8 @@ struct BenchOptions {
   bool sweep = false;                  // hit rates over sweep_alphas x sweep_fractions instead
   std::vector<double> sweep_fractions = {0.05, 0.2, 0.5};
   std::vector<double> sweep_alphas = {1.05, 1.15};
+  // grad-accum: the micro-batch counts run, ascending, 1 first (the reference of the gate).
+  std::vector<int> micro_batches = {1, 2, 4};
 };
 
 // Names accepted by --workload, in help order.

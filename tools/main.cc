@@ -122,6 +122,9 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (docs/tiered.md)");
   cmd->add_option("--allow-unproven", a->allow_unproven, "Also search these lean options although their accuracy parity is not proven (docs/accuracy.md): bf16-rows, fp16-rows, rowwise, bf16-state, 8bit-state, bf16-activations, row-cache, sm3, all")->delimiter(',')->type_name("NAME,...");
   cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str()->check(int_flag(1, 1 << 16));
+  cmd->add_option("--speed-tolerance", a->speed_tolerance_pct, "Plans whose estimated step is within this percent of the "
+                                                             "fastest fitting plan's count as equally fast; the lowest device peak of them is chosen (0: the fastest)")
+      ->type_name("PCT")->capture_default_str()->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--no-host", a->no_host, "Keep rows and optimizer state on the device");
   cmd->add_flag("--keep-precision", a->keep_precision, "Do not propose bf16 activations");
   cmd->add_flag("--largest-table", a->largest_table, "Print the largest table (rows at --dim) the plan and the naive baseline fit on the device");
@@ -178,6 +181,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_flag("--no-resident", a->no_resident, "tiered: skip the resident contender (it needs the whole table in memory)");
   cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
   cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty());
+  cmd->add_option("--micro-batches", a->micro_batches, "grad-accum: micro-batch counts to run besides 1, the reference (default 2,4)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--sweep-alphas", a->sweep_alphas, "tiered --sweep: Zipf exponents (default 1.05,1.15)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty());
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty());

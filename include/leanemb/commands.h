@@ -54,6 +54,7 @@ struct PlanArgs {
   bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
   bool no_host = false, keep_precision = false, largest_table = false;
   int max_shards = 1;
+  double speed_tolerance_pct = 1.0;  // --speed-tolerance: estimates within this % of the fastest are equal
   double disk_iops = 0;    // --disk-iops: random reads/s of the store's disk
   std::string probe_disk;  // --probe-disk DIR: measure them there (probe_disk, leanemb/disk_probe.h)
 };
@@ -67,6 +68,7 @@ struct BenchArgs {
   std::string threads = "2", iters, warmup, seed = "1", json, roofline_bytes = "1GiB";
   std::string device_budget, host_budget, placement, max_split, ops;
   std::string cache_fraction, policy, store, store_path, store_layout, store_direct_io, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
+  std::string micro_batches;  // grad-accum: --micro-batches LIST
   bool sweep = false, no_resident = false;
   bool quiet = false;
 };

@@ -76,6 +76,7 @@ Result<plan::PlannerOptions> planner_options(const PlanArgs& a) {
   }
   po.max_shards = a.max_shards;
   po.keep_precision = a.keep_precision;
+  po.speed_tolerance = a.speed_tolerance_pct / 100.0;
   po.allow_host = !a.no_host && !a.largest_table;
   if (a.max_shards < 1) return invalid_argument("--max-shards must be >= 1");
   return po;

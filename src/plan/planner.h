@@ -2,7 +2,9 @@
 // memory without changing the model (row dtype, optimizer state dtype and placement, a row
 // cache, shard count, micro-batches, activation checkpointing, activation precision), keep the
 // plans whose worst-case prediction fits, rank them by a cost model of bytes moved per step per
-// tier at the preset's nominal bandwidths, and pick the fastest.
+// tier at the preset's nominal bandwidths, and pick the fastest; plans within the cost model's
+// resolution of the fastest (speed_tolerance) count as equally fast, and among them the lowest
+// device peak wins.
 //
 // Accuracy-safe by default: rows in fp32, fp16 or bf16 (updates with stochastic rounding), the
 // user's full-rank optimizer (SGD, Adagrad, Adam) with fp32 state. Row-wise optimizers
@@ -45,6 +47,9 @@ struct DevicePreset {
 Result<DevicePreset> find_preset(std::string_view name);
 std::vector<std::string> preset_names();
 
+// The cost model's resolution: step estimates closer than this fraction are not told apart.
+inline constexpr double kEqualSpeedTolerance = 0.01;
+
 struct PlannerOptions {
   DevicePreset preset;
   size_t device_budget_bytes = 0;  // 0 = the preset's memory
@@ -62,6 +67,11 @@ struct PlannerOptions {
   std::vector<LeanOption> allow_unproven;
   // The parity table consulted (tests pass their own); empty: lean_option_table().
   std::span<const LeanOptionInfo> parity;
+  // Fitting plans whose estimated step is within this fraction of the fastest fitting plan's
+  // (among those with the fewest unproven options) are equally fast: the lowest device peak of
+  // them is chosen, then the cheaper, then the smaller change. 0: the fastest (ties in cost to
+  // the lower peak). Default kEqualSpeedTolerance (why 1%: planner.cc, docs/plan.md "Planner").
+  double speed_tolerance = kEqualSpeedTolerance;
 };
 
 struct Candidate {
@@ -73,7 +83,9 @@ struct Candidate {
 
 struct PlanResult {
   bool fits = false;
-  Candidate chosen;               // fits: the fastest that fits; else the smallest device need
+  Candidate chosen;               // fits: the lowest device peak of the equally fast fitting plans
+                                  // (speed_tolerance); else the smallest device need
+  double fastest_step_seconds = 0;  // fits: the fastest fitting plan's estimate (same unproven count)
   Prediction naive;               // the seed's naive baseline
   size_t usable_device_bytes = 0; // budget - runtime reserve
   size_t smallest_device_bytes = 0;  // device budget the smallest plan needs (incl. runtime reserve)

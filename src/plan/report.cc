@@ -324,9 +324,24 @@ static std::string summary_text(const Workload& base, const PlanResult& r, const
   return out;
 }
 
+// When the chosen plan is not the fastest that fits: how much slower it is and why it is chosen
+// (within the equal-speed tolerance, the lowest device peak of those). Empty otherwise.
+static std::string equal_speed_text(const PlannerOptions& o, const PlanResult& r) {
+  const double fastest = r.fastest_step_seconds, chosen = r.chosen.step_seconds;
+  if (fastest <= 0 || chosen <= fastest * (1 + 1e-9)) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "equal speed: the fastest fitting plan estimates %.2f ms; this one %+.2f ms (%+.2f%%), within the %.2f%% "
+                "the cost model does not resolve, and has the lowest device peak of those (--speed-tolerance 0: the fastest)\n",
+                fastest * 1e3, (chosen - fastest) * 1e3, 100.0 * (chosen - fastest) / fastest, 100.0 * o.speed_tolerance);
+  return buf;
+}
+
 // The cheapest plan with a lower device peak than the chosen one (a budget just below the chosen
 // peak), when one fits with no more unproven options: what a smaller budget would trade for the
-// memory (e.g. more micro-batches for 20 us each). Empty when there is none.
+// memory (e.g. more micro-batches for 20 us each). The plans within the equal-speed tolerance of
+// the fastest have been weighed already (the chosen one has the lowest peak of them), so this one
+// is beyond it. Empty when there is none.
 static std::string lower_peak_text(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
   const size_t peak = r.chosen.prediction.device().budget_bytes;
   if (peak == 0) return "";
@@ -334,11 +349,14 @@ static std::string lower_peak_text(const Workload& base, const PlannerOptions& o
   lower.device_budget_bytes = peak - 1 + o.preset.runtime_reserved_bytes;
   const Result<PlanResult> l = make_plan(base, lower);
   if (!l.ok() || !l->fits || l->unproven_chosen.size() > r.unproven_chosen.size()) return "";
+  const double fastest = r.fastest_step_seconds > 0 ? r.fastest_step_seconds : r.chosen.step_seconds;
   char buf[768];
   std::snprintf(buf, sizeof buf,
-                "lower peak: %s; device peak %s, estimate %.2f ms (%+.2f ms); --device-budget %zu chooses it\n",
+                "lower peak: %s; device peak %s, estimate %.2f ms (%+.2f ms; the fastest fitting plan %+.2f%%); "
+                "--device-budget %zu chooses it\n",
                 describe_settings(l->chosen.workload).c_str(), both(l->chosen.prediction.device().budget_bytes).c_str(),
                 l->chosen.step_seconds * 1e3, (l->chosen.step_seconds - r.chosen.step_seconds) * 1e3,
+                100.0 * (l->chosen.step_seconds - fastest) / fastest,
                 l->chosen.prediction.device().budget_bytes + o.preset.runtime_reserved_bytes);
   return buf;
 }
@@ -389,6 +407,7 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   if (!r.fits) return out + nothing_fits_text(o, r) + accuracy_text(base, o, r);
   out += memory_table_text(base, r);
   out += summary_text(base, r, ctx);
+  out += equal_speed_text(o, r);
   out += lower_peak_text(base, o, r);
   out += bytes_per_parameter_text(base, o, r);
   out += accuracy_text(base, o, r);
@@ -459,7 +478,9 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                          {"disk_read_ms_per_step_min",
                           r.chosen.prediction.disk_bytes ? disk_read_ms_per_step(r.chosen.prediction, ctx) : 0.0},
                          {"comm_bytes_per_step", r.chosen.prediction.comm_bytes_per_step},
-                         {"step_seconds", r.chosen.step_seconds}}}};
+                         {"step_seconds", r.chosen.step_seconds},
+                         {"fastest_step_seconds", r.fastest_step_seconds},
+                         {"speed_tolerance", o.speed_tolerance}}}};
   {
     const auto table = table_of(o);
     nlohmann::json acc = {{"chosen", json::array()}, {"configured", json::array()}, {"unproven_excluded", json::array()},
