@@ -218,6 +218,7 @@ struct ResidencyPlan {
   size_t& ckpt_bulk;  // a checkpoint's largest file-store bulk call (host io_buffers)
   int64_t micro = 0;  // records of the largest micro-batch
   bool by_row = false;  // the step accumulates its gradients by row (StepShape::by_row)
+  Estimate est = Estimate::kExpected;  // how the step's sizes were chosen
 };
 
 // What the collection records per step for rows read and updated in place off the device
@@ -431,6 +432,17 @@ void plan_accumulation(const ResidencyPlan& p) {
   const AccumulationBytes a = accumulation_bytes(std::min(s.unique, most), s.layout.dim), cap = accumulation_bytes(most, s.layout.dim);
   p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(a.rows, cap.rows)));
   p.r.persist(p.r.item(Category::kGradients, step_buffer_alloc_bytes(a.sums, cap.sums), Category::kWorkspace));
+  // Its traffic beyond the one-shot backward's: each micro-batch reads and writes the sums of its
+  // own distinct rows, where one pass over the step would touch each of the step's distinct rows
+  // once. Micro-batches of n ids draw u distinct rows each (the expected count for the table's
+  // id law; the worst case: every id a row of its own), m of them a step.
+  const int64_t m = (p.slice + p.micro - 1) / std::max<int64_t>(1, p.micro);
+  const double u = p.est == Estimate::kExpected && s.unique < s.ids
+                       ? std::min(static_cast<double>(std::min(n, s.unique)),
+                                  expected_unique_rows(n, p.t.vocab > 0 ? p.t.vocab : p.t.num_rows, p.t.zipf, s.rows))
+                       : static_cast<double>(std::min(n, s.unique));
+  const double extra_rows = std::max(0.0, static_cast<double>(m) * u - static_cast<double>(s.unique));
+  p.out.device_bytes_moved_per_step += 2.0 * extra_rows * static_cast<double>(s.layout.dim) * 4;
 }
 
 // One table's allocations kept between steps (its rows as its residency holds them, the
@@ -484,7 +496,7 @@ Result<std::vector<TableStep>> plan_tables(const Workload& w, const StepShape& s
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(const TableStep s, table_step(w, t, sh.slice, est));
     max_dim = std::max(max_dim, t.dim);
-    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, sh.n, sh.by_row}, dense_table_gradient);
+    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, sh.n, sh.by_row, est}, dense_table_gradient);
     ts.push_back(s);
   }
   // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
