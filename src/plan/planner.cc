@@ -154,8 +154,7 @@ SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
 // dedup sort and the optimizer, launch and synchronization costs beyond the 20 us guess, and the
 // spread of sustained over nominal bandwidth between access patterns (rows gathered vs streamed).
 // Two estimates within 1% are not told apart by such a model, so the planner spends that margin
-// on memory: among them it takes the lowest device peak (the seed's example: 16 micro-batches,
-// +0.48%, instead of 2; docs/plan.md).
+// on memory: among them it takes the lowest device peak (docs/plan.md, "Planner").
 
 // What the search has found so far.
 struct Search {
