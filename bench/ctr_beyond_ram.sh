@@ -19,11 +19,10 @@ OUT=${1:-bench-beyond-ram} STEPS=${2:-2600} EVERY=${3:-800} KILL_AT=${4:-1300}
 L=${LEANEMB:-build/release/leanemb}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
-# train.disk_check=false: the planner's disk model knows neither the links (it predicts a sparse
-# base's copy per checkpoint) nor how few records die here (it assumes the log's 2x bound).
+# train.disk_check (on) needs the disk `leanemb plan` prints "at the run's peak" free: 64.5 GB for
+# the defaults (the stores' files and the checkpoints' places; docs/plan.md "The disk over the run").
 common=(--config examples/ctr_beyond_ram.toml --set "data.gen.train_rows=$((STEPS * 16384))" --set "data.dir=$OUT/data"
-        --set "train.checkpoint_every=$EVERY" --set "train.steps=$STEPS" --set train.disk_check=false
-        --set "embedding.store_dir=$OUT/store")
+        --set "train.checkpoint_every=$EVERY" --set "train.steps=$STEPS" --set "embedding.store_dir=$OUT/store")
 # EXTRA: more arguments (a smoke test: EXTRA='--set model.table_rows=[1000000,1000000,1000000,1000000]').
 if [[ -n ${EXTRA:-} ]]; then read -r -a extra <<< "$EXTRA"; common+=("${extra[@]}"); fi
 echo "== machine"; lscpu | grep -E "Model name|^CPU\(s\)|CPU family|^Model:"; free -g | head -2; df -h "$OUT" | tail -1; uptime
