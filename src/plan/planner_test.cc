@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace leanemb::plan {
 namespace {
 
+using testing_util::log_store_workload;
 using testing_util::seed_workload;
 
 // The seed's workload does not fit a 910A naively, and the chosen plan does.
@@ -227,20 +229,7 @@ TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
 // sparse base is those rows (plus row numbers): more than one interval's increment, less than a
 // full checkpoint; unknown steps leave the worst case.
 TEST(PlannerTest, TheRunsTouchedRowsSizeItsFilesAndSparseBase) {
-  Workload w = seed_workload();
-  for (TableSpec& t : w.tables) {  // 1e8 rows, 4 ids a sample: a step touches a fraction of them
-    t.num_rows = 100000000;
-    t.dim = 64;
-    t.pooling = PoolingMode::kSum;
-    t.max_ids_per_sample = 4;
-    t.mean_ids_per_sample = 4;
-    t.zipf = 0.9;
-  }
-  w.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
-  w.cache_fraction = 0.01;
-  w.file_store = true;
-  w.file_store_layout = FileStoreLayout::kLog;
-  w.track_changed_rows = true;
+  Workload w = log_store_workload(100000000, 0.01);  // 1e8 rows: a step touches a fraction of them
   const Prediction unknown = predict_memory(w, Estimate::kExpected).value();
   EXPECT_LT(unknown.run_rows_touched, 0);
   EXPECT_EQ(unknown.disk_bytes_run, unknown.disk_bytes);
@@ -288,18 +277,24 @@ TEST(RunDiskTest, CheckpointStepsAndTheOldestKept) {
 }
 
 // log_run_disk on numbers small enough to follow by hand: records of 500 bytes, segments of 100
-// records (50,000 bytes), so a log of L live rows holds at most ceil(2 L / 100) + 4 segments.
-TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
+// records (50,000 bytes), so a log of L live rows holds at most ceil(2 L / 100) + 4 segments;
+// linked.
+LogTableRun hand_log(double misses, double rehits, std::function<double(int64_t)> rows_written) {
   LogTableRun t;
   t.record_bytes = 500;
   t.segment_records = 100;
   t.segment_bytes = 50000;
-  t.misses_per_step = 10;
-  t.rehits_per_checkpoint = 5;
-  t.rows_written = [](int64_t step) { return 4.0 * static_cast<double>(step); };
+  t.misses_per_step = misses;
+  t.rehits_per_checkpoint = rehits;
+  t.rows_written = std::move(rows_written);
   t.linked = true;
+  return t;
+}
+
+TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
+  LogTableRun t = hand_log(10, 5, [](int64_t step) { return 4.0 * static_cast<double>(step); });
   // 100 steps, a full checkpoint every 40 (steps 40, 80, 100), keep 1: at the commit of k the one
-  // before stays. The last full_every + keep = 2 commits are evaluated (k = 2, 3).
+  // before stays. The peak is the largest sum over the commits.
   // Records W = max(rows, 10 x step) + (k - 1) x 5; files min(W x 500, bound):
   //   k 1, step 40:  rows 160, W = 400,         files 200,000 (bound (320 + 99) / 100 + 4 = 7 segments)
   //   k 2, step 80:  rows 320, W = 800 + 5,     files 402,500 (bound 11 segments)
@@ -329,14 +324,8 @@ TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
 }
 
 TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
-  LogTableRun t;
-  t.record_bytes = 500;
-  t.segment_records = 100;
-  t.segment_bytes = 50000;
-  t.misses_per_step = 50;  // 100 rows written again and again
-  t.rehits_per_checkpoint = 0;
-  t.rows_written = [](int64_t step) { return std::min(100.0, 100.0 * static_cast<double>(step)); };
-  t.linked = true;
+  // 100 rows written again and again, 50 a step.
+  const LogTableRun t = hand_log(50, 0, [](int64_t step) { return std::min(100.0, 100.0 * static_cast<double>(step)); });
   // 30 steps, a checkpoint every 10, keep 2, one incremental chain: all three stay.
   // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes.
   //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000
@@ -365,20 +354,8 @@ TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
 // a sparse base when the rows are linked, the sparse base when they are not, nothing known when
 // the run's length is not.
 TEST(RunDiskTest, LinkedRowsNeedTheStoresAndThePlacesNotASparseBase) {
-  Workload w = seed_workload();
-  for (TableSpec& t : w.tables) {
-    t.num_rows = 1000000;
-    t.dim = 64;
-    t.pooling = PoolingMode::kSum;
-    t.max_ids_per_sample = t.mean_ids_per_sample = 4;
-    t.zipf = 0.9;
-    t.vocab = 10000000;
-  }
-  w.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
-  w.cache_fraction = 0.02;
-  w.file_store = true;
-  w.file_store_layout = FileStoreLayout::kLog;
-  w.track_changed_rows = true;
+  Workload w = log_store_workload(1000000, 0.02);
+  for (TableSpec& t : w.tables) t.vocab = 10000000;
   w.link_store_rows = true;
   w.checkpoint_every = 50;
   w.keep_checkpoints = 2;
