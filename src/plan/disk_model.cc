@@ -16,7 +16,7 @@ namespace leanemb::plan {
 
 namespace {
 
-// The places a linked checkpoint holds per written row (dist/linked_tables.h: three varints, the
+// The places a linked checkpoint holds per written row (table/linked_tables.h: three varints, the
 // row's gap, its file and its offset: 5-7 bytes), as checkpoint_bytes counts them.
 constexpr double kPlaceBytes = 7.0;
 // Checkpoints whose places are summed one by one; with more, a kept range's places are bounded

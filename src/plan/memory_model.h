@@ -156,7 +156,7 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every);
 
 // Whether checkpoints keep table t of `w` by hard links of its store's files
 // (Workload::link_store_rows): a table cached over a log-layout file store of a one-process run,
-// not dynamic (dist/linked_tables.h).
+// not dynamic (table/linked_tables.h).
 bool links_rows(const Workload& w, const TableSpec& t);
 
 // The disk a run needs at its peak (RunDiskPrediction, docs/plan.md "The disk over the run"),
