@@ -433,6 +433,14 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   return out;
 }
 
+// The disk at the run's peak (RunDiskPrediction) as plan --json's as_configured.run_disk.
+static nlohmann::json run_disk_json(const RunDiskPrediction& d) {
+  return {{"peak_bytes", d.peak_bytes},         {"peak_step", d.peak_step},     {"kept_checkpoints", d.kept_checkpoints},
+          {"linked", d.linked},                 {"rows_written", d.rows_written}, {"records", d.records},
+          {"store_bytes", d.store_bytes},       {"pinned_bytes", d.pinned_bytes}, {"checkpoint_bytes", d.checkpoint_bytes},
+          {"copy_checkpoint_bytes", d.copy_checkpoint_bytes}};
+}
+
 nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
   using nlohmann::json;
   auto tier_json = [](const TierPrediction& t) {
@@ -472,14 +480,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                           {"disk_bytes", a.disk_bytes},
                           {"store_requests_per_step", a.store_requests_per_step},
                           {"disk_read_ms_per_step_min", a.disk_bytes ? disk_read_ms_per_step(a, ctx) : 0.0}};
-    if (const RunDiskPrediction& d = a.run_disk; d.known) {
-      j["as_configured"]["run_disk"] = {{"peak_bytes", d.peak_bytes}, {"peak_step", d.peak_step},
-                                        {"kept_checkpoints", d.kept_checkpoints}, {"linked", d.linked},
-                                        {"rows_written", d.rows_written}, {"records", d.records},
-                                        {"store_bytes", d.store_bytes}, {"pinned_bytes", d.pinned_bytes},
-                                        {"checkpoint_bytes", d.checkpoint_bytes},
-                                        {"copy_checkpoint_bytes", d.copy_checkpoint_bytes}};
-    }
+    if (a.run_disk.known) j["as_configured"]["run_disk"] = run_disk_json(a.run_disk);
   }
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},
