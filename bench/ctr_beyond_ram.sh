@@ -19,11 +19,10 @@ OUT=${1:-bench-beyond-ram} STEPS=${2:-2600} EVERY=${3:-800} KILL_AT=${4:-1300}
 L=${LEANEMB:-build/release/leanemb}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
-# train.disk_check=false: the planner's disk model knows neither the links (it predicts a sparse
-# base's copy per checkpoint) nor how few records die here (it assumes the log's 2x bound).
+# train.disk_check (on) needs the disk `leanemb plan` prints "at the run's peak" free: 64.5 GB for
+# the defaults (the stores' files and the checkpoints' places; docs/plan.md "The disk over the run").
 common=(--config examples/ctr_beyond_ram.toml --set "data.gen.train_rows=$((STEPS * 16384))" --set "data.dir=$OUT/data"
-        --set "train.checkpoint_every=$EVERY" --set "train.steps=$STEPS" --set train.disk_check=false
-        --set "embedding.store_dir=$OUT/store")
+        --set "train.checkpoint_every=$EVERY" --set "train.steps=$STEPS" --set "embedding.store_dir=$OUT/store")
 # EXTRA: more arguments (a smoke test: EXTRA='--set model.table_rows=[1000000,1000000,1000000,1000000]').
 if [[ -n ${EXTRA:-} ]]; then read -r -a extra <<< "$EXTRA"; common+=("${extra[@]}"); fi
 echo "== machine"; lscpu | grep -E "Model name|^CPU\(s\)|CPU family|^Model:"; free -g | head -2; df -h "$OUT" | tail -1; uptime
@@ -40,12 +39,7 @@ echo "== run a: killed with SIGKILL after step $KILL_AT, then --resume"
 pid=$!
 sleep 5
 tpid=$(pgrep -P $pid -f "leanemb train" || echo $pid)
-until [[ -f $OUT/a/metrics.jsonl ]] && $PY - "$OUT/a/metrics.jsonl" "$KILL_AT" <<'EOF'
-import json, sys
-steps = [json.loads(l).get("step", 0) for l in open(sys.argv[1]) if l.strip()]
-sys.exit(0 if steps and max(steps) >= int(sys.argv[2]) else 1)
-EOF
-do
+until [[ -f $OUT/a/metrics.jsonl ]] && $PY bench/run_metrics.py reached "$OUT/a/metrics.jsonl" "$KILL_AT"; do
   if ! kill -0 "$tpid" 2>/dev/null; then echo "run a ended before step $KILL_AT"; cat "$OUT/a.log"; exit 1; fi
   sleep 2
 done
@@ -97,20 +91,8 @@ for d in "$OUT"/b/checkpoints/step-*; do
   echo "$s: a $a, b $b $([[ $a == "$b" ]] && echo EQUAL || echo DIFFERENT)"
 done
 echo "== run b: cache and store per step (second half)"
-$PY - "$OUT/b/metrics.jsonl" "$STEPS" <<'EOF'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rc = [(l["step"], l["row_cache"]) for l in lines if "row_cache" in l and "samples_per_s" in l]
-half = int(sys.argv[2]) // 2
-a = min((x for x in rc if x[0] >= half), key=lambda x: x[0])
-b = max(rc, key=lambda x: x[0])
-n = b[0] - a[0]
-for k in ("misses", "evictions", "hits"):
-    print(f"{k} per step, steps {a[0]}-{b[0]}: {(b[1][k] - a[1][k]) / n:.0f}")
-print(f"fetch seconds per step {(b[1]['fetch_seconds'] - a[1]['fetch_seconds']) / n:.4f}, exposed {(b[1]['exposed_seconds'] - a[1]['exposed_seconds']) / n:.4f}")
-sps = [l["samples_per_s"] for l in lines if "samples_per_s" in l and l["step"] >= half]
-print(f"samples/s in the second half (log lines): median {sorted(sps)[len(sps) // 2]:.0f}")
-EOF
+# 520-byte fat rows (256 bf16 values and row-wise Adagrad's accumulator): the rows read back.
+$PY bench/run_metrics.py second-half "$OUT/b/metrics.jsonl" "$STEPS" 520
 echo "== test --run of run b's last checkpoint"
 eval_file=$(ls "$OUT"/data/eval* | head -1)
 /usr/bin/time -f "test --run: %e s wall, %M KB max RSS" "$L" test --run "$OUT/b/checkpoints/$(ls "$OUT/b/checkpoints" | tail -1)" --data "$eval_file" 2>&1 | tail -3

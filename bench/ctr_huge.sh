@@ -37,12 +37,7 @@ train() {  # train NAME [args...]: /usr/bin/time around leanemb train, its lines
 echo "== run a: killed with SIGKILL after step $KILL_AT, then --resume"
 "$L" train "${common[@]}" --set "embedding.store_dir=$OUT/store-a" --out "$OUT/a" --overwrite --quiet &
 pid=$!
-until [[ -f $OUT/a/metrics.jsonl ]] && $PY - "$OUT/a/metrics.jsonl" "$KILL_AT" <<'EOF'
-import json, sys
-steps = [json.loads(l).get("step", 0) for l in open(sys.argv[1]) if l.strip()]
-sys.exit(0 if steps and max(steps) >= int(sys.argv[2]) else 1)
-EOF
-do
+until [[ -f $OUT/a/metrics.jsonl ]] && $PY bench/run_metrics.py reached "$OUT/a/metrics.jsonl" "$KILL_AT"; do
   if ! kill -0 $pid 2>/dev/null; then echo "run a ended before step $KILL_AT"; exit 1; fi
   sleep 1
 done
@@ -65,23 +60,8 @@ for d in $(ls -d "$OUT"/b/checkpoints/step-* | tail -2); do
   echo "$s: a $a, b $("$L" ckpt digest --training "$d")"
 done
 echo "== store reads per step, second half of run b (row_cache misses) against the plan"
-$PY - "$OUT/b/metrics.jsonl" "$STEPS" <<'EOF'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rc = [(l["step"], l["row_cache"]) for l in lines if "row_cache" in l and "samples_per_s" in l]
-half = int(sys.argv[2]) // 2
-a = min((x for x in rc if x[0] >= half), key=lambda x: x[0])
-b = max(rc, key=lambda x: x[0])
-n = b[0] - a[0]
-for k in ("misses", "evictions", "hits"):
-    print(f"{k} per step, steps {a[0]}-{b[0]}: {(b[1][k] - a[1][k]) / n:.0f}")
 # 132-byte fat rows (64 bf16 values and row-wise Adagrad's accumulator): the rows read back.
-print(f"rows read from the stores per step, steps {a[0]}-{b[0]}: {(b[1]['fetched_bytes'] - a[1]['fetched_bytes']) / 132 / n:.0f}")
-print(f"hit rate: {(b[1]['hits'] - a[1]['hits']) / max(1, (b[1]['hits'] - a[1]['hits']) + (b[1]['misses'] - a[1]['misses'])):.3f}")
-print(f"fetch seconds per step {(b[1]['fetch_seconds'] - a[1]['fetch_seconds']) / n:.4f}, exposed {(b[1]['exposed_seconds'] - a[1]['exposed_seconds']) / n:.4f}")
-sps = [l["samples_per_s"] for l in lines if "samples_per_s" in l and l["step"] >= half]
-print(f"samples/s in the second half (log lines): median {sorted(sps)[len(sps) // 2]:.0f}")
-EOF
+$PY bench/run_metrics.py second-half "$OUT/b/metrics.jsonl" "$STEPS" 132
 echo "== test / predict / report of run a"
 eval_file=$(ls "$OUT"/data/eval* | head -1)
 /usr/bin/time -f "test --run: %e s wall, %M KB max RSS" "$L" test --run "$OUT/a/checkpoints/$(ls "$OUT/a/checkpoints" | tail -1)" --data "$eval_file" 2>&1 | tail -3

@@ -166,7 +166,7 @@ class EmbeddingCollection final : public EmbeddingTables {
   // holds its initial bytes. adopt_linked_rows makes a table that holds its initial rows (as
   // created) take such files as its rows, with no row copied. Errors: Unimplemented (not
   // linkable), FailedPrecondition (adopt: rows changed already, or another store layout: copy
-  // the rows instead), DataLoss (a file or place that does not fit), the store's.
+  // the rows instead; nothing changed, so the table still has its initial rows), DataLoss (a file or place that does not fit), the store's.
   // into_dir: the links must be able to go there too (one file system); empty: not checked.
   bool can_link_rows(int table, const std::string& into_dir = {}) const;
   Result<LinkedRows> link_rows(int table, const std::string& dir, const RowPlaceSink& sink);

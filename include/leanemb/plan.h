@@ -63,6 +63,35 @@ struct TierPrediction {
   size_t small_request_bytes = 0;  // bytes of requests <= 1 MiB at the peak (arena small pool)
 };
 
+// The disk a run of file-store tables needs at its peak (plan::predict_run_disk; docs/plan.md,
+// "The disk over the run"): at the commit of a checkpoint, before keep_checkpoints removes the
+// oldest, the stores' files plus the segment files only kept checkpoints still hold plus the
+// kept checkpoints' own bytes. Per device (shard); `leanemb train`'s train.disk_check needs it
+// free.
+struct RunDiskPrediction {
+  bool known = false;         // the run's steps and every file-store table's ids are known
+  bool linked = false;        // checkpoints keep the stores' rows by hard links (train.link_store_rows)
+  int64_t peak_step = 0;      // the step of the checkpoint at whose commit the disk peaks (the run's end without checkpoints)
+  int kept_checkpoints = 0;   // checkpoints on disk then (the chains a kept one needs included)
+  double rows_written = 0;    // rows in the stores then (the rows touched so far)
+  double records = 0;         // records the logs appended by then (rows written again when evicted or checkpointed)
+  // The stores' files then: a log holds every record appended (live or not) until its bound
+  // (ceil(2 x live / records per segment) + 4 segments) makes it compact; in place, the blocks
+  // the rows touched fall in; mapped, the whole table.
+  double store_bytes = 0;
+  // Linked: segment files compaction freed since the oldest kept checkpoint that kept checkpoints
+  // still link (at most what compaction freed in that time; 0 while the logs never compact).
+  double pinned_bytes = 0;
+  // The kept checkpoints' own bytes: a linked table's places (7 bytes a written row in each kept
+  // checkpoint), plus, for the tables whose rows are copied, the largest sparse base (incremental)
+  // or a full checkpoint.
+  double checkpoint_bytes = 0;
+  double peak_bytes = 0;      // store_bytes + pinned_bytes + checkpoint_bytes
+  // What the checkpoints need when the rows cannot be linked after all (the store on another file
+  // system than the checkpoints): the largest sparse base (incremental) or a full checkpoint.
+  double copy_checkpoint_bytes = 0;
+};
+
 struct Prediction {
   std::array<TierPrediction, 2> tier;  // device, host
   const TierPrediction& device() const { return tier[0]; }
@@ -102,6 +131,9 @@ struct Prediction {
   // "Chains": the rows changed since the initial rows, with their row numbers), every table; -1
   // when the run's steps or a table's ids are unknown.
   double sparse_base_bytes = -1;
+  // The disk at the run's peak: filled by plan::predict_run_disk (`leanemb plan`, `leanemb
+  // train`'s disk check), not by the predict functions.
+  RunDiskPrediction run_disk;
 };
 
 // The tables of an embedding-only workload and their row format (one format for every table).

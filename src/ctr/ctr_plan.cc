@@ -37,6 +37,9 @@ Result<Workload> ctr_workload(const CtrConfig& c) {
   w.num_threads = c.threads;
   w.track_changed_rows = c.incremental_checkpoints;
   w.link_store_rows = c.link_store_rows;
+  w.checkpoint_every = c.checkpoint_every;
+  w.keep_checkpoints = c.keep_checkpoints;
+  w.full_checkpoint_every = c.full_checkpoint_every;
   // The run's steps: train.steps, else the epochs over the generated rows (unknown for other data).
   if (c.steps > 0) {
     w.run_steps = c.steps;

@@ -414,7 +414,9 @@ Result<json> run_ctr_training(const train::RunOptions& ro, const CtrConfig& conf
       std::filesystem::create_directories(c.store_dir, ec);
       workload.file_block_bytes = tiered::file_store_block_bytes(c.store_dir);
     }
-    return plan::predict_memory(workload);
+    LEANEMB_ASSIGN_OR_RETURN(plan::Prediction p, plan::predict_memory(workload));
+    LEANEMB_RETURN_IF_ERROR(plan::predict_run_disk(workload, &p));  // the disk over the run (train.disk_check)
+    return p;
   };
   const int world = ro.comm ? ro.comm->size() : 1;
   const int grad_groups = c.grad_groups == 0 ? world : c.grad_groups;

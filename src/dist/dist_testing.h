@@ -93,6 +93,30 @@ inline void train_random_bags(EmbeddingCollection& c, const CollectionOptions& o
   }
 }
 
+// The checkpoint tests' collection: table a (`a_rows` rows of 8 bf16 values) and table b (300
+// rows of 4 fp32), both with Adagrad (learning rate 0.05), features fa (sum) over a and fb
+// (mean) over b, one thread, `seed`. A non-empty `store_dir`: table a cached in `cache_rows`
+// slots over a log-layout file store <store_dir>/a.rows, so that rows are
+// evicted to the store between checkpoints; else both tables resident.
+inline CollectionOptions two_table_options(int64_t a_rows, uint64_t seed, const std::string& store_dir, int64_t cache_rows) {
+  CollectionOptions o;
+  OptimizerOptions opt;
+  opt.kind = OptimizerKind::kAdagrad;
+  opt.learning_rate = 0.05f;
+  o.tables = {TableOptions{"a", a_rows, 8, DType::kBF16, opt, {}, false, {}, {}, {}, {}},
+              TableOptions{"b", 300, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
+  if (!store_dir.empty()) {
+    o.tables[0].cache.capacity_rows = cache_rows;
+    o.tables[0].cache.store = StoreKind::kFile;
+    o.tables[0].cache.store_layout = FileStoreLayout::kLog;
+    o.tables[0].cache.store_path = store_dir + "/a.rows";
+  }
+  o.features = {FeatureOptions{"fa", 0, PoolingMode::kSum}, FeatureOptions{"fb", 1, PoolingMode::kMean}};
+  o.seed = seed;
+  o.num_threads = 1;
+  return o;
+}
+
 // A Status that carries a test's mismatch out of a rank's thread.
 inline Status mismatch(const std::string& what) { return internal_error("test mismatch: " + what); }
 

@@ -27,25 +27,9 @@ using table_ckpt::encode_delta_rows;
 
 constexpr int64_t kBags = 8;
 
-// Two tables (1000 and 300 rows; Adagrad state), two features; `file_dir` non-empty: table a is
-// cached (64 slots) over a file store there.
-CollectionOptions options(const std::string& file_dir = "") {
-  CollectionOptions o;
-  OptimizerOptions opt;
-  opt.kind = OptimizerKind::kAdagrad;
-  opt.learning_rate = 0.05f;
-  o.tables = {TableOptions{"a", 1000, 8, DType::kBF16, opt, {}, false, {}, {}, {}, {}},
-              TableOptions{"b", 300, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
-  if (!file_dir.empty()) {
-    o.tables[0].cache.capacity_rows = 64;
-    o.tables[0].cache.store = StoreKind::kFile;
-    o.tables[0].cache.store_path = file_dir + "/a.rows";
-  }
-  o.features = {FeatureOptions{"fa", 0, PoolingMode::kSum}, FeatureOptions{"fb", 1, PoolingMode::kMean}};
-  o.seed = 5;
-  o.num_threads = 1;
-  return o;
-}
+// Table a (1000 rows) and b (dist_testing.h); `file_dir` non-empty: table a is cached (64 slots)
+// over a file store there.
+CollectionOptions options(const std::string& file_dir = "") { return test_util::two_table_options(1000, 5, file_dir, 64); }
 
 void train(EmbeddingCollection& c, const CollectionOptions& o, int s0, int s1) {
   test_util::train_random_bags(c, o, s0, s1, kBags, 77, 500);

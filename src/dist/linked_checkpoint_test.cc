@@ -35,27 +35,9 @@ class SmallPlaceBlobs : public testing::Environment {
 };
 const testing::Environment* const kSmallBlobs = testing::AddGlobalTestEnvironment(new SmallPlaceBlobs);
 
-// Table a (2000 rows, bf16, Adagrad) cached in 48 slots over a log store in `store_dir` (so
-// that rows are evicted to the store between checkpoints); table b resident. Empty store_dir:
-// both resident.
-CollectionOptions options(const std::string& store_dir) {
-  CollectionOptions o;
-  OptimizerOptions opt;
-  opt.kind = OptimizerKind::kAdagrad;
-  opt.learning_rate = 0.05f;
-  o.tables = {TableOptions{"a", 2000, 8, DType::kBF16, opt, {}, false, {}, {}, {}, {}},
-              TableOptions{"b", 300, 4, DType::kF32, opt, {}, false, {}, {}, {}, {}}};
-  if (!store_dir.empty()) {
-    o.tables[0].cache.capacity_rows = 48;
-    o.tables[0].cache.store = StoreKind::kFile;
-    o.tables[0].cache.store_layout = FileStoreLayout::kLog;
-    o.tables[0].cache.store_path = store_dir + "/a.rows";
-  }
-  o.features = {FeatureOptions{"fa", 0, PoolingMode::kSum}, FeatureOptions{"fb", 1, PoolingMode::kMean}};
-  o.seed = 9;
-  o.num_threads = 1;
-  return o;
-}
+// Table a (2000 rows) cached in 48 slots over a log store in `store_dir`, table b resident
+// (dist_testing.h); empty store_dir: both resident.
+CollectionOptions options(const std::string& store_dir) { return test_util::two_table_options(2000, 9, store_dir, 48); }
 
 void train(EmbeddingCollection& c, const CollectionOptions& o, int s0, int s1) {
   test_util::train_random_bags(c, o, s0, s1, kBags, 31, 900);

@@ -34,8 +34,7 @@ Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every) {
     // Linked (Workload::link_store_rows): every checkpoint holds the places of the rows written
     // so far (table/linked_tables.h: a varint gap, file and offset each, 7 bytes at most here), and
     // no row: the store's files are linked.
-    const bool linked = w.link_store_rows && w.file_store && w.file_store_layout == FileStoreLayout::kLog &&
-                        tiered::cache_applies(t.num_rows, w.cache_fraction, w.cache_min_rows);
+    const bool linked = links_rows(w, t);
     const double stride = linked ? 7.0 : static_cast<double>(l.stride_bytes);
     b.full += static_cast<uint64_t>(static_cast<double>(t.num_rows) * stride);
     // The bytes of the distinct rows `steps` steps change: each fat row and its row number, a
@@ -90,7 +89,11 @@ double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows) {
 }
 
 double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capacity) {
-  if (n <= 0 || vocab <= 0 || capacity >= vocab) return 0.0;
+  return lru_steady_state(n, vocab, zipf, capacity).misses_per_step;
+}
+
+LruSteadyState lru_steady_state(int64_t n, int64_t vocab, double zipf, int64_t capacity) {
+  if (n <= 0 || vocab <= 0 || capacity >= vocab) return {};
   struct Bucket {
     double cnt, log_miss;  // ranks in the bucket, log(1 - q) of each
   };
@@ -120,7 +123,7 @@ double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capaci
   const double t = 0.5 * (lo + hi);
   double misses = 0.0;
   for (const Bucket& b : buckets) misses += b.cnt * -std::expm1(b.log_miss) * std::exp(t * b.log_miss);
-  return misses;
+  return {misses, t};
 }
 
 }  // namespace leanemb::plan

@@ -31,6 +31,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,13 @@ struct Workload {
   // files (train.link_store_rows): such a table's part of a checkpoint is where its written rows
   // are (about 7 bytes per row), not the rows.
   bool link_store_rows = false;
+  // The checkpoints (docs/train.md [train]): every checkpoint_every steps and at the end (0: only
+  // at the end; -1: none), the last keep_checkpoints kept (0: all) with the chains they extend,
+  // a chain (track_changed_rows: incremental) at most full_checkpoint_every long. They size the
+  // disk over the run (predict_run_disk).
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  int full_checkpoint_every = 8;
   // The run's optimizer steps (0: unknown): with each table's vocabulary and skew, the rows the
   // whole run touches (Prediction::run_rows_touched, disk_bytes_run, sparse_base_bytes).
   int64_t run_steps = 0;
@@ -146,6 +154,57 @@ struct CheckpointBytes {
 };
 Result<CheckpointBytes> checkpoint_bytes(const Workload& w, int64_t every);
 
+// Whether checkpoints keep table t of `w` by hard links of its store's files
+// (Workload::link_store_rows): a table cached over a log-layout file store of a one-process run,
+// not dynamic (table/linked_tables.h).
+bool links_rows(const Workload& w, const TableSpec& t);
+
+// The disk a run needs at its peak (RunDiskPrediction, docs/plan.md "The disk over the run"),
+// into p->run_disk; p is predict_memory(w)'s (its disk_bytes_run, sparse_base_bytes and
+// table_bytes are used). Not known (run_disk.known false) when the run's steps or a file-store
+// table's ids are unknown, or there is no file store. Errors: checkpoint_bytes's.
+Status predict_run_disk(const Workload& w, Prediction* p);
+
+// The disk model of log-store tables over a run (predict_run_disk's core, on plain numbers).
+// One table: its records' bytes on disk (a block's bytes over the records it packs), segment
+// size, the misses per step in the cache's steady state (each missed row is written to the log
+// once, when evicted or when a checkpoint finds it cached), the rows a checkpoint writes that the
+// cache then updates again before evicting them (written once more), the rows written by a step
+// (its touched rows), and whether checkpoints link its files.
+struct LogTableRun {
+  double record_bytes = 0;
+  uint64_t segment_bytes = 0, segment_records = 0;
+  double misses_per_step = 0;
+  double rehits_per_checkpoint = 0;
+  std::function<double(int64_t step)> rows_written;
+  bool linked = false;
+};
+// The run's checkpoints, as Workload has them (incremental: chains of at most full_every).
+struct CheckpointSchedule {
+  int64_t run_steps = 0;
+  int64_t every = 0;  // 0: only at the end; < 0: none
+  int keep = 3;       // 0: all
+  bool incremental = false;
+  int full_every = 8;
+};
+// The checkpoints the run writes: every `every` steps, and at the last step when not one of them;
+// checkpoint_step(c, k): the step of the k-th (1-based).
+int64_t checkpoint_count(const CheckpointSchedule& c);
+int64_t checkpoint_step(const CheckpointSchedule& c, int64_t k);
+// The 1-based index of the oldest checkpoint on disk at the commit of checkpoint k (before
+// keep_last removes any): the root of the chain of the keep-th newest before it.
+int64_t oldest_kept_checkpoint(const CheckpointSchedule& c, int64_t k);
+// At the commit of the last checkpoints (the last 9, and the last at which the keep-th newest
+// before it ends a chain, so that the whole chain is kept: the kept sets that can be the
+// largest; everything else only grows with the step): per table, the rows
+// written W = max(rows_written(t), misses x t) + (k - 1) x rehits, the log's files min(W x
+// record_bytes, its bound for rows_written(t) live rows), pinned (linked) at most what
+// compaction freed since the oldest kept checkpoint c0: 2 x (files(c0) + (W - W(c0)) x
+// record_bytes - files) (each pass re-appends at most half of what it frees), and at most the
+// files the older kept checkpoints link (their files when each was written), and the kept
+// checkpoints' places (linked, 7 bytes a row each). Returns the largest sum (known = true).
+RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const CheckpointSchedule& c);
+
 // Expected distinct rows when `n` ids are drawn from a Zipf(zipf) law over `vocab` ranks (zipf 0:
 // uniform) and hashed into `num_rows` rows: sum over ranks of 1 - (1 - p_r)^n, capped at num_rows.
 double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows);
@@ -164,5 +223,14 @@ double zipf_head_mass(int64_t vocab, double zipf, int64_t cached_rows);
 // sum_i 1 - (1 - q_i)^T = capacity; a request misses when the row's previous one was more than
 // T steps before, so misses per step = sum_i q_i (1 - q_i)^T. 0 when capacity >= vocab.
 double lru_misses_per_step(int64_t n, int64_t vocab, double zipf, int64_t capacity);
+// The same model's steady state: the misses per step and T, the steps a row stays cached after
+// its last request. Of the `capacity` cached rows at any time, capacity - T x misses are requested
+// again before they leave (sum over ranks of 1 - (1 - q)^T - T q (1 - q)^T): the rows a
+// checkpoint writes to the store and the cache dirties again.
+struct LruSteadyState {
+  double misses_per_step = 0;
+  double cached_steps = 0;  // T
+};
+LruSteadyState lru_steady_state(int64_t n, int64_t vocab, double zipf, int64_t capacity);
 
 }  // namespace leanemb::plan

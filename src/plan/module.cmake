@@ -4,6 +4,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/memory_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/tables_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/access_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/disk_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/planner.cc
   ${CMAKE_CURRENT_LIST_DIR}/parity.cc
   ${CMAKE_CURRENT_LIST_DIR}/report.cc

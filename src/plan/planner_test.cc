@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "plan/plan_testing.h"
 
@@ -15,6 +17,7 @@
 namespace leanemb::plan {
 namespace {
 
+using testing_util::log_store_workload;
 using testing_util::seed_workload;
 
 // The seed's workload does not fit a 910A naively, and the chosen plan does.
@@ -227,20 +230,7 @@ TEST(PlannerTest, CheckpointBytesAndTheChangedRowsBitmap) {
 // sparse base is those rows (plus row numbers): more than one interval's increment, less than a
 // full checkpoint; unknown steps leave the worst case.
 TEST(PlannerTest, TheRunsTouchedRowsSizeItsFilesAndSparseBase) {
-  Workload w = seed_workload();
-  for (TableSpec& t : w.tables) {  // 1e8 rows, 4 ids a sample: a step touches a fraction of them
-    t.num_rows = 100000000;
-    t.dim = 64;
-    t.pooling = PoolingMode::kSum;
-    t.max_ids_per_sample = 4;
-    t.mean_ids_per_sample = 4;
-    t.zipf = 0.9;
-  }
-  w.row_optimizer.kind = OptimizerKind::kRowwiseAdagrad;
-  w.cache_fraction = 0.01;
-  w.file_store = true;
-  w.file_store_layout = FileStoreLayout::kLog;
-  w.track_changed_rows = true;
+  Workload w = log_store_workload(100000000, 0.01);  // 1e8 rows: a step touches a fraction of them
   const Prediction unknown = predict_memory(w, Estimate::kExpected).value();
   EXPECT_LT(unknown.run_rows_touched, 0);
   EXPECT_EQ(unknown.disk_bytes_run, unknown.disk_bytes);
@@ -263,6 +253,140 @@ TEST(PlannerTest, TheRunsTouchedRowsSizeItsFilesAndSparseBase) {
   EXPECT_NEAR(p.sparse_base_bytes, cb.sparse_base, 1e-6 * cb.sparse_base);
   EXPECT_GT(cb.sparse_base, cb.incremental);
   EXPECT_LT(cb.sparse_base, static_cast<double>(cb.full));
+}
+
+// The checkpoints a run writes and keeps (CheckpointSchedule): every `every` steps and at the end;
+// at the commit of checkpoint k the keep newest before it stay with the chains they extend.
+TEST(RunDiskTest, CheckpointStepsAndTheOldestKept) {
+  CheckpointSchedule c{2600, 800, 2, true, 8};  // examples/ctr_beyond_ram.toml as benchmarked
+  ASSERT_EQ(checkpoint_count(c), 4);
+  for (int64_t k = 1; k <= 4; ++k) EXPECT_EQ(checkpoint_step(c, k), (std::vector<int64_t>{800, 1600, 2400, 2600})[static_cast<size_t>(k - 1)]);
+  // One chain (full_every 8): its root, checkpoint 1, stays while any of its links is kept.
+  for (int64_t k = 1; k <= 4; ++k) EXPECT_EQ(oldest_kept_checkpoint(c, k), 1) << k;
+  c.incremental = false;  // every checkpoint full: the keep newest before k, k - 2
+  EXPECT_EQ(oldest_kept_checkpoint(c, 4), 2);
+  EXPECT_EQ(oldest_kept_checkpoint(c, 2), 1);
+  c = {100, 10, 1, true, 2};  // chains 1-2, 3-4, ...: at k = 3 checkpoint 2 (root 1) is kept, at 4 checkpoint 3
+  EXPECT_EQ(oldest_kept_checkpoint(c, 3), 1);
+  EXPECT_EQ(oldest_kept_checkpoint(c, 4), 3);
+  c.keep = 0;  // all kept
+  EXPECT_EQ(oldest_kept_checkpoint(c, 9), 1);
+  EXPECT_EQ(checkpoint_count({30, 0, 3, false, 8}), 1);  // only at the end
+  EXPECT_EQ(checkpoint_step({30, 0, 3, false, 8}, 1), 30);
+  EXPECT_EQ(checkpoint_count({30, -1, 3, false, 8}), 0);  // none
+  EXPECT_EQ(checkpoint_count({int64_t{1} << 40, 1, 0, true, 8}), int64_t{1} << 40);  // counted, not listed
+}
+
+// log_run_disk on numbers small enough to follow by hand: records of 500 bytes, segments of 100
+// records (50,000 bytes), so a log of L live rows holds at most ceil(2 L / 100) + 4 segments;
+// linked.
+LogTableRun hand_log(double misses, double rehits, std::function<double(int64_t)> rows_written) {
+  LogTableRun t;
+  t.record_bytes = 500;
+  t.segment_records = 100;
+  t.segment_bytes = 50000;
+  t.misses_per_step = misses;
+  t.rehits_per_checkpoint = rehits;
+  t.rows_written = std::move(rows_written);
+  t.linked = true;
+  return t;
+}
+
+TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
+  LogTableRun t = hand_log(10, 5, [](int64_t step) { return 4.0 * static_cast<double>(step); });
+  // 100 steps, a full checkpoint every 40 (steps 40, 80, 100), keep 1: at the commit of k the one
+  // before stays. The peak is the largest sum over the commits.
+  // Records W = max(rows, 10 x step) + (k - 1) x 5; files min(W x 500, bound):
+  //   k 1, step 40:  rows 160, W = 400,         files 200,000 (bound (320 + 99) / 100 + 4 = 7 segments)
+  //   k 2, step 80:  rows 320, W = 800 + 5,     files 402,500 (bound 11 segments)
+  //   k 3, step 100: rows 400, W = 1000 + 10,   files 505,000 (bound 12 segments: 600,000)
+  // No compaction: files(k) = files(k-1) + new records x 500, so nothing is freed, nothing pinned.
+  // Places, 7 bytes a row in each kept checkpoint: k 3 keeps 2 and 3: 7 x (320 + 400) = 5,040.
+  const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
+  EXPECT_TRUE(d.known);
+  EXPECT_TRUE(d.linked);
+  EXPECT_EQ(d.peak_step, 100);
+  EXPECT_EQ(d.kept_checkpoints, 2);
+  EXPECT_DOUBLE_EQ(d.rows_written, 400);
+  EXPECT_DOUBLE_EQ(d.records, 1010);
+  EXPECT_DOUBLE_EQ(d.store_bytes, 505000);
+  EXPECT_DOUBLE_EQ(d.pinned_bytes, 0);
+  EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 5040);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 510040);
+  // Not linked: the same files, no places (the copies are predict_run_disk's part).
+  t.linked = false;
+  const RunDiskPrediction copied = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
+  EXPECT_FALSE(copied.linked);
+  EXPECT_DOUBLE_EQ(copied.peak_bytes, 505000);
+  // No checkpoint: the files at the end, W = max(400, 1000).
+  const RunDiskPrediction none = log_run_disk({t}, CheckpointSchedule{100, -1, 1, false, 8});
+  EXPECT_EQ(none.kept_checkpoints, 0);
+  EXPECT_DOUBLE_EQ(none.store_bytes, 500000);
+}
+
+TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
+  // 100 rows written again and again, 50 a step.
+  const LogTableRun t = hand_log(50, 0, [](int64_t step) { return std::min(100.0, 100.0 * static_cast<double>(step)); });
+  // 30 steps, a checkpoint every 10, keep 2, one incremental chain: all three stay.
+  // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes.
+  //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000
+  //   k 2, step 20: W = 1000, files 300,000 (compacting)
+  //   k 3, step 30: W = 1500, files 300,000
+  // Freed since checkpoint 1 at k 3: 2 x (250,000 + 1000 x 500 - 300,000) = 900,000, but the older
+  // kept checkpoints link at most their files then: 250,000 + 300,000 = 550,000 pinned.
+  // Places: 7 x 3 x 100 = 2,100. Peak at k 3: 300,000 + 550,000 + 2,100 = 852,100.
+  const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{30, 10, 2, true, 8});
+  EXPECT_EQ(d.peak_step, 30);
+  EXPECT_EQ(d.kept_checkpoints, 3);
+  EXPECT_DOUBLE_EQ(d.store_bytes, 300000);
+  EXPECT_DOUBLE_EQ(d.pinned_bytes, 550000);
+  EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 2100);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 852100);
+  // Full checkpoints keeping 1: at k 3 checkpoint 2 stays: min(2 x (300,000 + 500 x 500 -
+  // 300,000), 300,000) = 300,000 pinned, places 7 x 200: 601,400.
+  const RunDiskPrediction full = log_run_disk({t}, CheckpointSchedule{30, 10, 1, false, 8});
+  EXPECT_EQ(full.kept_checkpoints, 2);
+  EXPECT_DOUBLE_EQ(full.pinned_bytes, 300000);
+  EXPECT_DOUBLE_EQ(full.peak_bytes, 601400);
+}
+
+// predict_run_disk on a workload of log-store tables: the stores' files over the run within the
+// log's bound for the rows touched (disk_bytes_run), the places of each kept checkpoint instead of
+// a sparse base when the rows are linked, the sparse base when they are not, nothing known when
+// the run's length is not.
+TEST(RunDiskTest, LinkedRowsNeedTheStoresAndThePlacesNotASparseBase) {
+  Workload w = log_store_workload(1000000, 0.02);
+  for (TableSpec& t : w.tables) t.vocab = 10000000;
+  w.link_store_rows = true;
+  w.checkpoint_every = 50;
+  w.keep_checkpoints = 2;
+  Prediction p = predict_memory(w, Estimate::kExpected).value();
+  ASSERT_TRUE(predict_run_disk(w, &p).ok());
+  EXPECT_FALSE(p.run_disk.known);  // the run's steps unknown
+  w.run_steps = 200;
+  p = predict_memory(w, Estimate::kExpected).value();
+  ASSERT_TRUE(predict_run_disk(w, &p).ok());
+  const RunDiskPrediction& d = p.run_disk;
+  ASSERT_TRUE(d.known);
+  EXPECT_TRUE(d.linked);
+  EXPECT_EQ(d.peak_step, 200);
+  EXPECT_EQ(d.kept_checkpoints, 4);  // one chain: 50, 100, 150, 200
+  EXPECT_NEAR(d.rows_written, p.run_rows_touched, 1e-9 * p.run_rows_touched);
+  EXPECT_GE(d.records, d.rows_written);
+  EXPECT_GT(d.store_bytes, 0);
+  EXPECT_LE(d.store_bytes, static_cast<double>(p.disk_bytes_run));  // within the log's bound
+  EXPECT_GT(d.checkpoint_bytes, 7.0 * d.rows_written);   // four checkpoints' places
+  EXPECT_LT(d.checkpoint_bytes, 4 * 7.0 * d.rows_written);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, d.store_bytes + d.pinned_bytes + d.checkpoint_bytes);
+  w.link_store_rows = false;  // copies: the largest sparse base, nothing pinned
+  Prediction c = predict_memory(w, Estimate::kExpected).value();
+  ASSERT_TRUE(predict_run_disk(w, &c).ok());
+  EXPECT_FALSE(c.run_disk.linked);
+  EXPECT_DOUBLE_EQ(c.run_disk.store_bytes, d.store_bytes);
+  EXPECT_DOUBLE_EQ(c.run_disk.pinned_bytes, 0);
+  EXPECT_NEAR(c.run_disk.checkpoint_bytes, c.sparse_base_bytes, 1e-6 * c.sparse_base_bytes);
+  EXPECT_NEAR(d.copy_checkpoint_bytes, c.sparse_base_bytes, 1e-6 * c.sparse_base_bytes);
+  EXPECT_LT(d.checkpoint_bytes, c.sparse_base_bytes / 4);  // places, not rows
 }
 
 // With the disk's random-read rate (plan --disk-iops / --probe-disk), a file-store workload's

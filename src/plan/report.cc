@@ -192,6 +192,22 @@ static double disk_read_ms_per_step(const Prediction& p, const ReportContext& ct
   return ctx.disk_read_iops > 0 ? p.store_rows_read_per_step / ctx.disk_read_iops * 1e3 : 0.0;
 }
 
+// The disk at the run's peak (predict_run_disk), one line; empty when unknown.
+static std::string run_disk_text(const char* which, const RunDiskPrediction& d) {
+  if (!d.known) return "";
+  auto size = [](double b) { return both(static_cast<size_t>(std::max(0.0, b))); };
+  char buf[900];
+  std::snprintf(buf, sizeof buf,
+                "disk (%s) at the run's peak: %s at %s step %lld (%d checkpoint%s kept): store files %s (%.4g rows written, "
+                "%.4g records appended), segment files only kept checkpoints hold %s, checkpoints %s%s; train.disk_check "
+                "needs it free\n",
+                which, size(d.peak_bytes).c_str(), d.kept_checkpoints > 0 ? "the checkpoint of" : "the end,",
+                static_cast<long long>(d.peak_step), d.kept_checkpoints, d.kept_checkpoints == 1 ? "" : "s", size(d.store_bytes).c_str(),
+                d.rows_written, d.records, size(d.pinned_bytes).c_str(), size(d.checkpoint_bytes).c_str(),
+                d.linked ? " (the rows linked, not copied)" : "");
+  return buf;
+}
+
 // The row store's traffic of a workload with cached tables (docs/plan.md, "The store's traffic
 // and the disk"), one line; empty without a cache.
 static std::string store_traffic_text(const char* which, const Workload& w, const Prediction& p,
@@ -217,6 +233,7 @@ static std::string store_traffic_text(const char* which, const Workload& w, cons
                     p.run_rows_touched, both(p.disk_bytes_run).c_str());
       out += buf;
     }
+    out += run_disk_text(which, p.run_disk);
     if (ctx.disk_read_iops > 0) {
       const double ms = disk_read_ms_per_step(p, ctx);
       std::snprintf(buf, sizeof buf,
@@ -299,7 +316,8 @@ static std::string summary_text(const Workload& base, const PlanResult& r, const
                 r.chosen.prediction.device().peak_phase.c_str(), r.num_fitting, r.num_candidates);
   out += buf;
   // The config's own settings, as `leanemb train` would run them (its planned-vs-measured table).
-  const Result<Prediction> as_is = predict_memory(base, Estimate::kExpected);
+  Result<Prediction> as_is = predict_memory(base, Estimate::kExpected);
+  if (as_is.ok()) (void)predict_run_disk(base, &as_is.value());  // unknown when it fails
   if (as_is.ok()) {
     std::snprintf(buf, sizeof buf, "as configured (no changes): device peak %s (a budget of %s runs it), host peak %s\n",
                   both(as_is.value().device().peak_bytes).c_str(), both(as_is.value().device().budget_bytes).c_str(),
@@ -415,6 +433,14 @@ std::string plan_report_text(const Workload& base, const PlannerOptions& o, cons
   return out;
 }
 
+// The disk at the run's peak (RunDiskPrediction) as plan --json's as_configured.run_disk.
+static nlohmann::json run_disk_json(const RunDiskPrediction& d) {
+  return {{"peak_bytes", d.peak_bytes},         {"peak_step", d.peak_step},     {"kept_checkpoints", d.kept_checkpoints},
+          {"linked", d.linked},                 {"rows_written", d.rows_written}, {"records", d.records},
+          {"store_bytes", d.store_bytes},       {"pinned_bytes", d.pinned_bytes}, {"checkpoint_bytes", d.checkpoint_bytes},
+          {"copy_checkpoint_bytes", d.copy_checkpoint_bytes}};
+}
+
 nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, const PlanResult& r, const ReportContext& ctx) {
   using nlohmann::json;
   auto tier_json = [](const TierPrediction& t) {
@@ -444,7 +470,8 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                         {"full_bytes", cb->full}, {"incremental_bytes_per_interval", cb->incremental}};
   }
   if (auto as_is = predict_memory(base, Estimate::kExpected); as_is.ok()) {
-    const Prediction& a = as_is.value();
+    Prediction& a = as_is.value();
+    (void)predict_run_disk(base, &a);  // unknown when it fails
     j["as_configured"] = {{"device", tier_json(a.device())}, {"host", tier_json(a.host())},
                           {"store_misses_per_step", a.store_misses_per_step},
                           {"store_first_touches_per_step", a.store_first_touches_per_step},
@@ -453,6 +480,7 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
                           {"disk_bytes", a.disk_bytes},
                           {"store_requests_per_step", a.store_requests_per_step},
                           {"disk_read_ms_per_step_min", a.disk_bytes ? disk_read_ms_per_step(a, ctx) : 0.0}};
+    if (a.run_disk.known) j["as_configured"]["run_disk"] = run_disk_json(a.run_disk);
   }
   j["plan"] = {{"settings", describe_settings(w)},
                {"row_dtype", std::string(dtype_name(w.row_dtype))},

@@ -407,8 +407,12 @@ Status EmbeddingCollection::adopt_linked_rows(int table, const std::string& dir,
   if (!can_link_rows(table)) return unimplemented("adopt_linked_rows: table " + std::to_string(table) + " takes no linked files");
   TableState& ts = impl_->tables[static_cast<size_t>(table)];
   if (!ts.initial_rows) return failed_precondition("adopt_linked_rows: table " + std::to_string(table) + " has changed rows");
-  ts.initial_rows = false;  // from here on (even after an error) its rows are not the initial ones
-  return ts.residency->adopt_links(dir, linked, source);
+  const Status st = ts.residency->adopt_links(dir, linked, source);
+  // A refusal (FailedPrecondition: the cache or store holds rows, another layout) comes before
+  // anything changed, so the rows are still the initial ones and a copy needs no reset; after
+  // success or any other error (a bad place half way) they are not.
+  if (st.ok() || st.code() != StatusCode::kFailedPrecondition) ts.initial_rows = false;
+  return st;
 }
 
 }  // namespace leanemb

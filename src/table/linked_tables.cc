@@ -100,10 +100,6 @@ int64_t set_places_per_blob_for_testing(int64_t n) {
   return old;
 }
 
-bool links_table(const EmbeddingCollection& emb, int t, const std::string& out_dir) {
-  return emb.can_link_rows(t, out_dir);
-}
-
 Result<int64_t> write_linked_table(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int t, uint64_t seed) {
   const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
   const std::string rel = "links/" + std::to_string(t);

@@ -40,10 +40,6 @@ inline constexpr int64_t kPlacesPerBlob = int64_t{1} << 20;
 // it ("places_per_blob"), so readers take any. Returns the previous value.
 int64_t set_places_per_blob_for_testing(int64_t n);
 
-// Whether the next checkpoint may link table t of `emb` into a checkpoint under `out_dir`: it
-// can (EmbeddingCollection::can_link_rows) and its store is on out_dir's file system.
-bool links_table(const EmbeddingCollection& emb, int t, const std::string& out_dir);
-
 // Links table t into the checkpoint `w` writes (files under <staging>/links/<t>/, then the
 // blobs above). Returns the rows with a place. Errors: the store's, the writer's.
 Result<int64_t> write_linked_table(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int t, uint64_t seed);

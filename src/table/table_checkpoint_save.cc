@@ -205,7 +205,7 @@ Result<TablesSaveInfo> EmbeddingCollection::save(const std::string& out_dir, int
   if (inc.enabled && (inc.full_every < 1 || !(inc.max_chain_fraction > 0.0 && inc.max_chain_fraction <= 1.0)))
     return invalid_argument("incremental checkpoints: full_every must be >= 1 and max_chain_fraction in (0, 1]");
   std::vector<bool> linked(static_cast<size_t>(emb.num_tables()), false);
-  for (int t = 0; t < emb.num_tables(); ++t) linked[static_cast<size_t>(t)] = inc.link_store_rows && links_table(emb, t, out_dir);
+  for (int t = 0; t < emb.num_tables(); ++t) linked[static_cast<size_t>(t)] = inc.link_store_rows && emb.can_link_rows(t, out_dir);
   ckpt::WriterOptions wo;
   wo.env = options.env;
   wo.block_bytes = options.block_bytes;

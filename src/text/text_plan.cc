@@ -51,6 +51,9 @@ Result<plan::Workload> text_workload(const TextConfig& c, const TextData& data) 
   w.num_threads = c.threads;
   w.track_changed_rows = c.incremental_checkpoints;
   w.link_store_rows = c.link_store_rows;
+  w.checkpoint_every = c.checkpoint_every;
+  w.keep_checkpoints = c.keep_checkpoints;
+  w.full_checkpoint_every = c.full_checkpoint_every;
   w.num_labels = mo.num_labels;
   w.text_hidden = c.model.hidden;
   w.eval_batch_size = data.eval.num_examples() > 0 ? std::min<int64_t>(kTextEvalBatchSize, data.eval.num_examples()) : 0;

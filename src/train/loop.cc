@@ -65,35 +65,67 @@ Result<Counters> parse_train_state(std::span<const uint8_t> bytes, int64_t manif
   return Counters{v[0], v[1], v[2]};
 }
 
-// The disk space a run needs at least, against what the file systems of its store directory and
-// its output directory have free (statvfs f_bavail): the file stores' table files at their
-// planned size (plan's disk_bytes_run: the rows the run is expected to touch, when its steps and
-// ids are known; else every row written, disk_bytes) less what the files already there hold,
-// and one full checkpoint (the tables' rows; with incremental checkpoints the run's largest
-// sparse base, when known). One file system holding both needs the sum. Errors: IoError "not enough disk space" naming each part
-// (train.disk_check = false skips the check).
-Status check_disk_space(const plan::Prediction& p, int world, const std::string& store_dir, const std::string& out_dir) {
+// What a run needs free on the file system of a directory.
+struct DiskNeed {
+  std::string dir, what;
+  uint64_t bytes;
+};
+
+// Blocks the table files of an earlier run already hold under the store directory: reused as they
+// are (in place), or removed when the store opens (a log's segment files, in <table>.rows.log/).
+uint64_t held_store_bytes(const std::string& store_dir) {
   namespace fs = std::filesystem;
-  struct Need {
-    std::string dir, what;
-    uint64_t bytes;
-  };
-  std::vector<Need> needs;
+  uint64_t held = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(store_dir, ec)) {
+    struct stat st {};
+    if (e.is_regular_file(ec) && ::stat(e.path().c_str(), &st) == 0) held += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return held;
+}
+
+// The needs by the plan's disk over the run (plan::RunDiskPrediction, known): the stores' files at
+// the run's peak, and the checkpoints: the files only kept checkpoints hold and their own bytes
+// when the rows are linked (the store on out_dir's file system), else the copies.
+std::vector<DiskNeed> run_disk_needs(const plan::RunDiskPrediction& d, uint64_t world, const std::string& store_dir,
+                                     const std::string& out_dir) {
+  auto all = [&](double b) { return static_cast<uint64_t>(std::max(0.0, b)) * world; };
+  std::vector<DiskNeed> needs;
+  char buf[400];
+  if (!store_dir.empty() && d.store_bytes > 0) {
+    const uint64_t files = all(d.store_bytes), held = held_store_bytes(store_dir);
+    std::snprintf(buf, sizeof buf, "the file stores' files (%s at step %lld, the run's peak: %.3g rows written, %.3g records appended; %s already on disk)",
+                  format_bytes(files).c_str(), static_cast<long long>(d.peak_step), d.rows_written * static_cast<double>(world),
+                  d.records * static_cast<double>(world), format_bytes(held).c_str());
+    needs.push_back({store_dir, buf, files > held ? files - held : 0});
+  }
+  struct stat a {}, b {};
+  const bool one_fs = store_dir.empty() || ::stat(store_dir.c_str(), &a) != 0 || ::stat(out_dir.c_str(), &b) != 0 || a.st_dev == b.st_dev;
+  if (d.linked && one_fs) {
+    std::snprintf(buf, sizeof buf, "the %d checkpoints kept then (links to the stores' files: %s of segment files only they hold, %s of their own)",
+                  d.kept_checkpoints, format_bytes(all(d.pinned_bytes)).c_str(), format_bytes(all(d.checkpoint_bytes)).c_str());
+    needs.push_back({out_dir, buf, all(d.pinned_bytes) + all(d.checkpoint_bytes)});
+  } else {
+    const uint64_t copies = all(d.linked ? d.copy_checkpoint_bytes : d.checkpoint_bytes);
+    needs.push_back({out_dir, "the largest checkpoint (its rows copied: " + format_bytes(copies) + ")", copies});
+  }
+  return needs;
+}
+
+// The needs without the run's disk (its steps or ids unknown): the file stores' table files at
+// their planned size (plan's disk_bytes_run: the rows the run is expected to touch, when its steps
+// and ids are known; else every row written, disk_bytes) less what the files already there hold,
+// and one full checkpoint (the tables' rows; with incremental checkpoints the run's largest sparse
+// base, when known).
+std::vector<DiskNeed> table_disk_needs(const plan::Prediction& p, uint64_t world, const std::string& store_dir,
+                                       const std::string& out_dir) {
+  std::vector<DiskNeed> needs;
   if (p.disk_bytes > 0 && !store_dir.empty()) {
-    // Blocks the table files of an earlier run already hold: reused as they are (in place), or
-    // removed when the store opens (a log's segment files, in <table>.rows.log/).
-    uint64_t held = 0;
-    std::error_code ec;
-    for (const auto& e : fs::recursive_directory_iterator(store_dir, ec)) {
-      struct stat st {};
-      if (e.is_regular_file(ec) && ::stat(e.path().c_str(), &st) == 0) held += static_cast<uint64_t>(st.st_blocks) * 512;
-    }
-    // The run's expected rows when the planner knows them (its steps, the ids' vocabulary and
-    // skew), else every row.
+    const uint64_t held = held_store_bytes(store_dir);
     const bool run_known = p.run_rows_touched >= 0;
-    const uint64_t files = static_cast<uint64_t>(run_known ? p.disk_bytes_run : p.disk_bytes) * static_cast<uint64_t>(world);
+    const uint64_t files = static_cast<uint64_t>(run_known ? p.disk_bytes_run : p.disk_bytes) * world;
     char touched[64];
-    std::snprintf(touched, sizeof touched, "%.3g", p.run_rows_touched * world);
+    std::snprintf(touched, sizeof touched, "%.3g", p.run_rows_touched * static_cast<double>(world));
     needs.push_back({store_dir,
                      "the file stores' table files (" + format_bytes(files) +
                          (run_known ? " for the " + std::string(touched) + " rows the run is expected to touch, " : " when every row is written, ") +
@@ -101,14 +133,25 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
                      files > held ? files - held : 0});
   }
   if (p.sparse_base_bytes >= 0) {
-    const auto base = static_cast<uint64_t>(p.sparse_base_bytes) * static_cast<uint64_t>(world);
+    const auto base = static_cast<uint64_t>(p.sparse_base_bytes) * world;
     needs.push_back({out_dir, "the largest checkpoint (a sparse base of the rows the run is expected to change: " + format_bytes(base) + ")", base});
   } else {
-    needs.push_back({out_dir, "the first checkpoint (every row: " + format_bytes(p.table_bytes * static_cast<uint64_t>(world)) + ")",
-                     static_cast<uint64_t>(p.table_bytes) * static_cast<uint64_t>(world)});
+    needs.push_back({out_dir, "the first checkpoint (every row: " + format_bytes(p.table_bytes * world) + ")", p.table_bytes * world});
   }
-  std::map<dev_t, std::pair<uint64_t, std::vector<const Need*>>> by_fs;  // free bytes, needs
-  for (const Need& n : needs) {
+  return needs;
+}
+
+// The disk space a run needs at least, against what the file systems of its store directory and
+// its output directory have free (statvfs f_bavail): with the run's disk known
+// (plan::predict_run_disk) its peak, else the table files and one checkpoint (table_disk_needs).
+// One file system holding several needs needs their sum. Errors: IoError "not enough disk space"
+// naming each part (train.disk_check = false skips the check).
+Status check_disk_space(const plan::Prediction& p, int world, const std::string& store_dir, const std::string& out_dir) {
+  const auto w = static_cast<uint64_t>(world);
+  const std::vector<DiskNeed> needs =
+      p.run_disk.known ? run_disk_needs(p.run_disk, w, store_dir, out_dir) : table_disk_needs(p, w, store_dir, out_dir);
+  std::map<dev_t, std::pair<uint64_t, std::vector<const DiskNeed*>>> by_fs;  // free bytes, needs
+  for (const DiskNeed& n : needs) {
     struct statvfs vs {};
     struct stat st {};
     if (::statvfs(n.dir.c_str(), &vs) != 0 || ::stat(n.dir.c_str(), &st) != 0) continue;  // unknown: no check
@@ -119,7 +162,7 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
   for (const auto& [dev, fs_needs] : by_fs) {
     uint64_t total = 0;
     std::string parts;
-    for (const Need* n : fs_needs.second) {
+    for (const DiskNeed* n : fs_needs.second) {
       total += n->bytes;
       parts += (parts.empty() ? "" : "; ") + n->what + " in " + n->dir;
     }

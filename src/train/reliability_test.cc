@@ -633,6 +633,31 @@ TEST(DiskCheckTest, ARunTheDiskCannotHoldIsRefusedBeforeItStarts) {
   EXPECT_EQ(skipped.status().message().find("not enough disk space"), std::string::npos) << skipped.status().to_string();
 }
 
+// Tables over log-layout file stores whose checkpoints link the stores' files: the check takes
+// the disk at the run's peak (plan::predict_run_disk). A short run passes it and trains; a run of
+// 1e9 steps keeping every checkpoint (one every 2 steps, each holding the places of the written
+// rows and the segment files compaction freed since the first) is refused, naming the kept
+// checkpoints' links. A stop after step 1 ends the run should the check pass.
+TEST(DiskCheckTest, LinkedLogStoresAreCheckedAtTheRunsPeak) {
+  const std::string store = scratch("disk_check_store");
+  const std::vector<std::string> sets = {"embedding.cache_fraction=0.5", "embedding.cache_min_rows=0", "embedding.store=\"file\"",
+                                         "embedding.store_layout=\"log\"", "embedding.store_dir=\"" + store + "\"",
+                                         "train.link_store_rows=true"};
+  auto fits = train(scratch("disk_check_fits"), 4, false, nullptr, sets);
+  ASSERT_TRUE(fits.ok()) << fits.status().to_string();
+  auto stop = StopSignal::install();
+  ASSERT_TRUE(stop.ok());
+  StopSignal* s = stop.value().get();
+  std::vector<std::string> all = sets;
+  all.push_back("train.keep_checkpoints=0");
+  auto r = train(scratch("disk_check_linked"), 1000000000, false, nullptr, all, s, [s](int64_t) { s->request(); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("not enough disk space"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("the run's peak"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("checkpoints kept then (links to the stores' files"), std::string::npos) << r.status().to_string();
+}
+
 // ---- no_silent_write_errors -------------------------------------------------------------------
 
 // metrics.jsonl through a fault-injecting Env: a write that fails from the k-th on (a disk that
