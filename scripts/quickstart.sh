@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's first command: install what is missing, build the release CLI and the Python
-# package, run the main job (`leanemb train` on its embedded default), and check that
+# The README's first command: install what is missing, build the release CLI, run the main job
+# (`leanemb train` on its embedded default), build the Python package, and check that
 # `import leanemb.torch` works.
 #
 # PyTorch (python3-torch and its libraries, about 1 GB installed) is the largest download and is
@@ -32,11 +32,17 @@ fi
 mark "install"
 
 cmake --preset release
-cmake --build --preset release-cli
-mark "configure and build"
+mark "configure"
+# The CLI first, so the main job trains before the Python module compiles.
+cmake --build build/release --target leanemb_cli
+mark "build of the CLI"
 
 build/release/leanemb train "$@"
 mark "train"
+step "a trained model after $((SECONDS - t0)) s"
+
+cmake --build --preset release-cli
+mark "build of the Python package"
 
 if [[ -n "$torch_pid" ]]; then
   step "waiting for the python3-torch install"
