@@ -1,9 +1,9 @@
-// libFuzzer harness: the sharded checkpoint reader (dist/sharded_checkpoint.h,
-// docs/formats/checkpoint.md "Sharded checkpoints"): the global checkpoint's "sharded/layout"
-// blob, the shards it names (recorded MANIFEST, "shard/info", row tables), verify, the
-// shard-count-independent digest and a load into a small collection (either format, through
-// EmbeddingTables::load), over an in-memory file system holding a sharded checkpoint of out_dir
-// /c at world size 2.
+// libFuzzer harness: the sharded checkpoint reader (table/sharded_layout.h,
+// dist/sharded_checkpoint.h, docs/formats/checkpoint.md "Sharded checkpoints"): the global
+// checkpoint's "sharded/layout" blob, the shards it names (recorded MANIFEST, "shard/info", row
+// tables), verify, the shard-count-independent digest and a load into a small collection (either
+// format, through EmbeddingTables::load), over an in-memory file system holding a sharded
+// checkpoint of out_dir /c at world size 2.
 // Input: u8 file count, then per file: u8 file index (mod 6) into
 //   0 checkpoints/step-<N>/MANIFEST                                    (the global checkpoint)
 //   1 checkpoints/step-<N>/data-00000.dat

@@ -123,9 +123,11 @@ class EmbeddingCollection final : public EmbeddingTables {
   Status read_raw_rows_at(int table, std::span<const int64_t> rows, std::span<uint8_t> out) const;
   // Whole tables are saved and loaded with checkpoints (save / load, EmbeddingTables:
   // crash-safe, checksummed, any world size). save writes the plain format, full or incremental
-  // (src/table/table_checkpoint_save.cc); load is EmbeddingTables' (either format).
+  // (src/table/table_checkpoint_save.cc); load reads either format, a sharded checkpoint as a
+  // world of one rank holding every row (src/table/sharded_checkpoint_load.cc).
   Result<TablesSaveInfo> save(const std::string& out_dir, int64_t step, std::span<const CheckpointBlob> blobs = {},
                               const TablesSaveOptions& options = {}) override;
+  Result<int64_t> load(const std::string& dir, const TablesLoadOptions& options = {}) override;
 
   // Changed rows, for incremental checkpoints (TablesSaveOptions::incremental). After
   // track_changes(), every row a step updates or a write replaces is marked, per table (a layer

@@ -230,11 +230,11 @@ class EmbeddingTables {
   // loaded checkpoint as its change base. Collective. Returns the collection step set (plain
   // checkpoints: options.collection_step; sharded: the recorded one). After an error in the copy
   // phase (e.g. DataLoss in a block) the rows are a mix of old and loaded ones: load again or
-  // recreate the collection. The default serves every collection through local_shard()
-  // (src/dist/sharded_checkpoint_load.cc: a sharded checkpoint's layout needs dist's shard plans).
+  // recreate the collection. A local collection reads either format as a world of one rank
+  // (src/table/sharded_checkpoint_load.cc); a sharded one adds the cross-rank steps (src/dist).
   // Errors: InvalidArgument (tables differ, naming every field), NotFound / DataLoss (missing or
   // corrupt files), IoError; every rank fails if one does.
-  virtual Result<int64_t> load(const std::string& dir, const TablesLoadOptions& options = {});
+  virtual Result<int64_t> load(const std::string& dir, const TablesLoadOptions& options = {}) = 0;
 
   // ---- rows by global row number ------------------------------------------------------------
   // As EmbeddingCollection's accessors (fp32 rows [count, dim], state [count, state floats],

@@ -17,7 +17,7 @@
 #include "amp/precision.h"
 #include "leanemb/data_synthetic.h"
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 #include "leanemb/dtype.h"
 #include "leanemb/embedding.h"
 #include "leanemb/memory_system.h"

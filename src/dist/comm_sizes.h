@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 
 namespace leanemb::dist {
 

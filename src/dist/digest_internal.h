@@ -19,20 +19,13 @@
 #include <string_view>
 #include <vector>
 
-#include "dist/shard_plan.h"
+#include "table/sharded_layout.h"
 
 namespace leanemb::dist::digest_internal {
 
-// One table as the sharded layout records it; the digest uses name .. stride_bytes.
-struct TableLayout {
-  std::string name;
-  int64_t num_rows = 0;
-  int64_t dim = 0;
-  std::string dtype, optimizer, state_dtype;  // dtype_name (rows, state), optimizer_name
-  uint64_t stride_bytes = 0;
-  ShardingKind kind = ShardingKind::kRowModulo;  // sharding only; not digested
-  int32_t owner = -1;                            // sharding only; not digested
-};
+// One table as the sharded layout records it (table/sharded_layout.h); the digest uses
+// name .. stride_bytes.
+using table_ckpt::TableLayout;
 
 // A table's row-hash sum; sums of disjoint row sets add (wrapping), in any order.
 struct RowSum {

@@ -23,7 +23,7 @@
 #include "dist/local_comm.h"
 #include "dist/mpi_comm.h"
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 
 namespace leanemb::dist {
 namespace {

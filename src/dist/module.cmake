@@ -5,7 +5,6 @@ option(LEANEMB_WITH_MPI "Build the MPI communicator backend (src/dist) when MPI 
 target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_comm.cc
-  ${CMAKE_CURRENT_LIST_DIR}/shard_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/payload.cc
   ${CMAKE_CURRENT_LIST_DIR}/comm_sizes.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_collection.cc
@@ -15,7 +14,6 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tables.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_load.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_digest.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )

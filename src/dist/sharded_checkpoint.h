@@ -43,6 +43,7 @@
 #include "leanemb/checkpoint.h"
 #include "leanemb/embedding.h"
 #include "leanemb/table_checkpoint.h"
+#include "table/sharded_layout.h"
 
 namespace leanemb::dist {
 
@@ -94,12 +95,9 @@ struct ShardedLoadOptions {
   int64_t chunk_rows = 4096;
 };
 
-struct ShardedLoadInfo {
-  int64_t step = 0;              // the checkpoint's step N
-  int64_t collection_step = 0;   // the collection's step counter, now set on every rank
-  int saved_world_size = 0;      // P of the saving run
-  int64_t rows_loaded = 0;       // global rows copied into this rank's collection
-};
+// step (the checkpoint's N), collection_step (now set on every rank), saved_world_size (P of
+// the saving run), rows_loaded (global rows copied into this rank's collection).
+using ShardedLoadInfo = table_ckpt::ShardedLoadInfo;
 
 // Loads global checkpoint `global_dir` into `coll` at the collection's world size. Collective.
 // Tables must match by name, count, rows, dim, dtype, optimizer, state dtype and row stride.

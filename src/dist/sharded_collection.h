@@ -56,7 +56,7 @@
 
 #include "dist/communicator.h"
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 #include "leanemb/embedding.h"
 
 namespace leanemb::dist {
@@ -170,6 +170,10 @@ class ShardedEmbeddingCollection final : public EmbeddingTables {
   // A sharded checkpoint (save_sharded_checkpoint, dist/sharded_checkpoint.h). Collective.
   Result<TablesSaveInfo> save(const std::string& out_dir, int64_t step, std::span<const CheckpointBlob> blobs = {},
                               const TablesSaveOptions& options = {}) override;
+  // Either format at any world size: each rank reads the rows it owns
+  // (src/table/sharded_checkpoint_load.cc), every phase's verdict agreed over the communicator
+  // (dist/sharded_checkpoint.cc). Collective.
+  Result<int64_t> load(const std::string& dir, const TablesLoadOptions& options = {}) override;
   void release_step_buffers() override;
 
  private:

@@ -41,7 +41,7 @@ using table_ckpt::parse_initial_rows;
 using table_ckpt::read_linked_table;
 
 constexpr char kTrainingMagic[] = "leanemb-training-digest-v1";
-constexpr char kLayoutBlob[] = "sharded/layout";  // as in sharded_checkpoint.cc
+using table_ckpt::kLayoutBlob;  // a sharded checkpoint's layout (table/sharded_layout.h)
 constexpr std::string_view kEmbPrefix = "emb/";
 constexpr std::string_view kDensePrefix = "dense/";
 constexpr int64_t kChunkRows = 4096;

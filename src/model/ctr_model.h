@@ -43,7 +43,7 @@
 #include "data/batch.h"
 #include "dist/communicator.h"
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 #include "leanemb/embedding.h"
 #include "leanemb/tables.h"
 #include "leanemb/memory_system.h"

@@ -4,9 +4,9 @@
 //   table_checkpoint_save.cc   EmbeddingCollection::save: a plain checkpoint, full, incremental
 //                              (delta_rows.h) or a sparse base, linked tables (linked_tables.h)
 //   table_checkpoint_load.cc   a plain checkpoint and its chain into any EmbeddingTables
-// The sharded format and the load of either format (EmbeddingTables::load) are src/dist's
-// (sharded_checkpoint.h): reading a sharded checkpoint's layout takes its shard plans, and
-// src/table does not include src/dist (src/dist includes this header).
+// Loading either format (EmbeddingCollection::load, and each rank's part of the sharded
+// collection's) and reading the sharded format's layout: sharded_layout.h. Saving the sharded
+// format is src/dist's (sharded_checkpoint.h).
 //
 // Thread safety: as the collection (one call at a time).
 #pragma once

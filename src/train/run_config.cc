@@ -2,7 +2,7 @@
 #include "train/run_config.h"
 
 #include "dist/payload.h"
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 #include "train/config_sections.h"
 #include "train/task.h"
 

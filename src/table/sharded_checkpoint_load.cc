@@ -1,29 +1,20 @@
-// load_sharded_checkpoint (each rank copies the rows it owns from the shards that hold them,
-// whatever the saving world size) and the default EmbeddingTables::load (either format; the plain
-// chain is src/table/table_checkpoint_load.cc).
-// Formats: sharded_checkpoint.cc; shared pieces: sharded_checkpoint_internal.h.
+// Loading a table checkpoint of either format into one process's rows (table/sharded_layout.h):
+// load_sharded (each rank copies the rows it owns from the shards that hold them, whatever the
+// saving world size), load_tables (either format; the plain chain is table_checkpoint_load.cc)
+// and EmbeddingCollection::load. The sharded collection adds the cross-rank steps
+// (src/dist/sharded_checkpoint.cc) through LoadTarget::agree.
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "dist/sharded_checkpoint.h"
-#include "dist/sharded_checkpoint_internal.h"
 #include "table/column_state_ckpt.h"
+#include "table/sharded_layout.h"
 #include "table/table_checkpoint.h"
 
-namespace leanemb::dist {
+namespace leanemb::table_ckpt {
 
-using sharded_ckpt_internal::dynamic_blob;
-using sharded_ckpt_internal::kRowsPrefix;
-using sharded_ckpt_internal::Layout;
-using sharded_ckpt_internal::open_global;
-using sharded_ckpt_internal::open_shard;
-using sharded_ckpt_internal::OpenedGlobal;
-using sharded_ckpt_internal::ShardView;
-using sharded_ckpt_internal::table_layout;
-using sharded_ckpt_internal::TableLayout;
-using table_ckpt::read_column_state_blobs;
+using dist::ShardPlan;
 
 namespace {
 
@@ -125,80 +116,85 @@ Status check_tables(const Layout& saved, const EmbeddingCollection& local, const
 
 }  // namespace
 
-Result<ShardedLoadInfo> load_sharded_checkpoint(const std::string& global_dir, EmbeddingTables& tables,
-                                                const ShardedLoadOptions& options) {
-  LEANEMB_ASSIGN_OR_RETURN(const ShardView coll, ShardView::of(tables));
-  Communicator& comm = coll.communicator();
+Status agree_alone(const Status& mine, const std::string& what) {
+  if (mine.ok()) return mine;
+  return Status(mine.code(), what + ": rank(s) 0 failed; rank 0: " + mine.message());
+}
+
+Result<ShardedLoadInfo> load_sharded(const std::string& global_dir, const LoadTarget& target, ckpt::Env* env,
+                                     int64_t chunk_rows) {
   const std::string what = "dist: loading sharded checkpoint '" + global_dir + "'";
-  const int rank = comm.rank();
+  const int rank = target.rank;
+  EmbeddingCollection& local = *target.local;
+  const ShardPlan& plan = *target.plan;
   // Phase 1: open and check everything this rank needs; no row changes yet.
   OpenedGlobal g;
   std::vector<std::unique_ptr<ckpt::CheckpointReader>> shards;
   Status opened = [&]() -> Status {
-    if (options.chunk_rows < 1) return invalid_argument("chunk_rows must be >= 1");
-    LEANEMB_ASSIGN_OR_RETURN(g, open_global(global_dir, options.env));
-    LEANEMB_RETURN_IF_ERROR(check_tables(g.layout, coll.local(), coll.plan(), "tables do not match"));
+    if (chunk_rows < 1) return invalid_argument("chunk_rows must be >= 1");
+    LEANEMB_ASSIGN_OR_RETURN(g, open_global(global_dir, env));
+    LEANEMB_RETURN_IF_ERROR(check_tables(g.layout, local, plan, "tables do not match"));
     shards.resize(static_cast<size_t>(g.layout.world_size));
     for (int s = 0; s < g.layout.world_size; ++s) {
       // Every shard may hold a dynamic table's partitions this rank needs; the others only if
       // their rows overlap this rank's.
       bool needed = false;
       for (size_t t = 0; t < g.layout.tables.size() && !needed; ++t)
-        needed = g.plan.local_num_rows(static_cast<int>(t), s) > 0 && coll.plan().local_num_rows(static_cast<int>(t), rank) > 0;
+        needed = g.plan.local_num_rows(static_cast<int>(t), s) > 0 && plan.local_num_rows(static_cast<int>(t), rank) > 0;
       if (!needed) continue;
-      LEANEMB_ASSIGN_OR_RETURN(shards[static_cast<size_t>(s)], open_shard(g.out_dir, g.layout, g.plan, s, options.env));
+      LEANEMB_ASSIGN_OR_RETURN(shards[static_cast<size_t>(s)], open_shard(g.out_dir, g.layout, g.plan, s, env));
     }
     return Status();
   }();
-  LEANEMB_RETURN_IF_ERROR(agree(comm, opened, what));
+  LEANEMB_RETURN_IF_ERROR(target.agree(opened, what));
   // Phase 2: copy the rows, set the step.
   ShardedLoadInfo info;
   info.step = g.layout.step;
   info.collection_step = g.layout.collection_step;
   info.saved_world_size = g.layout.world_size;
-  Status copied = copy_rows(g, shards, coll.plan(), rank, coll.local(), options.chunk_rows, &info.rows_loaded);
-  if (copied.ok()) copied = copy_dynamic(g, shards, coll.local());
-  if (copied.ok()) copied = read_column_state_blobs(*g.reader, coll.local());
-  if (copied.ok()) coll.local().set_step(g.layout.collection_step);
-  LEANEMB_RETURN_IF_ERROR(agree(comm, copied, what));
+  Status copied = copy_rows(g, shards, plan, rank, local, chunk_rows, &info.rows_loaded);
+  if (copied.ok()) copied = copy_dynamic(g, shards, local);
+  if (copied.ok()) copied = read_column_state_blobs(*g.reader, local);
+  if (copied.ok()) local.set_step(g.layout.collection_step);
+  LEANEMB_RETURN_IF_ERROR(target.agree(copied, what));
   return info;
 }
 
-}  // namespace leanemb::dist
+Result<int64_t> load_tables(const std::string& dir, const TablesLoadOptions& options, EmbeddingTables& tables,
+                            const LoadTarget& target) {
+  const std::string what = "loading tables from '" + dir + "'";
+  EmbeddingCollection& local = *target.local;
+  auto opened = ckpt::CheckpointReader::open(dir, options.env);
+  LEANEMB_RETURN_IF_ERROR(target.agree(opened.status(), what));
+  if (is_sharded(*opened.value())) {
+    LEANEMB_ASSIGN_OR_RETURN(ShardedLoadInfo li, load_sharded(dir, target, options.env, options.chunk_rows));
+    if (target.one_process && local.tracks_changes()) local.reset_changes({opened.value()->step(), opened.value()->id_hex()});
+    return li.collection_step;
+  }
+  auto chain = open_chain(dir, options.env);
+  Status st = chain.status();
+  if (st.ok() && is_sharded(*chain->front()))
+    st = data_loss("'" + chain->back()->dir() + "' extends the sharded checkpoint '" + chain->front()->dir() + "' (not supported)");
+  if (st.ok()) st = read_plain_chain(*chain, tables, local, options.chunk_rows);
+  LEANEMB_RETURN_IF_ERROR(target.agree(st, what));
+  if (options.collection_step >= 0) tables.set_step(options.collection_step);
+  // The loaded checkpoint is the base of the changes from now on.
+  if (target.one_process && local.tracks_changes()) local.reset_changes({chain->back()->step(), chain->back()->id_hex()});
+  return options.collection_step;
+}
+
+}  // namespace leanemb::table_ckpt
 
 namespace leanemb {
 
-// The default EmbeddingTables::load (leanemb/tables.h), for every collection through its local
-// part: a sharded checkpoint by load_sharded_checkpoint (at any world size, a local collection as
-// a world of one), a plain one and its chain by table_ckpt::read_plain_chain (src/table). Here
-// and not in src/table because reading a sharded checkpoint's layout takes dist's ShardPlan.
-Result<int64_t> EmbeddingTables::load(const std::string& dir, const TablesLoadOptions& options) {
-  using dist::sharded_ckpt_internal::ShardView;
-  LEANEMB_ASSIGN_OR_RETURN(const ShardView view, ShardView::of(*this));
-  dist::Communicator& comm = view.communicator();
-  const std::string what = "loading tables from '" + dir + "'";
-  auto opened = ckpt::CheckpointReader::open(dir, options.env);
-  LEANEMB_RETURN_IF_ERROR(dist::agree(comm, opened.status(), what));
-  if (dist::is_sharded_checkpoint(*opened.value())) {
-    dist::ShardedLoadOptions lo;
-    lo.env = options.env;
-    lo.chunk_rows = options.chunk_rows;
-    LEANEMB_ASSIGN_OR_RETURN(dist::ShardedLoadInfo li, dist::load_sharded_checkpoint(dir, *this, lo));
-    if (communicator() == nullptr && view.local().tracks_changes())
-      view.local().reset_changes({opened.value()->step(), opened.value()->id_hex()});
-    return li.collection_step;
-  }
-  auto chain = table_ckpt::open_chain(dir, options.env);
-  Status st = chain.status();
-  if (st.ok() && dist::is_sharded_checkpoint(*chain->front()))
-    st = data_loss("'" + chain->back()->dir() + "' extends the sharded checkpoint '" + chain->front()->dir() + "' (not supported)");
-  if (st.ok()) st = table_ckpt::read_plain_chain(*chain, *this, view.local(), options.chunk_rows);
-  LEANEMB_RETURN_IF_ERROR(dist::agree(comm, st, what));
-  if (options.collection_step >= 0) set_step(options.collection_step);
-  // The loaded checkpoint is the base of the changes from now on.
-  if (communicator() == nullptr && view.local().tracks_changes())
-    view.local().reset_changes({chain->back()->step(), chain->back()->id_hex()});
-  return options.collection_step;
+// A local collection as a world of one rank holding every row.
+Result<int64_t> EmbeddingCollection::load(const std::string& dir, const TablesLoadOptions& options) {
+  LEANEMB_ASSIGN_OR_RETURN(const dist::ShardPlan plan, table_ckpt::one_rank_plan(*this));
+  table_ckpt::LoadTarget target;
+  target.local = this;
+  target.plan = &plan;
+  target.agree = table_ckpt::agree_alone;
+  return table_ckpt::load_tables(dir, options, *this, target);
 }
 
 }  // namespace leanemb

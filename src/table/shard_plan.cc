@@ -1,4 +1,4 @@
-#include "dist/shard_plan.h"
+#include "table/shard_plan.h"
 
 #include "core/enum_names.h"
 

@@ -11,6 +11,9 @@
 // With fewer rows than ranks, the row-wise kinds leave some ranks without rows of the table.
 // Dense parameters are not in a ShardPlan: they are replicated and all-reduced.
 //
+// In src/table (a one-process collection reading a sharded checkpoint needs the saving run's
+// plan; table_ckpt, sharded_layout.h), under its old name dist::ShardPlan.
+//
 // A ShardPlan is an immutable value, identical on every rank that builds it from the same
 // options; it may be shared between threads.
 #pragma once
