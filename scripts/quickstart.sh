@@ -6,7 +6,8 @@
 # PyTorch (python3-torch and its libraries, about 1 GB installed) is the largest download and is
 # needed only by `import leanemb.torch`, not by the build: on a machine without it, it installs in
 # the background while the compiler runs (apt's download and dpkg's unpacking are network and disk
-# bound, the build CPU bound), and the script waits for it after the main job. Its log:
+# bound, the build CPU bound; it runs at the lowest CPU and I/O priority), and the script waits
+# for it after the main job. Its log:
 # build/install_torch.log. Everything else the build needs installs first, in the foreground.
 #
 #   scripts/quickstart.sh [leanemb train options...]
@@ -26,7 +27,9 @@ else
   scripts/install_deps.sh --without-torch
   mkdir -p build
   step "installing python3-torch in the background while the build runs (log: build/install_torch.log)"
-  scripts/install_deps.sh > build/install_torch.log 2>&1 &
+  # At the lowest CPU and I/O priority: the download overlaps the build, and dpkg's unpacking
+  # takes what the compiler leaves, so the main job is not delayed by it.
+  nice -n 19 ionice -c 3 scripts/install_deps.sh > build/install_torch.log 2>&1 &
   torch_pid=$!
 fi
 mark "install"
