@@ -126,4 +126,13 @@ LruSteadyState lru_steady_state(int64_t n, int64_t vocab, double zipf, int64_t c
   return {misses, t};
 }
 
+double accumulation_extra_rows(const TableSpec& t, int64_t rows, int64_t ids, int64_t unique, int64_t n,
+                               int64_t micro_batches, Estimate est) {
+  const double bound = static_cast<double>(std::min(n, unique));
+  const double u = est == Estimate::kExpected && unique < ids
+                       ? std::min(bound, expected_unique_rows(n, t.vocab > 0 ? t.vocab : t.num_rows, t.zipf, rows))
+                       : bound;
+  return std::max(0.0, static_cast<double>(micro_batches) * u - static_cast<double>(unique));
+}
+
 }  // namespace leanemb::plan

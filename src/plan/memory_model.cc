@@ -432,16 +432,9 @@ void plan_accumulation(const ResidencyPlan& p) {
   const AccumulationBytes a = accumulation_bytes(std::min(s.unique, most), s.layout.dim), cap = accumulation_bytes(most, s.layout.dim);
   p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(a.rows, cap.rows)));
   p.r.persist(p.r.item(Category::kGradients, step_buffer_alloc_bytes(a.sums, cap.sums), Category::kWorkspace));
-  // Its traffic beyond the one-shot backward's: each micro-batch reads and writes the sums of its
-  // own distinct rows, where one pass over the step would touch each of the step's distinct rows
-  // once. Micro-batches of n ids draw u distinct rows each (the expected count for the table's
-  // id law; the worst case: every id a row of its own), m of them a step.
-  const int64_t m = (p.slice + p.micro - 1) / std::max<int64_t>(1, p.micro);
-  const double u = p.est == Estimate::kExpected && s.unique < s.ids
-                       ? std::min(static_cast<double>(std::min(n, s.unique)),
-                                  expected_unique_rows(n, p.t.vocab > 0 ? p.t.vocab : p.t.num_rows, p.t.zipf, s.rows))
-                       : static_cast<double>(std::min(n, s.unique));
-  const double extra_rows = std::max(0.0, static_cast<double>(m) * u - static_cast<double>(s.unique));
+  // Each micro-batch reads and writes the sums of its own distinct rows (access_model.cc).
+  const double extra_rows = accumulation_extra_rows(p.t, s.rows, s.ids, s.unique, n, (p.slice + p.micro - 1) / std::max<int64_t>(1, p.micro),
+                                                    p.est);
   p.out.device_bytes_moved_per_step += 2.0 * extra_rows * static_cast<double>(s.layout.dim) * 4;
 }
 

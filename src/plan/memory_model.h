@@ -208,6 +208,12 @@ RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const Che
 // Expected distinct rows when `n` ids are drawn from a Zipf(zipf) law over `vocab` ranks (zipf 0:
 // uniform) and hashed into `num_rows` rows: sum over ranks of 1 - (1 - p_r)^n, capped at num_rows.
 double expected_unique_rows(int64_t n, int64_t vocab, double zipf, int64_t num_rows);
+// Gradient accumulation's traffic beyond one pass over the step: `micro_batches` micro-batches
+// of `n` ids each touch their own distinct rows' sums, where one pass touches each of the step's
+// `unique` distinct rows once. The rows of sums touched beyond those (the expected count for the
+// table's id law with kExpected when rows repeat; the worst case: min(n, unique) a micro-batch).
+double accumulation_extra_rows(const TableSpec& t, int64_t rows, int64_t ids, int64_t unique, int64_t n,
+                               int64_t micro_batches, Estimate est);
 // Rows touched for the first time per step, averaged over the second half of a run of
 // `run_steps` steps of `n` ids each (expected_unique_rows after the run less after its first
 // half, over the second half's steps): a cache miss on such a row initializes it instead of

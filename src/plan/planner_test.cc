@@ -99,8 +99,8 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
 // The tie-break itself (issue 39): estimates within speed_tolerance of the fastest fitting plan
 // are equally fast and the lowest device peak of them wins; beyond it, speed wins. The seed's
 // shape over a vocabulary of 20,000 rows: every micro-batch touches nearly all of them, so an
-// extra micro-batch costs its 20 us and one more pass over 20,000 rows' sums (about 0.1 ms of a
-// step of about 57 ms), while its peak falls with each.
+// extra micro-batch costs its 20 us and one more pass over 20,000 rows' sums, a small part of the
+// step, while its peak falls with each.
 TEST(PlannerTest, EqualSpeedPlansGoToTheLowerDevicePeak) {
   PlannerOptions o;
   o.preset = find_preset("ascend-910a").value();
