@@ -13,6 +13,10 @@
 #                                      leave out python3-torch, which only `import leanemb.torch`
 #                                      needs, not the build (scripts/quickstart.sh installs it
 #                                      in the background while the build runs)
+#   scripts/install_deps.sh --download-only
+#                                      only download the missing packages into apt's cache
+#                                      (apt-get --download-only; network bound, almost no CPU);
+#                                      a later run without it installs them from the cache
 # Flags combine (--tests --peers).
 set -euo pipefail
 
@@ -46,13 +50,15 @@ test_pkgs=(
 peer_pkgs=(linux-perf time stress-ng)
 
 without_torch=0
+download_only=()
 for arg in "$@"; do
   case "$arg" in
     --mpi) pkgs+=("${mpi_pkgs[@]}") ;;
     --tests) pkgs+=("${mpi_pkgs[@]}" "${test_pkgs[@]}") ;;
     --peers) pkgs+=("${peer_pkgs[@]}") ;;
     --without-torch) without_torch=1 ;;
-    *) echo "install_deps: unknown argument '$arg' (--mpi, --tests, --peers, --without-torch)" >&2; exit 2 ;;
+    --download-only) download_only=(--download-only) ;;
+    *) echo "install_deps: unknown argument '$arg' (--mpi, --tests, --peers, --without-torch, --download-only)" >&2; exit 2 ;;
   esac
 done
 
@@ -72,9 +78,13 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 
-echo "install_deps: installing ${missing[*]}"
+if [[ ${#download_only[@]} -gt 0 ]]; then
+  echo "install_deps: downloading (not installing) ${missing[*]}"
+else
+  echo "install_deps: installing ${missing[*]}"
+fi
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+$SUDO apt-get install -y -qq --no-install-recommends "${download_only[@]}" "${missing[@]}"
