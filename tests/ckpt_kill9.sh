@@ -2,7 +2,7 @@
 # Crash tests of `leanemb train` with real processes (ctest: resume_bitexact, ckpt_kill9_random,
 # graceful_stop_random).
 #
-#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|sigterm|all]
+#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|sigterm|all] [OPTIMIZER] [STORE]
 #
 # A tiny model trains STEPS steps with a checkpoint every 4 steps; its final checkpoint's digest
 # (`leanemb ckpt digest`) is the reference.
@@ -13,6 +13,10 @@
 #   sigterm: KILLS times: start a fresh run, SIGTERM it at a random moment: it must exit 5 (or 0
 #            when it had finished) with a checkpoint of the step it reached; resumed to STEPS,
 #            its training digest (`ckpt digest --training`) must be the reference's.
+# STORE=linked: the rows live in a log-layout file store (embedding.store_dir in each run's --out)
+# behind a row cache of 30% of the rows, and every checkpoint is incremental with the store's sealed segments
+# linked into it (train.incremental_checkpoints, train.link_store_rows), so a kill can land
+# between the links of a checkpoint's rows or in a delta.
 # Exits non-zero on any difference. CI uses KILLS=20 (kill9) and 5 (sigterm); the acceptance
 # run of issue 18 used `tests/ckpt_kill9.sh build/release/leanemb 200 kill9`.
 set -euo pipefail
@@ -21,6 +25,7 @@ LEANEMB=${1:?usage: ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|all] [OPT
 KILLS=${2:-20}
 MODE=${3:-all}
 OPTIMIZER=${4:-adam}  # sm3: its column accumulators live outside the rows (blob optstate/<table>)
+STORE=${5:-resident}  # resident | linked
 STEPS=40
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_kill9.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -31,9 +36,26 @@ SETS=(--set "data.dir=\"$WORK/data\"" --set data.gen.train_rows=12000 --set data
       --set train.checkpoint_every=4 --set train.keep_checkpoints=2 --set train.log_every=1000
       --set embedding.optimizer="$OPTIMIZER" --set embedding.dtype=bf16)
 
-train() { "$LEANEMB" train "${SETS[@]}" --quiet "$@" > /dev/null; }
+case "$STORE" in
+  resident) ;;
+  linked) SETS+=(--set embedding.store=file --set embedding.store_layout=log --set embedding.cache_fraction=0.3
+                 --set embedding.cache_min_rows=0 --set train.incremental_checkpoints=true --set train.link_store_rows=true) ;;
+  *) echo "ckpt_kill9: STORE must be resident or linked, not '$STORE'"; exit 2 ;;
+esac
+# store_of OUT: the settings that put the run's store (if any) inside its output directory.
+store_of() { [[ "$STORE" == resident ]] || printf '%s\n' --set "embedding.store_dir=\"$1/store\""; }
+# run_sets ARGS...: RUN = SETS plus the store of the --out among ARGS.
+run_sets() {
+  local out="" prev=""
+  for a in "$@"; do [[ "$prev" == --out ]] && out=$a; prev=$a; done
+  mapfile -t RUN < <(store_of "$out")
+  RUN=("${SETS[@]}" "${RUN[@]}")
+}
+train() { run_sets "$@"; "$LEANEMB" train "${RUN[@]}" --quiet "$@" > /dev/null; }
 latest() { ls -d "$1"/checkpoints/step-* 2>/dev/null | grep -v '\.tmp$' | sort | tail -1; }
-digest_of() { "$LEANEMB" ckpt digest "$(latest "$1")"; }
+# The content digest hashes a checkpoint's own blobs; a delta's depend on its chain (the resumed
+# run's chain starts at the checkpoint it resumed from), so chains compare their training state.
+digest_of() { if [[ "$STORE" == linked ]]; then "$LEANEMB" ckpt digest --training "$(latest "$1")"; else "$LEANEMB" ckpt digest "$(latest "$1")"; fi; }
 
 train --steps "$STEPS" --out "$WORK/ref"
 REF=$(digest_of "$WORK/ref")
@@ -58,7 +80,8 @@ if [[ "$MODE" == kill9 || "$MODE" == all ]]; then
   ok=0 lost=0 fresh=0 leftovers=0
   for ((i = 1; i <= KILLS; i++)); do
     out="$WORK/k$i"
-    "$LEANEMB" train "${SETS[@]}" --quiet --steps "$STEPS" --out "$out" > /dev/null 2>&1 &
+    run_sets --out "$out"
+    "$LEANEMB" train "${RUN[@]}" --quiet --steps "$STEPS" --out "$out" > /dev/null 2>&1 &
     pid=$!
     sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
     kill -9 "$pid" 2> /dev/null || true
@@ -98,7 +121,8 @@ if [[ "$MODE" == sigterm || "$MODE" == all ]]; then
   ok=0 stopped=0 finished=0
   for ((i = 1; i <= KILLS; i++)); do
     out="$WORK/s$i"
-    "$LEANEMB" train "${SETS[@]}" --quiet --steps "$STEPS" --out "$out" --json-summary "$out.json" > /dev/null 2> "$out.err" &
+    run_sets --out "$out"
+    "$LEANEMB" train "${RUN[@]}" --quiet --steps "$STEPS" --out "$out" --json-summary "$out.json" > /dev/null 2> "$out.err" &
     pid=$!
     sleep "$(awk -v r=$RANDOM -v ms="$run_ms" 'BEGIN { printf "%.3f", (r / 32768.0) * ms / 1000.0 }')"
     kill -TERM "$pid" 2> /dev/null || true
