@@ -34,15 +34,14 @@ Scan scan_globals(const std::string& out_dir, ckpt::Env* env, const std::vector<
     for (const ShardRecord& rec : g->layout.shards) {
       std::set<int64_t>& steps = scan.needed[rec.rel_dir];
       steps.insert(g->layout.step);
-      const std::string dir = ckpt::join_path(ckpt::checkpoints_dir(ckpt::join_path(out_dir, rec.rel_dir)),
-                                              ckpt::step_dir_name(g->layout.step));
-      // A chain that does not resolve makes the global incomplete (nothing to keep for it) but
-      // its parents that do exist are kept: read each parent's record as far as it goes.
-      auto r = ckpt::CheckpointReader::open(dir, env);
-      while (r.ok() && (*r)->parent().has_value()) {
-        const int64_t parent = (*r)->parent()->step;
-        steps.insert(parent);
-        r = ckpt::CheckpointReader::open(ckpt::join_path(ckpt::parent_dir(dir), ckpt::step_dir_name(parent)), env);
+      // A chain that does not resolve makes the global incomplete (nothing to keep for it), but
+      // the parents that do exist are kept: each parent's record is followed as far as it goes.
+      const std::string ckpts = ckpt::checkpoints_dir(ckpt::join_path(out_dir, rec.rel_dir));
+      for (int64_t at = g->layout.step;;) {
+        auto r = ckpt::CheckpointReader::open(ckpt::join_path(ckpts, ckpt::step_dir_name(at)), env);
+        if (!r.ok() || !(*r)->parent().has_value() || (*r)->parent()->step >= at) break;
+        at = (*r)->parent()->step;
+        steps.insert(at);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include "ckpt/fault_injection_env.h"
@@ -33,8 +34,10 @@ constexpr int64_t kBags = 8;  // global bags per step (kBags / kP per rank)
 
 // Table a (1000 rows of 8 bf16) and b (300 rows of 4 fp32), Adagrad (dist_testing.h); a
 // non-empty `store_dir`: table a cached in 64 slots over a log-layout file store there (each
-// rank's store gets its own file).
-CollectionOptions options(const std::string& store_dir = "") { return test_util::two_table_options(1000, 5, store_dir, 64); }
+// rank's store gets its own file, and half the slots).
+CollectionOptions options(const std::string& store_dir = "", int64_t a_rows = 1000, int64_t cache_rows = 64) {
+  return test_util::two_table_options(a_rows, 5, store_dir, cache_rows);
+}
 
 ShardedCollectionOptions sharded(const CollectionOptions& o) {
   ShardedCollectionOptions so;
@@ -43,13 +46,14 @@ ShardedCollectionOptions sharded(const CollectionOptions& o) {
   return so;
 }
 
-// Steps [s0, s1) of the global random_bags batches (a few dozen rows each), this rank's slice.
-Status train(ShardedEmbeddingCollection& sc, const CollectionOptions& o, int s0, int s1) {
+// Steps [s0, s1) of the global random_bags batches of `bags` bags (1-3 ids per bag and feature),
+// this rank's slice.
+Status train(ShardedEmbeddingCollection& sc, const CollectionOptions& o, int s0, int s1, int64_t bags = kBags) {
   const int p = sc.communicator()->size(), r = sc.communicator()->rank();
-  const int64_t b0 = kBags * r / p, b1 = kBags * (r + 1) / p, ldo = sc.pooled_dim();
+  const int64_t b0 = bags * r / p, b1 = bags * (r + 1) / p, ldo = sc.pooled_dim();
   for (int s = s0; s < s1; ++s) {
-    const testing_util::OwnedBatch mine = test_util::random_bags(s, o, kBags, 77).slice(b0, b1);
-    const std::vector<float> grads = test_util::normal_grads(500 + static_cast<uint64_t>(s), kBags * ldo);
+    const testing_util::OwnedBatch mine = test_util::random_bags(s, o, bags, 77).slice(b0, b1);
+    const std::vector<float> grads = test_util::normal_grads(500 + static_cast<uint64_t>(s), bags * ldo);
     std::vector<float> pooled(static_cast<size_t>((b1 - b0) * ldo));
     LEANEMB_RETURN_IF_ERROR(sc.forward(mine.view(), pooled));
     LEANEMB_RETURN_IF_ERROR(
@@ -121,13 +125,17 @@ std::string one_process_digest(const std::string& dir, const CollectionOptions& 
 
 class ShardedIncrementalTest : public testing::TestWithParam<bool> {};  // param: table a cached over a file
 
-// Full at step 2, links at 4 and 6: each link writes about its changed rows' bytes; the chain of
+// Table a of 20000 rows (cached: 512 slots a rank, so rows are evicted to the store between
+// checkpoints), 64 bags a step (a few hundred rows changed between checkpoints, so that
+// the rows outweigh a checkpoint's fixed bytes). Full at step 2, links at 4 and 6: each link
+// writes at most 1.2 x its changed rows' bytes plus a full shard's metadata; the chain of
 // step 6 has the digest of the live rows and of a full save of the same state; it loads at P = 2
 // (training then continues exactly as the writer) and into one process (P = 2 -> 1) to that
 // digest; verify counts its links.
 TEST_P(ShardedIncrementalTest, AChainRestoresExactlyTheRowsAFullCheckpointWould) {
   TempDir dir, store, store2, store3;
-  const CollectionOptions o = options(GetParam() ? store.path : "");
+  constexpr int64_t kRowsA = 20000, kManyBags = 64, kSlots = 1024;  // 512 slots a rank: rows of a few steps
+  const CollectionOptions o = options(GetParam() ? store.path : "", kRowsA, kSlots);
   const std::string out = dir.sub("run"), full = dir.sub("full");
   std::vector<std::string> live(kP), reloaded(kP), trained(kP), trained_reloaded(kP);
   std::mutex mu;
@@ -137,7 +145,7 @@ TEST_P(ShardedIncrementalTest, AChainRestoresExactlyTheRowsAFullCheckpointWould)
     LEANEMB_RETURN_IF_ERROR(sc->local().track_changes());
     uint64_t full_meta = 0;  // the full shard's bytes beyond its rows (MANIFEST, info, block headers)
     for (int k = 0; k < 3; ++k) {
-      LEANEMB_RETURN_IF_ERROR(train(*sc, o, 2 * k, 2 * k + 2));
+      LEANEMB_RETURN_IF_ERROR(train(*sc, o, 2 * k, 2 * k + 2, kManyBags));
       LEANEMB_ASSIGN_OR_RETURN(const auto ch, changed(*sc));
       int64_t local_bytes = 0, all_bytes = 0;
       for (int t = 0; t < sc->num_tables(); ++t) {
@@ -155,7 +163,7 @@ TEST_P(ShardedIncrementalTest, AChainRestoresExactlyTheRowsAFullCheckpointWould)
         full_meta = bytes - static_cast<uint64_t>(all_bytes);
         continue;
       }
-      if (ch.first <= 0 || ch.first >= 200) return mismatch("changed rows " + std::to_string(ch.first));
+      if (ch.first < 200 || ch.first > kRowsA / 10) return mismatch("changed rows " + std::to_string(ch.first));
       if (info.rows_written != ch.first || info.entry_bytes != static_cast<uint64_t>(ch.second))
         return mismatch("rows_written " + std::to_string(info.rows_written) + " of " + std::to_string(ch.first) + " changed");
       if (static_cast<double>(bytes) > 1.2 * static_cast<double>(local_bytes) + static_cast<double>(full_meta))
@@ -168,12 +176,12 @@ TEST_P(ShardedIncrementalTest, AChainRestoresExactlyTheRowsAFullCheckpointWould)
     TablesSaveOptions plain;  // the same state in full
     LEANEMB_RETURN_IF_ERROR(sc->save(full, 6, {}, plain).status());
     // Loaded at P = 2 into a fresh collection; two more steps on both.
-    CollectionOptions o2 = options(GetParam() ? store2.path : "");
+    CollectionOptions o2 = options(GetParam() ? store2.path : "", kRowsA, kSlots);
     LEANEMB_ASSIGN_OR_RETURN(auto d, ShardedEmbeddingCollection::create(sharded(o2), &comm));
     LEANEMB_RETURN_IF_ERROR(d->load(step_dir(out, 6), {}).status());
     LEANEMB_ASSIGN_OR_RETURN(reloaded[static_cast<size_t>(comm.rank())], sharded_collection_digest(*d));
-    LEANEMB_RETURN_IF_ERROR(train(*sc, o, 6, 8));
-    LEANEMB_RETURN_IF_ERROR(train(*d, o2, 6, 8));
+    LEANEMB_RETURN_IF_ERROR(train(*sc, o, 6, 8, kManyBags));
+    LEANEMB_RETURN_IF_ERROR(train(*d, o2, 6, 8, kManyBags));
     LEANEMB_ASSIGN_OR_RETURN(trained[static_cast<size_t>(comm.rank())], sharded_collection_digest(*sc));
     LEANEMB_ASSIGN_OR_RETURN(trained_reloaded[static_cast<size_t>(comm.rank())], sharded_collection_digest(*d));
     return Status();
@@ -184,7 +192,7 @@ TEST_P(ShardedIncrementalTest, AChainRestoresExactlyTheRowsAFullCheckpointWould)
   EXPECT_EQ(sharded_checkpoint_digest(step_dir(out, 6)).value(), want);
   EXPECT_EQ(sharded_checkpoint_digest(step_dir(full, 6)).value(), want);
   EXPECT_EQ(reloaded[0], want);
-  EXPECT_EQ(one_process_digest(step_dir(out, 6), options(GetParam() ? store3.path : "")), want);
+  EXPECT_EQ(one_process_digest(step_dir(out, 6), options(GetParam() ? store3.path : "", kRowsA, kSlots)), want);
   EXPECT_EQ(trained_reloaded[0], trained[0]);
   EXPECT_NE(trained[0], want);
   auto rep = verify_tables_checkpoint(step_dir(out, 6));
@@ -328,7 +336,8 @@ TEST(ShardedIncrementalFaults, OneRankWithoutAChainMakesEveryShardFull) {
   }));
   EXPECT_EQ(parents2, (std::vector<int64_t>{-1, -1, 2}));
   EXPECT_EQ(sharded_checkpoint_digest(step_dir(out2, 3)).value(), digests[3]);
-  for (auto [s, links] : {std::pair<int64_t, size_t>{2, 1}, {3, 2}}) {
+  const std::pair<int64_t, size_t> cases[] = {{2, 1}, {3, 2}};
+  for (const auto& [s, links] : cases) {
     auto rep = verify_tables_checkpoint(step_dir(out2, s));
     ASSERT_TRUE(rep.ok()) << rep.status().to_string();
     EXPECT_EQ(rep->num_links, links) << "step " << s;
