@@ -592,6 +592,7 @@ TEST(IncrementalTrainTest, ShardedRunsWriteShardChainsWithTheFullRunsDigests) {
   std::vector<std::string> inc_opts = full_opts;
   inc_opts.push_back("train.incremental_checkpoints=true");
   const std::string full = scratch("sinc_full"), inc = scratch("sinc_inc"), resumed = scratch("sinc_resumed");
+  nlohmann::json summary;  // rank 0's
   auto run = [&](const std::string& out, int64_t steps, bool resume, const std::vector<std::string>& opts) {
     dist::test_util::expect_all_ok(dist::test_util::run_world(2, [&](dist::Communicator& comm) -> Status {
       RunOptions ro;
@@ -600,7 +601,9 @@ TEST(IncrementalTrainTest, ShardedRunsWriteShardChainsWithTheFullRunsDigests) {
       ro.resume = resume;
       ro.quiet = true;
       ro.comm = &comm;
-      return ctr::run_ctr_training(ro, tiny_config(opts)).status();
+      LEANEMB_ASSIGN_OR_RETURN(nlohmann::json sum, ctr::run_ctr_training(ro, tiny_config(opts)));
+      if (comm.rank() == 0) summary = std::move(sum);
+      return Status();
     }, 120000));
   };
   run(full, 8, false, full_opts);
@@ -613,6 +616,7 @@ TEST(IncrementalTrainTest, ShardedRunsWriteShardChainsWithTheFullRunsDigests) {
   EXPECT_EQ(rep->base_step, 2);
   run(resumed, 5, false, inc_opts);
   run(resumed, 8, true, inc_opts);
+  EXPECT_EQ(summary["resumed_from_step"], 5);
   EXPECT_EQ(training_digest_of(resumed, 8), training_digest_of(full, 8));
   auto chain = dist::verify_tables_checkpoint(ckpt::checkpoints_dir(resumed) + "/" + ckpt::step_dir_name(8));
   ASSERT_TRUE(chain.ok()) << chain.status().to_string();
