@@ -7,10 +7,11 @@
 # `leanemb test --run` (load + evaluate) of the last checkpoint of each, ROUNDS times alternating.
 # NP=<n> in the environment: the runs are sharded over n processes (mpirun -np n, one thread
 # each; each rank keeps a chain of its shard, docs/dist.md), and the bytes on disk include
-# shards/. EXTRA: more `--set` arguments (e.g. "--set data.dir=\"/tmp/d\"").
+# shards/. ROUNDS=0 skips the test --run timings. EXTRA: more `--set` arguments (e.g. "--set data.dir=\"/tmp/d\"").
 #
 #   [NP=2] [EXTRA=...] bench/incremental_ckpt.sh [CONFIG=examples/ctr_large.toml] [OUT=bench-incremental] [STEPS=1000] [EVERY=250] [ROUNDS=3]
-# The result of 2026-12-06: bench/results/incremental_ckpt_ctr_large_zen3.txt.
+# The result of 2026-12-06: bench/results/incremental_ckpt_ctr_large_zen3.txt; at P = 2 (NP=2, shard
+# chains): bench/results/incremental_ckpt_sharded_p2_zen3.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=${1:-examples/ctr_large.toml} OUT=${2:-bench-incremental} STEPS=${3:-1000} EVERY=${4:-250} ROUNDS=${5:-3}
@@ -18,7 +19,7 @@ L=${LEANEMB:-build/release/leanemb}
 NP=${NP:-1}
 read -r -a extra <<< "${EXTRA:-}"
 run=("$L")
-if (( NP > 1 )); then run=(env OMP_NUM_THREADS=1 mpirun -np "$NP" --bind-to core "$L"); extra+=(--set train.threads=1); fi
+if (( NP > 1 )); then run=(env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$NP" --bind-to core "$L"); extra+=(--set train.threads=1); fi
 uptime
 for mode in full incremental; do
   inc=false; [[ $mode == incremental ]] && inc=true
@@ -36,11 +37,13 @@ for d in "$OUT"/full/checkpoints/step-*; do
   echo "$s training digest: full $("$L" ckpt digest --training "$d"), incremental $("$L" ckpt digest --training "$OUT/incremental/checkpoints/$s")"
 done
 "$L" ckpt list "$OUT/incremental"
-eval_file=$(ls "$(sed -n 's/^dir *= *"\(.*\)"/\1/p' "$CONFIG" | head -1)"/eval* | head -1)  # the config's data.dir
-last=$(basename "$(ls -d "$OUT"/full/checkpoints/step-* | tail -1)")
-for r in $(seq "$ROUNDS"); do
-  for mode in full incremental; do
-    /usr/bin/time -f "test --run $mode round $r: %e s wall, %M KB max RSS" "$L" test --run "$OUT/$mode/checkpoints/$last" --data "$eval_file" --quiet 2>&1 | grep round
+if (( ROUNDS > 0 )); then
+  eval_file=$(ls "$(sed -n 's/^dir *= *"\(.*\)"/\1/p' "$CONFIG" | head -1)"/eval* | head -1)  # the config's data.dir
+  last=$(basename "$(ls -d "$OUT"/full/checkpoints/step-* | tail -1)")
+  for r in $(seq "$ROUNDS"); do
+    for mode in full incremental; do
+      /usr/bin/time -f "test --run $mode round $r: %e s wall, %M KB max RSS" "$L" test --run "$OUT/$mode/checkpoints/$last" --data "$eval_file" --quiet 2>&1 | grep round
+    done
   done
-done
+fi
 uptime
