@@ -380,6 +380,32 @@ TEST(ShardedIncrementalFaults, OldLayoutShardsStayReadableBesideChains) {
   }
 }
 
+// A one-process collection that loads a sharded chain (P = 2 -> 1, `--resume` at one process)
+// and saves incrementally into the same out_dir writes a full plain checkpoint: a plain link
+// cannot extend a sharded checkpoint (it would not load). It then extends its own chain.
+TEST(ShardedIncrementalFaults, AOneProcessCollectionLoadingAShardedChainSavesInFull) {
+  TempDir dir;
+  const std::string out = dir.sub("run");
+  const auto digests = save_steps(out, 2, incremental());
+  const CollectionOptions o = options();
+  auto c = std::move(EmbeddingCollection::create(o)).value();
+  ASSERT_TRUE(c->track_changes().ok());
+  ASSERT_TRUE(c->load(step_dir(out, 2), {}).ok());
+  EXPECT_EQ(collection_digest(*c).value(), digests[2]);
+  test_util::train_random_bags(*c, o, 2, 3, kBags, 77, 500);
+  for (int64_t s : {3, 4}) {
+    auto info = c->save(out, s, {}, incremental());
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_EQ(info->parent_step, s == 3 ? -1 : 3) << "step " << s;
+    auto d = std::move(EmbeddingCollection::create(o)).value();
+    TablesLoadOptions lo;
+    lo.collection_step = c->step();
+    auto loaded = d->load(step_dir(out, s), lo);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(collection_digest(*d).value(), collection_digest(*c).value()) << "step " << s;
+  }
+}
+
 // Trains 2 ranks, saves step 1 (a full base), trains, saves step 2 (a link) through `env`; with
 // fault_at, the env "crashes" at that many mutating calls into the second save. Returns the
 // calls of the second save; `parent`: its parent step (no fault).

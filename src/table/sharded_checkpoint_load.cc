@@ -231,8 +231,12 @@ Result<int64_t> load_tables(const std::string& dir, const TablesLoadOptions& opt
   if (st.ok()) st = read_plain_chain(*chain, tables, local, options.chunk_rows);
   LEANEMB_RETURN_IF_ERROR(target.agree(st, what));
   if (options.collection_step >= 0) tables.set_step(options.collection_step);
-  // The loaded checkpoint is the base of the changes from now on.
-  if (target.one_process && local.tracks_changes()) local.reset_changes({chain->back()->step(), chain->back()->id_hex()});
+  // The loaded checkpoint is the base of the changes from now on; a rank of a sharded collection
+  // has no shard to extend (its next sharded checkpoint is full).
+  if (local.tracks_changes()) {
+    local.reset_changes(target.one_process ? EmbeddingCollection::ChangeBase{chain->back()->step(), chain->back()->id_hex()}
+                                           : EmbeddingCollection::ChangeBase{});
+  }
   return options.collection_step;
 }
 
