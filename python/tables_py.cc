@@ -533,8 +533,8 @@ class PyTables {
   // object did not write is refused unless `overwrite`, which moves them aside) and later saves
   // into it write on: the commit's cleanup then only ever removes this object's checkpoints.
   // Sharded: collective (rank 0 holds the lock; every rank learns its verdict).
-  // incremental: only the rows changed since the previous save or load (IncrementalOptions;
-  // one process only: a sharded collection saves in full); the first such save starts tracking.
+  // incremental: only the rows changed since the previous save or load (IncrementalOptions; a
+  // sharded collection: each rank's shard chain); the first such save starts tracking.
   // link_store_rows: tables over a log-layout file store are kept by hard links of the store's
   // files (IncrementalOptions::link_store_rows).
   std::string save(const std::string& out_dir, int64_t step, int keep_last, bool overwrite, bool incremental, int full_every,
@@ -544,7 +544,7 @@ class PyTables {
     so.incremental = {incremental, full_every, max_delta_fraction, link_store_rows};
     Result<TablesSaveInfo> r = locked_without_gil([&]() -> Result<TablesSaveInfo> {
       LEANEMB_RETURN_IF_ERROR(own_dir(out_dir, overwrite));
-      EmbeddingCollection* local = T().communicator() == nullptr ? T().local_shard().local : nullptr;
+      EmbeddingCollection* local = T().local_shard().local;  // a sharded collection's: this rank's rows
       if (incremental && local != nullptr) LEANEMB_RETURN_IF_ERROR(local->track_changes());
       return T().save(out_dir, step, {}, so);
     });

@@ -35,8 +35,9 @@ struct CheckpointBlob {
 // (a sparse base's own rows not counted). That full checkpoint is a sparse base (only the rows
 // changed since the tables' initial state) when the collection tracked its changes from its
 // initial rows or from a chain rooted at a sparse base, and that is smaller than every row.
-// After every commit the collection's changes are reset to the new checkpoint. Sharded
-// collections always write full checkpoints.
+// After every commit the collection's changes are reset to the new checkpoint. A sharded
+// collection keeps a chain per rank of its shards (its local collection tracks the changes;
+// dist::ShardedSaveOptions::incremental; no sparse bases, no linked rows).
 struct IncrementalOptions {
   bool enabled = false;
   int full_every = 8;               // >= 1 (1: every checkpoint full)

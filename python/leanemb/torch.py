@@ -676,7 +676,7 @@ class _TablesModule(torch.nn.Module):
         incremental=True: the save holds only the rows changed since this module's previous save
         or load (as `leanemb train`'s train.incremental_checkpoints; docs/formats/checkpoint.md,
         "Chains"), every full_every-th save of a chain, or one past max_delta_fraction of the
-        rows, in full. One process only (a sharded module saves in full).
+        rows, in full. A sharded module keeps a chain of each rank's shard (docs/dist.md).
 
         link_store_rows=True: a table cached over a log-layout file store (cache_store="file",
         cache_store_layout="log") on out_dir's file system is kept by hard links of its store's

@@ -15,6 +15,7 @@ target_sources(leanemb PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_save.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_digest.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_prune.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_digest.cc
 )
 
@@ -55,6 +56,9 @@ if(LEANEMB_BUILD_TESTS)
   leanemb_add_test(stack_matrix_test ${CMAKE_CURRENT_LIST_DIR}/stack_matrix_test.cc)
   # Sharded checkpoints: save at P, load at P' (resharding), digests, incomplete checkpoints.
   leanemb_add_test(dist_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint_test.cc)
+  # Incremental sharded checkpoints: each rank's shard chain, loads at P and P', digests,
+  # corrupt links, keep_last, crashes.
+  leanemb_add_test(sharded_incremental_test ${CMAKE_CURRENT_LIST_DIR}/sharded_incremental_test.cc)
   # Incremental checkpoints: chains of changed rows, new bases, incomplete chains, keep, crashes.
   leanemb_add_test(incremental_ckpt_test ${CMAKE_CURRENT_LIST_DIR}/incremental_checkpoint_test.cc
                    ${CMAKE_CURRENT_LIST_DIR}/linked_checkpoint_test.cc)

@@ -54,7 +54,7 @@ Result<ShardView> ShardView::of(EmbeddingTables& tables) {
 
 using sharded_ckpt_internal::kLayoutBlob;
 using sharded_ckpt_internal::open_global;
-using sharded_ckpt_internal::open_shard;
+using sharded_ckpt_internal::open_shard_chain;
 using sharded_ckpt_internal::OpenedGlobal;
 using sharded_ckpt_internal::ShardView;
 
@@ -94,30 +94,39 @@ Status verify_sharded_checkpoint(const std::string& global_dir, ckpt::Env* env, 
   LEANEMB_ASSIGN_OR_RETURN(OpenedGlobal g, open_global(global_dir, env));
   if (verify_blocks) LEANEMB_RETURN_IF_ERROR(g.reader->verify().status());
   for (int r = 0; r < g.layout.world_size; ++r) {
-    LEANEMB_ASSIGN_OR_RETURN(auto shard, open_shard(g.out_dir, g.layout, g.plan, r, env));
+    LEANEMB_ASSIGN_OR_RETURN(auto chain, open_shard_chain(g.out_dir, g.layout, g.plan, r, env));
     if (!verify_blocks) continue;
-    if (Status s = shard->verify().status(); !s.ok()) return Status(s.code(), "shard " + std::to_string(r) + ": " + s.message());
+    for (const auto& link : chain) {
+      if (Status s = link->verify().status(); !s.ok()) return Status(s.code(), "shard " + std::to_string(r) + ": " + s.message());
+    }
   }
   return Status();
 }
 
 namespace {
 
-// verify_tables_checkpoint of one checkpoint (not its chain).
+// verify_tables_checkpoint of one checkpoint (not its chain); a sharded one with every link of
+// every shard's chain (num_links and base_step: shard 0's chain, the same on every shard).
 Result<ckpt::VerifyReport> verify_one(const std::string& dir, ckpt::Env* env) {
   LEANEMB_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::open(dir, env));
   LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, reader->verify());
   if (!is_sharded_checkpoint(*reader)) return rep;
   LEANEMB_ASSIGN_OR_RETURN(OpenedGlobal g, open_global(dir, env));
   for (int r = 0; r < g.layout.world_size; ++r) {
-    LEANEMB_ASSIGN_OR_RETURN(auto shard, open_shard(g.out_dir, g.layout, g.plan, r, env));
-    auto s = shard->verify();
-    if (!s.ok()) return Status(s.status().code(), "shard " + std::to_string(r) + ": " + s.status().message());
-    rep.num_entries += s->num_entries;
-    rep.entry_bytes += s->entry_bytes;
-    rep.num_files += s->num_files;
-    rep.file_bytes += s->file_bytes;
-    rep.num_blocks += s->num_blocks;
+    LEANEMB_ASSIGN_OR_RETURN(auto chain, open_shard_chain(g.out_dir, g.layout, g.plan, r, env));
+    for (const auto& link : chain) {
+      auto s = link->verify();
+      if (!s.ok()) return Status(s.status().code(), "shard " + std::to_string(r) + ": " + s.status().message());
+      rep.num_entries += s->num_entries;
+      rep.entry_bytes += s->entry_bytes;
+      rep.num_files += s->num_files;
+      rep.file_bytes += s->file_bytes;
+      rep.num_blocks += s->num_blocks;
+    }
+    if (r == 0) {
+      rep.num_links = chain.size();
+      rep.base_step = chain.front()->step();
+    }
     ++rep.num_shards;
   }
   return rep;
@@ -128,6 +137,7 @@ Result<ckpt::VerifyReport> verify_one(const std::string& dir, ckpt::Env* env) {
 Result<ckpt::VerifyReport> verify_tables_checkpoint(const std::string& dir, ckpt::Env* env) {
   LEANEMB_ASSIGN_OR_RETURN(std::vector<ckpt::CheckpointRef> chain, ckpt::checkpoint_chain(dir, env));
   LEANEMB_ASSIGN_OR_RETURN(ckpt::VerifyReport rep, verify_one(dir, env));
+  if (rep.num_shards > 0) return rep;  // a global checkpoint has no parent; its shards' chains are counted
   rep.num_links = chain.size();
   rep.base_step = chain.front().step;
   if (auto root = ckpt::CheckpointReader::open(chain.front().path, env); root.ok()) rep.sparse_base = table_ckpt::is_sparse_base(**root);

@@ -3,18 +3,23 @@
 // on the shard count. Layout and protocol in docs/dist.md ("Sharded checkpoints") and
 // docs/formats/checkpoint.md.
 //
-//   <out_dir>/shards/step-<N>/rank-<r>-of-<P>/checkpoints/step-<N>/   rank r's shard: a normal
+//   <out_dir>/shards/rank-<r>-of-<P>/checkpoints/step-<N>/   rank r's shard: a normal
 //        checkpoint (CheckpointWriter) with table "rows/<name>" = its own rows of each table, in
 //        local row order (fat bytes: weights and optimizer state exactly as stored), and blob
-//        "shard/info" (rank, P, step)
+//        "shard/info" (rank, P, step); with incremental checkpoints a link of the rank's shard
+//        chain instead (table "delta/<name>" and blobs "delta_rows/<name>/<k>": the rows changed
+//        since its parent, the rank's previous shard checkpoint). Checkpoints written before
+//        shard chains have their shards in <out_dir>/shards/step-<N>/rank-<r>-of-<P>/ (the
+//        layout names the directory: both load).
 //   <out_dir>/checkpoints/step-<N>/    the global checkpoint, written by rank 0 last, after
 //        every rank committed its shard: blob "sharded/layout" (P, step, every table's shape,
 //        row layout and sharding, each shard's directory and the XXH3-64 of its MANIFEST) and
 //        the caller's blobs (dense parameters, ...).
 // Which global row a shard's local row is follows from the sharding recorded in the layout
 // (ShardPlan with the saved P). A global checkpoint is complete only if its own manifest is
-// valid and every shard it names exists, has the recorded MANIFEST and verifies; a checkpoint
-// missing a shard is never taken (find_latest_complete_sharded falls back to an older one).
+// valid and every shard it names exists, has the recorded MANIFEST and verifies, with its whole
+// chain (each parent exists with the recorded id and verifies); a checkpoint missing a shard or
+// a link is never taken (find_latest_complete_sharded falls back to an older one).
 //
 // Loading at P' (any P' >= 1): each rank reads the global rows it owns under its own plan from
 // whichever shards hold them (rows are keyed by global row id), copies the fat bytes exactly
@@ -57,12 +62,21 @@ struct ShardedSaveOptions {
   // Called after each chunk of rows this rank writes, with (rows written, rows to write), on the
   // calling thread (`leanemb train`'s progress line on a terminal). Null: none.
   std::function<void(int64_t, int64_t)> progress;
+  // Incremental checkpoints (leanemb/table_save.h; link_store_rows is one-process only and
+  // ignored here): each rank's shard extends its previous shard checkpoint with the rows changed
+  // since (its local collection tracks them: EmbeddingCollection::track_changes), a full shard
+  // every full_every-th checkpoint or when the chains' rows would pass max_chain_fraction of all
+  // rows. The ranks agree, so a global checkpoint's shards are all links or all full.
+  IncrementalOptions incremental;
 };
 
 struct ShardedSaveInfo {
   int64_t step = 0;
   std::string global_dir;                 // <out_dir>/checkpoints/step-<N>
   std::string shard_dir;                  // this rank's shard checkpoint directory
+  int64_t parent_step = -1;               // the shard checkpoints' parent step (-1: full shards)
+  int64_t rows_written = 0;               // every rank's embedding rows written (all of them when full)
+  uint64_t row_bytes = 0;                 // their fat-row bytes
   std::vector<std::string> removed;       // rank 0: global and shard directories removed
   std::vector<std::string> warnings;      // rank 0: cleanup failures (the commit stands)
 };

@@ -11,6 +11,7 @@
 #include "dist/digest_internal.h"
 #include "dist/sharded_checkpoint.h"
 #include "dist/sharded_checkpoint_internal.h"
+#include "table/delta_rows.h"
 
 namespace leanemb::dist {
 
@@ -18,7 +19,8 @@ using sharded_ckpt_internal::ByteWriter;
 using sharded_ckpt_internal::kDigestMagic;
 using sharded_ckpt_internal::kRowsPrefix;
 using sharded_ckpt_internal::open_global;
-using sharded_ckpt_internal::open_shard;
+using sharded_ckpt_internal::open_shard_chain;
+using table_ckpt::for_each_delta_row;
 using sharded_ckpt_internal::OpenedGlobal;
 using sharded_ckpt_internal::ShardView;
 using sharded_ckpt_internal::table_layout;
@@ -134,25 +136,49 @@ Result<std::string> tables_digest(EmbeddingTables& tables) {
   return collection_digest(*part.local);
 }
 
+namespace {
+
+// Adds table t of shard s's chain (oldest first) to `sum`: each local row once, with its newest
+// bytes (the links newest first, then the base's rows no link holds), so that a chain sums like
+// the same state saved in full.
+Status add_shard_table(const OpenedGlobal& g, const std::vector<std::unique_ptr<ckpt::CheckpointReader>>& chain, int s, int ti,
+                       RowSum* sum) {
+  constexpr int64_t kChunk = 4096;
+  const TableLayout& tl = g.layout.tables[static_cast<size_t>(ti)];
+  const uint64_t seed = table_seed(tl.name);
+  const int64_t n = g.plan.local_num_rows(ti, s);
+  std::vector<bool> seen(chain.size() > 1 ? static_cast<size_t>(n) : 0, false);
+  for (size_t k = chain.size(); k-- > 1;) {
+    LEANEMB_RETURN_IF_ERROR(for_each_delta_row(*chain[k], tl.name, n, kChunk, [&](int64_t row, std::span<const uint8_t> fat) {
+      if (seen[static_cast<size_t>(row)]) return Status();
+      seen[static_cast<size_t>(row)] = true;
+      add_rows(sum, seed, fat, tl.stride_bytes, 1, [&](int64_t) { return g.plan.global_row(ti, s, row); });
+      return Status();
+    }));
+  }
+  std::vector<uint8_t> rows;
+  for (int64_t l0 = 0; l0 < n; l0 += kChunk) {
+    const int64_t c = std::min(kChunk, n - l0);
+    rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
+    LEANEMB_RETURN_IF_ERROR(chain.front()->read_rows(kRowsPrefix + tl.name, l0, c, rows));
+    for (int64_t i = 0; i < c; ++i) {
+      if (!seen.empty() && seen[static_cast<size_t>(l0 + i)]) continue;
+      add_rows(sum, seed, std::span<const uint8_t>(rows).subspan(static_cast<size_t>(i) * tl.stride_bytes), tl.stride_bytes, 1,
+               [&](int64_t) { return g.plan.global_row(ti, s, l0 + i); });
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<std::string> sharded_checkpoint_digest(const std::string& global_dir, ckpt::Env* env) {
   LEANEMB_ASSIGN_OR_RETURN(OpenedGlobal g, open_global(global_dir, env));
   std::vector<RowSum> sums(g.layout.tables.size());
-  std::vector<uint8_t> rows;
-  constexpr int64_t kChunk = 4096;
   for (int s = 0; s < g.layout.world_size; ++s) {
-    LEANEMB_ASSIGN_OR_RETURN(auto shard, open_shard(g.out_dir, g.layout, g.plan, s, env));
-    for (size_t t = 0; t < g.layout.tables.size(); ++t) {
-      const int ti = static_cast<int>(t);
-      const TableLayout& tl = g.layout.tables[t];
-      const uint64_t seed = table_seed(tl.name);
-      const int64_t n = g.plan.local_num_rows(ti, s);
-      for (int64_t l0 = 0; l0 < n; l0 += kChunk) {
-        const int64_t c = std::min(kChunk, n - l0);
-        rows.resize(static_cast<size_t>(c) * tl.stride_bytes);
-        LEANEMB_RETURN_IF_ERROR(shard->read_rows(kRowsPrefix + tl.name, l0, c, rows));
-        add_rows(&sums[t], seed, rows, tl.stride_bytes, c, [&](int64_t i) { return g.plan.global_row(ti, s, l0 + i); });
-      }
-    }
+    LEANEMB_ASSIGN_OR_RETURN(auto chain, open_shard_chain(g.out_dir, g.layout, g.plan, s, env));
+    for (size_t t = 0; t < g.layout.tables.size(); ++t)
+      LEANEMB_RETURN_IF_ERROR(add_shard_table(g, chain, s, static_cast<int>(t), &sums[t]));
   }
   return finish_digest(g.layout.collection_step, g.layout.tables, sums);
 }

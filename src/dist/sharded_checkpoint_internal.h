@@ -5,6 +5,7 @@
 //                                 src/table/sharded_checkpoint_load.cc)
 //   sharded_checkpoint_save.cc    save_sharded_checkpoint, ShardedEmbeddingCollection::save
 //   sharded_checkpoint_digest.cc  the embedding digests (digest_internal.h)
+//   sharded_checkpoint_prune.cc   prune_shards
 // The blob formats are described at the top of sharded_checkpoint.cc; the layout blob and
 // opening a checkpoint's shards are src/table/sharded_layout.h.
 //
@@ -52,6 +53,7 @@ using table_ckpt::kShardMagic;
 using table_ckpt::Layout;
 using table_ckpt::open_global;
 using table_ckpt::open_shard;
+using table_ckpt::open_shard_chain;
 using table_ckpt::OpenedGlobal;
 using table_ckpt::ShardRecord;
 using table_ckpt::table_layout;
@@ -84,6 +86,15 @@ class ShardView {
   const ShardPlan* plan_ = nullptr;
   EmbeddingCollection* local_ = nullptr;
 };
+
+// "rank-<r>-of-<P>": a shard's directory name (under shards/, or shards/step-<N>/ before chains).
+inline std::string shard_dir_name(int rank, int p) { return "rank-" + std::to_string(rank) + "-of-" + std::to_string(p); }
+
+// Rank 0 after a global commit (sharded_checkpoint_prune.cc): removes the shard checkpoints
+// that no global checkpoint under out_dir needs (the shards each one names and every link of
+// their chains), rank directories none of them needs, and old-layout shards/step-<N>
+// directories; appends what it removed and its failures (the commit stands).
+void prune_shards(const std::string& out_dir, ckpt::Env* env, std::vector<std::string>* removed, std::vector<std::string>* warnings);
 
 // A dynamic table's id partition `g` (global index) in a shard: blob "dyn/<table>/<g>", as in a
 // plain checkpoint (table/table_checkpoint.h).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "leanemb/checkpoint.h"
+#include "leanemb/embedding.h"
 #include "leanemb/status.h"
 #include "leanemb/table_options.h"
 #include "leanemb/tables.h"
@@ -37,6 +38,14 @@ Result<std::vector<int64_t>> decode_delta_rows(std::span<const uint8_t> bytes, i
 // malformed blob), the reader's, fn's (which stop the walk).
 Status for_each_delta_row(const ckpt::CheckpointReader& r, const std::string& table, int64_t num_rows, int64_t chunk_rows,
                           const std::function<Status(int64_t, std::span<const uint8_t>)>& fn);
+
+// Table t's changed rows (EmbeddingCollection::changed_rows, ascending) as table "delta/<name>" of
+// their fat rows with meta `meta`, and blobs "delta_rows/<name>/<k>" of their row numbers, chunk_rows
+// rows at a time; on_rows(n) after each chunk (null: none). Plain links and sparse bases
+// (table_checkpoint_save.cc), and the links of a sharded collection's shard chains
+// (src/dist/sharded_checkpoint_save.cc). Errors: the writer's, the rows'.
+Status write_changed_rows(ckpt::CheckpointWriter& w, const EmbeddingCollection& emb, int t, std::span<const uint8_t> meta,
+                          int64_t chunk_rows, const std::function<void(int64_t)>& on_rows);
 
 // A sparse base: the root of a chain that holds, like a link, only changed rows, but changed
 // since the tables' initial state (the rows create gave them) instead of since a parent. It has

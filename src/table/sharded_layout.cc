@@ -6,11 +6,13 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "ckpt/format.h"
 #include "core/bytes.h"
+#include "table/delta_rows.h"
 
 namespace leanemb::table_ckpt {
 
@@ -112,6 +114,34 @@ std::string shard_ckpt_dir(const std::string& out_dir, const ShardRecord& s, int
   return ckpt::join_path(ckpt::join_path(ckpt::join_path(out_dir, s.rel_dir), "checkpoints"), ckpt::step_dir_name(step));
 }
 
+// A shard checkpoint's info blob and tables against the layout: shard r at `step`; a full one
+// holds "rows/<name>" of every local row, a link of a chain (it has a parent) "delta/<name>" of
+// at most that many rows (the rows changed since its parent, delta_rows.h). Errors: `bad`'s.
+Status check_shard(const ckpt::CheckpointReader& reader, const Layout& l, const ShardPlan& plan, int r, int64_t step,
+                   const std::function<Status(const std::string&)>& bad) {
+  if (reader.step() != step) return bad("step " + std::to_string(reader.step()) + ", expected " + std::to_string(step));
+  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> info, reader.read_blob(kShardInfoBlob));
+  ByteReader ir(info);
+  std::string magic;
+  uint32_t rank = 0, p = 0;
+  int64_t info_step = 0;
+  if (!ir.raw(sizeof(kShardMagic) - 1, &magic) || magic != kShardMagic || !ir.get(&rank) || !ir.get(&p) || !ir.get(&info_step) ||
+      !ir.done())
+    return bad("bad blob '" + std::string(kShardInfoBlob) + "'");
+  if (static_cast<int>(rank) != r || static_cast<int>(p) != l.world_size || info_step != step)
+    return bad("holds rank " + std::to_string(rank) + " of " + std::to_string(p) + " at step " + std::to_string(info_step));
+  const bool link = reader.parent().has_value();
+  for (size_t t = 0; t < l.tables.size(); ++t) {
+    const ckpt::EntryInfo* e = reader.find((link ? kDeltaPrefix : kRowsPrefix) + l.tables[t].name);
+    const int64_t want = plan.local_num_rows(static_cast<int>(t), r);
+    if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != l.tables[t].stride_bytes ||
+        (link ? e->total_rows > want : e->total_rows != want))
+      return bad(std::string(link ? "delta " : "") + "table '" + l.tables[t].name + "' missing or not " + (link ? "at most " : "") +
+                 std::to_string(want) + " rows of " + std::to_string(l.tables[t].stride_bytes) + " bytes");
+  }
+  return Status();
+}
+
 // open_shard's checks (not every error names the shard yet).
 Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard_impl(const std::string& out_dir, const Layout& l, const ShardPlan& plan,
                                                            int r, ckpt::Env* env) {
@@ -131,24 +161,7 @@ Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard_impl(const std::strin
   (void)rec;
 #endif
   LEANEMB_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::open(dir, env));
-  if (reader->step() != l.step) return bad("step " + std::to_string(reader->step()) + ", expected " + std::to_string(l.step));
-  LEANEMB_ASSIGN_OR_RETURN(std::vector<uint8_t> info, reader->read_blob(kShardInfoBlob));
-  ByteReader ir(info);
-  std::string magic;
-  uint32_t rank = 0, p = 0;
-  int64_t step = 0;
-  if (!ir.raw(sizeof(kShardMagic) - 1, &magic) || magic != kShardMagic || !ir.get(&rank) || !ir.get(&p) || !ir.get(&step) ||
-      !ir.done())
-    return bad("bad blob '" + std::string(kShardInfoBlob) + "'");
-  if (static_cast<int>(rank) != r || static_cast<int>(p) != l.world_size || step != l.step)
-    return bad("holds rank " + std::to_string(rank) + " of " + std::to_string(p) + " at step " + std::to_string(step));
-  for (size_t t = 0; t < l.tables.size(); ++t) {
-    const ckpt::EntryInfo* e = reader->find(kRowsPrefix + l.tables[t].name);
-    const int64_t want = plan.local_num_rows(static_cast<int>(t), r);
-    if (e == nullptr || e->kind != ckpt::EntryKind::kTable || e->row_bytes != l.tables[t].stride_bytes || e->total_rows != want)
-      return bad("table '" + l.tables[t].name + "' missing or not " + std::to_string(want) + " rows of " +
-                 std::to_string(l.tables[t].stride_bytes) + " bytes");
-  }
+  LEANEMB_RETURN_IF_ERROR(check_shard(*reader, l, plan, r, l.step, bad));
   return reader;
 }
 
@@ -176,6 +189,27 @@ Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard(const std::string& ou
   if (!reader.ok() && reader.status().message().rfind(prefix, 0) != 0)
     return Status(reader.status().code(), prefix + ": " + reader.status().message());
   return reader;
+}
+
+Result<std::vector<std::unique_ptr<ckpt::CheckpointReader>>> open_shard_chain(const std::string& out_dir, const Layout& l,
+                                                                            const ShardPlan& plan, int r, ckpt::Env* env) {
+  std::vector<std::unique_ptr<ckpt::CheckpointReader>> chain;
+  LEANEMB_ASSIGN_OR_RETURN(auto newest, open_shard(out_dir, l, plan, r, env));
+  if (newest->parent().has_value()) {
+    // Each parent exists, is complete and has the id its child recorded (checkpoint_chain).
+    auto refs = ckpt::checkpoint_chain(newest->dir(), env);
+    if (!refs.ok()) return Status(refs.status().code(), "shard " + std::to_string(r) + ": " + refs.status().message());
+    for (size_t k = 0; k + 1 < refs->size(); ++k) {
+      const std::string& dir = (*refs)[k].path;
+      auto bad = [&](const std::string& what) { return data_loss("shard " + std::to_string(r) + " '" + dir + "': " + what); };
+      auto link = ckpt::CheckpointReader::open(dir, env);
+      if (!link.ok()) return Status(link.status().code(), "shard " + std::to_string(r) + ": " + link.status().message());
+      LEANEMB_RETURN_IF_ERROR(check_shard(**link, l, plan, r, (*refs)[k].step, bad));
+      chain.push_back(std::move(*link));
+    }
+  }
+  chain.push_back(std::move(newest));
+  return chain;
 }
 
 Result<OpenedGlobal> open_global(const std::string& global_dir, ckpt::Env* env) {

@@ -78,6 +78,14 @@ bool is_sharded(const ckpt::CheckpointReader& r);
 Result<std::unique_ptr<ckpt::CheckpointReader>> open_shard(const std::string& out_dir, const Layout& l,
                                                            const dist::ShardPlan& plan, int r, ckpt::Env* env);
 
+// Shard r's chain, oldest first: the full shard checkpoint it extends (table "rows/<name>"),
+// then each link (tables "delta/<name>" and blobs "delta_rows/<name>/<k>" of local row numbers:
+// the rows changed since the link's parent, docs/formats/checkpoint.md, "Sharded chains"), the
+// shard the layout names last. One element for a full shard. Each link is opened and checked
+// as open_shard checks the newest (its parent exists with the recorded id; not the blocks).
+Result<std::vector<std::unique_ptr<ckpt::CheckpointReader>>> open_shard_chain(const std::string& out_dir, const Layout& l,
+                                                                            const dist::ShardPlan& plan, int r, ckpt::Env* env);
+
 struct OpenedGlobal {
   std::unique_ptr<ckpt::CheckpointReader> reader;
   Layout layout;

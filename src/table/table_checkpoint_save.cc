@@ -21,6 +21,39 @@ namespace leanemb {
 
 namespace table_ckpt {
 
+// Each chunk of rows is read with one call (read_raw_rows_at: a cache reads its resident rows
+// from their slots and the others from its store in one batch).
+Status write_changed_rows(ckpt::CheckpointWriter& w, const EmbeddingCollection& emb, int t, std::span<const uint8_t> meta,
+                          int64_t chunk_rows, const std::function<void(int64_t)>& on_rows) {
+  const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
+  const size_t stride = emb.layout(t).stride_bytes;
+  const std::string name = kDeltaPrefix + to.name;
+  LEANEMB_RETURN_IF_ERROR(w.add_table(name, stride, emb.num_changed_rows(t), meta));
+  const int64_t chunk = std::min(chunk_rows, kDeltaIdsPerBlob);
+  std::vector<int64_t> ids(static_cast<size_t>(chunk)), block;
+  std::vector<uint8_t> fat;
+  int64_t pos = 0, k = 0;
+  for (int64_t from = 0;;) {
+    // At most the rest of the current id block, so that blocks hold exactly kDeltaIdsPerBlob.
+    const int64_t room = std::min<int64_t>(chunk, kDeltaIdsPerBlob - static_cast<int64_t>(block.size()));
+    const int64_t n = emb.changed_rows(t, from, std::span<int64_t>(ids.data(), static_cast<size_t>(room)));
+    if (n == 0) break;
+    fat.resize(static_cast<size_t>(n) * stride);
+    LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows_at(t, std::span<const int64_t>(ids.data(), static_cast<size_t>(n)), fat));
+    LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, fat));
+    block.insert(block.end(), ids.begin(), ids.begin() + n);
+    if (static_cast<int64_t>(block.size()) == kDeltaIdsPerBlob) {
+      LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k++), encode_delta_rows(block)));
+      block.clear();
+    }
+    pos += n;
+    from = ids[static_cast<size_t>(n - 1)] + 1;
+    if (on_rows) on_rows(n);
+  }
+  if (!block.empty()) LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k), encode_delta_rows(block)));
+  return Status();
+}
+
 namespace {
 
 std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
@@ -69,50 +102,24 @@ Status write_plain(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t 
   return Status();
 }
 
-// The changed rows of every table (EmbeddingCollection::changed_rows): table "delta/<name>" of
-// their fat rows and blobs "delta_rows/<name>/<k>" of their row numbers (delta_rows.h);
-// each chunk of rows is read with one call (read_raw_rows_at: a cache reads its resident rows from
-// their slots and the others from its store in one batch).
+// The changed rows of every table (write_changed_rows): table "delta/<name>" of their fat rows
+// and blobs "delta_rows/<name>/<k>" of their row numbers (delta_rows.h).
 // `sparse_base`: the rows changed since the initial rows, as the root of a chain (each table's
 // meta then says what its other rows hold: delta_rows.h, InitialRows).
 Status write_delta(ckpt::CheckpointWriter& w, EmbeddingCollection& emb, int64_t chunk_rows,
                    const std::function<void(int64_t, int64_t)>& progress, bool sparse_base, const std::vector<bool>& linked) {
   int64_t written = 0, to_write = 0;
   for (int t = 0; t < emb.num_tables(); ++t) to_write += linked[static_cast<size_t>(t)] ? 0 : emb.num_changed_rows(t);
-  const int64_t chunk = std::min(chunk_rows, kDeltaIdsPerBlob);
-  std::vector<int64_t> ids(static_cast<size_t>(chunk)), block;
-  std::vector<uint8_t> fat;
   for (int t = 0; t < emb.num_tables(); ++t) {
     if (linked[static_cast<size_t>(t)]) continue;
-    const RowLayout& l = emb.layout(t);
     const TableOptions& to = emb.options().tables[static_cast<size_t>(t)];
-    const size_t stride = l.stride_bytes;
-    nlohmann::json meta = plain_meta(l);
+    nlohmann::json meta = plain_meta(emb.layout(t));
     meta["table_rows"] = to.num_rows;
     if (sparse_base) meta["initial"] = parse_json_or_discarded(initial_rows_meta_json(to, emb.options().seed, t));
-    const std::string name = kDeltaPrefix + to.name;
-    LEANEMB_RETURN_IF_ERROR(w.add_table(name, stride, emb.num_changed_rows(t), json_bytes(meta)));
-    int64_t pos = 0, k = 0;
-    block.clear();
-    for (int64_t from = 0;;) {
-      // At most the rest of the current id block, so that blocks hold exactly kDeltaIdsPerBlob.
-      const int64_t room = std::min<int64_t>(chunk, kDeltaIdsPerBlob - static_cast<int64_t>(block.size()));
-      const int64_t n = emb.changed_rows(t, from, std::span<int64_t>(ids.data(), static_cast<size_t>(room)));
-      if (n == 0) break;
-      fat.resize(static_cast<size_t>(n) * stride);
-      LEANEMB_RETURN_IF_ERROR(emb.read_raw_rows_at(t, std::span<const int64_t>(ids.data(), static_cast<size_t>(n)), fat));
-      LEANEMB_RETURN_IF_ERROR(w.append_rows(name, pos, fat));
-      block.insert(block.end(), ids.begin(), ids.begin() + n);
-      if (static_cast<int64_t>(block.size()) == kDeltaIdsPerBlob) {
-        LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k++), encode_delta_rows(block)));
-        block.clear();
-      }
-      pos += n;
-      from = ids[static_cast<size_t>(n - 1)] + 1;
+    LEANEMB_RETURN_IF_ERROR(write_changed_rows(w, emb, t, json_bytes(meta), chunk_rows, [&](int64_t n) {
       written += n;
       if (progress) progress(written, to_write);
-    }
-    if (!block.empty()) LEANEMB_RETURN_IF_ERROR(w.add_blob(delta_rows_blob(to.name, k), encode_delta_rows(block)));
+    }));
     LEANEMB_RETURN_IF_ERROR(write_dynamic(w, emb, t));
   }
   return Status();

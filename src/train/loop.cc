@@ -174,10 +174,10 @@ Status check_disk_space(const plan::Prediction& p, int world, const std::string&
   return Status();
 }
 
-// Incremental checkpoints: a one-process run's tables mark their changed rows from the start
-// (a sharded run writes full checkpoints: IncrementalOptions); a no-op once tracking.
+// Incremental checkpoints: the tables mark their changed rows from the start (a sharded run:
+// each rank's local rows, for its shard chain); a no-op once tracking.
 Status track_changes(const LoopSettings& ls, TrainTask& task) {
-  if (!ls.incremental.enabled || task.tables().communicator() != nullptr) return Status();
+  if (!ls.incremental.enabled) return Status();
   EmbeddingCollection* local = task.tables().local_shard().local;
   return local != nullptr ? local->track_changes() : Status();
 }

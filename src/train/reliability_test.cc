@@ -17,6 +17,7 @@
 
 #include "ckpt/fault_injection_env.h"
 #include "ckpt/format.h"
+#include "dist/dist_testing.h"
 #include "dist/sharded_checkpoint.h"
 #include "leanemb/training_digest.h"
 #include "leanemb/checkpoint.h"
@@ -580,6 +581,46 @@ TEST(IncrementalTrainTest, ChainsHaveTheFullRunsDigestsAndResumeToThem) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r.value()["resumed_from_step"], 5);
   EXPECT_EQ(training_digest_of(resumed, 8), training_digest_of(full, 8));
+}
+
+// train.incremental_checkpoints in a sharded run (two ranks as threads, the MPI-free path): each
+// rank's shard chain gives every checkpoint the training digest of the same step's full
+// checkpoint, the newest extends the chains back to step 2, and a sharded run resumed from a
+// chain (stopped at step 5) ends on the full run's digest.
+TEST(IncrementalTrainTest, ShardedRunsWriteShardChainsWithTheFullRunsDigests) {
+  const std::vector<std::string> full_opts = {"model.table_rows=2000", "train.keep_checkpoints=0"};
+  std::vector<std::string> inc_opts = full_opts;
+  inc_opts.push_back("train.incremental_checkpoints=true");
+  const std::string full = scratch("sinc_full"), inc = scratch("sinc_inc"), resumed = scratch("sinc_resumed");
+  nlohmann::json summary;  // rank 0's
+  auto run = [&](const std::string& out, int64_t steps, bool resume, const std::vector<std::string>& opts) {
+    dist::test_util::expect_all_ok(dist::test_util::run_world(2, [&](dist::Communicator& comm) -> Status {
+      RunOptions ro;
+      ro.out_dir = out;
+      ro.steps = steps;
+      ro.resume = resume;
+      ro.quiet = true;
+      ro.comm = &comm;
+      LEANEMB_ASSIGN_OR_RETURN(nlohmann::json sum, ctr::run_ctr_training(ro, tiny_config(opts)));
+      if (comm.rank() == 0) summary = std::move(sum);
+      return Status();
+    }, 120000));
+  };
+  run(full, 8, false, full_opts);
+  run(inc, 8, false, inc_opts);
+  for (int64_t s : {2, 4, 6, 8}) EXPECT_EQ(training_digest_of(inc, s), training_digest_of(full, s)) << "step " << s;
+  auto rep = dist::verify_tables_checkpoint(ckpt::checkpoints_dir(inc) + "/" + ckpt::step_dir_name(8));
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->num_shards, 2u);
+  EXPECT_EQ(rep->num_links, 4u);
+  EXPECT_EQ(rep->base_step, 2);
+  run(resumed, 5, false, inc_opts);
+  run(resumed, 8, true, inc_opts);
+  EXPECT_EQ(summary["resumed_from_step"], 5);
+  EXPECT_EQ(training_digest_of(resumed, 8), training_digest_of(full, 8));
+  auto chain = dist::verify_tables_checkpoint(ckpt::checkpoints_dir(resumed) + "/" + ckpt::step_dir_name(8));
+  ASSERT_TRUE(chain.ok()) << chain.status().to_string();
+  EXPECT_EQ(chain->base_step, 2) << "the resumed run extends the chain it resumed from";
 }
 
 // As ckpt_killpoints, with incremental checkpoints: killed at every Env call of the commit of

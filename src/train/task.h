@@ -96,7 +96,7 @@ struct LoopSettings {
   int64_t eval_every_epochs = 0;   // also at the end of every N-th epoch (0: no)
   int64_t checkpoint_every = 0;    // steps; 0: only at the end; < 0: never (no final one either)
   int keep_checkpoints = 3;
-  dist::IncrementalOptions incremental;  // incremental checkpoints of a one-process run
+  dist::IncrementalOptions incremental;  // incremental checkpoints (one process, or each rank's shard chain)
   bool disk_check = true;                 // train.disk_check (Run::open)
   int64_t log_every = 100;         // steps between progress / metrics lines
   double log_every_s = 0;          // > 0: also a progress line when this many seconds passed
