@@ -10,7 +10,7 @@
 # set a run keeping KEEP holds at each commit is taken from the checkpoints' chains, so that the
 # peak before each cleanup is measured, not raced.
 # Shapes:
-#   pinned:  near-uniform ids over small tables, a 1% cache, a checkpoint every 100 steps in one
+#   pinned:  near-uniform ids over small tables, a 2% cache (1,000 rows: two steps' rows), a checkpoint every 100 steps in one
 #            incremental chain of 8: compaction frees segments the kept checkpoints still link
 #            (the model's bound 2, the files only checkpoints hold);
 #   rehits:  Zipf 1.2 ids, a 20% cache that holds the hot rows, a checkpoint every 5 steps: each
@@ -37,9 +37,10 @@ base=(--config examples/ctr_small.toml --set data.num_sparse=2 --set data.gen.fo
 
 shape_sets() {  # the shape's --set arguments: steps, batch, table rows, ids, cache, checkpoints
   case $1 in
-    pinned) echo "3000 512 50000 50000 0.3 0.01 100 2 true 8" ;;
-    rehits) echo "2000 512 50000 50000 1.2 0.2 5 2 true 8" ;;
-    full2)  echo "3000 512 50000 50000 0.3 0.01 100 3 false 8" ;;
+    pinned) echo "6000 256 50000 50000 0.3 0.02 100 2 true 8" ;;
+    rehits) echo "3000 256 50000 50000 1.2 0.2 5 2 true 8" ;;
+    sealed) echo "1000 256 50000 50000 0.3 0.02 5 2 true 8" ;;
+    full2)  echo "6000 256 50000 50000 0.3 0.02 100 3 false 8" ;;
     *) echo "unknown shape $1" >&2; exit 2 ;;
   esac
 }
