@@ -16,13 +16,18 @@
 #   rehits:  Zipf 1.2 ids, a 20% cache that holds the hot rows, a checkpoint every 5 steps: each
 #            checkpoint writes the cached rows, which the cache then updates again (bound 1,
 #            the records of rows a checkpoint wrote);
-#   full2:   pinned with full checkpoints (no chain) keeping 3 (KEEP and full_checkpoint_every).
+#   sealed:  pinned's ids and cache with a checkpoint every 5 steps (about 0.16 of a segment
+#            appended between two): each checkpoint seals a part-written segment, and the log
+#            compacts long before its records reach its bound;
+#   full2:   pinned with full checkpoints (no chain) keeping 3 (keep_checkpoints and
+#            full_checkpoint_every differ).
+# OLD_LEANEMB=<a leanemb binary>: its plan line too (a model before a change), for comparison.
 #
-#   bench/disk_model_compaction.sh [OUT=bench-disk-compaction] [SHAPES="pinned rehits full2"]
+#   bench/disk_model_compaction.sh [OUT=bench-disk-compaction] [SHAPES="pinned rehits sealed full2"]
 # The result of 2026-12-07: bench/results/disk_model_compaction_zen3.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-bench-disk-compaction} SHAPES=${2:-pinned rehits full2}
+OUT=${1:-bench-disk-compaction} SHAPES=${2:-pinned rehits sealed full2}
 L=${LEANEMB:-build/release/leanemb}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
@@ -39,7 +44,7 @@ shape_sets() {  # the shape's --set arguments: steps, batch, table rows, ids, ca
   case $1 in
     pinned) echo "6000 256 50000 50000 0.3 0.02 100 2 true 8" ;;
     rehits) echo "3000 256 50000 50000 1.2 0.2 5 2 true 8" ;;
-    sealed) echo "1000 256 50000 50000 0.3 0.02 5 2 true 8" ;;
+    sealed) echo "200 256 50000 50000 0.3 0.02 5 2 true 8" ;;
     full2)  echo "6000 256 50000 50000 0.3 0.02 100 3 false 8" ;;
     *) echo "unknown shape $1" >&2; exit 2 ;;
   esac
@@ -58,6 +63,9 @@ for shape in $SHAPES; do
        "a checkpoint every $every, keep_checkpoints $keep, incremental $incr, full_checkpoint_every $full"
   echo "-- plan (keep_checkpoints = $keep)"
   "$L" plan "${sets[@]}" --set "train.keep_checkpoints=$keep" | grep -E "at the run's peak|disk:" || true
+  if [[ -n ${OLD_LEANEMB:-} ]]; then
+    echo "$OLD_LEANEMB (before): $("$OLD_LEANEMB" plan "${sets[@]}" --set "train.keep_checkpoints=$keep" | grep -E "at the run's peak" || true)"
+  fi
   "$L" plan "${sets[@]}" --set "train.keep_checkpoints=$keep" --json > "$dir/plan.json"
   $PY - "$dir/plan.json" <<'EOF'
 import json, sys
@@ -67,10 +75,11 @@ EOF
   echo "-- train (every checkpoint kept; the set of keep_checkpoints = $keep measured at each commit)"
   uptime
   start=$(date +%s)
-  $PY bench/run_metrics.py disk-at-checkpoints "$dir/run" "$dir/store" "$keep" -- \
+  $PY bench/run_metrics.py disk-at-checkpoints "$dir/run" "$dir/store" "$keep" -- bash -c '"$@" > "$0" 2>&1' "$dir/train.log" \
     /usr/bin/time -f "train: %e s wall, %U s user, %S s sys, %M KB max RSS" \
     "$L" train "${sets[@]}" --set train.keep_checkpoints=0 --set train.log_every=1 --out "$dir/run" --overwrite --quiet \
     | tee "$dir/disk.txt"
+  grep -E "^trained|^train:" "$dir/train.log" || cat "$dir/train.log"
   echo "($(($(date +%s) - start)) s with the data's generation)"
   uptime
   $PY - "$dir/plan.json" "$dir/disk.txt" <<'EOF'

@@ -40,7 +40,10 @@ TableAt table_at(const LogTableRun& t, int64_t step, int64_t k) {
               static_cast<double>(std::max<int64_t>(k - 1, 0)) * t.rehits_per_checkpoint;
   const auto segments = tiered::log_max_segments(static_cast<int64_t>(std::ceil(a.rows)), t.segment_records);
   const double seg = static_cast<double>(t.segment_bytes);
-  a.files = std::min(a.records * t.record_bytes, static_cast<double>(segments) * seg);
+  // A flush (each checkpoint's) writes the group being filled whole: the rest of it stays unused,
+  // at most a group less one record's share of it.
+  const double unused = static_cast<double>(k) * std::max(0.0, t.group_bytes - t.record_bytes);
+  a.files = std::min(a.records * t.record_bytes + unused, static_cast<double>(segments) * seg);
   // Each checkpoint seals the segment being appended (link_rows: the next write begins a new one),
   // so its k checkpoints leave at most k segments part written; the log compacts once the
   // segments begun reach its bound less the reserve only compaction may take.
@@ -175,7 +178,8 @@ Result<LogTableRun> log_table_run(const Workload& w, const TableSpec& t) {
   const int64_t rows = (t.num_rows + shards - 1) / shards;
   const size_t rb = l.stride_bytes, block = w.file_block_bytes;
   LogTableRun r;
-  r.record_bytes = static_cast<double>(tiered::log_group_bytes(rb, block)) / static_cast<double>(tiered::log_group_records(rb, block));
+  r.group_bytes = static_cast<double>(tiered::log_group_bytes(rb, block));
+  r.record_bytes = r.group_bytes / static_cast<double>(tiered::log_group_records(rb, block));
   r.segment_bytes = tiered::log_segment_bytes(rows, rb, block);
   r.segment_records = tiered::log_segment_records(r.segment_bytes, rb, block);
   const int64_t cap = tiered::cache_capacity_rows(rows, w.cache_fraction);

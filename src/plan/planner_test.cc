@@ -283,6 +283,7 @@ TEST(RunDiskTest, CheckpointStepsAndTheOldestKept) {
 LogTableRun hand_log(double misses, double rehits, std::function<double(int64_t)> rows_written) {
   LogTableRun t;
   t.record_bytes = 500;
+  t.group_bytes = 500;  // one record a block: a flush leaves nothing unused
   t.segment_records = 100;
   t.segment_bytes = 50000;
   t.misses_per_step = misses;
@@ -316,6 +317,14 @@ TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
   EXPECT_DOUBLE_EQ(d.pinned_bytes, 0);
   EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 10080);
   EXPECT_DOUBLE_EQ(d.peak_bytes, 515080);
+  // Records packed 4 to a 2,000-byte block: each checkpoint's flush writes its last block whole,
+  // up to 1,500 bytes of it unused: 3 x 1,500 more at k 3 (the segments begun stay under the bound).
+  t.group_bytes = 2000;
+  const RunDiskPrediction blocks = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
+  EXPECT_DOUBLE_EQ(blocks.store_bytes, 509500);
+  EXPECT_DOUBLE_EQ(blocks.pinned_bytes, 0);
+  EXPECT_DOUBLE_EQ(blocks.peak_bytes, 519580);
+  t.group_bytes = 500;
   // Not linked: the same files, no places (the copies are predict_run_disk's part).
   t.linked = false;
   const RunDiskPrediction copied = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
