@@ -52,6 +52,22 @@ TableAt table_at(const LogTableRun& t, int64_t step, int64_t k) {
   return a;
 }
 
+// What compaction freed between checkpoint c0 (`old`) and checkpoint k (`now`), `n` = k - c0
+// checkpoints later: 0 while the log never compacted. In whole segments it freed the segments
+// begun then + those begun since - the segments begun now, and those begun since hold the records
+// appended, one part-written segment per checkpoint and the records compaction moved: freed <=
+// excess + moved, with excess the first three less the segments begun now. A pass's victims are
+// at most half live, so moved <= freed / 2: freed <= 2 x excess and moved <= excess. In bytes it
+// freed the files then + the bytes appended since + the bytes moved - the files now: at most the
+// files then + the appended + excess - the files now.
+double freed_since(const LogTableRun& t, const TableAt& old, const TableAt& now, int64_t n) {
+  const double appended = (now.records - old.records) * t.record_bytes +
+                          static_cast<double>(n) * std::max(0.0, t.group_bytes - t.record_bytes);
+  const double excess =
+      std::max(0.0, old.slots + (now.records - old.records) * t.record_bytes + static_cast<double>(n) * static_cast<double>(t.segment_bytes) - now.slots);
+  return std::max(0.0, std::min(2.0 * excess, old.files + appended + excess - now.files));
+}
+
 }  // namespace
 
 int64_t checkpoint_count(const CheckpointSchedule& c) {
@@ -124,14 +140,7 @@ RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const Che
       d.records += now.records;
       d.store_bytes += now.files;
       if (!tables[t].linked) continue;
-      // Pinned: what compaction freed since c0, counted in whole segments (the segments begun
-      // then + those begun since: the records appended and one sealed by each checkpoint - the
-      // segments begun now, twice: a pass's victims are at most half live, so it re-appends at
-      // most half the segments it frees; 0 while the log never compacted), at most the files the
-      // older kept checkpoints link (each one's files then).
-      const double since = (now.records - old.records) * tables[t].record_bytes +
-                           static_cast<double>(k - c0) * static_cast<double>(tables[t].segment_bytes);
-      const double freed = 2.0 * std::max(0.0, old.slots + since - now.slots);
+      const double freed = freed_since(tables[t], old, now, k - c0);
       double older_files = 0, places = 0;
       if (sum_places) {
         for (int64_t j = c0; j < k; ++j) older_files += at[j][t].files;
@@ -140,6 +149,8 @@ RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const Che
         older_files = static_cast<double>(k - c0) * now.files;
         places = static_cast<double>(k - c0 + 1) * now.rows;
       }
+      // Pinned: what compaction freed since c0, at most the files the older kept checkpoints link
+      // (each one's files then).
       d.pinned_bytes += std::min(freed, older_files);
       d.checkpoint_bytes += kPlaceBytes * places;
     }

@@ -351,18 +351,21 @@ TEST(RunDiskTest, CheckpointsSealSegmentsSoTheLogCompactsBeforeItsRecordsFillIt)
   // Files W x 500 (under 400,000: the records alone never reach the bound): k 6 180,000, k 7
   // 210,000, k 8 240,000. Segments begun, W x 500 + k x 50,000, at most 300,000: k 3 250,000,
   // from k 4 on 300,000 (by the log's rules: 8 sealed heads of 60 records each need 8 segments).
-  // At k 8 (c0 = 7): begun since 60 x 500 + 1 x 50,000 = 80,000; freed 2 x (300,000 + 80,000 -
-  // 300,000) = 160,000, within checkpoint 7's files (210,000): pinned 160,000.
-  // Places 7 x (200 + 200) = 2,800. Peak: 240,000 + 160,000 + 2,800 = 402,800 (k 7: 210,000 +
-  // 160,000 + 2,800 is less).
+  // At k 8 (c0 = 7): begun since 60 x 500 + 1 x 50,000 = 80,000; excess 300,000 + 80,000 -
+  // 300,000 = 80,000 (the segments freed less the moved records, in whole segments); freed at
+  // most 2 x 80,000, and in bytes at most the files then + the bytes appended + the moved (at
+  // most the excess) - the files now: 210,000 + 30,000 + 80,000 - 240,000 = 80,000, within
+  // checkpoint 7's files (210,000): pinned 80,000.
+  // Places 7 x (200 + 200) = 2,800. Peak: 240,000 + 80,000 + 2,800 = 322,800 (k 7, c0 = 6:
+  // 210,000 + (180,000 + 30,000 + 80,000 - 210,000) + 2,800 = 292,800 is less).
   const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{16, 2, 1, false, 8});
   EXPECT_EQ(d.peak_step, 16);
   EXPECT_EQ(d.kept_checkpoints, 2);
   EXPECT_DOUBLE_EQ(d.records, 480);
   EXPECT_DOUBLE_EQ(d.store_bytes, 240000);
-  EXPECT_DOUBLE_EQ(d.pinned_bytes, 160000);
+  EXPECT_DOUBLE_EQ(d.pinned_bytes, 80000);
   EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 2800);
-  EXPECT_DOUBLE_EQ(d.peak_bytes, 402800);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 322800);
 }
 
 // A checkpoint writes the cached rows dirty then, those updated since the one before: with one
@@ -391,12 +394,14 @@ TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
   // 100 rows written again and again, 50 a step.
   const LogTableRun t = hand_log(50, 0, [](int64_t step) { return std::min(100.0, 100.0 * static_cast<double>(step)); });
   // 30 steps, a checkpoint every 10, keep 2, one incremental chain: all three stay.
-  // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes.
-  //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000
-  //   k 2, step 20: W = 1000, files 300,000 (compacting)
-  //   k 3, step 30: W = 1500, files 300,000
-  // Freed since checkpoint 1 at k 3: 2 x (250,000 + 1000 x 500 - 300,000) = 900,000, but the older
-  // kept checkpoints link at most their files then: 250,000 + 300,000 = 550,000 pinned.
+  // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes; appends
+  // begin at most 4 (200,000 bytes counted whole).
+  //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000, begun 200,000 (compacting)
+  //   k 2, step 20: W = 1000, files 300,000, begun 200,000
+  //   k 3, step 30: W = 1500, files 300,000, begun 200,000
+  // Freed since checkpoint 1 at k 3: excess 200,000 + 1000 x 500 + 2 x 50,000 - 200,000 = 600,000;
+  // at most 2 x 600,000 and 250,000 + 500,000 + 600,000 - 300,000 = 1,050,000, but the older kept
+  // checkpoints link at most their files then: 250,000 + 300,000 = 550,000 pinned.
   // Places: 7 x 3 x 100 = 2,100. Peak at k 3: 300,000 + 550,000 + 2,100 = 852,100.
   const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{30, 10, 2, true, 8});
   EXPECT_EQ(d.peak_step, 30);
@@ -405,8 +410,9 @@ TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
   EXPECT_DOUBLE_EQ(d.pinned_bytes, 550000);
   EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 2100);
   EXPECT_DOUBLE_EQ(d.peak_bytes, 852100);
-  // Full checkpoints keeping 1: at k 3 checkpoint 2 stays: min(2 x (300,000 + 500 x 500 -
-  // 300,000), 300,000) = 300,000 pinned, places 7 x 200: 601,400.
+  // Full checkpoints keeping 1: at k 3 checkpoint 2 stays: excess 200,000 + 250,000 + 50,000 -
+  // 200,000 = 300,000, min(600,000, 300,000 + 250,000 + 300,000 - 300,000, checkpoint 2's files
+  // 300,000) = 300,000 pinned, places 7 x 200: 601,400.
   const RunDiskPrediction full = log_run_disk({t}, CheckpointSchedule{30, 10, 1, false, 8});
   EXPECT_EQ(full.kept_checkpoints, 2);
   EXPECT_DOUBLE_EQ(full.pinned_bytes, 300000);
