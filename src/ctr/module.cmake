@@ -18,6 +18,8 @@ target_sources(leanemb PRIVATE
 
 if(LEANEMB_BUILD_TESTS)
   # ctr_test: the config, the model's training and checkpoints; ctr_dist_test: the model over
-  # ranks as threads (LocalWorld), bit-identical to one process.
-  leanemb_add_test(ctr_test ${CMAKE_CURRENT_LIST_DIR}/ctr_test.cc ${CMAKE_CURRENT_LIST_DIR}/ctr_dist_test.cc)
+  # ranks as threads (LocalWorld), bit-identical to one process; ctr_disk_test: the planner's disk
+  # over the run against a run whose log store compacts.
+  leanemb_add_test(ctr_test ${CMAKE_CURRENT_LIST_DIR}/ctr_test.cc ${CMAKE_CURRENT_LIST_DIR}/ctr_dist_test.cc
+                   ${CMAKE_CURRENT_LIST_DIR}/ctr_disk_test.cc)
 endif()

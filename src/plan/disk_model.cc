@@ -25,9 +25,10 @@ constexpr int64_t kMostSummedCheckpoints = 256;
 // The last commits evaluated one by one (besides the last that keeps a whole old chain).
 constexpr int64_t kLastCommits = 8;
 
-// One table at one checkpoint: rows written, records appended, the log's files.
+// One table at one checkpoint: rows written, records appended, the log's files, and the bytes of
+// the segments it has begun (slots), each counted whole.
 struct TableAt {
-  double rows = 0, records = 0, files = 0;
+  double rows = 0, records = 0, files = 0, slots = 0;
 };
 
 TableAt table_at(const LogTableRun& t, int64_t step, int64_t k) {
@@ -37,10 +38,34 @@ TableAt table_at(const LogTableRun& t, int64_t step, int64_t k) {
   // earlier checkpoint wrote that the cache then updated again once more.
   a.records = std::max(a.rows, t.misses_per_step * static_cast<double>(step)) +
               static_cast<double>(std::max<int64_t>(k - 1, 0)) * t.rehits_per_checkpoint;
-  const double bound = static_cast<double>(tiered::log_max_segments(static_cast<int64_t>(std::ceil(a.rows)), t.segment_records)) *
-                       static_cast<double>(t.segment_bytes);
-  a.files = std::min(a.records * t.record_bytes, bound);
+  const auto segments = tiered::log_max_segments(static_cast<int64_t>(std::ceil(a.rows)), t.segment_records);
+  const double seg = static_cast<double>(t.segment_bytes);
+  // A flush (each checkpoint's) writes the group being filled whole: the rest of it stays unused,
+  // at most a group less one record's share of it.
+  const double unused = static_cast<double>(k) * std::max(0.0, t.group_bytes - t.record_bytes);
+  a.files = std::min(a.records * t.record_bytes + unused, static_cast<double>(segments) * seg);
+  // Each checkpoint seals the segment being appended (link_rows: the next write begins a new one),
+  // so its k checkpoints leave at most k segments part written; the log compacts once the
+  // segments begun reach its bound less the reserve only compaction may take.
+  a.slots = std::min(a.records * t.record_bytes + static_cast<double>(k) * seg,
+                     static_cast<double>(segments - tiered::kLogReserveSegments) * seg);
   return a;
+}
+
+// What compaction freed between checkpoint c0 (`old`) and checkpoint k (`now`), `n` = k - c0
+// checkpoints later: 0 while the log never compacted. In whole segments it freed the segments
+// begun then + those begun since - the segments begun now, and those begun since hold the records
+// appended, one part-written segment per checkpoint and the records compaction moved: freed <=
+// excess + moved, with excess the first three less the segments begun now. A pass's victims are
+// at most half live, so moved <= freed / 2: freed <= 2 x excess and moved <= excess. In bytes it
+// freed the files then + the bytes appended since + the bytes moved - the files now: at most the
+// files then + the appended + excess - the files now.
+double freed_since(const LogTableRun& t, const TableAt& old, const TableAt& now, int64_t n) {
+  const double appended = (now.records - old.records) * t.record_bytes +
+                          static_cast<double>(n) * std::max(0.0, t.group_bytes - t.record_bytes);
+  const double excess =
+      std::max(0.0, old.slots + (now.records - old.records) * t.record_bytes + static_cast<double>(n) * static_cast<double>(t.segment_bytes) - now.slots);
+  return std::max(0.0, std::min(2.0 * excess, old.files + appended + excess - now.files));
 }
 
 }  // namespace
@@ -115,10 +140,7 @@ RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const Che
       d.records += now.records;
       d.store_bytes += now.files;
       if (!tables[t].linked) continue;
-      // Pinned: what compaction freed since c0 (files then + records since - files now, twice: a
-      // pass re-appends at most half of what it frees; 0 while the log never compacted), at most
-      // the files the older kept checkpoints link (each one's files then).
-      const double freed = 2.0 * std::max(0.0, old.files + (now.records - old.records) * tables[t].record_bytes - now.files);
+      const double freed = freed_since(tables[t], old, now, k - c0);
       double older_files = 0, places = 0;
       if (sum_places) {
         for (int64_t j = c0; j < k; ++j) older_files += at[j][t].files;
@@ -127,6 +149,8 @@ RunDiskPrediction log_run_disk(const std::vector<LogTableRun>& tables, const Che
         older_files = static_cast<double>(k - c0) * now.files;
         places = static_cast<double>(k - c0 + 1) * now.rows;
       }
+      // Pinned: what compaction freed since c0, at most the files the older kept checkpoints link
+      // (each one's files then).
       d.pinned_bytes += std::min(freed, older_files);
       d.checkpoint_bytes += kPlaceBytes * places;
     }
@@ -165,7 +189,8 @@ Result<LogTableRun> log_table_run(const Workload& w, const TableSpec& t) {
   const int64_t rows = (t.num_rows + shards - 1) / shards;
   const size_t rb = l.stride_bytes, block = w.file_block_bytes;
   LogTableRun r;
-  r.record_bytes = static_cast<double>(tiered::log_group_bytes(rb, block)) / static_cast<double>(tiered::log_group_records(rb, block));
+  r.group_bytes = static_cast<double>(tiered::log_group_bytes(rb, block));
+  r.record_bytes = r.group_bytes / static_cast<double>(tiered::log_group_records(rb, block));
   r.segment_bytes = tiered::log_segment_bytes(rows, rb, block);
   r.segment_records = tiered::log_segment_records(r.segment_bytes, rb, block);
   const int64_t cap = tiered::cache_capacity_rows(rows, w.cache_fraction);
@@ -174,10 +199,16 @@ Result<LogTableRun> log_table_run(const Workload& w, const TableSpec& t) {
   const LruSteadyState lru = lru_steady_state(step_ids, vocab, t.zipf, cap * shards);
   r.misses_per_step = lru.misses_per_step / shards;
   // Every row cached stays until the end when the ids fit the cache (no miss in the steady state):
-  // each checkpoint then writes them all again.
+  // each checkpoint then writes them all again. A checkpoint writes only the rows dirty then,
+  // those updated since the one before: at most the distinct rows of `checkpoint_every` steps.
   r.rehits_per_checkpoint = lru.misses_per_step > 0
                                 ? std::max(0.0, static_cast<double>(cap) - lru.cached_steps * r.misses_per_step)
                                 : static_cast<double>(std::min<int64_t>(cap, std::min(vocab, t.num_rows)));
+  if (w.checkpoint_every > 0) {
+    const double ids = std::min(9e18, static_cast<double>(step_ids) * static_cast<double>(w.checkpoint_every));
+    r.rehits_per_checkpoint =
+        std::min(r.rehits_per_checkpoint, expected_unique_rows(static_cast<int64_t>(ids), vocab, t.zipf, t.num_rows) / shards);
+  }
   const int64_t num_rows = t.num_rows;
   const double zipf = t.zipf;
   r.rows_written = [step_ids, vocab, zipf, num_rows, shards](int64_t step) {

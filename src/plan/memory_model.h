@@ -166,13 +166,15 @@ bool links_rows(const Workload& w, const TableSpec& t);
 Status predict_run_disk(const Workload& w, Prediction* p);
 
 // The disk model of log-store tables over a run (predict_run_disk's core, on plain numbers).
-// One table: its records' bytes on disk (a block's bytes over the records it packs), segment
+// One table: its records' bytes on disk (a block's bytes over the records it packs), the block's
+// bytes (a flush leaves the rest of its last one unused), segment
 // size, the misses per step in the cache's steady state (each missed row is written to the log
 // once, when evicted or when a checkpoint finds it cached), the rows a checkpoint writes that the
 // cache then updates again before evicting them (written once more), the rows written by a step
 // (its touched rows), and whether checkpoints link its files.
 struct LogTableRun {
   double record_bytes = 0;
+  double group_bytes = 0;  // a record group (a block of records): a flush writes its last one whole
   uint64_t segment_bytes = 0, segment_records = 0;
   double misses_per_step = 0;
   double rehits_per_checkpoint = 0;

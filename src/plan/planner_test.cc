@@ -283,6 +283,7 @@ TEST(RunDiskTest, CheckpointStepsAndTheOldestKept) {
 LogTableRun hand_log(double misses, double rehits, std::function<double(int64_t)> rows_written) {
   LogTableRun t;
   t.record_bytes = 500;
+  t.group_bytes = 500;  // one record a block: a flush leaves nothing unused
   t.segment_records = 100;
   t.segment_bytes = 50000;
   t.misses_per_step = misses;
@@ -293,47 +294,114 @@ LogTableRun hand_log(double misses, double rehits, std::function<double(int64_t)
 }
 
 TEST(RunDiskTest, ALogThatNeverCompactsHoldsEveryRecordAndThePlaces) {
-  LogTableRun t = hand_log(10, 5, [](int64_t step) { return 4.0 * static_cast<double>(step); });
+  LogTableRun t = hand_log(10, 5, [](int64_t step) { return 8.0 * static_cast<double>(step); });
   // 100 steps, a full checkpoint every 40 (steps 40, 80, 100), keep 1: at the commit of k the one
   // before stays. The peak is the largest sum over the commits.
-  // Records W = max(rows, 10 x step) + (k - 1) x 5; files min(W x 500, bound):
-  //   k 1, step 40:  rows 160, W = 400,         files 200,000 (bound (320 + 99) / 100 + 4 = 7 segments)
-  //   k 2, step 80:  rows 320, W = 800 + 5,     files 402,500 (bound 11 segments)
-  //   k 3, step 100: rows 400, W = 1000 + 10,   files 505,000 (bound 12 segments: 600,000)
+  // Records W = max(rows, 10 x step) + (k - 1) x 5; files min(W x 500, bound). Appends may begin
+  // bound - 2 segments (2 are compaction's), and each checkpoint seals one part written: the
+  // segments begun, counted whole, are at most W x 500 + k x 50,000:
+  //   k 1, step 40:  rows 320, W = 400,       files 200,000 (bound (640 + 99) / 100 + 4 = 11
+  //                  segments), begun 250,000 < 9 x 50,000
+  //   k 2, step 80:  rows 640, W = 800 + 5,   files 402,500 (bound 17), begun 502,500 < 750,000
+  //   k 3, step 100: rows 800, W = 1000 + 10, files 505,000 (bound 20), begun 655,000 < 900,000
   // No compaction: files(k) = files(k-1) + new records x 500, so nothing is freed, nothing pinned.
-  // Places, 7 bytes a row in each kept checkpoint: k 3 keeps 2 and 3: 7 x (320 + 400) = 5,040.
+  // Places, 7 bytes a row in each kept checkpoint: k 3 keeps 2 and 3: 7 x (640 + 800) = 10,080.
   const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
   EXPECT_TRUE(d.known);
   EXPECT_TRUE(d.linked);
   EXPECT_EQ(d.peak_step, 100);
   EXPECT_EQ(d.kept_checkpoints, 2);
-  EXPECT_DOUBLE_EQ(d.rows_written, 400);
+  EXPECT_DOUBLE_EQ(d.rows_written, 800);
   EXPECT_DOUBLE_EQ(d.records, 1010);
   EXPECT_DOUBLE_EQ(d.store_bytes, 505000);
   EXPECT_DOUBLE_EQ(d.pinned_bytes, 0);
-  EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 5040);
-  EXPECT_DOUBLE_EQ(d.peak_bytes, 510040);
+  EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 10080);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 515080);
+  // Records packed 4 to a 2,000-byte block: each checkpoint's flush writes its last block whole,
+  // up to 1,500 bytes of it unused: 3 x 1,500 more at k 3 (the segments begun stay under the bound).
+  t.group_bytes = 2000;
+  const RunDiskPrediction blocks = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
+  EXPECT_DOUBLE_EQ(blocks.store_bytes, 509500);
+  EXPECT_DOUBLE_EQ(blocks.pinned_bytes, 0);
+  EXPECT_DOUBLE_EQ(blocks.peak_bytes, 519580);
+  t.group_bytes = 500;
   // Not linked: the same files, no places (the copies are predict_run_disk's part).
   t.linked = false;
   const RunDiskPrediction copied = log_run_disk({t}, CheckpointSchedule{100, 40, 1, false, 8});
   EXPECT_FALSE(copied.linked);
   EXPECT_DOUBLE_EQ(copied.peak_bytes, 505000);
-  // No checkpoint: the files at the end, W = max(400, 1000).
+  // No checkpoint: the files at the end, W = max(800, 1000).
   const RunDiskPrediction none = log_run_disk({t}, CheckpointSchedule{100, -1, 1, false, 8});
   EXPECT_EQ(none.kept_checkpoints, 0);
   EXPECT_DOUBLE_EQ(none.store_bytes, 500000);
+}
+
+// Checkpoints more often than a segment fills: each one seals the segment being appended (the
+// next write begins a new one), so the log runs out of segments to begin, and compacts, long
+// before its records fill its bound; what it then frees, the kept checkpoints link. (Found by
+// bench/disk_model_compaction.sh: a checkpoint every 5 steps measured 7.31 MB at step 50 where
+// the model without the sealed segments predicted 4.18 MB.)
+TEST(RunDiskTest, CheckpointsSealSegmentsSoTheLogCompactsBeforeItsRecordsFillIt) {
+  // 200 rows written in the first step, 30 records a step, a full checkpoint every 2 steps (60
+  // records, under a segment of 100) over 16 steps, keep 1: at the commit of k, k - 1 stays.
+  const LogTableRun t = hand_log(30, 0, [](int64_t step) { return std::min(200.0, 200.0 * static_cast<double>(step)); });
+  // Bound for 200 live rows: (400 + 99) / 100 + 4 = 8 segments (400,000 bytes of files); appends
+  // begin at most 8 - 2 = 6 (300,000 bytes counted whole).
+  // W = max(200, 30 x step): k 1-3: 200; k 4: 240, k 5: 300, k 6: 360, k 7: 420, k 8: 480.
+  // Files W x 500 (under 400,000: the records alone never reach the bound): k 6 180,000, k 7
+  // 210,000, k 8 240,000. Segments begun, W x 500 + k x 50,000, at most 300,000: k 3 250,000,
+  // from k 4 on 300,000 (by the log's rules: 8 sealed heads of 60 records each need 8 segments).
+  // At k 8 (c0 = 7): begun since 60 x 500 + 1 x 50,000 = 80,000; excess 300,000 + 80,000 -
+  // 300,000 = 80,000 (the segments freed less the moved records, in whole segments); freed at
+  // most 2 x 80,000, and in bytes at most the files then + the bytes appended + the moved (at
+  // most the excess) - the files now: 210,000 + 30,000 + 80,000 - 240,000 = 80,000, within
+  // checkpoint 7's files (210,000): pinned 80,000.
+  // Places 7 x (200 + 200) = 2,800. Peak: 240,000 + 80,000 + 2,800 = 322,800 (k 7, c0 = 6:
+  // 210,000 + (180,000 + 30,000 + 80,000 - 210,000) + 2,800 = 292,800 is less).
+  const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{16, 2, 1, false, 8});
+  EXPECT_EQ(d.peak_step, 16);
+  EXPECT_EQ(d.kept_checkpoints, 2);
+  EXPECT_DOUBLE_EQ(d.records, 480);
+  EXPECT_DOUBLE_EQ(d.store_bytes, 240000);
+  EXPECT_DOUBLE_EQ(d.pinned_bytes, 80000);
+  EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 2800);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 322800);
+}
+
+// A checkpoint writes the cached rows dirty then, those updated since the one before: with one
+// id a step and a checkpoint every step, at most one row each, whatever the cache holds (here
+// every row the ids reach: no miss, and before this bound every cached row counted again).
+TEST(RunDiskTest, ACheckpointRewritesAtMostTheRowsOfItsInterval) {
+  Workload w = log_store_workload(1000000, 0.5);
+  w.tables[0].vocab = 1000;  // 1,000 ranks: all cached (500,000 slots)
+  w.tables[0].max_ids_per_sample = w.tables[0].mean_ids_per_sample = 1;
+  w.batch_size = 1;
+  w.cache_min_rows = 0;
+  w.link_store_rows = true;
+  w.run_steps = 10;
+  w.checkpoint_every = 1;
+  w.keep_checkpoints = 0;  // all kept: the peak is the last commit, k = 10
+  Prediction p = predict_memory(w, Estimate::kExpected).value();
+  ASSERT_TRUE(predict_run_disk(w, &p).ok());
+  ASSERT_TRUE(p.run_disk.known);
+  EXPECT_EQ(p.run_disk.peak_step, 10);
+  // W = the rows written + (k - 1) x the rows one step dirties: one id, one row (1e6 x (1 -
+  // exp(-1e-6)) = 0.9999995 in the balls-into-bins count of the rows the ids hash to).
+  EXPECT_NEAR(p.run_disk.records - p.run_disk.rows_written, 9.0, 1e-4);
 }
 
 TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
   // 100 rows written again and again, 50 a step.
   const LogTableRun t = hand_log(50, 0, [](int64_t step) { return std::min(100.0, 100.0 * static_cast<double>(step)); });
   // 30 steps, a checkpoint every 10, keep 2, one incremental chain: all three stay.
-  // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes.
-  //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000
-  //   k 2, step 20: W = 1000, files 300,000 (compacting)
-  //   k 3, step 30: W = 1500, files 300,000
-  // Freed since checkpoint 1 at k 3: 2 x (250,000 + 1000 x 500 - 300,000) = 900,000, but the older
-  // kept checkpoints link at most their files then: 250,000 + 300,000 = 550,000 pinned.
+  // The bound for 100 live rows: (200 + 99) / 100 + 4 = 6 segments = 300,000 bytes; appends
+  // begin at most 4 (200,000 bytes counted whole).
+  //   k 1, step 10: W = 500,  files min(250,000, 300,000) = 250,000, begun 200,000 (compacting)
+  //   k 2, step 20: W = 1000, files 300,000, begun 200,000
+  //   k 3, step 30: W = 1500, files 300,000, begun 200,000
+  // Freed since checkpoint 1 at k 3: excess 200,000 + 1000 x 500 + 2 x 50,000 - 200,000 = 600,000;
+  // at most 2 x 600,000 and 250,000 + 500,000 + 600,000 - 300,000 = 1,050,000, but the older kept
+  // checkpoints link at most their files then: 250,000 + 300,000 = 550,000 pinned.
   // Places: 7 x 3 x 100 = 2,100. Peak at k 3: 300,000 + 550,000 + 2,100 = 852,100.
   const RunDiskPrediction d = log_run_disk({t}, CheckpointSchedule{30, 10, 2, true, 8});
   EXPECT_EQ(d.peak_step, 30);
@@ -342,8 +410,9 @@ TEST(RunDiskTest, ACompactingLogPinsWhatItFreedUpToTheKeptCheckpointsFiles) {
   EXPECT_DOUBLE_EQ(d.pinned_bytes, 550000);
   EXPECT_DOUBLE_EQ(d.checkpoint_bytes, 2100);
   EXPECT_DOUBLE_EQ(d.peak_bytes, 852100);
-  // Full checkpoints keeping 1: at k 3 checkpoint 2 stays: min(2 x (300,000 + 500 x 500 -
-  // 300,000), 300,000) = 300,000 pinned, places 7 x 200: 601,400.
+  // Full checkpoints keeping 1: at k 3 checkpoint 2 stays: excess 200,000 + 250,000 + 50,000 -
+  // 200,000 = 300,000, min(600,000, 300,000 + 250,000 + 300,000 - 300,000, checkpoint 2's files
+  // 300,000) = 300,000 pinned, places 7 x 200: 601,400.
   const RunDiskPrediction full = log_run_disk({t}, CheckpointSchedule{30, 10, 1, false, 8});
   EXPECT_EQ(full.kept_checkpoints, 2);
   EXPECT_DOUBLE_EQ(full.pinned_bytes, 300000);

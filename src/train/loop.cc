@@ -282,12 +282,15 @@ void add_table_counters(const MemorySystem& mem, const EmbeddingTables& tables, 
     sum.prefetches_taken += s.value().prefetches_taken;
     sum.fetch_seconds += s.value().fetch_seconds;
     sum.exposed_seconds += s.value().exposed_seconds;
+    sum.store_gc_passes += s.value().store_gc_passes;
+    sum.store_gc_rows_moved += s.value().store_gc_rows_moved;
   }
   if (cached)
     (*j)["row_cache"] = {{"fetched_bytes", sum.bytes_read}, {"written_back_bytes", sum.bytes_written}, {"hits", sum.hits},
                          {"misses", sum.misses}, {"evictions", sum.evictions}, {"prefetched_rows", sum.prefetched_rows},
                          {"prefetches_taken", sum.prefetches_taken}, {"fetch_seconds", sum.fetch_seconds},
-                         {"exposed_seconds", sum.exposed_seconds}, {"placed_rows", sum.placed_rows}};
+                         {"exposed_seconds", sum.exposed_seconds}, {"placed_rows", sum.placed_rows},
+                         {"store_gc_passes", sum.store_gc_passes}, {"store_gc_rows_moved", sum.store_gc_rows_moved}};
   DynamicTableStats dyn;
   bool dynamic = false;
   for (int t = 0; t < tables.num_tables(); ++t) {
