@@ -115,12 +115,12 @@ TEST(ParityTableTest, TextShowsTheDifferenceWithItsStandardErrorAndGainsBeyondTh
 }
 
 // A proven verdict rests on every dataset of the harness for its task (bench/parity.py: the
-// synthetic ctr_small and the real debpkg and debfiles sets for CTR; the Debian descriptions and
+// synthetic ctr_small and the real debpkg, debfiles and elfsyms sets for CTR; the Debian descriptions and
 // the gcloud paragraphs for text): the goal of issue 21 is "on every dataset".
 TEST(ParityTableTest, ProvenVerdictsNameEveryDatasetOfTheTask) {
   for (const LeanOptionInfo& i : lean_option_table()) {
     if (i.ctr.verdict == Verdict::kProven) {
-      for (const char* d : {"ctr_small", "debpkg", "debfiles"}) {
+      for (const char* d : {"ctr_small", "debpkg", "debfiles", "elfsyms"}) {
         EXPECT_NE(i.ctr.datasets.find(d), std::string_view::npos) << i.name << " CTR: " << d;
       }
     }
