@@ -61,7 +61,8 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
     // -0.00072 (0.00160), debfiles +0.00065 (0.00033) AUC. The second pass's debpkg +0.00103
     // (se 0.0006; docs/accuracy.md "Results (2026-12-03)"), of an earlier list and binary, was a
     // gain beyond the band: a loss only under the former two-sided rule. Text models have no
-    // activation precision.
+    // activation precision: not measured, so an embedding-only workload (bf16 output and output
+    // gradient, which needs both tasks) has it unproven.
     {LeanOption::kBf16Activations, "bf16-activations", "bf16 activations (fp32 master weights)",
      measured(kCtrBand, {-0.00072, 0.00160, "debpkg"}, {0.00065, 0.00033, "debfiles"}, "ctr_small, debpkg, debfiles"),
      {Verdict::kNotMeasured, {}, {}, ""}, "docs/accuracy.md#results-third-pass"},
@@ -130,7 +131,8 @@ std::vector<LeanOption> options_of(const Workload& w) {
   if (w.row_optimizer.kind == OptimizerKind::kSm3) v.push_back(LeanOption::kSm3);
   if (w.row_optimizer.state_dtype == DType::kBF16) v.push_back(LeanOption::kBf16State);
   if (w.row_optimizer.state_dtype == DType::kInt8Blockwise) v.push_back(LeanOption::kInt8State);
-  if (w.kind == WorkloadKind::kCtr && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
+  // CTR: the dense layers' activations; embedding-only: the output and its gradient.
+  if (w.kind != WorkloadKind::kText && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
   if (w.cache_fraction < 1.0) v.push_back(LeanOption::kRowCache);
   return v;
 }

@@ -391,7 +391,10 @@ static std::string deployment_text(const PlannerOptions& o, const PlanResult& r,
       ctx.sequence_length ? "unpooled: the output is B x L x dim" : "pooled bags: per-token vectors never exist");
   row("embedding_dim", std::to_string(w.tables[0].dim), "");
   row("shard_count", std::to_string(w.num_shards), w.num_shards > 1 ? "row-wise; ids and outputs by all-to-all" : "one device holds the tables");
-  row("amp_level", precision_text(w.precision), "embedding output and row gradients stay fp32");
+  row("amp_level", precision_text(w.precision),
+      w.kind == WorkloadKind::kEmbeddingOnly && w.precision == DType::kBF16
+          ? "embedding output and its gradient bf16 (round to nearest even); row sums and the update fp32"
+          : "embedding output and row gradients stay fp32");
   row("gradient_checkpointing", w.checkpoint_activations ? "true" : "false",
       w.kind == WorkloadKind::kCtr ? "dense MLPs recompute hidden activations in backward" : "nothing to recompute in an embedding lookup");
   row("optimizer", std::string(optimizer_name(w.row_optimizer.kind)) + " fused into backward, state " +
