@@ -56,8 +56,9 @@ TEST(PlannerTest, SeedWorkloadFitsTwentyGiBWithMoreMicroBatches) {
 }
 
 // Issue 39, the seed's example as `leanemb plan` chooses it on a 910A with the default budget:
-// bf16 rows (proven on both tasks), Adam with fp32 state, fp32 activations (an embedding-only
-// workload has no activation precision to search), 2 micro-batches summed by row (22.90 GiB).
+// bf16 rows (proven on both tasks), Adam with fp32 state, fp32 output (the bf16 output is
+// searched, but bf16 activations are proven for CTR only and an embedding-only workload needs
+// both tasks: left out, and named), 2 micro-batches summed by row (22.90 GiB).
 // More micro-batches lower the peak (4: 14.83 GiB) but each reads and writes the sums of its own
 // distinct rows: at 1e6 rows and 4.2M ids per micro-batch that is +11% at 4 micro-batches, beyond
 // the 1% equal-speed tolerance, so the fastest plan stays chosen and the "lower peak" line names
@@ -84,6 +85,13 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
             std::string::npos) << text;
   // The fastest plan: no "equal speed" line.
   EXPECT_EQ(text.find("equal speed:"), std::string::npos) << text;
+  // The AMP output was searched and left out for its evidence, which the output names.
+  ASSERT_EQ(r.value().unproven_excluded.size(), 1u);
+  EXPECT_EQ(r.value().unproven_excluded[0], LeanOption::kBf16Activations);
+  EXPECT_NE(text.find("not proven, not searched: bf16 activations (fp32 master weights): CTR proven (AUC: lowest -0.00072"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("text not measured (unproven)"), std::string::npos) << text;
+  EXPECT_NE(text.find("| amp_level | fp32 (no AMP) | embedding output and row gradients stay fp32 |"), std::string::npos) << text;
   // The cheapest lower peak is named, with the budget that chooses it: 4 micro-batches, beyond
   // the tolerance by their row sums' traffic.
   EXPECT_NE(text.find("lower peak: bf16 rows (stochastic rounding), adam state fp32; weights on device, optimizer state on "
@@ -94,6 +102,49 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
   EXPECT_DOUBLE_EQ(j["bytes_per_parameter"]["naive"]["total"].get<double>(), 12.0);
   EXPECT_TRUE(j["bytes_per_parameter"]["at_parity"].get<bool>());
   EXPECT_EQ(j["accuracy"]["chosen"][0]["ctr"]["lowest_difference"]["dataset"], "ctr_small");
+}
+
+// Issue 39, AMP: the seed's example with the user's bf16 output (`leanemb plan --precision bf16`,
+// as torch.autocast): the output and its gradient are bf16, which halves both, and summing by row
+// through chunks of bags prices each chunk's row sums whatever the micro-batch count, so the
+// micro-batches cost only their 20 us each and the equal-speed tie-break takes the lowest peak
+// within 1%: well under 20 GiB. Bytes per parameter are unchanged (rows and state); the AMP
+// choice is the user's, named with its evidence (proven for CTR, not measured on text, so the
+// plan is not "at parity"); the deployment table says what the plan does.
+TEST(PlannerTest, SeedPlanWithABf16OutputFitsTwentyGiB) {
+  PlannerOptions o;
+  o.preset = find_preset("ascend-910a").value();
+  Workload w = seed_workload();
+  w.precision = DType::kBF16;
+  auto r = make_plan(w, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r.value().fits);
+  const Candidate& c = r.value().chosen;
+  EXPECT_EQ(c.workload.precision, DType::kBF16);
+  EXPECT_EQ(c.workload.row_dtype, DType::kBF16);
+  EXPECT_LE(c.prediction.device().budget_bytes, size_t{20} << 30);
+  EXPECT_TRUE(r.value().unproven_chosen.empty());
+  // At 2 micro-batches: the fp32 plan's 22.90 GiB less half its output (4 GiB) and half its
+  // output gradient (4 GiB).
+  Workload w2 = c.workload;
+  w2.micro_batches = 2;
+  const Prediction two = predict_memory(w2, Estimate::kWorstCase).value();
+  EXPECT_GT(two.device().budget_bytes, size_t{14} << 30);
+  EXPECT_LT(two.device().budget_bytes, size_t{15} << 30);
+  const ReportContext ctx{"seed", 2048, 1000, 0, ""};
+  const std::string text = plan_report_text(w, o, r.value(), ctx);
+  // The user's AMP is named with its evidence: proven for CTR, not measured on text.
+  EXPECT_NE(text.find("  plan:  10.00 (bf16 rows 2.00 + adam state fp32 8.00); NOT proven at parity"), std::string::npos) << text;
+  EXPECT_NE(text.find("in your config, NOT PROVEN: bf16 activations (fp32 master weights): CTR proven (AUC: lowest -0.00072"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("| amp_level | bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16)) | embedding "
+                      "output and its gradient bf16 (round to nearest even); row sums and the update fp32 |"),
+            std::string::npos) << text;
+  // Allowed as an unproven option instead, the bf16 output loses to the proven fp32 plan.
+  o.allow_unproven = {LeanOption::kBf16Activations};
+  auto allowed = make_plan(seed_workload(), o);
+  ASSERT_TRUE(allowed.ok() && allowed->fits);
+  EXPECT_EQ(allowed->chosen.workload.precision, DType::kF32);
 }
 
 // The tie-break itself (issue 39): estimates within speed_tolerance of the fastest fitting plan

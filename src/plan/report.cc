@@ -26,11 +26,11 @@ const char* formula(Category c, WorkloadKind k) {
     case Category::kGradients:
       return k == WorkloadKind::kCtr
                  ? "naive: rows x dim x 4; plan: B x F x dim x 4 + dense; micro > 1: B/micro x F x dim x 4 + unique rows x dim x 4"
-                 : "naive: rows x dim x 4 + B x L x dim x 4; micro > 1: B/micro x L x dim x 4 + unique rows x dim x 4 "
-                   "(<= min(rows, B x L))";
+                 : "naive: rows x dim x 4 + B x L x dim x 4; micro > 1 or AMP: B/micro x L x dim x 4 (AMP: x 2) + unique rows x "
+                   "dim x 4 (<= min(rows, B x L))";
     case Category::kActivations:
-      return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4";
-    case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch";
+      return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4 (AMP: x 2)";
+    case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch, AMP output's fp32 chunk (>= 4 MiB)";
     case Category::kRowCache: return "cache rows x fat row + index";
     case Category::kCommBuffers: return "shards > 1: messages and routing buffers of the largest slice (dist/comm_sizes.h)";
     case Category::kIoBuffers: return "cache staging";
