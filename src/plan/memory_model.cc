@@ -159,8 +159,8 @@ Status validate(const Workload& w) {
     if (w.bottom_mlp.empty()) return invalid_argument("memory model: the bottom MLP needs at least one layer");
     if (w.num_dense < 1) return invalid_argument("memory model: the CTR model needs >= 1 dense feature");
   }
-  if (w.kind == WorkloadKind::kEmbeddingOnly && w.precision != DType::kF32 && (w.precision != DType::kBF16 || w.num_shards > 1))
-    return invalid_argument("memory model: an embedding-only workload's output is fp32, or bf16 on one shard (forward_bf16)");
+  if (w.kind != WorkloadKind::kCtr && w.precision != DType::kF32 && (w.precision != DType::kBF16 || w.num_shards > 1))
+    return invalid_argument("memory model: an embedding-only or text workload's output is fp32, or bf16 on one shard (forward_bf16)");
   if (w.kind == WorkloadKind::kText && (w.tables.size() != 1 || w.num_labels < 1 || w.text_hidden < 0))
     return invalid_argument("memory model: the text model has one table, >= 1 label and a hidden width >= 0");
   return Status();
@@ -361,14 +361,16 @@ struct StepShape {
   // The tables sum each micro-batch's gradient into per-row sums as it comes
   // (EmbeddingTables::begin_accumulation): a local collection (one shard) and more than one
   // micro-batch pass (the CTR model: model::ctr_accumulates; the embedding-only workload: its
-  // micro-batches, or bf16 output: backward_update_bf16 accumulates). The text model does not.
+  // micro-batches, or bf16 output: backward_update_bf16 accumulates). The text model only with a
+// bf16 output (its update: one backward_update_bf16 of the slice).
   bool by_row = false;
 };
 
 // ---- bf16 outputs (EmbeddingTables::forward_bf16 / accumulate_bf16) ---------------------------
-// The embedding-only workload with a bf16 output passes chunks of bags through an fp32 scratch:
-// kBf16ScratchFloats, or the largest bag's outputs when larger (what the bench allocates).
-bool bf16_output(const Workload& w) { return w.kind == WorkloadKind::kEmbeddingOnly && w.precision == DType::kBF16; }
+// The embedding-only workload (or the text model) with a bf16 output passes chunks of bags
+// through an fp32 scratch: kBf16ScratchFloats, or the largest bag's outputs when larger (what the
+// bench and TextModel allocate).
+bool bf16_output(const Workload& w) { return w.kind != WorkloadKind::kCtr && w.precision == DType::kBF16; }
 int64_t largest_bag_floats(const Workload& w) {
   int64_t f = 0;
   for (const TableSpec& t : w.tables) {
@@ -402,6 +404,7 @@ StepShape step_shape(const Workload& w) {
       sh.groups_here = std::max(sh.groups_here, sl.g1 - sl.g0);
     }
     sh.n = (B + w.grad_groups - 1) / w.grad_groups;
+    sh.by_row = shards == 1 && bf16_output(w);  // backward_update_bf16 accumulates
   }
   if (w.kind == WorkloadKind::kCtr) {
     sh.slice = 0;
@@ -514,7 +517,9 @@ Result<std::vector<TableStep>> plan_tables(const Workload& w, const StepShape& s
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(const TableStep s, table_step(w, t, sh.slice, est));
     max_dim = std::max(max_dim, t.dim);
-    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, sh.n, sh.by_row, est}, dense_table_gradient);
+    // The text model's update is one call over its slice (n is a gradient group's records).
+    const int64_t micro = w.kind == WorkloadKind::kText ? sh.slice : sh.n;
+    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, micro, sh.by_row, est}, dense_table_gradient);
     ts.push_back(s);
   }
   // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
@@ -617,8 +622,7 @@ void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<I
   head.widths = {D};
   if (w.text_hidden > 0) head.widths.push_back(w.text_hidden);
   head.widths.push_back(C);
-  head.precision = w.precision;
-  const size_t params = nn::mlp_parameter_floats(head);
+  const size_t params = nn::mlp_parameter_floats(head);  // the head is fp32 at any output precision
   r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
   r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
   r.persist(r.item(Category::kOptimizerState,
@@ -634,21 +638,28 @@ void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<I
     }
     eval_group = (w.eval_batch_size + w.grad_groups - 1) / w.grad_groups;
   }
-  r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * 4));
+  // In the output's precision (pb); a bf16 output adds a group's rows widened to fp32 (the
+  // larger of a step's and an evaluation's group), their fp32 gradient and the tables' scratch.
+  const size_t pb = amp::precision_bytes(w.precision);
+  r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * pb));
   r.persist(r.item(Category::kActivations, static_cast<size_t>(n * C) * 4));  // logits of a group
   r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * C) * 4));    // their gradient
-  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * 4));  // the pooled gradient
-  const size_t pb = amp::precision_bytes(w.precision);
-  const MlpItems h = mlp_items(r, head, n, pb);
+  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * pb));  // the pooled gradient
+  if (bf16_output(w)) {
+    r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(n, eval_group) * D) * 4));
+    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * D) * 4));
+    r.persist(r.item(Category::kWorkspace, bf16_scratch_floats(w) * 4));
+  }
+  const MlpItems h = mlp_items(r, head, n, 4);
   r.phase("embedding forward", {});
   r.phase("head forward", concat({&h.saved, &h.fwd}));
   r.phase("head backward", concat({&h.saved, &h.bwd}));
   r.phase("embedding update", staging);
   if (eval_group > 0) {
-    const MlpItems e = mlp_items(r, head, eval_group, pb);
+    const MlpItems e = mlp_items(r, head, eval_group, 4);
     r.phase("evaluation", e.fwd);  // eval mode keeps nothing for a backward
   }
-  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * 4 + static_cast<double>(params) * 4 * 4;
+  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * static_cast<double>(pb) + static_cast<double>(params) * 4 * 4;
 }
 
 // No dense part: the output of a micro-batch (kActivations) and its gradient (kGradients) in the
