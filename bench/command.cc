@@ -201,6 +201,13 @@ Status parse_sweep_flags(const BenchArgs& a, bench::BenchOptions* out) {
     std::sort(o.micro_batches.begin(), o.micro_batches.end());
     o.micro_batches.erase(std::unique(o.micro_batches.begin(), o.micro_batches.end()), o.micro_batches.end());
   }
+  if (!a.precision.empty()) {
+    if (o.workload != "grad-accum") return invalid_argument("--precision belongs to --workload grad-accum");
+    auto p = parse_dtype(a.precision, DTypeUse::kActivations);
+    if (!p.ok()) return flag_error("--precision", p.status());
+    if (p.value() == DType::kF16) return invalid_argument("--precision: fp32 or bf16");
+    o.precision = p.value();
+  }
   const bool tiered_only = !a.policy.empty() || !a.store.empty() || !a.store_layout.empty() || !a.store_direct_io.empty() || !a.prefetch.empty() || !a.prefetch_nice.empty() ||
                            a.sweep || a.no_resident || !a.sweep_fractions.empty() || !a.sweep_alphas.empty();
   const bool restore_ok = o.workload == "restore" && !tiered_only;  // restore takes --cache-fraction, --store-path

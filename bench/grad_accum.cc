@@ -9,13 +9,17 @@
 // (its output [B x L, dim] in activations), its output gradient (gradients), backward_update.
 // k micro-batches: begin_accumulation of the batch, then per micro-batch forward (output in
 // activations), its output gradient (gradients), accumulate, both freed; apply_accumulated.
-// --iters steps (default 3). The gate: every k's rows and optimizer state after the steps equal
-// k = 1's bit for bit (the accumulation is exact).
+// --precision bf16 (AMP): the output and its gradient are bf16 in the arena (forward_bf16,
+// backward_update_bf16 / accumulate_bf16 through an fp32 scratch of a chunk of bags, workspace:
+// EmbeddingTables::kBf16ScratchFloats or the largest bag's outputs), the gradient drawn in fp32
+// and rounded to nearest even. --iters steps (default 3). The gate: every k's rows and
+// optimizer state after the steps equal k = 1's bit for bit (the accumulation is exact).
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "bench_internal.h"
+#include "core/half.h"
 #include "leanemb/embedding.h"
 #include "plan/memory_model.h"
 
@@ -26,6 +30,7 @@ struct AccumShape {
   int64_t rows = 100000, dim = 64, batch = 256, seq = 128;
   PoolingMode pooling = PoolingMode::kNone;
   DType dtype = DType::kF32;  // the rows' (--dtype)
+  DType precision = DType::kF32;  // the output's and its gradient's (--precision)
   OptimizerOptions optimizer;
   int steps = 3;
 };
@@ -66,14 +71,15 @@ plan::Workload plan_workload_of(const AccumShape& s, int micro, int threads) {
   w.batch_size = s.batch;
   w.micro_batches = micro;
   w.row_dtype = s.dtype;
+  w.precision = s.precision;
   w.row_optimizer = s.optimizer;
   w.num_threads = threads;
   return w;
 }
 
-// A buffer of `floats` fp32 from the allocator of category c, counted as c.
-Result<Allocation> take(MemorySystem& m, Category c, int64_t floats) {
-  return m.allocator_for(c)->allocate(static_cast<size_t>(std::max<int64_t>(floats, 1)) * 4, c);
+// A buffer of `n` elements of `bytes` each from the allocator of category c, counted as c.
+Result<Allocation> take(MemorySystem& m, Category c, int64_t n, size_t bytes = 4) {
+  return m.allocator_for(c)->allocate(static_cast<size_t>(std::max<int64_t>(n, 1)) * bytes, c);
 }
 
 // Bags [b0, b1) of the step as a batch of their own.
@@ -109,6 +115,35 @@ Status micro_batch(EmbeddingCollection& c, MemorySystem& m, const AccumShape& s,
   return seq ? c.accumulate(b0, b1, {}, seq_g) : c.accumulate(b0, b1, g);
 }
 
+// The bf16 form of a micro-batch [b0, b1) of `step` (the step's whole batch, as begin_accumulation
+// got it): forward_bf16 into a bf16 output, the gradient rounded to bf16, then
+// backward_update_bf16 (k = 1) or accumulate_bf16, through an fp32 scratch (workspace).
+Status micro_batch_bf16(EmbeddingCollection& c, MemorySystem& m, const AccumShape& s, const AccumStep& a, const SparseBatch& step,
+                        int64_t b0, int64_t b1, bool whole) {
+  std::vector<int64_t> off;
+  const SparseBatch sb = bags(a, b0, b1, &off);
+  const bool seq = s.pooling == PoolingMode::kNone;
+  const int64_t outs = seq ? static_cast<int64_t>(sb.features[0].ids.size()) : b1 - b0;
+  const int64_t first = seq ? a.offsets[static_cast<size_t>(b0)] : b0;
+  const int64_t scratch_floats = std::max(EmbeddingTables::kBf16ScratchFloats, c.bf16_min_scratch_floats(step));
+  LEANEMB_ASSIGN_OR_RETURN(Allocation scratch, take(m, Category::kWorkspace, scratch_floats));
+  const std::span<float> sc(scratch.as<float>(), static_cast<size_t>(scratch_floats));
+  const auto n = static_cast<size_t>(outs * s.dim);
+  LEANEMB_ASSIGN_OR_RETURN(Allocation out, take(m, Category::kActivations, outs * s.dim, 2));
+  const std::span<uint16_t> out_span(static_cast<uint16_t*>(out.data()), n);
+  const std::span<uint16_t> seq_out[1] = {out_span};
+  LEANEMB_RETURN_IF_ERROR(seq ? c.forward_bf16(sb, {}, seq_out, sc) : c.forward_bf16(sb, out_span, {}, sc));
+  LEANEMB_ASSIGN_OR_RETURN(Allocation grad, take(m, Category::kGradients, outs * s.dim, 2));
+  auto* g16 = static_cast<uint16_t*>(grad.data());
+  for (size_t i = 0; i < n; ++i) g16[i] = f32_to_bf16_rne(a.grad[static_cast<size_t>(first * s.dim) + i]);
+  const std::span<const uint16_t> g(g16, n);
+  const std::span<const uint16_t> seq_g[1] = {g};
+  const std::span<const uint16_t> pooled_g = seq ? std::span<const uint16_t>() : g;
+  const std::span<const std::span<const uint16_t>> seq_gs = seq ? std::span<const std::span<const uint16_t>>(seq_g) : std::span<const std::span<const uint16_t>>();
+  if (whole) return c.backward_update_bf16(sb, pooled_g, seq_gs, sc).status();
+  return c.accumulate_bf16(step, b0, b1, pooled_g, seq_gs, sc);
+}
+
 struct AccumRun {
   MemoryStats device;
   std::vector<uint8_t> rows;  // every fat row after the steps (the gate)
@@ -135,9 +170,13 @@ Result<AccumRun> run_micro(const AccumShape& s, int micro, const BenchOptions& o
   for (int step = 0; step < s.steps; ++step) {
     const AccumStep a = make_step(s, step, o.seed);
     std::vector<int64_t> off;
-    if (micro > 1) LEANEMB_RETURN_IF_ERROR(c->begin_accumulation(bags(a, 0, s.batch, &off)));
-    for (int i = 0; i < micro; ++i)
-      LEANEMB_RETURN_IF_ERROR(micro_batch(*c, *mem, s, a, s.batch * i / micro, s.batch * (i + 1) / micro, micro == 1));
+    const SparseBatch whole = bags(a, 0, s.batch, &off);
+    if (micro > 1) LEANEMB_RETURN_IF_ERROR(c->begin_accumulation(whole));
+    for (int i = 0; i < micro; ++i) {
+      const int64_t b0 = s.batch * i / micro, b1 = s.batch * (i + 1) / micro;
+      LEANEMB_RETURN_IF_ERROR(s.precision == DType::kBF16 ? micro_batch_bf16(*c, *mem, s, a, whole, b0, b1, micro == 1)
+                                                          : micro_batch(*c, *mem, s, a, b0, b1, micro == 1));
+    }
     if (micro > 1) LEANEMB_RETURN_IF_ERROR(c->apply_accumulated().status());
   }
   AccumRun r;
@@ -186,13 +225,15 @@ Status run_grad_accum(const BenchOptions& o, const Progress& progress, json* doc
   s.seq = o.bag_size.value_or(s.seq);
   s.pooling = o.pooling.value_or(PoolingMode::kNone);
   s.dtype = o.dtype.value_or(DType::kF32);
+  s.precision = o.precision;
   if (!dtype_traits(s.dtype).trainable) return invalid_argument("--dtype: grad-accum needs a trainable row dtype");
   s.optimizer.kind = o.optimizer.value_or(OptimizerKind::kAdam);
   s.optimizer.eps = default_eps(s.optimizer.kind);
   s.steps = o.iters.value_or(3);
   if (s.steps < 1) return invalid_argument("--iters must be >= 1");
   (*doc)["shape"] = {{"rows", s.rows}, {"dim", s.dim}, {"batch", s.batch}, {"seq_len", s.seq},
-                     {"pooling", std::string(pooling_name(s.pooling))}, {"dtype", std::string(dtype_name(s.dtype))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))},
+                     {"pooling", std::string(pooling_name(s.pooling))}, {"dtype", std::string(dtype_name(s.dtype))},
+                     {"precision", std::string(dtype_name(s.precision))}, {"optimizer", std::string(optimizer_name(s.optimizer.kind))},
                      {"steps", s.steps}, {"ids", "uniform"}};
   (*doc)["runs"] = json::array();
   std::vector<uint8_t> reference;

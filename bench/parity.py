@@ -108,8 +108,9 @@ CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-
 CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
 CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
-TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state"]
-TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18"]
+TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out"]
+TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18",
+                  "text-fp32-sgd-bf16out", "text-bf16-sgd-bf16out"]
 TEXT_ROWWISE_MODES = ["text-rowwise-adagrad", "text-bf16-rowwise-adagrad"]
 # SM3 (issue 39): row + column accumulators, about row-wise Adagrad's memory. Its accumulators
 # bound Adagrad's sums from above, so its best rates lie at or above Adagrad's: the row-wise grids.
@@ -249,6 +250,14 @@ MODES = {
                         "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
     "text-int8-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=int8"],
                         "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
+    # bf16 embedding output (issue 39, AMP for embedding-only workloads): the pooled rows and
+    # their gradient in bf16 (train.precision = "bf16"), the head in fp32; with fp32 rows (SGD,
+    # Adagrad) and with bf16 rows (SGD). The grids are the references'.
+    "text-fp32-sgd-bf16out": {"task": "text", "sets": ["train.precision=bf16"], "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
+    "text-fp32-adagrad-bf16out": {"task": "text", "sets": ["embedding.optimizer=adagrad", "train.precision=bf16"],
+                                  "lrs": TEXT_ADAGRAD_LRS, "refs": ["text-fp32-adagrad"]},
+    "text-bf16-sgd-bf16out": {"task": "text", "sets": ["embedding.dtype=bf16", "train.precision=bf16"], "lrs": TEXT_SGD_LRS,
+                              "refs": ["text-fp32-sgd"]},
     # Rows on first touch in a table capped at 2^17 rows (evicting: the Debian set touches ~147k).
     "text-bf16-sgd-dynamic-2e17": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.dynamic=true",
                                                             "embedding.dynamic_rows=131072"],

@@ -171,6 +171,9 @@ struct BenchOptions {
   std::vector<double> sweep_alphas = {1.05, 1.15};
   // grad-accum: the micro-batch counts run, ascending, 1 first (the reference of the gate).
   std::vector<int> micro_batches = {1, 2, 4};
+  // grad-accum: the output's and its gradient's precision (--precision): fp32, or bf16
+  // (EmbeddingTables::forward_bf16 / backward_update_bf16 / accumulate_bf16).
+  DType precision = DType::kF32;
 };
 
 // Names accepted by --workload, in help order.

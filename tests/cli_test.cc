@@ -151,3 +151,26 @@ TEST(CliTest, TextConfigTrainsAndReportsPrecisionAtOne) {
   EXPECT_NE(summary.find("\"resumed_from_step\": 20"), std::string::npos) << summary;
   EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
 }
+
+// leanemb plan --precision bf16 (issue 39, AMP): the user's bf16 output is planned and the
+// deployment table's amp_level line says so; fp16 and --config with it are refused by name.
+// bench --precision belongs to grad-accum.
+TEST(CliPlanPrecisionTest, Bf16OutputIsPlannedAndBadUsesAreRefused) {
+  const std::string seed = "plan --vocab 1000000 --dim 512 --batch 4096 --seq-len 2048 --optimizer adam --preset ascend-910a";
+  const RunResult r = run_cli(seed + " --precision bf16");
+  ASSERT_TRUE(r.exited);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| amp_level | bf16 activations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("embedding output and its gradient bf16"), std::string::npos) << r.out;
+  // Proven on both tasks (docs/accuracy.md), the default plan chooses it too; --keep-precision
+  // keeps the fp32 output.
+  const RunResult plain = run_cli(seed);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("| amp_level | bf16 activations"), std::string::npos) << plain.out;
+  const RunResult fp32 = run_cli(seed + " --keep-precision");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_NE(fp32.out.find("| amp_level | fp32 (no AMP) |"), std::string::npos) << fp32.out;
+  expect_clean_failure(seed + " --precision fp16", "--precision");
+  expect_clean_failure("plan --config x.toml --precision bf16", "--precision");
+  expect_clean_failure(tiny_with("--precision", "bf16"), "--precision belongs to --workload grad-accum");
+}

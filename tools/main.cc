@@ -113,6 +113,8 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, sm3")->capture_default_str()->check(non_empty());
   cmd->add_option("--row-dtype", a->row_dtype, "The user's row dtype (the planner may propose another)")->capture_default_str()->check(non_empty());
   cmd->add_option("--state-dtype", a->state_dtype, "The user's optimizer state dtype")->capture_default_str()->check(non_empty());
+  cmd->add_option("--precision", a->precision, "The user's output precision, fp32 (default) or bf16: the embedding output and "
+                                               "its gradient in bf16 (AMP; without --config)")->type_name("DTYPE")->check(non_empty());
   cmd->add_option("--preset", a->preset, "ascend-910a, ascend-910b, a100-40, a100-80, h100-80, h200-141, cpu:<bytes>")->capture_default_str()->check(non_empty());
   cmd->add_option("--device-budget", a->device_budget, "Device memory per device (default: the preset's)")->type_name("BYTES")->check(non_empty());
   cmd->add_option("--host-budget", a->host_budget, "Host memory per device (default: no limit)")->type_name("BYTES")->check(non_empty());
@@ -182,6 +184,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_flag("--sweep", a->sweep, "tiered: report hit rates (and the offline LRU simulation) for every --sweep-alphas x --sweep-fractions pair instead");
   cmd->add_option("--sweep-fractions", a->sweep_fractions, "tiered --sweep: cache fractions (default 0.05,0.2,0.5)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--micro-batches", a->micro_batches, "grad-accum: micro-batch counts to run besides 1, the reference (default 2,4)")->type_name("LIST")->check(non_empty());
+  cmd->add_option("--precision", a->precision, "grad-accum: the output's and its gradient's precision, fp32 (default) or bf16 (AMP)")->type_name("DTYPE")->check(non_empty());
   cmd->add_option("--sweep-alphas", a->sweep_alphas, "tiered --sweep: Zipf exponents (default 1.05,1.15)")->type_name("LIST")->check(non_empty());
   cmd->add_option("--ops", a->ops, "arena-soak: allocate/free operations per run (default 1e6)")->type_name("N")->check(non_empty());
   cmd->add_option("--host-budget", a->host_budget, "Host tier budget (default: none)")->type_name("BYTES")->check(non_empty());

@@ -49,6 +49,7 @@ struct PlanArgs {
   int64_t vocab = 0, dim = 0, batch = 0, seq_len = 0;
   std::string pooling, optimizer = "adam", row_dtype = "fp32", state_dtype = "fp32", preset = "ascend-910a";
   std::string device_budget, host_budget, write_config;
+  std::string precision;  // --precision: the embedding-only output's (fp32 | bf16; empty: fp32)
   std::string html;  // --html FILE: also the breakdown as a picture (plan_report_html)
   std::vector<std::string> allow_unproven;  // --allow-unproven: lean options (bf16-rows, ..., all) allowed without proof
   bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
@@ -69,6 +70,7 @@ struct BenchArgs {
   std::string device_budget, host_budget, placement, max_split, ops;
   std::string cache_fraction, policy, store, store_path, store_layout, store_direct_io, prefetch, prefetch_nice, sweep_fractions, sweep_alphas;
   std::string micro_batches;  // grad-accum: --micro-batches LIST
+  std::string precision;      // grad-accum: --precision fp32 | bf16
   bool sweep = false, no_resident = false;
   bool quiet = false;
 };

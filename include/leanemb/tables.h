@@ -199,6 +199,39 @@ class EmbeddingTables {
   // backward_update in apply (sharded collections today): correct, but no memory saved.
   virtual bool accumulates_by_row() const { return false; }
 
+  // ---- bf16 outputs and output gradients (mixed precision; docs/embedding.md, "bf16 outputs") -
+  // forward and backward with the outputs and their gradients held as bf16 (uint16 bit
+  // patterns), the layout of forward's fp32 buffers, for every layer of the stack: they call
+  // forward / accumulate over consecutive chunks of bags through the caller's fp32 `scratch`, so
+  // the fp32 copy of the outputs or gradients is never larger than the scratch. A chunk is the
+  // longest run of the next bags whose outputs (pooled_dim plus each sequence feature's ids x
+  // dim floats per bag) fit in scratch.size() floats; kBf16ScratchFloats or one bag's outputs,
+  // whichever is larger, is what `leanemb plan` counts (workspace).
+  //   forward_bf16: the fp32 outputs rounded to bf16 (round to nearest even, NaN stays NaN).
+  //   accumulate_bf16: inside an open accumulation (begin_accumulation(batch)), the micro-batch
+  //     [bag_begin, bag_end)'s bf16 gradients, widened to fp32 exactly and passed to accumulate
+  //     chunk by chunk. `batch` is the batch begin_accumulation was given.
+  //   backward_update_bf16: begin_accumulation, accumulate_bf16 of every bag, apply_accumulated.
+  // The optimizer sums and updates in fp32 as ever. Deterministic: the rows, optimizer state and
+  // report equal backward_update's fed the same bf16 values as fp32, bit for bit, at any scratch
+  // size, when every table is looked up by one feature (accumulate's rule: a table shared by
+  // features sums bag-major across chunks, which can differ in the last bits). Tables with a row
+  // cache or a dynamic vocabulary are looked up chunk by chunk, so the batch's rows are mapped
+  // again by the update (a cache may evict and reload some of them). Sharded: collective; the
+  // ranks agree on the number of chunks (a rank with fewer makes empty calls).
+  // Errors: InvalidArgument (one bag's outputs do not fit in the scratch; buffer sizes; the
+  // batch's offsets), and those of forward / begin_accumulation / accumulate / apply.
+  static constexpr int64_t kBf16ScratchFloats = int64_t{1} << 20;  // 4 MiB
+  Status forward_bf16(const SparseBatch& batch, std::span<uint16_t> pooled_out, std::span<const std::span<uint16_t>> seq_out,
+                      std::span<float> scratch, ForwardMode mode = ForwardMode::kTrain);
+  Status accumulate_bf16(const SparseBatch& batch, int64_t bag_begin, int64_t bag_end, std::span<const uint16_t> grad_pooled,
+                         std::span<const std::span<const uint16_t>> grad_seq, std::span<float> scratch);
+  Result<UpdateReport> backward_update_bf16(const SparseBatch& batch, std::span<const uint16_t> grad_pooled,
+                                            std::span<const std::span<const uint16_t>> grad_seq, std::span<float> scratch,
+                                            const UpdateOptions& update = {});
+  // Floats of scratch the calls above need for `batch` at least: its largest bag's outputs.
+  int64_t bf16_min_scratch_floats(const SparseBatch& batch) const;
+
   // Starts fetching the rows `next` will touch (tables with a row cache); a no-op otherwise.
   // Call it after forward(current), or before it (the pipelined order): while an earlier
   // prefetch is outstanding, this one starts once forward(current) has taken that prefetch's

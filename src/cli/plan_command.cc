@@ -43,6 +43,10 @@ Result<plan::Workload> flag_workload(const PlanArgs& a, std::string* text) {
   w.row_optimizer.eps = default_eps(w.row_optimizer.kind);
   LEANEMB_ASSIGN_OR_RETURN(w.row_dtype, parse_dtype(a.row_dtype, DTypeUse::kRows));
   LEANEMB_ASSIGN_OR_RETURN(w.row_optimizer.state_dtype, parse_dtype(a.state_dtype, DTypeUse::kOptimizerState));
+  if (!a.precision.empty()) {
+    LEANEMB_ASSIGN_OR_RETURN(w.precision, parse_dtype(a.precision, DTypeUse::kActivations));
+    if (w.precision == DType::kF16) return invalid_argument("--precision: an embedding-only output is fp32 or bf16");
+  }
   *text = "embedding only: table " + std::to_string(a.vocab) + " x " + std::to_string(a.dim) + ", batch " +
           std::to_string(a.batch) + " x " + std::to_string(L) + " ids (" + std::string(pooling_name(t.pooling)) +
           "), optimizer " + a.optimizer;
@@ -126,8 +130,8 @@ Result<plan::Workload> workload_of(const PlanArgs& a, std::unique_ptr<train::Tas
   const data::NamedPath config_in{"--config", a.config};
   for (const data::NamedPath& out : {data::NamedPath{"--write-config", a.write_config}, data::NamedPath{"--html", a.html}})
     if (!out.path.empty()) LEANEMB_RETURN_IF_ERROR(data::check_output_not_input(out, std::span<const data::NamedPath>(&config_in, 1)));
-  if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty())
-    return invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling (use --set)");
+  if (a.vocab || a.dim || a.batch || a.seq_len || !a.pooling.empty() || !a.precision.empty())
+    return invalid_argument("--config cannot be combined with --vocab/--dim/--batch/--seq-len/--pooling/--precision (use --set)");
   LEANEMB_ASSIGN_OR_RETURN(std::string text, train::read_text_file(a.config, "config"));
   return config_workload(a, text, cfg, ctx);
 }

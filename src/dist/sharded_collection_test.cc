@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
 #include "dist/comm_sizes.h"
 #include "dist/dist_testing.h"
 #include "dist/sharded_collection.h"
@@ -275,6 +276,64 @@ TEST(ShardedCollectionTest, AccumulatedMicroBatchesTrainBitIdenticallyToOneProce
     const auto results = train_sharded(p, so, ref, true, 3);
     expect_rows_identical(ref, results);
     for (const RankResult& r : results) EXPECT_EQ(r.step, kSteps);
+  }
+}
+
+// bf16 outputs and gradients through the interface's chunking (EmbeddingTables::forward_bf16,
+// backward_update_bf16) on P = 2 and 4 ranks: a scratch of two bags' outputs gives the ranks'
+// uneven slices (an empty one at P = 4) different chunk counts, on which they agree; the outputs
+// are one process's rounded to bf16 and the rows equal one process's fed the same bf16 gradients
+// (the sharded accumulation copies them, so a table shared by two features is exact too).
+TEST(ShardedCollectionTest, Bf16OutputsAndGradientsTrainLikeOneProcess) {
+  const CollectionOptions o = global_options(OptimizerKind::kAdagrad);
+  Reference ref;
+  ref.coll = std::move(EmbeddingCollection::create(o)).value();
+  const int64_t pd = ref.coll->pooled_dim();
+  auto grads16 = [&](int s) {
+    std::vector<uint16_t> g;
+    for (float x : step_grads(s, kGlobalBags * pd)) g.push_back(f32_to_bf16_rne(x));
+    return g;
+  };
+  for (int s = 0; s < kSteps; ++s) {
+    const OwnedBatch g = global_batch(s, o);
+    ref.pooled.emplace_back(static_cast<size_t>(kGlobalBags * pd));
+    ASSERT_TRUE(ref.coll->forward(g.view(), ref.pooled.back()).ok());
+    std::vector<float> wide;
+    for (uint16_t h : grads16(s)) wide.push_back(bf16_to_f32(h));
+    ASSERT_TRUE(ref.coll->backward_update(g.view(), wide).ok());
+  }
+  for (int p : {2, 4}) {
+    SCOPED_TRACE("P=" + std::to_string(p));
+    ShardedCollectionOptions so;
+    so.collection = o;
+    std::vector<RankResult> results(static_cast<size_t>(p));
+    auto st = run_world(p, [&](Communicator& comm) -> Status {
+      LEANEMB_ASSIGN_OR_RETURN(auto sc, ShardedEmbeddingCollection::create(so, &comm));
+      const int64_t b0 = slice_begin(p, comm.rank()), b1 = slice_begin(p, comm.rank() + 1);
+      std::vector<float> scratch(static_cast<size_t>(2 * pd));
+      Status first;  // kept until the end, so that every rank makes every call
+      for (int s = 0; s < kSteps; ++s) {
+        const OwnedBatch mine = global_batch(s, o).slice(b0, b1);
+        std::vector<uint16_t> out(static_cast<size_t>((b1 - b0) * pd));
+        LEANEMB_RETURN_IF_ERROR(sc->forward_bf16(mine.view(), out, {}, scratch));
+        for (size_t i = 0; i < out.size() && first.ok(); ++i)
+          if (out[i] != f32_to_bf16_rne(ref.pooled[static_cast<size_t>(s)][static_cast<size_t>(b0 * pd) + i])) first = mismatch("bf16 output differs");
+        const std::vector<uint16_t> g = grads16(s);
+        const auto my = std::span<const uint16_t>(g).subspan(static_cast<size_t>(b0 * pd), out.size());
+        LEANEMB_RETURN_IF_ERROR(sc->backward_update_bf16(mine.view(), my, {}, scratch).status());
+      }
+      RankResult& res = results[static_cast<size_t>(comm.rank())];
+      for (int t = 0; t < sc->local().num_tables(); ++t) {
+        const int64_t n = sc->plan().local_num_rows(t, comm.rank());
+        res.global_rows.emplace_back();
+        for (int64_t l = 0; l < n; ++l) res.global_rows.back().push_back(sc->plan().global_row(t, comm.rank(), l));
+        res.fat.emplace_back(static_cast<size_t>(n) * sc->local().layout(t).stride_bytes);
+        LEANEMB_RETURN_IF_ERROR(sc->local().read_raw_rows(t, 0, n, res.fat.back()));
+      }
+      return first;
+    });
+    expect_all_ok(st);
+    expect_rows_identical(ref, results);
   }
 }
 

@@ -159,6 +159,8 @@ Status validate(const Workload& w) {
     if (w.bottom_mlp.empty()) return invalid_argument("memory model: the bottom MLP needs at least one layer");
     if (w.num_dense < 1) return invalid_argument("memory model: the CTR model needs >= 1 dense feature");
   }
+  if (w.kind != WorkloadKind::kCtr && w.precision != DType::kF32 && (w.precision != DType::kBF16 || w.num_shards > 1))
+    return invalid_argument("memory model: an embedding-only or text workload's output is fp32, or bf16 on one shard (forward_bf16)");
   if (w.kind == WorkloadKind::kText && (w.tables.size() != 1 || w.num_labels < 1 || w.text_hidden < 0))
     return invalid_argument("memory model: the text model has one table, >= 1 label and a hidden width >= 0");
   return Status();
@@ -359,9 +361,31 @@ struct StepShape {
   // The tables sum each micro-batch's gradient into per-row sums as it comes
   // (EmbeddingTables::begin_accumulation): a local collection (one shard) and more than one
   // micro-batch pass (the CTR model: model::ctr_accumulates; the embedding-only workload: its
-  // micro-batches). The text model does not.
+  // micro-batches, or bf16 output: backward_update_bf16 accumulates). The text model only with a
+// bf16 output (its update: one backward_update_bf16 of the slice).
   bool by_row = false;
 };
+
+// ---- bf16 outputs (EmbeddingTables::forward_bf16 / accumulate_bf16) ---------------------------
+// The embedding-only workload (or the text model) with a bf16 output passes chunks of bags
+// through an fp32 scratch: kBf16ScratchFloats, or the largest bag's outputs when larger (what the
+// bench and TextModel allocate).
+bool bf16_output(const Workload& w) { return w.kind != WorkloadKind::kCtr && w.precision == DType::kBF16; }
+int64_t largest_bag_floats(const Workload& w) {
+  int64_t f = 0;
+  for (const TableSpec& t : w.tables) {
+    const auto ids = std::max<int64_t>(t.max_ids_per_sample, static_cast<int64_t>(std::ceil(t.mean_ids_per_sample)));
+    f += t.pooling == PoolingMode::kNone ? ids * t.dim : t.dim;
+  }
+  return std::max<int64_t>(f, 1);
+}
+size_t bf16_scratch_floats(const Workload& w) {
+  return static_cast<size_t>(std::max(EmbeddingTables::kBf16ScratchFloats, largest_bag_floats(w)));
+}
+// Bags of a chunk: as many whole bags as fit in the scratch (at least one).
+int64_t bf16_chunk_bags(const Workload& w) {
+  return std::max<int64_t>(1, static_cast<int64_t>(bf16_scratch_floats(w)) / largest_bag_floats(w));
+}
 
 // kCtr: the batch is every shard's; a shard computes its gradient groups' records (CtrModel's
 // slice), the largest share over the shards, in micro-batches of at most n records.
@@ -380,6 +404,7 @@ StepShape step_shape(const Workload& w) {
       sh.groups_here = std::max(sh.groups_here, sl.g1 - sl.g0);
     }
     sh.n = (B + w.grad_groups - 1) / w.grad_groups;
+    sh.by_row = shards == 1 && bf16_output(w);  // backward_update_bf16 accumulates
   }
   if (w.kind == WorkloadKind::kCtr) {
     sh.slice = 0;
@@ -391,7 +416,7 @@ StepShape step_shape(const Workload& w) {
       sh.by_row = sh.by_row || model::ctr_accumulates(sl, shards == 1);
     }
   }
-  if (w.kind == WorkloadKind::kEmbeddingOnly) sh.by_row = shards == 1 && k > 1;
+  if (w.kind == WorkloadKind::kEmbeddingOnly) sh.by_row = shards == 1 && (k > 1 || bf16_output(w));
   return sh;
 }
 
@@ -420,10 +445,14 @@ Result<TableStep> table_step(const Workload& w, const TableSpec& t, int64_t slic
 // ids but the keys, where begin_accumulation sorts the step's ids; the step's distinct rows
 // (kWorkspace) and their sums (kGradients, from the workspace allocator), kept between steps
 // with headroom up to the most rows a step can touch.
+// A bf16 output (bf16_output) calls accumulate once per chunk of bags: the calls are the chunks.
 void plan_accumulation(const ResidencyPlan& p) {
   const TableStep& s = p.s;
+  const int64_t micros = (p.slice + p.micro - 1) / std::max<int64_t>(1, p.micro);
+  const int64_t bags = bf16_output(p.w) ? std::min(p.micro, bf16_chunk_bags(p.w)) : p.micro;  // of a call
+  const int64_t calls = micros * ((p.micro + bags - 1) / bags);
   const int64_t n = std::min(s.ids, std::max<int64_t>(1, static_cast<int64_t>(std::llround(
-                                        static_cast<double>(s.ids) * static_cast<double>(p.micro) / static_cast<double>(p.slice)))));
+                                        static_cast<double>(s.ids) * static_cast<double>(bags) / static_cast<double>(p.slice)))));
   const DedupBufferBytes step = dedup_buffer_bytes(s.ids, s.unique), d = dedup_buffer_bytes(n, std::min(n, s.unique));
   for (size_t b : {step.keys, d.runs, d.src_ptr, d.scale, d.sorted_ptr, d.sorted_scale, d.rows})
     p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(b)));
@@ -432,9 +461,8 @@ void plan_accumulation(const ResidencyPlan& p) {
   const AccumulationBytes a = accumulation_bytes(std::min(s.unique, most), s.layout.dim), cap = accumulation_bytes(most, s.layout.dim);
   p.r.persist(p.r.item(Category::kWorkspace, step_buffer_alloc_bytes(a.rows, cap.rows)));
   p.r.persist(p.r.item(Category::kGradients, step_buffer_alloc_bytes(a.sums, cap.sums), Category::kWorkspace));
-  // Each micro-batch reads and writes the sums of its own distinct rows (access_model.cc).
-  const double extra_rows = accumulation_extra_rows(p.t, s.rows, s.ids, s.unique, n, (p.slice + p.micro - 1) / std::max<int64_t>(1, p.micro),
-                                                    p.est);
+  // Each call reads and writes the sums of its own distinct rows (access_model.cc).
+  const double extra_rows = accumulation_extra_rows(p.t, s.rows, s.ids, s.unique, n, calls, p.est);
   p.out.device_bytes_moved_per_step += 2.0 * extra_rows * static_cast<double>(s.layout.dim) * 4;
 }
 
@@ -489,7 +517,9 @@ Result<std::vector<TableStep>> plan_tables(const Workload& w, const StepShape& s
   for (const TableSpec& t : w.tables) {
     LEANEMB_ASSIGN_OR_RETURN(const TableStep s, table_step(w, t, sh.slice, est));
     max_dim = std::max(max_dim, t.dim);
-    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, sh.n, sh.by_row, est}, dense_table_gradient);
+    // The text model's update is one call over its slice (n is a gradient group's records).
+    const int64_t micro = w.kind == WorkloadKind::kText ? sh.slice : sh.n;
+    plan_table(ResidencyPlan{w, t, s, sh.slice, r, out, ckpt_bulk, micro, sh.by_row, est}, dense_table_gradient);
     ts.push_back(s);
   }
   // A checkpoint save or restore (between steps: nothing of a step is alive) reads or writes a
@@ -592,8 +622,7 @@ void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<I
   head.widths = {D};
   if (w.text_hidden > 0) head.widths.push_back(w.text_hidden);
   head.widths.push_back(C);
-  head.precision = w.precision;
-  const size_t params = nn::mlp_parameter_floats(head);
+  const size_t params = nn::mlp_parameter_floats(head);  // the head is fp32 at any output precision
   r.persist(r.item(Category::kWeights, params * 4, Category::kActivations));
   r.persist(r.item(Category::kGradients, params * 4, Category::kActivations));
   r.persist(r.item(Category::kOptimizerState,
@@ -609,35 +638,48 @@ void plan_text_model(const Workload& w, const StepShape& sh, const std::vector<I
     }
     eval_group = (w.eval_batch_size + w.grad_groups - 1) / w.grad_groups;
   }
-  r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * 4));
+  // In the output's precision (pb); a bf16 output adds a group's rows widened to fp32 (the
+  // larger of a step's and an evaluation's group), their fp32 gradient and the tables' scratch.
+  const size_t pb = amp::precision_bytes(w.precision);
+  r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(slice, eval_slice) * D) * pb));
   r.persist(r.item(Category::kActivations, static_cast<size_t>(n * C) * 4));  // logits of a group
   r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * C) * 4));    // their gradient
-  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * 4));  // the pooled gradient
-  const size_t pb = amp::precision_bytes(w.precision);
-  const MlpItems h = mlp_items(r, head, n, pb);
+  r.persist(r.item(Category::kWorkspace, static_cast<size_t>(slice * D) * pb));  // the pooled gradient
+  if (bf16_output(w)) {
+    r.persist(r.item(Category::kActivations, static_cast<size_t>(std::max(n, eval_group) * D) * 4));
+    r.persist(r.item(Category::kWorkspace, static_cast<size_t>(n * D) * 4));
+    r.persist(r.item(Category::kWorkspace, bf16_scratch_floats(w) * 4));
+  }
+  const MlpItems h = mlp_items(r, head, n, 4);
   r.phase("embedding forward", {});
   r.phase("head forward", concat({&h.saved, &h.fwd}));
   r.phase("head backward", concat({&h.saved, &h.bwd}));
   r.phase("embedding update", staging);
   if (eval_group > 0) {
-    const MlpItems e = mlp_items(r, head, eval_group, pb);
+    const MlpItems e = mlp_items(r, head, eval_group, 4);
     r.phase("evaluation", e.fwd);  // eval mode keeps nothing for a backward
   }
-  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * 4 + static_cast<double>(params) * 4 * 4;
+  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(slice * D) * static_cast<double>(pb) + static_cast<double>(params) * 4 * 4;
 }
 
-// No dense part: the output of a micro-batch (kActivations, fp32 as the collection writes it)
-// and its gradient (kGradients), one update per step. One micro-batch: the gradient of the whole
-// batch's output is alive in the update. Several (by_row): each micro-batch's output gradient
-// is summed into the tables' per-row sums (plan_accumulation) and freed before the next.
-void plan_embedding_only(const OutputFloats& of, bool by_row, const std::vector<Item>& staging, Replay& r, Prediction& out) {
-  const Item act = r.item(Category::kActivations, of.micro * 4);
-  const Item grad = r.item(Category::kGradients, (by_row ? of.micro : of.batch) * 4);
-  r.phase("embedding forward + backward of a micro-batch", {act, grad});
+// No dense part: the output of a micro-batch (kActivations) and its gradient (kGradients) in the
+// workload's precision: fp32 as forward writes them, or bf16 (forward_bf16 / accumulate_bf16,
+// with their fp32 scratch of a chunk of bags, kWorkspace). One update per step. One fp32
+// micro-batch: the gradient of the whole batch's output is alive in the update. By row (several
+// micro-batches, or bf16): each micro-batch's output gradient is summed into the tables' per-row
+// sums (plan_accumulation) and freed before the next. Traffic: the output written, its gradient
+// written and read, at the precision's bytes; the scratch's round trips are not counted (a few
+// MiB reused chunk after chunk: in the device's L2, docs/plan.md).
+void plan_embedding_only(const Workload& w, const OutputFloats& of, bool by_row, const std::vector<Item>& staging, Replay& r,
+                         Prediction& out) {
+  const size_t pb = amp::precision_bytes(w.precision);
+  std::vector<Item> step = {r.item(Category::kActivations, of.micro * pb), r.item(Category::kGradients, (by_row ? of.micro : of.batch) * pb)};
+  if (bf16_output(w)) step.push_back(r.item(Category::kWorkspace, bf16_scratch_floats(w) * 4));
+  r.phase("embedding forward + backward of a micro-batch", step);
   std::vector<Item> upd = staging;
-  if (!by_row) upd.push_back(grad);
+  if (!by_row) upd.push_back(step[1]);
   r.phase("embedding update", upd);
-  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(of.batch) * 4;
+  out.device_bytes_moved_per_step += 3.0 * static_cast<double>(of.batch) * static_cast<double>(pb);
 }
 
 // The CTR model's layers: the interaction and the bottom and top MLPs.
@@ -734,7 +776,7 @@ Result<Prediction> predict_impl(const Workload& w, Estimate est, bool dense_tabl
   const OutputFloats of = output_floats(w, sh.n, est);
   LEANEMB_RETURN_IF_ERROR(plan_comm(w, sh.slice, est, of.batch, r, out));
   if (w.kind == WorkloadKind::kText) plan_text_model(w, sh, staging, r, out);
-  else if (w.kind == WorkloadKind::kEmbeddingOnly) plan_embedding_only(of, sh.by_row, staging, r, out);
+  else if (w.kind == WorkloadKind::kEmbeddingOnly) plan_embedding_only(w, of, sh.by_row, staging, r, out);
   else LEANEMB_RETURN_IF_ERROR(plan_ctr_model(w, sh, staging, r, out));
   r.finish(&out);
   return out;
@@ -751,49 +793,6 @@ Result<Prediction> predict_memory(const Workload& w, Estimate estimate) {
   return p;
 }
 
-Workload naive_workload(const Workload& w) {
-  Workload b = w;
-  b.row_dtype = DType::kF32;
-  b.row_optimizer.kind = OptimizerKind::kAdam;
-  b.row_optimizer.state_dtype = DType::kF32;
-  b.row_optimizer.eps = default_eps(OptimizerKind::kAdam);
-  b.precision = DType::kF32;
-  b.micro_batches = 1;
-  b.checkpoint_activations = false;
-  b.placement = Placement{};
-  b.cache_fraction = 1.0;
-  b.num_shards = 1;
-  return b;
-}
-
 Result<Prediction> predict_naive_baseline(const Workload& w) { return predict_impl(naive_workload(w), Estimate::kWorstCase, true); }
-
-Result<BytesPerParameter> bytes_per_parameter(const Workload& w) {
-  BytesPerParameter out;
-  double bytes = 0;
-  for (const TableSpec& t : w.tables) {
-    LEANEMB_ASSIGN_OR_RETURN(const RowLayout l, make_row_layout(t.dim, w.row_dtype, w.row_optimizer));
-    // A table split across tiers keeps weights and state apart, each padded (step_sizes.h).
-    const bool split = l.state_bytes > 0 && w.placement[Category::kWeights] != w.placement[Category::kOptimizerState] &&
-                       w.cache_fraction >= 1.0;
-    const size_t stride = split ? split_weight_stride(l.weight_bytes) + split_state_stride(l.state_bytes) : l.stride_bytes;
-    const double d = static_cast<double>(t.dim);
-    TableBytesPerParameter b;
-    b.name = t.name;
-    b.rows = t.num_rows;
-    b.dim = t.dim;
-    b.row_bytes = static_cast<double>(l.weight_bytes) / d;
-    b.state_bytes = static_cast<double>(l.state_bytes) / d;
-    b.padding_bytes = static_cast<double>(stride - l.weight_bytes - l.state_bytes) / d;
-    // SM3's column accumulators: the table's current and next, dim fp32 each (embedding_collection.cc).
-    const double table_state = w.row_optimizer.kind == OptimizerKind::kSm3 ? 2.0 * d * 4 : 0.0;
-    b.table_state_bytes = t.num_rows > 0 ? table_state / (static_cast<double>(t.num_rows) * d) : 0.0;
-    out.tables.push_back(b);
-    out.parameters += t.num_rows * t.dim;
-    bytes += static_cast<double>(stride) * static_cast<double>(t.num_rows) + table_state;
-  }
-  out.total = out.parameters > 0 ? bytes / static_cast<double>(out.parameters) : 0.0;
-  return out;
-}
 
 }  // namespace leanemb::plan

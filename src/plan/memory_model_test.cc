@@ -262,6 +262,39 @@ TEST(SeedExampleTest, MicroBatchesKeepOneOutputGradientAndTheRowSums) {
   EXPECT_LT(two.peak_bytes, one.peak_bytes);
 }
 
+// Issue 39, AMP: a bf16 output (EmbeddingTables::forward_bf16) halves the micro-batch's output
+// (activations) and its gradient, adds the fp32 scratch of a chunk of bags (workspace: 4 MiB, one
+// bag of 2048 x 512 floats), and sums by row even with one micro-batch (backward_update_bf16
+// accumulates). Sharded bf16 outputs are refused (their accumulation copies the gradient).
+TEST(SeedExampleTest, Bf16OutputHalvesTheOutputAndItsGradient) {
+  constexpr size_t kOutput = 17179869184u;  // 4096 x 2048 x 512 x 4
+  constexpr size_t kSums = 2048000000u;     // 1e6 x 512 x 4
+  constexpr size_t kScratch = size_t{2048} * 512 * 4;
+  Workload w = testing_util::seed_workload();
+  auto device = [&](int micro, DType p) {
+    w.micro_batches = micro;
+    w.precision = p;
+    auto r = predict_memory(w, Estimate::kWorstCase);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r.value().device() : TierPrediction{};
+  };
+  auto cat = [](const TierPrediction& d, Category c) { return d.peak[static_cast<size_t>(c)]; };
+  for (int micro : {1, 2, 4}) {
+    SCOPED_TRACE(micro);
+    const TierPrediction f = device(micro, DType::kF32), b = device(micro, DType::kBF16);
+    EXPECT_EQ(cat(b, Category::kActivations), cat(f, Category::kActivations) / 2);
+    EXPECT_EQ(cat(b, Category::kGradients), kOutput / 2 / static_cast<size_t>(micro) + kSums);
+    EXPECT_GE(cat(b, Category::kWorkspace), kScratch);
+    EXPECT_LT(b.peak_bytes, f.peak_bytes);
+  }
+  EXPECT_LE(device(2, DType::kBF16).peak_bytes, size_t{20} << 30);
+  w.num_shards = 2;
+  EXPECT_EQ(predict_memory(w, Estimate::kWorstCase).status().code(), StatusCode::kInvalidArgument);
+  w.num_shards = 1;
+  w.precision = DType::kF16;
+  EXPECT_EQ(predict_memory(w, Estimate::kWorstCase).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Expected unique rows: uniform draws follow R (1 - (1 - 1/R)^n); never more than rows or draws.
 TEST(UniqueRowsTest, MatchesClosedFormForUniformDraws) {
   const double r = 1000, n = 500;

@@ -32,7 +32,7 @@ enum class LeanOption : uint8_t {
   kRowwiseOptimizer,  // adagrad -> rowwise_adagrad, adam -> partial_rowwise_adam
   kBf16State,         // optimizer state in bf16
   kInt8State,         // optimizer state 8-bit block-wise
-  kBf16Activations,   // CTR: bf16 activations and dense compute, fp32 master weights
+  kBf16Activations,   // bf16 activations, fp32 master weights: CTR dense compute; embedding-only output + its gradient
   kRowCache,          // rows in host RAM behind a device row cache
   kSm3,               // adagrad -> sm3 (a row and a column accumulator instead of one per element)
 };

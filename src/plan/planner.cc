@@ -142,8 +142,10 @@ SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
   for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) sp.shard_counts.push_back(s);
   for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
     if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) sp.micros.push_back(k);  // text: no micro-batches
+  // bf16 activations: the CTR model's layers, or an embedding-only workload's output and its
+  // gradient (EmbeddingTables::forward_bf16); the parity evidence decides whether it is proven.
   sp.precisions = {base.precision};
-  if (!o.keep_precision && base.kind == WorkloadKind::kCtr && base.precision == DType::kF32)
+  if (!o.keep_precision && base.kind != WorkloadKind::kText && base.precision == DType::kF32)
     sp.precisions.push_back(DType::kBF16);
   sp.ckpts = base.kind == WorkloadKind::kCtr ? std::vector<bool>{false, true} : std::vector<bool>{false};
   return sp;

@@ -56,13 +56,16 @@ TEST(PlannerTest, SeedWorkloadFitsTwentyGiBWithMoreMicroBatches) {
 }
 
 // Issue 39, the seed's example as `leanemb plan` chooses it on a 910A with the default budget:
-// bf16 rows (proven on both tasks), Adam with fp32 state, fp32 activations (an embedding-only
-// workload has no activation precision to search), 2 micro-batches summed by row (22.90 GiB).
-// More micro-batches lower the peak (4: 14.83 GiB) but each reads and writes the sums of its own
-// distinct rows: at 1e6 rows and 4.2M ids per micro-batch that is +11% at 4 micro-batches, beyond
-// the 1% equal-speed tolerance, so the fastest plan stays chosen and the "lower peak" line names
-// the 4-micro-batch plan with the budget that chooses it. The output shows its bytes per
-// parameter (naive 12, plan 10) and names the evidence of its lean choice.
+// bf16 rows (proven on both tasks), Adam with fp32 state, and the bf16 output (bf16 activations:
+// proven for CTR, and for text since the 2026-12-07 measurement of the text model's bf16 output,
+// bench/results/parity_bf16out.json; an embedding-only workload needs both tasks). The fastest
+// fitting plan is the fp32 output at 2 micro-batches (22.90 GiB, 62.09 ms): there each
+// micro-batch reads and writes the sums of its own distinct rows. A bf16 output sums by row
+// through chunks of bags whatever the micro-batch count, so its micro-batches cost only their
+// 20 us each: at 16 micro-batches it is +0.98% (within the 1% equal-speed tolerance) at 7.76 GiB,
+// the lowest peak of the plans within it, and is chosen; the "lower peak" line names 32
+// micro-batches (7.26 GiB, +1.50%). The output shows its bytes per parameter (naive 12, plan 10:
+// rows and state, the output not counted) and names the evidence of both lean choices.
 TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
   PlannerOptions o;
   o.preset = find_preset("ascend-910a").value();
@@ -71,29 +74,92 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
   ASSERT_TRUE(r.value().fits);
   const Candidate& c = r.value().chosen;
   EXPECT_EQ(c.workload.row_dtype, DType::kBF16);
-  EXPECT_EQ(c.workload.micro_batches, 2);
-  EXPECT_EQ(c.workload.precision, DType::kF32);
-  EXPECT_GT(c.prediction.device().budget_bytes, size_t{22} << 30);
-  EXPECT_LT(c.prediction.device().budget_bytes, size_t{23} << 30);
-  EXPECT_DOUBLE_EQ(r.value().fastest_step_seconds, c.step_seconds);
+  EXPECT_EQ(c.workload.micro_batches, 16);
+  EXPECT_EQ(c.workload.precision, DType::kBF16);
+  EXPECT_GT(c.prediction.device().budget_bytes, size_t{7} << 30);
+  EXPECT_LT(c.prediction.device().budget_bytes, size_t{8} << 30);
+  EXPECT_GT(c.step_seconds, r.value().fastest_step_seconds);
+  EXPECT_LE(c.step_seconds, r.value().fastest_step_seconds * 1.01);
+  // The fastest plan, left for the lower peak: the fp32 output at 2 micro-batches.
+  Workload fastest = c.workload;
+  fastest.precision = DType::kF32;
+  fastest.micro_batches = 2;
+  const Prediction f = predict_memory(fastest, Estimate::kWorstCase).value();
+  EXPECT_GT(f.device().budget_bytes, size_t{22} << 30);
+  EXPECT_LT(f.device().budget_bytes, size_t{23} << 30);
   const ReportContext ctx{"seed", 2048, 1000, 0, ""};
   const std::string text = plan_report_text(seed_workload(), o, r.value(), ctx);
   EXPECT_NE(text.find("  naive: 12.00 (fp32 rows 4.00 + adam state fp32 8.00)"), std::string::npos) << text;
   EXPECT_NE(text.find("  plan:  10.00 (bf16 rows 2.00 + adam state fp32 8.00); at parity"), std::string::npos) << text;
   EXPECT_NE(text.find("chosen, proven: bf16 rows (stochastic rounding): CTR proven (AUC: lowest -0.00003 +-0.00023 on ctr_small"),
             std::string::npos) << text;
-  // The fastest plan: no "equal speed" line.
-  EXPECT_EQ(text.find("equal speed:"), std::string::npos) << text;
-  // The cheapest lower peak is named, with the budget that chooses it: 4 micro-batches, beyond
-  // the tolerance by their row sums' traffic.
+  // The AMP output is chosen on its evidence, which the output names: proven on both tasks.
+  EXPECT_TRUE(r.value().unproven_excluded.empty());
+  EXPECT_TRUE(r.value().unproven_chosen.empty());
+  EXPECT_NE(text.find("chosen, proven: bf16 activations (fp32 master weights): CTR proven (AUC: lowest -0.00072"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("text proven (P@1: lowest -0.00027 +-0.00084 on debian >= -0.003; highest +0.00130 +-0.00119 on gcloud"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("| amp_level | bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16)) |"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("equal speed: the fastest fitting plan estimates 62.09 ms"), std::string::npos) << text;
+  // The cheapest lower peak is named, with the budget that chooses it: 32 micro-batches, beyond
+  // the tolerance.
   EXPECT_NE(text.find("lower peak: bf16 rows (stochastic rounding), adam state fp32; weights on device, optimizer state on "
-                      "device; 4 micro-batches; 1 shard; device peak 15.93 GB (14.83 GiB)"),
+                      "device; 32 micro-batches; 1 shard; device peak 7.79 GB (7.26 GiB)"),
             std::string::npos) << text;
   const auto j = plan_report_json(seed_workload(), o, r.value(), ctx);
   EXPECT_DOUBLE_EQ(j["bytes_per_parameter"]["plan"]["total"].get<double>(), 10.0);
   EXPECT_DOUBLE_EQ(j["bytes_per_parameter"]["naive"]["total"].get<double>(), 12.0);
   EXPECT_TRUE(j["bytes_per_parameter"]["at_parity"].get<bool>());
   EXPECT_EQ(j["accuracy"]["chosen"][0]["ctr"]["lowest_difference"]["dataset"], "ctr_small");
+  // --keep-precision: the fp32 output, the fastest plan as before the text measurement.
+  o.keep_precision = true;
+  auto kept = make_plan(seed_workload(), o);
+  ASSERT_TRUE(kept.ok() && kept->fits);
+  EXPECT_EQ(kept->chosen.workload.precision, DType::kF32);
+  EXPECT_EQ(kept->chosen.workload.micro_batches, 2);
+}
+
+// Issue 39, AMP: the seed's example with the user's bf16 output (`leanemb plan --precision bf16`,
+// as torch.autocast): the output and its gradient are bf16, which halves both, and summing by row
+// through chunks of bags prices each chunk's row sums whatever the micro-batch count, so the
+// micro-batches cost only their 20 us each and the equal-speed tie-break takes the lowest peak
+// within 1%: well under 20 GiB. Bytes per parameter are unchanged (rows and state); bf16
+// activations are proven on both tasks, so the plan is "at parity"; the deployment table says
+// what the plan does.
+TEST(PlannerTest, SeedPlanWithABf16OutputFitsTwentyGiB) {
+  PlannerOptions o;
+  o.preset = find_preset("ascend-910a").value();
+  Workload w = seed_workload();
+  w.precision = DType::kBF16;
+  auto r = make_plan(w, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r.value().fits);
+  const Candidate& c = r.value().chosen;
+  EXPECT_EQ(c.workload.precision, DType::kBF16);
+  EXPECT_EQ(c.workload.row_dtype, DType::kBF16);
+  EXPECT_LE(c.prediction.device().budget_bytes, size_t{20} << 30);
+  EXPECT_TRUE(r.value().unproven_chosen.empty());
+  // At 2 micro-batches: the fp32 plan's 22.90 GiB less half its output (4 GiB) and half its
+  // output gradient (4 GiB).
+  Workload w2 = c.workload;
+  w2.micro_batches = 2;
+  const Prediction two = predict_memory(w2, Estimate::kWorstCase).value();
+  EXPECT_GT(two.device().budget_bytes, size_t{14} << 30);
+  EXPECT_LT(two.device().budget_bytes, size_t{15} << 30);
+  const ReportContext ctx{"seed", 2048, 1000, 0, ""};
+  const std::string text = plan_report_text(w, o, r.value(), ctx);
+  // The user's AMP is proven (CTR and text): at parity.
+  EXPECT_NE(text.find("  plan:  10.00 (bf16 rows 2.00 + adam state fp32 8.00); at parity"), std::string::npos) << text;
+  EXPECT_EQ(text.find("NOT PROVEN"), std::string::npos) << text;
+  EXPECT_NE(text.find("| amp_level | bf16 activations, fp32 master weights (torch.autocast(dtype=torch.bfloat16)) | embedding "
+                      "output and its gradient bf16 (round to nearest even); row sums and the update fp32 |"),
+            std::string::npos) << text;
+  // Not asked for, the planner searches it and chooses it too (proven; the equal-speed tie-break).
+  auto searched = make_plan(seed_workload(), o);
+  ASSERT_TRUE(searched.ok() && searched->fits);
+  EXPECT_EQ(searched->chosen.workload.precision, DType::kBF16);
 }
 
 // The tie-break itself (issue 39): estimates within speed_tolerance of the fastest fitting plan

@@ -26,11 +26,11 @@ const char* formula(Category c, WorkloadKind k) {
     case Category::kGradients:
       return k == WorkloadKind::kCtr
                  ? "naive: rows x dim x 4; plan: B x F x dim x 4 + dense; micro > 1: B/micro x F x dim x 4 + unique rows x dim x 4"
-                 : "naive: rows x dim x 4 + B x L x dim x 4; micro > 1: B/micro x L x dim x 4 + unique rows x dim x 4 "
-                   "(<= min(rows, B x L))";
+                 : "naive: rows x dim x 4 + B x L x dim x 4; micro > 1 or AMP: B/micro x L x dim x 4 (AMP: x 2) + unique rows x "
+                   "dim x 4 (<= min(rows, B x L))";
     case Category::kActivations:
-      return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4";
-    case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch";
+      return k == WorkloadKind::kCtr ? "B x F x dim x 4 + MLP saved (AMP: 2 B/elem)" : "B/micro x L x dim x 4 (AMP: x 2)";
+    case Category::kWorkspace: return "dedup buffers ~ 44 B x ids (+1/8), MLP scratch, AMP output's fp32 chunk (>= 4 MiB)";
     case Category::kRowCache: return "cache rows x fat row + index";
     case Category::kCommBuffers: return "shards > 1: messages and routing buffers of the largest slice (dist/comm_sizes.h)";
     case Category::kIoBuffers: return "cache staging";
@@ -391,7 +391,10 @@ static std::string deployment_text(const PlannerOptions& o, const PlanResult& r,
       ctx.sequence_length ? "unpooled: the output is B x L x dim" : "pooled bags: per-token vectors never exist");
   row("embedding_dim", std::to_string(w.tables[0].dim), "");
   row("shard_count", std::to_string(w.num_shards), w.num_shards > 1 ? "row-wise; ids and outputs by all-to-all" : "one device holds the tables");
-  row("amp_level", precision_text(w.precision), "embedding output and row gradients stay fp32");
+  row("amp_level", precision_text(w.precision),
+      w.kind == WorkloadKind::kEmbeddingOnly && w.precision == DType::kBF16
+          ? "embedding output and its gradient bf16 (round to nearest even); row sums and the update fp32"
+          : "embedding output and row gradients stay fp32");
   row("gradient_checkpointing", w.checkpoint_activations ? "true" : "false",
       w.kind == WorkloadKind::kCtr ? "dense MLPs recompute hidden activations in backward" : "nothing to recompute in an embedding lookup");
   row("optimizer", std::string(optimizer_name(w.row_optimizer.kind)) + " fused into backward, state " +

@@ -11,6 +11,6 @@ target_sources(leanemb PRIVATE
 )
 
 if(LEANEMB_BUILD_TESTS)
-  leanemb_add_test(text_test ${CMAKE_CURRENT_LIST_DIR}/text_test.cc)
+  leanemb_add_test(text_test ${CMAKE_CURRENT_LIST_DIR}/text_test.cc ${CMAKE_CURRENT_LIST_DIR}/text_bf16_test.cc)
   target_compile_definitions(text_test PRIVATE LEANEMB_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # examples/text_debian.toml
 endif()

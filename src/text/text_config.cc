@@ -70,6 +70,12 @@ Status read_train_section(Section& t, TextConfig* c) {
   if (sched != "linear" && sched != "constant") return t.error("lr_schedule", "expected \"linear\" or \"constant\"");
   c->linear_decay = sched == "linear";
   LEANEMB_RETURN_IF_ERROR(t.read("shuffle", &c->shuffle));
+  // The embedding output's precision (TextModelOptions::precision): fp32, or bf16 with the head
+  // in fp32. fp16 would need loss scaling, which the text model does not have.
+  LEANEMB_RETURN_IF_ERROR(t.read_dtype("precision", &c->model.precision, DTypeUse::kActivations));
+  if (c->model.precision == DType::kF16)
+    return t.error("precision", "fp16 is not supported by the text model (expected fp32 or bf16: the embedding output in bf16, "
+                                "the head and the loss in fp32)");
   LEANEMB_RETURN_IF_ERROR(t.read("seed", &c->seed));
   LEANEMB_RETURN_IF_ERROR(t.read("threads", &c->threads, 0, 1024));
   LEANEMB_RETURN_IF_ERROR(t.read("log_every_s", &c->log_every_s, 0.0, 1e9));

@@ -2,6 +2,7 @@
 #include "text/text_model.h"
 
 #include "core/enum_names.h"
+#include "core/half.h"
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +56,9 @@ Status check_options(const TextModelOptions& o) {
                             " (need input_rows, dim, num_labels >= 1 and hidden >= 0)");
   if (o.dynamic.enabled && o.dynamic_rows < 0) return invalid_argument("text model: dynamic_rows must be >= 0");
   if (o.grad_groups < 1) return invalid_argument("text model: grad_groups must be >= 1");
+  if (o.precision != DType::kF32 && o.precision != DType::kBF16)
+    return invalid_argument("text model: precision " + std::string(dtype_name(o.precision)) +
+                            " is not supported (fp32 or bf16: the embedding output in bf16, the head in fp32)");
   return Status();
 }
 }  // namespace
@@ -72,6 +76,8 @@ Result<std::unique_ptr<TextModel>> TextModel::create(const TextModelOptions& o, 
   if (memory == nullptr) return invalid_argument("text model: null MemorySystem");
   LEANEMB_RETURN_IF_ERROR(check_options(o));
   const int world = dist.comm ? dist.comm->size() : 1;
+  if (o.precision == DType::kBF16 && world > 1)
+    return invalid_argument("text model: precision bf16 (the bf16 embedding output) needs one process, not " + std::to_string(world));
   if (o.grad_groups % world != 0)
     return invalid_argument("text model: grad_groups (" + std::to_string(o.grad_groups) + ") must be a multiple of the world size (" +
                             std::to_string(world) + ")");
@@ -103,13 +109,37 @@ Result<std::unique_ptr<TextModel>> TextModel::create_impl(const TextModelOptions
   return m;
 }
 
-Result<float*> TextModel::buffer(Allocation* a, size_t floats, Category c) {
-  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+Status TextModel::grow(Allocation* a, size_t bytes, Category c) {
+  bytes = std::max<size_t>(bytes, sizeof(float));
   if (a->size_bytes() < bytes) {
     a->reset();
     LEANEMB_ASSIGN_OR_RETURN(*a, alloc_->allocate(bytes, c));
   }
+  return Status();
+}
+
+Result<float*> TextModel::buffer(Allocation* a, size_t floats, Category c) {
+  LEANEMB_RETURN_IF_ERROR(grow(a, floats * sizeof(float), c));
   return a->as<float>();
+}
+
+Result<uint16_t*> TextModel::bf16_buffer(Allocation* a, size_t elements, Category c) {
+  LEANEMB_RETURN_IF_ERROR(grow(a, elements * sizeof(uint16_t), c));
+  return a->as<uint16_t>();
+}
+
+Result<std::span<float>> TextModel::bf16_scratch(const SparseBatch& sb) {
+  const auto floats = static_cast<size_t>(std::max(EmbeddingTables::kBf16ScratchFloats, tables_->bf16_min_scratch_floats(sb)));
+  LEANEMB_ASSIGN_OR_RETURN(float* p, buffer(&scratch_, floats, Category::kWorkspace));
+  return std::span<float>(p, floats);
+}
+
+Result<std::span<const float>> TextModel::widened(const uint16_t* pooled, int64_t a, int64_t m) {
+  const size_t D = static_cast<size_t>(options_.dim), k = static_cast<size_t>(m) * D;
+  LEANEMB_ASSIGN_OR_RETURN(float* w, buffer(&wide_, k, Category::kActivations));
+  const uint16_t* in = pooled + static_cast<size_t>(a) * D;
+  for (size_t i = 0; i < k; ++i) w[i] = bf16_to_f32(in[i]);
+  return std::span<const float>(w, k);
 }
 
 size_t TextModel::table_bytes() const {
@@ -132,6 +162,23 @@ SparseBatch TextModel::slice(std::span<const int64_t> ids, std::span<const int64
   return sb;
 }
 
+Status TextModel::group_step(const TextBatch& batch, int64_t a, int64_t b, std::span<const float> in, std::span<float> dpooled,
+                             double* loss) {
+  const int64_t m = b - a;
+  const size_t C = static_cast<size_t>(options_.num_labels);
+  const std::span<float> lg(logits_.as<float>(), static_cast<size_t>(m) * C), dl(dlogits_.as<float>(), static_cast<size_t>(m) * C);
+  LEANEMB_RETURN_IF_ERROR(head_.forward(m, in, lg));
+  // This group's targets, offsets rebased.
+  const int64_t l0 = batch.targets.offsets[static_cast<size_t>(a)];
+  group_label_offsets_.resize(static_cast<size_t>(m + 1));
+  for (int64_t i = a; i <= b; ++i) group_label_offsets_[static_cast<size_t>(i - a)] = batch.targets.offsets[static_cast<size_t>(i)] - l0;
+  const nn::ClassTargets targets{group_label_offsets_,
+                                 batch.targets.classes.subspan(static_cast<size_t>(l0), static_cast<size_t>(batch.targets.offsets[static_cast<size_t>(b)] - l0))};
+  LEANEMB_ASSIGN_OR_RETURN(const float l, text_loss(options_.loss, lg, options_.num_labels, targets, dl));
+  *loss += static_cast<double>(l);
+  return head_.backward(dl, dpooled);
+}
+
 Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   const int64_t B = batch.size();
   if (B < 1) return invalid_argument("text model: empty batch");
@@ -140,18 +187,39 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   if (batch.targets.offsets.size() != batch.offsets.size()) return invalid_argument("text model: targets for another number of examples");
   dist::Communicator* comm = tables_->communicator();
   const nn::GroupSlice sl = nn::group_slice(B, options_.grad_groups, tables_->rank(), tables_->world_size());
-  const int64_t n = sl.hi - sl.lo;
   const size_t D = static_cast<size_t>(options_.dim), C = static_cast<size_t>(options_.num_labels);
+  const size_t nD = static_cast<size_t>(sl.hi - sl.lo) * D;
   const size_t most = static_cast<size_t>((B + sl.G - 1) / sl.G);  // the largest group
-  LEANEMB_ASSIGN_OR_RETURN(float* pooled, buffer(&pooled_, static_cast<size_t>(n) * D, Category::kActivations));
-  LEANEMB_ASSIGN_OR_RETURN(float* logits, buffer(&logits_, most * C, Category::kActivations));
-  LEANEMB_ASSIGN_OR_RETURN(float* dlogits, buffer(&dlogits_, most * C, Category::kWorkspace));
-  LEANEMB_ASSIGN_OR_RETURN(float* dpooled, buffer(&dpooled_, static_cast<size_t>(n) * D, Category::kWorkspace));
+  // fp32 output: pooled and dpooled in fp32. bf16 output: pooled16 and dpooled16 in bf16, a
+  // group's rows widened into wide_ for the head and its gradient in dwide (fp32).
+  const bool half = bf16_output();
+  float *pooled = nullptr, *dpooled = nullptr, *dwide = nullptr;
+  uint16_t *pooled16 = nullptr, *dpooled16 = nullptr;
+  if (half) {
+    LEANEMB_ASSIGN_OR_RETURN(pooled16, bf16_buffer(&pooled_, nD, Category::kActivations));
+    LEANEMB_RETURN_IF_ERROR(grow(&wide_, most * D * sizeof(float), Category::kActivations));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(pooled, buffer(&pooled_, nD, Category::kActivations));
+  }
+  LEANEMB_RETURN_IF_ERROR(grow(&logits_, most * C * sizeof(float), Category::kActivations));
+  LEANEMB_RETURN_IF_ERROR(grow(&dlogits_, most * C * sizeof(float), Category::kWorkspace));
+  if (half) {
+    LEANEMB_ASSIGN_OR_RETURN(dpooled16, bf16_buffer(&dpooled_, nD, Category::kWorkspace));
+    LEANEMB_ASSIGN_OR_RETURN(dwide, buffer(&dwide_, most * D, Category::kWorkspace));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(dpooled, buffer(&dpooled_, nD, Category::kWorkspace));
+  }
   const std::span<const nn::DenseParam> params = dense_opt_->params();
   LEANEMB_RETURN_IF_ERROR(groups_.begin(params, sl.g1 - sl.g0, alloc_));
 
   const SparseBatch sb = slice(batch.ids, batch.offsets, sl.lo, sl.hi);
-  LEANEMB_RETURN_IF_ERROR(tables_->forward(sb, std::span<float>(pooled, static_cast<size_t>(n) * D)));
+  std::span<float> scratch;
+  if (half) {
+    LEANEMB_ASSIGN_OR_RETURN(scratch, bf16_scratch(sb));
+    LEANEMB_RETURN_IF_ERROR(tables_->forward_bf16(sb, std::span<uint16_t>(pooled16, nD), {}, scratch));
+  } else {
+    LEANEMB_RETURN_IF_ERROR(tables_->forward(sb, std::span<float>(pooled, nD)));
+  }
   dense_opt_->zero_grad();
   double loss = 0.0;
   auto fail = [&](Status s) {
@@ -161,25 +229,16 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   };
   for (int64_t g = sl.g0; g < sl.g1; ++g) {
     const auto [a, b] = sl.group(g);
-    const int64_t m = b - a;
-    if (m > 0) {
-      const std::span<const float> in(pooled + static_cast<size_t>(a - sl.lo) * D, static_cast<size_t>(m) * D);
-      const std::span<float> lg(logits, static_cast<size_t>(m) * C), dl(dlogits, static_cast<size_t>(m) * C);
-      Status s = head_.forward(m, in, lg);
-      // This group's targets, offsets rebased.
-      const int64_t l0 = batch.targets.offsets[static_cast<size_t>(a)];
-      group_label_offsets_.resize(static_cast<size_t>(m + 1));
-      for (int64_t i = a; i <= b; ++i) group_label_offsets_[static_cast<size_t>(i - a)] = batch.targets.offsets[static_cast<size_t>(i)] - l0;
-      const nn::ClassTargets targets{group_label_offsets_,
-                                     batch.targets.classes.subspan(static_cast<size_t>(l0), static_cast<size_t>(batch.targets.offsets[static_cast<size_t>(b)] - l0))};
-      if (s.ok()) {
-        auto l = text_loss(options_.loss, lg, options_.num_labels, targets, dl);
-        if (l.ok()) loss += static_cast<double>(l.value());
-        else s = l.status();
-      }
-      if (s.ok()) s = head_.backward(dl, std::span<float>(dpooled + static_cast<size_t>(a - sl.lo) * D, static_cast<size_t>(m) * D));
-      if (!s.ok()) return fail(s);
+    const size_t at = static_cast<size_t>(a - sl.lo) * D, k = static_cast<size_t>(b - a) * D;
+    Status s;
+    if (b > a && half) {  // the group's rows widened, its fp32 gradient rounded to bf16
+      auto in = widened(pooled16, a - sl.lo, b - a);
+      s = in.ok() ? group_step(batch, a, b, in.value(), std::span<float>(dwide, k), &loss) : in.status();
+      for (size_t i = 0; s.ok() && i < k; ++i) dpooled16[at + i] = f32_to_bf16_rne(dwide[i]);
+    } else if (b > a) {
+      s = group_step(batch, a, b, std::span<const float>(pooled + at, k), std::span<float>(dpooled + at, k), &loss);
     }
+    if (!s.ok()) return fail(s);
     groups_.save(params, g - sl.g0);
   }
   if (Status s = groups_.reduce(params, sl.g1 - sl.g0, comm); !s.ok()) return fail(s);
@@ -192,7 +251,8 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
   LEANEMB_RETURN_IF_ERROR(dense_opt_->set_learning_rate(options_.dense_optimizer.learning_rate * lr_scale));
   LEANEMB_RETURN_IF_ERROR(tables_->set_learning_rate(0, static_cast<float>(options_.row_optimizer.learning_rate * lr_scale)));
   // Rows first: when the update fails (bad input), the dense layers have not moved either.
-  auto r = tables_->backward_update(sb, std::span<const float>(dpooled, static_cast<size_t>(n) * D));
+  auto r = half ? tables_->backward_update_bf16(sb, std::span<const uint16_t>(dpooled16, nD), {}, scratch)
+                : tables_->backward_update(sb, std::span<const float>(dpooled, nD));
   if (!r.ok()) return fail(r.status());
   LEANEMB_RETURN_IF_ERROR(dense_opt_->step());
   dense_opt_->zero_grad();
@@ -212,18 +272,34 @@ Status TextModel::predict(std::span<const int64_t> in_ids, std::span<const int64
   if (logits.size() != static_cast<size_t>(B) * C) return invalid_argument("text model: predict: logits must be [B, num_labels]");
   dist::Communicator* comm = tables_->communicator();
   const nn::GroupSlice sl = nn::group_slice(B, options_.grad_groups, tables_->rank(), tables_->world_size());
-  const int64_t n = sl.hi - sl.lo;
-  LEANEMB_ASSIGN_OR_RETURN(float* pooled, buffer(&pooled_, static_cast<size_t>(n) * D, Category::kActivations));
-  // Lookup only: evaluation and serving admit no ids into dynamic tables.
-  LEANEMB_RETURN_IF_ERROR(tables_->forward(slice(ids, offsets, sl.lo, sl.hi), std::span<float>(pooled, static_cast<size_t>(n) * D), {},
-                                           ForwardMode::kEval));
+  const size_t nD = static_cast<size_t>(sl.hi - sl.lo) * D;
+  const SparseBatch sb = slice(ids, offsets, sl.lo, sl.hi);
+  // Lookup only: evaluation and serving admit no ids into dynamic tables. A bf16 output is
+  // rounded as training rounds it, each group widened for the head.
+  float* pooled = nullptr;
+  uint16_t* pooled16 = nullptr;
+  if (bf16_output()) {
+    LEANEMB_ASSIGN_OR_RETURN(pooled16, bf16_buffer(&pooled_, nD, Category::kActivations));
+    LEANEMB_RETURN_IF_ERROR(grow(&wide_, static_cast<size_t>((B + sl.G - 1) / sl.G) * D * sizeof(float), Category::kActivations));
+    LEANEMB_ASSIGN_OR_RETURN(const std::span<float> scratch, bf16_scratch(sb));
+    LEANEMB_RETURN_IF_ERROR(tables_->forward_bf16(sb, std::span<uint16_t>(pooled16, nD), {}, scratch, ForwardMode::kEval));
+  } else {
+    LEANEMB_ASSIGN_OR_RETURN(pooled, buffer(&pooled_, nD, Category::kActivations));
+    LEANEMB_RETURN_IF_ERROR(tables_->forward(sb, std::span<float>(pooled, nD), {}, ForwardMode::kEval));
+  }
   const bool multi = comm && comm->size() > 1;
   if (multi) std::fill(logits.begin(), logits.end(), 0.0f);
   for (int64_t g = sl.g0; g < sl.g1; ++g) {  // in the training step's groups
     const auto [a, b] = sl.group(g);
     if (b == a) continue;
-    LEANEMB_RETURN_IF_ERROR(head_.forward(b - a, std::span<const float>(pooled + static_cast<size_t>(a - sl.lo) * D, static_cast<size_t>(b - a) * D),
-                                          logits.subspan(static_cast<size_t>(a) * C, static_cast<size_t>(b - a) * C), nn::ForwardMode::kEval));
+    std::span<const float> in;
+    if (pooled16 != nullptr) {
+      LEANEMB_ASSIGN_OR_RETURN(in, widened(pooled16, a - sl.lo, b - a));
+    } else {
+      in = std::span<const float>(pooled + static_cast<size_t>(a - sl.lo) * D, static_cast<size_t>(b - a) * D);
+    }
+    LEANEMB_RETURN_IF_ERROR(head_.forward(b - a, in, logits.subspan(static_cast<size_t>(a) * C, static_cast<size_t>(b - a) * C),
+                                          nn::ForwardMode::kEval));
   }
   // Every rank gets every example's logits: the others' entries are 0 here, and x + 0 = x.
   if (multi) LEANEMB_RETURN_IF_ERROR(comm->all_reduce(logits, dist::ReduceOp::kSum));

@@ -72,6 +72,12 @@ struct TextModelOptions {
   // Gradient groups of the dense head (nn/grad_groups.h): a multiple of the world size; the
   // same value trains bit-identically at every process count that divides it.
   int grad_groups = 1;
+  // The embedding output's precision (train.precision): kF32, or kBF16 (one process): the pooled
+  // rows and their gradient held as bf16 (EmbeddingTables::forward_bf16 / backward_update_bf16
+  // through an fp32 scratch of max(kBf16ScratchFloats, dim) floats), each gradient group's rows
+  // widened to fp32 into a buffer of the largest group for the head. The head, its weights and
+  // the loss stay fp32; predict() rounds the pooled rows as training does.
+  DType precision = DType::kF32;
 };
 
 // One batch of encoded examples (CSR over examples, as TextDataset): ids [nnz] input rows,
@@ -135,10 +141,23 @@ class TextModel {
   std::unique_ptr<nn::DenseOptimizer> dense_opt_;
   nn::GradientGroups groups_;
   // Per-step buffers (kActivations: pooled, logits; kWorkspace: their gradients), grown on demand.
-  Allocation pooled_, logits_, dlogits_, dpooled_;
+  // A bf16 output: pooled_ and dpooled_ hold bf16; wide_ (kActivations) a group's pooled rows in
+  // fp32, dwide_ (kWorkspace) their fp32 gradient, scratch_ (kWorkspace) the tables' fp32 scratch.
+  Allocation pooled_, logits_, dlogits_, dpooled_, wide_, dwide_, scratch_;
   std::vector<int64_t> slice_offsets_, group_label_offsets_;
   std::vector<int64_t> pruned_ids_, pruned_offsets_;  // predict() on a pruned model
+  Status grow(Allocation* a, size_t bytes, Category c);  // at least `bytes` (4 at least)
   Result<float*> buffer(Allocation* a, size_t floats, Category c);
+  Result<uint16_t*> bf16_buffer(Allocation* a, size_t elements, Category c);
+  bool bf16_output() const { return options_.precision == DType::kBF16; }
+  // The bf16 path's fp32 scratch for `sb` (kWorkspace).
+  Result<std::span<float>> bf16_scratch(const SparseBatch& sb);
+  // Rows [a, a + m) of the slice's bf16 pooled buffer widened to fp32 (wide_): the head's input.
+  Result<std::span<const float>> widened(const uint16_t* pooled, int64_t a, int64_t m);
+  // The head's forward, loss and backward of group rows [a, b) of the batch (in: their pooled
+  // rows, fp32), the input gradient into dpooled (fp32, m x dim). Adds the group's loss to *loss.
+  Status group_step(const TextBatch& batch, int64_t a, int64_t b, std::span<const float> in, std::span<float> dpooled,
+                    double* loss);
 };
 
 }  // namespace leanemb::text

@@ -58,6 +58,7 @@ Result<plan::Workload> text_workload(const TextConfig& c, const TextData& data) 
   w.text_hidden = c.model.hidden;
   w.eval_batch_size = data.eval.num_examples() > 0 ? std::min<int64_t>(kTextEvalBatchSize, data.eval.num_examples()) : 0;
   w.grad_groups = c.grad_groups > 0 ? c.grad_groups : 1;
+  w.precision = c.model.precision;  // the embedding output's (the head is fp32)
   return w;
 }
 
