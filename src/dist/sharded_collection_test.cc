@@ -166,6 +166,18 @@ struct RankResult {
   int64_t step = 0;
 };
 
+// This rank's rows of every table into `res`: their global row numbers and fat bytes.
+Status read_rank_rows(ShardedEmbeddingCollection& sc, int rank, RankResult* res) {
+  for (int t = 0; t < sc.local().num_tables(); ++t) {
+    const int64_t n = sc.plan().local_num_rows(t, rank);
+    res->global_rows.emplace_back();
+    for (int64_t l = 0; l < n; ++l) res->global_rows.back().push_back(sc.plan().global_row(t, rank, l));
+    res->fat.emplace_back(static_cast<size_t>(n) * sc.local().layout(t).stride_bytes);
+    LEANEMB_RETURN_IF_ERROR(sc.local().read_raw_rows(t, 0, n, res->fat.back()));
+  }
+  return Status();
+}
+
 // Trains a sharded collection over P ranks on the reference's batches; checks each forward
 // against the reference as it goes and returns every rank's rows and stats.
 // check_forward = false skips the forward check (when the rows themselves diverge by design).
@@ -205,13 +217,7 @@ std::vector<RankResult> train_sharded(int p, const ShardedCollectionOptions& so,
       if (rep.skipped_nonfinite) return mismatch("step skipped");
       res.stats.push_back(sc->last_step_stats());
     }
-    for (int t = 0; t < sc->local().num_tables(); ++t) {
-      const int64_t n = sc->plan().local_num_rows(t, comm.rank());
-      res.global_rows.emplace_back();
-      for (int64_t l = 0; l < n; ++l) res.global_rows.back().push_back(sc->plan().global_row(t, comm.rank(), l));
-      res.fat.emplace_back(static_cast<size_t>(n) * sc->local().layout(t).stride_bytes);
-      LEANEMB_RETURN_IF_ERROR(sc->local().read_raw_rows(t, 0, n, res.fat.back()));
-    }
+    LEANEMB_RETURN_IF_ERROR(read_rank_rows(*sc, comm.rank(), &res));
     res.step = sc->step();
     return first_mismatch;
   });
@@ -323,13 +329,7 @@ TEST(ShardedCollectionTest, Bf16OutputsAndGradientsTrainLikeOneProcess) {
         LEANEMB_RETURN_IF_ERROR(sc->backward_update_bf16(mine.view(), my, {}, scratch).status());
       }
       RankResult& res = results[static_cast<size_t>(comm.rank())];
-      for (int t = 0; t < sc->local().num_tables(); ++t) {
-        const int64_t n = sc->plan().local_num_rows(t, comm.rank());
-        res.global_rows.emplace_back();
-        for (int64_t l = 0; l < n; ++l) res.global_rows.back().push_back(sc->plan().global_row(t, comm.rank(), l));
-        res.fat.emplace_back(static_cast<size_t>(n) * sc->local().layout(t).stride_bytes);
-        LEANEMB_RETURN_IF_ERROR(sc->local().read_raw_rows(t, 0, n, res.fat.back()));
-      }
+      LEANEMB_RETURN_IF_ERROR(read_rank_rows(*sc, comm.rank(), &res));
       return first;
     });
     expect_all_ok(st);
