@@ -15,27 +15,19 @@
 #include "leanemb/tables.h"
 #include "table/owned_batch_testing.h"
 #include "table/step_sizes.h"
+#include "table/two_tables_testing.h"
 
 namespace leanemb {
 namespace {
 
 using testing_util::OwnedBatch;
 
-enum class Kind { kResident, kCached, kStateOnHost, kDynamic, kDynamicFiltered };
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kResident: return "resident";
-    case Kind::kCached: return "cached";
-    case Kind::kStateOnHost: return "state_on_host";
-    case Kind::kDynamic: return "dynamic";
-    case Kind::kDynamicFiltered: return "dynamic_min_count_2";
-  }
-  return "?";
-}
+using Kind = testing_util::StackKind;
+constexpr const auto& kRows = testing_util::kTwoTableRows;
+constexpr const auto& kDims = testing_util::kTwoTableDims;
+const char* kind_name(Kind k) { return testing_util::stack_kind_name(k); }
 
-constexpr int64_t kRows[2] = {40, 24};
-constexpr int64_t kDims[2] = {13, 8};  // 13: not a multiple of 8
-constexpr int64_t kBags = 10;          // 3 micro-batches: 3, 3, 4 bags
+constexpr int64_t kBags = 10;  // 3 micro-batches: 3, 3, 4 bags
 
 struct AccCase {
   Kind kind = Kind::kResident;
@@ -44,68 +36,18 @@ struct AccCase {
   bool shared = false;  // one table looked up by both features
 };
 
-// Two features; each its own table (or both table 0 when shared). The first feature of a pooled
-// setup carries per-id weights.
-CollectionOptions options_for(const AccCase& s) {
-  CollectionOptions o;
-  for (int t = 0; t < 2; ++t) {
-    TableOptions to;
-    to.name = t == 0 ? "a" : "b";
-    to.num_rows = s.kind == Kind::kDynamic || s.kind == Kind::kDynamicFiltered ? 4 * kRows[t] : kRows[t];
-    to.dim = kDims[t];
-    to.optimizer.kind = s.opt;
-    to.optimizer.learning_rate = 0.05f;
-    to.optimizer.eps = default_eps(s.opt);
-    to.init.bound = 0.1f;
-    if (s.kind == Kind::kCached) {
-      to.cache.fraction = 0.8;  // evicts between steps
-      to.cache.store = StoreKind::kHost;
-    }
-    if (s.kind == Kind::kDynamic || s.kind == Kind::kDynamicFiltered) to.dynamic.enabled = true;
-    // An id needs two sightings for a row: the first steps drop ids (their sequence gradients
-    // are compacted, mean bags reweighted).
-    if (s.kind == Kind::kDynamicFiltered) to.dynamic.min_count = 2;
-    o.tables.push_back(to);
-  }
-  o.features = {{"f0", 0, s.pooling}, {"f1", s.shared ? 0 : 1, s.pooling}};
-  o.seed = 3;
-  o.num_threads = 2;
-  return o;
-}
+// Two features of `pooling`; each its own table (or both table 0 when shared); a row cache of
+// 80% of the rows (it evicts between steps). The first feature of a pooled setup carries per-id
+// weights.
+testing_util::TwoTables two_tables(const AccCase& s) { return {s.kind, s.opt, s.pooling, s.pooling, s.shared, 0.8, 3}; }
 
 std::unique_ptr<EmbeddingTables> make_tables(const AccCase& s, std::unique_ptr<MemorySystem>* mem) {
-  MemorySystemOptions m;
-  m.device_budget_bytes = size_t{32} << 20;
-  if (s.kind == Kind::kStateOnHost) m.placement[Category::kOptimizerState] = Tier::kHost;
-  auto ms = MemorySystem::create(m);
-  EXPECT_TRUE(ms.ok()) << ms.status().to_string();
-  *mem = std::move(ms).value();
-  auto t = create_tables(options_for(s), mem->get());
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return t.ok() ? std::move(t).value() : nullptr;
+  return testing_util::make_two_tables(two_tables(s), mem);
 }
 
 // Step `step`'s batch: bags of 0-4 ids (repeats within and across bags and micro-batches).
 OwnedBatch batch_for(int step, const AccCase& s) {
-  std::mt19937_64 rng(100 + static_cast<uint64_t>(step));
-  OwnedBatch b;
-  b.B = kBags;
-  for (int f = 0; f < 2; ++f) {
-    const int64_t rows = kRows[s.shared ? 0 : f];
-    std::vector<int64_t> ids, offsets = {0};
-    std::vector<float> w;
-    for (int64_t bag = 0; bag < b.B; ++bag) {
-      for (int i = static_cast<int>(rng() % 5); i > 0; --i) {
-        ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(rows / 2)));
-        if (f == 0 && s.pooling != PoolingMode::kNone) w.push_back(0.25f + 0.5f * static_cast<float>(rng() % 4));
-      }
-      offsets.push_back(static_cast<int64_t>(ids.size()));
-    }
-    b.ids.push_back(ids);
-    b.offsets.push_back(offsets);
-    b.weights.push_back(w);
-  }
-  return b;
+  return testing_util::two_tables_batch(two_tables(s), 100 + static_cast<uint64_t>(step), kBags, 5);
 }
 
 std::vector<float> normal(size_t n, uint64_t seed) {

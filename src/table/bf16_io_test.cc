@@ -13,82 +13,29 @@
 #include "leanemb/memory_system.h"
 #include "leanemb/tables.h"
 #include "table/owned_batch_testing.h"
+#include "table/two_tables_testing.h"
 
 namespace leanemb {
 namespace {
 
 using testing_util::OwnedBatch;
 
-enum class Kind { kResident, kCached, kStateOnHost, kDynamic };
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kResident: return "resident";
-    case Kind::kCached: return "cached";
-    case Kind::kStateOnHost: return "state_on_host";
-    case Kind::kDynamic: return "dynamic";
-  }
-  return "?";
-}
+using Kind = testing_util::StackKind;
+constexpr const auto& kRows = testing_util::kTwoTableRows;
+constexpr const auto& kDims = testing_util::kTwoTableDims;
+const char* kind_name(Kind k) { return testing_util::stack_kind_name(k); }
 
-constexpr int64_t kRows[2] = {40, 24};
-constexpr int64_t kDims[2] = {13, 8};
 constexpr int64_t kBags = 10;
 
-// Two features over their own tables: a pooled one (weighted) and one of `second`'s pooling.
-CollectionOptions options_for(Kind kind, OptimizerKind opt, PoolingMode second) {
-  CollectionOptions o;
-  for (int t = 0; t < 2; ++t) {
-    TableOptions to;
-    to.name = t == 0 ? "a" : "b";
-    to.num_rows = kind == Kind::kDynamic ? 4 * kRows[t] : kRows[t];
-    to.dim = kDims[t];
-    to.optimizer.kind = opt;
-    to.optimizer.learning_rate = 0.05f;
-    to.optimizer.eps = default_eps(opt);
-    to.init.bound = 0.1f;
-    if (kind == Kind::kCached) {
-      to.cache.fraction = 0.5;  // chunks evict rows that the update maps again
-      to.cache.store = StoreKind::kHost;
-    }
-    to.dynamic.enabled = kind == Kind::kDynamic;
-    o.tables.push_back(to);
-  }
-  o.features = {{"f0", 0, PoolingMode::kSum}, {"f1", 1, second}};
-  o.seed = 5;
-  o.num_threads = 2;
-  return o;
-}
-
+// Two features over their own tables: a pooled one (weighted) and one of `second`'s pooling; a
+// row cache of half the rows (chunks evict rows that the update maps again).
 std::unique_ptr<EmbeddingTables> make(Kind kind, OptimizerKind opt, PoolingMode second, std::unique_ptr<MemorySystem>* mem) {
-  MemorySystemOptions m;
-  m.device_budget_bytes = size_t{32} << 20;
-  if (kind == Kind::kStateOnHost) m.placement[Category::kOptimizerState] = Tier::kHost;
-  *mem = std::move(MemorySystem::create(m)).value();
-  auto t = create_tables(options_for(kind, opt, second), mem->get());
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return t.ok() ? std::move(t).value() : nullptr;
+  return testing_util::make_two_tables({kind, opt, PoolingMode::kSum, second, false, 0.5, 5}, mem);
 }
 
 // Bags of 0-6 ids (repeats within and across bags); weights on feature 0.
 OwnedBatch batch_for(int step) {
-  std::mt19937_64 rng(300 + static_cast<uint64_t>(step));
-  OwnedBatch b;
-  b.B = kBags;
-  for (int f = 0; f < 2; ++f) {
-    std::vector<int64_t> ids, offsets = {0};
-    std::vector<float> w;
-    for (int64_t bag = 0; bag < b.B; ++bag) {
-      for (int i = static_cast<int>(rng() % 7); i > 0; --i) {
-        ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(kRows[f] / 2)));
-        if (f == 0) w.push_back(0.25f + 0.5f * static_cast<float>(rng() % 4));
-      }
-      offsets.push_back(static_cast<int64_t>(ids.size()));
-    }
-    b.ids.push_back(ids);
-    b.offsets.push_back(offsets);
-    b.weights.push_back(w);
-  }
-  return b;
+  return testing_util::two_tables_batch({}, 300 + static_cast<uint64_t>(step), kBags, 7);
 }
 
 // Outputs or gradients of a batch in both forms: fp32 [pooled] + [seq...], and bf16 alike.
