@@ -19,7 +19,7 @@
 #include <random>
 
 #include "bench_internal.h"
-#include "core/half.h"
+#include "amp/precision.h"
 #include "leanemb/embedding.h"
 #include "plan/memory_model.h"
 
@@ -135,7 +135,7 @@ Status micro_batch_bf16(EmbeddingCollection& c, MemorySystem& m, const AccumShap
   LEANEMB_RETURN_IF_ERROR(seq ? c.forward_bf16(sb, {}, seq_out, sc) : c.forward_bf16(sb, out_span, {}, sc));
   LEANEMB_ASSIGN_OR_RETURN(Allocation grad, take(m, Category::kGradients, outs * s.dim, 2));
   auto* g16 = static_cast<uint16_t*>(grad.data());
-  for (size_t i = 0; i < n; ++i) g16[i] = f32_to_bf16_rne(a.grad[static_cast<size_t>(first * s.dim) + i]);
+  amp::pack(std::span<const float>(a.grad).subspan(static_cast<size_t>(first * s.dim), n), DType::kBF16, g16);
   const std::span<const uint16_t> g(g16, n);
   const std::span<const uint16_t> seq_g[1] = {g};
   const std::span<const uint16_t> pooled_g = seq ? std::span<const uint16_t>() : g;

@@ -2,7 +2,7 @@
 #include "text/text_model.h"
 
 #include "core/enum_names.h"
-#include "core/half.h"
+#include "amp/precision.h"
 
 #include <algorithm>
 #include <cmath>
@@ -138,7 +138,7 @@ Result<std::span<const float>> TextModel::widened(const uint16_t* pooled, int64_
   const size_t D = static_cast<size_t>(options_.dim), k = static_cast<size_t>(m) * D;
   LEANEMB_ASSIGN_OR_RETURN(float* w, buffer(&wide_, k, Category::kActivations));
   const uint16_t* in = pooled + static_cast<size_t>(a) * D;
-  for (size_t i = 0; i < k; ++i) w[i] = bf16_to_f32(in[i]);
+  amp::unpack(in, DType::kBF16, std::span<float>(w, k));
   return std::span<const float>(w, k);
 }
 
@@ -234,7 +234,7 @@ Result<double> TextModel::train_step(const TextBatch& batch, double lr_scale) {
     if (b > a && half) {  // the group's rows widened, its fp32 gradient rounded to bf16
       auto in = widened(pooled16, a - sl.lo, b - a);
       s = in.ok() ? group_step(batch, a, b, in.value(), std::span<float>(dwide, k), &loss) : in.status();
-      for (size_t i = 0; s.ok() && i < k; ++i) dpooled16[at + i] = f32_to_bf16_rne(dwide[i]);
+      if (s.ok()) amp::pack(std::span<const float>(dwide, k), DType::kBF16, dpooled16 + at);
     } else if (b > a) {
       s = group_step(batch, a, b, std::span<const float>(pooled + at, k), std::span<float>(dpooled + at, k), &loss);
     }
