@@ -82,7 +82,8 @@ def read_elf(path):
         if not m:
             continue
         size, typ, bind, vis, ndx, name = m.groups()
-        if typ in ("SECTION", "FILE", "NOTYPE") and ndx != "UND" or not name:
+        # Defined section, file and untyped symbols are not exports; an import (UND) of any type is.
+        if not name or (typ in ("SECTION", "FILE", "NOTYPE") and ndx != "UND"):
             continue
         name, _, version = name.partition("@")
         version = version.lstrip("@").split(" ")[0]
