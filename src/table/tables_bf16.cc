@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/precision.h"
+#include "core/half.h"
 #include "leanemb/communicator.h"
 #include "leanemb/tables.h"
 
@@ -126,9 +126,14 @@ Status check_sizes(const SparseBatch& batch, const SeqFeatures& sf, int64_t pool
   return Status();
 }
 
-// amp's ISA builds of the bf16 pack (round to nearest even) and its exact inverse.
-void to_bf16(const float* in, size_t n, uint16_t* out) { amp::pack(std::span<const float>(in, n), DType::kBF16, out); }
-void from_bf16(const uint16_t* in, size_t n, float* out) { amp::unpack(in, DType::kBF16, std::span<float>(out, n)); }
+// Scalar loops, not amp::pack / unpack: src/table must not need src/amp (the tsan preset builds
+// the tables without it).
+void to_bf16(const float* in, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16_rne(in[i]);
+}
+void from_bf16(const uint16_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
 
 }  // namespace
 
