@@ -16,6 +16,7 @@ struct EnumNames<DType> {
       {DType::kBF16, "bf16", "bfloat16"},
       {DType::kInt8Rowwise, "int8", "int8_rowwise"},
       {DType::kInt8Blockwise, "int8", "int8_blockwise 8bit"},
+      {DType::kFP8, "fp8", "fp8_e4m3 e4m3"},
   };
 };
 
@@ -27,9 +28,10 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
     {"bf16", 2, 0, true},
     {"int8", 1, 8, false},
     {"int8", 1, 0, false},  // block scales are part of the optimizer's row layout
+    {"fp8", 1, 0, true},
 }};
 
-constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
+constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kInt8Rowwise};
 constexpr DType kStateDTypes[] = {DType::kF32, DType::kBF16, DType::kInt8Blockwise};
 constexpr DType kPayloadDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
 constexpr DType kActivationDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};

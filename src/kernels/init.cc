@@ -48,6 +48,9 @@ inline void store_weights_rne_impl(const RowLayout& l, uint8_t* __restrict row, 
     case DType::kBF16:
       for (int64_t j = 0; j < d; ++j) store_u16(row + 2 * j, f32_to_bf16_rne(w[j]));
       break;
+    case DType::kFP8:
+      for (int64_t j = 0; j < d; ++j) row[j] = f32_to_fp8_rn(w[j]);
+      break;
     case DType::kInt8Rowwise:
       ref_store_weights_rne(l, row, w);
       break;

@@ -50,6 +50,8 @@ inline float load_elem(const uint8_t* __restrict row, int64_t j, int64_t d) {
     return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[j]);
   } else if constexpr (T == DType::kBF16) {
     return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[j]);
+  } else if constexpr (T == DType::kFP8) {
+    return fp8_to_f32(row[j]);
   } else {
     return static_cast<float>(row[j]) * load_f32(row + d) + load_f32(row + d + 4);
   }
@@ -244,6 +246,7 @@ inline void pool_bags_t(const TableView& t, const PooledArgs& a, int64_t b0, int
     case DType::kF32: pool_bags_isa<I, DType::kF32>(t, a, b0, b1); break;
     case DType::kF16: pool_bags_isa<I, DType::kF16>(t, a, b0, b1); break;
     case DType::kBF16: pool_bags_isa<I, DType::kBF16>(t, a, b0, b1); break;
+    case DType::kFP8: pool_bags_isa<I, DType::kFP8>(t, a, b0, b1); break;
     case DType::kInt8Rowwise: pool_bags_isa<I, DType::kInt8Rowwise>(t, a, b0, b1); break;
     default: LEANEMB_CHECK(false, "not a row dtype");
   }
@@ -274,6 +277,7 @@ inline void copy_rows_any_impl(const TableView& t, const int64_t* ids, int64_t i
     case DType::kF32: copy_rows<DType::kF32>(t, ids, i0, i1, nnz, out); break;
     case DType::kF16: copy_rows<DType::kF16>(t, ids, i0, i1, nnz, out); break;
     case DType::kBF16: copy_rows<DType::kBF16>(t, ids, i0, i1, nnz, out); break;
+    case DType::kFP8: copy_rows<DType::kFP8>(t, ids, i0, i1, nnz, out); break;
     case DType::kInt8Rowwise: copy_rows<DType::kInt8Rowwise>(t, ids, i0, i1, nnz, out); break;
     default: LEANEMB_CHECK(false, "not a row dtype");
   }

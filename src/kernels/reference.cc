@@ -16,6 +16,7 @@ float load_weight(const RowLayout& l, const uint8_t* row, int64_t j) {
     case DType::kF32: return load_f32(row + 4 * j);
     case DType::kF16: return f16_to_f32(load_u16(row + 2 * j));
     case DType::kBF16: return bf16_to_f32(load_u16(row + 2 * j));
+    case DType::kFP8: return fp8_to_f32(row[j]);
     case DType::kInt8Rowwise: {
       const float scale = load_f32(row + l.dim);
       const float bias = load_f32(row + l.dim + 4);
@@ -32,6 +33,7 @@ void store_weight_sr(const RowLayout& l, uint8_t* row, int64_t j, float w, uint3
     case DType::kF32: store_f32(row + 4 * j, w); break;
     case DType::kF16: store_u16(row + 2 * j, f32_to_f16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
     case DType::kBF16: store_u16(row + 2 * j, f32_to_bf16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
+    case DType::kFP8: row[j] = f32_to_fp8_sr(w, column_bits(key, static_cast<uint32_t>(j))); break;
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
     default: LEANEMB_CHECK(false, "not a row dtype");
   }
@@ -82,6 +84,9 @@ void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) {
       break;
     case DType::kBF16:
       for (int64_t j = 0; j < l.dim; ++j) store_u16(row + 2 * j, f32_to_bf16_rne(w[j]));
+      break;
+    case DType::kFP8:
+      for (int64_t j = 0; j < l.dim; ++j) row[j] = f32_to_fp8_rn(w[j]);
       break;
     case DType::kInt8Rowwise: {
       float lo = w[0], hi = w[0];

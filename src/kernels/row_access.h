@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "leanemb/optimizer.h"
@@ -14,7 +15,7 @@ namespace leanemb::kernels {
 
 // Bytes of one element of a row of dtype T (int8 rows: the codes; scale and bias follow).
 template <DType T>
-inline constexpr size_t kElemBytes = T == DType::kF32 ? 4 : (T == DType::kInt8Rowwise ? 1 : 2);
+inline constexpr size_t kElemBytes = T == DType::kF32 ? 4 : (T == DType::kInt8Rowwise || T == DType::kFP8 ? 1 : 2);
 
 inline float load_f32(const uint8_t* p) {
   float f;
@@ -107,6 +108,8 @@ inline void load_row(float* __restrict out, const uint8_t* __restrict row, int64
   } else if constexpr (T == DType::kBF16) {
     const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
+  } else if constexpr (T == DType::kFP8) {
+    for (int64_t j = 0; j < d; ++j) out[j] = fp8_to_f32(row[j]);
   } else {
     const float scale = load_f32(row + d), bias = load_f32(row + d + 4);
     for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(row[j]) * scale + bias;
@@ -124,6 +127,8 @@ inline void store_row_sr(uint8_t* __restrict row, const float* __restrict w, int
   } else if constexpr (T == DType::kBF16) {
     uint16_t* r = reinterpret_cast<uint16_t*>(row);
     for (int64_t j = 0; j < d; ++j) r[j] = f32_to_bf16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
+  } else if constexpr (T == DType::kFP8) {
+    for (int64_t j = 0; j < d; ++j) row[j] = f32_to_fp8_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
   }
 }
 

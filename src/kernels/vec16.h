@@ -52,6 +52,9 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, __mmask16 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   } else if constexpr (T == DType::kF16) {
     return _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, row + 2 * j));
+  } else if constexpr (T == DType::kFP8) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, row + j));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, fp8_decode_table(), 4);
   } else {
     const __m128i b = _mm_maskz_loadu_epi8(m, row + j);
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
@@ -71,6 +74,9 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, const RowA
   } else if constexpr (T == DType::kF16) {
     // (The maskz form: GCC 12's plain _mm512_cvtph_ps warns about its undefined pass-through.)
     return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+  } else if constexpr (T == DType::kFP8) {
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j)));
+    return _mm512_i32gather_ps(idx, fp8_decode_table(), 4);
   } else {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j));
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));

@@ -19,6 +19,7 @@
 #endif
 #endif
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "kernels/row_access.h"
@@ -60,6 +61,10 @@ inline v8f load8(const uint8_t* row, int64_t j, int64_t d) {
     const v8u special = reinterpret_cast<v8u>(reinterpret_cast<v8i>(em) >= 0x7c00);
     const v8u inf_nan = 0x7f800000u | ((em & 0x3ffu) << 13);
     return reinterpret_cast<v8f>(sign | (inf_nan & special) | (scaled & ~special));
+  } else if constexpr (T == DType::kFP8) {
+    const float* t = fp8_decode_table();
+    const uint8_t* b = row + j;
+    return v8f{t[b[0]], t[b[1]], t[b[2]], t[b[3]], t[b[4]], t[b[5]], t[b[6]], t[b[7]]};
   } else {
     v8b b;
     std::memcpy(&b, row + j, sizeof b);
@@ -95,6 +100,9 @@ LEANEMB_TARGET_V3 inline v8f load8_v3(const uint8_t* row, int64_t j, int64_t d) 
   } else if constexpr (T == DType::kF16) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j));
     return reinterpret_cast<v8f>(_mm256_cvtph_ps(h));
+  } else if constexpr (T == DType::kFP8) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j)));
+    return reinterpret_cast<v8f>(_mm256_i32gather_ps(fp8_decode_table(), idx, 4));
   } else {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
     float scale, bias;

@@ -321,6 +321,11 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
       {13, DType::kF32, OptimizerKind::kAdagrad, DType::kF32, 104},
       {3, DType::kF16, OptimizerKind::kSgd, DType::kF32, 8},
       {70, DType::kBF16, OptimizerKind::kAdam, DType::kInt8Blockwise, 140 + 140 + 16},
+      // fp8 rows: one byte per weight, 4-byte strides (2.25 and 2.0625 bytes per parameter).
+      {16, DType::kFP8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 16 + 16 + 4},
+      {64, DType::kFP8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 64 + 64 + 4},
+      {100, DType::kFP8, OptimizerKind::kSgd, DType::kF32, 100},
+      {13, DType::kFP8, OptimizerKind::kRowwiseAdagrad, DType::kF32, 16 + 4},
   };
   for (const Case& c : cases) {
     const RowLayout l = layout_of(c.dim, c.dtype, c.kind, c.state);
@@ -336,13 +341,13 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
 // Components never overlap, fp32 parts are 4-byte aligned, and the parts add up to the stride.
 TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
   for (int64_t dim : {1, 3, 64, 65, 130}) {
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) {
       for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                               OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
         for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
           const RowLayout l = layout_of(dim, d, k, s);
           SCOPED_TRACE(std::to_string(dim) + " " + std::string(optimizer_name(k)) + " " + std::string(dtype_name(s)));
-          EXPECT_EQ(l.stride_bytes % kRowAlignmentBytes, 0u);
+          EXPECT_EQ(l.stride_bytes % (d == DType::kFP8 ? 4 : kRowAlignmentBytes), 0u);
           EXPECT_EQ(l.weight_bytes + l.state_bytes + l.padding_bytes(), l.stride_bytes);
           EXPECT_LT(l.padding_bytes(), kRowAlignmentBytes + 4);
           std::vector<std::pair<size_t, size_t>> parts = {{0, l.weight_bytes}};
