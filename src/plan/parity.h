@@ -35,8 +35,9 @@ enum class LeanOption : uint8_t {
   kBf16Activations,   // bf16 activations, fp32 master weights: CTR dense compute; embedding-only output + its gradient
   kRowCache,          // rows in host RAM behind a device row cache
   kSm3,               // adagrad -> sm3 (a row and a column accumulator instead of one per element)
+  kFp8Rows,           // fp8 rows (E4M3, exponent bias 12), stochastic rounding on update
 };
-inline constexpr int kNumLeanOptions = 8;
+inline constexpr int kNumLeanOptions = 9;
 
 enum class Verdict : uint8_t {
   kProven,       // measured, and no dataset of the task below the reference by more than the band

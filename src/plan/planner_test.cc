@@ -93,8 +93,10 @@ TEST(PlannerTest, SeedPlanShowsBytesPerParameterAndItsEvidence) {
   EXPECT_NE(text.find("  plan:  10.00 (bf16 rows 2.00 + adam state fp32 8.00); at parity"), std::string::npos) << text;
   EXPECT_NE(text.find("chosen, proven: bf16 rows (stochastic rounding): CTR proven (AUC: lowest -0.00003 +-0.00023 on ctr_small"),
             std::string::npos) << text;
-  // The AMP output is chosen on its evidence, which the output names: proven on both tasks.
-  EXPECT_TRUE(r.value().unproven_excluded.empty());
+  // The AMP output is chosen on its evidence, which the output names: proven on both tasks. fp8
+  // rows lose on elfsyms and gcloud: searched out, and named.
+  EXPECT_EQ(r.value().unproven_excluded, std::vector<LeanOption>{LeanOption::kFp8Rows});
+  EXPECT_NE(text.find("not proven, not searched: fp8 rows"), std::string::npos) << text;
   EXPECT_TRUE(r.value().unproven_chosen.empty());
   EXPECT_NE(text.find("chosen, proven: bf16 activations (fp32 master weights): CTR proven (AUC: lowest -0.00072"),
             std::string::npos) << text;
