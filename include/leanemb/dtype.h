@@ -5,7 +5,7 @@
 // name their type with it. Each use accepts a subset (allowed_dtypes):
 //
 //   use (DTypeUse)    allowed                                  config key / option
-//   kRows             fp32, fp16, bf16, fp8, int8 (kInt8Rowwise) embedding.dtype, TableOptions::dtype
+//   kRows             fp32, fp16, bf16, q8, fp8, int8 (kInt8Rowwise) embedding.dtype, TableOptions::dtype
 //   kOptimizerState   fp32, bf16, int8 (kInt8Blockwise)         embedding.state_dtype, OptimizerOptions
 //   kPayload          fp32, fp16, bf16, int8 (kInt8Rowwise)     dist.forward_payload / backward_payload
 //   kActivations      fp32, fp16, bf16                          train.precision
@@ -21,6 +21,8 @@
 //   kFP8            rows only: 8-bit floats, E4M3 with exponent bias 12 (core/fp8.h: +-14, normals
 //                   from 2^-11, subnormal steps of 2^-14), stochastic rounding on update; one byte
 //                   per element and nothing per row.
+//   kQ8             rows only: per row `dim` signed int8 codes then one fp32 scale (absmax / 127;
+//                   value = code * scale), rewritten whole with stochastic rounding on update.
 //   kInt8Blockwise  optimizer state only: blocks of kQuantBlockSize codes of a dynamic-exponent map
 //                   with one fp32 absmax per block (8-bit optimizers).
 // Both 8-bit formats are named "int8": the use decides which one the name means.
@@ -38,17 +40,18 @@
 
 namespace leanemb {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5 };
-inline constexpr int kNumDTypes = 6;
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5, kQ8 = 6 };
+inline constexpr int kNumDTypes = 7;
 
 // What a DType is used for; each use allows a subset of the dtypes (table above).
 enum class DTypeUse : uint8_t { kRows, kOptimizerState, kPayload, kActivations };
 
 struct DTypeTraits {
-  std::string_view name;        // "fp32", "fp16", "bf16", "int8", "fp8"
+  std::string_view name;        // "fp32", "fp16", "bf16", "int8", "fp8", "q8"
   size_t element_bytes;         // bytes per element (int8 formats: per code)
   size_t row_overhead_bytes;    // bytes per row beyond dim * element_bytes (int8 rowwise: scale + bias)
   bool trainable;               // whether rows of this dtype can be updated in place
+  size_t row_alignment_bytes;   // fat-row stride alignment of tables with rows of this dtype (0: not a row dtype)
 };
 
 const DTypeTraits& dtype_traits(DType t);
@@ -72,6 +75,7 @@ Status check_dtype(DTypeUse use, DType t);
 //   fp32: "fp32", "f32", "float32", "float"   fp16: "fp16", "f16", "float16", "half"
 //   bf16: "bf16", "bfloat16"                   int8: "int8", and "int8_rowwise" (rows, payload)
 //   fp8: "fp8", "fp8_e4m3", "e4m3" (rows)             or "int8_blockwise", "8bit" (state)
+//   q8: "q8", "int8_scaled" (rows)
 // Errors: InvalidArgument "unknown <use> 's' (expected ...)" listing the use's names.
 Result<DType> parse_dtype(std::string_view s, DTypeUse use);
 

@@ -40,7 +40,7 @@ namespace leanemb {
 enum class OptimizerKind : uint8_t { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam, kSm3 };
 
 inline constexpr int64_t kQuantBlockSize = 64;  // elements per 8-bit state block
-inline constexpr size_t kRowAlignmentBytes = 8;  // fat-row stride alignment (fp8 rows: 4)
+inline constexpr size_t kRowAlignmentBytes = 8;  // fat-row stride alignment (fp8 and q8 rows: 4, dtype_traits)
 
 std::string_view optimizer_name(OptimizerKind k);  // "sgd", "adagrad", "rowwise_adagrad", ...
 Result<OptimizerKind> parse_optimizer(std::string_view s);

@@ -17,21 +17,26 @@ struct EnumNames<DType> {
       {DType::kInt8Rowwise, "int8", "int8_rowwise"},
       {DType::kInt8Blockwise, "int8", "int8_blockwise 8bit"},
       {DType::kFP8, "fp8", "fp8_e4m3 e4m3"},
+      {DType::kQ8, "q8", "int8_scaled"},
   };
 };
 
 namespace {
 
 constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
-    {"fp32", 4, 0, true},
-    {"fp16", 2, 0, true},
-    {"bf16", 2, 0, true},
-    {"int8", 1, 8, false},
-    {"int8", 1, 0, false},  // block scales are part of the optimizer's row layout
-    {"fp8", 1, 0, true},
+    // The 1-byte trainable formats exist to make rows small: their strides keep the fp32 fields'
+    // 4-byte alignment only (fp8 + 8-bit Adagrad at dim 16: 36 bytes, not 40). The others keep 8
+    // (their layouts, and so their checkpoints' strides, are unchanged).
+    {"fp32", 4, 0, true, 8},
+    {"fp16", 2, 0, true, 8},
+    {"bf16", 2, 0, true, 8},
+    {"int8", 1, 8, false, 8},
+    {"int8", 1, 0, false, 0},  // block scales are part of the optimizer's row layout
+    {"fp8", 1, 0, true, 4},
+    {"q8", 1, 4, true, 4},     // the fp32 scale after the codes
 }};
 
-constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kInt8Rowwise};
+constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kFP8, DType::kInt8Rowwise};
 constexpr DType kStateDTypes[] = {DType::kF32, DType::kBF16, DType::kInt8Blockwise};
 constexpr DType kPayloadDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
 constexpr DType kActivationDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};

@@ -51,6 +51,9 @@ inline void store_weights_rne_impl(const RowLayout& l, uint8_t* __restrict row, 
     case DType::kFP8:
       for (int64_t j = 0; j < d; ++j) row[j] = f32_to_fp8_rn(w[j]);
       break;
+    case DType::kQ8:
+      q8_store<false>(row, w, d, 0, 0);
+      break;
     case DType::kInt8Rowwise:
       ref_store_weights_rne(l, row, w);
       break;

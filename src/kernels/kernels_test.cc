@@ -216,7 +216,7 @@ TEST_P(PooledLookupTest, ReferencePoolsWeightedRowsOfEachBag) {
 
 std::vector<LookupParam> all_lookup_params() {
   std::vector<LookupParam> v;
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kInt8Rowwise})
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8, DType::kInt8Rowwise})
     for (PoolingMode p : {PoolingMode::kSum, PoolingMode::kMean})
       for (bool w : {false, true}) v.push_back({d, p, w});
   return v;
@@ -233,7 +233,7 @@ INSTANTIATE_TEST_SUITE_P(AllDTypes, PooledLookupTest, ::testing::ValuesIn(all_lo
 TEST(SequenceLookupTest, FastKernelMatchesReferenceBitwise) {
   for_each_isa([&] {
     std::mt19937_64 rng(7);
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kInt8Rowwise}) {
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8, DType::kInt8Rowwise}) {
       for (int64_t dim : {1, 3, 13, 130}) {
         SCOPED_TRACE(dtype_label(d) + " dim " + std::to_string(dim));
         HostTable t = make_table(20, dim, d, OptimizerOptions{}, rng());
@@ -300,7 +300,7 @@ TEST(InitKernelsTest, UniformFillMatchesReferenceBitForBit) {
 TEST(InitKernelsTest, StoreWeightsRneMatchesReference) {
   for_each_isa([&] {
     std::mt19937_64 rng(5);
-    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kInt8Rowwise}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8, DType::kInt8Rowwise}) {
       for (int64_t d : {1, 9, 16, 37, 128}) {
         auto l = make_row_layout(d, dt, OptimizerOptions{});
         ASSERT_TRUE(l.ok());
@@ -437,7 +437,7 @@ std::vector<UpdateParam> all_update_params() {
   std::vector<UpdateParam> v;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                           OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) v.push_back({k, d});
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) v.push_back({k, d});
   return v;
 }
 
@@ -532,7 +532,7 @@ TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
   std::mt19937_64 rng(77);
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                              OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3}) {
-    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) {
       for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
         for (int64_t dim : {13, 128, 130}) {
           SCOPED_TRACE(std::string(optimizer_name(kind)) + " " + dtype_label(dt) + " state " +

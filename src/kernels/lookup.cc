@@ -52,6 +52,8 @@ inline float load_elem(const uint8_t* __restrict row, int64_t j, int64_t d) {
     return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[j]);
   } else if constexpr (T == DType::kFP8) {
     return fp8_to_f32(row[j]);
+  } else if constexpr (T == DType::kQ8) {
+    return q8_load(row, j, d);
   } else {
     return static_cast<float>(row[j]) * load_f32(row + d) + load_f32(row + d + 4);
   }
@@ -155,7 +157,7 @@ LEANEMB_TARGET_V4 inline void pool_block_v4(const TableView& t, const PooledArgs
   const bool multi_block = d > 128;
   // The last byte lies on a line of its own only for unaligned rows, int8 rows (scale, bias)
   // and blocks narrower than kBlockBytes.
-  const bool pf_last = kTail || T == DType::kInt8Rowwise || stride % 64 != 0 || reinterpret_cast<uintptr_t>(base) % 64 != 0;
+  const bool pf_last = kTail || T == DType::kInt8Rowwise || T == DType::kQ8 || stride % 64 != 0 || reinterpret_cast<uintptr_t>(base) % 64 != 0;
   __m512 acc[kVecs];
   for (int v = 0; v < kVecs; ++v) acc[v] = _mm512_setzero_ps();
   for (int64_t i = begin; i < end; ++i) {
@@ -247,6 +249,7 @@ inline void pool_bags_t(const TableView& t, const PooledArgs& a, int64_t b0, int
     case DType::kF16: pool_bags_isa<I, DType::kF16>(t, a, b0, b1); break;
     case DType::kBF16: pool_bags_isa<I, DType::kBF16>(t, a, b0, b1); break;
     case DType::kFP8: pool_bags_isa<I, DType::kFP8>(t, a, b0, b1); break;
+    case DType::kQ8: pool_bags_isa<I, DType::kQ8>(t, a, b0, b1); break;
     case DType::kInt8Rowwise: pool_bags_isa<I, DType::kInt8Rowwise>(t, a, b0, b1); break;
     default: LEANEMB_CHECK(false, "not a row dtype");
   }
@@ -278,6 +281,7 @@ inline void copy_rows_any_impl(const TableView& t, const int64_t* ids, int64_t i
     case DType::kF16: copy_rows<DType::kF16>(t, ids, i0, i1, nnz, out); break;
     case DType::kBF16: copy_rows<DType::kBF16>(t, ids, i0, i1, nnz, out); break;
     case DType::kFP8: copy_rows<DType::kFP8>(t, ids, i0, i1, nnz, out); break;
+    case DType::kQ8: copy_rows<DType::kQ8>(t, ids, i0, i1, nnz, out); break;
     case DType::kInt8Rowwise: copy_rows<DType::kInt8Rowwise>(t, ids, i0, i1, nnz, out); break;
     default: LEANEMB_CHECK(false, "not a row dtype");
   }

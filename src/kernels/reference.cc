@@ -17,6 +17,7 @@ float load_weight(const RowLayout& l, const uint8_t* row, int64_t j) {
     case DType::kF16: return f16_to_f32(load_u16(row + 2 * j));
     case DType::kBF16: return bf16_to_f32(load_u16(row + 2 * j));
     case DType::kFP8: return fp8_to_f32(row[j]);
+    case DType::kQ8: return q8_load(row, j, l.dim);
     case DType::kInt8Rowwise: {
       const float scale = load_f32(row + l.dim);
       const float bias = load_f32(row + l.dim + 4);
@@ -34,6 +35,7 @@ void store_weight_sr(const RowLayout& l, uint8_t* row, int64_t j, float w, uint3
     case DType::kF16: store_u16(row + 2 * j, f32_to_f16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
     case DType::kBF16: store_u16(row + 2 * j, f32_to_bf16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
     case DType::kFP8: row[j] = f32_to_fp8_sr(w, column_bits(key, static_cast<uint32_t>(j))); break;
+    case DType::kQ8: LEANEMB_CHECK(false, "q8 rows are stored whole (ref_update_row)");
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
     default: LEANEMB_CHECK(false, "not a row dtype");
   }
@@ -87,6 +89,9 @@ void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) {
       break;
     case DType::kFP8:
       for (int64_t j = 0; j < l.dim; ++j) row[j] = f32_to_fp8_rn(w[j]);
+      break;
+    case DType::kQ8:
+      q8_store<false>(row, w, l.dim, 0, 0);
       break;
     case DType::kInt8Rowwise: {
       float lo = w[0], hi = w[0];
@@ -252,6 +257,8 @@ void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const
       break;
     }
   }
+  // q8 rows: the scale depends on the whole row.
+  if (l.weight_dtype == DType::kQ8) return q8_store<true>(row, w.data(), d, key, 0);
   for (int64_t j = 0; j < d; ++j) store_weight_sr(l, row, j, w[j], key);
 }
 

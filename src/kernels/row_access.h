@@ -2,6 +2,7 @@
 // family compiles it for its own ISA). See include/leanemb/optimizer.h for the layout.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +16,7 @@ namespace leanemb::kernels {
 
 // Bytes of one element of a row of dtype T (int8 rows: the codes; scale and bias follow).
 template <DType T>
-inline constexpr size_t kElemBytes = T == DType::kF32 ? 4 : (T == DType::kInt8Rowwise || T == DType::kFP8 ? 1 : 2);
+inline constexpr size_t kElemBytes = T == DType::kF32 ? 4 : (T == DType::kInt8Rowwise || T == DType::kFP8 || T == DType::kQ8 ? 1 : 2);
 
 inline float load_f32(const uint8_t* p) {
   float f;
@@ -97,6 +98,39 @@ inline float one_minus(float beta) { return static_cast<float>(1.0 - static_cast
 
 namespace leanemb::kernels {
 
+// q8 rows (DType::kQ8): `d` signed int8 codes, then one fp32 scale at row + d; value = code *
+// scale. A store takes the whole row (the scale depends on it): scale = absmax / 127 (0 for an
+// all-zero row), codes clamp(q, -127, 127) with q = floor(t + u) (stochastic rounding, u from the
+// element's column_bits >> 8 times 2^-24) or nearbyint(t) (round to nearest even), t = w / scale.
+// t + u is computed in double, where it is exact (|t| <= 127 has 24 significant bits, u 24 bits
+// below 1), so every build gives the same codes; a NaN element stores code 0.
+inline float q8_load(const uint8_t* row, int64_t j, int64_t d) {
+  return static_cast<float>(static_cast<int8_t>(row[j])) * load_f32(row + d);
+}
+
+template <bool kSr>
+inline void q8_store(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key, uint32_t column0) {
+  float absmax = 0.0f;
+  for (int64_t j = 0; j < d; ++j) absmax = std::max(absmax, std::fabs(w[j]));
+  const float scale = absmax / 127.0f;
+  for (int64_t j = 0; j < d; ++j) {
+    double q = 0.0;
+    if (scale > 0.0f) {
+      const double t = static_cast<double>(w[j] / scale);
+      if constexpr (kSr) {
+        const double u = static_cast<double>(column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8) * 0x1p-24;
+        q = std::floor(t + u);
+      } else {
+        q = std::nearbyint(t);
+      }
+      if (!(q == q)) q = 0.0;
+      q = std::clamp(q, -127.0, 127.0);
+    }
+    row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+  }
+  store_f32(row + d, scale);
+}
+
 // Whole-row conversions, written as plain loops so the compiler vectorizes them.
 template <DType T>
 inline void load_row(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
@@ -110,6 +144,8 @@ inline void load_row(float* __restrict out, const uint8_t* __restrict row, int64
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
   } else if constexpr (T == DType::kFP8) {
     for (int64_t j = 0; j < d; ++j) out[j] = fp8_to_f32(row[j]);
+  } else if constexpr (T == DType::kQ8) {
+    for (int64_t j = 0; j < d; ++j) out[j] = q8_load(row, j, d);
   } else {
     const float scale = load_f32(row + d), bias = load_f32(row + d + 4);
     for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(row[j]) * scale + bias;
@@ -129,6 +165,8 @@ inline void store_row_sr(uint8_t* __restrict row, const float* __restrict w, int
     for (int64_t j = 0; j < d; ++j) r[j] = f32_to_bf16_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
   } else if constexpr (T == DType::kFP8) {
     for (int64_t j = 0; j < d; ++j) row[j] = f32_to_fp8_sr(w[j], column_bits(key, column0 + static_cast<uint32_t>(j)));
+  } else if constexpr (T == DType::kQ8) {
+    q8_store<true>(row, w, d, key, column0);
   }
 }
 

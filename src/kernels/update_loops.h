@@ -457,6 +457,7 @@ inline void with_dtypes(const RowLayout& l, F&& f) {
     case DType::kF16: return with_w(std::integral_constant<DType, DType::kF16>{});
     case DType::kBF16: return with_w(std::integral_constant<DType, DType::kBF16>{});
     case DType::kFP8: return with_w(std::integral_constant<DType, DType::kFP8>{});
+    case DType::kQ8: return with_w(std::integral_constant<DType, DType::kQ8>{});
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
     default: LEANEMB_CHECK(false, "not a row dtype");
   }

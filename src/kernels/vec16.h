@@ -37,6 +37,10 @@ LEANEMB_TARGET_V4 inline RowAffine row_affine16(const uint8_t* row, int64_t d) {
     std::memcpy(&scale, row + d, 4);
     std::memcpy(&bias, row + d + 4, 4);
     return RowAffine{_mm512_set1_ps(scale), _mm512_set1_ps(bias)};
+  } else if constexpr (T == DType::kQ8) {  // code * scale
+    float scale;
+    std::memcpy(&scale, row + d, 4);
+    return RowAffine{_mm512_set1_ps(scale), _mm512_setzero_ps()};
   } else {
     return RowAffine{_mm512_setzero_ps(), _mm512_setzero_ps()};
   }
@@ -55,6 +59,9 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, __mmask16 
   } else if constexpr (T == DType::kFP8) {
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, row + j));
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, fp8_decode_table(), 4);
+  } else if constexpr (T == DType::kQ8) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, row + j)));
+    return _mm512_maskz_mul_ps(m, f, af.scale);
   } else {
     const __m128i b = _mm_maskz_loadu_epi8(m, row + j);
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
@@ -77,6 +84,9 @@ LEANEMB_TARGET_V4 inline __m512 load16(const uint8_t* row, int64_t j, const RowA
   } else if constexpr (T == DType::kFP8) {
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j)));
     return _mm512_i32gather_ps(idx, fp8_decode_table(), 4);
+  } else if constexpr (T == DType::kQ8) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j))));
+    return _mm512_mul_ps(f, af.scale);
   } else {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j));
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));

@@ -32,6 +32,7 @@ typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint16_t v8h __attribute__((vector_size(16)));
 typedef uint8_t v8b __attribute__((vector_size(8)));
+typedef int8_t v8sb __attribute__((vector_size(8)));
 
 inline v8f load8f(const float* p) {
   v8f v;
@@ -65,6 +66,12 @@ inline v8f load8(const uint8_t* row, int64_t j, int64_t d) {
     const float* t = fp8_decode_table();
     const uint8_t* b = row + j;
     return v8f{t[b[0]], t[b[1]], t[b[2]], t[b[3]], t[b[4]], t[b[5]], t[b[6]], t[b[7]]};
+  } else if constexpr (T == DType::kQ8) {
+    v8sb b;
+    std::memcpy(&b, row + j, sizeof b);
+    float scale;
+    std::memcpy(&scale, row + d, 4);
+    return __builtin_convertvector(__builtin_convertvector(b, v8i), v8f) * scale;
   } else {
     v8b b;
     std::memcpy(&b, row + j, sizeof b);
@@ -103,6 +110,12 @@ LEANEMB_TARGET_V3 inline v8f load8_v3(const uint8_t* row, int64_t j, int64_t d) 
   } else if constexpr (T == DType::kFP8) {
     const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j)));
     return reinterpret_cast<v8f>(_mm256_i32gather_ps(fp8_decode_table(), idx, 4));
+  } else if constexpr (T == DType::kQ8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
+    float scale;
+    std::memcpy(&scale, row + d, 4);
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    return reinterpret_cast<v8f>(_mm256_mul_ps(f, _mm256_set1_ps(scale)));
   } else {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j));
     float scale, bias;

@@ -326,6 +326,11 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
       {64, DType::kFP8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 64 + 64 + 4},
       {100, DType::kFP8, OptimizerKind::kSgd, DType::kF32, 100},
       {13, DType::kFP8, OptimizerKind::kRowwiseAdagrad, DType::kF32, 16 + 4},
+      // q8 rows: codes and an fp32 scale, 4-byte strides (2.5 and 2.125 bytes per parameter with
+      // 8-bit Adagrad state: row-wise Adagrad's 40 and 136 bytes at dim 16 and 64).
+      {16, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 16 + 4 + 16 + 4},
+      {64, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 64 + 4 + 64 + 4},
+      {13, DType::kQ8, OptimizerKind::kSgd, DType::kF32, 13 + 3 + 4},
   };
   for (const Case& c : cases) {
     const RowLayout l = layout_of(c.dim, c.dtype, c.kind, c.state);
@@ -341,13 +346,13 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
 // Components never overlap, fp32 parts are 4-byte aligned, and the parts add up to the stride.
 TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
   for (int64_t dim : {1, 3, 64, 65, 130}) {
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) {
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) {
       for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                               OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
         for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
           const RowLayout l = layout_of(dim, d, k, s);
           SCOPED_TRACE(std::to_string(dim) + " " + std::string(optimizer_name(k)) + " " + std::string(dtype_name(s)));
-          EXPECT_EQ(l.stride_bytes % (d == DType::kFP8 ? 4 : kRowAlignmentBytes), 0u);
+          EXPECT_EQ(l.stride_bytes % dtype_traits(d).row_alignment_bytes, 0u);
           EXPECT_EQ(l.weight_bytes + l.state_bytes + l.padding_bytes(), l.stride_bytes);
           EXPECT_LT(l.padding_bytes(), kRowAlignmentBytes + 4);
           std::vector<std::pair<size_t, size_t>> parts = {{0, l.weight_bytes}};

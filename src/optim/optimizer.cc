@@ -98,10 +98,7 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
       }
     }
   }
-  // fp8 rows exist to make the row small: their strides keep the fp32 fields' 4-byte alignment
-  // only (fp8 + 8-bit Adagrad at dim 16: 36 bytes, not 40). The other dtypes keep kRowAlignmentBytes
-  // (their layouts, and so their checkpoints' strides, are unchanged).
-  const size_t align = weight_dtype == DType::kFP8 ? 4 : kRowAlignmentBytes;
+  const size_t align = dtype_traits(weight_dtype).row_alignment_bytes;  // 8, or 4 for fp8 and q8 rows
   l.stride_bytes = align_up(off, align);
   // State bytes: everything after the weights but the final padding.
   l.state_bytes = off - align_up(l.weight_bytes, 4);

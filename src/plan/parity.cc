@@ -93,9 +93,11 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
      measured(kTextBand, {-0.00225, 0.00112, "gcloud"}, {-0.00123, 0.00156, "debian"}, "debian, gcloud (against adagrad)"),
      "docs/accuracy.md#sm3-issue-39"},
     // fp8 rows against fp32 Adagrad / fp32 SGD (2026-12-07, bench/results/parity_fp8.json,
-    // docs/accuracy.md "fp8 rows (issue 39)"), fp32 state: ctr_small CTRSMALL, debpkg -0.00074
+    // docs/accuracy.md "fp8 rows (issue 39)"), fp32 state: ctr_small -0.00098 (0.00027), debpkg -0.00074
     // (0.00085), debfiles -0.00063 (0.00088), elfsyms -0.00130 (0.00079) AUC (with 8-bit Adagrad
-    // state, 2.25 bytes per parameter at dim 16: CTRSMALL8, -0.00061, -0.00018, -0.00137 (0.00080));
+    // state, 2.25 bytes per parameter at dim 16: -0.00098 (0.00022), -0.00061, -0.00018, -0.00137
+    // (0.00080)); the means below fp32 Adagrad's on every dataset, 11 (fp32 state) and 10 (8-bit
+    // state) of the 12 paired seeds below;
     // text with SGD (fastText's optimizer): debian +0.00000 (0.00091), gcloud -0.00873 (0.00058) P@1
     // (fp8 best at 4.0, where fp32 SGD diverges).
     {LeanOption::kFp8Rows, "fp8-rows", "fp8 rows (E4M3, stochastic rounding)",

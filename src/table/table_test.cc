@@ -295,7 +295,7 @@ std::vector<DeterminismParam> all_determinism_params() {
   std::vector<DeterminismParam> v;
   for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                           OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
-    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) v.push_back({k, d});
+    for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) v.push_back({k, d});
   return v;
 }
 
