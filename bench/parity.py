@@ -105,13 +105,13 @@ TEXT_STATE_LRS = [0.05, 0.1, 0.25]
 # activations and the dynamic tables got [0.01 .. 0.1] instead of DEBPKG_LRS.
 CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-int8-state", "ctr-bf16-state",
                      "ctr-bf16-activations", "ctr-fp16-activations", "ctr-dynamic-cap64", "ctr-dynamic-cap128",
-                     "ctr-fp8-rows", "ctr-fp8-int8-state"]
+                     "ctr-fp8-rows", "ctr-fp8-int8-state", "ctr-q8-rows", "ctr-q8-int8-state"]
 CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
 CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
 TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out"]
 TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18",
-                  "text-fp32-sgd-bf16out", "text-bf16-sgd-bf16out", "text-fp8-sgd"]
+                  "text-fp32-sgd-bf16out", "text-bf16-sgd-bf16out", "text-fp8-sgd", "text-q8-sgd"]
 TEXT_ROWWISE_MODES = ["text-rowwise-adagrad", "text-bf16-rowwise-adagrad"]
 # SM3 (issue 39): row + column accumulators, about row-wise Adagrad's memory. Its accumulators
 # bound Adagrad's sums from above, so its best rates lie at or above Adagrad's: the row-wise grids.
@@ -181,6 +181,11 @@ MODES = {
     "ctr-fp8-rows": {"task": "ctr", "sets": ["embedding.dtype=fp8"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp8-int8-state": {"task": "ctr", "sets": ["embedding.dtype=fp8", "embedding.state_dtype=int8"], "lrs": CTR_ADAGRAD_LRS,
                            "refs": ["ctr-fp32-adagrad"]},
+    # q8 rows (issue 39): int8 codes + an fp32 scale per row; with 8-bit Adagrad state row-wise
+    # Adagrad's bytes (2.5 per parameter at dim 16, 2.125 at dim 64).
+    "ctr-q8-rows": {"task": "ctr", "sets": ["embedding.dtype=q8"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
+    "ctr-q8-int8-state": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.state_dtype=int8"], "lrs": CTR_ADAGRAD_LRS,
+                          "refs": ["ctr-fp32-adagrad"]},
     "ctr-bf16-activations": {"task": "ctr", "sets": ["train.precision=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp16-activations": {"task": "ctr", "sets": ["train.precision=fp16"], "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp8-adam": {"task": "ctr", "sets": ["embedding.dtype=fp8", "embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS,
@@ -236,6 +241,7 @@ MODES = {
                           "reference": True},
     "text-bf16-sgd": {"task": "text", "sets": ["embedding.dtype=bf16"], "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
     "text-fp8-sgd": {"task": "text", "sets": ["embedding.dtype=fp8"], "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
+    "text-q8-sgd": {"task": "text", "sets": ["embedding.dtype=q8"], "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
     "text-fp16-sgd": {"task": "text", "sets": ["embedding.dtype=fp16"], "lrs": TEXT_SGD_LRS, "refs": ["text-fp32-sgd"]},
     "text-bf16-adagrad": {"task": "text", "sets": ["embedding.dtype=bf16", "embedding.optimizer=adagrad"],
                           "lrs": TEXT_ADAGRAD_LRS, "refs": ["text-fp32-adagrad"]},

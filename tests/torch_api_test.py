@@ -446,6 +446,7 @@ def fp8_values():
 
 def test_fp8_rows_train_on_their_grid():
     rng = np.random.default_rng(13)
+    torch.manual_seed(13)  # the Linear's initial weights: the loss ratio below depends on them
     ebc = ebc_one("adagrad", "sum", 0.1, dtype="fp8", state_dtype="int8")
     lin = torch.nn.Linear(DIM, 1)
     grid = fp8_values()
@@ -466,6 +467,31 @@ def test_fp8_rows_train_on_their_grid():
     assert losses[-1] < 0.5 * losses[0]
     # One byte per weight; 8-bit Adagrad state: DIM codes and one fp32 block scale.
     assert ebc._layouts[0]["stride_bytes"] == DIM + DIM + 4
+
+
+def test_q8_rows_train_as_int8_codes_and_a_row_scale():
+    rng = np.random.default_rng(14)
+    torch.manual_seed(14)  # the Linear's initial weights: the loss ratio below depends on them
+    ebc = ebc_one("adagrad", "sum", 0.1, dtype="q8", state_dtype="int8")
+    lin = torch.nn.Linear(DIM, 1)
+    kjt = batch(rng, ["f"])
+    target = torch.randn(B, 1, generator=torch.Generator().manual_seed(2))
+    losses = []
+    for _ in range(30):
+        loss = (lin(ebc(kjt).values()) - target).pow(2).mean()
+        losses.append(loss.item())
+        loss.backward()
+        lin.weight.data -= 0.05 * lin.weight.grad
+        lin.weight.grad = None
+    assert losses[-1] < 0.5 * losses[0]
+    # Every row is its largest magnitude / 127 times integers in [-127, 127] (docs/numerics.md "q8 rows").
+    w = ebc.weight("t").double()
+    scale = w.abs().amax(dim=1, keepdim=True) / 127
+    codes = torch.where(scale > 0, w / scale.clamp_min(1e-30), torch.zeros_like(w))
+    assert torch.allclose(codes, codes.round(), atol=1e-3)
+    assert codes.abs().max() <= 127 + 1e-3
+    # DIM codes and an fp32 scale; 8-bit Adagrad state: DIM codes and one fp32 block scale.
+    assert ebc._layouts[0]["stride_bytes"] == DIM + 4 + DIM + 4
 
 
 def test_learning_rate_and_scheduler_adapter():

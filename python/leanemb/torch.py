@@ -79,7 +79,7 @@ class EmbeddingBagConfig:
     name: str = ""
     feature_names: List[str] = dataclasses.field(default_factory=list)
     pooling: str = "sum"                 # "sum" | "mean" ("none" for EmbeddingConfig)
-    dtype: object = "fp32"              # "fp32" | "fp16" | "bf16" | "fp8" | "int8" (lookup only) or torch dtype
+    dtype: object = "fp32"              # "fp32" | "fp16" | "bf16" | "q8" | "fp8" | "int8" (lookup only) or torch dtype
     optimizer: str = "sgd"              # sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | sm3 | none
     learning_rate: float = 0.01
     eps: Optional[float] = None         # None: torch's default for the optimizer (1e-10 Adagrad and SM3, 1e-8 Adam)
