@@ -107,7 +107,7 @@ CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-
                      "ctr-bf16-activations", "ctr-fp16-activations", "ctr-dynamic-cap64", "ctr-dynamic-cap128",
                      "ctr-fp8-rows", "ctr-fp8-int8-state", "ctr-q8-rows", "ctr-q8-int8-state"]
 CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
-CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam"]
+CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam", "ctr-q8-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
 TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out"]
 TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18",
@@ -188,6 +188,8 @@ MODES = {
                           "refs": ["ctr-fp32-adagrad"]},
     "ctr-bf16-activations": {"task": "ctr", "sets": ["train.precision=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp16-activations": {"task": "ctr", "sets": ["train.precision=fp16"], "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
+    "ctr-q8-adam": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS,
+                    "refs": ["ctr-fp32-adam"]},
     "ctr-fp8-adam": {"task": "ctr", "sets": ["embedding.dtype=fp8", "embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS,
                      "refs": ["ctr-fp32-adam"]},
     "ctr-partial-rowwise-adam": {"task": "ctr", "sets": ["embedding.optimizer=partial_rowwise_adam"], "lrs": CTR_ADAM_LRS,

@@ -182,6 +182,7 @@ TEST(ParityPlannerTest, UnprovenRowsAreOffByDefaultAndAllowedByName) {
   set_verdict(&lossy, LeanOption::kBf16Rows, Verdict::kLoss);
   set_verdict(&lossy, LeanOption::kFp16Rows, Verdict::kNotMeasured);
   set_verdict(&lossy, LeanOption::kFp8Rows, Verdict::kLoss);
+  set_verdict(&lossy, LeanOption::kQ8Rows, Verdict::kLoss);
   o.parity = lossy;
   auto safe = make_plan(seed_workload(), o);
   ASSERT_TRUE(safe.ok());
@@ -190,12 +191,13 @@ TEST(ParityPlannerTest, UnprovenRowsAreOffByDefaultAndAllowedByName) {
   EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kBf16Rows));
   EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kFp16Rows));
   EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kFp8Rows));
+  EXPECT_TRUE(contains(safe.value().unproven_excluded, LeanOption::kQ8Rows));
   EXPECT_TRUE(safe.value().unproven_chosen.empty());
   const std::string text = plan_report_text(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_NE(text.find("not proven, not searched: bf16 rows"), std::string::npos) << text;
   EXPECT_NE(text.find("--allow-unproven bf16-rows"), std::string::npos) << text;
   const auto j = plan_report_json(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000, 0, ""});
-  EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 3u) << dump_json(j["accuracy"]);
+  EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 4u) << dump_json(j["accuracy"]);
 
   o.allow_unproven = {LeanOption::kBf16Rows};
   auto allowed = make_plan(seed_workload(), o);
@@ -215,6 +217,7 @@ TEST(ParityPlannerTest, PrefersProvenOptionsOverCheaperUnprovenOnes) {
   set_verdict(&t, LeanOption::kBf16Rows, Verdict::kLoss);
   set_verdict(&t, LeanOption::kFp16Rows, Verdict::kLoss);
   set_verdict(&t, LeanOption::kFp8Rows, Verdict::kLoss);
+  set_verdict(&t, LeanOption::kQ8Rows, Verdict::kLoss);
   o.parity = t;
   o.device_budget_bytes = size_t{1} << 20;  // nothing fits: the smallest budgets are named
   auto fp32_need = make_plan(seed_workload(), o);
@@ -271,6 +274,7 @@ TEST(ParityPlannerTest, OneSidedEvidence) {
   std::vector<LeanOptionInfo> t = table_with(Verdict::kProven);
   set_verdict(&t, LeanOption::kFp16Rows, Verdict::kNotMeasured);  // only bf16 rows decide the row dtype below
   set_verdict(&t, LeanOption::kFp8Rows, Verdict::kNotMeasured);
+  set_verdict(&t, LeanOption::kQ8Rows, Verdict::kNotMeasured);
   auto with_bf16 = [&](TaskParity ctr, TaskParity text) {
     for (LeanOptionInfo& i : t)
       if (i.option == LeanOption::kBf16Rows) {

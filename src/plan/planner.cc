@@ -128,7 +128,7 @@ struct SearchSpace {
 
 SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
   SearchSpace sp;
-  sp.dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kFP8};  // the evidence rules out fp8 where it is not proven
+  sp.dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8, DType::kFP8};  // the evidence rules out the unproven
   sp.opts = {base.row_optimizer.kind};
   if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
     sp.opts.push_back(rowwise_variant(base.row_optimizer.kind));
