@@ -108,25 +108,33 @@ inline float q8_load(const uint8_t* row, int64_t j, int64_t d) {
   return static_cast<float>(static_cast<int8_t>(row[j])) * load_f32(row + d);
 }
 
+// The loops select with ternaries on values, not std::max / std::clamp (which return references
+// and keep GCC 12 from vectorizing; the same selections: a NaN element leaves the maximum as it is).
 template <bool kSr>
 inline void q8_store(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key, uint32_t column0) {
   float absmax = 0.0f;
-  for (int64_t j = 0; j < d; ++j) absmax = std::max(absmax, std::fabs(w[j]));
-  const float scale = absmax / 127.0f;
   for (int64_t j = 0; j < d; ++j) {
-    double q = 0.0;
-    if (scale > 0.0f) {
-      const double t = static_cast<double>(w[j] / scale);
-      if constexpr (kSr) {
-        const double u = static_cast<double>(column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8) * 0x1p-24;
-        q = std::floor(t + u);
-      } else {
-        q = std::nearbyint(t);
-      }
-      if (!(q == q)) q = 0.0;
-      q = std::clamp(q, -127.0, 127.0);
+    const float a = std::fabs(w[j]);
+    absmax = absmax < a ? a : absmax;
+  }
+  const float scale = absmax / 127.0f;
+  if (!(scale > 0.0f)) {
+    for (int64_t j = 0; j < d; ++j) row[j] = 0;
+    store_f32(row + d, scale);
+    return;
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    const double t = static_cast<double>(w[j] / scale);
+    double q;
+    if constexpr (kSr) {
+      const double u = static_cast<double>(column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8) * 0x1p-24;
+      q = std::floor(t + u);
+    } else {
+      q = std::nearbyint(t);
     }
-    row[j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    q = q == q ? q : 0.0;
+    q = q < -127.0 ? -127.0 : (127.0 < q ? 127.0 : q);
+    row[j] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(q)));
   }
   store_f32(row + d, scale);
 }
