@@ -20,16 +20,15 @@ def fp8_values():
     return vals
 
 
-def test_fp8_rows_train_on_their_grid():
-    rng = np.random.default_rng(13)
-    torch.manual_seed(13)  # the Linear's initial weights: the loss ratio below depends on them
-    ebc = ebc_one("adagrad", "sum", 0.1, dtype="fp8", state_dtype="int8")
+def train_30_steps(ebc, seed):
+    """30 steps of a linear head on one batch towards a random target; the losses before each step.
+    The seed fixes the batch, the target and the Linear's initial weights (the loss ratio the
+    tests check depends on them)."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
     lin = torch.nn.Linear(DIM, 1)
-    grid = fp8_values()
-    w0 = ebc.weight("t")
-    assert set(w0.flatten().tolist()) <= grid  # initialized onto the grid (round to nearest)
     kjt = batch(rng, ["f"])
-    target = torch.randn(B, 1, generator=torch.Generator().manual_seed(1))
+    target = torch.randn(B, 1, generator=torch.Generator().manual_seed(seed))
     losses = []
     for _ in range(30):
         loss = (lin(ebc(kjt).values()) - target).pow(2).mean()
@@ -37,6 +36,15 @@ def test_fp8_rows_train_on_their_grid():
         loss.backward()
         lin.weight.data -= 0.05 * lin.weight.grad
         lin.weight.grad = None
+    return losses
+
+
+def test_fp8_rows_train_on_their_grid():
+    ebc = ebc_one("adagrad", "sum", 0.1, dtype="fp8", state_dtype="int8")
+    grid = fp8_values()
+    w0 = ebc.weight("t")
+    assert set(w0.flatten().tolist()) <= grid  # initialized onto the grid (round to nearest)
+    losses = train_30_steps(ebc, 13)
     w = ebc.weight("t")
     assert ebc.step_count == 30 and not torch.equal(w, w0)
     assert set(w.flatten().tolist()) <= grid  # every update is written as an fp8 value
@@ -46,19 +54,9 @@ def test_fp8_rows_train_on_their_grid():
 
 
 def test_q8_rows_train_as_int8_codes_and_a_row_scale():
-    rng = np.random.default_rng(14)
-    torch.manual_seed(14)  # the Linear's initial weights: the loss ratio below depends on them
     ebc = ebc_one("adagrad", "sum", 0.1, dtype="q8", state_dtype="int8")
-    lin = torch.nn.Linear(DIM, 1)
-    kjt = batch(rng, ["f"])
-    target = torch.randn(B, 1, generator=torch.Generator().manual_seed(2))
-    losses = []
-    for _ in range(30):
-        loss = (lin(ebc(kjt).values()) - target).pow(2).mean()
-        losses.append(loss.item())
-        loss.backward()
-        lin.weight.data -= 0.05 * lin.weight.grad
-        lin.weight.grad = None
+    losses = train_30_steps(ebc, 14)
+    assert ebc.step_count == 30
     assert losses[-1] < 0.5 * losses[0]
     # Every row is its largest magnitude / 127 times integers in [-127, 127] (docs/numerics.md "q8 rows").
     w = ebc.weight("t").double()
