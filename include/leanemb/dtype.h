@@ -74,8 +74,8 @@ Status check_dtype(DTypeUse use, DType t);
 // Parses a dtype of `use`; every use accepts the same spellings of a format:
 //   fp32: "fp32", "f32", "float32", "float"   fp16: "fp16", "f16", "float16", "half"
 //   bf16: "bf16", "bfloat16"                   int8: "int8", and "int8_rowwise" (rows, payload)
-//   fp8: "fp8", "fp8_e4m3", "e4m3" (rows)             or "int8_blockwise", "8bit" (state)
-//   q8: "q8", "int8_scaled" (rows)
+//                                                    or "int8_blockwise", "8bit" (state)
+//   fp8: "fp8", "fp8_e4m3", "e4m3" (rows)      q8: "q8", "int8_scaled" (rows)
 // Errors: InvalidArgument "unknown <use> 's' (expected ...)" listing the use's names.
 Result<DType> parse_dtype(std::string_view s, DTypeUse use);
 

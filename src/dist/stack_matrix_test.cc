@@ -52,7 +52,7 @@ struct Case {
 };
 
 // Two tables, one feature each with the case's pooling (the first with per-id weights unless
-// it is a sequence feature), Adam on fp32 rows; on bf16 rows row-wise Adagrad and SM3 (whose
+// it is a sequence feature), Adam on fp32 rows; on bf16 and q8 rows row-wise Adagrad and SM3 (whose
 // column accumulators are per table: one max over every rank's and every cache slot's rows).
 CollectionOptions options_for(const Case& c, const std::string& dir) {
   CollectionOptions o;
@@ -268,7 +268,7 @@ INSTANTIATE_TEST_SUITE_P(AllCombinations, StackMatrixTest,
                                                               Mode::kCacheFile, Mode::kCacheLog, Mode::kDynamic),
                                             ::testing::Values(1, 2, 4),
                                             ::testing::Values(PoolingMode::kSum, PoolingMode::kMean, PoolingMode::kNone),
-                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                                            ::testing::Values(DType::kF32, DType::kBF16, DType::kQ8)),
                          case_name);
 
 
