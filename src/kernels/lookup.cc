@@ -155,7 +155,7 @@ LEANEMB_TARGET_V4 inline void pool_block_v4(const TableView& t, const PooledArgs
   // rows of more than 128 columns, the rest of the row.
   constexpr size_t kBlockBytes = 16 * kVecs * kElemBytes<T>;
   const bool multi_block = d > 128;
-  // The last byte lies on a line of its own only for unaligned rows, int8 rows (scale, bias)
+  // The last byte lies on a line of its own only for unaligned rows, int8 rows (scale, bias), q8 rows (scale)
   // and blocks narrower than kBlockBytes.
   const bool pf_last = kTail || T == DType::kInt8Rowwise || T == DType::kQ8 || stride % 64 != 0 || reinterpret_cast<uintptr_t>(base) % 64 != 0;
   __m512 acc[kVecs];

@@ -28,14 +28,25 @@ float load_weight(const RowLayout& l, const uint8_t* row, int64_t j) {
   return 0.0f;
 }
 
-// Stores weight j with stochastic rounding (fp16/bf16) or exactly (fp32).
-void store_weight_sr(const RowLayout& l, uint8_t* row, int64_t j, float w, uint32_t key) {
+// Stores a row's weights with stochastic rounding (fp16, bf16, fp8: element by element; q8: the
+// whole row, whose scale depends on every element) or exactly (fp32).
+void store_row_weights_sr(const RowLayout& l, uint8_t* row, const float* w, uint32_t key) {
+  const int64_t d = l.dim;
+  auto bits = [key](int64_t j) { return column_bits(key, static_cast<uint32_t>(j)); };
   switch (l.weight_dtype) {
-    case DType::kF32: store_f32(row + 4 * j, w); break;
-    case DType::kF16: store_u16(row + 2 * j, f32_to_f16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
-    case DType::kBF16: store_u16(row + 2 * j, f32_to_bf16_sr(w, column_bits(key, static_cast<uint32_t>(j)))); break;
-    case DType::kFP8: row[j] = f32_to_fp8_sr(w, column_bits(key, static_cast<uint32_t>(j))); break;
-    case DType::kQ8: LEANEMB_CHECK(false, "q8 rows are stored whole (ref_update_row)");
+    case DType::kF32:
+      for (int64_t j = 0; j < d; ++j) store_f32(row + 4 * j, w[j]);
+      break;
+    case DType::kF16:
+      for (int64_t j = 0; j < d; ++j) store_u16(row + 2 * j, f32_to_f16_sr(w[j], bits(j)));
+      break;
+    case DType::kBF16:
+      for (int64_t j = 0; j < d; ++j) store_u16(row + 2 * j, f32_to_bf16_sr(w[j], bits(j)));
+      break;
+    case DType::kFP8:
+      for (int64_t j = 0; j < d; ++j) row[j] = f32_to_fp8_sr(w[j], bits(j));
+      break;
+    case DType::kQ8: q8_store<true>(row, w, d, key, 0); break;
     case DType::kInt8Rowwise: LEANEMB_CHECK(false, "int8 rows are not trainable");
     default: LEANEMB_CHECK(false, "not a row dtype");
   }
@@ -257,9 +268,7 @@ void ref_update_row(const TableView& t, int64_t row_id, const float* grad, const
       break;
     }
   }
-  // q8 rows: the scale depends on the whole row.
-  if (l.weight_dtype == DType::kQ8) return q8_store<true>(row, w.data(), d, key, 0);
-  for (int64_t j = 0; j < d; ++j) store_weight_sr(l, row, j, w[j], key);
+  store_row_weights_sr(l, row, w.data(), key);
 }
 
 }  // namespace leanemb::kernels

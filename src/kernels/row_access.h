@@ -2,7 +2,6 @@
 // family compiles it for its own ISA). See include/leanemb/optimizer.h for the layout.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
