@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 
 #include "core/half.h"
@@ -41,21 +42,21 @@ constexpr uint32_t decode_bits(uint32_t c) {
   return sign | ((p + 127u - 14u) << 23) | ((m - (1u << p)) << (23u - p));
 }
 
-constexpr std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t c = 0; c < 256; ++c) t[c] = decode_bits(c);
+constexpr std::array<float, 256> make_table() {
+  std::array<float, 256> t{};
+  for (uint32_t c = 0; c < 256; ++c) t[c] = std::bit_cast<float>(decode_bits(c));
   return t;
 }
 
-// fp32 bits of every code, indexed by the code (bits, so that the table is constexpr).
-inline constexpr std::array<uint32_t, 256> kDecodeBits = make_table();
+// The value of every code, indexed by the code.
+inline constexpr std::array<float, 256> kDecode = make_table();
 
 }  // namespace fp8_detail
 
-// The fp32 bits of every code as floats: the table the vector gathers of the fast kernels read.
-inline const float* fp8_decode_table() { return reinterpret_cast<const float*>(fp8_detail::kDecodeBits.data()); }
+// The decode table: what fp8_to_f32 reads, and the vector gathers of the fast kernels.
+inline const float* fp8_decode_table() { return fp8_detail::kDecode.data(); }
 
-inline float fp8_to_f32(uint8_t c) { return bits_f32(fp8_detail::kDecodeBits[c]); }
+inline float fp8_to_f32(uint8_t c) { return fp8_detail::kDecode[c]; }
 
 // Stochastic rounding with the low 20 bits of rand_bits (see the top of this file).
 inline uint8_t f32_to_fp8_sr(float f, uint32_t rand_bits) {
