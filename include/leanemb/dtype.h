@@ -40,8 +40,9 @@
 
 namespace leanemb {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5, kQ8 = 6 };
-inline constexpr int kNumDTypes = 7;
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5, kQ8 = 6,
+                              kInt4Blockwise = 7 };
+inline constexpr int kNumDTypes = 8;
 
 // What a DType is used for; each use allows a subset of the dtypes (table above).
 enum class DTypeUse : uint8_t { kRows, kOptimizerState, kPayload, kActivations };
