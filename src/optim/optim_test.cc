@@ -335,6 +335,9 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
       // state: 2.0 bytes per parameter at dim 16, 1.625 at dim 64.
       {16, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 16 + 4 + 8 + 4},
       {64, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 64 + 4 + 32 + 4},
+      {128, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 204},  // docs/embedding.md's table
+      {128, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 268},
+      {128, DType::kBF16, OptimizerKind::kAdam, DType::kInt4Blockwise, 400},
       {13, DType::kF32, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 52 + 7 + 1 + 4 + 0},
       {130, DType::kBF16, OptimizerKind::kAdam, DType::kInt4Blockwise, 260 + 65 + 65 + 2 + 12 + 12},
   };
