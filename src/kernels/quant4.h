@@ -57,18 +57,45 @@ inline constexpr Quant4Book kQuant4Signed = make_quant4_book(true);
 
 inline const Quant4Book& quant4_book(bool is_signed) { return is_signed ? kQuant4Signed : kQuant4Unsigned; }
 
-// The code of a = value / scale (a in [-1, 1], or [0, 1] unsigned) given 24 random bits r:
-// lo = the largest code at or below a (the lowest useful code when a is below them all), and
-// lo + 1 with probability (a - book[lo]) / (book[lo + 1] - book[lo]).
-inline uint8_t quant4_code(float a, uint32_t r, const Quant4Book& b, int first) {
+// float(sqrt(2))'s mantissa bits (0x3fb504f3): the odd codes of the unsigned book are 2^e times it.
+inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
+
+// The unsigned book's value of code c in 0..15, from its bits: 2^e (c odd: times float(sqrt 2))
+// with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
+inline float quant4u_value(int32_t c) {
+  const int32_t k = c - 15;
+  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | ((k & 1) != 0 ? kSqrt2Mantissa : 0u));
+}
+
+// The unsigned code of a = value / scale (in [0, 1]; a NaN counts as 1) given 24 random bits r:
+// lo = the largest code whose value is at most a (code 0 when a is below them all), found from a's
+// exponent and whether its mantissa reaches sqrt(2)'s; then lo + 1 with probability
+// (a - book[lo]) / (book[lo + 1] - book[lo]) (negative below code 0: never rounds down).
+// Integer and float lanes only, no branches: GCC vectorizes the loops that call it.
+inline int32_t quant4u_code(float a, uint32_t r) {
   a = a == a ? a : 1.0f;
-  int lo = first;
-  for (int c = first + 1; c < kQuant4Codes; ++c) lo += a >= b.v[c] ? 1 : 0;
-  if (lo == kQuant4Codes - 1) return static_cast<uint8_t>(lo);
-  const float below = b.v[lo], above = b.v[lo + 1];
-  const float p = (a - below) / (above - below);  // < 0 below the first code: never rounds down
+  const uint32_t b = f32_bits(a);
+  const int32_t e = static_cast<int32_t>(b >> 23) - 127;
+  int32_t lo = 15 + 2 * e + ((b & 0x7fffffu) >= kSqrt2Mantissa ? 1 : 0);
+  lo = lo < 0 ? 0 : lo;
+  lo = lo > 15 ? 15 : lo;
+  const int32_t top = lo == 15 ? 1 : 0;
+  const float below = quant4u_value(lo), above = quant4u_value(lo + 1 - top);
+  const float p = (a - below) / (above - below + static_cast<float>(top));  // top: no code above
   const float u = static_cast<float>(r) * 0x1p-24f;
-  return static_cast<uint8_t>(lo + (u < p ? 1 : 0));
+  return lo + (top == 0 && u < p ? 1 : 0);
+}
+
+// The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book.
+inline int32_t quant4s_code(float a, uint32_t r) {
+  const Quant4Book& b = kQuant4Signed;
+  a = a == a ? a : 1.0f;
+  int32_t lo = 1;
+  for (int c = 2; c < kQuant4Codes; ++c) lo += a >= b.v[c] ? 1 : 0;
+  if (lo == kQuant4Codes - 1) return lo;
+  const float p = (a - b.v[lo]) / (b.v[lo + 1] - b.v[lo]);
+  const float u = static_cast<float>(r) * 0x1p-24f;
+  return lo + (u < p ? 1 : 0);
 }
 
 // Quantizes x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 .. j0 + n of
@@ -81,34 +108,40 @@ inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_si
     const float a = std::fabs(x[j]);
     absmax = absmax < a ? a : absmax;
   }
-  uint8_t c[kQuantBlockSize];
+  int32_t c[kQuantBlockSize];
   if (!(absmax > 0.0f)) {
     for (int64_t j = 0; j < n; ++j) c[j] = is_signed ? 8 : 0;
-  } else {
-    const Quant4Book& b = quant4_book(is_signed);
-    const int first = is_signed ? 1 : 0;
+  } else if (is_signed) {
     const float inv = 1.0f / absmax;
     for (int64_t j = 0; j < n; ++j)
-      c[j] = quant4_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8, b, first);
+      c[j] = quant4s_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
+  } else {
+    const float inv = 1.0f / absmax;
+    for (int64_t j = 0; j < n; ++j)
+      c[j] = quant4u_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
   }
   uint8_t* p = codes + j0 / 2;
-  for (int64_t j = 0; j + 1 < n; j += 2) p[j / 2] = static_cast<uint8_t>(c[j] | (c[j + 1] << 4));
-  if (n % 2) p[n / 2] = c[n - 1];  // the unused high nibble of an odd array's last byte is 0
+  for (int64_t i = 0; i < n / 2; ++i) p[i] = static_cast<uint8_t>(c[2 * i] | (c[2 * i + 1] << 4));
+  if (n % 2) p[n / 2] = static_cast<uint8_t>(c[n - 1]);  // the unused high nibble of an odd array's last byte is 0
   return absmax;
 }
 
 inline void quant4_load_block(const uint8_t* __restrict codes, int64_t n, bool is_signed, float scale, int64_t j0,
                               float* __restrict out) {
-  const Quant4Book& b = quant4_book(is_signed);
   const uint8_t* p = codes + j0 / 2;
   if (!(scale > 0.0f)) {
     for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
     return;
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const int c = (p[j / 2] >> ((j % 2) * 4)) & 0xf;
-    out[j] = b.v[c] * scale;
+  if (is_signed) {
+    for (int64_t j = 0; j < n; ++j) out[j] = kQuant4Signed.v[(p[j / 2] >> ((j % 2) * 4)) & 0xf] * scale;
+    return;
   }
+  for (int64_t i = 0; i < n / 2; ++i) {
+    out[2 * i] = quant4u_value(p[i] & 0xf) * scale;
+    out[2 * i + 1] = quant4u_value(p[i] >> 4) * scale;
+  }
+  if (n % 2) out[n - 1] = quant4u_value(p[n / 2] & 0xf) * scale;
 }
 
 // Whole state arrays: blocks of kQuantBlockSize with their fp32 scales at `scales`.

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
 #include "kernels/quant4.h"
 
 namespace leanemb::kernels {
@@ -48,6 +49,28 @@ TEST(Quant4Test, CodeBooksAreHalfOctavesWithoutZeroAndSevenths) {
   }
   EXPECT_GT(kQuant4Unsigned.v[0], 0.0f);
   EXPECT_EQ(kQuant4Signed.v[8], 0.0f);
+}
+
+// The unsigned code's exponent-and-mantissa rule finds the book neighbours a brute-force search
+// finds, for floats all over [2^-10, 1]: with u = 0 (r = 0) every a above book[lo] rounds up.
+TEST(Quant4Test, UnsignedCodeFindsTheBookNeighboursOfEveryFloat) {
+  for (int c = 0; c < kQuant4Codes; ++c) EXPECT_EQ(quant4u_value(c), kQuant4Unsigned.v[c]) << c;
+  int64_t checked = 0;
+  for (uint32_t bits = f32_bits(0x1p-10f); bits <= f32_bits(1.0f); bits += 61) {
+    const float a = bits_f32(bits);
+    int lo = 0;
+    for (int c = 0; c < kQuant4Codes; ++c)
+      if (kQuant4Unsigned.v[c] <= a) lo = c;
+    const int want = lo < 15 && a > kQuant4Unsigned.v[lo] ? lo + 1 : lo;
+    ASSERT_EQ(quant4u_code(a, 0), want) << a;
+    const int32_t any = quant4u_code(a, 0x9e3779u);
+    ASSERT_TRUE(any == lo || any == want) << a;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000000);
+  EXPECT_EQ(quant4u_code(1.0f, 0), 15);
+  EXPECT_EQ(quant4u_code(NAN, 0), 15);
+  EXPECT_EQ(quant4u_code(0.0f, 0), 0);
 }
 
 // Every loaded value is one of the two book values around x / scale (times the scale), the
