@@ -106,7 +106,7 @@ TEXT_STATE_LRS = [0.05, 0.1, 0.25]
 CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-int8-state", "ctr-bf16-state",
                      "ctr-bf16-activations", "ctr-fp16-activations", "ctr-dynamic-cap64", "ctr-dynamic-cap128",
                      "ctr-fp8-rows", "ctr-fp8-int8-state", "ctr-q8-rows", "ctr-q8-int8-state", "ctr-int4-state",
-                     "ctr-q8-int4-state"]
+                     "ctr-q8-int4-state", "ctr-fp32-adagrad-d64", "ctr-q8-int4-state-d64"]
 CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
 CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam", "ctr-q8-adam", "ctr-q8-int4-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
@@ -193,6 +193,13 @@ MODES = {
     "ctr-int4-state": {"task": "ctr", "sets": ["embedding.state_dtype=int4"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-q8-int4-state": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.state_dtype=int4"], "lrs": CTR_ADAGRAD_LRS,
                           "refs": ["ctr-fp32-adagrad"]},
+    # The same at dim 64 (the real CTR sets' dim is 16): model.bottom_mlp ends at the dim for the
+    # dot interaction. q8 + 4-bit Adagrad state: 1.625 bytes per parameter there.
+    "ctr-fp32-adagrad-d64": {"task": "ctr", "sets": ["model.embedding_dim=64", "model.bottom_mlp=[64, 64]"],
+                             "lrs": CTR_REF_LRS, "refs": [], "reference": True},
+    "ctr-q8-int4-state-d64": {"task": "ctr", "sets": ["model.embedding_dim=64", "model.bottom_mlp=[64, 64]", "embedding.dtype=q8",
+                                                      "embedding.state_dtype=int4"],
+                              "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad-d64"]},
     "ctr-q8-int4-adam": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.optimizer=adam", "embedding.state_dtype=int4"],
                          "lrs": CTR_ADAM_LRS, "refs": ["ctr-fp32-adam"]},
     "ctr-bf16-activations": {"task": "ctr", "sets": ["train.precision=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},

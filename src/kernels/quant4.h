@@ -64,26 +64,25 @@ inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
 // with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
 inline float quant4u_value(int32_t c) {
   const int32_t k = c - 15;
-  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | ((k & 1) != 0 ? kSqrt2Mantissa : 0u));
+  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | (static_cast<uint32_t>(k & 1) * kSqrt2Mantissa));
 }
 
-// The unsigned code of a = value / scale (in [0, 1]; a NaN counts as 1) given 24 random bits r:
+// The unsigned code of a = value / scale (in [0, 1]; a NaN takes the top code) given 24 random bits r:
 // lo = the largest code whose value is at most a (code 0 when a is below them all), found from a's
 // exponent and whether its mantissa reaches sqrt(2)'s; then lo + 1 with probability
 // (a - book[lo]) / (book[lo + 1] - book[lo]) (negative below code 0: never rounds down).
-// Integer and float lanes only, no branches: GCC vectorizes the loops that call it.
+// Integer and float lanes and selects only, no branches: GCC vectorizes the loops that call it.
 inline int32_t quant4u_code(float a, uint32_t r) {
-  a = a == a ? a : 1.0f;
-  const uint32_t b = f32_bits(a);
+  const uint32_t b = f32_bits(a);  // NaN (or Inf): exponent 128, so lo = 15 whatever p is
   const int32_t e = static_cast<int32_t>(b >> 23) - 127;
-  int32_t lo = 15 + 2 * e + ((b & 0x7fffffu) >= kSqrt2Mantissa ? 1 : 0);
+  int32_t lo = 15 + 2 * e + static_cast<int32_t>((b & 0x7fffffu) >= kSqrt2Mantissa);
   lo = lo < 0 ? 0 : lo;
   lo = lo > 15 ? 15 : lo;
-  const int32_t top = lo == 15 ? 1 : 0;
+  const int32_t top = static_cast<int32_t>(lo == 15);
   const float below = quant4u_value(lo), above = quant4u_value(lo + 1 - top);
   const float p = (a - below) / (above - below + static_cast<float>(top));  // top: no code above
   const float u = static_cast<float>(r) * 0x1p-24f;
-  return lo + (top == 0 && u < p ? 1 : 0);
+  return lo + (static_cast<int32_t>(u < p) & (1 - top));
 }
 
 // The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book.
