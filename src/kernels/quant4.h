@@ -85,16 +85,20 @@ inline int32_t quant4u_code(float a, uint32_t r) {
   return lo + (static_cast<int32_t>(u < p) & (1 - top));
 }
 
-// The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book.
+// The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book (a NaN takes
+// the top code), branch-free as above.
 inline int32_t quant4s_code(float a, uint32_t r) {
   const Quant4Book& b = kQuant4Signed;
-  a = a == a ? a : 1.0f;
   int32_t lo = 1;
-  for (int c = 2; c < kQuant4Codes; ++c) lo += a >= b.v[c] ? 1 : 0;
-  if (lo == kQuant4Codes - 1) return lo;
-  const float p = (a - b.v[lo]) / (b.v[lo + 1] - b.v[lo]);
+  for (int c = 2; c < kQuant4Codes; ++c) lo += static_cast<int32_t>(a >= b.v[c]);
+  const int32_t nan = static_cast<int32_t>((f32_bits(a) & 0x7fffffffu) > 0x7f800000u);
+  lo += nan * (15 - lo);
+  const int32_t top = static_cast<int32_t>(lo == 15);
+  // book[c] = (c - 8) / 7 in float, as make_quant4_book computes it (no table: no gathers).
+  const float below = static_cast<float>(lo - 8) / 7.0f, above = static_cast<float>(lo - 7 - top) / 7.0f;
+  const float p = (a - below) / (above - below + static_cast<float>(top));
   const float u = static_cast<float>(r) * 0x1p-24f;
-  return lo + (u < p ? 1 : 0);
+  return lo + (static_cast<int32_t>(u < p) & (1 - top));
 }
 
 // Quantizes x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 .. j0 + n of
