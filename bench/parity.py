@@ -111,7 +111,7 @@ CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
 CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam", "ctr-q8-adam", "ctr-q8-int4-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
 TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out",
-                      "text-int4-state"]
+                      "text-int4-state", "text-q8-int4-state"]
 TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18",
                   "text-fp32-sgd-bf16out", "text-bf16-sgd-bf16out", "text-fp8-sgd", "text-q8-sgd"]
 TEXT_ROWWISE_MODES = ["text-rowwise-adagrad", "text-bf16-rowwise-adagrad"]
@@ -287,6 +287,8 @@ MODES = {
     # 4-bit Adagrad state (issue 39); text is at parity only against the best of SGD and Adagrad.
     "text-int4-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=int4"],
                         "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad", "text-fp32-sgd"]},
+    "text-q8-int4-state": {"task": "text", "sets": ["embedding.dtype=q8", "embedding.optimizer=adagrad", "embedding.state_dtype=int4"],
+                           "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad", "text-fp32-sgd"]},
     # bf16 embedding output (issue 39, AMP for embedding-only workloads): the pooled rows and
     # their gradient in bf16 (train.precision = "bf16"), the head in fp32; with fp32 rows (SGD,
     # Adagrad) and with bf16 rows (SGD). The grids are the references'.

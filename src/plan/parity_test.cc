@@ -266,6 +266,26 @@ TEST(ParityPlannerTest, AllowUnprovenByNameWidensTheSearch) {
   EXPECT_EQ(with.value().unproven_chosen, std::vector<LeanOption>{LeanOption::kInt8State});
 }
 
+// 4-bit state (issue 39): proven on both tasks by the real table, opt-in like the 8-bit state;
+// allowing it lowers the smallest device need below the 8-bit state's.
+TEST(ParityPlannerTest, FourBitStateIsProvenOptInAndSmallerThanEightBit) {
+  const LeanOptionInfo& i = lean_option_info(LeanOption::kInt4State, lean_option_table());
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kCtr));
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kText));
+  EXPECT_EQ(parse_lean_option("4bit-state").value(), LeanOption::kInt4State);
+  PlannerOptions o = options_for("cpu:64MiB");
+  o.allow_host = false;
+  o.allow_8bit_state = true;
+  auto eight = make_plan(seed_workload(), o);
+  ASSERT_TRUE(eight.ok());
+  o.allow_4bit_state = true;
+  auto four = make_plan(seed_workload(), o);
+  ASSERT_TRUE(four.ok());
+  EXPECT_LT(four.value().smallest_device_bytes, eight.value().smallest_device_bytes);
+  EXPECT_EQ(four.value().chosen.workload.row_optimizer.state_dtype, DType::kInt4Blockwise);
+  EXPECT_TRUE(four.value().unproven_chosen.empty());
+}
+
 // Issue 39, one-sided evidence in the search: an option measured better than its reference by
 // more than the band on every task is searched and chosen as proven; one worse than the band on
 // a task is left out; one with no evidence for a task is unproven (left out too).
