@@ -1,5 +1,6 @@
 // The vectorized q8 store and load (q8_vec.h) against the scalar q8_store<kSr> / load_row<kQ8>
-// (row_access.h), byte for byte, in every kernel build the CPU runs.
+// (row_access.h), byte for byte, in every kernel build the CPU runs (and an opt-in exhaustive
+// check of the store over every float).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +104,31 @@ TEST(Q8VecTest, FastStochasticStoreMatchesScalarAcrossKeys) {
       q8_store_fast(got.data(), w.data(), d, key, k, true);
       ASSERT_EQ(got, want) << "key " << key;
     }
+  });
+}
+
+// Every float bit pattern (2^32 values in rows of 64, each row with a 127 that makes the scale 1
+// unless the row holds a larger magnitude, so t = w covers every float in [-127, 127]) through
+// the fast store and the scalar one, stochastic (a key per row) and round-to-nearest (a few
+// minutes per build): run by hand with --gtest_also_run_disabled_tests
+// --gtest_filter='*Exhaustive*' after changing the store.
+TEST(Q8VecTest, DISABLED_ExhaustiveFastStoreOverEveryFloat) {
+  for_each_isa([&] {
+    constexpr int64_t kRow = 65;
+    std::vector<float> w(kRow, 127.0f);
+    std::vector<uint8_t> want(kRow + 4), got(kRow + 4);
+    int64_t mismatches = 0;
+    for (uint64_t start = 0; start < (uint64_t{1} << 32); start += 64) {
+      for (int64_t k = 0; k < 64; ++k) w[static_cast<size_t>(k)] = bits_f32(static_cast<uint32_t>(start + static_cast<uint64_t>(k)));
+      const uint32_t key = static_cast<uint32_t>(start >> 6) * 2654435761u;
+      for (bool sr : {true, false}) {
+        if (sr) q8_store<true>(want.data(), w.data(), kRow, key, 3);
+        else q8_store<false>(want.data(), w.data(), kRow, key, 3);
+        q8_store_fast(got.data(), w.data(), kRow, key, 3, sr);
+        if (want != got && ++mismatches <= 5) ADD_FAILURE() << "row from bits " << start << " sr " << sr;
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
   });
 }
 
