@@ -173,6 +173,7 @@ double state_tolerance(DType t) {
     case DType::kF32: return 1e-5;
     case DType::kBF16: return 1e-2;
     case DType::kInt8Blockwise: return 5e-2;  // one code step of the 8-bit map
+    case DType::kInt4Blockwise: return 1e-5;  // every build stores the reference's codes (quant4.h)
     default: break;  // not an optimizer state dtype
   }
   return 1e-5;

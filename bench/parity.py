@@ -105,11 +105,13 @@ TEXT_STATE_LRS = [0.05, 0.1, 0.25]
 # activations and the dynamic tables got [0.01 .. 0.1] instead of DEBPKG_LRS.
 CTR_ADAGRAD_MODES = ["ctr-fp32-adagrad", "ctr-bf16-rows", "ctr-fp16-rows", "ctr-int8-state", "ctr-bf16-state",
                      "ctr-bf16-activations", "ctr-fp16-activations", "ctr-dynamic-cap64", "ctr-dynamic-cap128",
-                     "ctr-fp8-rows", "ctr-fp8-int8-state", "ctr-q8-rows", "ctr-q8-int8-state"]
+                     "ctr-fp8-rows", "ctr-fp8-int8-state", "ctr-q8-rows", "ctr-q8-int8-state", "ctr-int4-state",
+                     "ctr-q8-int4-state", "ctr-fp32-adagrad-d64", "ctr-q8-int4-state-d64"]
 CTR_ROWWISE_MODES = ["ctr-rowwise-adagrad", "ctr-bf16-rowwise-adagrad"]
-CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam", "ctr-q8-adam"]
+CTR_ADAM_MODES = ["ctr-fp32-adam", "ctr-partial-rowwise-adam", "ctr-fp8-adam", "ctr-q8-adam", "ctr-q8-int4-adam"]
 CTR_DIST_MODES = ["ctr-dist2-bf16-payload"]
-TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out"]
+TEXT_ADAGRAD_MODES = ["text-fp32-adagrad", "text-bf16-adagrad", "text-bf16-state", "text-int8-state", "text-fp32-adagrad-bf16out",
+                      "text-int4-state"]
 TEXT_SGD_MODES = ["text-fp32-sgd", "text-bf16-sgd", "text-fp16-sgd", "text-bf16-sgd-dynamic-2e17", "text-bf16-sgd-dynamic-2e18",
                   "text-fp32-sgd-bf16out", "text-bf16-sgd-bf16out", "text-fp8-sgd", "text-q8-sgd"]
 TEXT_ROWWISE_MODES = ["text-rowwise-adagrad", "text-bf16-rowwise-adagrad"]
@@ -186,6 +188,20 @@ MODES = {
     "ctr-q8-rows": {"task": "ctr", "sets": ["embedding.dtype=q8"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-q8-int8-state": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.state_dtype=int8"], "lrs": CTR_ADAGRAD_LRS,
                           "refs": ["ctr-fp32-adagrad"]},
+    # 4-bit block-wise state (issue 39): two codes per byte + an fp32 scale per 64 elements; q8 rows
+    # + 4-bit Adagrad state are 2.0 bytes per parameter at dim 16, 1.625 at dim 64.
+    "ctr-int4-state": {"task": "ctr", "sets": ["embedding.state_dtype=int4"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
+    "ctr-q8-int4-state": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.state_dtype=int4"], "lrs": CTR_ADAGRAD_LRS,
+                          "refs": ["ctr-fp32-adagrad"]},
+    # The same at dim 64 (the real CTR sets' dim is 16): model.bottom_mlp ends at the dim for the
+    # dot interaction. q8 + 4-bit Adagrad state: 1.625 bytes per parameter there.
+    "ctr-fp32-adagrad-d64": {"task": "ctr", "sets": ["model.embedding_dim=64", "model.bottom_mlp=[64, 64]"],
+                             "lrs": CTR_REF_LRS, "refs": [], "reference": True},
+    "ctr-q8-int4-state-d64": {"task": "ctr", "sets": ["model.embedding_dim=64", "model.bottom_mlp=[64, 64]", "embedding.dtype=q8",
+                                                      "embedding.state_dtype=int4"],
+                              "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad-d64"]},
+    "ctr-q8-int4-adam": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.optimizer=adam", "embedding.state_dtype=int4"],
+                         "lrs": CTR_ADAM_LRS, "refs": ["ctr-fp32-adam"]},
     "ctr-bf16-activations": {"task": "ctr", "sets": ["train.precision=bf16"], "lrs": CTR_ADAGRAD_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-fp16-activations": {"task": "ctr", "sets": ["train.precision=fp16"], "lrs": CTR_NEW_LRS, "refs": ["ctr-fp32-adagrad"]},
     "ctr-q8-adam": {"task": "ctr", "sets": ["embedding.dtype=q8", "embedding.optimizer=adam"], "lrs": CTR_ADAM_LRS,
@@ -268,6 +284,9 @@ MODES = {
                         "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
     "text-int8-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=int8"],
                         "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad"]},
+    # 4-bit Adagrad state (issue 39); text is at parity only against the best of SGD and Adagrad.
+    "text-int4-state": {"task": "text", "sets": ["embedding.optimizer=adagrad", "embedding.state_dtype=int4"],
+                        "lrs": TEXT_STATE_LRS, "refs": ["text-fp32-adagrad", "text-fp32-sgd"]},
     # bf16 embedding output (issue 39, AMP for embedding-only workloads): the pooled rows and
     # their gradient in bf16 (train.precision = "bf16"), the head in fp32; with fp32 rows (SGD,
     # Adagrad) and with bf16 rows (SGD). The grids are the references'.

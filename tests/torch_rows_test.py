@@ -66,3 +66,28 @@ def test_q8_rows_train_as_int8_codes_and_a_row_scale():
     assert codes.abs().max() <= 127 + 1e-3
     # DIM codes and an fp32 scale; 8-bit Adagrad state: DIM codes and one fp32 block scale.
     assert ebc._layouts[0]["stride_bytes"] == DIM + 4 + DIM + 4
+
+
+def test_q8_rows_with_int4_adagrad_state_train_and_round_trip():
+    """q8 rows + 4-bit Adagrad state (docs/numerics.md "int4"): the state holds half-octave
+    multiples of each row's largest sum (no zero once a row trained), and a state_dict restored into
+    a fresh collection continues bit for bit."""
+    a = ebc_one("adagrad", "sum", 0.1, dtype="q8", state_dtype="int4")
+    losses = train_30_steps(a, 15)
+    assert a.step_count == 30 and losses[-1] < 0.5 * losses[0]
+    # DIM codes + an fp32 scale; DIM / 2 bytes of 4-bit codes + one fp32 block scale.
+    assert a._layouts[0]["stride_bytes"] == DIM + 4 + DIM // 2 + 4
+    st = a.optimizer_state("t").double()
+    top = st.amax(dim=1, keepdim=True)
+    trained = top.squeeze(1) > 0
+    assert trained.any()
+    ratio = (st[trained] / top[trained]).log2() * 2  # (code - 15): integers in [-15, 0]
+    assert torch.allclose(ratio, ratio.round(), atol=1e-4) and ratio.min() >= -15 - 1e-4
+    b = ebc_one("adagrad", "sum", 0.1, dtype="q8", state_dtype="int4")
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.optimizer_state("t"), b.optimizer_state("t"))
+    rng = np.random.default_rng(16)
+    kjt = batch(rng, ["f"])
+    for m in (a, b):
+        (m(kjt).values() ** 2).sum().backward()
+    assert torch.equal(a.weight("t"), b.weight("t")) and torch.equal(a.optimizer_state("t"), b.optimizer_state("t"))

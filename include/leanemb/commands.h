@@ -52,7 +52,8 @@ struct PlanArgs {
   std::string precision;  // --precision: the embedding-only output's (fp32 | bf16; empty: fp32)
   std::string html;  // --html FILE: also the breakdown as a picture (plan_report_html)
   std::vector<std::string> allow_unproven;  // --allow-unproven: lean options (bf16-rows, ..., all) allowed without proof
-  bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_cache = false;
+  bool json = false, allow_rowwise = false, allow_bf16_state = false, allow_8bit_state = false, allow_4bit_state = false,
+       allow_cache = false;
   bool no_host = false, keep_precision = false, largest_table = false;
   int max_shards = 1;
   double speed_tolerance_pct = 1.0;  // --speed-tolerance: estimates within this % of the fastest are equal

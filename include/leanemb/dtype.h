@@ -40,8 +40,9 @@
 
 namespace leanemb {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5, kQ8 = 6 };
-inline constexpr int kNumDTypes = 7;
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kInt8Rowwise = 3, kInt8Blockwise = 4, kFP8 = 5, kQ8 = 6,
+                              kInt4Blockwise = 7 };
+inline constexpr int kNumDTypes = 8;
 
 // What a DType is used for; each use allows a subset of the dtypes (table above).
 enum class DTypeUse : uint8_t { kRows, kOptimizerState, kPayload, kActivations };
@@ -69,7 +70,7 @@ std::span<const DType> allowed_dtypes(DTypeUse use);
 std::string_view dtype_use_name(DTypeUse use);
 bool dtype_allowed(DTypeUse use, DType t);
 // OK when `use` accepts t. Errors: InvalidArgument naming the use, the dtype and the allowed ones,
-// e.g. "optimizer state dtype fp16 is not supported (expected fp32, bf16 or int8)".
+// e.g. "optimizer state dtype fp16 is not supported (expected fp32, bf16, int8 or int4)".
 Status check_dtype(DTypeUse use, DType t);
 // Parses a dtype of `use`; every use accepts the same spellings of a format:
 //   fp32: "fp32", "f32", "float32", "float"   fp16: "fp16", "f16", "float16", "half"

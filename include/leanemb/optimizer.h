@@ -39,7 +39,7 @@ namespace leanemb {
 
 enum class OptimizerKind : uint8_t { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kPartialRowwiseAdam, kSm3 };
 
-inline constexpr int64_t kQuantBlockSize = 64;  // elements per 8-bit state block
+inline constexpr int64_t kQuantBlockSize = 64;  // elements per 8-bit and 4-bit state block
 inline constexpr size_t kRowAlignmentBytes = 8;  // fat-row stride alignment (fp8 and q8 rows: 4, dtype_traits)
 
 std::string_view optimizer_name(OptimizerKind k);  // "sgd", "adagrad", "rowwise_adagrad", ...
@@ -53,7 +53,7 @@ struct OptimizerOptions {
   float beta1 = 0.9f;    // Adam first-moment decay
   float beta2 = 0.999f;  // Adam second-moment decay
   float weight_decay = 0.0f;  // L2 coefficient on touched rows (0 = off)
-  DType state_dtype = DType::kF32;  // DTypeUse::kOptimizerState: kF32, kBF16 or kInt8Blockwise
+  DType state_dtype = DType::kF32;  // DTypeUse::kOptimizerState: kF32, kBF16, kInt8Blockwise, kInt4Blockwise
 };
 
 // Byte layout of one fat row: [weights | int8 scale,bias] [per-row fp32 scalar] [m] [v]
@@ -69,10 +69,10 @@ struct RowLayout {
   size_t m_offset = 0;          // per-element state #1 (Adagrad sum, Adam m, PRAdam m)
   size_t v_offset = 0;          // per-element state #2 (Adam v)
   int num_elem_states = 0;      // 0, 1 or 2
-  size_t elem_state_bytes = 0;  // bytes of one per-element state array (dim * dtype bytes)
-  size_t m_scale_offset = 0;    // int8 state: fp32 absmax per block of m
-  size_t v_scale_offset = 0;    // int8 state: fp32 absmax per block of v
-  int64_t num_blocks = 0;       // int8 state: blocks per array
+  size_t elem_state_bytes = 0;  // bytes of one per-element state array (dim * dtype bytes; int4: (dim + 1) / 2)
+  size_t m_scale_offset = 0;    // int8 / int4 state: fp32 absmax per block of m
+  size_t v_scale_offset = 0;    // int8 / int4 state: fp32 absmax per block of v
+  int64_t num_blocks = 0;       // int8 / int4 state: blocks per array
   size_t state_bytes = 0;       // all optimizer state of one row
   size_t stride_bytes = 0;      // distance between consecutive rows
 

@@ -86,7 +86,7 @@ class EmbeddingBagConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     weight_decay: float = 0.0
-    state_dtype: str = "fp32"           # "fp32" | "bf16" | "int8" (blockwise)
+    state_dtype: str = "fp32"           # "fp32" | "bf16" | "int8" | "int4" (blockwise)
     init: str = "uniform"               # "uniform" | "normal" | "zeros"
     init_bound: float = 0.0             # uniform: U(-b, b); <= 0: 1 / sqrt(num_embeddings)
     init_mean: float = 0.0

@@ -68,6 +68,7 @@ Result<plan::PlannerOptions> planner_options(const PlanArgs& a) {
   po.allow_rowwise = a.allow_rowwise;
   po.allow_bf16_state = a.allow_bf16_state;
   po.allow_8bit_state = a.allow_8bit_state;
+  po.allow_4bit_state = a.allow_4bit_state;
   po.allow_cache = a.allow_cache;
   for (const std::string& n : a.allow_unproven) {
     if (n == "all") {

@@ -169,6 +169,9 @@ TEST(DTypeTest, Int8NameResolvesByUse) {
   EXPECT_EQ(dtype_name(DType::kInt8Blockwise), "int8");
   EXPECT_FALSE(parse_dtype("int8", DTypeUse::kActivations).ok());
   EXPECT_FALSE(parse_dtype("8bit", DTypeUse::kRows).ok());
+  EXPECT_EQ(parse_dtype("4bit", DTypeUse::kOptimizerState).value(), DType::kInt4Blockwise);
+  EXPECT_EQ(dtype_name(DType::kInt4Blockwise), "int4");
+  EXPECT_FALSE(parse_dtype("int4", DTypeUse::kRows).ok());
 }
 
 // A dtype outside a use's subset is refused with a message naming the use and the allowed names.
@@ -176,10 +179,10 @@ TEST(DTypeTest, SubsetsRefuseOtherDTypesNamingTheUse) {
   const Status s = check_dtype(DTypeUse::kOptimizerState, DType::kF16);
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("optimizer state dtype fp16"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("fp32, bf16 or int8"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp32, bf16, int8 or int4"), std::string::npos) << s.message();
   auto r = parse_dtype("fp16", DTypeUse::kOptimizerState);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("unknown optimizer state dtype 'fp16' (expected fp32, bf16 or int8)"),
+  EXPECT_NE(r.status().message().find("unknown optimizer state dtype 'fp16' (expected fp32, bf16, int8 or int4)"),
             std::string::npos)
       << r.status().message();
   EXPECT_FALSE(check_dtype(DTypeUse::kActivations, DType::kInt8Rowwise).ok());

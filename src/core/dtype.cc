@@ -18,6 +18,7 @@ struct EnumNames<DType> {
       {DType::kInt8Blockwise, "int8", "int8_blockwise 8bit"},
       {DType::kFP8, "fp8", "fp8_e4m3 e4m3"},
       {DType::kQ8, "q8", "int8_scaled"},
+      {DType::kInt4Blockwise, "int4", "int4_blockwise 4bit"},
   };
 };
 
@@ -34,10 +35,11 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
     {"int8", 1, 0, false, 0},  // block scales are part of the optimizer's row layout
     {"fp8", 1, 0, true, 4},
     {"q8", 1, 4, true, 4},     // the fp32 scale after the codes
+    {"int4", 0, 0, false, 0},  // two codes per byte; the optimizer's row layout sizes them
 }};
 
 constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kFP8, DType::kInt8Rowwise};
-constexpr DType kStateDTypes[] = {DType::kF32, DType::kBF16, DType::kInt8Blockwise};
+constexpr DType kStateDTypes[] = {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise};
 constexpr DType kPayloadDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8Rowwise};
 constexpr DType kActivationDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 

@@ -52,8 +52,9 @@ struct Case {
 };
 
 // Two tables, one feature each with the case's pooling (the first with per-id weights unless
-// it is a sequence feature), Adam on fp32 rows; on bf16 and q8 rows row-wise Adagrad and SM3 (whose
-// column accumulators are per table: one max over every rank's and every cache slot's rows).
+// it is a sequence feature), Adam on fp32 rows; on bf16 rows row-wise Adagrad and SM3 (whose
+// column accumulators are per table: one max over every rank's and every cache slot's rows); on q8
+// rows Adagrad with 4-bit state (stochastically rounded) and SM3.
 CollectionOptions options_for(const Case& c, const std::string& dir) {
   CollectionOptions o;
   for (int t = 0; t < 2; ++t) {
@@ -66,8 +67,10 @@ CollectionOptions options_for(const Case& c, const std::string& dir) {
     to.dim = kDims[t];
     to.dtype = c.dtype;
     to.optimizer.kind = c.dtype == DType::kF32 ? OptimizerKind::kAdam
-                        : t == 0               ? OptimizerKind::kRowwiseAdagrad
-                                               : OptimizerKind::kSm3;
+                        : t == 1               ? OptimizerKind::kSm3
+                        : c.dtype == DType::kQ8 ? OptimizerKind::kAdagrad
+                                               : OptimizerKind::kRowwiseAdagrad;
+    if (c.dtype == DType::kQ8 && t == 0) to.optimizer.state_dtype = DType::kInt4Blockwise;
     to.optimizer.learning_rate = 0.05f;
     to.optimizer.eps = 1e-6f;
     if (c.mode == Mode::kCacheHost || c.mode == Mode::kCacheFile || c.mode == Mode::kCacheLog) {

@@ -383,7 +383,7 @@ void expect_update_matches_reference(const OptimizerOptions& opt, DType dtype, i
 // every state dtype, with and without weight decay, for dims 1, 13 and 70.
 TEST_P(UpdateRowsTest, FusedUpdateMatchesReferenceByteForByte) {
   const UpdateParam p = GetParam();
-  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise}) {
     for (float wd : {0.0f, 0.01f}) {
       for (int64_t dim : {1, 13, 70}) {
         SCOPED_TRACE(std::string("state ") + std::string(dtype_name(st)) + " wd " + std::to_string(wd) +
@@ -533,7 +533,7 @@ TEST(ReduceAndUpdateTest, FusedBackwardMatchesReferenceByteForByte) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                              OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3}) {
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) {
-      for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+      for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise}) {
         for (int64_t dim : {13, 128, 130}) {
           SCOPED_TRACE(std::string(optimizer_name(kind)) + " " + dtype_label(dt) + " state " +
                        std::string(dtype_name(st)) + " dim " + std::to_string(dim));

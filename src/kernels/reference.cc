@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/quant4.h"
 #include "kernels/row_access.h"
 
 namespace leanemb::kernels {
@@ -77,6 +78,9 @@ void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, u
         store_f32(row + scale_offset(l, k) + 4 * b, scale);
       }
       break;
+    case DType::kInt4Blockwise:
+      quant4_store_array(x, l.dim, state_is_signed(l, k), p, row + scale_offset(l, k), key, state_sr_column(l.dim, k, 0));
+      break;
     default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }
 }
@@ -139,6 +143,9 @@ void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* o
         const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
         dequantize_block(p + j0, n, state_is_signed(l, k), load_f32(row + scale_offset(l, k) + 4 * b), out + j0);
       }
+      break;
+    case DType::kInt4Blockwise:
+      quant4_load_array(p, row + scale_offset(l, k), l.dim, state_is_signed(l, k), out);
       break;
     default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }

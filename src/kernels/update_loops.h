@@ -24,6 +24,7 @@
 #include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
 #include "kernels/q8_vec.h"
+#include "kernels/quant4.h"
 #include "kernels/quant8_vec.h"
 #include "kernels/row_access.h"
 #include "kernels/vec16.h"
@@ -52,9 +53,12 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
   } else if constexpr (S == DType::kBF16) {
     const uint16_t* r = reinterpret_cast<const uint16_t*>(p);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
-  } else {
+  } else if constexpr (S == DType::kInt8Blockwise) {
     dequantize_row_t<I>(p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset), d, state_signed(l.optimizer.kind, k),
                         out);
+  } else {
+    quant4_load_array(p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset), d, state_signed(l.optimizer.kind, k),
+                      out);
   }
 }
 
@@ -66,6 +70,9 @@ inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __
     std::memcpy(p, x, static_cast<size_t>(d) * 4);
   } else if constexpr (S == DType::kBF16) {
     store_row_sr<DType::kBF16>(p, x, d, key, state_sr_column(d, k, 0));
+  } else if constexpr (S == DType::kInt4Blockwise) {
+    quant4_store_array(x, d, state_signed(l.optimizer.kind, k), p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset),
+                       key, state_sr_column(d, k, 0));
   } else {
     uint8_t* scales = row + (k == 0 ? l.m_scale_offset : l.v_scale_offset);
     for (int64_t b = 0; b < l.num_blocks; ++b) {
@@ -452,6 +459,7 @@ inline void with_dtypes(const RowLayout& l, F&& f) {
       case DType::kF32: return f.template operator()<W, DType::kF32>();
       case DType::kBF16: return f.template operator()<W, DType::kBF16>();
       case DType::kInt8Blockwise: return f.template operator()<W, DType::kInt8Blockwise>();
+      case DType::kInt4Blockwise: return f.template operator()<W, DType::kInt4Blockwise>();
       default: LEANEMB_CHECK(false, "not an optimizer state dtype");
     }
   };

@@ -331,6 +331,15 @@ TEST(RowLayoutTest, StridesMatchDocumentedByteCounts) {
       {16, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 16 + 4 + 16 + 4},
       {64, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 64 + 4 + 64 + 4},
       {13, DType::kQ8, OptimizerKind::kSgd, DType::kF32, 13 + 3 + 4},
+      // 4-bit state: two codes per byte + an fp32 scale per 64 elements. q8 rows + 4-bit Adagrad
+      // state: 2.0 bytes per parameter at dim 16, 1.625 at dim 64.
+      {16, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 16 + 4 + 8 + 4},
+      {64, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 64 + 4 + 32 + 4},
+      {128, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 204},  // docs/embedding.md's table
+      {128, DType::kQ8, OptimizerKind::kAdagrad, DType::kInt8Blockwise, 268},
+      {128, DType::kBF16, OptimizerKind::kAdam, DType::kInt4Blockwise, 400},
+      {13, DType::kF32, OptimizerKind::kAdagrad, DType::kInt4Blockwise, 52 + 7 + 1 + 4 + 0},
+      {130, DType::kBF16, OptimizerKind::kAdam, DType::kInt4Blockwise, 260 + 65 + 65 + 2 + 12 + 12},
   };
   for (const Case& c : cases) {
     const RowLayout l = layout_of(c.dim, c.dtype, c.kind, c.state);
@@ -349,7 +358,7 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
     for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8, DType::kQ8}) {
       for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
                               OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam}) {
-        for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+        for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise}) {
           const RowLayout l = layout_of(dim, d, k, s);
           SCOPED_TRACE(std::to_string(dim) + " " + std::string(optimizer_name(k)) + " " + std::string(dtype_name(s)));
           EXPECT_EQ(l.stride_bytes % dtype_traits(d).row_alignment_bytes, 0u);
@@ -359,7 +368,8 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
           if (l.has_rowwise) parts.push_back({l.rowwise_offset, 4});
           if (l.num_elem_states >= 1) parts.push_back({l.m_offset, l.elem_state_bytes});
           if (l.num_elem_states == 2) parts.push_back({l.v_offset, l.elem_state_bytes});
-          if (s == DType::kInt8Blockwise && l.num_elem_states >= 1) {
+          if ((s == DType::kInt8Blockwise || s == DType::kInt4Blockwise) && l.num_elem_states >= 1) {
+            EXPECT_EQ(l.elem_state_bytes, s == DType::kInt4Blockwise ? static_cast<size_t>(dim + 1) / 2 : static_cast<size_t>(dim));
             EXPECT_EQ(l.num_blocks, (dim + kQuantBlockSize - 1) / kQuantBlockSize);
             parts.push_back({l.m_scale_offset, 4 * static_cast<size_t>(l.num_blocks)});
             if (l.num_elem_states == 2) parts.push_back({l.v_scale_offset, 4 * static_cast<size_t>(l.num_blocks)});
@@ -369,7 +379,8 @@ TEST(RowLayoutTest, ComponentsAreDisjointAlignedAndAddUp) {
           EXPECT_LE(parts.back().first + parts.back().second, l.stride_bytes);
           EXPECT_TRUE(!l.has_rowwise || l.rowwise_offset % 4 == 0);
           EXPECT_TRUE(s != DType::kF32 || l.num_elem_states == 0 || l.m_offset % 4 == 0);
-          EXPECT_TRUE(s != DType::kInt8Blockwise || l.num_elem_states == 0 || l.m_scale_offset % 4 == 0);
+          EXPECT_TRUE((s != DType::kInt8Blockwise && s != DType::kInt4Blockwise) || l.num_elem_states == 0 ||
+                      l.m_scale_offset % 4 == 0);
         }
       }
     }
@@ -431,7 +442,7 @@ TEST(OptimizerNamesTest, NamesRoundTripAndUnknownNamesFail) {
                           OptimizerKind::kAdam, OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
     EXPECT_EQ(parse_optimizer(optimizer_name(k)).value(), k);
   EXPECT_EQ(parse_optimizer("sparse_adam").value(), OptimizerKind::kAdam);
-  for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise})
+  for (DType s : {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise})
     EXPECT_EQ(parse_dtype(dtype_name(s), DTypeUse::kOptimizerState).value(), s);
   EXPECT_EQ(parse_optimizer("lamb").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(parse_dtype("fp8", DTypeUse::kOptimizerState).status().code(), StatusCode::kInvalidArgument);
@@ -484,7 +495,7 @@ std::vector<double> quadratic_losses(OptimizerKind kind, DType dtype, DType stat
   return losses;
 }
 
-// With bf16 or int8 optimizer state (and with bf16 weights) Adagrad, Adam and PartialRowwiseAdam
+// With bf16, int8 or int4 optimizer state (and with bf16 or q8 weights) Adagrad, Adam and PartialRowwiseAdam
 // still converge: the loss falls below 2% of its start and ends near the fp32 run's loss.
 TEST(LowPrecisionStateTest, Bf16AndInt8StateConvergeNearFp32Result) {
   constexpr int kSteps = 150;
@@ -494,7 +505,9 @@ TEST(LowPrecisionStateTest, Bf16AndInt8StateConvergeNearFp32Result) {
     const std::tuple<DType, DType> variants[] = {{DType::kF32, DType::kBF16},
                                                       {DType::kF32, DType::kInt8Blockwise},
                                                       {DType::kBF16, DType::kF32},
-                                                      {DType::kBF16, DType::kInt8Blockwise}};
+                                                      {DType::kBF16, DType::kInt8Blockwise},
+                                                      {DType::kF32, DType::kInt4Blockwise},
+                                                      {DType::kQ8, DType::kInt4Blockwise}};
     for (auto [d, s] : variants) {
       const std::vector<double> l = quadratic_losses(k, d, s, kSteps);
       SCOPED_TRACE(std::string(optimizer_name(k)) + " weights " + std::string(dtype_name(d)) + " state " +

@@ -113,6 +113,10 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
      measured(kCtrBand, {-0.00027, 0.00086, "debfiles"}, {0.00033, 0.00085, "debpkg"}, "ctr_small, debpkg, debfiles, elfsyms (adagrad)"),
      measured(kTextBand, {-0.00065, 0.00055, "gcloud"}, {0.00064, 0.00093, "debian"}, "debian, gcloud (sgd)"),
      "docs/accuracy.md#q8-and-fp8-rows-issue-39"},
+    // INT4_EVIDENCE
+    {LeanOption::kInt4State, "4bit-state", "optimizer state 4-bit block-wise (stochastic rounding)",
+     {Verdict::kNotMeasured, {0, 0, ""}, {0, 0, ""}, ""}, {Verdict::kNotMeasured, {0, 0, ""}, {0, 0, ""}, ""},
+     "docs/accuracy.md#4-bit-state-issue-39"},
 };
 
 bool safe(Verdict v) { return v == Verdict::kProven || v == Verdict::kExact; }
@@ -164,6 +168,7 @@ std::vector<LeanOption> options_of(const Workload& w) {
   if (w.row_optimizer.kind == OptimizerKind::kSm3) v.push_back(LeanOption::kSm3);
   if (w.row_optimizer.state_dtype == DType::kBF16) v.push_back(LeanOption::kBf16State);
   if (w.row_optimizer.state_dtype == DType::kInt8Blockwise) v.push_back(LeanOption::kInt8State);
+  if (w.row_optimizer.state_dtype == DType::kInt4Blockwise) v.push_back(LeanOption::kInt4State);
   // CTR: the dense layers' activations; embedding-only: the output and its gradient.
   if (w.kind != WorkloadKind::kText && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
   if (w.cache_fraction < 1.0) v.push_back(LeanOption::kRowCache);

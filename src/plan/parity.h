@@ -37,8 +37,9 @@ enum class LeanOption : uint8_t {
   kSm3,               // adagrad -> sm3 (a row and a column accumulator instead of one per element)
   kFp8Rows,           // fp8 rows (E4M3, exponent bias 12), stochastic rounding on update
   kQ8Rows,            // q8 rows (int8 codes + an fp32 scale per row), stochastic rounding on update
+  kInt4State,         // optimizer state 4-bit block-wise, stochastic rounding
 };
-inline constexpr int kNumLeanOptions = 10;
+inline constexpr int kNumLeanOptions = 11;
 
 enum class Verdict : uint8_t {
   kProven,       // measured, and no dataset of the task below the reference by more than the band

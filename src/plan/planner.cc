@@ -95,6 +95,7 @@ bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOpti
     case LeanOption::kRowwiseOptimizer: return o.allow_rowwise;
     case LeanOption::kBf16State: return o.allow_bf16_state;
     case LeanOption::kInt8State: return o.allow_8bit_state;
+    case LeanOption::kInt4State: return o.allow_4bit_state;
     case LeanOption::kRowCache: return o.allow_cache;
     default: return false;
   }
@@ -109,6 +110,7 @@ PlannerOptions widened(const PlannerOptions& options) {
     if (a == LeanOption::kRowwiseOptimizer) o.allow_rowwise = true;
     if (a == LeanOption::kBf16State) o.allow_bf16_state = true;
     if (a == LeanOption::kInt8State) o.allow_8bit_state = true;
+    if (a == LeanOption::kInt4State) o.allow_4bit_state = true;
     if (a == LeanOption::kRowCache) o.allow_cache = true;
   }
   return o;
@@ -137,6 +139,7 @@ SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
   sp.states = {DType::kF32};
   if (o.allow_bf16_state) sp.states.push_back(DType::kBF16);
   if (o.allow_8bit_state) sp.states.push_back(DType::kInt8Blockwise);
+  if (o.allow_4bit_state) sp.states.push_back(DType::kInt4Blockwise);
   sp.caches = {1.0};
   if (o.allow_cache) sp.caches.insert(sp.caches.end(), {0.5, 0.2, 0.05, 0.01});
   for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) sp.shard_counts.push_back(s);

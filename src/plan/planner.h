@@ -57,12 +57,13 @@ struct PlannerOptions {
   bool allow_rowwise = false;      // rowwise_adagrad / partial_rowwise_adam
   bool allow_bf16_state = false;
   bool allow_8bit_state = false;
+  bool allow_4bit_state = false;
   bool allow_cache = false;        // device row cache over host rows (docs/tiered.md)
   int max_shards = 1;              // devices the tables may be sharded over
   bool keep_precision = false;     // do not search activation precision (keep the workload's)
   bool allow_host = true;          // rows / state may be placed in host memory
   // Lean options searched although their parity is not proven for the workload's task
-  // (parity.h); an option's own flag above (allow_rowwise, allow_bf16_state, allow_8bit_state,
+  // (parity.h); an option's own flag above (allow_rowwise, allow_bf16_state, allow_8bit_state, allow_4bit_state,
   // allow_cache) allows it too.
   std::vector<LeanOption> allow_unproven;
   // The parity table consulted (tests pass their own); empty: lean_option_table().

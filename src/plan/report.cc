@@ -273,7 +273,7 @@ static std::string nothing_fits_text(const PlannerOptions& o, const PlanResult& 
     out += "The smallest device budget that would fit: " + both(r.smallest_device_bytes) + " per device, with: " +
            describe_settings(r.chosen.workload) + ".\n";
   else
-    out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-cache, --max-shards).\n";
+    out += "No plan fits the host budget either; raise --host-budget (or allow more: --allow-rowwise, --allow-8bit-state, --allow-4bit-state, --allow-cache, --max-shards).\n";
   return out;
 }
 

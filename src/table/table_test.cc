@@ -264,7 +264,7 @@ class ThreadDeterminismTest : public ::testing::TestWithParam<DeterminismParam> 
 // several steps, for every state dtype (stochastic rounding included).
 TEST_P(ThreadDeterminismTest, ResultsAreBitIdenticalForAnyThreadCount) {
   const DeterminismParam p = GetParam();
-  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise}) {
+  for (DType st : {DType::kF32, DType::kBF16, DType::kInt8Blockwise, DType::kInt4Blockwise}) {
     SCOPED_TRACE(std::string("state ") + std::string(dtype_name(st)));
     std::vector<std::unique_ptr<EmbeddingCollection>> cs;
     for (int variant = 0; variant < 4; ++variant) {

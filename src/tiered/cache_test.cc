@@ -64,7 +64,7 @@ Config random_config(uint64_t seed, const TempDir& dir, int64_t B, int64_t max_i
     const DType dt = integer ? DType::kF32 : dtypes[rng() % 3];
     DType st = DType::kF32;
     if (!integer && (k == OptimizerKind::kAdam || k == OptimizerKind::kAdagrad) && rng() % 3 == 0)
-      st = DType::kInt8Blockwise;
+      st = t % 2 ? DType::kInt8Blockwise : DType::kInt4Blockwise;
     const int64_t rows = 100 + static_cast<int64_t>(rng() % 300);
     const int64_t dims[] = {4, 8, 13, 16, 33};
     TableOptions to = table_testing::table(std::string("t").append(std::to_string(t)), rows, dims[rng() % 5], k, dt, st);

@@ -1,0 +1,168 @@
+// 4-bit block-wise optimizer state (DType::kInt4Blockwise, state_dtype = "int4").
+//
+// A state array of `dim` values is stored as dim / 2 bytes of codes (element j in byte j / 2,
+// the low nibble for even j) and one fp32 scale per block of kQuantBlockSize elements: the
+// block's largest |value|. A code c in 0..15 stands for scale * book[c]:
+//   unsigned (Adagrad sums, Adam v): book[c] = 2^((c - 15) / 2), a half-octave exponent map from
+//       2^-7.5 (about 1/181) to 1 with no zero. A zero would make 1 / sqrt(v) blow up for an
+//       element whose state is small next to its block's largest (Li et al., NeurIPS 2023, call
+//       this the zero-point problem); values below the smallest code are stored as it, which
+//       only shrinks those elements' steps.
+//   signed (Adam m): book[c] = (c - 8) / 7 for c in 1..15 (-1 .. 1 in sevenths; code 0 unused).
+// Every store rounds stochastically between the two codes around value / scale, with the
+// probability that makes the stored value's expectation the value (unbiased), from 24 bits of the
+// row's key and the element's column (state_sr_column) as the bf16 state does: an Adagrad sum
+// keeps growing by increments far below its code spacing. A block whose scale is 0 is all zeros;
+// a NaN element takes the top code.
+//
+// The loops are written so GCC vectorizes them in each ISA build; the reference kernels call the
+// same functions, so every build stores the same codes (kernels_test checks it).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/half.h"
+#include "kernels/row_access.h"
+#include "leanemb/optimizer.h"
+
+namespace leanemb::kernels {
+
+inline constexpr int kQuant4Codes = 16;
+
+struct Quant4Book {
+  float v[kQuant4Codes];
+};
+
+inline constexpr Quant4Book make_quant4_book(bool is_signed) {
+  Quant4Book b{};
+  // 2^(-k/2) for k = 15 - c, exact in float for even k and the correctly rounded sqrt(0.5)
+  // times a power of two for odd k (written out: constexpr has no sqrt).
+  constexpr float kHalfOctave = 0.70710678118654752440f;
+  for (int c = 0; c < kQuant4Codes; ++c) {
+    if (is_signed) {
+      b.v[c] = c == 0 ? -1.0f : static_cast<float>(c - 8) / 7.0f;
+    } else {
+      const int k = 15 - c;
+      float p = 1.0f;
+      for (int i = 0; i < k / 2; ++i) p *= 0.5f;
+      b.v[c] = (k % 2) ? p * kHalfOctave : p;
+    }
+  }
+  return b;
+}
+
+inline constexpr Quant4Book kQuant4Unsigned = make_quant4_book(false);
+inline constexpr Quant4Book kQuant4Signed = make_quant4_book(true);
+
+inline const Quant4Book& quant4_book(bool is_signed) { return is_signed ? kQuant4Signed : kQuant4Unsigned; }
+
+// float(sqrt(2))'s mantissa bits (0x3fb504f3): the odd codes of the unsigned book are 2^e times it.
+inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
+
+// The unsigned book's value of code c in 0..15, from its bits: 2^e (c odd: times float(sqrt 2))
+// with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
+inline float quant4u_value(int32_t c) {
+  const int32_t k = c - 15;
+  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | (static_cast<uint32_t>(k & 1) * kSqrt2Mantissa));
+}
+
+// The unsigned code of a = value / scale (in [0, 1]; a NaN takes the top code) given 24 random bits r:
+// lo = the largest code whose value is at most a (code 0 when a is below them all), found from a's
+// exponent and whether its mantissa reaches sqrt(2)'s; then lo + 1 with probability
+// (a - book[lo]) / (book[lo + 1] - book[lo]) (negative below code 0: never rounds down).
+// Integer and float lanes and selects only, no branches: GCC vectorizes the loops that call it.
+inline int32_t quant4u_code(float a, uint32_t r) {
+  const uint32_t b = f32_bits(a);  // NaN (or Inf): exponent 128, so lo = 15 whatever p is
+  const int32_t e = static_cast<int32_t>(b >> 23) - 127;
+  int32_t lo = 15 + 2 * e + static_cast<int32_t>((b & 0x7fffffu) >= kSqrt2Mantissa);
+  lo = lo < 0 ? 0 : lo;
+  lo = lo > 15 ? 15 : lo;
+  const int32_t top = static_cast<int32_t>(lo == 15);
+  const float below = quant4u_value(lo), above = quant4u_value(lo + 1 - top);
+  const float p = (a - below) / (above - below + static_cast<float>(top));  // top: no code above
+  const float u = static_cast<float>(r) * 0x1p-24f;
+  return lo + (static_cast<int32_t>(u < p) & (1 - top));
+}
+
+// The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book (a NaN takes
+// the top code), branch-free as above.
+inline int32_t quant4s_code(float a, uint32_t r) {
+  const Quant4Book& b = kQuant4Signed;
+  int32_t lo = 1;
+  for (int c = 2; c < kQuant4Codes; ++c) lo += static_cast<int32_t>(a >= b.v[c]);
+  const int32_t nan = static_cast<int32_t>((f32_bits(a) & 0x7fffffffu) > 0x7f800000u);
+  lo += nan * (15 - lo);
+  const int32_t top = static_cast<int32_t>(lo == 15);
+  // book[c] = (c - 8) / 7 in float, as make_quant4_book computes it (no table: no gathers).
+  const float below = static_cast<float>(lo - 8) / 7.0f, above = static_cast<float>(lo - 7 - top) / 7.0f;
+  const float p = (a - below) / (above - below + static_cast<float>(top));
+  const float u = static_cast<float>(r) * 0x1p-24f;
+  return lo + (static_cast<int32_t>(u < p) & (1 - top));
+}
+
+// Quantizes x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 .. j0 + n of
+// `codes` (the array's first byte) and returns the block's scale. column0: state_sr_column of
+// element j0.
+inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_signed, uint8_t* __restrict codes,
+                                int64_t j0, uint32_t key, uint32_t column0) {
+  float absmax = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float a = std::fabs(x[j]);
+    absmax = absmax < a ? a : absmax;
+  }
+  int32_t c[kQuantBlockSize];
+  if (!(absmax > 0.0f)) {
+    for (int64_t j = 0; j < n; ++j) c[j] = is_signed ? 8 : 0;
+  } else if (is_signed) {
+    const float inv = 1.0f / absmax;
+    for (int64_t j = 0; j < n; ++j)
+      c[j] = quant4s_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
+  } else {
+    const float inv = 1.0f / absmax;
+    for (int64_t j = 0; j < n; ++j)
+      c[j] = quant4u_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
+  }
+  uint8_t* p = codes + j0 / 2;
+  for (int64_t i = 0; i < n / 2; ++i) p[i] = static_cast<uint8_t>(c[2 * i] | (c[2 * i + 1] << 4));
+  if (n % 2) p[n / 2] = static_cast<uint8_t>(c[n - 1]);  // the unused high nibble of an odd array's last byte is 0
+  return absmax;
+}
+
+inline void quant4_load_block(const uint8_t* __restrict codes, int64_t n, bool is_signed, float scale, int64_t j0,
+                              float* __restrict out) {
+  const uint8_t* p = codes + j0 / 2;
+  if (!(scale > 0.0f)) {
+    for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
+    return;
+  }
+  if (is_signed) {
+    for (int64_t j = 0; j < n; ++j) out[j] = kQuant4Signed.v[(p[j / 2] >> ((j % 2) * 4)) & 0xf] * scale;
+    return;
+  }
+  for (int64_t i = 0; i < n / 2; ++i) {
+    out[2 * i] = quant4u_value(p[i] & 0xf) * scale;
+    out[2 * i + 1] = quant4u_value(p[i] >> 4) * scale;
+  }
+  if (n % 2) out[n - 1] = quant4u_value(p[n / 2] & 0xf) * scale;
+}
+
+// Whole state arrays: blocks of kQuantBlockSize with their fp32 scales at `scales`.
+inline void quant4_store_array(const float* __restrict x, int64_t d, bool is_signed, uint8_t* codes, uint8_t* scales,
+                               uint32_t key, uint32_t column0) {
+  for (int64_t j0 = 0; j0 < d; j0 += kQuantBlockSize) {
+    const int64_t n = d - j0 < kQuantBlockSize ? d - j0 : kQuantBlockSize;
+    store_f32(scales + 4 * (j0 / kQuantBlockSize),
+              quant4_store_block(x + j0, n, is_signed, codes, j0, key, column0 + static_cast<uint32_t>(j0)));
+  }
+}
+
+inline void quant4_load_array(const uint8_t* codes, const uint8_t* scales, int64_t d, bool is_signed,
+                              float* __restrict out) {
+  for (int64_t j0 = 0; j0 < d; j0 += kQuantBlockSize) {
+    const int64_t n = d - j0 < kQuantBlockSize ? d - j0 : kQuantBlockSize;
+    quant4_load_block(codes, n, is_signed, load_f32(scales + 4 * (j0 / kQuantBlockSize)), j0, out + j0);
+  }
+}
+
+}  // namespace leanemb::kernels

@@ -1,0 +1,152 @@
+// 4-bit block-wise optimizer state (quant4.h): the code books against their definition, the
+// packing (two codes per byte, fp32 scale per 64 elements), stochastic rounding onto one of the
+// two codes around a value and unbiased over keys, values below the unsigned book's smallest code,
+// zero blocks and NaN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/quant4.h"
+
+namespace leanemb::kernels {
+namespace {
+
+std::vector<float> random_values(int64_t n, bool is_signed, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(is_signed ? -1.0f : 0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = 0.03f * u(rng) * u(rng);  // many small values next to large ones
+  return x;
+}
+
+struct Stored {
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> back;
+};
+
+Stored store_and_load(const std::vector<float>& x, bool is_signed, uint32_t key) {
+  const auto d = static_cast<int64_t>(x.size());
+  const int64_t blocks = (d + kQuantBlockSize - 1) / kQuantBlockSize;
+  Stored s{std::vector<uint8_t>(static_cast<size_t>(d + 1) / 2, 0xee), std::vector<uint8_t>(4 * blocks),
+           std::vector<float>(x.size())};
+  quant4_store_array(x.data(), d, is_signed, s.codes.data(), s.scales.data(), key, 7);
+  quant4_load_array(s.codes.data(), s.scales.data(), d, is_signed, s.back.data());
+  return s;
+}
+
+TEST(Quant4Test, CodeBooksAreHalfOctavesWithoutZeroAndSevenths) {
+  for (int c = 0; c < kQuant4Codes; ++c) {
+    EXPECT_EQ(kQuant4Unsigned.v[c], static_cast<float>(std::pow(2.0, (c - 15) / 2.0))) << c;
+    if (c > 0) {
+      EXPECT_EQ(kQuant4Signed.v[c], static_cast<float>((c - 8) / 7.0)) << c;
+      EXPECT_LT(kQuant4Unsigned.v[c - 1], kQuant4Unsigned.v[c]);
+    }
+  }
+  EXPECT_GT(kQuant4Unsigned.v[0], 0.0f);
+  EXPECT_EQ(kQuant4Signed.v[8], 0.0f);
+}
+
+// The unsigned code's exponent-and-mantissa rule finds the book neighbours a brute-force search
+// finds, for floats all over [2^-10, 1]: with u = 0 (r = 0) every a above book[lo] rounds up.
+TEST(Quant4Test, UnsignedCodeFindsTheBookNeighboursOfEveryFloat) {
+  for (int c = 0; c < kQuant4Codes; ++c) EXPECT_EQ(quant4u_value(c), kQuant4Unsigned.v[c]) << c;
+  int64_t checked = 0;
+  for (uint32_t bits = f32_bits(0x1p-10f); bits <= f32_bits(1.0f); bits += 61) {
+    const float a = bits_f32(bits);
+    int lo = 0;
+    for (int c = 0; c < kQuant4Codes; ++c)
+      if (kQuant4Unsigned.v[c] <= a) lo = c;
+    const int want = lo < 15 && a > kQuant4Unsigned.v[lo] ? lo + 1 : lo;
+    ASSERT_EQ(quant4u_code(a, 0), want) << a;
+    const int32_t any = quant4u_code(a, 0x9e3779u);
+    ASSERT_TRUE(any == lo || any == want) << a;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000000);
+  EXPECT_EQ(quant4u_code(1.0f, 0), 15);
+  EXPECT_EQ(quant4u_code(NAN, 0), 15);
+  EXPECT_EQ(quant4u_code(0.0f, 0), 0);
+}
+
+// Every loaded value is one of the two book values around x / scale (times the scale), the
+// block's largest |x| loads back exactly, and the scale is that largest |x|; dims with a partial
+// block and an odd length.
+TEST(Quant4Test, StoreLoadsBackOneOfTheTwoCodesAroundEachValue) {
+  for (bool is_signed : {false, true}) {
+    const Quant4Book& b = quant4_book(is_signed);
+    for (int64_t d : {1, 13, 64, 130}) {
+      const std::vector<float> x = random_values(d, is_signed, 11 + static_cast<uint64_t>(d));
+      const Stored s = store_and_load(x, is_signed, 12345);
+      for (int64_t j = 0; j < d; ++j) {
+        const int64_t blk = j / kQuantBlockSize;
+        float scale = 0.0f;
+        for (int64_t i = blk * kQuantBlockSize; i < std::min(d, (blk + 1) * kQuantBlockSize); ++i)
+          scale = std::max(scale, std::fabs(x[i]));
+        ASSERT_EQ(load_f32(s.scales.data() + 4 * blk), scale);
+        if (std::fabs(x[j]) == scale) {
+          EXPECT_EQ(s.back[j], x[j]) << "d " << d << " j " << j;
+          continue;
+        }
+        const float a = x[j] / scale;
+        float below = -2.0f, above = 2.0f;
+        for (int c = is_signed ? 1 : 0; c < kQuant4Codes; ++c) {
+          if (b.v[c] <= a) below = std::max(below, b.v[c]);
+          if (b.v[c] >= a) above = std::min(above, b.v[c]);
+        }
+        if (below == -2.0f) below = above;  // under the unsigned book's smallest code: that code
+        EXPECT_TRUE(s.back[j] == below * scale || s.back[j] == above * scale)
+            << "d " << d << " j " << j << " a " << a << " got " << s.back[j] / scale << " between " << below << " and "
+            << above;
+      }
+      if (d % 2) {
+        EXPECT_EQ(s.codes.back() >> 4, 0) << "the unused nibble of an odd array";
+      }
+    }
+  }
+}
+
+// Over many keys the loaded value's mean is the value (stochastic rounding is unbiased); a value
+// under the unsigned book's smallest code always loads as that code.
+TEST(Quant4Test, StochasticRoundingIsUnbiasedOverKeys) {
+  constexpr int kKeys = 20000;
+  for (bool is_signed : {false, true}) {
+    const std::vector<float> x = is_signed ? std::vector<float>{1.0f, -0.5f, 0.33f, -0.07f, 0.01f, 0.0f}
+                                           : std::vector<float>{1.0f, 0.5f, 0.33f, 0.07f, 0.01f, 0.001f};
+    std::vector<double> sum(x.size(), 0.0);
+    for (int k = 0; k < kKeys; ++k) {
+      const Stored s = store_and_load(x, is_signed, static_cast<uint32_t>(k) * 2654435761u);
+      for (size_t j = 0; j < x.size(); ++j) sum[j] += s.back[j];
+    }
+    for (size_t j = 0; j < x.size(); ++j) {
+      const double mean = sum[j] / kKeys;
+      if (!is_signed && x[j] < kQuant4Unsigned.v[0]) {
+        EXPECT_EQ(mean, static_cast<double>(kQuant4Unsigned.v[0])) << j;
+        continue;
+      }
+      // Each draw is within one code spacing (at most 0.3 here) of x: sd <= 0.15.
+      EXPECT_NEAR(mean, x[j], 5.0 * 0.15 / std::sqrt(static_cast<double>(kKeys))) << (is_signed ? "signed " : "") << j;
+    }
+  }
+}
+
+// A zero block stores scale 0 and loads zeros; a NaN element takes the top code; different keys
+// give different codes (the rounding reads the key).
+TEST(Quant4Test, ZeroBlocksNaNAndKeys) {
+  for (bool is_signed : {false, true}) {
+    const Stored z = store_and_load(std::vector<float>(70, 0.0f), is_signed, 1);
+    for (float v : z.back) EXPECT_EQ(v, 0.0f);
+    EXPECT_EQ(load_f32(z.scales.data()), 0.0f);
+  }
+  const Stored n = store_and_load({0.5f, NAN, 0.25f}, false, 3);
+  EXPECT_EQ(n.back[1], 0.5f);
+  const std::vector<float> x = random_values(64, false, 5);
+  EXPECT_NE(store_and_load(x, false, 1).codes, store_and_load(x, false, 2).codes);
+}
+
+}  // namespace
+}  // namespace leanemb::kernels
