@@ -137,6 +137,10 @@ float sum_squares(const float* g, int64_t n);
 // store_row_sr<DType::kF16> (row_access.h) as the fast update kernels run it for the active
 // build (vectorized in x86-64-v3 and v4); bit-identical.
 void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0);
+// q8_store<sr> and load_row<DType::kQ8> (row_access.h) as the fast kernels run them for the
+// active build (vectorized in x86-64-v3 and v4, q8_vec.h); bit-identical.
+void q8_store_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0, bool sr);
+void q8_load_fast(float* out, const uint8_t* row, int64_t d);
 
 // ---- 8-bit block-wise state ------------------------------------------------------------------
 // Dynamic-exponent code books: signed (Adam m, 128 magnitudes x sign) and unsigned (Adam v,

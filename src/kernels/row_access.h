@@ -101,14 +101,41 @@ namespace leanemb::kernels {
 // scale. A store takes the whole row (the scale depends on it): scale = absmax / 127 (0 for an
 // all-zero row), codes clamp(q, -127, 127) with q = floor(t + u) (stochastic rounding, u from the
 // element's column_bits >> 8 times 2^-24) or nearbyint(t) (round to nearest even), t = w / scale.
-// t + u is computed in double, where it is exact (|t| <= 127 has 24 significant bits, u 24 bits
-// below 1), so every build gives the same codes; a NaN element stores code 0.
+// t + u is computed in double, where it is exact for |t| >= 2^-30 (t's 24 significant bits and
+// u's bits 2^-1 .. 2^-24 span at most 53 bits); for smaller |t| the rounded sum stays inside
+// (0, 1) when u > 0 and is t when u = 0, so floor gives the exact sum's floor in every case and
+// every build gives the same codes; a NaN element stores code 0.
 inline float q8_load(const uint8_t* row, int64_t j, int64_t d) {
   return static_cast<float>(static_cast<int8_t>(row[j])) * load_f32(row + d);
 }
 
-// The loops select with ternaries on values, not std::max / std::clamp (which return references
+// The code of one element, t = w / scale, with the element's random bits (unused when !kSr);
+// the vector stores (q8_vec.h) take it for the columns past their last full vector.
+// The selections are ternaries on values, not std::max / std::clamp (which return references
 // and keep GCC 12 from vectorizing; the same selections: a NaN element leaves the maximum as it is).
+template <bool kSr>
+inline uint8_t q8_code(float t_f, uint32_t bits) {
+  const double t = static_cast<double>(t_f);
+  double q;
+  if constexpr (kSr) {
+    q = std::floor(t + static_cast<double>(bits >> 8) * 0x1p-24);
+  } else {
+    (void)bits;
+    q = std::nearbyint(t);
+  }
+  q = q == q ? q : 0.0;
+  q = q < -127.0 ? -127.0 : (127.0 < q ? 127.0 : q);
+  return static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(q)));
+}
+
+// Columns [j0, d) of a row whose scale is `scale` (> 0).
+template <bool kSr>
+inline void q8_store_codes(uint8_t* __restrict row, const float* __restrict w, int64_t j0, int64_t d, float scale,
+                           uint32_t key, uint32_t column0) {
+  for (int64_t j = j0; j < d; ++j)
+    row[j] = q8_code<kSr>(w[j] / scale, kSr ? column_bits(key, column0 + static_cast<uint32_t>(j)) : 0u);
+}
+
 template <bool kSr>
 inline void q8_store(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key, uint32_t column0) {
   float absmax = 0.0f;
@@ -119,21 +146,8 @@ inline void q8_store(uint8_t* __restrict row, const float* __restrict w, int64_t
   const float scale = absmax / 127.0f;
   if (!(scale > 0.0f)) {
     for (int64_t j = 0; j < d; ++j) row[j] = 0;
-    store_f32(row + d, scale);
-    return;
-  }
-  for (int64_t j = 0; j < d; ++j) {
-    const double t = static_cast<double>(w[j] / scale);
-    double q;
-    if constexpr (kSr) {
-      const double u = static_cast<double>(column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8) * 0x1p-24;
-      q = std::floor(t + u);
-    } else {
-      q = std::nearbyint(t);
-    }
-    q = q == q ? q : 0.0;
-    q = q < -127.0 ? -127.0 : (127.0 < q ? 127.0 : q);
-    row[j] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(q)));
+  } else {
+    q8_store_codes<kSr>(row, w, 0, d, scale, key, column0);
   }
   store_f32(row + d, scale);
 }

@@ -40,11 +40,32 @@ LEANEMB_ISA_BUILDS(void, store_f16, (uint8_t* row, const float* w, int64_t d, ui
                    LEANEMB_STORE_F16_BODY)
 #undef LEANEMB_STORE_F16_BODY
 
+#define LEANEMB_STORE_Q8_BODY(I)                 \
+  if (sr) q8_store_t<I, true>(row, w, d, key, c0); \
+  else q8_store_t<I, false>(row, w, d, key, c0);
+LEANEMB_ISA_BUILDS(void, store_q8, (uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t c0, bool sr),
+                   LEANEMB_STORE_Q8_BODY)
+#undef LEANEMB_STORE_Q8_BODY
+
+#define LEANEMB_LOAD_Q8_BODY(I) load_row_q8_t<I>(out, row, d);
+LEANEMB_ISA_BUILDS(void, load_q8, (float* out, const uint8_t* row, int64_t d), LEANEMB_LOAD_Q8_BODY)
+#undef LEANEMB_LOAD_Q8_BODY
+
 }  // namespace
 
 void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0) {
   const Isa isa = active_isa();
   LEANEMB_RETURN_ISA_CALL(isa, store_f16, row, w, d, key, column0);
+}
+
+void q8_store_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0, bool sr) {
+  const Isa isa = active_isa();
+  LEANEMB_RETURN_ISA_CALL(isa, store_q8, row, w, d, key, column0, sr);
+}
+
+void q8_load_fast(float* out, const uint8_t* row, int64_t d) {
+  const Isa isa = active_isa();
+  LEANEMB_RETURN_ISA_CALL(isa, load_q8, out, row, d);
 }
 
 bool reduce_segments(const SegmentSource& s, int64_t u0, int64_t u1, float* out) {

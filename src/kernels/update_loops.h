@@ -23,6 +23,7 @@
 #include "kernels/isa.h"
 #include "kernels/isa_builds.h"
 #include "kernels/kernels.h"
+#include "kernels/q8_vec.h"
 #include "kernels/quant4.h"
 #include "kernels/quant8_vec.h"
 #include "kernels/row_access.h"
@@ -146,12 +147,13 @@ struct UpdateConsts {
         c2(one_minus(o.beta2)) {}
 };
 
-// The weights' store with stochastic rounding (store_row_sr), vectorized for fp16 rows in the
-// x86-64-v3 and v4 builds (vec8.h, vec16.h; bit-identical).
+// The weights' store with stochastic rounding (store_row_sr), vectorized for fp16 rows (vec8.h,
+// vec16.h) and q8 rows (q8_vec.h) in the x86-64-v3 and v4 builds (bit-identical).
 // Columns are numbered from column0 (0: a whole row).
 template <Isa I, DType W>
 inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key,
                              uint32_t column0 = 0) {
+  if constexpr (W == DType::kQ8) return q8_store_t<I, true>(row, w, d, key, column0);
 #ifdef LEANEMB_HAVE_V4
   if constexpr (W == DType::kF16 && I == Isa::kV4) return store_row_sr_f16_v4(row, w, d, key, column0);
 #endif
@@ -165,9 +167,10 @@ inline void store_weights_sr(uint8_t* __restrict row, const float* __restrict w,
 // in the x86-64-v3 and v4 builds (load_row_f16_v3 / _v4: VCVTPH2PS, exact for every half; it
 // sets the quiet bit of a signaling NaN, which the arithmetic that follows sets anyway, and a
 // NaN is stored back as 0x7e00 with its sign either way). The generic code converts with
-// integer arithmetic.
+// integer arithmetic. q8 rows: load_row_q8_t (q8_vec.h), the same floats in every build.
 template <Isa I, DType W>
 inline void load_weights(float* __restrict w, const uint8_t* __restrict row, int64_t d) {
+  if constexpr (W == DType::kQ8) return load_row_q8_t<I>(w, row, d);
 #ifdef LEANEMB_HAVE_V4
   if constexpr (W == DType::kF16 && I == Isa::kV4) return load_row_f16_v4(w, row, d);
 #endif
