@@ -24,6 +24,7 @@
 
 #include "core/half.h"
 #include "kernels/row_access.h"
+#include "kernels/vec8.h"
 #include "leanemb/optimizer.h"
 
 namespace leanemb::kernels {
@@ -106,8 +107,21 @@ inline int32_t quant4s_code(float a, uint32_t r) {
 // element j0.
 inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_signed, uint8_t* __restrict codes,
                                 int64_t j0, uint32_t key, uint32_t column0) {
+  // The largest |x| (a NaN element is passed over), 8 lanes in a vector register: max is exact,
+  // so the lanes give the serial loop's value. A serial loop kept the maximum on the stack inside
+  // the fused update (a store-forwarding round trip per element: 40% of the q8 + int4 step).
+  v8f acc = v8f{};
+  int64_t j8 = 0;
+  for (; j8 + 8 <= n; j8 += 8) {
+    const v8f a = load8f(x + j8), na = -a;
+    const v8f b = a > na ? a : na;  // |a|; NaN stays NaN and fails the next comparison
+    acc = b > acc ? b : acc;
+  }
+  float lanes[8];
+  store8f(lanes, acc);
   float absmax = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
+  for (float v : lanes) absmax = absmax < v ? v : absmax;
+  for (int64_t j = j8; j < n; ++j) {
     const float a = std::fabs(x[j]);
     absmax = absmax < a ? a : absmax;
   }
