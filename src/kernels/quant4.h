@@ -58,11 +58,12 @@ inline constexpr Quant4Book kQuant4Signed = make_quant4_book(true);
 
 inline const Quant4Book& quant4_book(bool is_signed) { return is_signed ? kQuant4Signed : kQuant4Unsigned; }
 
-// float(sqrt(2))'s mantissa bits (0x3fb504f3): the odd codes of the unsigned book are 2^e times it.
+// float(sqrt(2))'s mantissa bits (0x3fb504f3): the even codes below 15 of the unsigned book are 2^e
+// times it.
 inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
 
-// The unsigned book's value of code c in 0..15, from its bits: 2^e (c odd: times float(sqrt 2))
-// with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
+// The unsigned book's value of code c in 0..15, from its bits: 2^e (times float(sqrt 2) when
+// c - 15 is odd) with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
 inline float quant4u_value(int32_t c) {
   const int32_t k = c - 15;
   return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | (static_cast<uint32_t>(k & 1) * kSqrt2Mantissa));
