@@ -2,7 +2,7 @@
 # Crash tests of `leanemb train` with real processes (ctest: resume_bitexact, ckpt_kill9_random,
 # graceful_stop_random).
 #
-#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|sigterm|all] [OPTIMIZER] [STORE]
+#   tests/ckpt_kill9.sh LEANEMB_BINARY [KILLS] [resume|kill9|sigterm|all] [OPTIMIZER] [STORE] [ROWS:STATE]
 #
 # A tiny model trains STEPS steps with a checkpoint every 4 steps; its final checkpoint's digest
 # (`leanemb ckpt digest`) is the reference.
@@ -13,6 +13,7 @@
 #   sigterm: KILLS times: start a fresh run, SIGTERM it at a random moment: it must exit 5 (or 0
 #            when it had finished) with a checkpoint of the step it reached; resumed to STEPS,
 #            its training digest (`ckpt digest --training`) must be the reference's.
+# ROWS:STATE: the row and optimizer state dtypes (default bf16:fp32; e.g. q8:int4).
 # STORE=linked: the rows live in a log-layout file store (embedding.store_dir in each run's --out)
 # behind a row cache of 30% of the rows, and every checkpoint is incremental with the store's sealed segments
 # linked into it (train.incremental_checkpoints, train.link_store_rows), so a kill can land
@@ -26,6 +27,7 @@ KILLS=${2:-20}
 MODE=${3:-all}
 OPTIMIZER=${4:-adam}  # sm3: its column accumulators live outside the rows (blob optstate/<table>)
 STORE=${5:-resident}  # resident | linked
+DTYPES=${6:-bf16:fp32}  # rows:state
 STEPS=40
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/leanemb_kill9.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -34,7 +36,7 @@ export OMP_WAIT_POLICY=passive
 SETS=(--set "data.dir=\"$WORK/data\"" --set data.gen.train_rows=12000 --set data.gen.eval_rows=1000
       --set data.gen.vocab=500 --set model.table_rows=1000 --set train.batch_size=256
       --set train.checkpoint_every=4 --set train.keep_checkpoints=2 --set train.log_every=1000
-      --set embedding.optimizer="$OPTIMIZER" --set embedding.dtype=bf16)
+      --set embedding.optimizer="$OPTIMIZER" --set "embedding.dtype=${DTYPES%%:*}" --set "embedding.state_dtype=${DTYPES##*:}")
 
 case "$STORE" in
   resident) ;;

@@ -41,6 +41,9 @@ if(LEANEMB_BUILD_TESTS)
   add_test(NAME resume_bitexact COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume)
   # SM3: the column accumulators (blob optstate/<table>) must come back for the same digest.
   add_test(NAME resume_bitexact_sm3 COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume sm3)
+  # q8 rows + 4-bit Adagrad state (stochastically rounded codes, nibble-packed) through a checkpoint.
+  add_test(NAME resume_bitexact_q8_int4 COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 0 resume adagrad
+           resident q8:int4)
   add_test(NAME ckpt_kill9_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> ${_kills} kill9)
   # SIGTERM at random moments: exit 5 with a checkpoint, resumed to the reference training digest.
   add_test(NAME graceful_stop_random COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> 5 sigterm)
@@ -50,7 +53,7 @@ if(LEANEMB_BUILD_TESTS)
   # many SIGTERMs. Many kills land in a checkpoint write (10 kills left 9 .tmp / .deleting behind).
   math(EXPR _linked_kills "${_kills} / 4")
   add_test(NAME ckpt_kill9_linked COMMAND ${PROJECT_SOURCE_DIR}/tests/ckpt_kill9.sh $<TARGET_FILE:leanemb_cli> ${_linked_kills} all adam linked)
-  set_tests_properties(resume_bitexact resume_bitexact_sm3 ckpt_kill9_random graceful_stop_random ckpt_kill9_linked
+  set_tests_properties(resume_bitexact resume_bitexact_sm3 resume_bitexact_q8_int4 ckpt_kill9_random graceful_stop_random ckpt_kill9_linked
                        PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=2")
   # Issue 37, the attacker: every writer against occupied, locked and aliased targets, every reader
   # against swapped, truncated, concatenated and shrinking files; exit code, message, and the
