@@ -402,15 +402,13 @@ Status plan_optimizer(const BenchOptions& o, bool single, Plan* out) {
     p.contenders.push_back(make_contender(0, DType::kBF16, K::kSm3, DType::kF32, false));
     // fp16 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same run.
     p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
-    // Per-element state in little memory (issue 39): bf16 rows + 8-bit Adagrad state (3.06 bytes
-    // per parameter at dim 128), q8 rows + 8-bit Adagrad state (2.09) and fp8 rows + 8-bit
-    // Adagrad state (2.06), against bf16 row-wise Adagrad above (2.06).
-    p.contenders.push_back(make_contender(0, DType::kBF16, K::kAdagrad, DType::kInt8Blockwise, false));
-    p.contenders.push_back(make_contender(0, DType::kQ8, K::kAdagrad, DType::kInt8Blockwise, false));
-    p.contenders.push_back(make_contender(0, DType::kFP8, K::kAdagrad, DType::kInt8Blockwise, false));
-    // 4-bit Adagrad state (stochastic rounding): q8 rows 1.59 bytes per parameter at dim 128, bf16 rows 2.56.
-    p.contenders.push_back(make_contender(0, DType::kQ8, K::kAdagrad, DType::kInt4Blockwise, false));
-    p.contenders.push_back(make_contender(0, DType::kBF16, K::kAdagrad, DType::kInt4Blockwise, false));
+    // Per-element Adagrad state in little memory (issue 39), against bf16 row-wise Adagrad above
+    // (2.06 bytes per parameter at dim 128): 8-bit state with bf16 (3.06), q8 (2.09) and fp8 rows
+    // (2.06); 4-bit state (stochastic rounding) with q8 (1.59) and bf16 rows (2.56).
+    for (auto [rows, state] : {std::pair{DType::kBF16, DType::kInt8Blockwise}, {DType::kQ8, DType::kInt8Blockwise},
+                               {DType::kFP8, DType::kInt8Blockwise}, {DType::kQ8, DType::kInt4Blockwise},
+                               {DType::kBF16, DType::kInt4Blockwise}})
+      p.contenders.push_back(make_contender(0, rows, K::kAdagrad, state, false));
   }
   return Status();
 }
