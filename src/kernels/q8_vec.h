@@ -4,13 +4,11 @@
 //   * absmax: lane-wise max of |w| (MAXPS returns its second operand, the running max, when w is
 //     NaN, as the scalar's `absmax < a ? a : absmax` keeps it), then across lanes; max is exact,
 //     so the order does not matter. scale = absmax / 127 is the scalar's single division.
-//   * codes: the scalar's operations, lane by lane, four lanes to a 256-bit double vector:
-//     t = w / scale (VDIVPS, IEEE like DIVSS, never a reciprocal), widened to double (exact),
-//     u = (bits >> 8) * 2^-24 (exact: bits >> 8 < 2^24), t + u (the same IEEE double addition),
-//     floor (VROUNDPD toward -Inf) or, without stochastic rounding, nearbyint (VROUNDPD in the
-//     current rounding mode, as std::nearbyint), NaN -> 0, the clamp to [-127, 127] (MAXPD /
-//     MINPD on non-NaN values select as the scalar's ternaries), and truncation to int (exact on
-//     these integers). The random bits are column_bits8_v3 (vec8.h), column_bits' arithmetic.
+//   * codes: t = w / scale (VDIVPS, IEEE like DIVSS, never a reciprocal), then the scalar's code
+//     in eight float / int32 lanes, exactly: the stochastic floor(t + u) as integer arithmetic on
+//     floor(t * 2^24) (q8_code8_sr_v3 says why it is the double sum's floor), nearbyint as VROUNDPS
+//     in the current rounding mode; NaN -> 0 and the clamp to [-127, 127] as the scalar's. The
+//     random bits are column_bits8_v3 (vec8.h), column_bits' arithmetic.
 //   * columns past the last full vector of 8: the scalar q8_store_codes with the same scale.
 //   * load: int8 -> fp32 (exact) times the scale, one IEEE product per element as q8_load.
 //
@@ -46,21 +44,27 @@ LEANEMB_TARGET_V3 inline float q8_absmax_v3(const float* w, int64_t d) {
   return absmax;
 }
 
-// q8_code<kSr> of four lanes: t (double), the random bits' top 24 bits `a` (kSr only).
-template <bool kSr>
-LEANEMB_TARGET_V3 inline __m128i q8_code4_v3(__m128 t_f, __m128i a) {
-  const __m256d t = _mm256_cvtps_pd(t_f);
-  __m256d q;
-  if constexpr (kSr) {
-    const __m256d u = _mm256_mul_pd(_mm256_cvtepi32_pd(a), _mm256_set1_pd(0x1p-24));
-    q = _mm256_round_pd(_mm256_add_pd(t, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  } else {
-    (void)a;
-    q = _mm256_round_pd(t, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
-  }
-  q = _mm256_and_pd(q, _mm256_cmp_pd(q, q, _CMP_ORD_Q));  // NaN -> +0
-  q = _mm256_min_pd(_mm256_max_pd(q, _mm256_set1_pd(-127.0)), _mm256_set1_pd(127.0));
-  return _mm256_cvttpd_epi32(q);
+// q8_code<false> of eight lanes: nearbyint of t in float is the double one's (an integer-valued
+// result is exact in both), then NaN -> 0 and the clamp, as the scalar.
+LEANEMB_TARGET_V3 inline __m256i q8_code8_rne_v3(__m256 t) {
+  __m256 q = _mm256_round_ps(t, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+  q = _mm256_and_ps(q, _mm256_cmp_ps(q, q, _CMP_ORD_Q));  // NaN -> +0
+  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  return _mm256_cvttps_epi32(q);
+}
+
+// q8_code<true> of eight lanes in 32-bit float and integer lanes, the same codes as the double
+// arithmetic: with t clamped to [-127, 127] (a t outside gets the bound's code either way, since
+// floor(t + u) moves by less than 1 and the code clamps there) and NaN sent to 0,
+//   floor(t + k / 2^24) = floor((floor(t * 2^24) + k) / 2^24) = (floor(t * 2^24) + k) >> 24
+// for the integer k = bits >> 8 (floor((x + k) / N) = floor((floor(x) + k) / N) for integers k, N).
+// t * 2^24 is exact (a power-of-two scaling), its floor is an integer below 2^31 in magnitude, so
+// the conversion is exact, and 127 * 2^24 + k <= 2^31 - 1: the sum never overflows.
+LEANEMB_TARGET_V3 inline __m256i q8_code8_sr_v3(__m256 t, __m256i k) {
+  t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));  // NaN -> +0 (code 0, as the scalar)
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  const __m256 f = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(0x1p24f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(f), k), 24);
 }
 
 // q8_store<kSr> (row_access.h), eight columns at a time.
@@ -80,14 +84,14 @@ LEANEMB_TARGET_V3 inline void q8_store_v3(uint8_t* __restrict row, const float* 
   int64_t j = 0;
   for (; j + 8 <= d; j += 8) {
     const __m256 t = _mm256_div_ps(_mm256_loadu_ps(w + j), vscale);
-    __m256i a = _mm256_setzero_si256();
+    __m256i c;
     if constexpr (kSr) {
-      a = _mm256_srli_epi32(column_bits8_v3(key, term), 8);
+      c = q8_code8_sr_v3(t, _mm256_srli_epi32(column_bits8_v3(key, term), 8));
       term = _mm256_add_epi32(term, step);
+    } else {
+      c = q8_code8_rne_v3(t);
     }
-    const __m128i lo = q8_code4_v3<kSr>(_mm256_castps256_ps128(t), _mm256_castsi256_si128(a));
-    const __m128i hi = q8_code4_v3<kSr>(_mm256_extractf128_ps(t, 1), _mm256_extracti128_si256(a, 1));
-    const __m128i c16 = _mm_packs_epi32(lo, hi);
+    const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(row + j), _mm_packs_epi16(c16, c16));
   }
   q8_store_codes<kSr>(row, w, j, d, scale, key, column0);

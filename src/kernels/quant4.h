@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "core/rng.h"
 #include "kernels/row_access.h"
 #include "kernels/vec8.h"
 #include "leanemb/optimizer.h"
@@ -66,25 +67,34 @@ inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
 // c - 15 is odd) with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
 inline float quant4u_value(int32_t c) {
   const int32_t k = c - 15;
-  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | (static_cast<uint32_t>(k & 1) * kSqrt2Mantissa));
+  return bits_f32((static_cast<uint32_t>((k >> 1) + 127) << 23) | ((0u - static_cast<uint32_t>(k & 1)) & kSqrt2Mantissa));
 }
 
-// The unsigned code of a = value / scale (in [0, 1]; a NaN takes the top code) given 24 random bits r:
-// lo = the largest code whose value is at most a (code 0 when a is below them all), found from a's
-// exponent and whether its mantissa reaches sqrt(2)'s; then lo + 1 with probability
-// (a - book[lo]) / (book[lo + 1] - book[lo]) (negative below code 0: never rounds down).
+// The gaps between consecutive unsigned codes, over the smaller code's power of two: 2^e (sqrt 2 - 1)
+// above 2^e and 2^e (2 - sqrt 2) above 2^e sqrt 2, with float(sqrt 2) as in the book. Both are exact
+// floats (Sterbenz), and so is 2^e times either: each is the book's above - below exactly.
+inline constexpr float kQuant4Sqrt2 = 1.41421356237309504880f;
+inline constexpr float kQuant4GapLo = kQuant4Sqrt2 - 1.0f, kQuant4GapHi = 2.0f - kQuant4Sqrt2;
+
+// The unsigned code of a = value / scale (in [0, 1]; by magnitude; a NaN takes the top code) given
+// 24 random bits r. Whenever book[0] <= a < 1, a = 2^e m with m in [1, 2) lies between
+// below = 2^e (m < sqrt 2) or 2^e sqrt 2 (m >= sqrt 2), the code lo = 15 + 2 e (+ 1), and the next
+// code above, below + gap; it rounds up with probability (a - below) / gap, decided as
+// u * gap < a - below for u = r / 2^24 (a multiply, not a division). Every term comes from a's bits:
+// the exponent field, and whether the mantissa field reaches sqrt 2's. Outside that range the code
+// clamps: a below book[0] (and 0, subnormals) gives code 0, never rounded down further; a >= 1, Inf
+// and NaN give 15 (their exponent field puts lo at 15 or above).
 // Integer and float lanes and selects only, no branches: GCC vectorizes the loops that call it.
 inline int32_t quant4u_code(float a, uint32_t r) {
-  const uint32_t b = f32_bits(a);  // NaN (or Inf): exponent 128, so lo = 15 whatever p is
-  const int32_t e = static_cast<int32_t>(b >> 23) - 127;
-  int32_t lo = 15 + 2 * e + static_cast<int32_t>((b & 0x7fffffu) >= kSqrt2Mantissa);
-  lo = lo < 0 ? 0 : lo;
-  lo = lo > 15 ? 15 : lo;
-  const int32_t top = static_cast<int32_t>(lo == 15);
-  const float below = quant4u_value(lo), above = quant4u_value(lo + 1 - top);
-  const float p = (a - below) / (above - below + static_cast<float>(top));  // top: no code above
+  const uint32_t b = f32_bits(a) & 0x7fffffffu;
+  const uint32_t pow2 = b & 0x7f800000u;
+  const int32_t hi = static_cast<int32_t>((b & 0x7fffffu) >= kSqrt2Mantissa);
+  const float below = bits_f32(pow2 | (static_cast<uint32_t>(-hi) & kSqrt2Mantissa));
+  const float gap = bits_f32(pow2) * (hi ? kQuant4GapHi : kQuant4GapLo);
   const float u = static_cast<float>(r) * 0x1p-24f;
-  return lo + (static_cast<int32_t>(u < p) & (1 - top));
+  int32_t c = 2 * static_cast<int32_t>(b >> 23) - 239 + hi + static_cast<int32_t>(u * gap < a - below);
+  c = c < 0 ? 0 : c;
+  return c > 15 ? 15 : c;
 }
 
 // The signed code (a in [-1, 1]): the same rule over the sevenths of the signed book (a NaN takes
@@ -98,9 +108,8 @@ inline int32_t quant4s_code(float a, uint32_t r) {
   const int32_t top = static_cast<int32_t>(lo == 15);
   // book[c] = (c - 8) / 7 in float, as make_quant4_book computes it (no table: no gathers).
   const float below = static_cast<float>(lo - 8) / 7.0f, above = static_cast<float>(lo - 7 - top) / 7.0f;
-  const float p = (a - below) / (above - below + static_cast<float>(top));
   const float u = static_cast<float>(r) * 0x1p-24f;
-  return lo + (static_cast<int32_t>(u < p) & (1 - top));
+  return lo + (static_cast<int32_t>(u * (above - below) < a - below) & (1 - top));
 }
 
 // Quantizes x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 .. j0 + n of
@@ -127,16 +136,19 @@ inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_si
     absmax = absmax < a ? a : absmax;
   }
   int32_t c[kQuantBlockSize];
+  const int32_t n32 = static_cast<int32_t>(n);  // 32-bit lanes for the column counter (n <= 64)
   if (!(absmax > 0.0f)) {
-    for (int64_t j = 0; j < n; ++j) c[j] = is_signed ? 8 : 0;
+    for (int32_t j = 0; j < n32; ++j) c[j] = is_signed ? 8 : 0;
   } else if (is_signed) {
     const float inv = 1.0f / absmax;
-    for (int64_t j = 0; j < n; ++j)
+    for (int32_t j = 0; j < n32; ++j)
       c[j] = quant4s_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
   } else {
+    // column_bits(key, column0 + j) with its column term as an induction variable (one add per
+    // element instead of a multiply): (column0 + j) * G + C = term0 + j * G modulo 2^32.
     const float inv = 1.0f / absmax;
-    for (int64_t j = 0; j < n; ++j)
-      c[j] = quant4u_code(x[j] * inv, column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8);
+    uint32_t term = column_term(column0);
+    for (int32_t j = 0; j < n32; ++j, term += kColumnGolden) c[j] = quant4u_code(x[j] * inv, fmix32(key ^ term) >> 8);
   }
   uint8_t* p = codes + j0 / 2;
   for (int64_t i = 0; i < n / 2; ++i) p[i] = static_cast<uint8_t>(c[2 * i] | (c[2 * i + 1] << 4));

@@ -65,12 +65,22 @@ TEST(Quant4Test, UnsignedCodeFindsTheBookNeighboursOfEveryFloat) {
     ASSERT_EQ(quant4u_code(a, 0), want) << a;
     const int32_t any = quant4u_code(a, 0x9e3779u);
     ASSERT_TRUE(any == lo || any == want) << a;
+    // The rounding rule itself, from the book: up when u * (book[lo + 1] - book[lo]) < a - book[lo].
+    for (uint32_t r : {1u, 0x400000u, 0x800000u, 0xabcdefu, 0xffffffu}) {
+      const float u = static_cast<float>(r) * 0x1p-24f;
+      const bool up = lo < 15 && u * (kQuant4Unsigned.v[lo + 1] - kQuant4Unsigned.v[lo]) < a - kQuant4Unsigned.v[lo];
+      ASSERT_EQ(quant4u_code(a, r), lo + (up ? 1 : 0)) << a << " r " << r;
+    }
     ++checked;
   }
   EXPECT_GT(checked, 1000000);
   EXPECT_EQ(quant4u_code(1.0f, 0), 15);
   EXPECT_EQ(quant4u_code(NAN, 0), 15);
   EXPECT_EQ(quant4u_code(0.0f, 0), 0);
+  EXPECT_EQ(quant4u_code(-0.0f, 0), 0);
+  EXPECT_EQ(quant4u_code(INFINITY, 0), 15);
+  EXPECT_EQ(quant4u_code(1.0000001f, 0), 15);
+  EXPECT_EQ(quant4u_code(0x1p-140f, 0xffffffu), 0);  // subnormal
 }
 
 // Every loaded value is one of the two book values around x / scale (times the scale), the
@@ -146,6 +156,31 @@ TEST(Quant4Test, ZeroBlocksNaNAndKeys) {
   EXPECT_EQ(n.back[1], 0.5f);
   const std::vector<float> x = random_values(64, false, 5);
   EXPECT_NE(store_and_load(x, false, 1).codes, store_and_load(x, false, 2).codes);
+}
+
+// Each stored nibble is the element's own code: quant4u_code / quant4s_code of x / scale with the
+// element's column_bits(key, column) >> 8 (the block loop steps the column term by adding, not by
+// column_bits' multiply), over blocks, partial blocks and column offsets that wrap 2^32.
+TEST(Quant4Test, StoredCodesAreEachElementsCodeWithItsColumnBits) {
+  for (bool is_signed : {false, true}) {
+    for (int64_t d : {1, 9, 64, 100, 130}) {
+      for (uint32_t column0 : {0u, 7u, 123456u, 0xfffffff0u}) {
+        const std::vector<float> x = random_values(d, is_signed, 3 + static_cast<uint64_t>(d));
+        const int64_t blocks = (d + kQuantBlockSize - 1) / kQuantBlockSize;
+        std::vector<uint8_t> codes(static_cast<size_t>(d + 1) / 2), scales(4 * static_cast<size_t>(blocks));
+        const uint32_t key = 0x5eed1234u + column0;
+        quant4_store_array(x.data(), d, is_signed, codes.data(), scales.data(), key, column0);
+        for (int64_t j = 0; j < d; ++j) {
+          const float scale = load_f32(scales.data() + 4 * (j / kQuantBlockSize));
+          const float a = x[static_cast<size_t>(j)] * (1.0f / scale);
+          const uint32_t r = column_bits(key, column0 + static_cast<uint32_t>(j)) >> 8;
+          const int32_t want = is_signed ? quant4s_code(a, r) : quant4u_code(a, r);
+          ASSERT_EQ((codes[static_cast<size_t>(j / 2)] >> ((j % 2) * 4)) & 0xf, want)
+              << "signed " << is_signed << " d " << d << " column0 " << column0 << " j " << j;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
