@@ -49,19 +49,23 @@ enum class DTypeUse : uint8_t { kRows, kOptimizerState, kPayload, kActivations }
 
 struct DTypeTraits {
   std::string_view name;        // "fp32", "fp16", "bf16", "int8", "fp8", "q8"
-  size_t element_bytes;         // bytes per element (int8 formats: per code)
-  size_t row_overhead_bytes;    // bytes per row beyond dim * element_bytes (int8 rowwise: scale + bias)
+  size_t element_bits;          // bits per element (int8 formats: per code; int4: two codes per byte)
+  size_t row_overhead_bytes;    // bytes per row beyond the elements' bytes (int8 rowwise: scale + bias)
   bool trainable;               // whether rows of this dtype can be updated in place
   size_t row_alignment_bytes;   // fat-row stride alignment of tables with rows of this dtype (0: not a row dtype)
+  bool block_scales;            // state formats with an fp32 scale per kQuantBlockSize elements (int8, int4)
 };
 
 const DTypeTraits& dtype_traits(DType t);
 // "fp32" | "fp16" | "bf16" | "int8" (kInt8Rowwise and kInt8Blockwise alike).
 std::string_view dtype_name(DType t);
+// Bytes of n elements packed (a partial last byte counts whole), without scales or padding.
+inline size_t dtype_array_bytes(DType t, int64_t n) {
+  return (static_cast<size_t>(n) * dtype_traits(t).element_bits + 7) / 8;
+}
 // Bytes of one row of `dim` elements, excluding padding.
 inline size_t dtype_row_bytes(DType t, int64_t dim) {
-  const auto& tr = dtype_traits(t);
-  return static_cast<size_t>(dim) * tr.element_bytes + tr.row_overhead_bytes;
+  return dtype_array_bytes(t, dim) + dtype_traits(t).row_overhead_bytes;
 }
 
 // The dtypes `use` accepts, in the order of the table above.

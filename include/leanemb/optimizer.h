@@ -77,6 +77,14 @@ struct RowLayout {
   size_t stride_bytes = 0;      // distance between consecutive rows
 
   size_t padding_bytes() const { return stride_bytes - weight_bytes - state_bytes; }
+  // Per-element state array k (0: m_*, 1: v_*): its offset, its block scales' offset, and
+  // whether it holds signed values (Adam's and partial row-wise Adam's m; Adagrad sums and
+  // Adam's v are not negative).
+  size_t state_offset(int k) const { return k == 0 ? m_offset : v_offset; }
+  size_t state_scale_offset(int k) const { return k == 0 ? m_scale_offset : v_scale_offset; }
+  bool state_signed(int k) const {
+    return k == 0 && (optimizer.kind == OptimizerKind::kAdam || optimizer.kind == OptimizerKind::kPartialRowwiseAdam);
+  }
 };
 
 // The size function every allocation and every memory prediction uses.

@@ -65,19 +65,19 @@ Result<plan::PlannerOptions> planner_options(const PlanArgs& a) {
     if (s->empty()) continue;
     LEANEMB_ASSIGN_OR_RETURN(*dst, parse_bytes(*s));
   }
-  po.allow_rowwise = a.allow_rowwise;
-  po.allow_bf16_state = a.allow_bf16_state;
-  po.allow_8bit_state = a.allow_8bit_state;
-  po.allow_4bit_state = a.allow_4bit_state;
-  po.allow_cache = a.allow_cache;
+  using LO = plan::LeanOption;
+  for (auto [flag, opt] : {std::pair{a.allow_rowwise, LO::kRowwiseOptimizer}, {a.allow_bf16_state, LO::kBf16State},
+                           {a.allow_8bit_state, LO::kInt8State}, {a.allow_4bit_state, LO::kInt4State},
+                           {a.allow_cache, LO::kRowCache}})
+    if (flag) po.allow.push_back(opt);
   for (const std::string& n : a.allow_unproven) {
     if (n == "all") {
-      for (const plan::LeanOptionInfo& i : plan::lean_option_table()) po.allow_unproven.push_back(i.option);
+      for (const plan::LeanOptionInfo& i : plan::lean_option_table()) po.allow.push_back(i.option);
       continue;
     }
     auto lo = plan::parse_lean_option(n);
     if (!lo.ok()) return invalid_argument("--allow-unproven: " + lo.status().message());
-    po.allow_unproven.push_back(lo.value());
+    po.allow.push_back(lo.value());
   }
   po.max_shards = a.max_shards;
   po.keep_precision = a.keep_precision;

@@ -28,14 +28,14 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
     // The 1-byte trainable formats exist to make rows small: their strides keep the fp32 fields'
     // 4-byte alignment only (fp8 + 8-bit Adagrad at dim 16: 36 bytes, not 40). The others keep 8
     // (their layouts, and so their checkpoints' strides, are unchanged).
-    {"fp32", 4, 0, true, 8},
-    {"fp16", 2, 0, true, 8},
-    {"bf16", 2, 0, true, 8},
-    {"int8", 1, 8, false, 8},
-    {"int8", 1, 0, false, 0},  // block scales are part of the optimizer's row layout
-    {"fp8", 1, 0, true, 4},
-    {"q8", 1, 4, true, 4},     // the fp32 scale after the codes
-    {"int4", 0, 0, false, 0},  // two codes per byte; the optimizer's row layout sizes them
+    {"fp32", 32, 0, true, 8, false},
+    {"fp16", 16, 0, true, 8, false},
+    {"bf16", 16, 0, true, 8, false},
+    {"int8", 8, 8, false, 8, false},
+    {"int8", 8, 0, false, 0, true},  // block scales: placed by the optimizer's row layout
+    {"fp8", 8, 0, true, 4, false},
+    {"q8", 8, 4, true, 4, false},    // the fp32 scale after the codes
+    {"int4", 4, 0, false, 0, true},  // two codes per byte, block scales as int8's
 }};
 
 constexpr DType kRowDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kFP8, DType::kInt8Rowwise};

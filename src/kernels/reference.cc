@@ -53,15 +53,8 @@ void store_row_weights_sr(const RowLayout& l, uint8_t* row, const float* w, uint
   }
 }
 
-size_t elem_offset(const RowLayout& l, int k) { return k == 0 ? l.m_offset : l.v_offset; }
-size_t scale_offset(const RowLayout& l, int k) { return k == 0 ? l.m_scale_offset : l.v_scale_offset; }
-// Adam m and PartialRowwiseAdam m are signed; Adagrad sums and Adam v are not.
-bool state_is_signed(const RowLayout& l, int k) {
-  return k == 0 && (l.optimizer.kind == OptimizerKind::kAdam || l.optimizer.kind == OptimizerKind::kPartialRowwiseAdam);
-}
-
 void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, uint32_t key) {
-  uint8_t* p = row + elem_offset(l, k);
+  uint8_t* p = row + l.state_offset(k);
   switch (l.optimizer.state_dtype) {
     case DType::kF32:
       for (int64_t j = 0; j < l.dim; ++j) store_f32(p + 4 * j, x[j]);
@@ -74,12 +67,12 @@ void store_elem_state(const RowLayout& l, uint8_t* row, int k, const float* x, u
       for (int64_t b = 0; b < l.num_blocks; ++b) {
         const int64_t j0 = b * kQuantBlockSize;
         const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
-        const float scale = quantize_block(x + j0, n, state_is_signed(l, k), p + j0);
-        store_f32(row + scale_offset(l, k) + 4 * b, scale);
+        const float scale = quantize_block(x + j0, n, l.state_signed(k), p + j0);
+        store_f32(row + l.state_scale_offset(k) + 4 * b, scale);
       }
       break;
     case DType::kInt4Blockwise:
-      quant4_store_array(x, l.dim, state_is_signed(l, k), p, row + scale_offset(l, k), key, state_sr_column(l.dim, k, 0));
+      quant4_store_array(x, l.dim, l.state_signed(k), p, row + l.state_scale_offset(k), key, state_sr_column(l.dim, k, 0));
       break;
     default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }
@@ -129,7 +122,7 @@ void ref_store_weights_rne(const RowLayout& l, uint8_t* row, const float* w) {
 }
 
 void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* out) {
-  const uint8_t* p = row + elem_offset(l, k);
+  const uint8_t* p = row + l.state_offset(k);
   switch (l.optimizer.state_dtype) {
     case DType::kF32:
       for (int64_t j = 0; j < l.dim; ++j) out[j] = load_f32(p + 4 * j);
@@ -141,11 +134,11 @@ void ref_load_elem_state(const RowLayout& l, const uint8_t* row, int k, float* o
       for (int64_t b = 0; b < l.num_blocks; ++b) {
         const int64_t j0 = b * kQuantBlockSize;
         const int64_t n = std::min(kQuantBlockSize, l.dim - j0);
-        dequantize_block(p + j0, n, state_is_signed(l, k), load_f32(row + scale_offset(l, k) + 4 * b), out + j0);
+        dequantize_block(p + j0, n, l.state_signed(k), load_f32(row + l.state_scale_offset(k) + 4 * b), out + j0);
       }
       break;
     case DType::kInt4Blockwise:
-      quant4_load_array(p, row + scale_offset(l, k), l.dim, state_is_signed(l, k), out);
+      quant4_load_array(p, row + l.state_scale_offset(k), l.dim, l.state_signed(k), out);
       break;
     default: LEANEMB_CHECK(false, "not an optimizer state dtype");
   }

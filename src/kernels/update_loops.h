@@ -40,13 +40,9 @@ using update_detail::RangeJob;
 using update_detail::Scratch;
 
 
-inline bool state_signed(OptimizerKind k, int idx) {
-  return idx == 0 && (k == OptimizerKind::kAdam || k == OptimizerKind::kPartialRowwiseAdam);
-}
-
 template <Isa I, DType S>
 inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __restrict out) {
-  const uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
+  const uint8_t* p = row + l.state_offset(k);
   const int64_t d = l.dim;
   if constexpr (S == DType::kF32) {
     std::memcpy(out, p, static_cast<size_t>(d) * 4);
@@ -54,31 +50,31 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
     const uint16_t* r = reinterpret_cast<const uint16_t*>(p);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
   } else if constexpr (S == DType::kInt8Blockwise) {
-    dequantize_row_t<I>(p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset), d, state_signed(l.optimizer.kind, k),
+    dequantize_row_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k),
                         out);
   } else {
-    quant4_load_array(p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset), d, state_signed(l.optimizer.kind, k),
+    quant4_load_array(p, row + l.state_scale_offset(k), d, l.state_signed(k),
                       out);
   }
 }
 
 template <Isa I, DType S>
 inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __restrict x, uint32_t key) {
-  uint8_t* p = row + (k == 0 ? l.m_offset : l.v_offset);
+  uint8_t* p = row + l.state_offset(k);
   const int64_t d = l.dim;
   if constexpr (S == DType::kF32) {
     std::memcpy(p, x, static_cast<size_t>(d) * 4);
   } else if constexpr (S == DType::kBF16) {
     store_row_sr<DType::kBF16>(p, x, d, key, state_sr_column(d, k, 0));
   } else if constexpr (S == DType::kInt4Blockwise) {
-    quant4_store_array(x, d, state_signed(l.optimizer.kind, k), p, row + (k == 0 ? l.m_scale_offset : l.v_scale_offset),
+    quant4_store_array(x, d, l.state_signed(k), p, row + l.state_scale_offset(k),
                        key, state_sr_column(d, k, 0));
   } else {
-    uint8_t* scales = row + (k == 0 ? l.m_scale_offset : l.v_scale_offset);
+    uint8_t* scales = row + l.state_scale_offset(k);
     for (int64_t b = 0; b < l.num_blocks; ++b) {
       const int64_t j0 = b * kQuantBlockSize;
       store_f32(scales + 4 * b,
-                quantize_block_t<I>(x + j0, std::min(kQuantBlockSize, d - j0), state_signed(l.optimizer.kind, k),
+                quantize_block_t<I>(x + j0, std::min(kQuantBlockSize, d - j0), l.state_signed(k),
                                     p + j0));
     }
   }

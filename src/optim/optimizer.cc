@@ -77,19 +77,18 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
   }
   l.num_elem_states = elem_states;
   if (elem_states > 0) {
-    const bool int4 = opt.state_dtype == DType::kInt4Blockwise;
-    const size_t eb = dtype_traits(opt.state_dtype).element_bytes;  // 4, 2 or 1 (0 for int4)
+    const DTypeTraits& st = dtype_traits(opt.state_dtype);
     // fp32 state gets 4-byte alignment; narrower types pack tightly.
-    if (eb == 4) off = align_up(off, 4);
+    if (st.element_bits == 32) off = align_up(off, 4);
     // int4: two codes per byte, element j in byte j / 2 (low nibble for even j).
-    l.elem_state_bytes = int4 ? static_cast<size_t>(dim + 1) / 2 : static_cast<size_t>(dim) * eb;
+    l.elem_state_bytes = dtype_array_bytes(opt.state_dtype, dim);
     l.m_offset = off;
     off += l.elem_state_bytes;
     if (elem_states == 2) {
       l.v_offset = off;
       off += l.elem_state_bytes;
     }
-    if (opt.state_dtype == DType::kInt8Blockwise || int4) {
+    if (st.block_scales) {
       l.num_blocks = (dim + kQuantBlockSize - 1) / kQuantBlockSize;
       off = align_up(off, 4);
       l.m_scale_offset = off;

@@ -172,9 +172,8 @@ std::vector<LeanOption> options_of(const Workload& w) {
   if (w.row_dtype == DType::kQ8) v.push_back(LeanOption::kQ8Rows);
   if (rowwise(w.row_optimizer.kind)) v.push_back(LeanOption::kRowwiseOptimizer);
   if (w.row_optimizer.kind == OptimizerKind::kSm3) v.push_back(LeanOption::kSm3);
-  if (w.row_optimizer.state_dtype == DType::kBF16) v.push_back(LeanOption::kBf16State);
-  if (w.row_optimizer.state_dtype == DType::kInt8Blockwise) v.push_back(LeanOption::kInt8State);
-  if (w.row_optimizer.state_dtype == DType::kInt4Blockwise) v.push_back(LeanOption::kInt4State);
+  for (const StateDtypeOption& s : kStateDtypeOptions)
+    if (w.row_optimizer.state_dtype == s.state) v.push_back(s.option);
   // CTR: the dense layers' activations; embedding-only: the output and its gradient.
   if (w.kind != WorkloadKind::kText && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
   if (w.cache_fraction < 1.0) v.push_back(LeanOption::kRowCache);

@@ -41,6 +41,16 @@ enum class LeanOption : uint8_t {
 };
 inline constexpr int kNumLeanOptions = 11;
 
+// The lean options that are an optimizer-state dtype, with that dtype: the one place that pairs
+// them (what a workload's state dtype counts as, and what the planner tries for each).
+struct StateDtypeOption {
+  LeanOption option;
+  DType state;
+};
+inline constexpr StateDtypeOption kStateDtypeOptions[] = {{LeanOption::kBf16State, DType::kBF16},
+                                                          {LeanOption::kInt8State, DType::kInt8Blockwise},
+                                                          {LeanOption::kInt4State, DType::kInt4Blockwise}};
+
 enum class Verdict : uint8_t {
   kProven,       // measured, and no dataset of the task below the reference by more than the band
   kLoss,         // measured below the reference by more than the band on at least one dataset

@@ -199,7 +199,7 @@ TEST(ParityPlannerTest, UnprovenRowsAreOffByDefaultAndAllowedByName) {
   const auto j = plan_report_json(seed_workload(), o, safe.value(), ReportContext{"seed", 2048, 1000, 0, ""});
   EXPECT_EQ(j["accuracy"]["unproven_excluded"].size(), 4u) << dump_json(j["accuracy"]);
 
-  o.allow_unproven = {LeanOption::kBf16Rows};
+  o.allow = {LeanOption::kBf16Rows};
   auto allowed = make_plan(seed_workload(), o);
   ASSERT_TRUE(allowed.ok());
   ASSERT_TRUE(allowed.value().fits);
@@ -224,7 +224,7 @@ TEST(ParityPlannerTest, PrefersProvenOptionsOverCheaperUnprovenOnes) {
   ASSERT_TRUE(fp32_need.ok());
   ASSERT_FALSE(fp32_need.value().fits);
   EXPECT_EQ(fp32_need.value().chosen.workload.row_dtype, DType::kF32);
-  o.allow_unproven = {LeanOption::kBf16Rows};
+  o.allow = {LeanOption::kBf16Rows};
   auto bf16_need = make_plan(seed_workload(), o);
   ASSERT_TRUE(bf16_need.ok());
   EXPECT_EQ(bf16_need.value().chosen.workload.row_dtype, DType::kBF16);
@@ -258,7 +258,7 @@ TEST(ParityPlannerTest, AllowUnprovenByNameWidensTheSearch) {
   o.parity = t;
   auto without = make_plan(seed_workload(), o);
   ASSERT_TRUE(without.ok());
-  o.allow_unproven = {LeanOption::kInt8State};
+  o.allow = {LeanOption::kInt8State};
   auto with = make_plan(seed_workload(), o);
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(with.value().chosen.workload.row_optimizer.state_dtype, DType::kInt8Blockwise);
@@ -275,10 +275,10 @@ TEST(ParityPlannerTest, FourBitStateIsProvenOptInAndSmallerThanEightBit) {
   EXPECT_EQ(parse_lean_option("4bit-state").value(), LeanOption::kInt4State);
   PlannerOptions o = options_for("cpu:64MiB");
   o.allow_host = false;
-  o.allow_8bit_state = true;
+  o.allow = {LeanOption::kInt8State};
   auto eight = make_plan(seed_workload(), o);
   ASSERT_TRUE(eight.ok());
-  o.allow_4bit_state = true;
+  o.allow.push_back(LeanOption::kInt4State);
   auto four = make_plan(seed_workload(), o);
   ASSERT_TRUE(four.ok());
   EXPECT_LT(four.value().smallest_device_bytes, eight.value().smallest_device_bytes);

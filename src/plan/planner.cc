@@ -85,36 +85,19 @@ std::span<const LeanOptionInfo> parity_of(const PlannerOptions& o) {
   return o.parity.empty() ? lean_option_table() : o.parity;
 }
 
+bool allows(const PlannerOptions& o, LeanOption opt) {
+  for (LeanOption a : o.allow)
+    if (a == opt) return true;
+  return false;
+}
+
 }  // namespace
 
 bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOptions& o) {
-  if (proven_for(lean_option_info(opt, parity_of(o)), base.kind)) return true;
-  for (LeanOption a : o.allow_unproven)
-    if (a == opt) return true;
-  switch (opt) {
-    case LeanOption::kRowwiseOptimizer: return o.allow_rowwise;
-    case LeanOption::kBf16State: return o.allow_bf16_state;
-    case LeanOption::kInt8State: return o.allow_8bit_state;
-    case LeanOption::kInt4State: return o.allow_4bit_state;
-    case LeanOption::kRowCache: return o.allow_cache;
-    default: return false;
-  }
+  return proven_for(lean_option_info(opt, parity_of(o)), base.kind) || allows(o, opt);
 }
 
 namespace {
-
-// `options` with each option allowed by name widening the search as its own flag does.
-PlannerOptions widened(const PlannerOptions& options) {
-  PlannerOptions o = options;
-  for (LeanOption a : options.allow_unproven) {
-    if (a == LeanOption::kRowwiseOptimizer) o.allow_rowwise = true;
-    if (a == LeanOption::kBf16State) o.allow_bf16_state = true;
-    if (a == LeanOption::kInt8State) o.allow_8bit_state = true;
-    if (a == LeanOption::kInt4State) o.allow_4bit_state = true;
-    if (a == LeanOption::kRowCache) o.allow_cache = true;
-  }
-  return o;
-}
 
 // The values the search tries for each setting.
 struct SearchSpace {
@@ -132,16 +115,15 @@ SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
   SearchSpace sp;
   sp.dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8, DType::kFP8};  // the evidence rules out the unproven
   sp.opts = {base.row_optimizer.kind};
-  if (o.allow_rowwise && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
+  if (allows(o, LeanOption::kRowwiseOptimizer) && rowwise_variant(base.row_optimizer.kind) != base.row_optimizer.kind)
     sp.opts.push_back(rowwise_variant(base.row_optimizer.kind));
   // SM3 replaces Adagrad only; whether the evidence (or the user) allows it is checked per candidate.
   if (base.row_optimizer.kind == OptimizerKind::kAdagrad) sp.opts.push_back(OptimizerKind::kSm3);
   sp.states = {DType::kF32};
-  if (o.allow_bf16_state) sp.states.push_back(DType::kBF16);
-  if (o.allow_8bit_state) sp.states.push_back(DType::kInt8Blockwise);
-  if (o.allow_4bit_state) sp.states.push_back(DType::kInt4Blockwise);
+  for (const StateDtypeOption& s : kStateDtypeOptions)
+    if (allows(o, s.option)) sp.states.push_back(s.state);
   sp.caches = {1.0};
-  if (o.allow_cache) sp.caches.insert(sp.caches.end(), {0.5, 0.2, 0.05, 0.01});
+  if (allows(o, LeanOption::kRowCache)) sp.caches.insert(sp.caches.end(), {0.5, 0.2, 0.05, 0.01});
   for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) sp.shard_counts.push_back(s);
   for (int k = 1; k <= 64 && k <= base.batch_size; k *= 2)
     if (base.batch_size % k == 0 && (k == 1 || base.kind != WorkloadKind::kText)) sp.micros.push_back(k);  // text: no micro-batches
@@ -275,8 +257,7 @@ void finish_plan(const Workload& base, const PlannerOptions& o, const Search& s,
 
 }  // namespace
 
-Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options) {
-  const PlannerOptions o = widened(options);
+Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
   PlanResult res;
   LEANEMB_ASSIGN_OR_RETURN(res.naive, predict_naive_baseline(base));
   LEANEMB_ASSIGN_OR_RETURN(Prediction check, predict_memory(base, Estimate::kWorstCase));

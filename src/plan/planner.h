@@ -12,7 +12,7 @@
 // allowed; a row cache only when allowed (rows in host RAM behind a device cache, docs/tiered.md).
 // Every lean option carries its measured accuracy parity (parity.h, docs/accuracy.md): an
 // option not proven for the workload's task is searched only when the user allows it
-// (allow_unproven, or its own allow flag), fitting plans with fewer unproven options win over
+// (PlannerOptions::allow), fitting plans with fewer unproven options win over
 // cheaper ones, and the result names the unproven options used and those left out.
 //
 // Presets and their bandwidths: docs/plan.md (nominal spec-sheet figures).
@@ -54,18 +54,15 @@ struct PlannerOptions {
   DevicePreset preset;
   size_t device_budget_bytes = 0;  // 0 = the preset's memory
   size_t host_budget_bytes = 0;    // 0 = no limit
-  bool allow_rowwise = false;      // rowwise_adagrad / partial_rowwise_adam
-  bool allow_bf16_state = false;
-  bool allow_8bit_state = false;
-  bool allow_4bit_state = false;
-  bool allow_cache = false;        // device row cache over host rows (docs/tiered.md)
   int max_shards = 1;              // devices the tables may be sharded over
   bool keep_precision = false;     // do not search activation precision (keep the workload's)
   bool allow_host = true;          // rows / state may be placed in host memory
-  // Lean options searched although their parity is not proven for the workload's task
-  // (parity.h); an option's own flag above (allow_rowwise, allow_bf16_state, allow_8bit_state, allow_4bit_state,
-  // allow_cache) allows it too.
-  std::vector<LeanOption> allow_unproven;
+  // The lean options the user allows (parity.h): each is searched although its parity is not
+  // proven for the workload's task. The opt-in ones are searched only when listed here, proven or
+  // not: kRowwiseOptimizer, the state dtypes (kStateDtypeOptions) and kRowCache. The CLI fills it
+  // from --allow-rowwise, --allow-bf16-state, --allow-8bit-state, --allow-4bit-state, --allow-cache
+  // and --allow-unproven NAME,...
+  std::vector<LeanOption> allow;
   // The parity table consulted (tests pass their own); empty: lean_option_table().
   std::span<const LeanOptionInfo> parity;
   // Fitting plans whose estimated step is within this fraction of the fastest fitting plan's

@@ -204,7 +204,7 @@ TEST(PlannerTest, EqualSpeedPlansGoToTheLowerDevicePeak) {
   // Fewer unproven options still come first: allowing the row-wise optimizer (a loss beyond the
   // goal; smaller state, a lower peak and fewer bytes) does not make the tie-break choose it.
   o.device_budget_bytes = 0;
-  o.allow_unproven = {LeanOption::kRowwiseOptimizer};
+  o.allow = {LeanOption::kRowwiseOptimizer};
   const PlanResult allowed = pick(kEqualSpeedTolerance);
   EXPECT_EQ(allowed.chosen.workload.row_optimizer.kind, OptimizerKind::kAdam);
   EXPECT_TRUE(allowed.unproven_chosen.empty());
