@@ -161,7 +161,7 @@ void add_bench(CLI::App& app, int* result) {
   cmd->add_option("--tables", a->tables, "Number of tables T; default per workload")->type_name("N")->check(non_empty());
   cmd->add_option("--dtype", a->dtype, "Row dtype fp32 | fp16 | bf16 | q8 | fp8 | int8 (int8 is lookup-only)")->type_name("DTYPE")->check(non_empty());
   cmd->add_option("--optimizer", a->optimizer, "sgd | adagrad | rowwise_adagrad | adam | partial_rowwise_adam | sm3")->type_name("NAME")->check(non_empty());
-  cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8")->type_name("DTYPE")->check(non_empty());
+  cmd->add_option("--state-dtype", a->state_dtype, "Optimizer state dtype fp32 | bf16 | int8 | int4")->type_name("DTYPE")->check(non_empty());
   cmd->add_option("--threads", a->threads, "OpenMP threads")->capture_default_str()->type_name("N")->check(non_empty());
   cmd->add_option("--iters", a->iters, "Measured iterations (default 50)")->type_name("N")->check(non_empty());
   cmd->add_option("--warmup", a->warmup, "Warm-up iterations (default 10)")->type_name("N")->check(non_empty());
