@@ -141,6 +141,11 @@ void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key
 // active build (vectorized in x86-64-v3 and v4, q8_vec.h); bit-identical.
 void q8_store_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0, bool sr);
 void q8_load_fast(float* out, const uint8_t* row, int64_t d);
+// quant4_store_array and quant4_load_array (quant4.h) as the fast kernels run them for the active build (vectorized in
+// x86-64-v3 and v4, quant4_vec.h); bit-identical.
+void quant4_store_fast(const float* x, int64_t d, bool is_signed, uint8_t* codes, uint8_t* scales, uint32_t key,
+                       uint32_t column0);
+void quant4_load_fast(const uint8_t* codes, const uint8_t* scales, int64_t d, bool is_signed, float* out);
 
 // ---- 8-bit block-wise state ------------------------------------------------------------------
 // Dynamic-exponent code books: signed (Adam m, 128 magnitudes x sign) and unsigned (Adam v,

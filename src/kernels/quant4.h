@@ -112,14 +112,11 @@ inline int32_t quant4s_code(float a, uint32_t r) {
   return lo + (static_cast<int32_t>(u * (above - below) < a - below) & (1 - top));
 }
 
-// Quantizes x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 .. j0 + n of
-// `codes` (the array's first byte) and returns the block's scale. column0: state_sr_column of
-// element j0.
-inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_signed, uint8_t* __restrict codes,
-                                int64_t j0, uint32_t key, uint32_t column0) {
-  // The largest |x| (a NaN element is passed over), 8 lanes in a vector register: max is exact,
-  // so the lanes give the serial loop's value. A serial loop kept the maximum on the stack inside
-  // the fused update (a store-forwarding round trip per element: 40% of the q8 + int4 step).
+// The largest |x[j]| of a block (a NaN element is passed over; 0 for none), 8 lanes in a vector
+// register: max is exact, so the lanes give the serial loop's value. A serial loop kept the
+// maximum on the stack inside the fused update (a store-forwarding round trip per element: 40% of
+// the q8 + int4 step).
+inline float quant4_absmax(const float* __restrict x, int64_t n) {
   v8f acc = v8f{};
   int64_t j8 = 0;
   for (; j8 + 8 <= n; j8 += 8) {
@@ -135,6 +132,14 @@ inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_si
     const float a = std::fabs(x[j]);
     absmax = absmax < a ? a : absmax;
   }
+  return absmax;
+}
+
+// The codes of x[0..n) (n <= kQuantBlockSize, j0 even) given the block's absmax, into the nibbles
+// of elements j0 .. j0 + n of `codes` (the array's first byte). column0: state_sr_column of
+// element j0.
+inline void quant4_store_codes(const float* __restrict x, int64_t n, bool is_signed, float absmax,
+                               uint8_t* __restrict codes, int64_t j0, uint32_t key, uint32_t column0) {
   int32_t c[kQuantBlockSize];
   const int32_t n32 = static_cast<int32_t>(n);  // 32-bit lanes for the column counter (n <= 64)
   if (!(absmax > 0.0f)) {
@@ -153,6 +158,14 @@ inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_si
   uint8_t* p = codes + j0 / 2;
   for (int64_t i = 0; i < n / 2; ++i) p[i] = static_cast<uint8_t>(c[2 * i] | (c[2 * i + 1] << 4));
   if (n % 2) p[n / 2] = static_cast<uint8_t>(c[n - 1]);  // the unused high nibble of an odd array's last byte is 0
+}
+
+// Quantizes a block x[0..n) (n <= kQuantBlockSize, j0 even) into the nibbles of elements j0 ..
+// j0 + n of `codes` and returns the block's scale (its absmax).
+inline float quant4_store_block(const float* __restrict x, int64_t n, bool is_signed, uint8_t* __restrict codes,
+                                int64_t j0, uint32_t key, uint32_t column0) {
+  const float absmax = quant4_absmax(x, n);
+  quant4_store_codes(x, n, is_signed, absmax, codes, j0, key, column0);
   return absmax;
 }
 

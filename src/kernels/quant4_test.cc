@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa_testing.h"
+#include "kernels/kernels.h"
 #include "kernels/quant4.h"
 
 namespace leanemb::kernels {
@@ -181,6 +183,68 @@ TEST(Quant4Test, StoredCodesAreEachElementsCodeWithItsColumnBits) {
       }
     }
   }
+}
+
+// The fast store (quant4_vec.h) against the scalar quant4_store_array, byte for byte (codes and
+// scales), in every build the CPU runs: both books, dims with partial vectors, partial blocks and
+// odd lengths, values of every magnitude with zeros, NaN and Inf among them, all-zero blocks, and
+// many keys and first columns (those near 2^32 wrap).
+TEST(Quant4VecTest, FastStoreMatchesScalarByteForByte) {
+  std::mt19937_64 rng(44);
+  std::uniform_real_distribution<float> e(-60.0f, 10.0f), u(0.0f, 1.0f);
+  for_each_isa([&] {
+    int64_t arrays = 0;
+    for (bool is_signed : {false, true}) {
+      for (int64_t d : {1, 2, 15, 16, 17, 31, 33, 64, 65, 80, 100, 128, 130, 1000}) {
+        for (int trial = 0; trial < 12; ++trial) {
+          std::vector<float> x(static_cast<size_t>(d));
+          for (auto& v : x) {
+            v = std::exp2(e(rng)) * (is_signed && rng() % 2 ? -1.0f : 1.0f);
+            if (trial % 4 == 1 && rng() % 8 == 0) v = 0.0f;
+            if (trial % 4 == 2 && rng() % 16 == 0) v = (rng() % 2) ? NAN : INFINITY;
+          }
+          if (trial % 4 == 3) std::fill(x.begin(), x.begin() + std::min<int64_t>(d, 64), 0.0f);  // a zero block
+          const int64_t blocks = (d + kQuantBlockSize - 1) / kQuantBlockSize;
+          const uint32_t key = static_cast<uint32_t>(rng()), column0 = trial % 3 ? static_cast<uint32_t>(rng()) : 0xfffffff8u;
+          std::vector<uint8_t> wc(static_cast<size_t>(d + 1) / 2, 0xee), gc = wc, ws(4 * static_cast<size_t>(blocks), 0xee),
+              gs = ws;
+          quant4_store_array(x.data(), d, is_signed, wc.data(), ws.data(), key, column0);
+          quant4_store_fast(x.data(), d, is_signed, gc.data(), gs.data(), key, column0);
+          ASSERT_EQ(gc, wc) << "signed " << is_signed << " d " << d << " trial " << trial;
+          ASSERT_EQ(gs, ws) << "signed " << is_signed << " d " << d << " trial " << trial;
+          ++arrays;
+        }
+      }
+    }
+    EXPECT_EQ(arrays, 2 * 14 * 12);
+  });
+}
+
+// The fast load (quant4_vec.h) against the scalar quant4_load_array, bit for bit, in every build
+// the CPU runs: random codes (every nibble value) for both books, dims with partial vectors,
+// partial blocks and odd lengths, scales ordinary, subnormal, 0, Inf and NaN.
+TEST(Quant4VecTest, FastLoadMatchesScalarBitForBit) {
+  std::mt19937_64 rng(4);
+  const float scales[] = {1.0f, 0.37f, 3e-40f, 0.0f, INFINITY, NAN, 1e30f};
+  for_each_isa([&] {
+    int64_t arrays = 0;
+    for (bool is_signed : {false, true}) {
+      for (int64_t d : {1, 2, 15, 16, 17, 31, 33, 64, 65, 80, 100, 128, 130, 1000}) {
+        const int64_t blocks = (d + kQuantBlockSize - 1) / kQuantBlockSize;
+        std::vector<uint8_t> codes(static_cast<size_t>(d + 1) / 2), sc(4 * static_cast<size_t>(blocks));
+        for (auto& c : codes) c = static_cast<uint8_t>(rng());
+        for (int64_t b = 0; b < blocks; ++b) store_f32(sc.data() + 4 * b, scales[rng() % 7]);
+        std::vector<float> want(static_cast<size_t>(d)), got(static_cast<size_t>(d), -7.0f);
+        quant4_load_array(codes.data(), sc.data(), d, is_signed, want.data());
+        quant4_load_fast(codes.data(), sc.data(), d, is_signed, got.data());
+        for (int64_t j = 0; j < d; ++j)
+          ASSERT_EQ(f32_bits(got[static_cast<size_t>(j)]), f32_bits(want[static_cast<size_t>(j)]))
+              << "signed " << is_signed << " d " << d << " j " << j;
+        ++arrays;
+      }
+    }
+    EXPECT_EQ(arrays, 28);
+  });
 }
 
 }  // namespace

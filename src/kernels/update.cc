@@ -47,6 +47,17 @@ LEANEMB_ISA_BUILDS(void, store_q8, (uint8_t* row, const float* w, int64_t d, uin
                    LEANEMB_STORE_Q8_BODY)
 #undef LEANEMB_STORE_Q8_BODY
 
+#define LEANEMB_STORE_Q4_BODY(I) quant4_store_array_t<I>(x, d, is_signed, codes, scales, key, c0);
+LEANEMB_ISA_BUILDS(void, store_q4,
+                   (const float* x, int64_t d, bool is_signed, uint8_t* codes, uint8_t* scales, uint32_t key, uint32_t c0),
+                   LEANEMB_STORE_Q4_BODY)
+#undef LEANEMB_STORE_Q4_BODY
+
+#define LEANEMB_LOAD_Q4_BODY(I) quant4_load_array_t<I>(codes, scales, d, is_signed, out);
+LEANEMB_ISA_BUILDS(void, load_q4, (const uint8_t* codes, const uint8_t* scales, int64_t d, bool is_signed, float* out),
+                   LEANEMB_LOAD_Q4_BODY)
+#undef LEANEMB_LOAD_Q4_BODY
+
 #define LEANEMB_LOAD_Q8_BODY(I) load_row_q8_t<I>(out, row, d);
 LEANEMB_ISA_BUILDS(void, load_q8, (float* out, const uint8_t* row, int64_t d), LEANEMB_LOAD_Q8_BODY)
 #undef LEANEMB_LOAD_Q8_BODY
@@ -61,6 +72,17 @@ void store_row_sr_f16_fast(uint8_t* row, const float* w, int64_t d, uint32_t key
 void q8_store_fast(uint8_t* row, const float* w, int64_t d, uint32_t key, uint32_t column0, bool sr) {
   const Isa isa = active_isa();
   LEANEMB_RETURN_ISA_CALL(isa, store_q8, row, w, d, key, column0, sr);
+}
+
+void quant4_store_fast(const float* x, int64_t d, bool is_signed, uint8_t* codes, uint8_t* scales, uint32_t key,
+                       uint32_t column0) {
+  const Isa isa = active_isa();
+  LEANEMB_RETURN_ISA_CALL(isa, store_q4, x, d, is_signed, codes, scales, key, column0);
+}
+
+void quant4_load_fast(const uint8_t* codes, const uint8_t* scales, int64_t d, bool is_signed, float* out) {
+  const Isa isa = active_isa();
+  LEANEMB_RETURN_ISA_CALL(isa, load_q4, codes, scales, d, is_signed, out);
 }
 
 void q8_load_fast(float* out, const uint8_t* row, int64_t d) {

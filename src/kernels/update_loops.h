@@ -25,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "kernels/q8_vec.h"
 #include "kernels/quant4.h"
+#include "kernels/quant4_vec.h"
 #include "kernels/quant8_vec.h"
 #include "kernels/row_access.h"
 #include "kernels/vec16.h"
@@ -53,8 +54,7 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
     dequantize_row_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k),
                         out);
   } else {
-    quant4_load_array(p, row + l.state_scale_offset(k), d, l.state_signed(k),
-                      out);
+    quant4_load_array_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k), out);
   }
 }
 
@@ -67,7 +67,7 @@ inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __
   } else if constexpr (S == DType::kBF16) {
     store_row_sr<DType::kBF16>(p, x, d, key, state_sr_column(d, k, 0));
   } else if constexpr (S == DType::kInt4Blockwise) {
-    quant4_store_array(x, d, l.state_signed(k), p, row + l.state_scale_offset(k),
+    quant4_store_array_t<I>(x, d, l.state_signed(k), p, row + l.state_scale_offset(k),
                        key, state_sr_column(d, k, 0));
   } else {
     uint8_t* scales = row + l.state_scale_offset(k);
