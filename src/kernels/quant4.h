@@ -15,8 +15,10 @@
 // keeps growing by increments far below its code spacing. A block whose scale is 0 is all zeros;
 // a NaN element takes the top code.
 //
-// The loops are written so GCC vectorizes them in each ISA build; the reference kernels call the
-// same functions, so every build stores the same codes (kernels_test checks it).
+// The loops are written so GCC vectorizes them in each ISA build; the reference kernels and the
+// baseline build call these functions, the x86-64-v3 and v4 builds their explicit-vector versions
+// in quant4_vec.h (the load, and the store of the non-negative book), which give the same floats
+// and bytes (Quant4VecTest, and kernels_test's byte-for-byte update tests).
 #pragma once
 
 #include <cmath>
