@@ -37,8 +37,8 @@ inline uint32_t row_key(uint64_t seed, uint64_t step, uint32_t table, uint64_t r
 
 // 32 random bits for one column of a row: fmix32(key ^ column_term(col)). The term is affine in the
 // column, so a loop over consecutive columns may add kColumnGolden per column instead.
-inline constexpr uint32_t kColumnGolden = 0x9e3779b9u;
-inline constexpr uint32_t column_term(uint32_t col) { return col * kColumnGolden + 0x7f4a7c15u; }
+inline constexpr uint32_t kColumnGolden = 0x9e3779b9u, kColumnOffset = 0x7f4a7c15u;
+inline constexpr uint32_t column_term(uint32_t col) { return col * kColumnGolden + kColumnOffset; }
 inline uint32_t column_bits(uint32_t key, uint32_t col) { return fmix32(key ^ column_term(col)); }
 
 }  // namespace leanemb

@@ -80,7 +80,7 @@ LEANEMB_TARGET_V3 inline void q8_store_v3(uint8_t* __restrict row, const float* 
   const __m256 vscale = _mm256_set1_ps(scale);
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256i term = column_term8_v3(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(column0)), iota));
-  const __m256i step = _mm256_set1_epi32(static_cast<int>(8u * 0x9e3779b9u));
+  const __m256i step = _mm256_set1_epi32(static_cast<int>(8u * kColumnGolden));
   int64_t j = 0;
   for (; j + 8 <= d; j += 8) {
     const __m256 t = _mm256_div_ps(_mm256_loadu_ps(w + j), vscale);

@@ -51,8 +51,7 @@ inline void load_state(const RowLayout& l, const uint8_t* row, int k, float* __r
     const uint16_t* r = reinterpret_cast<const uint16_t*>(p);
     for (int64_t j = 0; j < d; ++j) out[j] = bf16_to_f32(r[j]);
   } else if constexpr (S == DType::kInt8Blockwise) {
-    dequantize_row_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k),
-                        out);
+    dequantize_row_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k), out);
   } else {
     quant4_load_array_t<I>(p, row + l.state_scale_offset(k), d, l.state_signed(k), out);
   }
@@ -67,8 +66,7 @@ inline void store_state(const RowLayout& l, uint8_t* row, int k, const float* __
   } else if constexpr (S == DType::kBF16) {
     store_row_sr<DType::kBF16>(p, x, d, key, state_sr_column(d, k, 0));
   } else if constexpr (S == DType::kInt4Blockwise) {
-    quant4_store_array_t<I>(x, d, l.state_signed(k), p, row + l.state_scale_offset(k),
-                       key, state_sr_column(d, k, 0));
+    quant4_store_array_t<I>(x, d, l.state_signed(k), p, row + l.state_scale_offset(k), key, state_sr_column(d, k, 0));
   } else {
     uint8_t* scales = row + l.state_scale_offset(k);
     for (int64_t b = 0; b < l.num_blocks; ++b) {

@@ -106,8 +106,8 @@ LEANEMB_TARGET_V4 inline void load_row_f16_v4(float* __restrict out, const uint8
 
 // column_term8_v3 / column_bits8_v3 (vec8.h), sixteen columns.
 LEANEMB_TARGET_V4 inline __m512i column_term16_v4(__m512i col) {
-  return _mm512_add_epi32(_mm512_mullo_epi32(col, _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))),
-                          _mm512_set1_epi32(0x7f4a7c15));
+  return _mm512_add_epi32(_mm512_mullo_epi32(col, _mm512_set1_epi32(static_cast<int>(kColumnGolden))),
+                          _mm512_set1_epi32(static_cast<int>(kColumnOffset)));
 }
 LEANEMB_TARGET_V4 inline __m512i column_bits16_v4(uint32_t key, __m512i term) {
   __m512i h = _mm512_xor_si512(term, _mm512_set1_epi32(static_cast<int>(key)));
@@ -131,7 +131,7 @@ LEANEMB_TARGET_V4 inline void store_row_sr_f16_v4(uint8_t* __restrict row, const
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m256i one16 = _mm256_set1_epi16(1);
   __m512i col_term = column_term16_v4(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0)), iota));
-  const __m512i col_step = _mm512_set1_epi32(static_cast<int>(16u * 0x9e3779b9u));
+  const __m512i col_step = _mm512_set1_epi32(static_cast<int>(16u * kColumnGolden));
   for (int64_t j = 0; j < d; j += 16) {
     const __mmask16 m = lane_mask16(d - j);
     const __m512 f = _mm512_maskz_loadu_ps(m, w + j);

@@ -126,12 +126,12 @@ LEANEMB_TARGET_V3 inline v8f load8_v3(const uint8_t* row, int64_t j, int64_t d) 
   }
 }
 
-// column_bits(key, col) (core/rng.h) of eight columns, from their term col * 0x9e3779b9 +
-// 0x7f4a7c15 (column_term8_v3): a loop over consecutive columns adds 8 * 0x9e3779b9 to the term
+// column_bits(key, col) (core/rng.h) of eight columns, from their term column_term(col)
+// (column_term8_v3): a loop over consecutive columns adds 8 * kColumnGolden to the term
 // per block instead of multiplying again (the same value mod 2^32).
 LEANEMB_TARGET_V3 inline __m256i column_term8_v3(__m256i col) {
-  return _mm256_add_epi32(_mm256_mullo_epi32(col, _mm256_set1_epi32(static_cast<int>(0x9e3779b9u))),
-                          _mm256_set1_epi32(0x7f4a7c15));
+  return _mm256_add_epi32(_mm256_mullo_epi32(col, _mm256_set1_epi32(static_cast<int>(kColumnGolden))),
+                          _mm256_set1_epi32(static_cast<int>(kColumnOffset)));
 }
 LEANEMB_TARGET_V3 inline __m256i column_bits8_v3(uint32_t key, __m256i term) {
   __m256i h = _mm256_xor_si256(term, _mm256_set1_epi32(static_cast<int>(key)));
@@ -201,7 +201,7 @@ LEANEMB_TARGET_V3 inline void store_row_sr_f16_v3(uint8_t* __restrict row, const
                                                   uint32_t key, uint32_t column0) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256i term = column_term8_v3(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(column0)), iota));
-  const __m256i step = _mm256_set1_epi32(static_cast<int>(8u * 0x9e3779b9u));
+  const __m256i step = _mm256_set1_epi32(static_cast<int>(8u * kColumnGolden));
   int64_t j = 0;
   for (; j + 8 <= d; j += 8, term = _mm256_add_epi32(term, step)) {
     const __m256i h = f32_to_f16_sr8_v3(_mm256_loadu_ps(w + j), column_bits8_v3(key, term));
