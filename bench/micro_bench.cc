@@ -372,7 +372,9 @@ void register_all() {
               U{K::kPartialRowwiseAdam, DType::kF32, DType::kF32}, U{K::kAdam, DType::kF32, DType::kBF16},
               U{K::kAdam, DType::kF32, DType::kInt8Blockwise}, U{K::kRowwiseAdagrad, DType::kBF16, DType::kF32},
               U{K::kRowwiseAdagrad, DType::kF16, DType::kF32}, U{K::kAdagrad, DType::kQ8, DType::kInt8Blockwise},
-              U{K::kAdagrad, DType::kQ8, DType::kInt4Blockwise}, U{K::kAdam, DType::kQ8, DType::kInt4Blockwise}, U{K::kAdagrad, DType::kQ8, DType::kF32}, U{K::kAdagrad, DType::kF32, DType::kInt4Blockwise}, U{K::kAdagrad, DType::kBF16, DType::kF32}})
+              U{K::kAdagrad, DType::kQ8, DType::kInt4Blockwise}, U{K::kAdam, DType::kQ8, DType::kInt4Blockwise},
+              U{K::kAdagrad, DType::kQ8, DType::kF32}, U{K::kAdagrad, DType::kF32, DType::kInt4Blockwise},
+              U{K::kAdagrad, DType::kBF16, DType::kF32}})
     benchmark::RegisterBenchmark(("BM_UpdateRows/optimizer:" + std::string(optimizer_name(u.k)) + "/dtype:" +
                                   dt_name(u.dt) + "/state:" + std::string(dtype_name(u.sd)))
                                      .c_str(),
