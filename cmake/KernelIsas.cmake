@@ -11,6 +11,9 @@
 #         otherwise: the README's quick start, also on a machine where GoogleTest happens to be
 #         installed (LEANEMB_BUILD_TESTS=AUTO then builds the tests, but the quick start's
 #         release-cli preset does not compile them, so `all` would only cost time).
+# The sanitizer presets (debug, tsan; CMakePresets.json) set `host`: a sanitizer checks only the
+# code that runs, and a build this CPU cannot run would only be compiled again (the release preset
+# compiles every build with the warnings as errors). On an AVX-512 machine `host` is `all`.
 # The choice is a compile definition of every target (LEANEMB_KERNELS_NO_V4 / _NO_V3, kernels/vec8.h
 # and vec16.h), so the library, the tests and the Python module agree; kernels/isa.h's cpu_isa()
 # reports at most the best build compiled, so the tests run every build the CPU and the build have.

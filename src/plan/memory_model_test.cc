@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>  // mkdtemp
 #include <filesystem>
-#include <list>
+#include <limits>
 #include <random>
 #include <unordered_map>
 #include <string>
@@ -316,30 +316,42 @@ std::vector<double> zipf_cdf(int64_t vocab, double zipf) {
   return cdf;
 }
 
-// An exact LRU cache of `capacity` rows. A step asks for its distinct rows, as the row cache
-// does; each call of access() is one of them and says whether it missed.
-class ExactLru {
+// An exact LRU cache, by stack distance: access(id) returns how many distinct other ids were
+// accessed since id's last access (kFirst on its first), and an LRU cache of C rows hits exactly
+// the accesses whose distance is below C, so one pass serves every capacity. A step asks for its
+// distinct rows, as the row cache does; each call of access() is one of them. The distances are
+// counted with a Fenwick tree over the access times in which each id marks only its latest one.
+class LruStackDistance {
  public:
-  explicit ExactLru(int64_t capacity) : capacity_(capacity) {}
-  bool access(int64_t id) {
-    auto it = where_.find(id);
-    if (it != where_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return false;
+  static constexpr int64_t kFirst = std::numeric_limits<int64_t>::max();
+  explicit LruStackDistance(int64_t max_accesses) : tree_(static_cast<size_t>(max_accesses) + 1, 0) {}
+  int64_t access(int64_t id) {
+    const int64_t now = ++time_;
+    const auto [it, first] = last_.try_emplace(id, now);
+    int64_t distance = kFirst;
+    if (!first) {
+      // Marks in (last, now): every id's latest access after id's own (the ids seen so far less
+      // those whose latest access is at or before id's).
+      distance = static_cast<int64_t>(last_.size()) - marks_up_to(it->second);
+      mark(it->second, -1);
+      it->second = now;
     }
-    lru_.push_front(id);
-    where_[id] = lru_.begin();
-    if (static_cast<int64_t>(lru_.size()) > capacity_) {
-      where_.erase(lru_.back());
-      lru_.pop_back();
-    }
-    return true;
+    mark(now, +1);
+    return distance;
   }
 
  private:
-  int64_t capacity_;
-  std::list<int64_t> lru_;  // front: most recent
-  std::unordered_map<int64_t, std::list<int64_t>::iterator> where_;
+  void mark(int64_t t, int delta) {
+    for (; t < static_cast<int64_t>(tree_.size()); t += t & -t) tree_[t] += delta;
+  }
+  int64_t marks_up_to(int64_t t) const {
+    int64_t n = 0;
+    for (; t > 0; t -= t & -t) n += tree_[t];
+    return n;
+  }
+  int64_t time_ = 0;
+  std::vector<int32_t> tree_;  // Fenwick tree over access times 1..max_accesses
+  std::unordered_map<int64_t, int64_t> last_;  // id -> time of its latest access
 };
 
 // A step's distinct ids, sorted.
@@ -350,26 +362,29 @@ void distinct(std::vector<int64_t>& ids) {
 
 TEST(LruMissModelTest, MatchesASimulatedLruCache) {
   constexpr int64_t kVocab = 200000, kIds = 4000;
+  constexpr int kWarm = 400, kSteps = 200;
+  // Capacities the row cache can run: above two steps' distinct rows (a step pins its own rows
+  // and the prefetch's; a step here has at most 4,000).
+  const std::vector<int64_t> capacities = {8000, 20000, 60000};
   for (double zipf : {0.0, 0.9, 1.05, 1.15}) {
     const std::vector<double> cdf = zipf_cdf(kVocab, zipf);
-    // Capacities the row cache can run: above two steps' distinct rows (a step pins its own
-    // rows and the prefetch's; a step here has at most 4,000).
-    for (int64_t capacity : {int64_t{8000}, int64_t{20000}, int64_t{60000}}) {
-      SCOPED_TRACE("zipf " + std::to_string(zipf) + " capacity " + std::to_string(capacity));
-      std::mt19937_64 rng(11);
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      ExactLru lru(capacity);
-      constexpr int kWarm = 400, kSteps = 200;
-      double misses = 0;
-      for (int step = 0; step < kWarm + kSteps; ++step) {
-        std::vector<int64_t> ids(kIds);
-        for (auto& id : ids) id = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-        distinct(ids);
-        for (int64_t id : ids)
-          if (lru.access(id) && step >= kWarm) ++misses;
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    LruStackDistance lru(int64_t{kWarm + kSteps} * kIds);
+    std::vector<double> misses(capacities.size(), 0.0);
+    for (int step = 0; step < kWarm + kSteps; ++step) {
+      std::vector<int64_t> ids(kIds);
+      for (auto& id : ids) id = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+      distinct(ids);
+      for (int64_t id : ids) {
+        const int64_t distance = lru.access(id);
+        for (size_t c = 0; c < capacities.size() && step >= kWarm; ++c) misses[c] += distance >= capacities[c];
       }
-      const double simulated = misses / kSteps;
-      const double model = lru_misses_per_step(kIds, kVocab, zipf, capacity);
+    }
+    for (size_t c = 0; c < capacities.size(); ++c) {
+      SCOPED_TRACE("zipf " + std::to_string(zipf) + " capacity " + std::to_string(capacities[c]));
+      const double simulated = misses[c] / kSteps;
+      const double model = lru_misses_per_step(kIds, kVocab, zipf, capacities[c]);
       EXPECT_NEAR(model, simulated, 0.10 * simulated) << "model " << model << " simulated " << simulated;
     }
   }
@@ -389,8 +404,7 @@ TEST(LruMissModelTest, ReadsAreTheMissesOfRowsTouchedBefore) {
     const std::vector<double> cdf = zipf_cdf(kVocab, zipf);
     std::mt19937_64 rng(5);
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    ExactLru lru(kCapacity);
-    std::vector<uint8_t> touched(kRows, 0);
+    LruStackDistance lru(int64_t{kSteps} * kIds);
     double misses = 0, firsts = 0;
     for (int step = 0; step < kSteps; ++step) {
       std::vector<int64_t> ids(kIds);
@@ -402,11 +416,11 @@ TEST(LruMissModelTest, ReadsAreTheMissesOfRowsTouchedBefore) {
       }
       distinct(ids);
       for (int64_t id : ids) {
-        if (lru.access(id) && step >= kSteps / 2) {
+        const int64_t distance = lru.access(id);
+        if (distance >= kCapacity && step >= kSteps / 2) {
           ++misses;
-          firsts += touched[id] ? 0 : 1;
+          firsts += distance == LruStackDistance::kFirst;
         }
-        touched[id] = 1;
       }
     }
     const double half = kSteps - kSteps / 2;
