@@ -21,6 +21,7 @@
 // and bytes (Quant4VecTest, and kernels_test's byte-for-byte update tests).
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -34,6 +35,11 @@ namespace leanemb::kernels {
 
 inline constexpr int kQuant4Codes = 16;
 
+// float(sqrt 2), the one spelling of the unsigned book's half octave: the book's odd steps
+// (float(sqrt 1/2) = float(sqrt 2) / 2 times a power of two, exactly), its bits (kSqrt2Mantissa)
+// and the gaps between its codes (kQuant4GapLo / Hi) all come from it.
+inline constexpr float kQuant4Sqrt2 = 1.41421356237309504880f;
+
 struct Quant4Book {
   float v[kQuant4Codes];
 };
@@ -41,8 +47,8 @@ struct Quant4Book {
 inline constexpr Quant4Book make_quant4_book(bool is_signed) {
   Quant4Book b{};
   // 2^(-k/2) for k = 15 - c, exact in float for even k and the correctly rounded sqrt(0.5)
-  // times a power of two for odd k (written out: constexpr has no sqrt).
-  constexpr float kHalfOctave = 0.70710678118654752440f;
+  // times a power of two for odd k (constexpr has no sqrt; halving float(sqrt 2) is exact).
+  constexpr float kHalfOctave = 0.5f * kQuant4Sqrt2;
   for (int c = 0; c < kQuant4Codes; ++c) {
     if (is_signed) {
       b.v[c] = c == 0 ? -1.0f : static_cast<float>(c - 8) / 7.0f;
@@ -63,7 +69,8 @@ inline const Quant4Book& quant4_book(bool is_signed) { return is_signed ? kQuant
 
 // float(sqrt(2))'s mantissa bits (0x3fb504f3): the even codes below 15 of the unsigned book are 2^e
 // times it.
-inline constexpr uint32_t kSqrt2Mantissa = 0x3504f3u;
+inline constexpr uint32_t kSqrt2Mantissa = std::bit_cast<uint32_t>(kQuant4Sqrt2) & 0x7fffffu;
+static_assert(kSqrt2Mantissa == 0x3504f3u);
 
 // The unsigned book's value of code c in 0..15, from its bits: 2^e (times float(sqrt 2) when
 // c - 15 is odd) with e = floor((c - 15) / 2). Exactly book[c]: scaling float(sqrt(1/2)) by powers of two is exact.
@@ -75,7 +82,6 @@ inline float quant4u_value(int32_t c) {
 // The gaps between consecutive unsigned codes, over the smaller code's power of two: 2^e (sqrt 2 - 1)
 // above 2^e and 2^e (2 - sqrt 2) above 2^e sqrt 2, with float(sqrt 2) as in the book. Both are exact
 // floats (Sterbenz), and so is 2^e times either: each is the book's above - below exactly.
-inline constexpr float kQuant4Sqrt2 = 1.41421356237309504880f;
 inline constexpr float kQuant4GapLo = kQuant4Sqrt2 - 1.0f, kQuant4GapHi = 2.0f - kQuant4Sqrt2;
 
 // The unsigned code of a = value / scale (in [0, 1]; by magnitude; a NaN takes the top code) given
