@@ -400,11 +400,9 @@ Status plan_optimizer(const BenchOptions& o, bool single, Plan* out) {
     p.contenders.push_back(make_contender(0, DType::kF32, K::kAdam, DType::kInt8Blockwise, false));
     p.contenders.push_back(make_contender(0, DType::kBF16, K::kRowwiseAdagrad, DType::kF32, false));
     p.contenders.push_back(make_contender(0, DType::kBF16, K::kSm3, DType::kF32, false));
-    // fp16 and q8 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in the same
-    // run; q8 also the row-wise step at the rows of the 4-bit state below, so the two differ only
-    // in the optimizer state.
-    p.contenders.push_back(make_contender(0, DType::kF16, K::kRowwiseAdagrad, DType::kF32, false));
-    p.contenders.push_back(make_contender(0, DType::kQ8, K::kRowwiseAdagrad, DType::kF32, false));
+    // fp16 and q8 rows: the weights' stochastic rounding against fp32 RowwiseAdagrad in one run;
+    // q8 also at the rows of the 4-bit state below, so that the two differ only in the state.
+    for (DType r : {DType::kF16, DType::kQ8}) p.contenders.push_back(make_contender(0, r, K::kRowwiseAdagrad, DType::kF32, false));
     // Per-element Adagrad state in little memory (issue 39), against bf16 row-wise Adagrad above
     // (2.06 bytes per parameter at dim 128): 8-bit state with bf16 (3.06), q8 (2.09) and fp8 rows
     // (2.06); 4-bit state (stochastic rounding) with q8 (1.59) and bf16 rows (2.56).
