@@ -27,7 +27,8 @@ endif()
 # time of those files (measured on src/table/table_test.cc under ASan + UBSan: 23.4 s at -O1,
 # 12.1 s at -O0). The release preset sets -O1: about 0.6x the CPU of -O3 (reliability_test.cc
 # 26.5 -> 17.9 s, table_test.cc 15.5 -> 9.5 s, serve_cli_test.cc 17.2 -> 10.7 s; GCC 12, AMD EPYC
-# Zen 3, 2026-12-07), while the tests' own loops (simulations, reference sums) keep some speed.
+# Zen 3, 2026-12-07, user + sys of single compiles beside a -j2 build), while the tests' own
+# loops (simulations, reference sums) keep some speed.
 set(LEANEMB_LIGHT_OPT_FLAGS "" CACHE STRING "Compile flags for the test programs' own sources (e.g. -O0)")
 
 # leanemb_add_test(name source...) : one GoogleTest binary, registered with CTest.

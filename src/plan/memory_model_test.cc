@@ -360,6 +360,32 @@ void distinct(std::vector<int64_t>& ids) {
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
 }
 
+// The simulator itself: against an LRU cache kept as a list (most recent first, move to front on
+// a hit, drop the last past capacity), on skewed draws with repeats, for capacities 1 to 50.
+TEST(LruMissModelTest, StackDistanceIsAnExactLruCache) {
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> draw(0, 999);
+  for (int64_t capacity : {1, 2, 7, 50}) {
+    SCOPED_TRACE("capacity " + std::to_string(capacity));
+    LruStackDistance lru(4000);
+    std::vector<int64_t> cache;
+    int64_t hits = 0;
+    for (int i = 0; i < 4000; ++i) {
+      const int64_t id = draw(rng) % 7 == 0 ? draw(rng) % 200 : draw(rng) % 12;  // a hot set and a tail
+      const auto at = std::find(cache.begin(), cache.end(), id);
+      const bool hit = at != cache.end();
+      if (hit) cache.erase(at);
+      cache.insert(cache.begin(), id);
+      if (static_cast<int64_t>(cache.size()) > capacity) cache.pop_back();
+      const int64_t distance = lru.access(id);
+      ASSERT_EQ(distance < capacity, hit) << "access " << i << " id " << id << " distance " << distance;
+      hits += hit;
+    }
+    EXPECT_GT(hits, 0);
+    EXPECT_LT(hits, 4000);
+  }
+}
+
 TEST(LruMissModelTest, MatchesASimulatedLruCache) {
   constexpr int64_t kVocab = 200000, kIds = 4000;
   constexpr int kWarm = 400, kSteps = 200;
@@ -378,7 +404,8 @@ TEST(LruMissModelTest, MatchesASimulatedLruCache) {
       distinct(ids);
       for (int64_t id : ids) {
         const int64_t distance = lru.access(id);
-        for (size_t c = 0; c < capacities.size() && step >= kWarm; ++c) misses[c] += distance >= capacities[c];
+        if (step < kWarm) continue;
+        for (size_t c = 0; c < capacities.size(); ++c) misses[c] += distance >= capacities[c];
       }
     }
     for (size_t c = 0; c < capacities.size(); ++c) {
