@@ -12,10 +12,12 @@
 //   * columns past the last full vector of 8: the scalar q8_store_codes with the same scale.
 //   * load: int8 -> fp32 (exact) times the scale, one IEEE product per element as q8_load.
 //
-// The x86-64-v4 build runs these 8-lane functions too (its ISA includes AVX2); a 16-lane version
-// was not written, for want of an AVX-512 machine to measure and test it on. The baseline build
-// runs the scalar code. Tested against the scalar store, byte for byte, in every build the CPU
-// runs (Q8VecTest in q8_vec_test.cc).
+// The x86-64-v4 build runs sixteen-lane versions of the same operations (q8_store_v4,
+// load_row_q8_v4: the same IEEE divisions, products and roundings lane by lane, VROUNDPS as
+// VRNDSCALEPS with the same rounding, the codes narrowed by VPMOVDB, which truncates: they are in
+// [-127, 127] already), with masked loads and stores for the columns past the last full vector.
+// The baseline build runs the scalar code. Tested against the scalar store, byte for byte, in every
+// build the CPU runs (Q8VecTest in q8_vec_test.cc; the exhaustive one over every float as well).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include "kernels/isa.h"
 #include "kernels/quant8_vec.h"  // hmax8_v3
 #include "kernels/row_access.h"
+#include "kernels/vec16.h"
 #include "kernels/vec8.h"
 
 namespace leanemb::kernels {
@@ -107,10 +110,77 @@ LEANEMB_TARGET_V3 inline void load_row_q8_v3(float* __restrict out, const uint8_
 
 #endif  // LEANEMB_HAVE_V3
 
-// q8_store<kSr> and load_row<DType::kQ8> of build I (isa.h): the 8-lane functions above in the
-// x86-64-v3 and v4 builds, the scalar ones in the baseline build.
+#ifdef LEANEMB_HAVE_V4
+
+// q8_absmax_v3 in sixteen lanes (the lanes past d load as 0, which leaves the maximum as it is).
+LEANEMB_TARGET_V4 inline float q8_absmax_v4(const float* w, int64_t d) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < d; j += 16)
+    acc = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(lane_mask16(d - j), w + j)), acc);
+  return _mm512_reduce_max_ps(acc);  // max is exact: any order of the lanes gives the same value
+}
+
+// q8_code8_rne_v3 / q8_code8_sr_v3 (above) in sixteen lanes.
+LEANEMB_TARGET_V4 inline __m512i q8_code16_rne_v4(__m512 t) {
+  __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+  q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), q);  // NaN -> +0
+  q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  return _mm512_cvttps_epi32(q);
+}
+LEANEMB_TARGET_V4 inline __m512i q8_code16_sr_v4(__m512 t, __m512i k) {
+  t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t);  // NaN -> +0
+  t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  const __m512 f = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(0x1p24f)), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  return _mm512_srai_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(f), k), 24);
+}
+
+// q8_store<kSr> (row_access.h), sixteen columns at a time, the last vector masked.
+template <bool kSr>
+LEANEMB_TARGET_V4 inline void q8_store_v4(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key,
+                                          uint32_t column0) {
+  const float scale = q8_absmax_v4(w, d) / 127.0f;
+  if (!(scale > 0.0f)) {
+    std::memset(row, 0, static_cast<size_t>(d));
+    store_f32(row + d, scale);
+    return;
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i term = column_term16_v4(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(column0)), iota));
+  const __m512i step = _mm512_set1_epi32(static_cast<int>(16u * kColumnGolden));
+  for (int64_t j = 0; j < d; j += 16) {
+    const __mmask16 m = lane_mask16(d - j);
+    const __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, w + j), vscale);
+    __m512i c;
+    if constexpr (kSr) {
+      c = q8_code16_sr_v4(t, _mm512_srli_epi32(column_bits16_v4(key, term), 8));
+      term = _mm512_add_epi32(term, step);
+    } else {
+      c = q8_code16_rne_v4(t);
+    }
+    _mm512_mask_cvtepi32_storeu_epi8(row + j, m, c);
+  }
+  store_f32(row + d, scale);
+}
+
+// load_row<DType::kQ8> (row_access.h), sixteen columns at a time (load16).
+LEANEMB_TARGET_V4 inline void load_row_q8_v4(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
+  const RowAffine af = row_affine16<DType::kQ8>(row, d);
+  for (int64_t j = 0; j < d; j += 16) {
+    const __mmask16 m = lane_mask16(d - j);
+    _mm512_mask_storeu_ps(out + j, m, load16<DType::kQ8>(row, j, m, af));
+  }
+}
+
+#endif  // LEANEMB_HAVE_V4
+
+// q8_store<kSr> and load_row<DType::kQ8> of build I (isa.h): the 16-lane functions above in the
+// x86-64-v4 build, the 8-lane ones in the v3 build, the scalar ones in the baseline build.
 template <Isa I, bool kSr>
 inline void q8_store_t(uint8_t* __restrict row, const float* __restrict w, int64_t d, uint32_t key, uint32_t column0) {
+#ifdef LEANEMB_HAVE_V4
+  if constexpr (I == Isa::kV4) return q8_store_v4<kSr>(row, w, d, key, column0);
+#endif
 #ifdef LEANEMB_HAVE_V3
   if constexpr (I != Isa::kBaseline) return q8_store_v3<kSr>(row, w, d, key, column0);
 #endif
@@ -119,6 +189,9 @@ inline void q8_store_t(uint8_t* __restrict row, const float* __restrict w, int64
 
 template <Isa I>
 inline void load_row_q8_t(float* __restrict out, const uint8_t* __restrict row, int64_t d) {
+#ifdef LEANEMB_HAVE_V4
+  if constexpr (I == Isa::kV4) return load_row_q8_v4(out, row, d);
+#endif
 #ifdef LEANEMB_HAVE_V3
   if constexpr (I != Isa::kBaseline) return load_row_q8_v3(out, row, d);
 #endif
