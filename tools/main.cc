@@ -119,9 +119,9 @@ void add_plan(CLI::App& app, int* result) {
   cmd->add_option("--device-budget", a->device_budget, "Device memory per device (default: the preset's)")->type_name("BYTES")->check(non_empty());
   cmd->add_option("--host-budget", a->host_budget, "Host memory per device (default: no limit)")->type_name("BYTES")->check(non_empty());
   cmd->add_flag("--allow-rowwise", a->allow_rowwise, "Also search row-wise optimizers (rowwise_adagrad, partial_rowwise_adam)");
-  cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state");
-  cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state");
-  cmd->add_flag("--allow-4bit-state", a->allow_4bit_state, "Also search 4-bit block-wise optimizer state");
+  cmd->add_flag("--allow-bf16-state", a->allow_bf16_state, "Also search bf16 optimizer state with optimizers it is not proven for (searched by default with adagrad)");
+  cmd->add_flag("--allow-8bit-state", a->allow_8bit_state, "Also search 8-bit block-wise optimizer state with optimizers it is not proven for (searched by default with adagrad)");
+  cmd->add_flag("--allow-4bit-state", a->allow_4bit_state, "Also search 4-bit block-wise optimizer state with optimizers it is not proven for (searched by default with adagrad)");
   cmd->add_flag("--allow-cache", a->allow_cache, "Also search a device row cache over host rows (docs/tiered.md)");
   cmd->add_option("--allow-unproven", a->allow_unproven, "Also search these lean options although their accuracy parity is not proven (docs/accuracy.md): bf16-rows, fp16-rows, rowwise, bf16-state, 8bit-state, bf16-activations, row-cache, sm3, fp8-rows, q8-rows, 4bit-state, all")->delimiter(',')->type_name("NAME,...");
   cmd->add_option("--max-shards", a->max_shards, "Devices the tables may be sharded over (row-wise)")->capture_default_str()->check(int_flag(1, 1 << 16));

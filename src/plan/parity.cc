@@ -51,7 +51,7 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
     {LeanOption::kBf16State, "bf16-state", "optimizer state in bf16",
      measured(kCtrBand, {-0.00043, 0.00111, "debpkg"}, {0.00059, 0.00037, "debfiles"}, "ctr_small, debpkg, debfiles, elfsyms (adagrad)"),
      measured(kTextBand, {-0.00011, 0.00063, "debian"}, {-0.00010, 0.00104, "gcloud"}, "debian, gcloud (adagrad)"),
-     "docs/accuracy.md#results-third-pass"},
+     "docs/accuracy.md#results-third-pass", optimizer_bit(OptimizerKind::kAdagrad)},
     // bench/results/parity.json, ctr-int8-state / text-int8-state (Adagrad with 8-bit state):
     // ctr_small +0.00001 (0.00025), debpkg +0.00017 (0.00076), debfiles +0.00022 (0.00035),
     // elfsyms -0.00029 (0.00081) AUC; debian +0.00048 (0.00048), gcloud +0.00000 (0.00089) P@1.
@@ -60,7 +60,7 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
     {LeanOption::kInt8State, "8bit-state", "optimizer state 8-bit block-wise",
      measured(kCtrBand, {-0.00029, 0.00081, "elfsyms"}, {0.00022, 0.00035, "debfiles"}, "ctr_small, debpkg, debfiles, elfsyms (adagrad)"),
      measured(kTextBand, {0.00000, 0.00089, "gcloud"}, {0.00048, 0.00048, "debian"}, "debian, gcloud (adagrad)"),
-     "docs/accuracy.md#results-third-pass"},
+     "docs/accuracy.md#results-third-pass", optimizer_bit(OptimizerKind::kAdagrad)},
     // bench/results/parity.json, ctr-bf16-activations: ctr_small -0.00003 (0.00021), debpkg
     // -0.00072 (0.00160), debfiles +0.00065 (0.00033), elfsyms -0.00017 (0.00075) AUC. The second
     // pass's debpkg +0.00103 (se 0.0006; docs/accuracy.md "Results (2026-12-03)"), of an earlier
@@ -118,11 +118,13 @@ constexpr LeanOptionInfo kTable[kNumLeanOptions] = {
     // -0.00049 (0.00105), debfiles +0.00056 (0.00084), elfsyms -0.00000 (0.00081) AUC; with q8 rows
     // (2.0 bytes per parameter at dim 16): -0.00005, +0.00046, +0.00032, -0.00017. Text, fp32 rows:
     // debian +0.00075 (0.00141), gcloud -0.00015 (0.00097) P@1 against fp32 Adagrad (+0.00160 and
-    // +0.00968 against fp32 SGD, fastText's optimizer).
+    // +0.00968 against fp32 SGD, fastText's optimizer). Adam (q8 rows, 4-bit m and v against fp32
+    // Adam) was measured on debpkg, debfiles and elfsyms only (-0.00005, +0.00006, +0.00021): not on
+    // ctr_small nor the text sets, so the entry holds for Adagrad only.
     {LeanOption::kInt4State, "4bit-state", "optimizer state 4-bit block-wise (stochastic rounding)",
      measured(kCtrBand, {-0.00049, 0.00105, "debpkg"}, {0.00056, 0.00084, "debfiles"}, "ctr_small, debpkg, debfiles, elfsyms (adagrad)"),
      measured(kTextBand, {-0.00015, 0.00097, "gcloud"}, {0.00075, 0.00141, "debian"}, "debian, gcloud (adagrad)"),
-     "docs/accuracy.md#4-bit-state-issue-39"},
+     "docs/accuracy.md#4-bit-state-issue-39", optimizer_bit(OptimizerKind::kAdagrad)},
 };
 
 bool safe(Verdict v) { return v == Verdict::kProven || v == Verdict::kExact; }
@@ -194,7 +196,12 @@ std::vector<LeanOption> lean_options_chosen(const Workload& base, const Workload
   return out;
 }
 
-bool proven_for(const LeanOptionInfo& info, WorkloadKind kind) {
+bool measured_with(const LeanOptionInfo& info, OptimizerKind optimizer) {
+  return info.optimizers == 0 || (info.optimizers & optimizer_bit(optimizer)) != 0;
+}
+
+bool proven_for(const LeanOptionInfo& info, WorkloadKind kind, OptimizerKind optimizer) {
+  if (!measured_with(info, optimizer)) return false;
   switch (kind) {
     case WorkloadKind::kCtr: return safe(info.ctr.verdict);
     case WorkloadKind::kText: return safe(info.text.verdict);
@@ -230,12 +237,24 @@ std::string task_text(const char* task, const char* metric, const TaskParity& p,
   return s + (p.datasets.empty() ? "" : "; measured on " + std::string(p.datasets)) + ")";
 }
 
+// "adagrad, adam": the optimizers of a non-zero mask.
+std::string optimizers_text(uint8_t mask) {
+  std::string s;
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam,
+                          OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
+    if (mask & optimizer_bit(k)) s += (s.empty() ? "" : ", ") + std::string(optimizer_name(k));
+  return s;
+}
+
 }  // namespace
 
-std::string parity_text(const LeanOptionInfo& info, WorkloadKind kind) {
+std::string parity_text(const LeanOptionInfo& info, WorkloadKind kind, OptimizerKind optimizer) {
   std::string s;
   if (kind != WorkloadKind::kText) s += task_text("CTR", "AUC", info.ctr, kCtrBand);
   if (kind != WorkloadKind::kCtr) s += std::string(s.empty() ? "" : ", ") + task_text("text", "P@1", info.text, kTextBand);
+  if (!measured_with(info, optimizer))
+    s = "not measured with " + std::string(optimizer_name(optimizer)) + " (unproven); the figures are " +
+        optimizers_text(info.optimizers) + "'s: " + s;
   return s + "; " + std::string(info.evidence);
 }
 

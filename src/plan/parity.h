@@ -8,8 +8,10 @@
 // dataset; a gain beyond the band is not a loss (it is shown, "better than the reference by X").
 // docs/accuracy.md has every figure, its seeds, spread, command, CPU and load.
 //
-// The planner (planner.h) searches an option only when it is proven for the workload's task or
-// the user allowed it explicitly (--allow-unproven NAME, or the option's own --allow-* flag);
+// A state dtype's figures hold for the optimizer they were measured with (`optimizers`).
+//
+// The planner (planner.h) searches an option only when it is proven for the workload's task and
+// optimizer or the user allowed it explicitly (--allow-unproven NAME, or the option's own --allow-* flag);
 // among fitting plans it prefers fewer unproven options before a lower cost, and `leanemb plan`
 // names the unproven options it used or left out.
 //
@@ -93,12 +95,20 @@ constexpr TaskParity measured(double band, Difference lowest, Difference highest
 // The band of a task's metric: kCtrBand for CTR, kTextBand for text.
 double band_of(bool text);
 
+// The bit of optimizer k in LeanOptionInfo::optimizers.
+constexpr uint8_t optimizer_bit(OptimizerKind k) { return static_cast<uint8_t>(1u << static_cast<unsigned>(k)); }
+
 struct LeanOptionInfo {
   LeanOption option;
   std::string_view name;      // the --allow-unproven spelling, e.g. "bf16-rows"
   std::string_view what;      // "bf16 rows (stochastic rounding)"
   TaskParity ctr, text;
   std::string_view evidence;  // where the figures are, e.g. "docs/accuracy.md#bf16-rows"
+  // The optimizers the figures were measured with (optimizer_bit), for an option whose effect
+  // depends on the optimizer (a state dtype: Adagrad's one sum against Adam's two moments); 0: the
+  // option does not depend on it (rows, activations, the cache). For another optimizer the option
+  // is "not measured" whatever the figures say.
+  uint8_t optimizers = 0;
 };
 
 // The built-in table (parity.cc), one entry per LeanOption in enum order.
@@ -115,13 +125,17 @@ std::vector<LeanOption> lean_options_chosen(const Workload& base, const Workload
 // The lean options the user's workload itself uses.
 std::vector<LeanOption> lean_options_configured(const Workload& base);
 
-// Safe for a workload kind: kProven or kExact on its task; kEmbeddingOnly (no model behind the
-// table, either task's kind of model) needs both tasks.
-bool proven_for(const LeanOptionInfo& info, WorkloadKind kind);
+// Whether the figures of `info` hold for tables trained with `optimizer`.
+bool measured_with(const LeanOptionInfo& info, OptimizerKind optimizer);
+// Safe for a workload kind and its tables' optimizer: measured with that optimizer, and kProven
+// or kExact on its task; kEmbeddingOnly (no model behind the table, either task's kind of model)
+// needs both tasks.
+bool proven_for(const LeanOptionInfo& info, WorkloadKind kind, OptimizerKind optimizer);
 // For the report, per task of `kind`: "CTR proven (AUC: lowest -0.00072 +-0.00160 on debpkg >=
 // -0.001; highest +0.00065 +-0.00033 on debfiles; measured on ctr_small, debpkg, debfiles)", a
 // gain beyond the band as "better than the reference by +0.00103 +-0.00060 on debpkg (beyond
-// the band: a gain, not a loss)"; then "; docs/accuracy.md#...".
-std::string parity_text(const LeanOptionInfo& info, WorkloadKind kind);
+// the band: a gain, not a loss)"; then "; docs/accuracy.md#...". For an optimizer the figures
+// were not measured with, first "not measured with adam (unproven); the figures are adagrad's: ".
+std::string parity_text(const LeanOptionInfo& info, WorkloadKind kind, OptimizerKind optimizer);
 
 }  // namespace leanemb::plan

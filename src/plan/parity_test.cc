@@ -102,17 +102,17 @@ TEST(ParityTableTest, OneSidedRule) {
 TEST(ParityTableTest, TextShowsTheDifferenceWithItsStandardErrorAndGainsBeyondTheBand) {
   LeanOptionInfo i = lean_option_info(LeanOption::kBf16Activations);
   i.ctr = measured(kCtrBand, {-0.00003, 0.00021, "ctr_small"}, {0.00103, 0.0006, "debpkg"}, "ctr_small, debpkg, debfiles");
-  const std::string t = parity_text(i, WorkloadKind::kCtr);
+  const std::string t = parity_text(i, WorkloadKind::kCtr, OptimizerKind::kAdagrad);
   EXPECT_NE(t.find("CTR proven (AUC: lowest -0.00003 +-0.00021 on ctr_small >= -0.001"), std::string::npos) << t;
   EXPECT_NE(t.find("better than the reference by +0.00103 +-0.00060 on debpkg (beyond the band: a gain, not a loss)"),
             std::string::npos) << t;
   i.ctr = measured(kCtrBand, {-0.00408, 0.00076, "debfiles"}, {0.00065, 0.00027, "ctr_small"}, "ctr_small, debfiles");
-  const std::string l = parity_text(i, WorkloadKind::kCtr);
+  const std::string l = parity_text(i, WorkloadKind::kCtr, OptimizerKind::kAdagrad);
   EXPECT_NE(l.find("CTR loss beyond the goal (AUC: lowest -0.00408 +-0.00076 on debfiles < -0.001; highest +0.00065"),
             std::string::npos) << l;
   i.text = TaskParity{};  // a task without a measurement
-  EXPECT_NE(parity_text(i, WorkloadKind::kText).find("text not measured (unproven)"), std::string::npos);
-  EXPECT_NE(parity_text(lean_option_info(LeanOption::kBf16Activations), WorkloadKind::kText)
+  EXPECT_NE(parity_text(i, WorkloadKind::kText, OptimizerKind::kAdagrad).find("text not measured (unproven)"), std::string::npos);
+  EXPECT_NE(parity_text(lean_option_info(LeanOption::kBf16Activations), WorkloadKind::kText, OptimizerKind::kAdam)
                 .find("text proven (P@1: lowest -0.00027 +-0.00084 on debian >= -0.003"),
             std::string::npos);
 }
@@ -139,13 +139,13 @@ TEST(ParityTableTest, ProvenForTheWorkloadsTask) {
   LeanOptionInfo i = lean_option_table()[0];
   i.ctr.verdict = Verdict::kProven;
   i.text.verdict = Verdict::kLoss;
-  EXPECT_TRUE(proven_for(i, WorkloadKind::kCtr));
-  EXPECT_FALSE(proven_for(i, WorkloadKind::kText));
-  EXPECT_FALSE(proven_for(i, WorkloadKind::kEmbeddingOnly));  // needs both
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kCtr, OptimizerKind::kAdagrad));
+  EXPECT_FALSE(proven_for(i, WorkloadKind::kText, OptimizerKind::kAdagrad));
+  EXPECT_FALSE(proven_for(i, WorkloadKind::kEmbeddingOnly, OptimizerKind::kAdagrad));  // needs both
   i.text.verdict = Verdict::kExact;
-  EXPECT_TRUE(proven_for(i, WorkloadKind::kEmbeddingOnly));
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kEmbeddingOnly, OptimizerKind::kAdagrad));
   i.ctr.verdict = Verdict::kNotMeasured;
-  EXPECT_FALSE(proven_for(i, WorkloadKind::kCtr));
+  EXPECT_FALSE(proven_for(i, WorkloadKind::kCtr, OptimizerKind::kAdagrad));
 }
 
 TEST(ParityTableTest, OptionsChosenExcludeTheUsersOwn) {
@@ -266,24 +266,58 @@ TEST(ParityPlannerTest, AllowUnprovenByNameWidensTheSearch) {
   EXPECT_EQ(with.value().unproven_chosen, std::vector<LeanOption>{LeanOption::kInt8State});
 }
 
-// 4-bit state (issue 39): proven on both tasks by the real table, opt-in like the 8-bit state;
-// allowing it lowers the smallest device need below the 8-bit state's.
-TEST(ParityPlannerTest, FourBitStateIsProvenOptInAndSmallerThanEightBit) {
+// 4-bit state (issue 39): the real table has it proven on both tasks with Adagrad, so an Adagrad
+// workload searches it without being allowed, and on a device too small for anything it is the
+// smallest need, below the 8-bit state's. Its figures are Adagrad's: with Adam it is unproven,
+// searched only when allowed, and named so when chosen.
+TEST(ParityPlannerTest, FourBitStateIsProvenForAdagradOnly) {
   const LeanOptionInfo& i = lean_option_info(LeanOption::kInt4State, lean_option_table());
-  EXPECT_TRUE(proven_for(i, WorkloadKind::kCtr));
-  EXPECT_TRUE(proven_for(i, WorkloadKind::kText));
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kCtr, OptimizerKind::kAdagrad));
+  EXPECT_TRUE(proven_for(i, WorkloadKind::kText, OptimizerKind::kAdagrad));
+  EXPECT_FALSE(proven_for(i, WorkloadKind::kCtr, OptimizerKind::kAdam));
+  EXPECT_FALSE(measured_with(i, OptimizerKind::kAdam));
+  EXPECT_TRUE(measured_with(lean_option_info(LeanOption::kQ8Rows), OptimizerKind::kAdam));  // rows: any optimizer
   EXPECT_EQ(parse_lean_option("4bit-state").value(), LeanOption::kInt4State);
   PlannerOptions o = options_for("cpu:64MiB");
   o.allow_host = false;
-  o.allow = {LeanOption::kInt8State};
-  auto eight = make_plan(seed_workload(), o);
-  ASSERT_TRUE(eight.ok());
-  o.allow.push_back(LeanOption::kInt4State);
-  auto four = make_plan(seed_workload(), o);
-  ASSERT_TRUE(four.ok());
-  EXPECT_LT(four.value().smallest_device_bytes, eight.value().smallest_device_bytes);
+  Workload adagrad = seed_workload();
+  adagrad.row_optimizer.kind = OptimizerKind::kAdagrad;
+  auto four = make_plan(adagrad, o);  // nothing allowed
+  ASSERT_TRUE(four.ok()) << four.status().message();
   EXPECT_EQ(four.value().chosen.workload.row_optimizer.state_dtype, DType::kInt4Blockwise);
   EXPECT_TRUE(four.value().unproven_chosen.empty());
+  const auto builtin = lean_option_table();
+  std::vector<LeanOptionInfo> t(builtin.begin(), builtin.end());
+  set_verdict(&t, LeanOption::kInt4State, Verdict::kLoss);
+  o.parity = t;
+  auto eight = make_plan(adagrad, o);
+  ASSERT_TRUE(eight.ok());
+  EXPECT_EQ(eight.value().chosen.workload.row_optimizer.state_dtype, DType::kInt8Blockwise);
+  EXPECT_LT(four.value().smallest_device_bytes, eight.value().smallest_device_bytes);
+
+  o.parity = {};
+  auto adam = make_plan(seed_workload(), o);
+  ASSERT_TRUE(adam.ok());
+  EXPECT_EQ(adam.value().chosen.workload.row_optimizer.state_dtype, DType::kF32);
+  o.allow = {LeanOption::kInt4State};
+  auto allowed = make_plan(seed_workload(), o);
+  ASSERT_TRUE(allowed.ok());
+  EXPECT_EQ(allowed.value().chosen.workload.row_optimizer.state_dtype, DType::kInt4Blockwise);
+  EXPECT_EQ(allowed.value().unproven_chosen, std::vector<LeanOption>{LeanOption::kInt4State});
+  const std::string text = plan_report_text(seed_workload(), o, allowed.value(), ReportContext{"seed", 2048, 1000, 0, ""});
+  EXPECT_NE(text.find("chosen, NOT PROVEN (you allowed it): optimizer state 4-bit block-wise (stochastic rounding): not "
+                      "measured with adam (unproven); the figures are adagrad's: CTR proven"),
+            std::string::npos)
+      << text;
+  const auto j = plan_report_json(seed_workload(), o, allowed.value(), ReportContext{"seed", 2048, 1000, 0, ""});
+  bool found = false;
+  for (const auto& c : j["accuracy"]["chosen"])
+    if (c["name"] == "4bit-state") {
+      found = true;
+      EXPECT_FALSE(c["proven"].get<bool>());
+      EXPECT_FALSE(c["measured_with_optimizer"].get<bool>());
+    }
+  EXPECT_TRUE(found) << dump_json(j["accuracy"]);
 }
 
 // Issue 39, one-sided evidence in the search: an option measured better than its reference by

@@ -94,7 +94,7 @@ bool allows(const PlannerOptions& o, LeanOption opt) {
 }  // namespace
 
 bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOptions& o) {
-  return proven_for(lean_option_info(opt, parity_of(o)), base.kind) || allows(o, opt);
+  return proven_for(lean_option_info(opt, parity_of(o)), base.kind, base.row_optimizer.kind) || allows(o, opt);
 }
 
 namespace {
@@ -119,9 +119,11 @@ SearchSpace search_space(const Workload& base, const PlannerOptions& o) {
     sp.opts.push_back(rowwise_variant(base.row_optimizer.kind));
   // SM3 replaces Adagrad only; whether the evidence (or the user) allows it is checked per candidate.
   if (base.row_optimizer.kind == OptimizerKind::kAdagrad) sp.opts.push_back(OptimizerKind::kSm3);
+  // A state dtype proven for the task with the workload's optimizer is searched as a proven row
+  // dtype is; the others when allowed.
   sp.states = {DType::kF32};
   for (const StateDtypeOption& s : kStateDtypeOptions)
-    if (allows(o, s.option)) sp.states.push_back(s.state);
+    if (lean_option_allowed(s.option, base, o)) sp.states.push_back(s.state);
   sp.caches = {1.0};
   if (allows(o, LeanOption::kRowCache)) sp.caches.insert(sp.caches.end(), {0.5, 0.2, 0.05, 0.01});
   for (int s = 1; s <= std::max(1, o.max_shards); s *= 2) sp.shard_counts.push_back(s);
@@ -215,7 +217,7 @@ void consider(const Workload& base, const PlannerOptions& o, Candidate c, PlanRe
   int unproven = 0;
   bool allowed = true;
   for (LeanOption lo : lean_options_chosen(base, w)) {
-    if (proven_for(lean_option_info(lo, parity_of(o)), base.kind)) continue;
+    if (proven_for(lean_option_info(lo, parity_of(o)), base.kind, w.row_optimizer.kind)) continue;
     ++unproven;
     if (!lean_option_allowed(lo, base, o)) {
       s->excluded[static_cast<size_t>(lo)] = true;
@@ -250,7 +252,8 @@ void finish_plan(const Workload& base, const PlannerOptions& o, const Search& s,
   if (!s.have && s.have_small) res->chosen = s.smallest;
   if (s.have || s.have_small)
     for (LeanOption lo : lean_options_chosen(base, res->chosen.workload))
-      if (!proven_for(lean_option_info(lo, parity_of(o)), base.kind)) res->unproven_chosen.push_back(lo);
+      if (!proven_for(lean_option_info(lo, parity_of(o)), base.kind, res->chosen.workload.row_optimizer.kind))
+        res->unproven_chosen.push_back(lo);
   for (int i = 0; i < kNumLeanOptions; ++i)
     if (s.excluded[static_cast<size_t>(i)]) res->unproven_excluded.push_back(static_cast<LeanOption>(i));
 }

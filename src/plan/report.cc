@@ -57,26 +57,27 @@ std::string accuracy_text(const Workload& base, const PlannerOptions& o, const P
                     "when no dataset is below the reference by more than 0.001 AUC / 0.003 P@1; docs/accuracy.md):\n";
   const std::vector<LeanOption> chosen = lean_options_chosen(base, r.chosen.workload);
   if (chosen.empty()) out += "  the plan adds no lean option to your settings\n";
+  const OptimizerKind mine = base.row_optimizer.kind, plan = r.chosen.workload.row_optimizer.kind;
   for (LeanOption lo : chosen) {
     const LeanOptionInfo& i = lean_option_info(lo, table);
-    const bool ok = proven_for(i, base.kind);
+    const bool ok = proven_for(i, base.kind, plan);
     out += std::string(ok ? "  chosen, proven: " : "  chosen, NOT PROVEN (you allowed it): ") + std::string(i.what) + ": " +
-           parity_text(i, base.kind) + "\n";
+           parity_text(i, base.kind, plan) + "\n";
   }
   for (LeanOption lo : lean_options_configured(base)) {
     const LeanOptionInfo& i = lean_option_info(lo, table);
-    if (!proven_for(i, base.kind))
-      out += "  in your config, NOT PROVEN: " + std::string(i.what) + ": " + parity_text(i, base.kind) + "\n";
+    if (!proven_for(i, base.kind, mine))
+      out += "  in your config, NOT PROVEN: " + std::string(i.what) + ": " + parity_text(i, base.kind, mine) + "\n";
   }
   for (LeanOption lo : r.unproven_excluded) {
     const LeanOptionInfo& i = lean_option_info(lo, table);
-    out += "  not proven, not searched: " + std::string(i.what) + ": " + parity_text(i, base.kind) +
+    out += "  not proven, not searched: " + std::string(i.what) + ": " + parity_text(i, base.kind, mine) +
            "; allow with --allow-unproven " + std::string(i.name) + "\n";
   }
   return out;
 }
 
-nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind) {
+nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind, OptimizerKind optimizer) {
   auto diff = [](const Difference& d) {
     return nlohmann::json{{"value", d.value}, {"se", d.se >= 0 ? nlohmann::json(d.se) : nlohmann::json(nullptr)},
                           {"dataset", std::string(d.dataset)}};
@@ -90,8 +91,13 @@ nlohmann::json parity_json(const LeanOptionInfo& i, WorkloadKind kind) {
     }
     return j;
   };
-  return {{"name", std::string(i.name)}, {"what", std::string(i.what)}, {"proven", proven_for(i, kind)},
-          {"ctr", task(i.ctr, kCtrBand)}, {"text", task(i.text, kTextBand)}, {"evidence", std::string(i.evidence)}};
+  return {{"name", std::string(i.name)},
+          {"what", std::string(i.what)},
+          {"proven", proven_for(i, kind, optimizer)},
+          {"measured_with_optimizer", measured_with(i, optimizer)},
+          {"ctr", task(i.ctr, kCtrBand)},
+          {"text", task(i.text, kTextBand)},
+          {"evidence", std::string(i.evidence)}};
 }
 
 // "bf16 rows 2.00 + adam state fp32 8.00" (+ padding, + column accumulators when there are any).
@@ -115,7 +121,7 @@ std::string bytes_parts_text(const Workload& w, const TableBytesPerParameter& t)
 // Whether every lean option of the plan, the user's own included, is proven (or exact) for the task.
 bool plan_at_parity(const Workload& base, const PlannerOptions& o, const PlanResult& r) {
   for (LeanOption lo : lean_options_configured(r.chosen.workload))
-    if (!proven_for(lean_option_info(lo, table_of(o)), base.kind)) return false;
+    if (!proven_for(lean_option_info(lo, table_of(o)), base.kind, r.chosen.workload.row_optimizer.kind)) return false;
   return true;
 }
 
@@ -516,8 +522,10 @@ nlohmann::json plan_report_json(const Workload& base, const PlannerOptions& o, c
     const auto table = table_of(o);
     nlohmann::json acc = {{"chosen", json::array()}, {"configured", json::array()}, {"unproven_excluded", json::array()},
                           {"unproven_chosen", json::array()}, {"evidence", "docs/accuracy.md"}};
-    for (LeanOption lo : lean_options_chosen(base, w)) acc["chosen"].push_back(parity_json(lean_option_info(lo, table), base.kind));
-    for (LeanOption lo : lean_options_configured(base)) acc["configured"].push_back(parity_json(lean_option_info(lo, table), base.kind));
+    for (LeanOption lo : lean_options_chosen(base, w))
+      acc["chosen"].push_back(parity_json(lean_option_info(lo, table), base.kind, w.row_optimizer.kind));
+    for (LeanOption lo : lean_options_configured(base))
+      acc["configured"].push_back(parity_json(lean_option_info(lo, table), base.kind, base.row_optimizer.kind));
     for (LeanOption lo : r.unproven_excluded) acc["unproven_excluded"].push_back(std::string(lean_option_info(lo, table).name));
     for (LeanOption lo : r.unproven_chosen) acc["unproven_chosen"].push_back(std::string(lean_option_info(lo, table).name));
     j["accuracy"] = acc;
