@@ -56,6 +56,21 @@ struct OptimizerOptions {
   DType state_dtype = DType::kF32;  // DTypeUse::kOptimizerState: kF32, kBF16, kInt8Blockwise, kInt4Blockwise
 };
 
+// The per-element state arrays of optimizer k, the part of its state that
+// OptimizerOptions::state_dtype stores: Adagrad's sum (1), Adam's m and v (2), partial row-wise
+// Adam's m (1); sgd, rowwise_adagrad and sm3 keep none (their state is fp32 scalars).
+constexpr int element_states(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::kAdagrad: return 1;
+    case OptimizerKind::kAdam: return 2;
+    case OptimizerKind::kPartialRowwiseAdam: return 1;
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kRowwiseAdagrad:
+    case OptimizerKind::kSm3: return 0;
+  }
+  return 0;
+}
+
 // Byte layout of one fat row: [weights | int8 scale,bias] [per-row fp32 scalar] [m] [v]
 // [m block scales] [v block scales] [padding to kRowAlignmentBytes]. Offsets are from the start
 // of the row; a component that the optimizer lacks has size 0.

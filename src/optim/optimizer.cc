@@ -53,17 +53,11 @@ Result<RowLayout> make_row_layout(int64_t dim, DType weight_dtype, const Optimiz
   l.optimizer = opt;
   l.weight_bytes = dtype_row_bytes(weight_dtype, dim);
 
-  int elem_states = 0;
-  bool rowwise = false;
-  switch (opt.kind) {
-    case OptimizerKind::kSgd: break;
-    case OptimizerKind::kAdagrad: elem_states = 1; break;
-    case OptimizerKind::kRowwiseAdagrad: rowwise = true; break;
-    case OptimizerKind::kAdam: elem_states = 2; break;
-    case OptimizerKind::kPartialRowwiseAdam: elem_states = 1; rowwise = true; break;
-    // SM3's column accumulators are per table, outside the fat row (EmbeddingCollection).
-    case OptimizerKind::kSm3: rowwise = true; break;
-  }
+  const int elem_states = element_states(opt.kind);
+  // One fp32 per row: RowwiseAdagrad's sum, PartialRowwiseAdam's v, SM3's row accumulator (SM3's
+  // column accumulators are per table, outside the fat row: EmbeddingCollection).
+  const bool rowwise = opt.kind == OptimizerKind::kRowwiseAdagrad || opt.kind == OptimizerKind::kPartialRowwiseAdam ||
+                       opt.kind == OptimizerKind::kSm3;
   if (!dtype_traits(weight_dtype).trainable && opt.kind != OptimizerKind::kSgd)
     return invalid_argument(std::string(dtype_name(weight_dtype)) +
                             " rows are lookup-only; use optimizer sgd with frozen = true");

@@ -174,8 +174,8 @@ std::vector<LeanOption> options_of(const Workload& w) {
   if (w.row_dtype == DType::kQ8) v.push_back(LeanOption::kQ8Rows);
   if (rowwise(w.row_optimizer.kind)) v.push_back(LeanOption::kRowwiseOptimizer);
   if (w.row_optimizer.kind == OptimizerKind::kSm3) v.push_back(LeanOption::kSm3);
-  for (const StateDtypeOption& s : kStateDtypeOptions)
-    if (w.row_optimizer.state_dtype == s.state) v.push_back(s.option);
+  for (const StateDtypeOption& s : kStateDtypeOptions)  // a state dtype counts where there is state for it to store
+    if (w.row_optimizer.state_dtype == s.state && element_states(w.row_optimizer.kind) > 0) v.push_back(s.option);
   // CTR: the dense layers' activations; embedding-only: the output and its gradient.
   if (w.kind != WorkloadKind::kText && w.precision == DType::kBF16) v.push_back(LeanOption::kBf16Activations);
   if (w.cache_fraction < 1.0) v.push_back(LeanOption::kRowCache);

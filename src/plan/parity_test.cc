@@ -162,6 +162,11 @@ TEST(ParityTableTest, OptionsChosenExcludeTheUsersOwn) {
   chosen = lean_options_chosen(base, w);
   EXPECT_FALSE(contains(chosen, LeanOption::kBf16Rows));
   EXPECT_TRUE(contains(lean_options_configured(base), LeanOption::kBf16Rows));
+  // A state dtype counts only where the optimizer keeps per-element state for it to store.
+  for (OptimizerKind k : {OptimizerKind::kSm3, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kSgd}) {
+    w.row_optimizer.kind = k;
+    EXPECT_FALSE(contains(lean_options_chosen(base, w), LeanOption::kInt8State)) << optimizer_name(k);
+  }
 }
 
 // With every option proven the seed workload gets 16-bit rows on a 910A (they move fewer bytes);
@@ -286,6 +291,8 @@ TEST(ParityPlannerTest, FourBitStateIsProvenForAdagradOnly) {
   ASSERT_TRUE(four.ok()) << four.status().message();
   EXPECT_EQ(four.value().chosen.workload.row_optimizer.state_dtype, DType::kInt4Blockwise);
   EXPECT_TRUE(four.value().unproven_chosen.empty());
+  // sm3 (searched for Adagrad) keeps no per-element state: no sm3 + 4-bit candidate is judged.
+  EXPECT_FALSE(contains(four.value().unproven_excluded, LeanOption::kInt4State));
   const auto builtin = lean_option_table();
   std::vector<LeanOptionInfo> t(builtin.begin(), builtin.end());
   set_verdict(&t, LeanOption::kInt4State, Verdict::kLoss);

@@ -93,8 +93,8 @@ bool allows(const PlannerOptions& o, LeanOption opt) {
 
 }  // namespace
 
-bool lean_option_allowed(LeanOption opt, const Workload& base, const PlannerOptions& o) {
-  return proven_for(lean_option_info(opt, parity_of(o)), base.kind, base.row_optimizer.kind) || allows(o, opt);
+bool lean_option_allowed(LeanOption opt, const Workload& w, const PlannerOptions& o) {
+  return proven_for(lean_option_info(opt, parity_of(o)), w.kind, w.row_optimizer.kind) || allows(o, opt);
 }
 
 namespace {
@@ -219,7 +219,7 @@ void consider(const Workload& base, const PlannerOptions& o, Candidate c, PlanRe
   for (LeanOption lo : lean_options_chosen(base, w)) {
     if (proven_for(lean_option_info(lo, parity_of(o)), base.kind, w.row_optimizer.kind)) continue;
     ++unproven;
-    if (!lean_option_allowed(lo, base, o)) {
+    if (!lean_option_allowed(lo, w, o)) {
       s->excluded[static_cast<size_t>(lo)] = true;
       allowed = false;
     }
@@ -281,6 +281,7 @@ Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& o) {
                     for (bool ck : sp.ckpts) {
                       if (cf < 1.0 && wt == 0) continue;  // a cache sits in front of host rows
                       if (!o.allow_host && (wt || st)) continue;
+                      if (sd != DType::kF32 && element_states(ok) == 0) continue;  // no state for the dtype to store
                       Candidate c;
                       c.workload = base;
                       Workload& w = c.workload;

@@ -96,9 +96,9 @@ struct PlanResult {
   std::vector<LeanOption> unproven_excluded;
 };
 
-// Whether the planner may search lean option `o` for `base` under `options` (proven for the
-// task, or allowed).
-bool lean_option_allowed(LeanOption o, const Workload& base, const PlannerOptions& options);
+// Whether the planner may search lean option `o` in workload `w` under `options` (proven for w's
+// task with w's optimizer, or allowed).
+bool lean_option_allowed(LeanOption o, const Workload& w, const PlannerOptions& options);
 
 // Errors: InvalidArgument from the memory model (the workload itself is bad).
 Result<PlanResult> make_plan(const Workload& base, const PlannerOptions& options);
