@@ -237,12 +237,11 @@ std::string task_text(const char* task, const char* metric, const TaskParity& p,
   return s + (p.datasets.empty() ? "" : "; measured on " + std::string(p.datasets)) + ")";
 }
 
-// "adagrad, adam": the optimizers of a non-zero mask.
+// "adagrad, adam": the optimizers of a non-zero mask (bit k is OptimizerKind k: optimizer_bit).
 std::string optimizers_text(uint8_t mask) {
   std::string s;
-  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam,
-                          OptimizerKind::kPartialRowwiseAdam, OptimizerKind::kSm3})
-    if (mask & optimizer_bit(k)) s += (s.empty() ? "" : ", ") + std::string(optimizer_name(k));
+  for (unsigned k = 0; k < 8; ++k)
+    if ((mask >> k) & 1u) s += (s.empty() ? "" : ", ") + std::string(optimizer_name(static_cast<OptimizerKind>(k)));
   return s;
 }
 
